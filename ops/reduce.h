@@ -1,0 +1,27 @@
+// Element-wise reduction and scaling kernels on CPU buffers, one per (dtype, op). The loops are
+// written so that GCC vectorises them at -O3. float16 and bfloat16 are converted to float,
+// combined, and rounded back once per call, so a chain of reductions rounds once per step.
+#pragma once
+
+#include <cstdint>
+
+#include "kolo/types.h"
+
+namespace kolo::ops {
+
+// dst[i] = dst[i] (op) src[i] for i in [0, count). kAverage combines as a sum.
+// dst and src may be equal but must not partially overlap.
+void reduce_into(DataType dtype, ReduceOp op, void* dst, const void* src, int64_t count);
+
+// out[i] = a[i] (op) b[i]; out may equal a or b.
+void reduce_to(DataType dtype, ReduceOp op, void* out, const void* a, const void* b, int64_t count);
+
+// data[i] *= factor. A factor of exactly 1 returns at once. Integers multiply in double and
+// truncate toward zero.
+void scale(DataType dtype, void* data, int64_t count, double factor);
+
+// Copies count elements from src to dst multiplying by factor on the way (a fused copy+scale
+// for fusion buffers). factor 1 is a plain memcpy.
+void scale_copy(DataType dtype, void* dst, const void* src, int64_t count, double factor);
+
+}  // namespace kolo::ops
