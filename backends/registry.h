@@ -23,6 +23,9 @@ struct BackendContext {
   int cross_rank = 0;
   int cross_size = 1;
   Store* store = nullptr;    // rendezvous; keys are namespaced by the backend
+  // Prefix for every store key this instance uses, so that several instances of one backend
+  // (e.g. the coordinator's control plane beside its data plane) connect independently.
+  std::string store_prefix = "kolo";
   std::string secret;        // the job's shared secret: peers must prove they know it
   std::chrono::milliseconds connect_timeout{30000};
   std::chrono::milliseconds op_timeout{60000};  // a transfer that makes no progress this long fails
