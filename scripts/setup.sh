@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs what Kolo needs from Debian (only what is missing), then configures and builds.
+# Usage: scripts/setup.sh [build-dir]   (default: build). Extra CMake flags via KOLO_CMAKE_FLAGS.
+# Idempotent: a second run only rebuilds what changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build_dir="${1:-build}"
+
+packages=(
+  build-essential cmake ccache pkg-config
+  libboost-dev libboost-system-dev      # Boost.Asio (tcp backend, rendezvous store)
+  libopenmpi-dev openmpi-bin            # the mpi backend and mpirun
+  nlohmann-json3-dev                    # timeline and tests
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libopenblas-dev zlib1g-dev            # CPU GEMM; gzip'd IDX files
+  dataset-fashion-mnist                 # the main job's data
+  iproute2                              # network namespaces in the two-node test
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=()
+  [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
+fi
+
+jobs="$(nproc)"
+# shellcheck disable=SC2086
+cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE="${CMAKE_BUILD_TYPE:-Release}" ${KOLO_CMAKE_FLAGS:-}
+cmake --build "$build_dir" -j "$jobs"
