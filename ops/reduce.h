@@ -9,7 +9,8 @@
 
 namespace kolo::ops {
 
-// dst[i] = dst[i] (op) src[i] for i in [0, count). kAverage combines as a sum.
+// dst[i] = dst[i] (op) src[i] for i in [0, count). kAverage combines as a sum. Integer sums and
+// products wrap modulo 2^bits (two's complement); min/max of floats follow `a < b ? a : b`.
 // dst and src may be equal but must not partially overlap.
 void reduce_into(DataType dtype, ReduceOp op, void* dst, const void* src, int64_t count);
 
@@ -17,8 +18,12 @@ void reduce_into(DataType dtype, ReduceOp op, void* dst, const void* src, int64_
 void reduce_to(DataType dtype, ReduceOp op, void* out, const void* a, const void* b, int64_t count);
 
 // data[i] *= factor. A factor of exactly 1 returns at once. Integers multiply in double and
-// truncate toward zero.
+// truncate toward zero; float16/bfloat16 multiply in float and round once.
 void scale(DataType dtype, void* data, int64_t count, double factor);
+
+// data[i] /= divisor (for kAverage: a true division, so that an integer or float average of
+// values whose sum divides evenly is exact). Integers divide in double and truncate toward zero.
+void divide(DataType dtype, void* data, int64_t count, double divisor);
 
 // Copies count elements from src to dst multiplying by factor on the way (a fused copy+scale
 // for fusion buffers). factor 1 is a plain memcpy.

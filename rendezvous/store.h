@@ -6,9 +6,15 @@
 // during a job. Thread-safe: any thread may call any method concurrently.
 // Every blocking call takes a timeout; when it passes, the call returns Timeout naming the
 // keys still missing.
+// Counters: add() keeps the integer as decimal ASCII text ("3", "-12"), so get() of a counter
+// returns that text; add() on a key whose value is not a decimal int64 returns InvalidArgument.
+// Transport failures (a lost server, an unwritable directory) return IoError.
+// Limits every implementation accepts: keys up to kMaxStoreKeyBytes, values up to
+// kMaxStoreValueBytes; longer ones are InvalidArgument.
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -16,6 +22,9 @@
 #include "kolo/status.h"
 
 namespace kolo {
+
+inline constexpr size_t kMaxStoreKeyBytes = 4096;
+inline constexpr size_t kMaxStoreValueBytes = size_t{64} << 20;  // 64 MiB
 
 class Store {
  public:

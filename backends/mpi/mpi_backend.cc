@@ -1,0 +1,198 @@
+#include "backends/mpi/mpi_backend.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backends/mpi/mpi_runtime.h"
+#include "backends/mpi/mpi_types.h"
+
+namespace kolo {
+
+namespace {
+
+// allreduce and broadcast are element-wise, so a message longer than an int can count is sent
+// in pieces; 1 Gi elements keeps each piece far from the limit.
+constexpr int64_t kMaxPiece = int64_t{1} << 30;
+
+const char* byte_ptr(const void* p, int64_t offset_elements, size_t element) {
+  return static_cast<const char*>(p) + offset_elements * static_cast<int64_t>(element);
+}
+char* byte_ptr(void* p, int64_t offset_elements, size_t element) {
+  return static_cast<char*>(p) + offset_elements * static_cast<int64_t>(element);
+}
+
+class MpiBackend final : public Backend {
+ public:
+  MpiBackend(MPI_Comm comm, int rank, int size) : comm_(comm), rank_(rank), size_(size) {}
+  ~MpiBackend() override {
+    // MPI_Finalize may have run already (atexit, or the application): freeing then is illegal.
+    if (!mpi_finalized()) MPI_Comm_free(&comm_);
+  }
+
+  std::string_view name() const override { return "mpi"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  Status allreduce(const void* input, void* output, int64_t count, DataType dtype,
+                   const AllreduceOptions& options) override {
+    KOLO_RETURN_IF_ERROR(validate_allreduce(size_, input, output, count, dtype, options));
+    if (count == 0) return Status::Ok();
+    KOLO_ASSIGN_OR_RETURN(MPI_Datatype type, mpi_datatype(dtype));
+    KOLO_ASSIGN_OR_RETURN(MPI_Op op, mpi_op(dtype, options.op));
+    const size_t element = dtype_size(dtype);
+    // The prescale needs a scaled copy of the input, and output is the natural place for it:
+    // then the reduction runs in place and needs no scratch memory.
+    bool in_place = input == output;
+    if (options.prescale != 1.0) {
+      scale_copy_host(dtype, output, input, count, options.prescale);
+      in_place = true;
+    }
+    for (int64_t offset = 0; offset < count; offset += kMaxPiece) {
+      const int n = static_cast<int>(std::min(kMaxPiece, count - offset));
+      const void* send = in_place ? MPI_IN_PLACE : byte_ptr(input, offset, element);
+      KOLO_RETURN_IF_ERROR(
+          mpi_status(MPI_Allreduce(send, byte_ptr(output, offset, element), n, type, op, comm_),
+                     "mpi allreduce: MPI_Allreduce"));
+    }
+    scale_host(dtype, output, count, postscale(options.op, options.postscale));
+    return Status::Ok();
+  }
+
+  Status allgather(const void* input, void* output, DataType dtype,
+                   const AllgatherOptions& options) override {
+    KOLO_RETURN_IF_ERROR(validate_allgather(rank_, size_, input, output, dtype, options));
+    KOLO_RETURN_IF_ERROR(to_int_layout("allgather", "counts", options.counts, counts_, displs_));
+    KOLO_ASSIGN_OR_RETURN(MPI_Datatype type, mpi_datatype(dtype));
+    // The contract lets input alias this rank's slot of output; MPI forbids aliasing, but
+    // MPI_IN_PLACE means exactly that layout.
+    const void* send =
+        input == byte_ptr(output, displs_[rank_], dtype_size(dtype)) ? MPI_IN_PLACE : input;
+    return mpi_status(MPI_Allgatherv(send, counts_[rank_], type, output, counts_.data(),
+                                     displs_.data(), type, comm_),
+                      "mpi allgather: MPI_Allgatherv");
+  }
+
+  Status broadcast(void* data, int64_t count, DataType dtype,
+                   const BroadcastOptions& options) override {
+    KOLO_RETURN_IF_ERROR(validate_broadcast(size_, data, count, dtype, options));
+    KOLO_ASSIGN_OR_RETURN(MPI_Datatype type, mpi_datatype(dtype));
+    const size_t element = dtype_size(dtype);
+    for (int64_t offset = 0; offset < count; offset += kMaxPiece) {
+      const int n = static_cast<int>(std::min(kMaxPiece, count - offset));
+      KOLO_RETURN_IF_ERROR(
+          mpi_status(MPI_Bcast(byte_ptr(data, offset, element), n, type, options.root, comm_),
+                     "mpi broadcast: MPI_Bcast"));
+    }
+    return Status::Ok();
+  }
+
+  Status alltoall(const void* input, void* output, DataType dtype,
+                  const AlltoallOptions& options) override {
+    KOLO_RETURN_IF_ERROR(validate_alltoall(size_, input, output, dtype, options));
+    KOLO_RETURN_IF_ERROR(
+        to_int_layout("alltoall", "send_counts", options.send_counts, counts_, displs_));
+    KOLO_RETURN_IF_ERROR(to_int_layout("alltoall", "recv_counts", options.recv_counts,
+                                       recv_counts_, recv_displs_));
+    KOLO_ASSIGN_OR_RETURN(MPI_Datatype type, mpi_datatype(dtype));
+    return mpi_status(MPI_Alltoallv(input, counts_.data(), displs_.data(), type, output,
+                                    recv_counts_.data(), recv_displs_.data(), type, comm_),
+                      "mpi alltoall: MPI_Alltoallv");
+  }
+
+  Status reducescatter(const void* input, void* output, DataType dtype,
+                       const ReducescatterOptions& options) override {
+    KOLO_RETURN_IF_ERROR(validate_reducescatter(rank_, size_, input, output, dtype, options));
+    KOLO_RETURN_IF_ERROR(
+        to_int_layout("reducescatter", "counts", options.counts, counts_, displs_));
+    KOLO_ASSIGN_OR_RETURN(MPI_Datatype type, mpi_datatype(dtype));
+    KOLO_ASSIGN_OR_RETURN(MPI_Op op, mpi_op(dtype, options.op));
+    const int64_t total = static_cast<int64_t>(displs_.back()) + counts_.back();
+    const void* send = input;
+    if (options.prescale != 1.0) {
+      // Unlike allreduce the output is too small to hold the scaled input: use scratch, which
+      // is kept so that steady state allocates nothing.
+      scratch_.resize(std::max(scratch_.size(), static_cast<size_t>(total) * dtype_size(dtype)));
+      scale_copy_host(dtype, scratch_.data(), input, total, options.prescale);
+      send = scratch_.data();
+    } else if (input == output && total > 0) {
+      // In-place MPI_Reduce_scatter reads the input from recvbuf and leaves this rank's block
+      // at its start: exactly the aliasing the caller asked for.
+      send = MPI_IN_PLACE;
+    }
+    KOLO_RETURN_IF_ERROR(
+        mpi_status(MPI_Reduce_scatter(send, output, counts_.data(), type, op, comm_),
+                   "mpi reducescatter: MPI_Reduce_scatter"));
+    scale_host(dtype, output, options.counts[rank_], postscale(options.op, options.postscale));
+    return Status::Ok();
+  }
+
+  Status barrier() override {
+    return mpi_status(MPI_Barrier(comm_), "mpi barrier: MPI_Barrier");
+  }
+
+ private:
+  double postscale(ReduceOp op, double postscale) const {
+    return op == ReduceOp::kAverage ? postscale / size_ : postscale;
+  }
+
+  // Converts per-rank element counts to MPI's int counts and displacements, refusing what an
+  // int cannot hold (MPI 3.1 has no large-count collectives).
+  static Status to_int_layout(const char* op, const char* arg, const std::vector<int64_t>& in,
+                              std::vector<int>& counts, std::vector<int>& displs) {
+    counts.resize(in.size());
+    displs.resize(in.size());
+    int64_t offset = 0;
+    for (size_t i = 0; i < in.size(); ++i) {
+      if (in[i] > INT_MAX || offset > INT_MAX)
+        return Status::InvalidArgument(
+            std::string("mpi ") + op + ": " + arg + "[" + std::to_string(i) + "] = " +
+            std::to_string(in[i]) + " at element offset " + std::to_string(offset) +
+            " exceeds MPI's int limit of " + std::to_string(INT_MAX) +
+            " elements; split the tensor or use another backend");
+      counts[i] = static_cast<int>(in[i]);
+      displs[i] = static_cast<int>(offset);
+      offset += in[i];
+    }
+    if (offset > INT_MAX)
+      return Status::InvalidArgument(std::string("mpi ") + op + ": " + arg + " sum to " +
+                                     std::to_string(offset) + " elements, more than MPI's int "
+                                     "limit of " + std::to_string(INT_MAX) +
+                                     "; split the tensor or use another backend");
+    return Status::Ok();
+  }
+
+  MPI_Comm comm_;
+  const int rank_;
+  const int size_;
+  // Scratch reused across calls (one thread at a time, per the Backend contract).
+  std::vector<int> counts_, displs_, recv_counts_, recv_displs_;
+  std::vector<char> scratch_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Backend>> make_mpi_backend(const BackendContext& context) {
+  KOLO_RETURN_IF_ERROR(ensure_mpi());
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (rank != context.rank || size != context.size)
+    return Status::PreconditionFailed(
+        "mpi backend: the job says this is rank " + std::to_string(context.rank) + " of " +
+        std::to_string(context.size) + " but MPI_COMM_WORLD says rank " + std::to_string(rank) +
+        " of " + std::to_string(size) +
+        "; the mpi backend needs the job to be launched by mpirun (use the tcp backend under "
+        "kolorun)");
+  MPI_Comm comm = MPI_COMM_NULL;
+  KOLO_RETURN_IF_ERROR(mpi_status(MPI_Comm_dup(MPI_COMM_WORLD, &comm), "mpi: MPI_Comm_dup"));
+  // Errors come back as codes that we turn into Status, instead of aborting the process.
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  return std::unique_ptr<Backend>(new MpiBackend(comm, rank, size));
+}
+
+}  // namespace kolo

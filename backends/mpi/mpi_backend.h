@@ -1,0 +1,34 @@
+// The mpi backend: every Backend collective is the matching MPI collective (MPI_Allreduce,
+// MPI_Allgatherv, MPI_Bcast, MPI_Alltoallv, MPI_Reduce_scatter, MPI_Barrier) on a private
+// duplicate of MPI_COMM_WORLD, so Kolo's traffic never matches the application's own messages.
+//
+// Requirements: the process was launched by mpirun (or is an MPI singleton of size 1) and the
+// BackendContext's rank and size equal MPI_COMM_WORLD's; otherwise the factory fails with
+// PreconditionFailed saying so. MPI is initialised with MPI_THREAD_MULTIPLE if the
+// application has not done it (see backends/mpi/mpi_runtime.h for finalisation).
+//
+// Limits: MPI counts and displacements are C ints. allreduce and broadcast split larger
+// messages into pieces; allgather, alltoall and reducescatter return InvalidArgument naming
+// the count when a per-rank count or a total exceeds INT_MAX elements.
+//
+// Errors: the communicator uses MPI_ERRORS_RETURN, so a failing MPI call returns IoError with
+// MPI_Error_string's text instead of aborting. (Open MPI 4.1's mpirun still tears the whole job
+// down when a rank dies; the backend cannot report that case itself.)
+//
+// Thread-safety: as for every Backend, one thread at a time per instance. Several instances
+// (each with its own communicator) may be used from different threads concurrently.
+#pragma once
+
+#include <memory>
+
+#include "backends/backend.h"
+#include "backends/registry.h"
+#include "kolo/status.h"
+
+namespace kolo {
+
+// Collective over MPI_COMM_WORLD (it calls MPI_Comm_dup): every rank must call it. The store
+// and secret of the context are not used: MPI bootstraps itself.
+Result<std::unique_ptr<Backend>> make_mpi_backend(const BackendContext& context);
+
+}  // namespace kolo

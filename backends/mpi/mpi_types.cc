@@ -1,0 +1,171 @@
+#include "backends/mpi/mpi_types.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#include "backends/mpi/mpi_runtime.h"
+#include "common/float16.h"
+
+namespace kolo {
+
+namespace {
+
+// A 16-bit float format: how to widen to float and round back.
+struct Half {
+  static float load(uint16_t v) { return half_to_float(v); }
+  static uint16_t store(float v) { return float_to_half(v); }
+};
+struct BFloat {
+  static float load(uint16_t v) { return bfloat16_to_float(v); }
+  static uint16_t store(float v) { return float_to_bfloat16(v); }
+};
+
+struct Sum { static float apply(float a, float b) { return a + b; } };
+struct Prod { static float apply(float a, float b) { return a * b; } };
+struct Min { static float apply(float a, float b) { return std::fmin(a, b); } };
+struct Max { static float apply(float a, float b) { return std::fmax(a, b); } };
+
+// MPI user function: inout[i] = in[i] (op) inout[i]. `len` counts 2-byte elements of our
+// contiguous type, so the buffers are exactly len uint16 values.
+template <typename Format, typename Op>
+void half_reduce(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const uint16_t*>(in);
+  auto* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i)
+    b[i] = Format::store(Op::apply(Format::load(a[i]), Format::load(b[i])));
+}
+
+// Index order: ReduceOp sum(=average), min, max, product.
+struct HalfTable {
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  MPI_Op ops[4] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
+};
+
+struct Tables {
+  Status status;
+  HalfTable half;
+  HalfTable bfloat;
+};
+
+template <typename Format>
+Status make_table(HalfTable& table) {
+  int rc = MPI_Type_contiguous(2, MPI_BYTE, &table.type);
+  if (rc == MPI_SUCCESS) rc = MPI_Type_commit(&table.type);
+  if (rc != MPI_SUCCESS) return mpi_status(rc, "mpi: creating a 16-bit float datatype");
+  MPI_User_function* fns[4] = {&half_reduce<Format, Sum>, &half_reduce<Format, Min>,
+                               &half_reduce<Format, Max>, &half_reduce<Format, Prod>};
+  for (int i = 0; i < 4; ++i) {
+    rc = MPI_Op_create(fns[i], /*commute=*/1, &table.ops[i]);
+    if (rc != MPI_SUCCESS) return mpi_status(rc, "mpi: creating a 16-bit float reduction");
+  }
+  return Status::Ok();
+}
+
+const Tables& tables() {
+  static Tables t;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    t.status = make_table<Half>(t.half);
+    if (t.status.ok()) t.status = make_table<BFloat>(t.bfloat);
+  });
+  return t;
+}
+
+int op_index(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAverage: return 0;
+    case ReduceOp::kMin: return 1;
+    case ReduceOp::kMax: return 2;
+    case ReduceOp::kProduct: return 3;
+  }
+  return -1;
+}
+
+template <typename T>
+void scale_copy_typed(T* dst, const T* src, int64_t count, double factor) {
+  if constexpr (std::is_floating_point_v<T>) {
+    const T f = static_cast<T>(factor);
+    for (int64_t i = 0; i < count; ++i) dst[i] = src[i] * f;
+  } else {
+    for (int64_t i = 0; i < count; ++i)
+      dst[i] = static_cast<T>(std::trunc(static_cast<double>(src[i]) * factor));
+  }
+}
+
+template <typename Format>
+void scale_copy_16(uint16_t* dst, const uint16_t* src, int64_t count, double factor) {
+  const float f = static_cast<float>(factor);
+  for (int64_t i = 0; i < count; ++i) dst[i] = Format::store(Format::load(src[i]) * f);
+}
+
+}  // namespace
+
+Result<MPI_Datatype> mpi_datatype(DataType dtype) {
+  switch (dtype) {
+    case DataType::kUInt8: return MPI_UINT8_T;
+    case DataType::kInt8: return MPI_INT8_T;
+    case DataType::kInt32: return MPI_INT32_T;
+    case DataType::kInt64: return MPI_INT64_T;
+    case DataType::kFloat32: return MPI_FLOAT;
+    case DataType::kFloat64: return MPI_DOUBLE;
+    case DataType::kFloat16:
+    case DataType::kBFloat16: {
+      const Tables& t = tables();
+      if (!t.status.ok()) return t.status;
+      return dtype == DataType::kFloat16 ? t.half.type : t.bfloat.type;
+    }
+  }
+  return Status::InvalidArgument("mpi: dtype must be a valid DataType, got enum value " +
+                                 std::to_string(static_cast<int>(dtype)));
+}
+
+Result<MPI_Op> mpi_op(DataType dtype, ReduceOp op) {
+  const int index = op_index(op);
+  if (index < 0)
+    return Status::InvalidArgument("mpi: reduce op must be a valid ReduceOp, got enum value " +
+                                   std::to_string(static_cast<int>(op)));
+  if (dtype == DataType::kFloat16 || dtype == DataType::kBFloat16) {
+    const Tables& t = tables();
+    if (!t.status.ok()) return t.status;
+    return (dtype == DataType::kFloat16 ? t.half : t.bfloat).ops[index];
+  }
+  static const MPI_Op kNative[4] = {MPI_SUM, MPI_MIN, MPI_MAX, MPI_PROD};
+  return kNative[index];
+}
+
+void scale_copy_host(DataType dtype, void* dst, const void* src, int64_t count, double factor) {
+  if (factor == 1.0) {
+    if (dst != src && count > 0)
+      std::memcpy(dst, src, static_cast<size_t>(count) * dtype_size(dtype));
+    return;
+  }
+  switch (dtype) {
+    case DataType::kUInt8:
+      return scale_copy_typed(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), count, factor);
+    case DataType::kInt8:
+      return scale_copy_typed(static_cast<int8_t*>(dst), static_cast<const int8_t*>(src), count, factor);
+    case DataType::kInt32:
+      return scale_copy_typed(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src), count, factor);
+    case DataType::kInt64:
+      return scale_copy_typed(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), count, factor);
+    case DataType::kFloat32:
+      return scale_copy_typed(static_cast<float*>(dst), static_cast<const float*>(src), count, factor);
+    case DataType::kFloat64:
+      return scale_copy_typed(static_cast<double*>(dst), static_cast<const double*>(src), count, factor);
+    case DataType::kFloat16:
+      return scale_copy_16<Half>(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count, factor);
+    case DataType::kBFloat16:
+      return scale_copy_16<BFloat>(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count, factor);
+  }
+}
+
+void scale_host(DataType dtype, void* data, int64_t count, double factor) {
+  // Element-wise in place is safe: each element is read before it is written.
+  scale_copy_host(dtype, data, data, count, factor);
+}
+
+}  // namespace kolo

@@ -1,0 +1,34 @@
+// Kolo's DataType and ReduceOp mapped onto MPI datatypes and operations.
+//
+// Open MPI 4.1 has no half-precision types, so float16 and bfloat16 are 2-byte contiguous
+// datatypes (MPI_Type_contiguous(2, MPI_BYTE)) reduced by user operations (MPI_Op_create) that
+// widen to float, combine and round back (common/float16.h). Those types and operations are
+// created once per process, on first use after MPI is initialised, and live until
+// MPI_Finalize frees them.
+//
+// Thread-safety: every function may be called from any thread after ensure_mpi().
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+
+#include "kolo/status.h"
+#include "kolo/types.h"
+
+namespace kolo {
+
+// The MPI datatype that carries one element of dtype. dtype must be valid.
+Result<MPI_Datatype> mpi_datatype(DataType dtype);
+
+// The MPI operation that combines two elements of dtype under op. kAverage maps to a sum; the
+// caller divides afterwards.
+Result<MPI_Op> mpi_op(DataType dtype, ReduceOp op);
+
+// data[i] *= factor on the host, in the element type (half types widen to float; integers
+// multiply in double and truncate toward zero, as ops/reduce.h does). factor 1 is a no-op.
+void scale_host(DataType dtype, void* data, int64_t count, double factor);
+// dst[i] = src[i] * factor; factor 1 is a plain copy. dst and src must not overlap.
+void scale_copy_host(DataType dtype, void* dst, const void* src, int64_t count, double factor);
+
+}  // namespace kolo

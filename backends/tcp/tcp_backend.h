@@ -1,0 +1,50 @@
+// The embedded TCP backend: Kolo's default for CPU tensors when no MPI is around.
+//
+// connect_tcp_channel() connects a full mesh of TCP connections through the rendezvous store:
+// every rank listens on an ephemeral port and publishes "host:port" under
+// `<store_prefix>/tcp/addr/<rank>`; each rank then connects to every lower rank (retrying until
+// connect_timeout while that rank is not listening yet) and accepts every higher one. Each new
+// connection is authenticated with the job secret before it carries data (auth.h: mutual
+// challenge/response; defends against accidental cross-job connections and casual misuse, not
+// against a determined attacker). Sockets get TCP_NODELAY and large kernel buffers.
+// make_tcp_backend() wraps that channel in a ChannelBackend ("tcp"), which runs the ops/
+// algorithms (segmented pipelined ring, recursive doubling) over it.
+//
+// Control lane. One channel carries one ordered byte stream per peer, so a small message queues
+// behind bulk data sent before it on the same channel. For a control plane that must never wait
+// behind gradients, connect a SECOND channel with a different store_prefix (e.g.
+// "<prefix>/control"): it has its own connections, and its wait() drives its own event loop.
+//
+// Environment (read by these factories; an invalid value is an InvalidArgument naming it):
+//   KOLO_TCP_HOST           address to publish (default: see host_address.h)
+//   KOLO_TCP_SOCKET_BUFFER  SO_SNDBUF/SO_RCVBUF per socket, e.g. "4MiB" (default 4 MiB)
+//   KOLO_TCP_MAX_FRAME      bound on one frame's payload, e.g. "1GiB" (default); larger messages
+//                           are split into several frames. Must match on every rank.
+//   KOLO_TCP_SEGMENT        ring pipeline segment (default ops::AllreduceTuning's)
+//   KOLO_TCP_SMALL_MESSAGE  largest allreduce that uses recursive doubling (default: ops')
+//
+// Errors: InvalidArgument for a bad context or environment value; Timeout when the peers do not
+// all connect within connect_timeout (the message lists the missing ranks and any rejected
+// connections); PeerFailure when a peer fails authentication (naming its rank and address) or
+// is not the rank/job size its address claims; IoError when a socket cannot be opened.
+// Thread-safety: the factories may run concurrently for different ranks (as threads in tests);
+// the returned objects follow ops::Channel's / Backend's contracts.
+#pragma once
+
+#include <memory>
+
+#include "backends/backend.h"
+#include "backends/registry.h"
+#include "kolo/status.h"
+#include "ops/channel.h"
+
+namespace kolo {
+
+// The tcp Backend ("tcp") for this rank, connected to every other rank of the group.
+Result<std::unique_ptr<Backend>> make_tcp_backend(const BackendContext& context);
+
+// This rank's TcpChannel, connected and authenticated to every other rank. Several channels per
+// group may exist at once if each uses its own context.store_prefix.
+Result<std::unique_ptr<ops::Channel>> connect_tcp_channel(const BackendContext& context);
+
+}  // namespace kolo

@@ -1,0 +1,273 @@
+#include "backends/tcp/tcp_channel.h"
+
+#include <algorithm>
+#include <array>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+#include <deque>
+#include <utility>
+
+namespace kolo::tcp {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+
+namespace {
+
+// One message in flight on a link. A message is sent or received as frames (wire.h); `offset`
+// is where the current frame starts in the message, `in_frame` counts the header and payload
+// bytes of the current frame moved so far.
+struct Transfer {
+  uint8_t* data = nullptr;  // const for sends; never written through then
+  uint64_t size = 0;
+  uint64_t offset = 0;
+  uint64_t frame_len = 0;
+  uint64_t in_frame = 0;
+  bool frame_started = false;
+  std::shared_ptr<ops::Completion> completion;
+};
+
+}  // namespace
+
+struct TcpChannel::Link {
+  int peer = -1;
+  std::string address;
+  std::unique_ptr<asio::ip::tcp::socket> socket;
+  Status failure;  // non-OK once the link broke; then it stays broken
+  // The fronts are in flight; std::deque keeps references to them valid while others queue.
+  std::deque<Transfer> sends;
+  std::deque<Transfer> recvs;
+  bool writing = false;
+  bool reading = false;
+  FrameHeader tx_header{};
+  FrameHeader rx_header{};
+
+  std::string name() const { return "rank " + std::to_string(peer) + " (" + address + ")"; }
+};
+
+TcpChannel::TcpChannel(int rank, int size, std::unique_ptr<asio::io_context> io,
+                       std::vector<PeerSocket> peers, TcpChannelOptions options)
+    : rank_(rank), size_(size), options_(options), io_(std::move(io)) {
+  links_.resize(size);
+  for (PeerSocket& p : peers) {
+    auto link = std::make_unique<Link>();
+    link->peer = p.rank;
+    link->address = std::move(p.address);
+    link->socket = std::move(p.socket);
+    links_.at(p.rank) = std::move(link);
+  }
+}
+
+TcpChannel::~TcpChannel() {
+  for (auto& link : links_)
+    if (link) fail(*link, Status::Aborted("the tcp channel to " + link->name() + " was closed"));
+}
+
+Status TcpChannel::check_peer(const char* op, int peer, const void* data, size_t bytes) const {
+  if (peer < 0 || peer >= size_ || peer == rank_)
+    return Status::InvalidArgument(std::string(op) + ": peer must be in [0, " +
+                                   std::to_string(size_) + ") and differ from this rank " +
+                                   std::to_string(rank_) + ", got " + std::to_string(peer));
+  if (data == nullptr && bytes > 0)
+    return Status::InvalidArgument(std::string(op) + ": data is null but bytes is " +
+                                   std::to_string(bytes));
+  if (!links_[peer])
+    return Status::Internal(std::string(op) + ": no connection to rank " + std::to_string(peer));
+  return Status::Ok();
+}
+
+ops::Request TcpChannel::isend(int peer, const void* data, size_t bytes) {
+  if (Status s = check_peer("isend", peer, data, bytes); !s.ok()) return ops::Request::failed(s);
+  Link& link = *links_[peer];
+  if (!link.failure.ok()) return ops::Request::failed(link.failure);
+  auto completion = std::make_shared<ops::Completion>();
+  Transfer t;
+  t.data = static_cast<uint8_t*>(const_cast<void*>(data));
+  t.size = bytes;
+  t.completion = completion;
+  link.sends.push_back(std::move(t));
+  start_write(link);
+  return ops::Request(std::move(completion));
+}
+
+ops::Request TcpChannel::irecv(int peer, void* data, size_t bytes) {
+  if (Status s = check_peer("irecv", peer, data, bytes); !s.ok()) return ops::Request::failed(s);
+  Link& link = *links_[peer];
+  if (!link.failure.ok()) return ops::Request::failed(link.failure);
+  auto completion = std::make_shared<ops::Completion>();
+  Transfer t;
+  t.data = static_cast<uint8_t*>(data);
+  t.size = bytes;
+  t.completion = completion;
+  link.recvs.push_back(std::move(t));
+  start_read(link);
+  return ops::Request(std::move(completion));
+}
+
+// Writes the rest of the current frame of the front send: header and payload in one gather
+// write. asio attempts the write at once (speculatively), so a small message leaves in isend.
+void TcpChannel::start_write(Link& link) {
+  if (link.writing || link.sends.empty() || !link.failure.ok()) return;
+  Transfer& t = link.sends.front();
+  if (!t.frame_started) {
+    t.frame_len = frame_length(t.size, t.offset, options_.max_frame_bytes);
+    t.in_frame = 0;
+    t.frame_started = true;
+    link.tx_header = encode_frame_header(t.frame_len);
+  }
+  std::array<asio::const_buffer, 2> buffers;
+  const uint64_t header_done = std::min<uint64_t>(t.in_frame, kFrameHeaderBytes);
+  const uint64_t payload_done = t.in_frame - header_done;
+  buffers[0] = asio::buffer(link.tx_header.data() + header_done, kFrameHeaderBytes - header_done);
+  buffers[1] = asio::buffer(t.data + t.offset + payload_done, t.frame_len - payload_done);
+  link.writing = true;
+  link.socket->async_write_some(buffers, [this, &link](const error_code& ec, size_t n) {
+    link.writing = false;
+    if (!link.failure.ok()) return;  // broken meanwhile; the transfer was already failed
+    if (ec) {
+      fail(link, Status::PeerFailure("tcp: sending to " + link.name() + " failed: " +
+                                     ec.message() + " (the peer process likely died)"));
+      return;
+    }
+    on_written(link, n);
+  });
+}
+
+void TcpChannel::on_written(Link& link, size_t n) {
+  progress_ += n;
+  Transfer& t = link.sends.front();
+  t.in_frame += n;
+  if (t.in_frame == kFrameHeaderBytes + t.frame_len) {
+    t.offset += t.frame_len;
+    t.frame_started = false;
+    if (t.offset == t.size) {
+      auto completion = std::move(t.completion);
+      link.sends.pop_front();
+      completion->complete(Status::Ok());
+    }
+  }
+  start_write(link);
+}
+
+// Reads the rest of the current frame of the front receive with one scatter read: the header
+// into rx_header, the payload straight into the caller's buffer. The read is bounded by the
+// expected frame, so it never consumes bytes of the next message.
+void TcpChannel::start_read(Link& link) {
+  if (link.reading || link.recvs.empty() || !link.failure.ok()) return;
+  Transfer& t = link.recvs.front();
+  if (!t.frame_started) {
+    t.frame_len = frame_length(t.size, t.offset, options_.max_frame_bytes);
+    t.in_frame = 0;
+    t.frame_started = true;
+  }
+  std::array<asio::mutable_buffer, 2> buffers;
+  const uint64_t header_done = std::min<uint64_t>(t.in_frame, kFrameHeaderBytes);
+  const uint64_t payload_done = t.in_frame - header_done;
+  buffers[0] = asio::buffer(link.rx_header.data() + header_done, kFrameHeaderBytes - header_done);
+  buffers[1] = asio::buffer(t.data + t.offset + payload_done, t.frame_len - payload_done);
+  link.reading = true;
+  link.socket->async_read_some(buffers, [this, &link](const error_code& ec, size_t n) {
+    link.reading = false;
+    if (!link.failure.ok()) return;
+    if (ec) {
+      const Transfer& t = link.recvs.front();
+      std::string what = ec == asio::error::eof ? "the connection was closed by the peer"
+                                                 : "receive failed: " + ec.message();
+      fail(link, Status::PeerFailure("tcp: " + what + " while receiving a " +
+                                     std::to_string(t.size) + "-byte message from " +
+                                     link.name() + " (" + std::to_string(t.offset + t.in_frame) +
+                                     " bytes including frame headers arrived; the peer process "
+                                     "likely died)"));
+      return;
+    }
+    on_read(link, n);
+  });
+}
+
+void TcpChannel::on_read(Link& link, size_t n) {
+  progress_ += n;
+  Transfer& t = link.recvs.front();
+  const uint64_t before = t.in_frame;
+  t.in_frame += n;
+  if (before < kFrameHeaderBytes && t.in_frame >= kFrameHeaderBytes) {
+    // The header is complete: check it before trusting anything else in this frame.
+    Result<uint64_t> length =
+        decode_frame_header(link.rx_header, t.frame_len, options_.max_frame_bytes);
+    if (!length.ok()) {
+      fail(link, length.status().with_context("tcp: bad frame from " + link.name()));
+      return;
+    }
+  }
+  if (t.in_frame == kFrameHeaderBytes + t.frame_len) {
+    t.offset += t.frame_len;
+    t.frame_started = false;
+    if (t.offset == t.size) {
+      auto completion = std::move(t.completion);
+      link.recvs.pop_front();
+      completion->complete(Status::Ok());
+    }
+  }
+  start_read(link);
+}
+
+// Breaks the link for good: closes the socket (so no later read touches a caller's buffer) and
+// fails every queued transfer with `status`. Handlers still queued in io_ see the failure and
+// return without touching the transfers.
+void TcpChannel::fail(Link& link, const Status& status) {
+  if (!link.failure.ok()) return;
+  link.failure = status;
+  error_code ignored;
+  link.socket->shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+  link.socket->close(ignored);
+  auto sends = std::move(link.sends);
+  auto recvs = std::move(link.recvs);
+  link.sends.clear();
+  link.recvs.clear();
+  for (Transfer& t : sends) t.completion->complete(status);
+  for (Transfer& t : recvs) t.completion->complete(status);
+}
+
+TcpChannel::Link* TcpChannel::link_of(const ops::Completion* completion) {
+  for (auto& link : links_) {
+    if (!link) continue;
+    for (const Transfer& t : link->sends)
+      if (t.completion.get() == completion) return link.get();
+    for (const Transfer& t : link->recvs)
+      if (t.completion.get() == completion) return link.get();
+  }
+  return nullptr;
+}
+
+Status TcpChannel::wait(const ops::Request& request) {
+  const std::shared_ptr<ops::Completion>& completion = request.completion();
+  if (!completion) return Status::Ok();
+  using Clock = std::chrono::steady_clock;
+  uint64_t seen = progress_;
+  Clock::time_point idle_since = Clock::now();
+  while (!completion->done()) {
+    // Run what is ready without blocking; block in the reactor only when nothing is.
+    if (io_->stopped()) io_->restart();
+    if (io_->poll() == 0 && !completion->done()) {
+      if (io_->stopped()) io_->restart();
+      io_->run_one_for(std::chrono::milliseconds(100));
+    }
+    const Clock::time_point now = Clock::now();
+    if (progress_ != seen) {
+      seen = progress_;
+      idle_since = now;
+    } else if (!completion->done() && now - idle_since >= options_.op_timeout) {
+      Link* link = link_of(completion.get());
+      const std::string where = link ? link->name() : std::string("a peer");
+      Status timeout = Status::Timeout(
+          "tcp: a transfer with " + where + " made no progress for " +
+          std::to_string(options_.op_timeout.count()) +
+          " ms (KOLO_OP_TIMEOUT); the peer is stuck or the ranks' operations do not match");
+      if (link) fail(*link, timeout);
+      completion->complete(timeout);
+    }
+  }
+  // Done: returns the stored status without waiting.
+  return completion->wait_until(Clock::now(), "a tcp transfer");
+}
+
+}  // namespace kolo::tcp

@@ -1,0 +1,91 @@
+// TcpChannel: the tcp backend's ops::Channel over one connected, authenticated TCP socket per
+// peer (tcp_connect.h sets those up through the rendezvous store).
+//
+// Progress model. There is no I/O thread: isend/irecv start a non-blocking socket operation at
+// once, and wait() drives the channel's io_context in the calling thread until the awaited
+// request completes. A small message therefore costs no thread hand-off on either side, and
+// every posted request on any link makes progress while any one request is waited for (so
+// sendrecv and the pipelined ring never stall on the order they wait in). A request that is
+// never waited for only progresses while another request of the same channel is waited for.
+//
+// Data path. Each message travels as frames (wire.h). The receiver reads a frame's header and
+// payload with one scatter read straight into the posted buffer: no intermediate copy and no
+// allocation sized by the wire. Bytes that arrive before their receive is posted stay in the
+// kernel's socket buffer.
+//
+// Errors. A connection reset, EOF, malformed frame or length mismatch breaks that link: every
+// pending and later request on it fails with the same Status (PeerFailure or IoError) naming the
+// peer rank and address. wait() fails with Timeout, and breaks the awaited link, when the whole
+// channel moves no byte for timeout() (op_timeout); a slow but moving transfer never times out.
+//
+// Thread-safety: not thread-safe. One thread at a time calls every method (ops::Channel's
+// contract); handlers run only inside wait(), in that thread.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/tcp/wire.h"
+#include "ops/channel.h"
+
+namespace kolo::tcp {
+
+struct TcpChannelOptions {
+  std::chrono::milliseconds op_timeout{60000};
+  uint64_t max_frame_bytes = kDefaultMaxFrameBytes;  // > 0; must match on every rank
+};
+
+// One peer's connection. `address` ("host:port") names the peer in error messages.
+struct PeerSocket {
+  int rank = -1;
+  std::string address;
+  std::unique_ptr<boost::asio::ip::tcp::socket> socket;
+};
+
+class TcpChannel : public ops::Channel {
+ public:
+  // `peers` holds one connected socket per other rank (any order), each created on `io`, which
+  // the channel takes over. Ownership of the sockets passes to the channel.
+  TcpChannel(int rank, int size, std::unique_ptr<boost::asio::io_context> io,
+             std::vector<PeerSocket> peers, TcpChannelOptions options);
+  // Fails every pending request with Aborted and closes the connections.
+  ~TcpChannel() override;
+
+  TcpChannel(const TcpChannel&) = delete;
+  TcpChannel& operator=(const TcpChannel&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::chrono::milliseconds timeout() const override { return options_.op_timeout; }
+
+  ops::Request isend(int peer, const void* data, size_t bytes) override;
+  ops::Request irecv(int peer, void* data, size_t bytes) override;
+  Status wait(const ops::Request& request) override;
+
+ private:
+  struct Link;
+
+  Status check_peer(const char* op, int peer, const void* data, size_t bytes) const;
+  void start_write(Link& link);
+  void start_read(Link& link);
+  void on_written(Link& link, size_t n);
+  void on_read(Link& link, size_t n);
+  void fail(Link& link, const Status& status);
+  Link* link_of(const ops::Completion* completion);
+
+  // Constant after construction.
+  const int rank_;
+  const int size_;
+  const TcpChannelOptions options_;
+  // Declared before links_ so that the sockets are destroyed first.
+  std::unique_ptr<boost::asio::io_context> io_;
+  std::vector<std::unique_ptr<Link>> links_;  // indexed by peer rank; null for rank_
+  uint64_t progress_ = 0;                     // bytes moved on any link, for the idle timeout
+};
+
+}  // namespace kolo::tcp

@@ -1,0 +1,42 @@
+// RuntimeConfig: every KOLO_* knob the coordinator reads, parsed and validated once at init.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "kolo/status.h"
+
+namespace kolo::coord {
+
+struct RuntimeConfig {
+  // Allreduce responses that agree in dtype, device and options are fused into one
+  // backend call up to this many bytes. 0 disables fusion. Measured default: see
+  // bench/coordinator_bench.cc (fusion); 64 MiB keeps a ResNet-50 step in 2 backend calls.
+  uint64_t fusion_threshold = uint64_t{64} << 20;
+  // Batching window: while work is pending, cycles start at most this often, so that
+  // submissions arriving close together are negotiated (and fused) together.
+  std::chrono::nanoseconds cycle_time = std::chrono::milliseconds(1);
+  // Names remembered by the response cache (the bit vector has one byte per entry).
+  uint64_t cache_capacity = 1024;
+  std::string timeline_path;  // empty: no timeline at init
+  bool timeline_mark_cycles = false;
+  std::chrono::nanoseconds stall_check_time = std::chrono::seconds(60);  // 0: off
+  std::chrono::nanoseconds stall_shutdown_time{0};                       // 0: off
+  // Bound on any one transfer (and so on how long a dead peer takes to be noticed).
+  std::chrono::nanoseconds op_timeout = std::chrono::seconds(60);
+  std::string cpu_operations = "tcp";
+  // An idle rank still takes part in a cycle this often, so that rank 0's stall inspector
+  // and shutdown requests make progress while some ranks have no work.
+  std::chrono::nanoseconds heartbeat = std::chrono::milliseconds(200);
+};
+
+// Reads the KOLO_* variables through `getenv` (injectable for tests; std::getenv by
+// default). An invalid value returns InvalidArgument naming the variable, the value and
+// the accepted forms. `default_cpu_operations` is used when KOLO_CPU_OPERATIONS is unset.
+Result<RuntimeConfig> config_from_env(
+    const std::string& default_cpu_operations = "tcp",
+    const std::function<const char*(const char*)>& getenv = nullptr);
+
+}  // namespace kolo::coord

@@ -1,0 +1,71 @@
+// Controller: the coordinator's message table, run on rank 0 only.
+//
+// Each slow-path cycle, every rank's RequestList is add()ed; respond() then returns, in the
+// order in which names were first requested, a Response for every name that all ranks have
+// submitted (a joined rank counts as having submitted everything). Requests that disagree
+// become error Responses naming the tensor, the ranks and what differs. Names that wait too
+// long are reported by the stall inspector.
+//
+// Not thread-safe: owned by rank 0's background thread. Pure logic: no I/O, so unit tests
+// drive it directly.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "coordinator/message.h"
+#include "coordinator/response_cache.h"
+
+namespace kolo::coord {
+
+struct StallConfig {
+  std::chrono::nanoseconds check_time{std::chrono::seconds(60)};  // 0: never warn
+  std::chrono::nanoseconds shutdown_time{0};                       // 0: never fail the job
+};
+
+class Controller {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  Controller(int size, StallConfig stall) : size_(size), stall_(stall) {}
+
+  // Records one rank's requests. Names already in `cache` are scheduled for eviction: the
+  // sender's parameters changed (or it was demoted to the slow path), so every rank must
+  // re-negotiate that name.
+  void add(int rank, const RequestList& list, const ResponseCache& cache, Clock::time_point now);
+  // The responses that are ready, plus this cycle's evictions, shutdown and join state.
+  ResponseList respond(Clock::time_point now);
+  // Stall warnings produced by the last respond() (already logged by the caller's choice).
+  std::vector<std::string> take_warnings() { return std::move(warnings_); }
+
+  size_t pending() const { return table_.size(); }
+
+ private:
+  struct Entry {
+    uint64_t seq;
+    Clock::time_point first_seen;
+    std::map<int, Request> by_rank;
+    bool warned = false;
+  };
+  Response build(const std::string& name, const Entry& entry) const;
+  std::optional<std::string> mismatch(const std::string& name, const Entry& entry) const;
+  void inspect_stalls(Clock::time_point now, ResponseList& out);
+
+  int size_;
+  StallConfig stall_;
+  std::map<std::string, Entry> table_;
+  uint64_t next_seq_ = 0;
+  std::set<int> joined_;
+  std::vector<std::string> evictions_;
+  int32_t shutdown_rank_ = -1;
+  std::vector<std::string> warnings_;
+};
+
+// "[0, 2, 3]"
+std::string rank_list(const std::vector<int>& ranks);
+
+}  // namespace kolo::coord

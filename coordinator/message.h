@@ -1,0 +1,100 @@
+// The negotiation vocabulary: what a rank asks for (Request), what the coordinator decides
+// (Response), and the byte format both travel in over the control plane.
+//
+// A Request is the metadata of one submitted operation (never its data). The coordinator
+// (rank 0) collects requests until every rank has submitted a name, checks that they agree,
+// and answers with a Response that every rank executes in the same order.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kolo/status.h"
+#include "kolo/types.h"
+
+namespace kolo::coord {
+
+enum class OpType : uint8_t {
+  kAllreduce,
+  kAllgather,
+  kBroadcast,
+  kAlltoall,
+  kReducescatter,
+  kBarrier,
+  kJoin,
+};
+inline constexpr int kNumOpTypes = 7;
+// "allreduce", "allgather", ...
+const char* op_type_name(OpType type);
+
+struct Request {
+  std::string name;
+  OpType type = OpType::kAllreduce;
+  DataType dtype = DataType::kFloat32;
+  Device device;
+  ReduceOp reduce_op = ReduceOp::kSum;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  int32_t root = 0;
+  // One shape per tensor: several for a grouped allreduce, none for barrier/join.
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<int64_t> splits;  // alltoall: rows sent to each rank
+
+  bool operator==(const Request&) const = default;
+};
+
+// The coordinator's decision for one name. Identical on every rank.
+struct Response {
+  enum class Kind : uint8_t { kExecute, kError };
+  Kind kind = Kind::kExecute;
+  std::string name;
+  OpType type = OpType::kAllreduce;
+  DataType dtype = DataType::kFloat32;
+  Device device;
+  ReduceOp reduce_op = ReduceOp::kSum;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  int32_t root = 0;
+  std::vector<std::vector<int64_t>> shapes;  // from a rank that submitted (joined ranks need it)
+  // allgather: each rank's first dimension (0 for joined ranks).
+  // alltoall: size*size matrix, row i = rank i's splits.
+  std::vector<int64_t> rank_dims;
+  // Ranks that had joined when this response was made (they contribute the identity).
+  std::vector<int32_t> joined;
+  StatusCode error_code = StatusCode::kOk;
+  std::string error;  // for kError: the message every rank's handle fails with
+
+  bool operator==(const Response&) const = default;
+};
+
+// One cycle's answer from the coordinator.
+struct ResponseList {
+  std::vector<Response> responses;
+  std::vector<std::string> evictions;  // cache entries every rank drops before executing
+  int32_t shutdown_rank = -1;          // >= 0: that rank shut down; everyone stops
+  std::string fatal;                   // non-empty: the job fails with this message
+  std::vector<int32_t> joined;         // ranks currently joined (after this cycle)
+
+  bool operator==(const ResponseList&) const = default;
+};
+
+// What one rank tells the coordinator in a slow-path cycle.
+struct RequestList {
+  std::vector<Request> requests;
+  bool shutdown = false;
+  bool join = false;
+
+  bool operator==(const RequestList&) const = default;
+};
+
+// Binary encodings. Parsing checks every length against the remaining bytes and every enum
+// against its range; a malformed message returns Internal naming what was wrong.
+std::string serialize(const RequestList& list);
+Result<RequestList> parse_request_list(const std::string& bytes);
+std::string serialize(const ResponseList& list);
+Result<ResponseList> parse_response_list(const std::string& bytes);
+
+int64_t num_elements(const std::vector<int64_t>& shape);
+
+}  // namespace kolo::coord

@@ -1,0 +1,95 @@
+#include "coordinator/op_state.h"
+
+namespace kolo::detail {
+
+bool OpState::complete(Status status) {
+  std::vector<Handle::Callback> callbacks;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (done_) return false;
+    done_ = true;
+    status_ = status;
+    callbacks.swap(callbacks_);
+  }
+  cv_.notify_all();
+  for (auto& cb : callbacks) cb(status);
+  return true;
+}
+
+Status OpState::wait(std::optional<std::chrono::milliseconds> timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!timeout) {
+    cv_.wait(lock, [&] { return done_; });
+  } else if (!cv_.wait_for(lock, *timeout, [&] { return done_; })) {
+    return Status::Timeout("operation '" + name_ + "' did not complete within " +
+                           std::to_string(timeout->count()) + " ms (it continues)");
+  }
+  return status_;
+}
+
+bool OpState::done() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return done_;
+}
+
+Status OpState::status() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!done_) return Status::PreconditionFailed("operation '" + name_ + "' is still pending");
+  return status_;
+}
+
+void OpState::then(Handle::Callback callback) {
+  Status status;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!done_) {
+      callbacks_.push_back(std::move(callback));
+      return;
+    }
+    status = status_;
+  }
+  callback(status);
+}
+
+void OpState::set_output(std::vector<int64_t> shape, void* data) {
+  std::lock_guard<std::mutex> lock(mu_);
+  output_shape_ = std::move(shape);
+  output_data_ = data;
+}
+
+void OpState::set_owned_output(HostTensor tensor) {
+  std::lock_guard<std::mutex> lock(mu_);
+  owned_ = std::move(tensor);
+  output_shape_ = owned_.shape;
+  output_data_ = owned_.bytes.data();
+}
+
+void OpState::set_received_splits(std::vector<int64_t> splits) {
+  std::lock_guard<std::mutex> lock(mu_);
+  received_splits_ = std::move(splits);
+}
+
+std::vector<int64_t> OpState::output_shape() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return output_shape_;
+}
+
+void* OpState::output_data() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return output_data_;
+}
+
+HostTensor OpState::take_output() {
+  std::lock_guard<std::mutex> lock(mu_);
+  HostTensor out = std::move(owned_);
+  owned_ = HostTensor{};
+  if (output_data_ == static_cast<void*>(out.bytes.data())) output_data_ = nullptr;
+  return out;
+}
+
+std::vector<int64_t> OpState::received_splits() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return received_splits_;
+}
+
+}  // namespace kolo::detail

@@ -1,0 +1,56 @@
+// OpState: the shared state behind a kolo::Handle. The runtime completes it exactly once from
+// the background thread (or at submission, for a rejected request); user threads wait on it.
+// Thread-safe: every method may be called from any thread.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kolo/handle.h"
+#include "kolo/status.h"
+#include "kolo/tensor.h"
+
+namespace kolo::detail {
+
+class OpState {
+ public:
+  explicit OpState(std::string name) : name_(std::move(name)) {}
+
+  const std::string& name() const { return name_; }
+
+  // Records the result and runs the callbacks (in the calling thread, outside the lock).
+  // Only the first call has an effect; returns whether it was the first.
+  bool complete(Status status);
+  Status wait(std::optional<std::chrono::milliseconds> timeout);
+  bool done() const;
+  Status status() const;
+  void then(Handle::Callback callback);
+
+  // Outputs, set by the runtime before complete().
+  void set_output(std::vector<int64_t> shape, void* data);
+  void set_owned_output(HostTensor tensor);
+  void set_received_splits(std::vector<int64_t> splits);
+  std::vector<int64_t> output_shape() const;
+  void* output_data() const;
+  HostTensor take_output();
+  std::vector<int64_t> received_splits() const;
+
+ private:
+  const std::string name_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;                            // guarded by mu_
+  Status status_;                                // guarded by mu_
+  std::vector<Handle::Callback> callbacks_;      // guarded by mu_
+  std::vector<int64_t> output_shape_;            // guarded by mu_
+  void* output_data_ = nullptr;                  // guarded by mu_
+  HostTensor owned_;                             // guarded by mu_
+  std::vector<int64_t> received_splits_;         // guarded by mu_
+};
+
+}  // namespace kolo::detail

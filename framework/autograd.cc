@@ -1,0 +1,175 @@
+#include "framework/autograd.h"
+
+#include <atomic>
+#include <unordered_map>
+
+namespace kolo::fw {
+namespace {
+
+thread_local bool t_grad_enabled = true;
+thread_local BackwardReport t_last_report;
+std::atomic<uint64_t> g_pass_counter{0};
+
+[[noreturn]] void fail(const std::string& msg) { throw Error(Status::InvalidArgument(msg)); }
+
+// Adds g into the running sum held in slot (allocating a private copy the first time, because g
+// may alias a Node's buffer or another slot).
+void accumulate(Tensor& slot, const Tensor& g) {
+  if (!slot.defined()) {
+    slot = g.detach().clone();
+  } else {
+    slot.add_(g);
+  }
+}
+
+}  // namespace
+
+bool grad_enabled() { return t_grad_enabled; }
+NoGradGuard::NoGradGuard() : previous_(t_grad_enabled) { t_grad_enabled = false; }
+NoGradGuard::~NoGradGuard() { t_grad_enabled = previous_; }
+
+bool needs_grad(const std::vector<Tensor>& inputs) {
+  if (!t_grad_enabled) return false;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+void record(Tensor& out, std::shared_ptr<Node> node, const std::vector<Tensor>& inputs) {
+  if (!needs_grad(inputs)) return;
+  node->inputs.clear();
+  for (const Tensor& t : inputs)
+    node->inputs.push_back(t.defined() && t.requires_grad() ? t : Tensor());
+  auto meta = std::make_shared<AutogradMeta>();
+  meta->requires_grad = true;
+  meta->grad_fn = std::move(node);
+  out.impl()->autograd = std::move(meta);
+}
+
+const BackwardReport& last_backward_report() { return t_last_report; }
+
+std::vector<Tensor> unused_parameters(const std::vector<Tensor>& params,
+                                      const BackwardReport& report) {
+  std::vector<Tensor> unused;
+  for (const Tensor& p : params) {
+    const auto& meta = p.impl()->autograd;
+    if (!meta || meta->ready_pass != report.pass) unused.push_back(p);
+  }
+  return unused;
+}
+
+// The engine. Phase 1 walks the graph from the root and counts, for every Node and every leaf,
+// how many edges point into it (its pending consumers). Phase 2 runs Nodes whose incoming
+// gradients are complete (count reached zero), starting at the root; each finished edge into a
+// leaf adds that contribution to the leaf's grad and decrements the leaf's count, and the leaf's
+// hooks fire when it reaches zero (Note [Gradient-ready hooks] in autograd.h).
+BackwardReport backward(const Tensor& root, const Tensor& grad_output) {
+  if (!root.defined()) fail("backward: root is an undefined tensor");
+  if (!root.requires_grad())
+    fail("backward: tensor " + root.to_string() +
+         " does not require grad (no parameter it depends on has requires_grad set)");
+  Tensor seed = grad_output;
+  if (!seed.defined()) {
+    if (root.numel() != 1)
+      fail("backward: root of shape " + shape_to_string(root.shape()) +
+           " is not a scalar; pass grad_output");
+    seed = Tensor::ones(root.shape(), root.device());
+  } else {
+    check_same_shape("backward", root, seed);
+  }
+
+  BackwardReport report;
+  report.pass = ++g_pass_counter;
+
+  std::unordered_map<Node*, int> node_pending;
+  std::unordered_map<AutogradMeta*, int> leaf_pending;
+  {
+    std::vector<Node*> stack;
+    auto visit_input = [&](const Tensor& t) {
+      if (!t.defined()) return;
+      AutogradMeta* m = t.impl()->autograd.get();
+      if (m->grad_fn) {
+        Node* n = m->grad_fn.get();
+        if (node_pending[n]++ == 0) stack.push_back(n);
+      } else {
+        leaf_pending[m]++;
+      }
+    };
+    visit_input(root);
+    while (!stack.empty()) {
+      Node* n = stack.back();
+      stack.pop_back();
+      for (const Tensor& in : n->inputs) visit_input(in);
+    }
+  }
+
+  const std::unordered_map<Node*, int> node_total = node_pending;
+
+  auto deliver_leaf = [&](const Tensor& leaf, const Tensor& g) {
+    AutogradMeta* m = leaf.impl()->autograd.get();
+    if (g.defined()) {
+      if (g.shape() != leaf.shape())
+        throw Error(Status::Internal("backward: gradient of shape " + shape_to_string(g.shape()) +
+                                     " for a leaf of shape " + shape_to_string(leaf.shape())));
+      accumulate(m->grad, g);
+    }
+    if (--leaf_pending[m] == 0) {
+      // A leaf whose every contribution was undefined (zero) still gets a defined gradient, so
+      // hooks always see a buffer.
+      if (!m->grad.defined()) m->grad = Tensor::zeros(leaf.shape(), leaf.device());
+      m->ready_pass = report.pass;
+      report.ready.push_back(leaf);
+      // Copy the hook list: a hook may register or remove hooks.
+      auto hooks = m->hooks;
+      for (auto& [id, hook] : hooks) hook(m->grad);
+    }
+  };
+
+  // Gradients waiting for their Node to become ready.
+  std::unordered_map<Node*, Tensor> pending_grad;
+  std::vector<std::shared_ptr<Node>> ready;
+  {
+    NoGradGuard no_grad;  // the backward computation itself records nothing
+    if (!root.impl()->autograd->grad_fn) {
+      deliver_leaf(root, seed);
+    } else {
+      pending_grad[root.impl()->autograd->grad_fn.get()] = seed;
+      node_pending[root.impl()->autograd->grad_fn.get()] = 0;
+      ready.push_back(root.impl()->autograd->grad_fn);
+    }
+    while (!ready.empty()) {
+      std::shared_ptr<Node> node = std::move(ready.back());
+      ready.pop_back();
+      Tensor g = std::move(pending_grad[node.get()]);
+      pending_grad.erase(node.get());
+      std::vector<Tensor> grads;
+      if (g.defined()) grads = node->backward(g);
+      grads.resize(node->inputs.size());
+      for (size_t i = 0; i < node->inputs.size(); ++i) {
+        const Tensor& in = node->inputs[i];
+        if (!in.defined()) continue;
+        const auto& meta = in.impl()->autograd;
+        if (!meta->grad_fn) {
+          deliver_leaf(in, grads[i]);
+          continue;
+        }
+        Node* next = meta->grad_fn.get();
+        if (grads[i].defined()) {
+          // A Node with a single consumer never sums, so its gradient can alias the producer's
+          // buffer; otherwise the first contribution is copied before others are added to it.
+          Tensor& slot = pending_grad[next];
+          if (!slot.defined() && node_total[next] == 1) {
+            slot = grads[i];
+          } else {
+            accumulate(slot, grads[i]);
+          }
+        }
+        if (--node_pending[next] == 0) ready.push_back(meta->grad_fn);
+      }
+    }
+  }
+  t_last_report = report;
+  return report;
+}
+
+}  // namespace kolo::fw

@@ -1,0 +1,179 @@
+#include "framework/data/data_loader.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace kolo::fw {
+
+DataLoader::DataLoader(const Dataset& dataset, DataLoaderOptions options,
+                       std::unique_ptr<Sampler> sampler)
+    : dataset_(dataset), options_(options), sampler_(std::move(sampler)) {
+  if (options.batch_size < 1) {
+    throw Error(Status::InvalidArgument("DataLoader: batch_size must be >= 1, got " +
+                                        std::to_string(options.batch_size)));
+  }
+  if (options.prefetch < 0) {
+    throw Error(Status::InvalidArgument("DataLoader: prefetch must be >= 0, got " +
+                                        std::to_string(options.prefetch)));
+  }
+  if (!sampler_) {
+    if (options.shuffle) {
+      sampler_ = std::make_unique<RandomSampler>(dataset.size(), options.seed);
+    } else {
+      sampler_ = std::make_unique<SequentialSampler>(dataset.size());
+    }
+  }
+}
+
+DataLoader::~DataLoader() { stop_thread(); }
+
+void DataLoader::stop_thread() {
+  if (!thread_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void DataLoader::start_epoch(int64_t epoch) {
+  if (epoch < 0) {
+    throw Error(Status::InvalidArgument("DataLoader: epoch must be >= 0, got " +
+                                        std::to_string(epoch)));
+  }
+  stop_thread();
+  std::vector<int64_t> order = sampler_->indices(epoch);
+  plan_.clear();
+  const auto bs = static_cast<size_t>(options_.batch_size);
+  for (size_t begin = 0; begin < order.size(); begin += bs) {
+    const size_t end = std::min(order.size(), begin + bs);
+    if (end - begin < bs && options_.drop_last) break;
+    plan_.emplace_back(order.begin() + static_cast<std::ptrdiff_t>(begin),
+                       order.begin() + static_cast<std::ptrdiff_t>(end));
+  }
+  epoch_ = epoch;
+  next_batch_ = 0;
+  taken_ = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.clear();
+    error_ = nullptr;
+    producer_done_ = false;
+    stop_ = false;
+  }
+  if (options_.prefetch > 0) thread_ = std::thread([this] { produce(); });
+}
+
+Batch DataLoader::build(size_t batch_index) const {
+  const std::vector<int64_t>& idx = plan_[batch_index];
+  Batch batch;
+  batch.indices = idx;
+  std::vector<int64_t> labels;
+  labels.reserve(idx.size());
+  Shape example_shape;
+  float* out = nullptr;
+  int64_t per = 0;
+  for (size_t k = 0; k < idx.size(); ++k) {
+    const int64_t i = idx[k];
+    if (i < 0 || i >= dataset_.size()) {
+      throw Error(Status::InvalidArgument(
+          "DataLoader: sampler index " + std::to_string(i) + " (epoch " +
+          std::to_string(epoch_) + ", batch " + std::to_string(batch_index) +
+          ") is outside the dataset [0, " + std::to_string(dataset_.size()) + ")"));
+    }
+    Example ex = dataset_.get(i);
+    if (!ex.x.defined() || ex.x.dtype() != DataType::kFloat32 || !ex.x.device().is_cpu()) {
+      throw Error(Status::InvalidArgument("DataLoader: example " + std::to_string(i) +
+                                          " must be a defined float32 CPU tensor"));
+    }
+    if (k == 0) {
+      example_shape = ex.x.shape();
+      Shape shape = {static_cast<int64_t>(idx.size())};
+      shape.insert(shape.end(), example_shape.begin(), example_shape.end());
+      batch.x = Tensor::empty(shape);
+      out = batch.x.data<float>();
+      per = ex.x.numel();
+    } else if (ex.x.shape() != example_shape) {
+      throw Error(Status::InvalidArgument(
+          "DataLoader: example " + std::to_string(i) + " has shape " +
+          shape_to_string(ex.x.shape()) + ", but the batch's first example " +
+          std::to_string(idx[0]) + " has shape " + shape_to_string(example_shape)));
+    }
+    std::memcpy(out + static_cast<int64_t>(k) * per, ex.x.data<float>(),
+                static_cast<size_t>(per) * sizeof(float));
+    labels.push_back(ex.y);
+  }
+  batch.y = Tensor::from_labels(labels);
+  return batch;
+}
+
+void DataLoader::produce() {
+  for (size_t b = 0; b < plan_.size(); ++b) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] {
+        return stop_ || static_cast<int64_t>(queue_.size()) < options_.prefetch;
+      });
+      if (stop_) return;
+    }
+    try {
+      Batch batch = build(b);
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(std::move(batch));
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu_);
+      error_ = std::current_exception();
+      producer_done_ = true;
+      cv_.notify_all();
+      return;
+    }
+    cv_.notify_all();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  producer_done_ = true;
+  cv_.notify_all();
+}
+
+std::optional<Batch> DataLoader::next() {
+  if (epoch_ < 0) {
+    throw Error(Status::PreconditionFailed("DataLoader: next() called before start_epoch()"));
+  }
+  if (taken_ >= plan_.size()) return std::nullopt;
+  if (options_.prefetch == 0) {
+    Batch batch;
+    try {
+      batch = build(next_batch_);
+    } catch (...) {
+      taken_ = plan_.size();  // as with prefetch: the epoch ends with the error
+      throw;
+    }
+    ++next_batch_;
+    ++taken_;
+    return batch;
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return !queue_.empty() || producer_done_; });
+  if (queue_.empty()) {
+    if (error_) {
+      std::exception_ptr e = error_;
+      error_ = nullptr;
+      taken_ = plan_.size();  // the epoch ends with the error
+      std::rethrow_exception(e);
+    }
+    return std::nullopt;
+  }
+  Batch batch = std::move(queue_.front());
+  queue_.pop_front();
+  ++taken_;
+  lock.unlock();
+  cv_.notify_all();
+  return batch;
+}
+
+DataLoader::Iterator DataLoader::begin() {
+  start_epoch(epoch_ + 1);
+  return Iterator(this);
+}
+
+}  // namespace kolo::fw

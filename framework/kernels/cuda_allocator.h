@@ -1,0 +1,31 @@
+// Caching CUDA allocator: device memory for kolo::fw::Storage.
+//
+// cudaMalloc/cudaFree synchronise the device and cost tens of microseconds, and a training step
+// frees and reallocates the same activation sizes every iteration. So freed blocks are kept on
+// per-device free lists bucketed by rounded size (multiples of 512 bytes up to 1 MiB, then powers
+// of two) and handed out again; cudaMalloc is called only on a miss. empty_cache() returns all
+// cached blocks to the driver (also tried once when cudaMalloc fails).
+// Only built with KOLO_HAVE_CUDA. Thread-safety: all functions are thread-safe (one mutex).
+// Errors: allocate throws kolo::Error(kIoError) naming the size and device when CUDA fails.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kolo::fw::cuda_alloc {
+
+void* allocate(size_t nbytes, int device);
+void release(void* ptr, size_t nbytes, int device);
+void empty_cache();
+
+struct Stats {
+  uint64_t cuda_mallocs = 0;   // misses that reached cudaMalloc
+  uint64_t cache_hits = 0;     // allocations served from a free list
+  uint64_t bytes_cached = 0;   // bytes currently sitting in free lists
+};
+Stats stats();
+
+// Rounded size class used for bucketing (exposed for tests).
+size_t round_size(size_t nbytes);
+
+}  // namespace kolo::fw::cuda_alloc

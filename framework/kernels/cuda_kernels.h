@@ -1,0 +1,98 @@
+// CUDA twins of cpu_kernels.h: same signatures and semantics, pointers are device pointers of
+// the current device. Everything runs on the legacy default stream, so kernels, cuBLAS/cuDNN
+// calls and the caching allocator's reuse of freed blocks are ordered without extra events.
+// Scalar results (sum, sq_sum, nll_mean) synchronise to copy one float back.
+// Only compiled with KOLO_HAVE_CUDA. GEMM uses cuBLAS; conv uses cuDNN; the rest are our own
+// kernels in cuda_kernels.cu. Errors from CUDA/cuBLAS/cuDNN throw kolo::Error(kIoError).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "framework/kernels/cpu_kernels.h"  // ConvGeom, PoolGeom
+
+namespace kolo::fw::kernels::cuda {
+
+using cpu::ConvGeom;
+using cpu::PoolGeom;
+
+int device_count();  // 0 when no device / driver
+void set_device(int device);
+// cudaMemcpy in the given direction (synchronous w.r.t. the host).
+void copy_h2d(void* dst, const void* src, size_t nbytes);
+void copy_d2h(void* dst, const void* src, size_t nbytes);
+void copy_d2d(void* dst, const void* src, size_t nbytes);
+
+// cuDNN convolution over a batch: x [n, c, h, w], w [oc, c, kh, kw], y [n, oc, oh, ow].
+void conv2d_fwd(int64_t n, const ConvGeom& g, int64_t oc, const float* x, const float* w,
+                float* y);
+// gx (may be null), gw (overwritten) from gy.
+void conv2d_bwd(int64_t n, const ConvGeom& g, int64_t oc, const float* x, const float* w,
+                const float* gy, float* gx, float* gw);
+// ---- elementwise (n elements) ----
+void fill(int64_t n, float value, float* y);
+void axpby(int64_t n, float a, const float* x, float b, float* y);  // y = a*x + b*y
+void scale(int64_t n, float a, float* y);                           // y *= a
+void mul(int64_t n, const float* a, const float* b, float* out);    // out = a*b
+void add(int64_t n, const float* a, float alpha, const float* b, float* out);  // a + alpha*b
+void addcmul(int64_t n, float* y, const float* a, const float* b, float v);    // y += v*a*b
+void addcdiv_sqrt(int64_t n, float* y, const float* a, const float* b, float v, float eps);
+void relu_fwd(int64_t n, const float* x, float* y);
+void relu_bwd(int64_t n, const float* x, const float* gy, float* gx);
+void sigmoid_fwd(int64_t n, const float* x, float* y);
+void sigmoid_bwd(int64_t n, const float* y, const float* gy, float* gx);
+void tanh_fwd(int64_t n, const float* x, float* y);
+void tanh_bwd(int64_t n, const float* y, const float* gy, float* gx);
+float sum(int64_t n, const float* x);     // accumulated in double
+float sq_sum(int64_t n, const float* x);  // accumulated in double
+void f32_to_f16(int64_t n, const float* x, uint16_t* y);
+void f16_to_f32(int64_t n, const uint16_t* x, float* y);
+void f32_to_bf16(int64_t n, const float* x, uint16_t* y);
+void bf16_to_f32(int64_t n, const uint16_t* x, float* y);
+
+// ---- matrices, row-major ----
+// C[M,N] = alpha * op(A) * op(B) + beta * C, op(A) is [M,K], op(B) is [K,N].
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+          const float* a, const float* b, float beta, float* c);
+// y[r, c] += bias[c] for an [rows, cols] matrix.
+void add_row_bias(int64_t rows, int64_t cols, const float* bias, float* y);
+// out[c] = sum_r x[r, c]  (+ beta * out[c]).
+void col_sum(int64_t rows, int64_t cols, const float* x, float beta, float* out);
+// y[n, c, i] += bias[c] for an [N, C, HW] array.
+void add_channel_bias(int64_t n, int64_t c, int64_t hw, const float* bias, float* y);
+// out[c] = sum_{n,i} x[n, c, i]  (+ beta * out[c]).
+void channel_sum(int64_t n, int64_t c, int64_t hw, const float* x, float beta, float* out);
+
+// ---- convolution helpers (one image [C, H, W]) ----
+// col[(c*kh*kw), (oh*ow)] from one image.
+void im2col(const ConvGeom& g, const float* img, float* col);
+// img += scatter of col (the adjoint of im2col); img must be zeroed by the caller.
+void col2im(const ConvGeom& g, const float* col, float* img);
+
+// ---- pooling over [N*C] planes of H x W, window k, stride s, no padding ----
+void maxpool_fwd(const PoolGeom& g, const float* x, float* y, int32_t* argmax);
+void maxpool_bwd(const PoolGeom& g, const float* gy, const int32_t* argmax, float* gx);  // gx zeroed
+void avgpool_fwd(const PoolGeom& g, const float* x, float* y);
+void avgpool_bwd(const PoolGeom& g, const float* gy, float* gx);  // gx zeroed by caller
+
+// ---- batch norm over [N, C, HW] (HW = 1 for BatchNorm1d) ----
+// Per-channel mean and biased variance over N*HW values.
+void channel_mean_var(int64_t n, int64_t c, int64_t hw, const float* x, float* mean, float* var);
+// y = gamma * (x - mean) * invstd + beta; xhat (optional, may be null) receives the normalised x.
+void batchnorm_apply(int64_t n, int64_t c, int64_t hw, const float* x, const float* mean,
+                     const float* invstd, const float* gamma, const float* beta, float* y,
+                     float* xhat);
+// Training-mode backward given xhat, invstd, gamma: gx, and dgamma/dbeta (overwritten).
+void batchnorm_bwd(int64_t n, int64_t c, int64_t hw, const float* gy, const float* xhat,
+                   const float* invstd, const float* gamma, float* gx, float* dgamma,
+                   float* dbeta);
+
+// ---- softmax family, rows of an [M, N] matrix ----
+void log_softmax(int64_t m, int64_t n, const float* x, float* y);
+// loss = -mean_r logp[r, label[r]]; returns it. labels must be in [0, n) (checked by caller).
+float nll_mean(int64_t m, int64_t n, const float* logp, const int64_t* labels);
+// gx = (softmax - onehot) * g / m.
+void softmax_xent_bwd(int64_t m, int64_t n, const float* logp, const int64_t* labels, float g,
+                      float* gx);
+
+}  // namespace kolo::fw::kernels::cuda

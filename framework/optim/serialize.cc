@@ -1,0 +1,364 @@
+#include "framework/optim/serialize.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <atomic>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <set>
+
+namespace kolo::fw {
+namespace {
+
+static_assert(std::endian::native == std::endian::little,
+              "the checkpoint format is little-endian; add byte swapping for this host");
+
+constexpr size_t kMaxNameLength = 65535;
+constexpr int kMaxDims = 16;
+
+[[noreturn]] void fail(StatusCode code, const std::string& msg) { throw Error(Status(code, msg)); }
+
+std::string errno_text() { return std::strerror(errno); }
+
+// Streams bytes to a file descriptor through a buffer, keeping the running CRC-32.
+class Writer {
+ public:
+  Writer(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  void put(const void* data, size_t n) {
+    crc_ = crc32_z(crc_, static_cast<const Bytef*>(data), n);
+    const auto* p = static_cast<const uint8_t*>(data);
+    if (buf_.size() + n > kBuffer) flush();
+    if (n >= kBuffer) {
+      write_all(p, n);
+    } else {
+      buf_.insert(buf_.end(), p, p + n);
+    }
+  }
+  template <typename T>
+  void put_value(T v) {
+    put(&v, sizeof(v));
+  }
+  void flush() {
+    write_all(buf_.data(), buf_.size());
+    buf_.clear();
+  }
+  uLong crc() const { return crc_; }
+
+ private:
+  static constexpr size_t kBuffer = 1 << 20;
+  void write_all(const uint8_t* p, size_t n) {
+    while (n > 0) {
+      const ssize_t w = ::write(fd_, p, n);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        fail(StatusCode::kIoError, "save_tensors: write to '" + path_ + "' failed after " +
+                                       std::to_string(written_) + " bytes: " + errno_text());
+      }
+      p += w;
+      n -= static_cast<size_t>(w);
+      written_ += static_cast<size_t>(w);
+    }
+  }
+  int fd_;
+  std::string path_;
+  std::vector<uint8_t> buf_;
+  uLong crc_ = crc32_z(0, nullptr, 0);
+  size_t written_ = 0;
+};
+
+// Bounds-checked reads from an in-memory file image; every failure names file and offset.
+class Reader {
+ public:
+  Reader(const std::vector<uint8_t>& bytes, std::string path, size_t end)
+      : bytes_(bytes), path_(std::move(path)), end_(end) {}
+  const uint8_t* take(size_t n, const std::string& expected) {
+    if (end_ - pos_ < n) {
+      fail(StatusCode::kInvalidArgument,
+           "checkpoint '" + path_ + "': offset " + std::to_string(pos_) + ": expected " + expected +
+               ", file ends after " + std::to_string(bytes_.size()) + " bytes");
+    }
+    const uint8_t* p = bytes_.data() + pos_;
+    pos_ += n;
+    return p;
+  }
+  template <typename T>
+  T value(const std::string& expected) {
+    T v;
+    std::memcpy(&v, take(sizeof(T), expected), sizeof(T));
+    return v;
+  }
+  size_t pos() const { return pos_; }
+  [[noreturn]] void bad(size_t offset, const std::string& what) const {
+    fail(StatusCode::kInvalidArgument,
+         "checkpoint '" + path_ + "': offset " + std::to_string(offset) + ": " + what);
+  }
+
+ private:
+  const std::vector<uint8_t>& bytes_;
+  std::string path_;
+  size_t end_;  // the trailer starts here
+  size_t pos_ = 0;
+};
+
+std::vector<uint8_t> read_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(StatusCode::kIoError, "load_tensors: cannot open '" + path + "': " + errno_text());
+  std::vector<uint8_t> out;
+  uint8_t chunk[1 << 16];
+  for (;;) {
+    const ssize_t r = ::read(fd, chunk, sizeof(chunk));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      const std::string err = errno_text();
+      ::close(fd);
+      fail(StatusCode::kIoError, "load_tensors: read of '" + path + "' failed: " + err);
+    }
+    if (r == 0) break;
+    out.insert(out.end(), chunk, chunk + r);
+  }
+  ::close(fd);
+  return out;
+}
+
+std::string prefixed(const std::string& prefix, const std::string& name) { return prefix + name; }
+
+}  // namespace
+
+void save_tensors(const std::string& path, const NamedTensors& entries) {
+  // Validate everything first so that bad input never creates a file.
+  std::set<std::string> names;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const auto& [name, t] = entries[i];
+    const std::string where = "save_tensors: entry " + std::to_string(i);
+    if (name.empty() || name.size() > kMaxNameLength) {
+      fail(StatusCode::kInvalidArgument, where + ": name length must be in [1, " +
+                                             std::to_string(kMaxNameLength) + "], got " +
+                                             std::to_string(name.size()));
+    }
+    if (!names.insert(name).second) {
+      fail(StatusCode::kInvalidArgument, where + ": duplicate name '" + name + "'");
+    }
+    if (!t.defined()) fail(StatusCode::kInvalidArgument, where + " ('" + name + "') is undefined");
+    if (t.dim() > kMaxDims) {
+      fail(StatusCode::kInvalidArgument, where + " ('" + name + "') has " +
+                                             std::to_string(t.dim()) + " dimensions, at most " +
+                                             std::to_string(kMaxDims) + " are supported");
+    }
+  }
+
+  static std::atomic<uint64_t> counter{0};
+  const std::string tmp =
+      path + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    fail(StatusCode::kIoError,
+         "save_tensors: cannot create temporary file '" + tmp + "': " + errno_text());
+  }
+  bool fd_open = true;
+  try {
+    Writer w(fd, tmp);
+    w.put(kCheckpointMagic, sizeof(kCheckpointMagic));
+    w.put_value<uint32_t>(kCheckpointVersion);
+    w.put_value<uint32_t>(static_cast<uint32_t>(entries.size()));
+    for (const auto& [name, tensor] : entries) {
+      w.put_value<uint32_t>(static_cast<uint32_t>(name.size()));
+      w.put(name.data(), name.size());
+      w.put_value<uint8_t>(static_cast<uint8_t>(tensor.dtype()));
+      w.put_value<uint8_t>(static_cast<uint8_t>(tensor.dim()));
+      for (int64_t d : tensor.shape()) w.put_value<int64_t>(d);
+      const Tensor host = tensor.device().is_cpu() ? tensor : tensor.to(Device::cpu());
+      w.put_value<uint64_t>(host.nbytes());
+      w.put(host.raw_data(), host.nbytes());
+    }
+    const auto crc = static_cast<uint32_t>(w.crc());
+    w.put_value<uint32_t>(crc);
+    w.flush();
+    if (::fsync(fd) != 0) {
+      fail(StatusCode::kIoError, "save_tensors: fsync of '" + tmp + "' failed: " + errno_text());
+    }
+    fd_open = false;  // the descriptor is released whatever close returns
+    if (::close(fd) != 0) {
+      const std::string err = errno_text();
+      fail(StatusCode::kIoError, "save_tensors: close of '" + tmp + "' failed: " + err);
+    }
+  } catch (...) {
+    if (fd_open) ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string err = errno_text();
+    ::unlink(tmp.c_str());
+    fail(StatusCode::kIoError,
+         "save_tensors: cannot rename '" + tmp + "' to '" + path + "': " + err);
+  }
+}
+
+NamedTensors load_tensors(const std::string& path) {
+  const std::vector<uint8_t> bytes = read_file(path);
+  const std::string file = "checkpoint '" + path + "'";
+  if (bytes.size() < sizeof(kCheckpointMagic) + 12) {
+    fail(StatusCode::kInvalidArgument,
+         file + ": offset 0: expected a header of 16 bytes and a 4-byte checksum, file ends after " +
+             std::to_string(bytes.size()) + " bytes");
+  }
+  if (std::memcmp(bytes.data(), kCheckpointMagic, sizeof(kCheckpointMagic)) != 0) {
+    fail(StatusCode::kInvalidArgument,
+         file + ": offset 0: expected magic \"KOLOCKPT\"; this is not a Kolo checkpoint");
+  }
+  const size_t end = bytes.size() - 4;
+  Reader r(bytes, path, end);
+  r.take(sizeof(kCheckpointMagic), "magic");
+  const auto version = r.value<uint32_t>("format version");
+  if (version != kCheckpointVersion) {
+    fail(StatusCode::kUnsupported, file + ": offset 8: format version " + std::to_string(version) +
+                                       " is not supported; this build reads version " +
+                                       std::to_string(kCheckpointVersion));
+  }
+  // The checksum covers the whole file: checking it before parsing turns random damage into
+  // one clear message instead of a confusing structural error.
+  uint32_t stored;
+  std::memcpy(&stored, bytes.data() + end, 4);
+  const auto computed = static_cast<uint32_t>(crc32_z(crc32_z(0, nullptr, 0), bytes.data(), end));
+  if (stored != computed) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "stored 0x%08x, computed 0x%08x", stored, computed);
+    fail(StatusCode::kIoError, file + ": checksum mismatch (" + buf +
+                                   "): the file is truncated or corrupt");
+  }
+  const auto count = r.value<uint32_t>("entry count");
+  NamedTensors out;
+  std::set<std::string> names;
+  for (uint32_t e = 0; e < count; ++e) {
+    const std::string which = "entry " + std::to_string(e);
+    const size_t name_at = r.pos();
+    const auto len = r.value<uint32_t>("name length of " + which);
+    if (len == 0 || len > kMaxNameLength) {
+      r.bad(name_at, "expected a name length in [1, 65535] for " + which + ", got " +
+                         std::to_string(len));
+    }
+    const auto* p = reinterpret_cast<const char*>(r.take(len, std::to_string(len) +
+                                                                   " bytes of name of " + which));
+    std::string name(p, len);
+    const std::string what = which + " '" + name + "'";
+    if (!names.insert(name).second) r.bad(name_at, "duplicate name in " + what);
+    const size_t dtype_at = r.pos();
+    const auto dtype_code = r.value<uint8_t>("dtype of " + what);
+    if (!is_valid_dtype(dtype_code)) {
+      r.bad(dtype_at, "expected a dtype code in [0, " + std::to_string(kNumDataTypes) + ") for " +
+                          what + ", got " + std::to_string(dtype_code));
+    }
+    const auto dtype = static_cast<DataType>(dtype_code);
+    const size_t ndim_at = r.pos();
+    const auto ndim = r.value<uint8_t>("number of dimensions of " + what);
+    if (ndim > kMaxDims) {
+      r.bad(ndim_at, "expected at most 16 dimensions for " + what + ", got " +
+                         std::to_string(ndim));
+    }
+    Shape shape;
+    uint64_t numel = 1;
+    bool huge = false;
+    for (int d = 0; d < ndim; ++d) {
+      const size_t at = r.pos();
+      const auto dim = r.value<int64_t>("size of dimension " + std::to_string(d) + " of " + what);
+      if (dim < 0) r.bad(at, "negative size " + std::to_string(dim) + " in " + what);
+      shape.push_back(dim);
+      if (dim != 0 && numel > bytes.size() / static_cast<uint64_t>(dim)) huge = true;
+      numel = dim == 0 ? 0 : numel * static_cast<uint64_t>(dim);
+    }
+    if (numel == 0) huge = false;
+    const size_t nbytes_at = r.pos();
+    const auto nbytes = r.value<uint64_t>("payload size of " + what);
+    const uint64_t want = numel * dtype_size(dtype);
+    if (huge || nbytes != want) {
+      r.bad(nbytes_at, "payload size of " + what + " is " + std::to_string(nbytes) +
+                           " bytes, but shape " + shape_to_string(shape) + " of " +
+                           std::string(dtype_name(dtype)) + " needs " +
+                           (huge ? std::string("more than the file holds") : std::to_string(want)));
+    }
+    const uint8_t* payload = r.take(nbytes, std::to_string(nbytes) + " bytes of payload for " + what);
+    Tensor t = Tensor::empty(shape, Device::cpu(), dtype);
+    if (nbytes > 0) std::memcpy(t.raw_data(), payload, nbytes);
+    out.emplace_back(std::move(name), std::move(t));
+  }
+  if (r.pos() != end) {
+    r.bad(r.pos(), "expected the 4-byte checksum after " + std::to_string(count) +
+                       " entries, found " + std::to_string(end - r.pos()) + " extra bytes");
+  }
+  return out;
+}
+
+void load_tensors_into(const std::string& path, const NamedTensors& targets) {
+  NamedTensors loaded = load_tensors(path);
+  const std::string file = "checkpoint '" + path + "'";
+  std::map<std::string, const Tensor*> by_name;
+  for (const auto& [name, t] : loaded) by_name[name] = &t;
+  std::set<std::string> wanted;
+  std::vector<std::pair<const Tensor*, const Tensor*>> copies;  // (target, source)
+  for (const auto& [name, target] : targets) {
+    if (!target.defined()) {
+      fail(StatusCode::kInvalidArgument, "load_tensors_into: target '" + name + "' is undefined");
+    }
+    if (!wanted.insert(name).second) {
+      fail(StatusCode::kInvalidArgument, "load_tensors_into: duplicate target name '" + name + "'");
+    }
+    auto it = by_name.find(name);
+    if (it == by_name.end()) {
+      fail(StatusCode::kMismatch, file + " has no entry '" + name + "' (" +
+                                      std::to_string(loaded.size()) + " entries in the file)");
+    }
+    const Tensor& src = *it->second;
+    if (src.dtype() != target.dtype()) {
+      fail(StatusCode::kMismatch, file + ": entry '" + name + "' has dtype " +
+                                      std::string(dtype_name(src.dtype())) + ", expected " +
+                                      std::string(dtype_name(target.dtype())));
+    }
+    if (src.shape() != target.shape()) {
+      fail(StatusCode::kMismatch, file + ": entry '" + name + "' has shape " +
+                                      shape_to_string(src.shape()) + ", expected " +
+                                      shape_to_string(target.shape()));
+    }
+    copies.emplace_back(&target, &src);
+  }
+  for (const auto& [name, t] : loaded) {
+    if (!wanted.count(name)) {
+      fail(StatusCode::kMismatch, file + " has an unexpected entry '" + name +
+                                      "' that nothing in the model or optimizer takes");
+    }
+  }
+  for (auto& [target, src] : copies) {
+    Tensor handle = *target;  // a handle: copy_ writes the caller's storage
+    handle.copy_(*src);
+  }
+}
+
+NamedTensors optimizer_state(Optimizer& optimizer) {
+  NamedTensors out;
+  for (auto& [name, t] : optimizer.state_tensors()) out.emplace_back("optim/" + name, *t);
+  return out;
+}
+
+namespace {
+NamedTensors checkpoint_entries(const NamedTensors& model, Optimizer* optimizer) {
+  NamedTensors all;
+  for (const auto& [name, t] : model) all.emplace_back(prefixed("model/", name), t);
+  if (optimizer) {
+    for (auto& e : optimizer_state(*optimizer)) all.push_back(std::move(e));
+  }
+  return all;
+}
+}  // namespace
+
+void save_checkpoint(const std::string& path, const NamedTensors& model, Optimizer* optimizer) {
+  save_tensors(path, checkpoint_entries(model, optimizer));
+}
+
+void load_checkpoint(const std::string& path, const NamedTensors& model, Optimizer* optimizer) {
+  load_tensors_into(path, checkpoint_entries(model, optimizer));
+}
+
+}  // namespace kolo::fw

@@ -1,0 +1,65 @@
+// Handle: the caller's side of one asynchronous Kolo operation.
+//
+// Every *_async call returns a Handle at once. The operation completes exactly once, with a
+// Status: OK, or an error naming the tensor and what went wrong (a mismatch between ranks, a
+// dead peer, shutdown, ...). A Handle is a cheap shared reference: copies observe the same
+// operation, and the operation's state lives until the last copy (and Kolo) let go of it.
+//
+// Thread-safety: every method may be called from any thread, concurrently.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kolo/status.h"
+#include "kolo/tensor.h"
+
+namespace kolo {
+
+namespace detail {
+class OpState;  // defined by the runtime (coordinator/op_state.h)
+}
+
+class Handle {
+ public:
+  using Callback = std::function<void(const Status&)>;
+
+  // An empty handle: valid() is false and wait() returns PreconditionFailed.
+  Handle() = default;
+  explicit Handle(std::shared_ptr<detail::OpState> state) : state_(std::move(state)) {}
+
+  bool valid() const { return state_ != nullptr; }
+  // The operation's name (its identity across ranks).
+  const std::string& name() const;
+
+  // Blocks until the operation completes and returns its Status. With a timeout, returns
+  // Timeout if it has not completed by then (the operation itself continues).
+  Status wait(std::optional<std::chrono::milliseconds> timeout = std::nullopt) const;
+  // True once the operation completed (successfully or not). Never blocks.
+  bool poll() const;
+  // The final Status once poll() is true; PreconditionFailed("... still pending") before.
+  Status status() const;
+  // Runs callback(status) once the operation completes: on Kolo's background thread, or at
+  // once in the calling thread when it has already completed. The callback must not block
+  // on other Kolo operations (it would stall the background thread).
+  void then(Callback callback) const;
+
+  // Results of allgather, alltoall and reducescatter (valid after an OK completion).
+  // The output's shape, e.g. [sum of first dims, ...] for allgather.
+  std::vector<int64_t> output_shape() const;
+  // The output's memory: the caller's allocator's buffer, or Kolo's own HostTensor.
+  void* output_data() const;
+  // Moves Kolo's own output buffer out of the handle (empty when an allocator was used).
+  HostTensor take_output() const;
+  // alltoall only: rows received from each rank (the peers' splits for this rank).
+  std::vector<int64_t> received_splits() const;
+
+ private:
+  std::shared_ptr<detail::OpState> state_;
+};
+
+}  // namespace kolo

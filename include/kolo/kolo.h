@@ -1,0 +1,153 @@
+// Kolo's public core API: initialise, ask the topology, run collectives on named tensors.
+//
+//   KOLO_RETURN_IF_ERROR(kolo::init());
+//   kolo::Handle h = kolo::allreduce_async("grad.fc1.w", kolo::view_of(g.data(), {256, 64}));
+//   ...
+//   KOLO_RETURN_IF_ERROR(h.wait());
+//
+// Conventions shared by every operation:
+// - Names. Every operation has a name, its identity across ranks: each rank submits the same
+//   name with consistent arguments, in any order and from any thread. Kolo's background
+//   thread negotiates which names every rank has submitted and runs them in the same order
+//   everywhere. A name may be reused once its previous operation has completed; submitting a
+//   name that is still in flight on this rank fails that submission.
+// - Errors. The core returns Status; it never throws. A submission that is invalid on this
+//   rank (bad view, before init, after shutdown, duplicate name) returns a Handle that has
+//   already failed with a message naming the argument. Disagreement between ranks (shape,
+//   dtype, op, root, device, scale factors) fails the operation on every rank with a Mismatch
+//   naming the tensor, the ranks and what differs. A dead peer or broken connection fails
+//   every pending and later operation with PeerFailure/IoError within KOLO_OP_TIMEOUT.
+// - Memory. Views are borrowed until the Handle completes.
+// - Thread-safety. Every function may be called from any thread after init().
+//
+// Configuration is read from KOLO_* environment variables at init() (see README/config):
+// KOLO_FUSION_THRESHOLD, KOLO_CYCLE_TIME, KOLO_CACHE_CAPACITY, KOLO_TIMELINE,
+// KOLO_TIMELINE_MARK_CYCLES, KOLO_STALL_CHECK_TIME, KOLO_STALL_SHUTDOWN_TIME, KOLO_OP_TIMEOUT,
+// KOLO_CPU_OPERATIONS.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kolo/handle.h"
+#include "kolo/status.h"
+#include "kolo/tensor.h"
+#include "kolo/types.h"
+
+namespace kolo {
+
+// ---- Lifecycle -------------------------------------------------------------------------------
+
+// Joins the job and starts the background thread. The world comes from kolorun's environment
+// (KOLO_RANK, ...), else from MPI when launched by mpirun in a build with MPI, else it is a
+// single rank. The CPU backend is KOLO_CPU_OPERATIONS: "tcp" (default) or "mpi" (the default
+// under mpirun in an MPI build). Errors: an invalid KOLO_* variable (named, with the accepted
+// forms), rendezvous or connection failures. PreconditionFailed when already initialised.
+// init() after shutdown() starts a new session.
+Status init();
+// Completes every pending operation of this rank with Aborted, tells the other ranks (their
+// pending operations fail too, naming this rank), stops the background thread and closes
+// the connections. Idempotent; OK when not initialised.
+Status shutdown();
+bool is_initialized();
+
+// Topology. Before init() these return rank 0 of a world of size 1.
+int rank();
+int size();
+int local_rank();
+int local_size();
+int cross_rank();
+int cross_size();
+
+// Starts/stops recording a Chrome trace of this rank's operations to `path` (KOLO_TIMELINE
+// does the same at init()). PreconditionFailed before init or when already recording.
+Status start_timeline(const std::string& path, bool mark_cycles = false);
+Status stop_timeline();
+
+// ---- Operation options -------------------------------------------------------------------------
+// (The backend-level structs of the same concepts are AllreduceOptions etc. in backends/.)
+
+struct AllreduceOpts {
+  ReduceOp op = ReduceOp::kSum;
+  double prescale = 1.0;   // multiplies each rank's input before the reduction
+  double postscale = 1.0;  // multiplies the result (after the 1/n of kAverage)
+};
+
+// Called on the background thread with the output's shape once it is known; must return a
+// buffer of at least product(shape) * dtype_size(dtype) bytes that stays valid until the
+// Handle completes, or null (the operation then fails with InvalidArgument).
+using OutputAllocator = std::function<void*(const std::vector<int64_t>& shape, DataType dtype)>;
+
+struct AllgatherOpts {
+  OutputAllocator allocator;  // empty: Kolo allocates a HostTensor (Handle::take_output)
+};
+
+struct BroadcastOpts {
+  int root = 0;
+};
+
+struct AlltoallOpts {
+  // Rows (first-dimension slices) sent to each rank, size() entries summing to shape[0].
+  // Empty: shape[0] must divide evenly by size() and every rank gets the same number.
+  std::vector<int64_t> splits;
+  OutputAllocator allocator;
+};
+
+struct ReducescatterOpts {
+  ReduceOp op = ReduceOp::kSum;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  // The first dimension is split across ranks in order: rank r receives
+  // shape[0] / size() rows, plus one when r < shape[0] % size().
+  OutputAllocator allocator;
+};
+
+// ---- Asynchronous operations ------------------------------------------------------------------
+
+// In-place allreduce of `tensor`.
+Handle allreduce_async(std::string name, TensorView tensor, AllreduceOpts opts = {});
+// Out-of-place: `output` must have the shape, dtype and device of `input`.
+Handle allreduce_async(std::string name, TensorView input, TensorView output,
+                       AllreduceOpts opts = {});
+// Allreduces a list of tensors (in place) as one unit: negotiated together and executed in
+// one fused step, whatever the fusion threshold. Every rank passes the same number of
+// tensors with matching shapes. The member tensors are named "<name>[i]" in messages.
+Handle grouped_allreduce_async(std::string name, std::vector<TensorView> tensors,
+                               AllreduceOpts opts = {});
+// Concatenates every rank's `input` along the first dimension, in rank order. The first
+// dimension may differ between ranks; the others must agree.
+Handle allgather_async(std::string name, TensorView input, AllgatherOpts opts = {});
+// Copies root's `tensor` into `tensor` on every other rank.
+Handle broadcast_async(std::string name, TensorView tensor, BroadcastOpts opts = {});
+// Sends opts.splits[j] rows of `input` to rank j; the output concatenates the rows received
+// from each rank in rank order (Handle::received_splits tells how many came from each).
+Handle alltoall_async(std::string name, TensorView input, AlltoallOpts opts = {});
+// Reduces `input` (the same shape on every rank) and leaves rank r's share of the first
+// dimension in the output.
+Handle reducescatter_async(std::string name, TensorView input, ReducescatterOpts opts = {});
+// Completes once every rank has submitted a barrier of this name.
+Handle barrier_async(std::string name = "barrier");
+// Declares that this rank has no more data for now: until every rank has joined, the other
+// ranks' allreduces, allgathers, broadcasts and barriers proceed without waiting for this
+// rank, which contributes the operation's identity (0 for sum and average, 1 for product,
+// +max/-max for min/max; zero rows for allgather). kAverage divides by the ranks that did
+// not join. Completes when all ranks have joined. This rank may not submit other operations
+// until then (InvalidArgument). Alltoall and reducescatter fail while a rank has joined.
+Handle join_async();
+
+// ---- Blocking wrappers (submit and wait; same errors as the Handle's) ----------------------------
+
+Status allreduce(std::string name, TensorView tensor, AllreduceOpts opts = {});
+Status grouped_allreduce(std::string name, std::vector<TensorView> tensors,
+                         AllreduceOpts opts = {});
+Result<HostTensor> allgather(std::string name, TensorView input);
+Status broadcast(std::string name, TensorView tensor, int root = 0);
+Result<HostTensor> alltoall(std::string name, TensorView input,
+                            std::vector<int64_t> splits = {});
+Result<HostTensor> reducescatter(std::string name, TensorView input, ReducescatterOpts opts = {});
+Status barrier(std::string name = "barrier");
+Status join();
+
+}  // namespace kolo

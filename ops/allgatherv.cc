@@ -1,0 +1,32 @@
+#include <cstring>
+
+#include "ops/collectives.h"
+#include "ops/detail.h"
+#include "ops/ring.h"
+#include "ops/validate.h"
+
+namespace kolo::ops {
+
+Status allgatherv(Channel& channel, const void* input, void* output,
+                  const std::vector<int64_t>& counts, DataType dtype) {
+  constexpr const char* kOp = "allgatherv";
+  const int p = channel.size();
+  const int r = channel.rank();
+  KOLO_RETURN_IF_ERROR(check_dtype(kOp, dtype));
+  KOLO_RETURN_IF_ERROR(check_counts(kOp, "counts", counts, p));
+  KOLO_RETURN_IF_ERROR(check_buffer(kOp, "input", input, counts[r]));
+  const int64_t total = sum_of(counts);
+  KOLO_RETURN_IF_ERROR(check_buffer(kOp, "output", output, total));
+  if (total == 0) return Status::Ok();
+
+  const size_t es = dtype_size(dtype);
+  const std::vector<int64_t> offsets = offsets_of(counts);
+  char* buf = static_cast<char*>(output);
+  char* own = buf + offsets[r] * es;
+  // memmove: the input may be this rank's own slot of the output (then this is a no-op).
+  if (counts[r] > 0 && own != input) std::memmove(own, input, static_cast<size_t>(counts[r]) * es);
+  return ring_allgather(channel, buf, offsets, counts, es, segment_elems(kDefaultSegmentBytes, es),
+                        kOp);
+}
+
+}  // namespace kolo::ops

@@ -1,0 +1,110 @@
+// TcpStore: the rendezvous store over TCP. kolorun (or rank 0 under mpirun) runs a
+// TcpStoreServer; every worker talks to it through a TcpStore client.
+//
+// Note [TcpStore wire format]
+// Every message is a frame: a 4-byte big-endian body length, then the body. Integers are
+// big-endian; a string is a u32 length followed by that many bytes.
+//   request body:  u8 op, then
+//     1 set:   str key, str value
+//     2 get:   u64 timeout_ms, str key
+//     3 wait:  u64 timeout_ms, u32 n, n x str key
+//     4 add:   i64 delta, str key
+//     5 check: str key
+//   response body: u8 reply, then
+//     0 ok:      get: str value; add: i64 new value; check: u8 0|1; set/wait: nothing
+//     1 timeout: u32 n, n x str missing key   (get/wait only; the server ran the timeout)
+//     2 error:   u8 kolo::StatusCode, str message   (e.g. an invalid key or counter)
+// A connection carries one request at a time: the client sends a request and reads its reply.
+// The server bounds every length before it allocates (a body is at most
+// tcp_store::kMaxFrameBytes, a wait names at most kMaxWaitKeys keys); a frame that breaks the
+// format closes that connection only. Keys and values obey the limits in store.h.
+// There is no authentication: the store carries addresses, not data, and backends authenticate
+// their own connections with the job secret.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kolo/status.h"
+#include "rendezvous/address.h"
+#include "rendezvous/store.h"
+
+namespace kolo {
+
+// Serves one key-value table to any number of clients from its own thread (Boost.Asio).
+// Created by start(); the destructor (or stop()) closes every connection and joins the thread.
+// host(), port() and address() are safe from any thread.
+class TcpStoreServer {
+ public:
+  // Binds host:port (port 0 picks an ephemeral port; read it back with port()) and starts
+  // serving. IoError naming the address when the host does not resolve or the bind fails
+  // (e.g. the port is in use).
+  static Result<std::unique_ptr<TcpStoreServer>> start(const std::string& host, int port);
+  ~TcpStoreServer();
+  TcpStoreServer(const TcpStoreServer&) = delete;
+  TcpStoreServer& operator=(const TcpStoreServer&) = delete;
+
+  const std::string& host() const { return host_; }
+  int port() const { return port_; }
+  // "host:port" as a client passes it to TcpStore::connect.
+  std::string address() const { return HostPort{host_, port_}.to_string(); }
+
+  // Stops serving: pending waits are dropped with their connections. Idempotent.
+  void stop();
+
+  struct Impl;  // the io_context, acceptor and table; touched only by the server thread
+
+ private:
+  TcpStoreServer() = default;
+  std::string host_;
+  int port_ = 0;
+  std::unique_ptr<Impl> impl_;
+  std::thread thread_;
+  std::once_flag stopped_;
+};
+
+// A Store backed by a TcpStoreServer. Thread-safe: each call borrows an idle connection from a
+// small pool (opening a new one when all are busy), so a thread blocked in wait() never holds
+// up another thread's set(). A call that loses its connection returns IoError; the next call
+// opens a fresh one (no automatic retry of the failed call).
+// Blocking calls: get/wait return Timeout when their timeout passes (the server measures it);
+// should the server stop answering, the client gives up io_timeout after that.
+class TcpStore : public Store {
+ public:
+  // Connects to address, retrying refused connections until connect_timeout passes (the
+  // server may still be starting). IoError naming the address and the last error otherwise.
+  static Result<std::unique_ptr<TcpStore>> connect(
+      const HostPort& address, std::chrono::milliseconds connect_timeout = std::chrono::seconds(30),
+      std::chrono::milliseconds io_timeout = std::chrono::seconds(30));
+  ~TcpStore() override;
+
+  Status set(const std::string& key, const std::string& value) override;
+  Result<std::string> get(const std::string& key, std::chrono::milliseconds timeout) override;
+  Status wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  Result<int64_t> add(const std::string& key, int64_t delta) override;
+  Result<bool> check(const std::string& key) override;
+
+  const HostPort& address() const { return address_; }
+
+  struct Connection;
+
+ private:
+  TcpStore(HostPort address, std::chrono::milliseconds connect_timeout,
+           std::chrono::milliseconds io_timeout);
+  Result<std::unique_ptr<Connection>> acquire();
+  void release(std::unique_ptr<Connection> c);
+
+  // Constant after construction.
+  const HostPort address_;
+  const std::chrono::milliseconds connect_timeout_;
+  const std::chrono::milliseconds io_timeout_;
+
+  std::mutex mu_;
+  std::vector<std::unique_ptr<Connection>> idle_;  // guarded by mu_
+};
+
+}  // namespace kolo

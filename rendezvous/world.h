@@ -1,0 +1,42 @@
+// World: who this process is in the job (rank, size, node-local and cross-node coordinates),
+// the rendezvous store every backend bootstraps from, and the job's shared secret.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "kolo/status.h"
+#include "rendezvous/barrier.h"
+#include "rendezvous/store.h"
+#include "rendezvous/tcp_store.h"
+
+namespace kolo {
+
+struct World {
+  int rank = 0, size = 1, local_rank = 0, local_size = 1, cross_rank = 0, cross_size = 1;
+  std::unique_ptr<Store> store;
+  std::string secret;
+  std::unique_ptr<TcpStoreServer> server;  // when this process hosts the store
+};
+
+// True when KOLO_RANK is set, i.e. this process was started by kolorun (or by hand as if).
+bool launched_by_kolorun();
+
+// Reads the world from the environment that kolorun sets:
+//   KOLO_RANK, KOLO_SIZE               required together; 0 <= rank < size
+//   KOLO_LOCAL_RANK, KOLO_LOCAL_SIZE   default rank, size (one node); 0 <= local_rank < local_size
+//   KOLO_CROSS_RANK, KOLO_CROSS_SIZE   default 0, 1;                  0 <= cross_rank < cross_size
+//   KOLO_STORE_ADDR                    HOST:PORT of the store server; required when size > 1
+//   KOLO_SECRET                        the job secret; required (non-empty) when size > 1
+// Without KOLO_RANK (and with none of the others set) it returns a 1-rank world whose store is
+// an in-process MemoryStore and whose secret is random. With KOLO_STORE_ADDR it connects a
+// TcpStore (waiting up to 30 s for the server).
+// Errors: InvalidArgument naming the variable, its value and the accepted form, e.g.
+//   "KOLO_RANK=abc is invalid: expected an integer in [0, KOLO_SIZE)"; IoError from connecting.
+Result<World> world_from_env();
+
+// 32 lowercase hex digits from std::random_device (128 bits): a job secret.
+std::string random_secret();
+
+}  // namespace kolo

@@ -1,0 +1,177 @@
+#include "rendezvous/world.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <thread>
+
+#include "rendezvous/memory_store.h"
+
+namespace kolo {
+namespace {
+
+using namespace std::chrono_literals;
+
+const char* const kVars[] = {"KOLO_RANK",       "KOLO_SIZE",       "KOLO_LOCAL_RANK",
+                             "KOLO_LOCAL_SIZE", "KOLO_CROSS_RANK", "KOLO_CROSS_SIZE",
+                             "KOLO_STORE_ADDR", "KOLO_SECRET"};
+
+// Sets exactly the given KOLO_* variables for one test and restores the old ones afterwards.
+class ScopedEnv {
+ public:
+  explicit ScopedEnv(const std::map<std::string, std::string>& vars) {
+    for (const char* v : kVars) {
+      const char* old = std::getenv(v);
+      saved_[v] = old ? std::optional<std::string>(old) : std::nullopt;
+      ::unsetenv(v);
+    }
+    for (const auto& [k, v] : vars) ::setenv(k.c_str(), v.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    for (const auto& [k, v] : saved_) {
+      if (v)
+        ::setenv(k.c_str(), v->c_str(), 1);
+      else
+        ::unsetenv(k.c_str());
+    }
+  }
+
+ private:
+  std::map<std::string, std::optional<std::string>> saved_;
+};
+
+std::string error_of(const std::map<std::string, std::string>& vars) {
+  ScopedEnv env(vars);
+  auto w = world_from_env();
+  EXPECT_FALSE(w.ok());
+  if (w.ok()) return "";
+  EXPECT_EQ(w.status().code(), StatusCode::kInvalidArgument);
+  return w.status().message();
+}
+
+TEST(WorldFromEnv, WithoutKoloRankIsASingleRankWorldWithAStore) {
+  ScopedEnv env({});
+  EXPECT_FALSE(launched_by_kolorun());
+  auto w = world_from_env();
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  EXPECT_EQ(w->rank, 0);
+  EXPECT_EQ(w->size, 1);
+  EXPECT_EQ(w->local_size, 1);
+  EXPECT_EQ(w->cross_size, 1);
+  ASSERT_NE(w->store, nullptr);
+  EXPECT_TRUE(w->store->set("k", "v").ok());
+  EXPECT_EQ(w->secret.size(), 32u);
+}
+
+TEST(WorldFromEnv, ReadsEveryVariableAndConnectsTheStore) {
+  auto server = TcpStoreServer::start("127.0.0.1", 0).value();
+  ScopedEnv env({{"KOLO_RANK", "3"},
+                 {"KOLO_SIZE", "4"},
+                 {"KOLO_LOCAL_RANK", "1"},
+                 {"KOLO_LOCAL_SIZE", "2"},
+                 {"KOLO_CROSS_RANK", "1"},
+                 {"KOLO_CROSS_SIZE", "2"},
+                 {"KOLO_STORE_ADDR", server->address()},
+                 {"KOLO_SECRET", "00112233445566778899aabbccddeeff"}});
+  EXPECT_TRUE(launched_by_kolorun());
+  auto w = world_from_env();
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  EXPECT_EQ(w->rank, 3);
+  EXPECT_EQ(w->size, 4);
+  EXPECT_EQ(w->local_rank, 1);
+  EXPECT_EQ(w->local_size, 2);
+  EXPECT_EQ(w->cross_rank, 1);
+  EXPECT_EQ(w->cross_size, 2);
+  EXPECT_EQ(w->secret, "00112233445566778899aabbccddeeff");
+  EXPECT_EQ(w->server, nullptr);
+  ASSERT_TRUE(w->store->set("from/world", "x").ok());
+  auto direct = TcpStore::connect({"127.0.0.1", server->port()}, 1s).value();
+  EXPECT_EQ(direct->get("from/world", 1s).value(), "x");
+}
+
+TEST(WorldFromEnv, LocalAndCrossDefaultToOneNode) {
+  ScopedEnv env({{"KOLO_RANK", "0"}, {"KOLO_SIZE", "1"}});
+  auto w = world_from_env();
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  EXPECT_EQ(w->local_rank, 0);
+  EXPECT_EQ(w->local_size, 1);
+  EXPECT_EQ(w->cross_rank, 0);
+  EXPECT_EQ(w->cross_size, 1);
+}
+
+TEST(WorldFromEnv, MalformedVariablesNameVariableValueAndForm) {
+  const std::map<std::string, std::string> base = {
+      {"KOLO_SIZE", "4"}, {"KOLO_STORE_ADDR", "127.0.0.1:1"}, {"KOLO_SECRET", "s"}};
+  auto with = [&](std::map<std::string, std::string> extra) {
+    auto m = base;
+    for (auto& [k, v] : extra) m[k] = v;
+    return m;
+  };
+  EXPECT_EQ(error_of(with({{"KOLO_RANK", "abc"}})),
+            "KOLO_RANK=abc is invalid: expected an integer in [0, KOLO_SIZE=4)");
+  EXPECT_EQ(error_of(with({{"KOLO_RANK", "4"}})),
+            "KOLO_RANK=4 is invalid: expected an integer in [0, KOLO_SIZE=4)");
+  EXPECT_EQ(error_of(with({{"KOLO_RANK", "-1"}})),
+            "KOLO_RANK=-1 is invalid: expected an integer in [0, KOLO_SIZE=4)");
+  EXPECT_EQ(error_of(with({{"KOLO_RANK", "1"}, {"KOLO_SIZE", "0"}})),
+            "KOLO_SIZE=0 is invalid: expected a positive integer");
+  EXPECT_EQ(error_of(with({{"KOLO_RANK", "1"}, {"KOLO_SIZE", "2x"}})),
+            "KOLO_SIZE=2x is invalid: expected a positive integer");
+  EXPECT_EQ(error_of({{"KOLO_RANK", "1"}}),
+            "KOLO_SIZE is not set: expected a positive integer (kolorun sets it)");
+  EXPECT_EQ(error_of(with({{"KOLO_RANK", "1"}, {"KOLO_LOCAL_SIZE", "2"}, {"KOLO_LOCAL_RANK", "2"}})),
+            "KOLO_LOCAL_RANK=2 is invalid: expected an integer in [0, KOLO_LOCAL_SIZE=2)");
+  EXPECT_EQ(error_of(with({{"KOLO_RANK", "1"}, {"KOLO_LOCAL_SIZE", "5"}})),
+            "KOLO_LOCAL_SIZE=5 is invalid: expected an integer in [1, KOLO_SIZE=4]");
+  EXPECT_EQ(error_of(with({{"KOLO_RANK", "1"}, {"KOLO_CROSS_SIZE", "2"}, {"KOLO_CROSS_RANK", "x"}})),
+            "KOLO_CROSS_RANK=x is invalid: expected an integer in [0, KOLO_CROSS_SIZE=2)");
+  EXPECT_EQ(error_of({{"KOLO_SIZE", "4"}}),
+            "KOLO_SIZE=4 is set but KOLO_RANK is not: set KOLO_RANK (an integer in [0, "
+            "KOLO_SIZE)) too, or unset KOLO_SIZE");
+}
+
+TEST(WorldFromEnv, MultiRankNeedsStoreAddressAndSecret) {
+  EXPECT_EQ(error_of({{"KOLO_RANK", "0"}, {"KOLO_SIZE", "2"}, {"KOLO_SECRET", "s"}}),
+            "KOLO_STORE_ADDR is not set: expected HOST:PORT of the rendezvous store (kolorun "
+            "sets it) when KOLO_SIZE=2 > 1");
+  EXPECT_EQ(error_of({{"KOLO_RANK", "0"}, {"KOLO_SIZE", "2"}, {"KOLO_STORE_ADDR", "x:1"}}),
+            "KOLO_SECRET is not set: expected the job's shared secret (a non-empty string, e.g. "
+            "32 hex digits; kolorun sets it) when KOLO_SIZE=2 > 1");
+  std::string bad_addr = error_of(
+      {{"KOLO_RANK", "0"}, {"KOLO_SIZE", "2"}, {"KOLO_SECRET", "s"}, {"KOLO_STORE_ADDR", "nohost"}});
+  EXPECT_EQ(bad_addr.rfind("KOLO_STORE_ADDR=\"nohost\" is invalid", 0), 0u) << bad_addr;
+  EXPECT_NE(bad_addr.find("expected HOST:PORT"), std::string::npos) << bad_addr;
+}
+
+TEST(RendezvousBarrier, AllRanksPass) {
+  MemoryStore store;
+  std::vector<std::thread> ranks;
+  std::vector<Status> results(4);
+  for (int r = 0; r < 4; ++r)
+    ranks.emplace_back([&, r] { results[r] = rendezvous_barrier(store, "b1", r, 4, 10s); });
+  for (auto& t : ranks) t.join();
+  for (const auto& s : results) EXPECT_TRUE(s.ok()) << s.to_string();
+}
+
+TEST(RendezvousBarrier, TimeoutNamesTheRanksThatNeverArrived) {
+  MemoryStore store;
+  ASSERT_TRUE(store.set("job/arrived/1", "1").ok());
+  Status s = rendezvous_barrier(store, "job", 0, 4, 30ms);
+  EXPECT_EQ(s.code(), StatusCode::kTimeout);
+  EXPECT_EQ(s.message(), "rendezvous timed out after 30ms: ranks 2, 3 of 4 never arrived");
+  Status one = rendezvous_barrier(store, "nodes", 0, 2, 1000ms, "node ranks");
+  EXPECT_EQ(one.message(), "rendezvous timed out after 1s: node rank 1 of 2 never arrived");
+}
+
+TEST(RendezvousBarrier, RejectsRankOutsideTheGroup) {
+  MemoryStore store;
+  EXPECT_EQ(rendezvous_barrier(store, "p", 4, 4, 1s).message(),
+            "rendezvous_barrier: rank must be in [0, 4), got 4");
+  EXPECT_EQ(rendezvous_barrier(store, "p", 0, 0, 1s).message(),
+            "rendezvous_barrier: size must be >= 1, got 0");
+}
+
+}  // namespace
+}  // namespace kolo

@@ -1,0 +1,19 @@
+// Exact-result checks of every Backend collective, run by every rank of a real multi-process
+// job (collectives_worker). Inputs are small integers chosen so that every dtype (uint8 up to
+// float64, float16 and bfloat16 included) represents every input, partial result and final
+// result exactly, whatever order the backend combines ranks in; so results are compared for
+// equality, not within a tolerance.
+#pragma once
+
+#include "backends/backend.h"
+#include "kolo/status.h"
+
+namespace kolo::testing {
+
+// Runs every collective x dtype x reduce op x shape (0, 1, 7 and 1000+ elements, uneven and
+// empty per-rank splits, in-place and out-of-place, pre/post-scaling) and the argument checks.
+// All ranks must call it together. Returns the number of checks passed, or the first failure:
+// a Status naming the collective, dtype, op, shape, element index, expected and actual value.
+Result<int> run_collective_checks(Backend& backend);
+
+}  // namespace kolo::testing
