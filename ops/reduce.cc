@@ -18,8 +18,16 @@ namespace kolo::ops {
 namespace {
 
 // Integer sums and products wrap (computed in the unsigned type, where overflow is defined).
+template <typename T, bool = std::is_integral_v<T>>
+struct WideOf {
+  using type = T;
+};
 template <typename T>
-using Wide = std::conditional_t<std::is_integral_v<T>, std::make_unsigned_t<T>, T>;
+struct WideOf<T, true> {
+  using type = std::make_unsigned_t<T>;
+};
+template <typename T>
+using Wide = typename WideOf<T>::type;
 
 struct Sum {
   template <typename T>

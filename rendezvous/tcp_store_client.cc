@@ -6,6 +6,8 @@
 #include <utility>
 
 #include <boost/asio.hpp>
+#include <fcntl.h>
+
 #include <thread>
 
 #include "rendezvous/store_common.h"
@@ -50,6 +52,7 @@ boost::system::error_code connect_once(TcpStore::Connection& c, const HostPort& 
     return asio::error::timed_out;
   }
   if (!ec) c.socket.set_option(tcp::no_delay(true), ec);
+  if (!ec) ::fcntl(c.socket.native_handle(), F_SETFD, FD_CLOEXEC);  // not into spawned workers
   return ec;
 }
 
@@ -145,8 +148,8 @@ Result<Response> roundtrip(TcpStore::Connection& c, const HostPort& addr, const 
     c.socket.close(ignored);
     c.io.restart();
     c.io.run();
-    return Status::IoError(where + ": no reply to " + req.keys.front() +
-                           " request before the I/O deadline; the server may be stuck or gone");
+    return Status::IoError(where + ": no reply to the request for key \"" + req.keys.front() +
+                           "\" before the I/O deadline; the server may be stuck or gone");
   }
   if (ec) return Status::IoError(where + ": connection failed: " + ec.message());
   if (bad_length) return Status::IoError(where + ": reply frame has an invalid length");

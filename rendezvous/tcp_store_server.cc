@@ -5,6 +5,8 @@
 #include <utility>
 
 #include <boost/asio.hpp>
+#include <fcntl.h>
+
 #include <list>
 #include <map>
 #include <set>
@@ -195,6 +197,7 @@ void TcpStoreServer::Impl::accept() {
     if (!ec) {
       boost::system::error_code ignored;
       socket.set_option(tcp::no_delay(true), ignored);
+      ::fcntl(socket.native_handle(), F_SETFD, FD_CLOEXEC);
       auto s = std::make_shared<Session>(*this, std::move(socket));
       sessions.insert(s);
       s->start();
@@ -231,6 +234,8 @@ Result<std::unique_ptr<TcpStoreServer>> TcpStoreServer::start(const std::string&
   if (!ec) impl.acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec)
     return Status::IoError("store server: cannot listen on " + where + ": " + ec.message());
+  // kolorun forks workers while it serves: they must not inherit the listening socket.
+  ::fcntl(impl.acceptor.native_handle(), F_SETFD, FD_CLOEXEC);
   server->host_ = host;
   server->port_ = impl.acceptor.local_endpoint().port();
   impl.accept();

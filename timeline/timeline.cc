@@ -78,8 +78,8 @@ struct Timeline::Impl {
   Status write_status;
 
   int64_t now_ns() const {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::steady_clock::now() - t0)
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                                t0)
         .count();
   }
 
@@ -101,8 +101,7 @@ struct Timeline::Impl {
 
   bool has_room() const { return pending.size() < options.max_queued_events; }  // REQUIRES(mu)
 
-  void record(EventKind kind, std::string_view tensor, std::string_view name,
-              TimelineArgs&& args) {
+  void record(EventKind kind, std::string_view tensor, std::string_view name, TimelineArgs&& args) {
     std::lock_guard<std::mutex> lock(mu);
     if (!recording) return;  // stopped between the caller's active() check and here
     int64_t ts = now_ns();
@@ -151,7 +150,10 @@ struct Timeline::Impl {
       while (!track.open.empty()) {  // innermost first, as nesting requires
         OpenSpan& span = track.open.back();
         if (span.kept) {
-          pending.push_back(TraceEvent{EventKind::kEnd, track.tid, ts, std::move(span.name),
+          pending.push_back(TraceEvent{EventKind::kEnd,
+                                       track.tid,
+                                       ts,
+                                       std::move(span.name),
                                        {{std::string(trace_format::kUnfinishedArg), "1"}}});
         }
         track.open.pop_back();
@@ -166,8 +168,8 @@ struct Timeline::Impl {
       int err = errno;
       std::lock_guard<std::mutex> lock(mu);
       if (write_status.ok()) {
-        write_status = Status::IoError("timeline: writing '" + path + "' failed: " +
-                                       std::strerror(err));
+        write_status =
+            Status::IoError("timeline: writing '" + path + "' failed: " + std::strerror(err));
         KOLO_LOG_ERROR(write_status.message() << "; later events may be lost");
       }
     }
@@ -225,8 +227,8 @@ Status Timeline::start(const std::string& path, int rank, bool mark_cycles) {
   }
   std::FILE* f = std::fopen(path.c_str(), "w");
   if (f == nullptr) {
-    return Status::IoError("timeline: cannot open '" + path + "' for writing: " +
-                           std::strerror(errno));
+    return Status::IoError("timeline: cannot open '" + path +
+                           "' for writing: " + std::strerror(errno));
   }
   m.file = f;
   m.path = path;
@@ -344,9 +346,7 @@ void Timeline::mark_cycle() {
   impl_->record(EventKind::kInstant, {}, "CYCLE_START", {});
 }
 
-uint64_t Timeline::dropped_events() const {
-  return impl_->dropped.load(std::memory_order_relaxed);
-}
+uint64_t Timeline::dropped_events() const { return impl_->dropped.load(std::memory_order_relaxed); }
 
 Status Timeline::status() const {
   std::lock_guard<std::mutex> lock(impl_->mu);

@@ -19,9 +19,9 @@ std::string bench_path() {
 
 void report_per_event(benchmark::State& state, int events_per_iteration) {
   state.SetItemsProcessed(state.iterations() * events_per_iteration);
-  state.counters["ns_per_event"] = benchmark::Counter(
-      static_cast<double>(state.iterations() * events_per_iteration),
-      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["ns_per_event"] =
+      benchmark::Counter(static_cast<double>(state.iterations() * events_per_iteration),
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
 void BM_BeginEndInactive(benchmark::State& state) {

@@ -22,8 +22,19 @@ namespace {
 using nlohmann::json;
 namespace tf = trace_format;
 
+// A path under the test temp dir, removed when the test binary exits.
 std::string temp_path(const std::string& name) {
-  return ::testing::TempDir() + "kolo_timeline_" + std::to_string(::getpid()) + "_" + name;
+  struct Cleanup {
+    std::vector<std::string> paths;
+    ~Cleanup() {
+      for (const auto& p : paths) std::remove(p.c_str());
+    }
+  };
+  static Cleanup cleanup;
+  std::string path =
+      ::testing::TempDir() + "kolo_timeline_" + std::to_string(::getpid()) + "_" + name;
+  cleanup.paths.push_back(path);
+  return path;
 }
 
 std::string read_text(const std::string& path) {
@@ -146,7 +157,7 @@ TEST(Timeline, SpansNestPerTrackAndEndCarriesNameAndArgs) {
     EXPECT_GE(e.at("ts").get<double>(), last_ts);
     last_ts = e.at("ts").get<double>();
   }
-  std::vector<std::string> want = {"B:ALLREDUCE",     "B:NEGOTIATE", "E:NEGOTIATE",
+  std::vector<std::string> want = {"B:ALLREDUCE",     "B:NEGOTIATE",     "E:NEGOTIATE",
                                    "B:TCP_ALLREDUCE", "E:TCP_ALLREDUCE", "E:ALLREDUCE"};
   EXPECT_EQ(seq, want);
   auto ends = of_phase(events, "E");
@@ -200,7 +211,9 @@ TEST(Timeline, ArgsAreNumbersOnlyWhenTheWholeValueIsAFiniteNumber) {
   EXPECT_TRUE(a.at("big").is_number_float());  // too big for int64: a double
   EXPECT_DOUBLE_EQ(a.at("big").get<double>(), 1.2345678901234568e29);
   EXPECT_EQ(a.at("nasty"), nasty);
-  EXPECT_EQ(a.at("bad_utf8"), "a\xEF\xBF\xBD" "b");  // U+FFFD replaces the invalid byte
+  EXPECT_EQ(a.at("bad_utf8"),
+            "a\xEF\xBF\xBD"
+            "b");  // U+FFFD replaces the invalid byte
 }
 
 TEST(Timeline, TimestampsHaveNanosecondDecimals) {
@@ -226,9 +239,9 @@ TEST(Timeline, DropsAndCountsPastTheLimitKeepingSpansNested) {
     tl.instant("", "tick", {{"i", std::to_string(i)}});
   tl.begin("lost", "OP");  // thread_name(lost) is never dropped; this B is
   tl.begin("lost", "INNER");
-  tl.end("lost");               // dropped with its begin
-  tl.end("lost");               // dropped with its begin
-  tl.end("kept");               // kept although the queue is full: its begin was written
+  tl.end("lost");  // dropped with its begin
+  tl.end("lost");  // dropped with its begin
+  tl.end("kept");  // kept although the queue is full: its begin was written
   EXPECT_EQ(tl.dropped_events(), 8u + 4u);
   tl.stop();
 
@@ -383,8 +396,7 @@ TEST(Timeline, StartRejectsBadArgumentsNamingThem) {
 
   s = tl.start("/nonexistent-dir/x/trace.json", 0);
   EXPECT_EQ(s.code(), StatusCode::kIoError);
-  EXPECT_NE(s.message().find("'/nonexistent-dir/x/trace.json'"), std::string::npos)
-      << s.message();
+  EXPECT_NE(s.message().find("'/nonexistent-dir/x/trace.json'"), std::string::npos) << s.message();
 
   TimelineOptions zero;
   zero.max_queued_events = 0;

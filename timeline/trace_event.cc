@@ -24,10 +24,14 @@ void append_int(std::string& out, int64_t v) {
 
 const char* phase_letter(EventKind kind) {
   switch (kind) {
-    case EventKind::kBegin: return "B";
-    case EventKind::kEnd: return "E";
-    case EventKind::kInstant: return "i";
-    case EventKind::kThreadName: return "M";
+    case EventKind::kBegin:
+      return "B";
+    case EventKind::kEnd:
+      return "E";
+    case EventKind::kInstant:
+      return "i";
+    case EventKind::kThreadName:
+      return "M";
   }
   return "i";
 }
@@ -35,10 +39,26 @@ const char* phase_letter(EventKind kind) {
 }  // namespace
 
 void append_json_string(std::string& out, std::string_view text) {
-  // nlohmann's serializer does the escaping; `replace` turns invalid UTF-8 (tensor names come
-  // from users) into U+FFFD instead of throwing on the writer thread.
-  out += nlohmann::json(std::string(text)).dump(-1, ' ', false,
-                                                nlohmann::json::error_handler_t::replace);
+  // Phase names, arg keys and most tensor names are plain printable ASCII and need no escaping;
+  // they are copied as they are. Anything else goes through nlohmann's serializer, whose
+  // `replace` handler turns invalid UTF-8 (tensor names come from users) into U+FFFD instead of
+  // throwing on the writer thread.
+  bool plain = true;
+  for (char c : text) {
+    auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u >= 0x7f || c == '"' || c == '\\') {
+      plain = false;
+      break;
+    }
+  }
+  if (plain) {
+    out += '"';
+    out += text;
+    out += '"';
+    return;
+  }
+  out += nlohmann::json(std::string(text))
+             .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 void append_arg_value(std::string& out, std::string_view value) {

@@ -208,8 +208,7 @@ void avgpool_bwd(const PoolGeom& g, const float* gy, float* gx) {
   }
 }
 
-void channel_mean_var(int64_t n, int64_t c, int64_t hw, const float* x, float* mean, float* var) {
-  const double count = static_cast<double>(n * hw);
+void channel_sums(int64_t n, int64_t c, int64_t hw, const float* x, float* sum, float* sum_sq) {
   for (int64_t ch = 0; ch < c; ++ch) {
     double s = 0, s2 = 0;
     for (int64_t i = 0; i < n; ++i) {
@@ -219,9 +218,33 @@ void channel_mean_var(int64_t n, int64_t c, int64_t hw, const float* x, float* m
         s2 += static_cast<double>(p[j]) * p[j];
       }
     }
-    const double m = s / count;
+    sum[ch] = static_cast<float>(s);
+    sum_sq[ch] = static_cast<float>(s2);
+  }
+}
+void channel_dot_sums(int64_t n, int64_t c, int64_t hw, const float* gy, const float* xhat,
+                      float* sum_gy, float* sum_gy_xhat) {
+  for (int64_t ch = 0; ch < c; ++ch) {
+    double s = 0, s2 = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t base = (i * c + ch) * hw;
+      for (int64_t j = 0; j < hw; ++j) {
+        s += gy[base + j];
+        s2 += static_cast<double>(gy[base + j]) * xhat[base + j];
+      }
+    }
+    sum_gy[ch] = static_cast<float>(s);
+    sum_gy_xhat[ch] = static_cast<float>(s2);
+  }
+}
+void bn_finalize(int64_t c, float count, float eps, const float* sum, const float* sum_sq,
+                 float* mean, float* var, float* invstd) {
+  for (int64_t ch = 0; ch < c; ++ch) {
+    const double m = static_cast<double>(sum[ch]) / count;
+    const double v = std::max(0.0, static_cast<double>(sum_sq[ch]) / count - m * m);
     mean[ch] = static_cast<float>(m);
-    var[ch] = static_cast<float>(std::max(0.0, s2 / count - m * m));
+    var[ch] = static_cast<float>(v);
+    invstd[ch] = static_cast<float>(1.0 / std::sqrt(v + eps));
   }
 }
 void batchnorm_apply(int64_t n, int64_t c, int64_t hw, const float* x, const float* mean,
@@ -238,30 +261,16 @@ void batchnorm_apply(int64_t n, int64_t c, int64_t hw, const float* x, const flo
       }
     }
 }
-// With xhat = (x - mean) * invstd over a batch of m values per channel:
-//   gx = gamma * invstd / m * (m * gy - sum(gy) - xhat * sum(gy * xhat)).
-void batchnorm_bwd(int64_t n, int64_t c, int64_t hw, const float* gy, const float* xhat,
-                   const float* invstd, const float* gamma, float* gx, float* dgamma,
-                   float* dbeta) {
-  const double m = static_cast<double>(n * hw);
+void batchnorm_bwd_input(int64_t n, int64_t c, int64_t hw, const float* gy, const float* xhat,
+                         const float* invstd, const float* gamma, const float* sum_gy,
+                         const float* sum_gy_xhat, float count, float* gx) {
   for (int64_t ch = 0; ch < c; ++ch) {
-    double sg = 0, sgx = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t base = (i * c + ch) * hw;
-      for (int64_t j = 0; j < hw; ++j) {
-        sg += gy[base + j];
-        sgx += static_cast<double>(gy[base + j]) * xhat[base + j];
-      }
-    }
-    dbeta[ch] = static_cast<float>(sg);
-    dgamma[ch] = static_cast<float>(sgx);
-    const float k = static_cast<float>(gamma[ch] * invstd[ch] / m);
-    const float msg = static_cast<float>(sg), msgx = static_cast<float>(sgx);
-    const float mf = static_cast<float>(m);
+    const float k = gamma[ch] * invstd[ch] / count;
+    const float sg = sum_gy[ch], sgx = sum_gy_xhat[ch];
     for (int64_t i = 0; i < n; ++i) {
       const int64_t base = (i * c + ch) * hw;
       for (int64_t j = 0; j < hw; ++j)
-        gx[base + j] = k * (mf * gy[base + j] - msg - xhat[base + j] * msgx);
+        gx[base + j] = k * (count * gy[base + j] - sg - xhat[base + j] * sgx);
     }
   }
 }

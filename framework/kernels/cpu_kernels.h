@@ -68,16 +68,23 @@ void avgpool_fwd(const PoolGeom& g, const float* x, float* y);
 void avgpool_bwd(const PoolGeom& g, const float* gy, float* gx);  // gx zeroed by caller
 
 // ---- batch norm over [N, C, HW] (HW = 1 for BatchNorm1d) ----
-// Per-channel mean and biased variance over N*HW values.
-void channel_mean_var(int64_t n, int64_t c, int64_t hw, const float* x, float* mean, float* var);
+// Per-channel sum and sum of squares over N*HW values (overwritten).
+void channel_sums(int64_t n, int64_t c, int64_t hw, const float* x, float* sum, float* sum_sq);
+// Per-channel sum(gy) and sum(gy * xhat) (overwritten).
+void channel_dot_sums(int64_t n, int64_t c, int64_t hw, const float* gy, const float* xhat,
+                      float* sum_gy, float* sum_gy_xhat);
+// From sums over count values: mean, biased var and invstd = 1/sqrt(var + eps).
+void bn_finalize(int64_t c, float count, float eps, const float* sum, const float* sum_sq,
+                 float* mean, float* var, float* invstd);
 // y = gamma * (x - mean) * invstd + beta; xhat (optional, may be null) receives the normalised x.
 void batchnorm_apply(int64_t n, int64_t c, int64_t hw, const float* x, const float* mean,
                      const float* invstd, const float* gamma, const float* beta, float* y,
                      float* xhat);
-// Training-mode backward given xhat, invstd, gamma: gx, and dgamma/dbeta (overwritten).
-void batchnorm_bwd(int64_t n, int64_t c, int64_t hw, const float* gy, const float* xhat,
-                   const float* invstd, const float* gamma, float* gx, float* dgamma,
-                   float* dbeta);
+// gx = gamma * invstd / count * (count * gy - sum_gy - xhat * sum_gy_xhat), where the sums and
+// count cover the whole (possibly multi-rank) batch.
+void batchnorm_bwd_input(int64_t n, int64_t c, int64_t hw, const float* gy, const float* xhat,
+                         const float* invstd, const float* gamma, const float* sum_gy,
+                         const float* sum_gy_xhat, float count, float* gx);
 
 // ---- softmax family, rows of an [M, N] matrix ----
 void log_softmax(int64_t m, int64_t n, const float* x, float* y);

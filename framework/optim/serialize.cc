@@ -219,17 +219,6 @@ NamedTensors load_tensors(const std::string& path) {
                                        " is not supported; this build reads version " +
                                        std::to_string(kCheckpointVersion));
   }
-  // The checksum covers the whole file: checking it before parsing turns random damage into
-  // one clear message instead of a confusing structural error.
-  uint32_t stored;
-  std::memcpy(&stored, bytes.data() + end, 4);
-  const auto computed = static_cast<uint32_t>(crc32_z(crc32_z(0, nullptr, 0), bytes.data(), end));
-  if (stored != computed) {
-    char buf[64];
-    std::snprintf(buf, sizeof(buf), "stored 0x%08x, computed 0x%08x", stored, computed);
-    fail(StatusCode::kIoError, file + ": checksum mismatch (" + buf +
-                                   "): the file is truncated or corrupt");
-  }
   const auto count = r.value<uint32_t>("entry count");
   NamedTensors out;
   std::set<std::string> names;
@@ -288,6 +277,17 @@ NamedTensors load_tensors(const std::string& path) {
   if (r.pos() != end) {
     r.bad(r.pos(), "expected the 4-byte checksum after " + std::to_string(count) +
                        " entries, found " + std::to_string(end - r.pos()) + " extra bytes");
+  }
+  // Checked after the structure so that a truncated file is reported with the offset where
+  // data is missing; the checksum then catches damage inside names and payloads.
+  uint32_t stored;
+  std::memcpy(&stored, bytes.data() + end, 4);
+  const auto computed = static_cast<uint32_t>(crc32_z(crc32_z(0, nullptr, 0), bytes.data(), end));
+  if (stored != computed) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "stored 0x%08x, computed 0x%08x", stored, computed);
+    fail(StatusCode::kIoError, file + ": checksum mismatch (" + buf +
+                                   "): the file is truncated or corrupt");
   }
   return out;
 }

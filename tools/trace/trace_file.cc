@@ -30,8 +30,8 @@ std::string line_column(std::string_view text, size_t offset) {
 
 size_t trimmed_size(std::string_view text) {
   size_t n = text.size();
-  while (n > 0 && (text[n - 1] == ' ' || text[n - 1] == '\n' || text[n - 1] == '\r' ||
-                   text[n - 1] == '\t'))
+  while (n > 0 &&
+         (text[n - 1] == ' ' || text[n - 1] == '\n' || text[n - 1] == '\r' || text[n - 1] == '\t'))
     --n;
   return n;
 }

@@ -22,8 +22,8 @@ struct TraceFile {
   // pid -> wall-clock microseconds (Unix epoch) at that process's ts = 0, from the
   // kolo_clock_sync metadata. Empty for traces that Kolo did not write.
   std::map<int64_t, int64_t> wall_clock_us;
-  bool recovered = false;        // the text was an incomplete array that we completed
-  size_t discarded_bytes = 0;    // bytes of a half-written last event dropped by the recovery
+  bool recovered = false;      // the text was an incomplete array that we completed
+  size_t discarded_bytes = 0;  // bytes of a half-written last event dropped by the recovery
 };
 
 // Reads and parses `path`. Errors: IoError "cannot open 'path': reason"; InvalidArgument

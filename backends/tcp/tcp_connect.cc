@@ -1,0 +1,386 @@
+#include "backends/tcp/tcp_connect.h"
+
+#include <algorithm>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backends/tcp/auth.h"
+#include "backends/tcp/host_address.h"
+#include "common/logging.h"
+#include "common/units.h"
+
+namespace kolo::tcp {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using boost::system::error_code;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// How long one accepted connection may take to authenticate, so that a silent intruder (a port
+// scanner) cannot hold up the real peers for the whole connect timeout.
+constexpr std::chrono::seconds kHandshakeLimit{10};
+// How long one connect attempt may take before it is retried.
+constexpr std::chrono::seconds kConnectAttemptLimit{3};
+
+Status check_context(const BackendContext& c) {
+  if (c.size < 1)
+    return Status::InvalidArgument("tcp: context.size must be >= 1, got " +
+                                   std::to_string(c.size));
+  if (c.rank < 0 || c.rank >= c.size)
+    return Status::InvalidArgument("tcp: context.rank must be in [0, " + std::to_string(c.size) +
+                                   "), got " + std::to_string(c.rank));
+  if (c.size > 1 && c.store == nullptr)
+    return Status::InvalidArgument("tcp: context.store must not be null for a group of " +
+                                   std::to_string(c.size) + " ranks");
+  if (c.connect_timeout.count() <= 0)
+    return Status::InvalidArgument("tcp: context.connect_timeout must be > 0 ms, got " +
+                                   std::to_string(c.connect_timeout.count()));
+  if (c.op_timeout.count() <= 0)
+    return Status::InvalidArgument("tcp: context.op_timeout must be > 0 ms, got " +
+                                   std::to_string(c.op_timeout.count()));
+  return Status::Ok();
+}
+
+// Connects one rank: owns the listening socket while the mesh is being built.
+class Bootstrap {
+ public:
+  Bootstrap(const BackendContext& ctx, const ConnectOptions& options, asio::io_context& io)
+      : ctx_(ctx),
+        options_(options),
+        io_(io),
+        acceptor_(io),
+        key_(derive_auth_key(ctx.secret)),
+        deadline_(Clock::now() + ctx.connect_timeout) {}
+
+  Result<std::vector<PeerSocket>> run() {
+    KOLO_RETURN_IF_ERROR(listen());
+    std::vector<PeerSocket> peers;
+    // Lower ranks first: rank 0 only accepts, so the chain of waits always ends.
+    for (int peer = 0; peer < ctx_.rank; ++peer) {
+      KOLO_ASSIGN_OR_RETURN(PeerSocket p, connect_to(peer));
+      peers.push_back(std::move(p));
+    }
+    std::vector<bool> connected(ctx_.size, false);
+    std::vector<std::string> rejected;
+    for (int remaining = ctx_.size - 1 - ctx_.rank; remaining > 0;) {
+      Result<PeerSocket> p = accept_one(connected);
+      if (p.ok()) {
+        connected[p->rank] = true;
+        peers.push_back(std::move(p.value()));
+        --remaining;
+        continue;
+      }
+      if (Clock::now() >= deadline_) return accept_timeout(connected, rejected);
+      // A rejected connection is not fatal: the right peer may still come.
+      KOLO_LOG_ERROR(p.status().message());
+      rejected.push_back(p.status().message());
+    }
+    error_code ignored;
+    acceptor_.close(ignored);
+    for (PeerSocket& p : peers) {
+      p.socket->set_option(tcp::no_delay(true), ignored);
+      set_buffers(*p.socket);
+    }
+    return peers;
+  }
+
+ private:
+  std::string me() const { return "tcp: rank " + std::to_string(ctx_.rank); }
+  std::string addr_key(int rank) const {
+    return ctx_.store_prefix + "/tcp/addr/" + std::to_string(rank);
+  }
+  std::chrono::milliseconds remaining() const {
+    return std::max(std::chrono::milliseconds(0),
+                    std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ -
+                                                                          Clock::now()));
+  }
+
+  template <typename Socket>
+  void set_buffers(Socket& s) {
+    // Large buffers let one message's worth of ring segments sit in flight; set before
+    // connect/listen so that TCP negotiates a window scale that can use them.
+    error_code ignored;
+    const int bytes = static_cast<int>(options_.socket_buffer_bytes);
+    s.set_option(asio::socket_base::send_buffer_size(bytes), ignored);
+    s.set_option(asio::socket_base::receive_buffer_size(bytes), ignored);
+  }
+
+  // Runs the event loop until `done` or `deadline`; on the deadline calls cancel() and drains
+  // the cancelled handler so that nothing refers to this frame's locals afterwards.
+  template <typename Cancel>
+  bool run_until(const bool& done, Clock::time_point deadline, Cancel cancel) {
+    while (!done && Clock::now() < deadline) {
+      if (io_.stopped()) io_.restart();
+      io_.run_one_until(deadline);
+    }
+    if (done) return true;
+    cancel();
+    while (!done) {
+      if (io_.stopped()) io_.restart();
+      io_.run_one();
+    }
+    return false;
+  }
+
+  // Reads or writes exactly n bytes before `deadline`.
+  Status transfer(tcp::socket& s, bool write, void* buf, size_t n, Clock::time_point deadline,
+                  const std::string& what) {
+    bool done = false;
+    error_code ec;
+    auto handler = [&](const error_code& e, size_t) {
+      ec = e;
+      done = true;
+    };
+    if (write)
+      asio::async_write(s, asio::buffer(buf, n), handler);
+    else
+      asio::async_read(s, asio::buffer(buf, n), handler);
+    if (!run_until(done, deadline, [&] {
+          error_code ignored;
+          s.cancel(ignored);
+        }))
+      return Status::Timeout(what + " timed out");
+    if (ec == asio::error::eof)
+      return Status::PeerFailure(what + " failed: the peer closed the connection");
+    if (ec) return Status::PeerFailure(what + " failed: " + ec.message());
+    return Status::Ok();
+  }
+  template <size_t N>
+  Status send(tcp::socket& s, std::array<uint8_t, N> bytes, Clock::time_point deadline,
+              const std::string& what) {
+    return transfer(s, true, bytes.data(), N, deadline, what);
+  }
+
+  Status listen() {
+    if (ctx_.size == 1) return Status::Ok();
+    host_ = publish_host(ctx_.local_size, ctx_.size);
+    error_code ec;
+    const asio::ip::address literal = asio::ip::make_address(host_, ec);
+    asio::ip::address bind_address = asio::ip::address_v4::any();
+    if (!ec && literal.is_loopback())
+      bind_address = literal;  // a loopback-only job should not listen on every interface
+    else if (!ec && literal.is_v6())
+      bind_address = asio::ip::address_v6::any();
+    const tcp::endpoint endpoint(bind_address, 0);
+    acceptor_.open(endpoint.protocol(), ec);
+    if (!ec) set_buffers(acceptor_);  // accepted sockets inherit the buffer sizes
+    if (!ec) acceptor_.bind(endpoint, ec);
+    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec)
+      return Status::IoError(me() + " cannot listen on " + bind_address.to_string() + ": " +
+                             ec.message());
+    const std::string published = join_host_port(host_, acceptor_.local_endpoint().port());
+    KOLO_LOG_DEBUG(me() << " listening; publishing " << published << " as " << addr_key(ctx_.rank));
+    return ctx_.store->set(addr_key(ctx_.rank), published)
+        .with_context(me() + ": publishing the address in the store");
+  }
+
+  Result<PeerSocket> connect_to(int peer) {
+    const std::string who = "rank " + std::to_string(peer);
+    Result<std::string> address = ctx_.store->get(addr_key(peer), remaining());
+    if (!address.ok())
+      return address.status().with_context(me() + " waiting for the address of " + who);
+    KOLO_ASSIGN_OR_RETURN(HostPortText hp, split_host_port(*address, addr_key(peer)));
+    const std::string name = who + " (" + *address + ")";
+
+    auto socket = std::make_unique<tcp::socket>(io_);
+    std::string last_error = "no attempt finished";
+    auto pause = std::chrono::milliseconds(10);
+    bool connected = false;
+    while (!connected && Clock::now() < deadline_) {
+      error_code ec;
+      tcp::resolver resolver(io_);
+      auto endpoints = resolver.resolve(hp.host, std::to_string(hp.port), ec);
+      if (!ec) {
+        socket = std::make_unique<tcp::socket>(io_);
+        socket->open(endpoints.begin()->endpoint().protocol(), ec);
+        if (!ec) set_buffers(*socket);
+      }
+      if (!ec) {
+        bool done = false;
+        asio::async_connect(*socket, endpoints, [&](const error_code& e, const tcp::endpoint&) {
+          ec = e;
+          done = true;
+        });
+        if (!run_until(done, std::min(deadline_, Clock::now() + kConnectAttemptLimit), [&] {
+              error_code ignored;
+              socket->close(ignored);
+            }))
+          ec = asio::error::timed_out;
+      }
+      if (!ec) {
+        connected = true;
+        break;
+      }
+      // The peer may not listen yet (its address can be a stale one from a restart): retry.
+      last_error = ec.message();
+      std::this_thread::sleep_for(std::min(pause, remaining()));
+      pause = std::min(pause * 2, std::chrono::milliseconds(200));
+    }
+    if (!connected)
+      return Status::Timeout(me() + " could not connect to " + name + " within " +
+                             std::to_string(ctx_.connect_timeout.count()) +
+                             " ms (connect_timeout); last error: " + last_error);
+
+    // Handshake as the connector (auth.h).
+    Hello hello{ctx_.rank, ctx_.size, random_nonce()};
+    KOLO_RETURN_IF_ERROR(send(*socket, encode(hello), deadline_, me() + " sending hello to " + name));
+    std::array<uint8_t, kChallengeBytes> cbytes{};
+    KOLO_RETURN_IF_ERROR(transfer(*socket, false, cbytes.data(), cbytes.size(), deadline_,
+                                  me() + " reading the challenge of " + name));
+    Result<Challenge> challenge = decode_challenge(cbytes);
+    if (!challenge.ok())
+      return Status::PeerFailure(me() + ": " + name + " answered with a bad challenge: " +
+                                 challenge.status().message());
+    if (challenge->rank != peer || challenge->size != ctx_.size)
+      return Status::PeerFailure(
+          me() + ": the process at " + *address + " is rank " + std::to_string(challenge->rank) +
+          " of " + std::to_string(challenge->size) + ", expected rank " + std::to_string(peer) +
+          " of " + std::to_string(ctx_.size) + " (a stale address from another job?)");
+    if (!tags_equal(challenge->tag, acceptor_tag(key_, hello, *challenge))) {
+      (void)send(*socket, encode(Proof{false, {}}), deadline_, "rejecting");
+      return Status::PeerFailure(me() + ": authentication of " + name +
+                                 " failed: it does not know this job's secret (KOLO_SECRET "
+                                 "differs; is it another job's process?)");
+    }
+    KOLO_RETURN_IF_ERROR(send(*socket, encode(Proof{true, connector_tag(key_, hello, *challenge)}),
+                              deadline_, me() + " sending its proof to " + name));
+    std::array<uint8_t, kVerdictBytes> vbytes{};
+    KOLO_RETURN_IF_ERROR(transfer(*socket, false, vbytes.data(), vbytes.size(), deadline_,
+                                  me() + " reading the verdict of " + name));
+    Result<Verdict> verdict = decode_verdict(vbytes);
+    if (!verdict.ok()) return verdict.status().with_context(me() + ": verdict of " + name);
+    if (!verdict->accept)
+      return Status::PeerFailure(me() + ": " + name +
+                                 " rejected this rank's proof of the job secret (KOLO_SECRET "
+                                 "differs between the ranks)");
+    return PeerSocket{peer, *address, std::move(socket)};
+  }
+
+  // Accepts and authenticates one connection. Any error but the deadline is the connecting
+  // process's fault and only costs that connection.
+  Result<PeerSocket> accept_one(const std::vector<bool>& connected) {
+    auto socket = std::make_unique<tcp::socket>(io_);
+    tcp::endpoint remote;
+    bool done = false;
+    error_code ec;
+    acceptor_.async_accept(*socket, remote, [&](const error_code& e) {
+      ec = e;
+      done = true;
+    });
+    if (!run_until(done, deadline_, [&] {
+          error_code ignored;
+          acceptor_.cancel(ignored);
+        }))
+      return Status::Timeout(me() + " timed out accepting connections");
+    if (ec) return Status::IoError(me() + ": accept failed: " + ec.message());
+    const std::string from = remote.address().to_string() + ":" + std::to_string(remote.port());
+    const Clock::time_point limit = std::min(deadline_, Clock::now() + kHandshakeLimit);
+
+    std::array<uint8_t, kHelloBytes> hbytes{};
+    KOLO_RETURN_IF_ERROR(transfer(*socket, false, hbytes.data(), hbytes.size(), limit,
+                                  me() + " reading the hello of a connection from " + from));
+    Result<Hello> hello = decode_hello(hbytes);
+    if (!hello.ok())
+      return hello.status().with_context(me() + ": rejected a connection from " + from);
+    const int peer = hello->rank;
+    const std::string name = "rank " + std::to_string(peer) + " (connecting from " + from + ")";
+    if (hello->size != ctx_.size || peer <= ctx_.rank || peer >= ctx_.size || connected[peer])
+      return Status::PeerFailure(me() + ": rejected a connection from " + from + " that claims rank " +
+                                 std::to_string(peer) + " of " + std::to_string(hello->size) +
+                                 "; expected a not yet connected rank in (" +
+                                 std::to_string(ctx_.rank) + ", " + std::to_string(ctx_.size) +
+                                 ") of " + std::to_string(ctx_.size));
+    Challenge challenge{ctx_.rank, ctx_.size, random_nonce(), {}};
+    challenge.tag = acceptor_tag(key_, *hello, challenge);
+    KOLO_RETURN_IF_ERROR(send(*socket, encode(challenge), limit, me() + " challenging " + name));
+    std::array<uint8_t, kProofBytes> pbytes{};
+    KOLO_RETURN_IF_ERROR(transfer(*socket, false, pbytes.data(), pbytes.size(), limit,
+                                  me() + " reading the proof of " + name));
+    KOLO_ASSIGN_OR_RETURN(Proof proof, decode_proof(pbytes));
+    if (!proof.accept)
+      return Status::PeerFailure(me() + ": authentication with " + name +
+                                 " failed: it rejected this rank's proof, so the two know "
+                                 "different secrets (KOLO_SECRET differs; another job?)");
+    if (!tags_equal(proof.tag, connector_tag(key_, *hello, challenge))) {
+      (void)send(*socket, encode(Verdict{false}), limit, "rejecting");
+      return Status::PeerFailure(me() + ": authentication of " + name +
+                                 " failed: it does not know this job's secret (KOLO_SECRET "
+                                 "differs; is it another job's process?)");
+    }
+    KOLO_RETURN_IF_ERROR(send(*socket, encode(Verdict{true}), limit, me() + " accepting " + name));
+    return PeerSocket{peer, from, std::move(socket)};
+  }
+
+  Status accept_timeout(const std::vector<bool>& connected,
+                        const std::vector<std::string>& rejected) const {
+    std::string missing;
+    for (int r = ctx_.rank + 1; r < ctx_.size; ++r)
+      if (!connected[r]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    std::string msg = me() + " timed out after " + std::to_string(ctx_.connect_timeout.count()) +
+                      " ms (connect_timeout) waiting for connections from ranks [" + missing +
+                      "]";
+    if (!rejected.empty()) {
+      msg += "; rejected " + std::to_string(rejected.size()) + " connection(s), last: " +
+             rejected.back();
+    }
+    return Status::Timeout(msg);
+  }
+
+  const BackendContext& ctx_;
+  const ConnectOptions options_;
+  asio::io_context& io_;
+  tcp::acceptor acceptor_;
+  const AuthKey key_;
+  const Clock::time_point deadline_;
+  std::string host_;
+};
+
+Result<uint64_t> size_from_env(const char* name, uint64_t fallback, uint64_t min, uint64_t max) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return fallback;
+  Result<uint64_t> v = parse_size(text);
+  if (!v.ok()) return v.status().with_context(name);
+  if (*v < min || *v > max)
+    return Status::InvalidArgument(std::string(name) + " must be in [" + std::to_string(min) +
+                                   ", " + std::to_string(max) + "] bytes, got '" + text + "'");
+  return v;
+}
+
+}  // namespace
+
+Result<ConnectOptions> connect_options_from_env() {
+  ConnectOptions o;
+  KOLO_ASSIGN_OR_RETURN(uint64_t buffer, size_from_env("KOLO_TCP_SOCKET_BUFFER",
+                                                       o.socket_buffer_bytes, 4096,
+                                                       uint64_t{1} << 30));
+  KOLO_ASSIGN_OR_RETURN(o.max_frame_bytes, size_from_env("KOLO_TCP_MAX_FRAME", o.max_frame_bytes,
+                                                         1, uint64_t{1} << 40));
+  o.socket_buffer_bytes = buffer;
+  return o;
+}
+
+Result<std::unique_ptr<TcpChannel>> connect_channel(const BackendContext& context,
+                                                    const ConnectOptions& options) {
+  KOLO_RETURN_IF_ERROR(check_context(context));
+  auto io = std::make_unique<asio::io_context>(1);  // one thread drives it: no locking
+  std::vector<PeerSocket> peers;
+  {
+    Bootstrap bootstrap(context, options, *io);
+    KOLO_ASSIGN_OR_RETURN(peers, bootstrap.run());
+  }
+  TcpChannelOptions channel_options;
+  channel_options.op_timeout = context.op_timeout;
+  channel_options.max_frame_bytes = options.max_frame_bytes;
+  return std::make_unique<TcpChannel>(context.rank, context.size, std::move(io),
+                                      std::move(peers), channel_options);
+}
+
+}  // namespace kolo::tcp

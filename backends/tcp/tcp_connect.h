@@ -1,0 +1,27 @@
+// The tcp bootstrap: listens, publishes this rank's address in the store, connects to lower
+// ranks, accepts higher ones, and authenticates every connection (auth.h). See tcp_backend.h
+// for the public contract; this header only exposes the knobs the factories read from the env.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "backends/registry.h"
+#include "backends/tcp/tcp_channel.h"
+#include "kolo/status.h"
+
+namespace kolo::tcp {
+
+struct ConnectOptions {
+  size_t socket_buffer_bytes = size_t{4} << 20;  // SO_SNDBUF and SO_RCVBUF
+  uint64_t max_frame_bytes = kDefaultMaxFrameBytes;
+};
+
+// Reads KOLO_TCP_SOCKET_BUFFER and KOLO_TCP_MAX_FRAME; InvalidArgument naming a bad one.
+Result<ConnectOptions> connect_options_from_env();
+
+// Connects this rank's TcpChannel (see tcp_backend.h for the protocol and the errors).
+Result<std::unique_ptr<TcpChannel>> connect_channel(const BackendContext& context,
+                                                    const ConnectOptions& options);
+
+}  // namespace kolo::tcp

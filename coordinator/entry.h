@@ -1,0 +1,29 @@
+// Entry: one operation this rank submitted, from submission until its handle completes.
+// Owned by the runtime; after submission only the background thread touches it.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "coordinator/message.h"
+#include "coordinator/op_state.h"
+#include "kolo/kolo.h"
+
+namespace kolo::coord {
+
+struct Entry {
+  Request request;
+  std::vector<TensorView> inputs;   // one per shape of the request
+  std::vector<TensorView> outputs;  // allreduce: where results go (== inputs when in place)
+  OutputAllocator allocator;        // allgather, alltoall, reducescatter
+  std::shared_ptr<detail::OpState> state;
+  std::chrono::steady_clock::time_point submitted;
+  bool traced = false;  // the timeline was recording at submission (QUEUE span open)
+
+  // Negotiation state, background thread only.
+  bool sent_slow = false;  // already in the coordinator's table
+  std::chrono::steady_clock::time_point pending_since;  // when it entered negotiation
+};
+
+}  // namespace kolo::coord

@@ -1,0 +1,270 @@
+#include "coordinator/executor.h"
+
+#include <cctype>
+#include <cstring>
+
+#include "coordinator/fusion.h"
+#include "coordinator/identity.h"
+#include "ops/reduce.h"
+
+namespace kolo::coord {
+
+namespace {
+
+std::string upper(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return out;
+}
+
+int64_t row_elements(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (size_t i = 1; i < shape.size(); ++i) n *= shape[i];
+  return n;
+}
+
+}  // namespace
+
+std::string Executor::op_span(OpType type) const {
+  return upper(backend_.name()) + "_" + upper(op_type_name(type));
+}
+
+void Executor::begin(const std::vector<BatchItem>& batch, const std::string& phase,
+                     TimelineArgs args) {
+  if (!timeline_.active()) return;
+  for (const auto& item : batch)
+    if (item.entry && item.entry->traced) timeline_.begin(item.entry->request.name, phase, args);
+}
+
+void Executor::end(const std::vector<BatchItem>& batch) {
+  if (!timeline_.active()) return;
+  for (const auto& item : batch)
+    if (item.entry && item.entry->traced) timeline_.end(item.entry->request.name);
+}
+
+void Executor::finish(const std::vector<BatchItem>& batch, const Status& status) {
+  for (const auto& item : batch) {
+    if (!item.entry) continue;
+    Entry& e = *item.entry;
+    bool traced = e.traced && timeline_.active();
+    if (traced) timeline_.begin(e.request.name, "CALLBACK");
+    e.state->complete(status);
+    if (traced) {
+      timeline_.end(e.request.name);
+      const Response& p = *item.response;
+      timeline_.end(e.request.name,
+                    {{"bytes", std::to_string(response_bytes(p))},
+                     {"dtype", std::string(dtype_name(p.dtype))},
+                     {"shape", p.shapes.empty() ? "[]" : shape_string(p.shapes[0])},
+                     {"backend", std::string(backend_.name())},
+                     {"fused", std::to_string(batch.size())},
+                     {"status", status.ok() ? "OK" : status.to_string()}});
+    }
+  }
+}
+
+void* Executor::allocate_output(Entry& entry, const std::vector<int64_t>& shape, DataType dtype,
+                                Status& alloc_status) {
+  size_t bytes = static_cast<size_t>(num_elements(shape)) * dtype_size(dtype);
+  if (entry.allocator) {
+    void* p = entry.allocator(shape, dtype);
+    if (p == nullptr && bytes > 0) {
+      alloc_status = Status::InvalidArgument(
+          std::string(op_type_name(entry.request.type)) + " '" + entry.request.name +
+          "': the output allocator returned null for shape " + shape_string(shape));
+      return scratch_.get(bytes);  // still take part, so the other ranks are not stranded
+    }
+    entry.state->set_output(shape, p);
+    return p;
+  }
+  HostTensor t;
+  t.shape = shape;
+  t.dtype = dtype;
+  t.bytes.resize(bytes);
+  entry.state->set_owned_output(std::move(t));  // moving a vector keeps its buffer
+  return entry.state->output_data();
+}
+
+Status Executor::run(const std::vector<BatchItem>& batch) {
+  const Response& head = *batch.front().response;
+  if (head.kind == Response::Kind::kError) {
+    finish(batch, Status(head.error_code, head.error));
+    return Status::Ok();
+  }
+  begin(batch, "WAIT_FOR_DATA");
+  // CPU tensors are ready by contract; CUDA ready events are rejected at submission in
+  // builds without CUDA, so there is nothing to wait for here.
+  end(batch);
+  Status st;
+  switch (head.type) {
+    case OpType::kAllreduce: return allreduce(batch);
+    case OpType::kAllgather: return allgather(batch.front());
+    case OpType::kBroadcast: return broadcast(batch.front());
+    case OpType::kAlltoall: return alltoall(batch.front());
+    case OpType::kReducescatter: return reducescatter(batch.front());
+    case OpType::kBarrier:
+      begin(batch, op_span(head.type));
+      st = backend_.barrier();
+      end(batch);
+      finish(batch, st);
+      return st;
+    case OpType::kJoin:
+      finish(batch, Status::Ok());
+      return Status::Ok();
+  }
+  return Status::Internal("unknown op type");
+}
+
+Status Executor::allreduce(const std::vector<BatchItem>& batch) {
+  const Response& head = *batch.front().response;
+  const int active = backend_.size() - static_cast<int>(head.joined.size());
+  AllreduceOptions opts{head.reduce_op, head.prescale, head.postscale};
+  // kAverage divides by the ranks that contributed, not by those that joined.
+  if (head.reduce_op == ReduceOp::kAverage && !head.joined.empty()) {
+    opts.op = ReduceOp::kSum;
+    opts.postscale = head.postscale / active;
+  }
+  int64_t total = 0;
+  for (const auto& item : batch)
+    for (const auto& shape : item.response->shapes) total += num_elements(shape);
+  const size_t esize = dtype_size(head.dtype);
+  TimelineArgs args = {{"bytes", std::to_string(total * esize)},
+                       {"dtype", std::string(dtype_name(head.dtype))},
+                       {"fused", std::to_string(batch.size())}};
+
+  // A single tensor of this rank: the backend works on the caller's memory, no copy.
+  if (batch.size() == 1 && batch[0].entry && head.shapes.size() == 1) {
+    Entry& e = *batch[0].entry;
+    begin(batch, op_span(OpType::kAllreduce), args);
+    Status st = backend_.allreduce(e.inputs[0].data, e.outputs[0].data, total, head.dtype, opts);
+    end(batch);
+    finish(batch, st);
+    return st;
+  }
+
+  auto* buffer = static_cast<char*>(fusion_buffer_.get(static_cast<size_t>(total) * esize));
+  begin(batch, "MEMCPY_IN_FUSION");
+  int64_t offset = 0;
+  for (const auto& item : batch) {
+    for (size_t k = 0; k < item.response->shapes.size(); ++k) {
+      int64_t n = num_elements(item.response->shapes[k]);
+      if (item.entry)
+        ops::scale_copy(head.dtype, buffer + offset * esize, item.entry->inputs[k].data, n,
+                        opts.prescale);
+      else
+        fill_identity(head.dtype, opts.op, buffer + offset * esize, n);
+      offset += n;
+    }
+  }
+  end(batch);
+  const double postscale = opts.postscale;
+  opts.prescale = 1.0;  // applied in the copy-in
+  opts.postscale = 1.0;  // applied in the copy-out
+  begin(batch, op_span(OpType::kAllreduce), args);
+  Status st = backend_.allreduce(buffer, buffer, total, head.dtype, opts);
+  end(batch);
+  if (st.ok()) {
+    begin(batch, "MEMCPY_OUT_FUSION");
+    offset = 0;
+    for (const auto& item : batch) {
+      for (size_t k = 0; k < item.response->shapes.size(); ++k) {
+        int64_t n = num_elements(item.response->shapes[k]);
+        if (item.entry)
+          ops::scale_copy(head.dtype, item.entry->outputs[k].data, buffer + offset * esize, n,
+                          postscale);
+        offset += n;
+      }
+    }
+    end(batch);
+  }
+  finish(batch, st);
+  return st;
+}
+
+Status Executor::allgather(const BatchItem& item) {
+  const Response& p = *item.response;
+  const auto& shape = p.shapes.at(0);
+  const int64_t row = row_elements(shape);
+  AllgatherOptions opts;
+  int64_t rows = 0;
+  for (int64_t d : p.rank_dims) {
+    opts.counts.push_back(d * row);
+    rows += d;
+  }
+  std::vector<int64_t> out_shape = shape;
+  out_shape[0] = rows;
+  const size_t bytes = static_cast<size_t>(rows * row) * dtype_size(p.dtype);
+  Status alloc = Status::Ok();
+  void* out = item.entry ? allocate_output(*item.entry, out_shape, p.dtype, alloc)
+                         : scratch_.get(bytes);
+  const void* in = item.entry ? item.entry->inputs[0].data : nullptr;
+  std::vector<BatchItem> batch{item};
+  begin(batch, op_span(p.type), {{"bytes", std::to_string(bytes)}});
+  Status st = backend_.allgather(in, out, p.dtype, opts);
+  end(batch);
+  finish(batch, st.ok() ? alloc : st);
+  return st;
+}
+
+Status Executor::broadcast(const BatchItem& item) {
+  const Response& p = *item.response;
+  const int64_t n = num_elements(p.shapes.at(0));
+  void* data = item.entry ? item.entry->inputs[0].data : scratch_.get(n * dtype_size(p.dtype));
+  std::vector<BatchItem> batch{item};
+  begin(batch, op_span(p.type), {{"bytes", std::to_string(n * dtype_size(p.dtype))}});
+  Status st = backend_.broadcast(data, n, p.dtype, BroadcastOptions{p.root});
+  end(batch);
+  finish(batch, st);
+  return st;
+}
+
+Status Executor::alltoall(const BatchItem& item) {
+  const Response& p = *item.response;
+  const int size = backend_.size(), me = backend_.rank();
+  const auto& shape = p.shapes.at(0);
+  const int64_t row = row_elements(shape);
+  AlltoallOptions opts;
+  std::vector<int64_t> received;
+  int64_t rows = 0;
+  for (int j = 0; j < size; ++j) {
+    opts.send_counts.push_back(p.rank_dims.at(static_cast<size_t>(me) * size + j) * row);
+    int64_t r = p.rank_dims.at(static_cast<size_t>(j) * size + me);
+    received.push_back(r);
+    opts.recv_counts.push_back(r * row);
+    rows += r;
+  }
+  std::vector<int64_t> out_shape = shape;
+  out_shape[0] = rows;
+  Status alloc = Status::Ok();
+  void* out = allocate_output(*item.entry, out_shape, p.dtype, alloc);
+  item.entry->state->set_received_splits(received);
+  std::vector<BatchItem> batch{item};
+  begin(batch, op_span(p.type));
+  Status st = backend_.alltoall(item.entry->inputs[0].data, out, p.dtype, opts);
+  end(batch);
+  finish(batch, st.ok() ? alloc : st);
+  return st;
+}
+
+Status Executor::reducescatter(const BatchItem& item) {
+  const Response& p = *item.response;
+  const int size = backend_.size(), me = backend_.rank();
+  const auto& shape = p.shapes.at(0);
+  const int64_t row = row_elements(shape);
+  ReducescatterOptions opts{p.reduce_op, p.prescale, p.postscale, {}};
+  for (int r = 0; r < size; ++r)
+    opts.counts.push_back((shape[0] / size + (r < shape[0] % size ? 1 : 0)) * row);
+  std::vector<int64_t> out_shape = shape;
+  out_shape[0] = opts.counts[me] / (row == 0 ? 1 : row);
+  if (row == 0) out_shape[0] = shape[0] / size + (me < shape[0] % size ? 1 : 0);
+  Status alloc = Status::Ok();
+  void* out = allocate_output(*item.entry, out_shape, p.dtype, alloc);
+  std::vector<BatchItem> batch{item};
+  begin(batch, op_span(p.type));
+  Status st = backend_.reducescatter(item.entry->inputs[0].data, out, p.dtype, opts);
+  end(batch);
+  finish(batch, st.ok() ? alloc : st);
+  return st;
+}
+
+}  // namespace kolo::coord

@@ -1,0 +1,46 @@
+#include "tools/kolorun/failure_watch.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "tools/kolorun/line_prefixer.h"
+
+namespace kolo::kolorun {
+namespace {
+constexpr char kAbortKey[] = "kolorun/abort";
+constexpr char kClaimKey[] = "kolorun/abort/claims";
+}  // namespace
+
+FailureWatch::FailureWatch(Store& store, int node_rank) : store_(store), node_rank_(node_rank) {
+  if (::pipe2(pipe_, O_CLOEXEC) != 0) pipe_[0] = pipe_[1] = -1;
+  thread_ = std::thread([this] { run(); });
+}
+
+FailureWatch::~FailureWatch() {
+  stop_ = true;
+  thread_.join();  // the thread checks stop_ at least every poll interval
+  for (int fd : pipe_)
+    if (fd >= 0) ::close(fd);
+}
+
+void FailureWatch::publish(const std::string& what) {
+  // The counter makes the first report the one everybody sees, even if two nodes fail at once.
+  auto claim = store_.add(kClaimKey, 1);
+  if (claim.ok() && *claim == 1)
+    (void)store_.set(kAbortKey, "node " + std::to_string(node_rank_) + ": " + what);
+}
+
+void FailureWatch::run() {
+  // Short gets so that the destructor is never kept waiting long.
+  while (!stop_) {
+    auto v = store_.get(kAbortKey, std::chrono::milliseconds(250));
+    if (v.ok()) {
+      std::string mine = "node " + std::to_string(node_rank_) + ":";
+      if (v->rfind(mine, 0) != 0 && pipe_[1] >= 0) write_all(pipe_[1], *v);
+      return;
+    }
+    if (v.status().code() != StatusCode::kTimeout) return;  // store gone: nothing to watch
+  }
+}
+
+}  // namespace kolo::kolorun

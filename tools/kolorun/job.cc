@@ -1,0 +1,108 @@
+#include "tools/kolorun/job.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "rendezvous/barrier.h"
+#include "rendezvous/world.h"
+
+extern char** environ;
+
+namespace kolo::kolorun {
+namespace {
+
+Result<std::string> choose_secret(const LaunchOptions& o) {
+  if (o.secret) return *o.secret;
+  if (const char* s = std::getenv("KOLO_SECRET"); s && *s) return std::string(s);
+  if (o.nnodes == 1) return random_secret();
+  return Status::InvalidArgument(
+      "--nnodes " + std::to_string(o.nnodes) +
+      " needs a secret shared by every node: pass the same --secret S (or set KOLO_SECRET) on "
+      "each node, e.g. S=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \\n')");
+}
+
+// Every node checks that it was started like node 0, then all wait for each other.
+Status gather_nodes(Store& store, const LaunchOptions& o) {
+  std::string shape = "nnodes=" + std::to_string(o.nnodes) + " np=" + std::to_string(o.np);
+  if (o.node_rank == 0) {
+    KOLO_RETURN_IF_ERROR(store.set("kolorun/shape", shape));
+  } else {
+    auto theirs = store.get("kolorun/shape", o.timeout);
+    if (!theirs.ok())
+      return theirs.status().with_context("waiting for node 0 at " + o.rdzv->to_string());
+    if (*theirs != shape)
+      return Status::Mismatch("node " + std::to_string(o.node_rank) + " was started with " +
+                              shape + " but node 0 with " + *theirs +
+                              ": every node needs the same --nnodes and -np");
+  }
+  std::string me = std::to_string(o.node_rank);
+  KOLO_ASSIGN_OR_RETURN(int64_t claims, store.add("kolorun/node/" + me + "/claims", 1));
+  if (claims > 1)
+    return Status::InvalidArgument("--node-rank " + me +
+                                   " was given to more than one kolorun; each node needs its own");
+  char host[256] = "?";
+  ::gethostname(host, sizeof host - 1);
+  KOLO_RETURN_IF_ERROR(store.set("kolorun/node/" + me + "/host", host));
+  return rendezvous_barrier(store, "kolorun/nodes", o.node_rank, o.nnodes, o.timeout,
+                            "node ranks");
+}
+
+}  // namespace
+
+Result<Job> setup_job(const LaunchOptions& o) {
+  Job job;
+  KOLO_ASSIGN_OR_RETURN(std::string secret, choose_secret(o));
+  HostPort addr;
+  if (o.nnodes == 1 && !o.rdzv) {
+    KOLO_ASSIGN_OR_RETURN(job.server, TcpStoreServer::start("127.0.0.1", 0));
+    addr = {"127.0.0.1", job.server->port()};
+  } else {
+    addr = *o.rdzv;
+    if (o.node_rank == 0) {
+      KOLO_ASSIGN_OR_RETURN(job.server, TcpStoreServer::start(addr.host, addr.port));
+      addr.port = job.server->port();
+    }
+    if (o.nnodes > 1) {
+      KOLO_ASSIGN_OR_RETURN(job.store, TcpStore::connect(addr, o.timeout));
+      KOLO_RETURN_IF_ERROR(gather_nodes(*job.store, o));
+      job.watch = std::make_unique<FailureWatch>(*job.store, o.node_rank);
+    }
+  }
+
+  std::map<std::string, std::string> base;
+  for (char** e = environ; *e; ++e) {
+    std::string kv(*e);
+    size_t eq = kv.find('=');
+    if (eq != std::string::npos) base[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  for (const auto& [k, v] : o.env) base[k] = v;
+  base["KOLO_SIZE"] = std::to_string(o.np * o.nnodes);
+  base["KOLO_LOCAL_SIZE"] = std::to_string(o.np);
+  base["KOLO_CROSS_RANK"] = std::to_string(o.node_rank);
+  base["KOLO_CROSS_SIZE"] = std::to_string(o.nnodes);
+  base["KOLO_STORE_ADDR"] = addr.to_string();
+  base["KOLO_SECRET"] = secret;
+  for (int local = 0; local < o.np; ++local) {
+    RankSpec spec;
+    spec.rank = o.node_rank * o.np + local;
+    spec.argv = o.command;
+    spec.env = base;
+    spec.env["KOLO_RANK"] = std::to_string(spec.rank);
+    spec.env["KOLO_LOCAL_RANK"] = std::to_string(local);
+    job.ranks.push_back(std::move(spec));
+  }
+  return job;
+}
+
+Status finish_job(Job& job, const LaunchOptions& o) {
+  job.watch.reset();
+  if (!job.store) return Status::Ok();
+  Status s = rendezvous_barrier(*job.store, "kolorun/done", o.node_rank, o.nnodes, o.timeout,
+                                "node ranks");
+  // Only node 0's store matters to the others; elsewhere a lost store just means node 0 left.
+  if (o.node_rank != 0) return Status::Ok();
+  return s.with_context("waiting for the other nodes to finish");
+}
+
+}  // namespace kolo::kolorun

@@ -1,0 +1,39 @@
+// Job setup: the part of kolorun between parsing flags and starting processes. It hosts or
+// joins the rendezvous store, gathers the nodes (multi-node), settles the secret and builds
+// each local rank's environment.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "kolo/status.h"
+#include "rendezvous/tcp_store.h"
+#include "tools/kolorun/failure_watch.h"
+#include "tools/kolorun/options.h"
+#include "tools/kolorun/supervisor.h"
+
+namespace kolo::kolorun {
+
+struct Job {
+  std::unique_ptr<TcpStoreServer> server;  // on node 0 (or a single node): keep it alive
+  std::unique_ptr<TcpStore> store;         // multi-node: kolorun's own client
+  std::vector<RankSpec> ranks;             // this node's processes
+  std::unique_ptr<FailureWatch> watch;     // multi-node: failures between nodes
+};
+
+// Single node without --rdzv: serves the store on 127.0.0.1 at an ephemeral port.
+// Otherwise node 0 serves at --rdzv and every node connects there, checks that all nodes were
+// started with the same --nnodes and -np, and waits (--timeout) until every node rank has
+// arrived; the Timeout error names the node ranks that never did. Multi-node jobs also get a
+// FailureWatch, so a failure on any node stops the ranks on every node.
+// Secret: --secret, else $KOLO_SECRET, else (one node only) random 128-bit hex.
+// Each rank's environment is this process's environment, then options.env (-x and knob
+// flags), then the KOLO_* world variables.
+Result<Job> setup_job(const LaunchOptions& options);
+
+// After this node's ranks have exited. Multi-node: marks this node done; node 0 then keeps
+// serving the store until every node is done (at most --timeout), because ranks elsewhere may
+// still use it. Returns the Timeout naming the nodes that never finished, for a warning.
+Status finish_job(Job& job, const LaunchOptions& options);
+
+}  // namespace kolo::kolorun

@@ -1,0 +1,40 @@
+// kolorun: the launcher. See `kolorun --help` and Note [kolorun supervision] in supervisor.h.
+#include <iostream>
+
+#include "tools/kolorun/job.h"
+#include "tools/kolorun/options.h"
+#include "tools/kolorun/supervisor.h"
+
+int main(int argc, char** argv) {
+  using namespace kolo::kolorun;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  auto options = parse_options(args);
+  if (!options.ok()) {
+    std::cerr << "kolorun: " << options.status().message() << "\n"
+              << "usage: kolorun [options] -np N cmd args...  (kolorun --help for more)\n";
+    return 2;
+  }
+  if (options->help) {
+    std::cout << usage();
+    return 0;
+  }
+  auto job = setup_job(*options);
+  if (!job.ok()) {
+    std::cerr << "kolorun: " << job.status().message() << "\n";
+    return 1;
+  }
+  SuperviseOptions supervise_options{options->tag_output, options->grace, nullptr, -1};
+  if (job->watch) {
+    FailureWatch* watch = job->watch.get();
+    supervise_options.on_failure = [watch](const std::string& what) { watch->publish(what); };
+    supervise_options.remote_failure_fd = watch->fd();
+  }
+  auto code = supervise(job->ranks, supervise_options);
+  if (!code.ok()) {
+    std::cerr << "kolorun: " << code.status().message() << "\n";
+    return 1;
+  }
+  if (kolo::Status s = finish_job(*job, *options); !s.ok())
+    std::cerr << "kolorun: warning: " << s.message() << "\n";
+  return *code;
+}

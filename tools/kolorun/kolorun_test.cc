@@ -1,0 +1,415 @@
+// kolorun end to end: real kolorun processes starting real rank processes
+// (testing/kolorun_test_child.cc), plus the pure parts (flags, line prefixing).
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "rendezvous/tcp_store.h"
+#include "tools/kolorun/line_prefixer.h"
+#include "tools/kolorun/options.h"
+
+extern char** environ;
+
+namespace kolo::kolorun {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+const std::string kKolorun = KOLORUN_PATH;
+const std::string kChild = KOLORUN_TEST_CHILD_PATH;
+
+// A process whose stdout and stderr are captured. finish() kills it if it outlives the bound,
+// so a broken kolorun fails the test instead of hanging it.
+class Proc {
+ public:
+  explicit Proc(const std::vector<std::string>& args) {
+    int out[2], err[2];
+    EXPECT_EQ(::pipe2(out, O_CLOEXEC), 0);
+    EXPECT_EQ(::pipe2(err, O_CLOEXEC), 0);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, err[1], 2);
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    EXPECT_EQ(posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    ::close(out[1]);
+    ::close(err[1]);
+    out_fd_ = out[0];
+    err_fd_ = err[0];
+  }
+  ~Proc() {
+    if (!done_) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    if (out_fd_ >= 0) ::close(out_fd_);
+    if (err_fd_ >= 0) ::close(err_fd_);
+  }
+
+  // Reads output until `text` has appeared in stdout `count` times or the bound passes.
+  bool wait_for_stdout(const std::string& text, int count, std::chrono::milliseconds bound) {
+    auto deadline = Clock::now() + bound;
+    while (occurrences(out_, text) < count) {
+      if (Clock::now() >= deadline || (out_fd_ < 0 && err_fd_ < 0)) return false;
+      pump(50ms);
+    }
+    return true;
+  }
+
+  void signal(int sig) { ::kill(pid_, sig); }
+
+  // Waits for exit (killing it after `bound`); returns the wait status.
+  int finish(std::chrono::milliseconds bound = 30s) {
+    auto deadline = Clock::now() + bound;
+    while (out_fd_ >= 0 || err_fd_ >= 0) {
+      if (Clock::now() >= deadline) {
+        ADD_FAILURE() << "process outlived " << bound.count() << " ms; killing it";
+        ::kill(pid_, SIGKILL);
+        break;
+      }
+      pump(50ms);
+    }
+    ::waitpid(pid_, &status_, 0);
+    done_ = true;
+    return status_;
+  }
+
+  const std::string& out() const { return out_; }
+  const std::string& err() const { return err_; }
+  pid_t pid() const { return pid_; }
+
+ private:
+  static int occurrences(const std::string& s, const std::string& t) {
+    int n = 0;
+    for (size_t p = s.find(t); p != std::string::npos; p = s.find(t, p + 1)) ++n;
+    return n;
+  }
+  void pump(std::chrono::milliseconds wait) {
+    std::vector<pollfd> fds;
+    if (out_fd_ >= 0) fds.push_back({out_fd_, POLLIN, 0});
+    if (err_fd_ >= 0) fds.push_back({err_fd_, POLLIN, 0});
+    if (fds.empty()) return;
+    ::poll(fds.data(), fds.size(), static_cast<int>(wait.count()));
+    for (auto& p : fds) {
+      if (!(p.revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      char buf[4096];
+      ssize_t n = ::read(p.fd, buf, sizeof buf);
+      bool is_out = p.fd == out_fd_;
+      if (n <= 0) {
+        ::close(p.fd);
+        (is_out ? out_fd_ : err_fd_) = -1;
+      } else {
+        (is_out ? out_ : err_).append(buf, static_cast<size_t>(n));
+      }
+    }
+  }
+
+  pid_t pid_ = -1;
+  int out_fd_ = -1, err_fd_ = -1;
+  std::string out_, err_;
+  int status_ = 0;
+  bool done_ = false;
+};
+
+int exit_code(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status); }
+
+// rank -> (variable -> value), from "[r] NAME=value" lines.
+std::map<int, std::map<std::string, std::string>> parse_env_lines(const std::string& out) {
+  std::map<int, std::map<std::string, std::string>> by_rank;
+  std::regex line(R"(^\[(\d+)\] ([A-Z_]+)=(.*)$)");
+  std::istringstream in(out);
+  std::string l;
+  while (std::getline(in, l)) {
+    std::smatch m;
+    if (std::regex_match(l, m, line)) by_rank[std::stoi(m[1])][m[2]] = m[3];
+  }
+  return by_rank;
+}
+
+int free_port() { return TcpStoreServer::start("127.0.0.1", 0).value()->port(); }
+
+// ---- pure parts ----
+
+std::string parse_error(const std::vector<std::string>& args) {
+  auto r = parse_options(args);
+  EXPECT_FALSE(r.ok());
+  return r.ok() ? "" : r.status().message();
+}
+
+TEST(KolorunOptions, ParsesEveryFlag) {
+  auto o = parse_options({"-np", "2", "--nnodes=3", "--node-rank", "1", "--rdzv", "h:29500",
+                          "--timeout", "2s", "--grace", "100ms", "--secret", "abc",
+                          "--no-tag-output", "-x", "A=b=c", "--fusion-threshold", "64MiB",
+                          "--timeline-mark-cycles", "prog", "-np", "9"});
+  ASSERT_TRUE(o.ok()) << o.status().to_string();
+  EXPECT_EQ(o->np, 2);
+  EXPECT_EQ(o->nnodes, 3);
+  EXPECT_EQ(o->node_rank, 1);
+  EXPECT_EQ(o->rdzv->to_string(), "h:29500");
+  EXPECT_EQ(o->timeout, 2000ms);
+  EXPECT_EQ(o->grace, 100ms);
+  EXPECT_EQ(*o->secret, "abc");
+  EXPECT_FALSE(o->tag_output);
+  EXPECT_EQ(o->env.at("A"), "b=c");
+  EXPECT_EQ(o->env.at("KOLO_FUSION_THRESHOLD"), "64MiB");
+  EXPECT_EQ(o->env.at("KOLO_TIMELINE_MARK_CYCLES"), "1");
+  EXPECT_EQ(o->command, (std::vector<std::string>{"prog", "-np", "9"}));
+}
+
+TEST(KolorunOptions, RejectsBadFlagsNamingFlagValueAndForm) {
+  EXPECT_EQ(parse_error({"prog"}), "-np N is required: the number of processes on this node");
+  EXPECT_EQ(parse_error({"-np", "0", "prog"}), "-np 0 is invalid: expected an integer >= 1");
+  EXPECT_EQ(parse_error({"-np", "x", "prog"}), "-np x is invalid: expected an integer >= 1");
+  EXPECT_EQ(parse_error({"-np", "2"}), "no command given: kolorun [options] -np N cmd args...");
+  EXPECT_EQ(parse_error({"-np"}), "-np needs a value (kolorun --help lists the forms)");
+  EXPECT_EQ(parse_error({"-np", "2", "--bogus", "prog"}),
+            "unknown option --bogus (kolorun --help lists the options)");
+  EXPECT_EQ(parse_error({"-np", "2", "--timeout", "soon", "prog"}),
+            "--timeout soon is invalid: expected a duration such as 30s, 500ms or 2min");
+  EXPECT_EQ(parse_error({"-np", "2", "--nnodes", "2", "--node-rank", "2", "--rdzv", "h:1", "p"}),
+            "--node-rank 2 is invalid: expected an integer in [0, --nnodes=2)");
+  EXPECT_EQ(parse_error({"-np", "2", "--nnodes", "2", "p"}),
+            "--nnodes 2 needs --rdzv HOST:PORT: the address node 0 serves the store on and the "
+            "other nodes connect to");
+  EXPECT_EQ(parse_error({"-np", "2", "--log-level", "loud", "p"}),
+            "--log-level loud is invalid: expected one of trace, debug, info, warning, error");
+  EXPECT_EQ(parse_error({"-np", "2", "--fusion-threshold", "big", "p"}),
+            "--fusion-threshold big is invalid: expected a size such as 64MiB or 1048576");
+  EXPECT_NE(parse_error({"-np", "2", "--rdzv", "nohost", "p"}).find("expected HOST:PORT"),
+            std::string::npos);
+}
+
+TEST(LinePrefixer, PrefixesWholeLinesAndHoldsPartialOnes) {
+  int p[2];
+  ASSERT_EQ(::pipe(p), 0);
+  {
+    LinePrefixer lines("[7] ", p[1]);
+    lines.feed("a\nb");
+    lines.feed("c\n\nd");
+    lines.finish();
+  }
+  ::close(p[1]);
+  std::string got;
+  char buf[256];
+  ssize_t n;
+  while ((n = ::read(p[0], buf, sizeof buf)) > 0) got.append(buf, static_cast<size_t>(n));
+  ::close(p[0]);
+  EXPECT_EQ(got, "[7] a\n[7] bc\n[7] \n[7] d\n");
+}
+
+// ---- end to end ----
+
+TEST(Kolorun, SetsTheWorldEnvironmentForEachRank) {
+  Proc p({kKolorun, "-np", "3", "-x", "EXTRA=hello", "--fusion-threshold", "1MiB", kChild, "env"});
+  int status = p.finish();
+  ASSERT_EQ(exit_code(status), 0) << p.err();
+  auto env = parse_env_lines(p.out());
+  ASSERT_EQ(env.size(), 3u) << p.out();
+  std::set<std::string> secrets, addrs;
+  for (int r = 0; r < 3; ++r) {
+    auto& e = env[r];
+    EXPECT_EQ(e["KOLO_RANK"], std::to_string(r));
+    EXPECT_EQ(e["KOLO_SIZE"], "3");
+    EXPECT_EQ(e["KOLO_LOCAL_RANK"], std::to_string(r));
+    EXPECT_EQ(e["KOLO_LOCAL_SIZE"], "3");
+    EXPECT_EQ(e["KOLO_CROSS_RANK"], "0");
+    EXPECT_EQ(e["KOLO_CROSS_SIZE"], "1");
+    EXPECT_EQ(e["EXTRA"], "hello");
+    EXPECT_EQ(e["KOLO_FUSION_THRESHOLD"], "1MiB");
+    EXPECT_TRUE(std::regex_match(e["KOLO_SECRET"], std::regex("[0-9a-f]{32}"))) << e["KOLO_SECRET"];
+    EXPECT_TRUE(std::regex_match(e["KOLO_STORE_ADDR"], std::regex(R"(127\.0\.0\.1:\d+)")));
+    secrets.insert(e["KOLO_SECRET"]);
+    addrs.insert(e["KOLO_STORE_ADDR"]);
+  }
+  EXPECT_EQ(secrets.size(), 1u);
+  EXPECT_EQ(addrs.size(), 1u);
+  // Every stdout line carries a rank prefix.
+  std::istringstream in(p.out());
+  std::string l;
+  int lines = 0;
+  while (std::getline(in, l)) {
+    ++lines;
+    EXPECT_TRUE(std::regex_search(l, std::regex(R"(^\[[0-2]\] )"))) << l;
+  }
+  EXPECT_EQ(lines, 30);
+}
+
+TEST(Kolorun, RanksBuildTheirWorldAndMeetThroughTheStore) {
+  Proc p({kKolorun, "-np", "3", kChild, "world"});
+  ASSERT_EQ(exit_code(p.finish()), 0) << p.err();
+  for (int r = 0; r < 3; ++r)
+    EXPECT_NE(p.out().find("[" + std::to_string(r) + "] world ok rank=" + std::to_string(r) +
+                           " size=3\n"),
+              std::string::npos)
+        << p.out();
+}
+
+TEST(Kolorun, StderrIsPrefixedAndNoTagOutputPassesThrough) {
+  Proc tagged({kKolorun, "-np", "2", kChild, "bogus-mode"});
+  EXPECT_EQ(exit_code(tagged.finish()), 64);
+  EXPECT_NE(tagged.err().find("] kolorun_test_child: unknown mode 'bogus-mode'\n"),
+            std::string::npos)
+      << tagged.err();
+  Proc plain({kKolorun, "--no-tag-output", "-np", "1", kChild, "env"});
+  ASSERT_EQ(exit_code(plain.finish()), 0) << plain.err();
+  EXPECT_EQ(plain.out().rfind("KOLO_RANK=0\n", 0), 0u) << plain.out();
+}
+
+TEST(Kolorun, AFailingRankStopsTheOthersAndIsNamed) {
+  // Rank 1 exits 3 once the others sleep (forever, unless kolorun stops them).
+  std::string script = "if [ \"$KOLO_RANK\" = 1 ]; then sleep 0.3; exit 3; fi; exec " + kChild +
+                       " sleep";
+  Proc p({kKolorun, "-np", "3", "sh", "-c", script});
+  int status = p.finish(20s);
+  EXPECT_EQ(exit_code(status), 3);
+  EXPECT_TRUE(std::regex_search(p.err(),
+                                std::regex(R"(kolorun: rank 1 \(pid \d+\) exited with status 3\n)")))
+      << p.err();
+  // The sleeping ranks are gone, not orphaned.
+  std::regex sleeping(R"(\[(0|2)\] sleeping pid=(\d+))");
+  int seen = 0;
+  for (std::sregex_iterator it(p.out().begin(), p.out().end(), sleeping), end; it != end; ++it) {
+    ++seen;
+    pid_t pid = std::stoi((*it)[2]);
+    EXPECT_EQ(::kill(pid, 0), -1) << "rank " << (*it)[1] << " pid " << pid << " still exists";
+    EXPECT_EQ(errno, ESRCH);
+  }
+  EXPECT_EQ(seen, 2) << p.out();
+}
+
+TEST(Kolorun, ARankKilledByASignalIsNamedWithTheSignal) {
+  Proc p({kKolorun, "-np", "2", "sh", "-c",
+          "if [ \"$KOLO_RANK\" = 0 ]; then kill -9 $$; fi; exec " + kChild + " sleep"});
+  EXPECT_EQ(exit_code(p.finish(20s)), 128 + 9);
+  EXPECT_TRUE(std::regex_search(
+      p.err(), std::regex(R"(kolorun: rank 0 \(pid \d+\) was killed by signal 9 \(SIGKILL\))")))
+      << p.err();
+}
+
+TEST(Kolorun, ARankIgnoringSigtermIsKilledAfterTheGrace) {
+  std::string script = "if [ \"$KOLO_RANK\" = 0 ]; then sleep 0.3; exit 5; fi; exec " + kChild +
+                       " ignore-term";
+  Proc p({kKolorun, "--grace", "200ms", "-np", "2", "sh", "-c", script});
+  EXPECT_EQ(exit_code(p.finish(20s)), 5);
+  EXPECT_NE(p.err().find("rank 1 (pid "), std::string::npos) << p.err();
+  EXPECT_NE(p.err().find("did not stop within the grace period; sending SIGKILL"),
+            std::string::npos)
+      << p.err();
+}
+
+TEST(Kolorun, SigtermIsForwardedToEveryRank) {
+  Proc p({kKolorun, "-np", "2", kChild, "sleep-report"});
+  ASSERT_TRUE(p.wait_for_stdout("] ready\n", 2, 20s)) << p.out() << p.err();
+  p.signal(SIGTERM);
+  EXPECT_EQ(exit_code(p.finish(20s)), 128 + SIGTERM);
+  EXPECT_NE(p.out().find("[0] got SIGTERM\n"), std::string::npos) << p.out();
+  EXPECT_NE(p.out().find("[1] got SIGTERM\n"), std::string::npos) << p.out();
+  EXPECT_NE(p.err().find("kolorun: got SIGTERM; forwarding it to 2 rank(s)"), std::string::npos)
+      << p.err();
+}
+
+TEST(Kolorun, AMissingCommandIsReported) {
+  Proc p({kKolorun, "-np", "2", "/nonexistent/kolo-program"});
+  EXPECT_EQ(exit_code(p.finish()), 1);
+  EXPECT_NE(p.err().find("cannot start rank 0: /nonexistent/kolo-program: No such file or directory"),
+            std::string::npos)
+      << p.err();
+}
+
+TEST(Kolorun, TwoNodesOnLocalhostFormOneWorld) {
+  std::string rdzv = "127.0.0.1:" + std::to_string(free_port());
+  auto node = [&](int k, const char* mode) {
+    return std::vector<std::string>{kKolorun, "--nnodes", "2", "--node-rank", std::to_string(k),
+                                    "--rdzv", rdzv, "--secret", "0123456789abcdef", "--timeout",
+                                    "20s", "-np", "2", kChild, mode};
+  };
+  // Node 1 first: it must wait for node 0's store to appear.
+  Proc n1(node(1, "env"));
+  std::this_thread::sleep_for(100ms);
+  Proc n0(node(0, "env"));
+  ASSERT_EQ(exit_code(n1.finish()), 0) << n1.err();
+  ASSERT_EQ(exit_code(n0.finish()), 0) << n0.err();
+  auto e0 = parse_env_lines(n0.out());
+  auto e1 = parse_env_lines(n1.out());
+  ASSERT_EQ(e0.size(), 2u) << n0.out();
+  ASSERT_EQ(e1.size(), 2u) << n1.out();
+  for (int r = 0; r < 4; ++r) {
+    auto& e = r < 2 ? e0[r] : e1[r];
+    EXPECT_EQ(e["KOLO_RANK"], std::to_string(r));
+    EXPECT_EQ(e["KOLO_SIZE"], "4");
+    EXPECT_EQ(e["KOLO_LOCAL_RANK"], std::to_string(r % 2));
+    EXPECT_EQ(e["KOLO_LOCAL_SIZE"], "2");
+    EXPECT_EQ(e["KOLO_CROSS_RANK"], std::to_string(r / 2));
+    EXPECT_EQ(e["KOLO_CROSS_SIZE"], "2");
+    EXPECT_EQ(e["KOLO_STORE_ADDR"], rdzv);
+    EXPECT_EQ(e["KOLO_SECRET"], "0123456789abcdef");
+  }
+}
+
+TEST(Kolorun, TwoNodesRanksMeetThroughNodeZerosStore) {
+  std::string rdzv = "127.0.0.1:" + std::to_string(free_port());
+  auto node = [&](int k) {
+    return std::vector<std::string>{kKolorun, "--nnodes", "2", "--node-rank", std::to_string(k),
+                                    "--rdzv", rdzv, "--secret", "s3cret", "-np", "2", kChild,
+                                    "world"};
+  };
+  Proc n0(node(0));
+  Proc n1(node(1));
+  ASSERT_EQ(exit_code(n0.finish()), 0) << n0.err();
+  ASSERT_EQ(exit_code(n1.finish()), 0) << n1.err();
+  EXPECT_NE(n0.out().find("[1] world ok rank=1 size=4"), std::string::npos) << n0.out();
+  EXPECT_NE(n1.out().find("[3] world ok rank=3 size=4"), std::string::npos) << n1.out();
+}
+
+TEST(Kolorun, AFailureOnOneNodeStopsTheRanksOfTheOther) {
+  std::string rdzv = "127.0.0.1:" + std::to_string(free_port());
+  std::string script = "if [ \"$KOLO_RANK\" = 3 ]; then sleep 0.3; exit 7; fi; exec " + kChild +
+                       " sleep";
+  auto node = [&](int k) {
+    return std::vector<std::string>{kKolorun, "--nnodes", "2", "--node-rank", std::to_string(k),
+                                    "--rdzv", rdzv, "--secret", "s", "-np", "2", "sh", "-c",
+                                    script};
+  };
+  Proc n0(node(0));
+  Proc n1(node(1));
+  EXPECT_EQ(exit_code(n1.finish(20s)), 7);
+  EXPECT_EQ(exit_code(n0.finish(20s)), 1);
+  EXPECT_TRUE(std::regex_search(n1.err(), std::regex(R"(kolorun: rank 3 \(pid \d+\) exited with status 7)")))
+      << n1.err();
+  EXPECT_TRUE(std::regex_search(
+      n0.err(), std::regex(R"(kolorun: node 1: rank 3 \(pid \d+\) exited with status 7\n)")))
+      << n0.err();
+}
+
+TEST(Kolorun, AMissingNodeTimesOutNamingIt) {
+  std::string rdzv = "127.0.0.1:" + std::to_string(free_port());
+  Proc p({kKolorun, "--nnodes", "3", "--node-rank", "0", "--rdzv", rdzv, "--secret", "s",
+          "--timeout", "300ms", "-np", "1", kChild, "env"});
+  EXPECT_EQ(exit_code(p.finish()), 1);
+  EXPECT_EQ(p.err(), "kolorun: rendezvous timed out after 300ms: node ranks 1, 2 of 3 never arrived\n");
+  EXPECT_EQ(p.out(), "");
+}
+
+TEST(Kolorun, MultiNodeWithoutASecretIsRefused) {
+  Proc p({kKolorun, "--nnodes", "2", "--rdzv", "127.0.0.1:1", "-np", "1", kChild, "env"});
+  EXPECT_EQ(exit_code(p.finish()), 1);
+  EXPECT_NE(p.err().find("--nnodes 2 needs a secret shared by every node"), std::string::npos)
+      << p.err();
+}
+
+}  // namespace
+}  // namespace kolo::kolorun

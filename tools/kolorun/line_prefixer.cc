@@ -1,0 +1,54 @@
+#include "tools/kolorun/line_prefixer.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace kolo::kolorun {
+
+void write_all(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+}
+
+void LinePrefixer::emit(std::string_view line) {
+  std::string out;
+  out.reserve(prefix_.size() + line.size() + 1);
+  out += prefix_;
+  out += line;
+  out += '\n';
+  write_all(fd_, out);
+}
+
+void LinePrefixer::feed(std::string_view data) {
+  while (!data.empty()) {
+    size_t nl = data.find('\n');
+    if (nl == std::string_view::npos) {
+      pending_.append(data);
+      while (pending_.size() >= kMaxLine) {
+        emit(std::string_view(pending_).substr(0, kMaxLine));
+        pending_.erase(0, kMaxLine);
+      }
+      return;
+    }
+    if (pending_.empty()) {
+      emit(data.substr(0, nl));
+    } else {
+      pending_.append(data.substr(0, nl));
+      emit(pending_);
+      pending_.clear();
+    }
+    data.remove_prefix(nl + 1);
+  }
+}
+
+void LinePrefixer::finish() {
+  if (!pending_.empty()) emit(pending_);
+  pending_.clear();
+}
+
+}  // namespace kolo::kolorun

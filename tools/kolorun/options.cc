@@ -1,0 +1,232 @@
+#include "tools/kolorun/options.h"
+
+#include <charconv>
+#include <cstdlib>
+
+#include "common/units.h"
+
+namespace kolo::kolorun {
+namespace {
+
+Status bad(const std::string& flag, const std::string& value, const std::string& expected) {
+  return Status::InvalidArgument(flag + " " + value + " is invalid: expected " + expected);
+}
+
+Result<int> parse_int(const std::string& flag, const std::string& v, int min) {
+  int out = 0;
+  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  std::string form = "an integer >= " + std::to_string(min);
+  if (v.empty() || ec != std::errc() || end != v.data() + v.size()) return bad(flag, v, form);
+  if (out < min) return bad(flag, v, form);
+  return out;
+}
+
+Result<std::chrono::milliseconds> parse_ms(const std::string& flag, const std::string& v) {
+  auto d = parse_duration(v);
+  if (!d.ok()) return bad(flag, v, "a duration such as 30s, 500ms or 2min");
+  return std::chrono::duration_cast<std::chrono::milliseconds>(*d);
+}
+
+// The KOLO_* knobs that kolorun also accepts as flags, with how each value is checked.
+enum class Kind { kSize, kDuration, kCount, kText, kLevel, kOps, kBool };
+struct Knob {
+  const char* flag;
+  const char* var;
+  Kind kind;
+};
+constexpr Knob kKnobs[] = {
+    {"--fusion-threshold", "KOLO_FUSION_THRESHOLD", Kind::kSize},
+    {"--cycle-time", "KOLO_CYCLE_TIME", Kind::kDuration},
+    {"--cache-capacity", "KOLO_CACHE_CAPACITY", Kind::kCount},
+    {"--timeline", "KOLO_TIMELINE", Kind::kText},
+    {"--timeline-mark-cycles", "KOLO_TIMELINE_MARK_CYCLES", Kind::kBool},
+    {"--stall-check-time", "KOLO_STALL_CHECK_TIME", Kind::kDuration},
+    {"--stall-shutdown-time", "KOLO_STALL_SHUTDOWN_TIME", Kind::kDuration},
+    {"--log-level", "KOLO_LOG_LEVEL", Kind::kLevel},
+    {"--op-timeout", "KOLO_OP_TIMEOUT", Kind::kDuration},
+    {"--cpu-operations", "KOLO_CPU_OPERATIONS", Kind::kOps},
+};
+
+Status check_knob(const Knob& k, const std::string& v) {
+  switch (k.kind) {
+    case Kind::kSize:
+      if (!parse_size(v).ok()) return bad(k.flag, v, "a size such as 64MiB or 1048576");
+      break;
+    case Kind::kDuration:
+      if (!parse_duration(v).ok()) return bad(k.flag, v, "a duration such as 1ms or 60s");
+      break;
+    case Kind::kCount:
+      return parse_int(k.flag, v, 0).status();
+    case Kind::kLevel:
+      for (const char* l : {"trace", "debug", "info", "warning", "error"})
+        if (v == l) return Status::Ok();
+      return bad(k.flag, v, "one of trace, debug, info, warning, error");
+    case Kind::kOps:
+      for (const char* l : {"tcp", "mpi", "shm"})
+        if (v == l) return Status::Ok();
+      return bad(k.flag, v, "one of tcp, mpi, shm");
+    case Kind::kText:
+    case Kind::kBool:
+      break;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<LaunchOptions> parse_options(const std::vector<std::string>& args) {
+  LaunchOptions o;
+  bool have_np = false;
+  size_t i = 0;
+  // Accepts "--flag value" and "--flag=value".
+  auto take = [&](const std::string& arg, const std::string& flag,
+                  std::string& value) -> Result<bool> {
+    if (arg == flag) {
+      if (i + 1 >= args.size())
+        return Status::InvalidArgument(flag + " needs a value (kolorun --help lists the forms)");
+      value = args[++i];
+      return true;
+    }
+    if (arg.rfind(flag + "=", 0) == 0) {
+      value = arg.substr(flag.size() + 1);
+      return true;
+    }
+    return false;
+  };
+  for (; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--") {
+      ++i;
+      break;
+    }
+    if (a.empty() || a[0] != '-') break;  // the command starts here
+    std::string v;
+    if (a == "-h" || a == "--help") {
+      o.help = true;
+      return o;
+    }
+    if (a == "--tag-output") {
+      o.tag_output = true;
+      continue;
+    }
+    if (a == "--no-tag-output") {
+      o.tag_output = false;
+      continue;
+    }
+    KOLO_ASSIGN_OR_RETURN(bool np, take(a, "-np", v));
+    if (!np) {
+      KOLO_ASSIGN_OR_RETURN(np, take(a, "-n", v));
+    }
+    if (np) {
+      KOLO_ASSIGN_OR_RETURN(o.np, parse_int("-np", v, 1));
+      have_np = true;
+      continue;
+    }
+    KOLO_ASSIGN_OR_RETURN(bool m, take(a, "--nnodes", v));
+    if (m) {
+      KOLO_ASSIGN_OR_RETURN(o.nnodes, parse_int("--nnodes", v, 1));
+      continue;
+    }
+    KOLO_ASSIGN_OR_RETURN(m, take(a, "--node-rank", v));
+    if (m) {
+      KOLO_ASSIGN_OR_RETURN(o.node_rank, parse_int("--node-rank", v, 0));
+      continue;
+    }
+    KOLO_ASSIGN_OR_RETURN(m, take(a, "--rdzv", v));
+    if (m) {
+      KOLO_ASSIGN_OR_RETURN(HostPort hp, parse_host_port(v, "--rdzv"));
+      o.rdzv = hp;
+      continue;
+    }
+    KOLO_ASSIGN_OR_RETURN(m, take(a, "--timeout", v));
+    if (m) {
+      KOLO_ASSIGN_OR_RETURN(o.timeout, parse_ms("--timeout", v));
+      continue;
+    }
+    KOLO_ASSIGN_OR_RETURN(m, take(a, "--grace", v));
+    if (m) {
+      KOLO_ASSIGN_OR_RETURN(o.grace, parse_ms("--grace", v));
+      continue;
+    }
+    KOLO_ASSIGN_OR_RETURN(m, take(a, "--secret", v));
+    if (m) {
+      if (v.empty()) return bad("--secret", "\"\"", "a non-empty string, e.g. 32 hex digits");
+      o.secret = v;
+      continue;
+    }
+    KOLO_ASSIGN_OR_RETURN(m, take(a, "-x", v));
+    if (m) {
+      size_t eq = v.find('=');
+      std::string name = v.substr(0, eq);
+      if (name.empty() || name.find_first_of(" \t") != std::string::npos)
+        return bad("-x", v, "VAR=VALUE or VAR (passes this shell's VAR)");
+      if (eq != std::string::npos) {
+        o.env[name] = v.substr(eq + 1);
+      } else if (const char* cur = std::getenv(name.c_str())) {
+        o.env[name] = cur;
+      }
+      continue;
+    }
+    bool knob_found = false;
+    for (const Knob& k : kKnobs) {
+      if (k.kind == Kind::kBool && a == k.flag) {
+        o.env[k.var] = "1";
+        knob_found = true;
+        break;
+      }
+      KOLO_ASSIGN_OR_RETURN(m, take(a, k.flag, v));
+      if (m) {
+        KOLO_RETURN_IF_ERROR(check_knob(k, v));
+        o.env[k.var] = v;
+        knob_found = true;
+        break;
+      }
+    }
+    if (knob_found) continue;
+    return Status::InvalidArgument("unknown option " + a + " (kolorun --help lists the options)");
+  }
+  o.command.assign(args.begin() + static_cast<long>(i), args.end());
+  if (!have_np) return Status::InvalidArgument("-np N is required: the number of processes on this node");
+  if (o.command.empty()) return Status::InvalidArgument("no command given: kolorun [options] -np N cmd args...");
+  if (o.node_rank >= o.nnodes)
+    return bad("--node-rank", std::to_string(o.node_rank),
+               "an integer in [0, --nnodes=" + std::to_string(o.nnodes) + ")");
+  if (o.nnodes > 1 && !o.rdzv)
+    return Status::InvalidArgument("--nnodes " + std::to_string(o.nnodes) +
+                                   " needs --rdzv HOST:PORT: the address node 0 serves the "
+                                   "store on and the other nodes connect to");
+  if (o.rdzv && o.nnodes > 1 && o.rdzv->port == 0)
+    return bad("--rdzv", o.rdzv->to_string(), "HOST:PORT with a fixed port when --nnodes > 1");
+  return o;
+}
+
+std::string usage() {
+  return R"(usage: kolorun [options] -np N cmd args...
+
+Starts N copies of cmd on this node with KOLO_RANK, KOLO_SIZE, KOLO_LOCAL_RANK,
+KOLO_LOCAL_SIZE, KOLO_CROSS_RANK, KOLO_CROSS_SIZE, KOLO_STORE_ADDR and KOLO_SECRET set,
+serves the rendezvous store, prefixes each output line with "[rank] ", forwards SIGINT and
+SIGTERM, and stops every rank when one fails.
+
+  -np N, -n N            processes on this node (required)
+  --nnodes M             nodes in the job (default 1); run one kolorun per node
+  --node-rank K          this node's rank in [0, M) (default 0); global rank = K*N + local rank
+  --rdzv HOST:PORT       store address: node 0 serves it, the others connect (required if M > 1)
+  --timeout DUR          how long nodes wait for each other (default 5min)
+  --secret S             job secret (default: $KOLO_SECRET; one node: random 128-bit hex)
+  --grace DUR            SIGTERM to SIGKILL delay when stopping ranks (default 3s)
+  --tag-output           prefix lines with "[rank] " (default)
+  --no-tag-output        pass output through untouched
+  -x VAR=VALUE, -x VAR   set VAR for every rank (VAR alone: this shell's value)
+  --fusion-threshold SIZE, --cycle-time DUR, --cache-capacity N, --timeline PATH,
+  --timeline-mark-cycles, --stall-check-time DUR, --stall-shutdown-time DUR,
+  --log-level LEVEL, --op-timeout DUR, --cpu-operations tcp|mpi|shm
+                         set the KOLO_* variable of the same name
+  -h, --help             this text
+
+Exit status: 0 when every rank exits 0; otherwise the failed rank's exit status (128+signal
+when it was killed by a signal), or 128+signal when kolorun itself was interrupted.
+)";
+}
+
+}  // namespace kolo::kolorun

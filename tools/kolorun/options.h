@@ -1,0 +1,36 @@
+// kolorun's command line: `kolorun [options] -np N cmd args...`. Parsing is separate from
+// launching so that every rejected flag is unit-tested without starting processes.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kolo/status.h"
+#include "rendezvous/address.h"
+
+namespace kolo::kolorun {
+
+struct LaunchOptions {
+  int np = 0;                                // processes on this node (required, >= 1)
+  int nnodes = 1;                            // nodes in the job
+  int node_rank = 0;                         // this node, in [0, nnodes)
+  std::optional<HostPort> rdzv;              // store address; required when nnodes > 1
+  std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // node rendezvous
+  std::chrono::milliseconds grace{3000};     // SIGTERM -> SIGKILL delay when stopping ranks
+  std::optional<std::string> secret;         // --secret (KOLO_SECRET is consulted later)
+  bool tag_output = true;
+  std::map<std::string, std::string> env;    // -x VAR=VALUE and the KOLO_* knob flags
+  std::vector<std::string> command;          // cmd args...
+  bool help = false;
+};
+
+// Parses argv[1..]. InvalidArgument naming the flag, the value and the accepted form.
+Result<LaunchOptions> parse_options(const std::vector<std::string>& args);
+
+// The --help text.
+std::string usage();
+
+}  // namespace kolo::kolorun

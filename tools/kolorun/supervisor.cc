@@ -1,0 +1,303 @@
+#include "tools/kolorun/supervisor.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <algorithm>
+#include <memory>
+#include <optional>
+
+#include "tools/kolorun/line_prefixer.h"
+
+namespace kolo::kolorun {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int g_signal_pipe[2] = {-1, -1};  // written by signal handlers, read by the poll loop
+
+void on_signal(int sig) {
+  int saved = errno;
+  unsigned char b = static_cast<unsigned char>(sig);
+  [[maybe_unused]] ssize_t n = ::write(g_signal_pipe[1], &b, 1);  // full pipe: a wake-up is queued
+  errno = saved;
+}
+
+struct Child {
+  int rank = 0;
+  pid_t pid = -1;
+  bool alive = false;
+  int status = 0;                  // waitpid status once reaped
+  int out_fd = -1, err_fd = -1;    // read ends, -1 when closed or not tagging
+  std::unique_ptr<LinePrefixer> out, err;
+};
+
+std::string describe_exit(const Child& c) {
+  std::string who = "rank " + std::to_string(c.rank) + " (pid " + std::to_string(c.pid) + ")";
+  if (WIFEXITED(c.status)) return who + " exited with status " + std::to_string(WEXITSTATUS(c.status));
+  int sig = WTERMSIG(c.status);
+  return who + " was killed by signal " + std::to_string(sig) + " (" + signal_name(sig) + ")";
+}
+
+bool failed(int status) { return !WIFEXITED(status) || WEXITSTATUS(status) != 0; }
+
+int exit_code_of(int status) {
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+void say(const std::string& line) { write_all(2, "kolorun: " + line + "\n"); }
+
+// The environment as "K=V" strings plus the char* array posix_spawn wants.
+struct Envp {
+  std::vector<std::string> strings;
+  std::vector<char*> ptrs;
+  explicit Envp(const std::map<std::string, std::string>& env) {
+    for (const auto& [k, v] : env) strings.push_back(k + "=" + v);
+    for (auto& s : strings) ptrs.push_back(s.data());
+    ptrs.push_back(nullptr);
+  }
+};
+
+Status spawn(const RankSpec& spec, bool tag, Child& child) {
+  int out[2] = {-1, -1}, err[2] = {-1, -1};
+  if (tag && (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0))
+    return Status::IoError(std::string("kolorun: pipe: ") + strerror(errno));
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  if (tag) {
+    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, err[1], 2);
+  }
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  // Own process group; default dispositions for the signals kolorun handles or ignores,
+  // since ignored dispositions would survive exec.
+  sigset_t def, none;
+  sigemptyset(&def);
+  for (int s : {SIGINT, SIGTERM, SIGCHLD, SIGPIPE, SIGHUP}) sigaddset(&def, s);
+  sigemptyset(&none);
+  posix_spawnattr_setsigdefault(&attr, &def);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setpgroup(&attr, 0);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF |
+                                      POSIX_SPAWN_SETSIGMASK);
+  std::vector<char*> argv;
+  for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  Envp envp(spec.env);
+  pid_t pid = -1;
+  int rc = posix_spawnp(&pid, argv[0], &fa, &attr, argv.data(), envp.ptrs.data());
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  if (tag) {
+    ::close(out[1]);
+    ::close(err[1]);
+  }
+  if (rc != 0) {
+    if (tag) {
+      ::close(out[0]);
+      ::close(err[0]);
+    }
+    return Status::IoError("cannot start rank " + std::to_string(spec.rank) + ": " +
+                           spec.argv[0] + ": " + strerror(rc));
+  }
+  child.rank = spec.rank;
+  child.pid = pid;
+  child.alive = true;
+  if (tag) {
+    child.out_fd = out[0];
+    child.err_fd = err[0];
+    std::string prefix = "[" + std::to_string(spec.rank) + "] ";
+    child.out = std::make_unique<LinePrefixer>(prefix, 1);
+    child.err = std::make_unique<LinePrefixer>(prefix, 2);
+  }
+  return Status::Ok();
+}
+
+void signal_all(std::vector<Child>& children, int sig) {
+  for (auto& c : children)
+    if (c.alive) ::kill(-c.pid, sig);  // the rank's whole process group
+}
+
+// Reads what is available on fd into its prefixer; closes fd at EOF or error.
+void pump(int& fd, LinePrefixer& lines) {
+  char buf[65536];
+  ssize_t n = ::read(fd, buf, sizeof buf);
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+  if (n <= 0) {
+    lines.finish();
+    ::close(fd);
+    fd = -1;
+    return;
+  }
+  lines.feed(std::string_view(buf, static_cast<size_t>(n)));
+}
+
+}  // namespace
+
+std::string signal_name(int sig) {
+  if (const char* abbrev = sigabbrev_np(sig)) return std::string("SIG") + abbrev;
+  return "signal " + std::to_string(sig);
+}
+
+Result<int> supervise(const std::vector<RankSpec>& ranks, const SuperviseOptions& options) {
+  if (::pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0)
+    return Status::IoError(std::string("kolorun: pipe: ") + strerror(errno));
+  struct sigaction sa = {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (int s : {SIGINT, SIGTERM, SIGCHLD, SIGHUP}) ::sigaction(s, &sa, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);  // a closed stdout must not kill the supervisor
+
+  std::vector<Child> children(ranks.size());
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    Status s = spawn(ranks[i], options.tag_output, children[i]);
+    if (!s.ok()) {
+      signal_all(children, SIGKILL);
+      for (auto& c : children)
+        if (c.alive) ::waitpid(c.pid, nullptr, 0);
+      return s;
+    }
+  }
+
+  std::optional<size_t> first_failure;      // index into children
+  int interrupted_by = 0;                   // the signal kolorun received, if any
+  std::optional<Clock::time_point> kill_at; // when SIGKILL follows the SIGTERM
+  bool killed = false;
+  bool remote_failure = false;              // another node reported a failure first
+  std::optional<Clock::time_point> drain_until;  // all reaped: wait this long for pipe EOFs
+
+  auto stop_others = [&](int sig) {
+    signal_all(children, sig);
+    if (!kill_at) kill_at = Clock::now() + options.grace;
+  };
+  auto alive_count = [&] {
+    int n = 0;
+    for (auto& c : children) n += c.alive;
+    return n;
+  };
+
+  while (true) {
+    // Reap whoever has exited (SIGCHLD only wakes us; the truth is waitpid's).
+    for (size_t i = 0; i < children.size(); ++i) {
+      Child& c = children[i];
+      if (!c.alive) continue;
+      int status = 0;
+      pid_t r = ::waitpid(c.pid, &status, WNOHANG);
+      if (r != c.pid) continue;
+      c.alive = false;
+      c.status = status;
+      if (!failed(status)) continue;
+      if (!first_failure && !interrupted_by && !remote_failure) {
+        first_failure = i;
+        say(describe_exit(c));
+        if (options.on_failure) options.on_failure(describe_exit(c));
+        if (alive_count() > 0) {
+          say("stopping the other ranks (SIGTERM, then SIGKILL after " +
+              std::to_string(options.grace.count()) + "ms)");
+          stop_others(SIGTERM);
+        }
+      }
+    }
+    int alive = alive_count();
+    bool pipes_open = false;
+    for (auto& c : children) pipes_open |= (c.out_fd >= 0 || c.err_fd >= 0);
+    if (alive == 0 && !pipes_open) break;
+    auto now = Clock::now();
+    if (alive == 0 && !drain_until) drain_until = now + std::chrono::seconds(1);
+    if (drain_until && now >= *drain_until) {
+      // A grandchild still holds a pipe open; stop reading so kolorun can report and exit.
+      for (auto& c : children) {
+        for (int* fd : {&c.out_fd, &c.err_fd})
+          if (*fd >= 0) ::close(*fd), *fd = -1;
+        if (c.out) c.out->finish();
+        if (c.err) c.err->finish();
+      }
+      break;
+    }
+    if (kill_at && !killed && now >= *kill_at) {
+      for (auto& c : children)
+        if (c.alive)
+          say("rank " + std::to_string(c.rank) + " (pid " + std::to_string(c.pid) +
+              ") did not stop within the grace period; sending SIGKILL");
+      signal_all(children, SIGKILL);
+      killed = true;
+    }
+
+    std::vector<pollfd> fds;
+    fds.push_back({g_signal_pipe[0], POLLIN, 0});
+    size_t remote_index = 0;
+    if (options.remote_failure_fd >= 0 && !remote_failure) {
+      remote_index = fds.size();
+      fds.push_back({options.remote_failure_fd, POLLIN, 0});
+    }
+    for (auto& c : children) {
+      if (c.out_fd >= 0) fds.push_back({c.out_fd, POLLIN, 0});
+      if (c.err_fd >= 0) fds.push_back({c.err_fd, POLLIN, 0});
+    }
+    // Wake at least every 100 ms: a SIGCHLD that raced with the waitpid scan is then seen late
+    // by at most that much, and the grace/drain deadlines are checked.
+    int wait_ms = 100;
+    ::poll(fds.data(), fds.size(), wait_ms);
+
+    if (fds[0].revents & POLLIN) {
+      unsigned char sigs[64];
+      ssize_t n;
+      while ((n = ::read(g_signal_pipe[0], sigs, sizeof sigs)) > 0) {
+        for (ssize_t k = 0; k < n; ++k) {
+          int sig = sigs[k];
+          if (sig == SIGCHLD) continue;
+          if (interrupted_by) {
+            say("got " + signal_name(sig) + " again; sending SIGKILL to every rank");
+            signal_all(children, SIGKILL);
+            killed = true;
+          } else {
+            interrupted_by = sig;
+            say("got " + signal_name(sig) + "; forwarding it to " + std::to_string(alive_count()) +
+                " rank(s)");
+            signal_all(children, sig == SIGHUP ? SIGTERM : sig);
+            if (!kill_at) kill_at = Clock::now() + options.grace;
+          }
+        }
+      }
+    }
+    if (remote_index && (fds[remote_index].revents & POLLIN)) {
+      char msg[4096];
+      ssize_t n = ::read(options.remote_failure_fd, msg, sizeof msg);
+      remote_failure = true;
+      if (!first_failure && !interrupted_by) {
+        say(std::string(msg, static_cast<size_t>(std::max<ssize_t>(n, 0))));
+        if (alive_count() > 0) {
+          say("stopping this node's ranks (SIGTERM, then SIGKILL after " +
+              std::to_string(options.grace.count()) + "ms)");
+          stop_others(SIGTERM);
+        }
+      }
+    }
+    for (auto& c : children) {
+      for (size_t k = 1; k < fds.size(); ++k) {
+        if (k == remote_index) continue;
+        if (!(fds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        if (fds[k].fd == c.out_fd) pump(c.out_fd, *c.out);
+        else if (fds[k].fd == c.err_fd) pump(c.err_fd, *c.err);
+      }
+    }
+  }
+
+  ::close(g_signal_pipe[0]);
+  ::close(g_signal_pipe[1]);
+  if (first_failure) return exit_code_of(children[*first_failure].status);
+  if (interrupted_by) return 128 + interrupted_by;
+  if (remote_failure) return 1;
+  return 0;
+}
+
+}  // namespace kolo::kolorun

@@ -1,0 +1,48 @@
+// Supervisor: starts the ranks of this node and watches them until they are all gone.
+//
+// Note [kolorun supervision]
+// Each rank runs in its own process group (so a signal for it reaches whatever it spawned, and
+// a terminal's Ctrl-C reaches only kolorun, which forwards it once). Its stdin is /dev/null;
+// with tagging on, its stdout and stderr are pipes that kolorun reads and prefixes line by
+// line. One thread runs one poll() loop over those pipes and a self-pipe that the SIGCHLD,
+// SIGINT and SIGTERM handlers write to, so nothing is done inside a signal handler.
+// When a rank exits non-zero or dies by a signal, kolorun reports it, sends SIGTERM to every
+// other rank and SIGKILL to those still alive after the grace period. SIGINT/SIGTERM sent to
+// kolorun are forwarded the same way (a second one escalates to SIGKILL at once).
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kolo/status.h"
+
+namespace kolo::kolorun {
+
+struct RankSpec {
+  int rank = 0;                               // global rank, shown in prefixes and messages
+  std::vector<std::string> argv;              // argv[0] is looked up in PATH
+  std::map<std::string, std::string> env;     // the complete environment of the process
+};
+
+struct SuperviseOptions {
+  bool tag_output = true;
+  std::chrono::milliseconds grace{3000};
+  // Multi-node (see failure_watch.h): called once with the first local failure's description,
+  // and a descriptor that turns readable, with a message, when another node reports one.
+  std::function<void(const std::string&)> on_failure;
+  int remote_failure_fd = -1;
+};
+
+// Runs the ranks to completion and returns kolorun's exit status: 0 when all exit 0; the
+// first failed rank's exit status (128 + signal if it was killed); 1 when another node
+// reported a failure; 128 + signal when kolorun was interrupted. IoError when a process cannot be started (the ones already started are
+// stopped first). Call once per process: it installs signal handlers.
+Result<int> supervise(const std::vector<RankSpec>& ranks, const SuperviseOptions& options);
+
+// "SIGKILL" for 9; "signal 64" style text for numbers without a name.
+std::string signal_name(int sig);
+
+}  // namespace kolo::kolorun

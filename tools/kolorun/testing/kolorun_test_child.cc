@@ -1,0 +1,73 @@
+// A rank program for kolorun's end-to-end tests. Usage: kolorun_test_child MODE [ARG]
+//   env          print the KOLO_* world variables as "name=value" lines
+//   exit N       exit with status N
+//   sleep        print "sleeping pid=P", then sleep until a signal (SIGTERM kills it)
+//   sleep-report print "ready", then on SIGTERM print "got SIGTERM" and exit 0
+//   ignore-term  print "ready", ignore SIGTERM and sleep (only SIGKILL stops it)
+//   world        world_from_env(), then a rendezvous barrier over its store; print "world ok"
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "rendezvous/world.h"
+
+namespace {
+volatile sig_atomic_t g_term = 0;
+void on_term(int) { g_term = 1; }
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "env") {
+    for (const char* v : {"KOLO_RANK", "KOLO_SIZE", "KOLO_LOCAL_RANK", "KOLO_LOCAL_SIZE",
+                          "KOLO_CROSS_RANK", "KOLO_CROSS_SIZE", "KOLO_STORE_ADDR", "KOLO_SECRET",
+                          "KOLO_FUSION_THRESHOLD", "EXTRA"}) {
+      const char* val = std::getenv(v);
+      std::printf("%s=%s\n", v, val ? val : "<unset>");
+    }
+    return 0;
+  }
+  if (mode == "exit" && argc > 2) return std::atoi(argv[2]);
+  if (mode == "sleep") {
+    std::printf("sleeping pid=%d\n", static_cast<int>(::getpid()));
+    std::fflush(stdout);
+    while (true) ::pause();
+  }
+  if (mode == "sleep-report") {
+    struct sigaction sa = {};
+    sa.sa_handler = on_term;
+    ::sigaction(SIGTERM, &sa, nullptr);
+    std::printf("ready\n");
+    std::fflush(stdout);
+    while (!g_term) ::pause();
+    std::printf("got SIGTERM\n");
+    return 0;
+  }
+  if (mode == "ignore-term") {
+    ::signal(SIGTERM, SIG_IGN);
+    std::printf("ready\n");
+    std::fflush(stdout);
+    while (true) ::pause();
+  }
+  if (mode == "world") {
+    auto w = kolo::world_from_env();
+    if (!w.ok()) {
+      std::fprintf(stderr, "%s\n", w.status().to_string().c_str());
+      return 1;
+    }
+    kolo::Status s = kolo::rendezvous_barrier(*w->store, "test", w->rank, w->size,
+                                              std::chrono::seconds(20));
+    if (!s.ok()) {
+      std::fprintf(stderr, "%s\n", s.to_string().c_str());
+      return 1;
+    }
+    std::printf("world ok rank=%d size=%d\n", w->rank, w->size);
+    return 0;
+  }
+  std::fprintf(stderr, "kolorun_test_child: unknown mode '%s'\n", mode.c_str());
+  return 64;
+}

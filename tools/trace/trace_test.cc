@@ -1,0 +1,407 @@
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "timeline/timeline.h"
+#include "timeline/trace_format.h"
+#include "tools/trace/merge.h"
+#include "tools/trace/summary.h"
+#include "tools/trace/trace_file.h"
+
+namespace kolo::trace {
+namespace {
+
+using nlohmann::json;
+namespace tf = trace_format;
+
+// A path under the test temp dir, removed when the test binary exits.
+std::string temp_path(const std::string& name) {
+  struct Cleanup {
+    std::vector<std::string> paths;
+    ~Cleanup() {
+      for (const auto& p : paths) std::remove(p.c_str());
+    }
+  };
+  static Cleanup cleanup;
+  std::string path = ::testing::TempDir() + "kolo_trace_" + std::to_string(::getpid()) + "_" + name;
+  cleanup.paths.push_back(path);
+  return path;
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+json meta(int pid, int tid, const std::string& name, json args) {
+  return {{"name", name}, {"ph", "M"}, {"pid", pid}, {"tid", tid}, {"args", std::move(args)}};
+}
+
+json clock_sync(int pid, int64_t wall_us) {
+  return meta(pid, 0, std::string(tf::kClockSyncEvent), {{tf::kWallClockUsArg, wall_us}});
+}
+
+json span(const std::string& ph, int pid, int tid, const std::string& name, double ts,
+          json args = nullptr) {
+  json e = {{"name", name}, {"ph", ph}, {"pid", pid}, {"tid", tid}, {"ts", ts}};
+  if (!args.is_null()) e["args"] = std::move(args);
+  return e;
+}
+
+// Output lines with runs of spaces collapsed, so tests name rows, not column widths.
+std::vector<std::string> normalized_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream words(line);
+    std::string word, joined;
+    while (words >> word) joined += (joined.empty() ? "" : " ") + word;
+    lines.push_back(joined);
+  }
+  return lines;
+}
+
+bool has_line(const std::string& text, const std::string& want) {
+  for (const auto& l : normalized_lines(text))
+    if (l == want) return true;
+  return false;
+}
+
+bool has_line_prefix(const std::string& text, const std::string& prefix) {
+  for (const auto& l : normalized_lines(text))
+    if (l.rfind(prefix, 0) == 0) return true;
+  return false;
+}
+
+TEST(TraceFile, ParsesArraysAndTraceEventsObjects) {
+  auto a = parse_trace(R"([{"ph":"i","ts":1,"pid":0,"tid":0,"name":"x"}])", "a.json");
+  ASSERT_TRUE(a.ok()) << a.status().to_string();
+  EXPECT_EQ(a->events.size(), 1u);
+  EXPECT_FALSE(a->recovered);
+  auto b = parse_trace(R"({"traceEvents":[{"ph":"i","ts":1},{"ph":"i","ts":2}]})", "b.json");
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  EXPECT_EQ(b->events.size(), 2u);
+}
+
+TEST(TraceFile, CompletesArraysCutShortByACrash) {
+  const std::string e1 = R"({"name":"a","ph":"i","ts":1})";
+  const std::string e2 = R"({"name":"b\"}","ph":"i","ts":2})";  // braces inside a string
+  struct Case {
+    std::string text;
+    size_t events;
+    size_t discarded;
+  };
+  std::vector<Case> cases = {
+      {"[\n" + e1 + ",\n" + e2, 2, 0},                                 // no closing bracket
+      {"[\n" + e1 + ",\n" + e2 + ",\n", 2, 0},                         // trailing separator
+      {"[\n" + e1 + ",\n{\"name\":\"x\",\"p", 1, 14},                  // half-written event
+      {"[\n" + e1 + ",\n{\"name\":\"x\",\"args\":{\"k\":[1,", 1, 27},  // cut inside nesting
+      {"[", 0, 0},                                                     // nothing but the bracket
+  };
+  for (const Case& c : cases) {
+    auto r = parse_trace(c.text, "crashed.json");
+    ASSERT_TRUE(r.ok()) << c.text << ": " << r.status().to_string();
+    EXPECT_TRUE(r->recovered) << c.text;
+    EXPECT_EQ(r->events.size(), c.events) << c.text;
+    EXPECT_EQ(r->discarded_bytes, c.discarded) << c.text;
+  }
+}
+
+TEST(TraceFile, ReportsCorruptionWithFileAndPosition) {
+  // "{bad}" starts at byte 11 (line 3, column 1); the parser stops at the 'b' (byte 12).
+  auto r = parse_trace("[\n{\"a\":1},\n{bad},\n{\"b\":2}\n]", "rank1.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  const std::string& m = r.status().message();
+  EXPECT_NE(m.find("'rank1.json': invalid JSON at byte 12 (line 3, column 2)"), std::string::npos)
+      << m;
+
+  auto not_array = parse_trace(R"({"foo":1})", "obj.json");
+  ASSERT_FALSE(not_array.ok());
+  EXPECT_NE(not_array.status().message().find("'obj.json': expected a JSON array"),
+            std::string::npos)
+      << not_array.status().message();
+
+  auto not_object = parse_trace("[1]", "num.json");
+  ASSERT_FALSE(not_object.ok());
+  EXPECT_NE(not_object.status().message().find(
+                "'num.json': event 0 must be a JSON object, got a JSON number"),
+            std::string::npos)
+      << not_object.status().message();
+
+  auto bad_ts = parse_trace(R"([{"ph":"i","ts":"soon"}])", "ts.json");
+  ASSERT_FALSE(bad_ts.ok());
+  EXPECT_NE(bad_ts.status().message().find("event 0 has a non-numeric \"ts\": \"soon\""),
+            std::string::npos)
+      << bad_ts.status().message();
+
+  auto empty = parse_trace("", "empty.json");
+  ASSERT_FALSE(empty.ok());
+  EXPECT_NE(empty.status().message().find("'empty.json': invalid JSON at byte 0"),
+            std::string::npos)
+      << empty.status().message();
+}
+
+TEST(TraceFile, MissingFileIsAnIoErrorNamingIt) {
+  auto r = load_trace("/nonexistent-kolo/rank0.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kIoError);
+  EXPECT_EQ(r.status().message(),
+            "cannot open '/nonexistent-kolo/rank0.json': No such file or directory");
+}
+
+TEST(Merge, ShiftsEachRankByItsWallClockZero) {
+  TraceFile r0, r1;
+  r0.path = "r0.json";
+  r0.events = json::array(
+      {clock_sync(0, 1'000'000'000), span("i", 0, 1, "x", 10.5), span("i", 0, 1, "y", 0.001)});
+  r0.wall_clock_us[0] = 1'000'000'000;
+  r1.path = "r1.json";
+  r1.events = json::array(
+      {span("i", 1, 1, "x", 10.5), clock_sync(1, 1'000'000'250), span("i", 1, 1, "y", 0.123)});
+  r1.wall_clock_us[1] = 1'000'000'250;  // started 250 us after rank 0
+
+  MergedTrace m = merge_traces({r1, r0});
+  ASSERT_TRUE(m.wall_clock_us.has_value());
+  EXPECT_EQ(*m.wall_clock_us, 1'000'000'000);
+  EXPECT_TRUE(m.warnings.empty());
+  ASSERT_EQ(m.events.size(), 6u);
+  // Metadata first, both naming the common zero.
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(m.events[i].at("ph"), "M");
+    EXPECT_EQ(m.events[i].at("args").at(tf::kWallClockUsArg), 1'000'000'000);
+  }
+  std::map<std::pair<int, std::string>, double> ts;
+  for (const auto& e : m.events)
+    if (e.at("ph") == "i")
+      ts[{e.at("pid").get<int>(), e.at("name").get<std::string>()}] = e.at("ts");
+  EXPECT_EQ((ts[{0, "x"}]), 10.5);
+  EXPECT_EQ((ts[{0, "y"}]), 0.001);
+  EXPECT_EQ((ts[{1, "x"}]), 260.5);
+  EXPECT_EQ((ts[{1, "y"}]), 250.123);
+
+  // Merging the merged trace again changes nothing: every rank now names the same zero.
+  std::string path = temp_path("merged.json");
+  ASSERT_TRUE(write_trace(path, m.events).ok());
+  auto again = load_trace(path);
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_EQ(merge_traces({*again}).events, m.events);
+}
+
+TEST(Merge, WarnsAboutUnalignableAndCollidingInputs) {
+  TraceFile plain, a, b;
+  plain.path = "plain.json";
+  plain.events = json::array({span("i", 7, 1, "x", 5)});
+  a.path = "a.json";
+  a.events = json::array({clock_sync(0, 100), span("i", 0, 1, "x", 1)});
+  a.wall_clock_us[0] = 100;
+  b = a;
+  b.path = "b.json";
+  b.recovered = true;
+  b.discarded_bytes = 9;
+  MergedTrace m = merge_traces({plain, a, b});
+  std::vector<std::string> want = {
+      "'plain.json' has no kolo_clock_sync metadata: its timestamps are not shifted",
+      "'b.json' was cut short (crashed run?): kept its 2 complete events, discarded 9 bytes of "
+      "a partial event",
+      "pid 0 appears in both 'a.json' and 'b.json': their tracks are shown together"};
+  EXPECT_EQ(m.warnings, want);
+  EXPECT_EQ(m.events.size(), 5u);
+}
+
+// A real timeline file cut short mid-event, as a crash leaves it, still merges.
+TEST(Merge, ReadsAnUnterminatedTimelineFile) {
+  std::string path = temp_path("crashed_rank.json");
+  {
+    Timeline tl;
+    ASSERT_TRUE(tl.start(path, 4).ok());
+    tl.begin("grad/w", "ALLREDUCE", {{"bytes", "64"}});
+    tl.end("grad/w");
+    tl.begin("grad/w", "ALLREDUCE", {{"bytes", "64"}});
+    tl.stop();
+  }
+  std::string full = read_text(path);
+  // Drop the closing bracket, the stats event and the middle of the last span's end.
+  size_t cut = full.rfind("\"ph\":\"E\"");
+  ASSERT_NE(cut, std::string::npos);
+  write_text(path, full.substr(0, cut));
+
+  auto file = load_trace(path);
+  ASSERT_TRUE(file.ok()) << file.status().to_string();
+  EXPECT_TRUE(file->recovered);
+  EXPECT_GT(file->discarded_bytes, 0u);
+  ASSERT_EQ(file->wall_clock_us.count(4), 1u);
+  MergedTrace m = merge_traces({*file});
+  int begins = 0, ends = 0;
+  for (const auto& e : m.events) {
+    EXPECT_EQ(e.at("pid"), 4);
+    begins += e.at("ph") == "B";
+    ends += e.at("ph") == "E";
+  }
+  EXPECT_EQ(begins, 2);
+  EXPECT_EQ(ends, 1);
+  TraceSummary s = summarize(m.events);
+  EXPECT_EQ(s.operations, 1u);
+  EXPECT_EQ(s.unclosed_spans, 1u);
+}
+
+// Two ranks, rank 1 started 20 us after rank 0. Times below are each rank's own ts; the
+// comments give them on the common clock.
+std::vector<TraceFile> two_rank_job() {
+  auto op = [](int pid, int tid, double begin, double neg_begin, double neg_end, double tcp_end,
+               double end, json bytes) {
+    return std::vector<json>{span("B", pid, tid, "ALLREDUCE", begin, {{"bytes", bytes}}),
+                             span("B", pid, tid, "NEGOTIATE", neg_begin),
+                             span("E", pid, tid, "NEGOTIATE", neg_end),
+                             span("B", pid, tid, "TCP_ALLREDUCE", neg_end),
+                             span("E", pid, tid, "TCP_ALLREDUCE", tcp_end),
+                             span("E", pid, tid, "ALLREDUCE", end)};
+  };
+  auto rank = [&](int pid, int64_t wall, std::vector<std::vector<json>> ops) {
+    TraceFile f;
+    f.path = "rank" + std::to_string(pid) + ".json";
+    f.events = json::array({clock_sync(pid, wall), meta(pid, 1, "thread_name", {{"name", "w"}}),
+                            meta(pid, 2, "thread_name", {{"name", "b"}})});
+    for (auto& o : ops)
+      for (auto& e : o) f.events.push_back(e);
+    f.wall_clock_us[pid] = wall;
+    return f;
+  };
+  TraceFile r0 = rank(0, 5'000'000,
+                      {op(0, 1, 0, 0, 50, 70, 80, 400),         // w#0: NEGOTIATE at 0
+                       op(0, 1, 100, 130, 150, 170, 180, 400),  // w#1: at 130 (last, lag 20)
+                       op(0, 2, 0, 10, 60, 60, 60, "8")});      // b#0: at 10
+  TraceFile r1 = rank(1, 5'000'020,
+                      {op(1, 1, 10, 10, 30, 50, 60, 400),     // w#0: at 30 (last, lag 30)
+                       op(1, 1, 90, 90, 130, 150, 160, 400),  // w#1: at 110
+                       op(1, 2, 0, 25, 40, 40, 40, "8")});    // b#0: at 45 (last, lag 35)
+  return {r0, r1};
+}
+
+TEST(Summary, CountsBytesAndTimePerKindTensorAndPhase) {
+  TraceSummary s = summarize(merge_traces(two_rank_job()).events);
+  EXPECT_EQ(s.operations, 6u);
+  const PhaseStats& op = s.by_kind.at({"ALLREDUCE", 0, ""});
+  EXPECT_EQ(op.count, 6u);
+  EXPECT_EQ(op.bytes, 4u * 400 + 2u * 8);
+  EXPECT_DOUBLE_EQ(op.total_us, 380);
+  const PhaseStats& neg = s.by_kind.at({"ALLREDUCE", 2, "NEGOTIATE"});
+  EXPECT_EQ(neg.count, 6u);
+  EXPECT_DOUBLE_EQ(neg.total_us, 195);
+  const PhaseStats& tcp = s.by_kind.at({"ALLREDUCE", 5, "TCP_ALLREDUCE"});
+  EXPECT_EQ(tcp.count, 6u);  // b's are zero-length but still counted
+  EXPECT_DOUBLE_EQ(tcp.total_us, 80);
+  EXPECT_EQ(s.by_kind.size(), 3u);
+  const PhaseStats& w = s.by_tensor.at({"w", "ALLREDUCE", 0, ""});
+  EXPECT_EQ(w.count, 4u);
+  EXPECT_EQ(w.bytes, 1600u);
+  EXPECT_DOUBLE_EQ(w.total_us, 280);
+  EXPECT_EQ(s.by_tensor.at({"b", "ALLREDUCE", 0, ""}).bytes, 16u);
+  EXPECT_EQ(s.unclosed_spans, 0u);
+  EXPECT_EQ(s.unmatched_ends, 0u);
+}
+
+TEST(Summary, StragglerIsTheRankWhoseNegotiateBeganLastOnTheCommonClock) {
+  TraceSummary s = summarize(merge_traces(two_rank_job()).events);
+  EXPECT_EQ(s.negotiations, 3u);
+  ASSERT_EQ(s.stragglers.size(), 2u);
+  EXPECT_EQ(s.stragglers.at(0).last_count, 1u);
+  EXPECT_DOUBLE_EQ(s.stragglers.at(0).lag_us, 20);
+  EXPECT_EQ(s.stragglers.at(1).last_count, 2u);
+  EXPECT_DOUBLE_EQ(s.stragglers.at(1).lag_us, 65);  // 25 if the clocks were not aligned
+}
+
+TEST(Summary, ReportPrintsTheTables) {
+  std::string out = format_summary(summarize(merge_traces(two_rank_job()).events));
+  EXPECT_TRUE(has_line(out, "Ranks: 0, 1; operations: 6")) << out;
+  EXPECT_TRUE(has_line(out, "kind phase count bytes total_ms mean_us")) << out;
+  EXPECT_TRUE(has_line(out, "ALLREDUCE (op) 6 1616 0.380 63.3")) << out;
+  EXPECT_TRUE(has_line(out, "ALLREDUCE NEGOTIATE 6 - 0.195 32.5")) << out;
+  EXPECT_TRUE(has_line(out, "ALLREDUCE TCP_ALLREDUCE 6 - 0.080 13.3")) << out;
+  EXPECT_TRUE(has_line(out, "w ALLREDUCE (op) 4 1600 0.280 70.0")) << out;
+  EXPECT_TRUE(has_line(out, "b ALLREDUCE NEGOTIATE 2 - 0.065 32.5")) << out;
+  EXPECT_TRUE(has_line(out, "rank last share total_lag_ms mean_lag_us")) << out;
+  EXPECT_TRUE(has_line(out, "0 1 33.3% 0.020 20.0")) << out;
+  EXPECT_TRUE(has_line(out, "1 2 66.7% 0.065 32.5")) << out;
+  // Phases print in pipeline order: the op, NEGOTIATE, then the backend's op.
+  std::vector<std::string> lines = normalized_lines(out);
+  auto index_of = [&](const std::string& prefix) {
+    for (size_t i = 0; i < lines.size(); ++i)
+      if (lines[i].rfind(prefix, 0) == 0) return i;
+    return lines.size();
+  };
+  EXPECT_LT(index_of("ALLREDUCE (op)"), index_of("ALLREDUCE NEGOTIATE"));
+  EXPECT_LT(index_of("ALLREDUCE NEGOTIATE"), index_of("ALLREDUCE TCP_ALLREDUCE"));
+}
+
+TEST(Summary, NotesDroppedEventsAndStrayEnds) {
+  json events =
+      json::array({meta(0, 0, std::string(tf::kStatsEvent), {{tf::kDroppedEventsArg, 12}}),
+                   span("E", 0, 1, "OP", 1), span("B", 0, 1, "OP", 2)});
+  TraceSummary s = summarize(events);
+  EXPECT_EQ(s.dropped_events.at(0), 12u);
+  EXPECT_EQ(s.unmatched_ends, 1u);
+  EXPECT_EQ(s.unclosed_spans, 1u);
+  std::string out = format_summary(s);
+  EXPECT_NE(out.find("rank 0 dropped 12 events"), std::string::npos) << out;
+  EXPECT_NE(out.find("1 spans never ended"), std::string::npos) << out;
+}
+
+// The binary end to end: real timeline files in, merged file and report out.
+TEST(KoloTraceCli, MergesAndSummarisesTimelineFiles) {
+  std::vector<std::string> inputs;
+  for (int rank = 0; rank < 2; ++rank) {
+    inputs.push_back(temp_path("cli_rank" + std::to_string(rank) + ".json"));
+    Timeline tl;
+    ASSERT_TRUE(tl.start(inputs.back(), rank).ok());
+    tl.begin("grad/w", "ALLREDUCE", {{"bytes", "1024"}});
+    tl.begin("grad/w", "NEGOTIATE");
+    tl.end("grad/w");
+    tl.end("grad/w");
+    tl.stop();
+  }
+  std::string merged = temp_path("cli_merged.json");
+  std::string log = temp_path("cli.log");
+  std::string cmd = std::string(KOLO_TRACE_BINARY) + " merge " + merged + " " + inputs[0] + " " +
+                    inputs[1] + " 2>" + log;
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << read_text(log);
+  auto file = load_trace(merged);
+  ASSERT_TRUE(file.ok()) << file.status().to_string();
+  EXPECT_FALSE(file->recovered);
+  EXPECT_EQ(file->wall_clock_us.size(), 2u);
+
+  std::string report = temp_path("cli_report.txt");
+  cmd = std::string(KOLO_TRACE_BINARY) + " summary " + merged + " >" + report + " 2>" + log;
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << read_text(log);
+  std::string out = read_text(report);
+  EXPECT_TRUE(has_line_prefix(out, "ALLREDUCE (op) 2 2048 ")) << out;
+  EXPECT_TRUE(has_line_prefix(out, "grad/w ALLREDUCE NEGOTIATE 2 - ")) << out;
+  EXPECT_NE(out.find("Negotiation stragglers"), std::string::npos) << out;
+
+  cmd = std::string(KOLO_TRACE_BINARY) + " summary /nonexistent-kolo/x.json 2>" + log;
+  int rc = std::system(cmd.c_str());
+  EXPECT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 1) << rc;
+  EXPECT_EQ(read_text(log),
+            "kolo-trace: cannot open '/nonexistent-kolo/x.json': No such file or directory\n");
+
+  cmd = std::string(KOLO_TRACE_BINARY) + " frobnicate 2>" + log;
+  rc = std::system(cmd.c_str());
+  EXPECT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 2) << rc;
+  EXPECT_NE(read_text(log).find("unknown command 'frobnicate'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kolo::trace
