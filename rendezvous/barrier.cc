@@ -34,9 +34,8 @@ Status rendezvous_barrier(Store& store, const std::string& prefix, int rank, int
   if (count == 0) return Status::Ok();  // the last one arrived just after the timeout
   std::string noun(members);
   if (count == 1 && !noun.empty() && noun.back() == 's') noun.pop_back();
-  return Status::Timeout("rendezvous timed out after " + store_internal::format_ms(timeout) +
-                         ": " + noun + " " + missing + " of " +
-                         std::to_string(size) + " never arrived");
+  return Status::Timeout("rendezvous timed out after " + store_internal::format_ms(timeout) + ": " +
+                         noun + " " + missing + " of " + std::to_string(size) + " never arrived");
 }
 
 }  // namespace kolo

@@ -83,7 +83,8 @@ Result<std::unique_ptr<FileStore>> FileStore::open(const std::string& dir) {
   if (dir.empty()) return Status::InvalidArgument("FileStore::open: dir must not be empty");
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) return Status::IoError("file store: cannot create directory " + dir + ": " + ec.message());
+  if (ec)
+    return Status::IoError("file store: cannot create directory " + dir + ": " + ec.message());
   if (!std::filesystem::is_directory(dir, ec))
     return Status::InvalidArgument("FileStore::open: " + dir + " is not a directory");
   return std::unique_ptr<FileStore>(new FileStore(dir));
@@ -102,8 +103,8 @@ Result<std::string> FileStore::key_path(std::string_view op, const std::string& 
 
 Status FileStore::write_atomically(const std::string& path, const std::string& value) {
   // The temporary name is unique per process and call, so concurrent writers never share one.
-  std::string tmp = dir_ + "/t_" + std::to_string(::getpid()) + "_" +
-                    std::to_string(tmp_counter_.fetch_add(1));
+  std::string tmp =
+      dir_ + "/t_" + std::to_string(::getpid()) + "_" + std::to_string(tmp_counter_.fetch_add(1));
   Fd f{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
   if (f.fd < 0) return io_error("cannot create", tmp);
   size_t off = 0;

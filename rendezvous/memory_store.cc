@@ -26,8 +26,7 @@ Result<std::string> MemoryStore::get(const std::string& key, std::chrono::millis
   return data_.at(key);
 }
 
-Status MemoryStore::wait(const std::vector<std::string>& keys,
-                         std::chrono::milliseconds timeout) {
+Status MemoryStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   for (const auto& k : keys) KOLO_RETURN_IF_ERROR(validate_key("store wait", k));
   KOLO_RETURN_IF_ERROR(validate_timeout("store wait", timeout));
   auto all_present = [&] {

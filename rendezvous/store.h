@@ -35,8 +35,7 @@ class Store {
   // Waits until key exists, then returns its value.
   virtual Result<std::string> get(const std::string& key, std::chrono::milliseconds timeout) = 0;
   // Waits until every key exists. The Timeout message lists the keys still missing.
-  virtual Status wait(const std::vector<std::string>& keys,
-                      std::chrono::milliseconds timeout) = 0;
+  virtual Status wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
   // Atomically adds delta to the integer stored at key (a missing key counts as 0) and
   // returns the new value.
   virtual Result<int64_t> add(const std::string& key, int64_t delta) = 0;

@@ -20,10 +20,9 @@ Status validate_key(std::string_view op, std::string_view key) {
 
 Status validate_value(std::string_view op, std::string_view key, std::string_view value) {
   if (value.size() > kMaxStoreValueBytes)
-    return Status::InvalidArgument(std::string(op) + "(" + std::string(key) +
-                                   "): value must be at most " +
-                                   std::to_string(kMaxStoreValueBytes) + " bytes, got " +
-                                   std::to_string(value.size()));
+    return Status::InvalidArgument(
+        std::string(op) + "(" + std::string(key) + "): value must be at most " +
+        std::to_string(kMaxStoreValueBytes) + " bytes, got " + std::to_string(value.size()));
   return Status::Ok();
 }
 
@@ -47,8 +46,8 @@ Result<int64_t> parse_counter(std::string_view key, std::string_view text) {
 Result<int64_t> checked_add(std::string_view key, int64_t current, int64_t delta) {
   int64_t out = 0;
   if (__builtin_add_overflow(current, delta, &out))
-    return Status::InvalidArgument("store add(" + std::string(key) + "): " +
-                                   std::to_string(current) + " + " + std::to_string(delta) +
+    return Status::InvalidArgument("store add(" + std::string(key) +
+                                   "): " + std::to_string(current) + " + " + std::to_string(delta) +
                                    " overflows int64");
   return out;
 }

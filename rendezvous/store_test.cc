@@ -42,10 +42,10 @@ struct MemoryBacking {
 struct FileBacking {
   std::string dir;
   FileBacking() {
-    dir = (std::filesystem::temp_directory_path() /
-           ("kolo_file_store_test_" + std::to_string(::getpid()) + "_" +
-            std::to_string(counter()++)))
-              .string();
+    dir =
+        (std::filesystem::temp_directory_path() /
+         ("kolo_file_store_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++)))
+            .string();
   }
   ~FileBacking() { std::filesystem::remove_all(dir); }
   static std::atomic<int>& counter() {

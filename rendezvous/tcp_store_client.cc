@@ -2,14 +2,11 @@
 // asynchronous write/read chain with io.run_until(deadline): that is how a blocking call gets
 // a timeout in Asio. A connection whose call did not finish cleanly is discarded, never reused,
 // because its stream position is unknown.
-// <utility> first: Boost 1.74 asio uses std::exchange without including it (C++20).
-#include <utility>
-
-#include <boost/asio.hpp>
 #include <fcntl.h>
 
 #include <thread>
 
+#include "rendezvous/asio.h"
 #include "rendezvous/store_common.h"
 #include "rendezvous/tcp_store.h"
 #include "rendezvous/tcp_store_protocol.h"
@@ -33,16 +30,15 @@ boost::system::error_code connect_once(TcpStore::Connection& c, const HostPort& 
                                        Clock::time_point deadline) {
   boost::system::error_code ec;
   tcp::resolver resolver(c.io);
-  auto endpoints = resolver.resolve(addr.host, std::to_string(addr.port),
-                                    tcp::resolver::numeric_service, ec);
+  auto endpoints =
+      resolver.resolve(addr.host, std::to_string(addr.port), tcp::resolver::numeric_service, ec);
   if (ec) return ec;
   bool done = false;
   c.io.restart();
-  asio::async_connect(c.socket, endpoints,
-                      [&](boost::system::error_code e, const tcp::endpoint&) {
-                        ec = e;
-                        done = true;
-                      });
+  asio::async_connect(c.socket, endpoints, [&](boost::system::error_code e, const tcp::endpoint&) {
+    ec = e;
+    done = true;
+  });
   c.io.run_until(deadline);
   if (!done) {
     boost::system::error_code ignored;
@@ -162,13 +158,13 @@ Result<Response> roundtrip(TcpStore::Connection& c, const HostPort& addr, const 
 
 // Runs one request on a pooled connection. The deadline is the server-side wait (if any) plus
 // io_timeout, so a slow network never turns a successful wait into an error.
-#define KOLO_STORE_CALL(resp_var, req, wait_ms)                                            \
-  KOLO_ASSIGN_OR_RETURN(auto conn_, acquire());                                            \
+#define KOLO_STORE_CALL(resp_var, req, wait_ms)                                             \
+  KOLO_ASSIGN_OR_RETURN(auto conn_, acquire());                                             \
   auto resp_or_ = roundtrip(*conn_, address_, req, Clock::now() + (wait_ms) + io_timeout_); \
-  if (!resp_or_.ok()) return resp_or_.status();                                            \
-  release(std::move(conn_));                                                               \
-  Response resp_var = std::move(resp_or_).value();                                         \
-  if (resp_var.reply == Reply::kError)                                                     \
+  if (!resp_or_.ok()) return resp_or_.status();                                             \
+  release(std::move(conn_));                                                                \
+  Response resp_var = std::move(resp_or_).value();                                          \
+  if (resp_var.reply == Reply::kError)                                                      \
     return Status(static_cast<StatusCode>(resp_var.error_code), resp_var.error_message);
 
 Status TcpStore::set(const std::string& key, const std::string& value) {

@@ -1,16 +1,13 @@
 // TcpStoreServer: one io_context on one thread owns the table, so no lock guards it. A session
 // reads a request, answers it, and reads the next; a get/wait whose keys are missing parks the
 // session in waiting_ until a set/add completes it or its timer fires.
-// <utility> first: Boost 1.74 asio uses std::exchange without including it (C++20).
-#include <utility>
-
-#include <boost/asio.hpp>
 #include <fcntl.h>
 
 #include <list>
 #include <map>
 #include <set>
 
+#include "rendezvous/asio.h"
 #include "rendezvous/store_common.h"
 #include "rendezvous/tcp_store.h"
 #include "rendezvous/tcp_store_protocol.h"
@@ -212,8 +209,7 @@ void TcpStoreServer::Impl::on_change() {
   for (auto& s : snapshot) s->try_complete();
 }
 
-Result<std::unique_ptr<TcpStoreServer>> TcpStoreServer::start(const std::string& host,
-                                                               int port) {
+Result<std::unique_ptr<TcpStoreServer>> TcpStoreServer::start(const std::string& host, int port) {
   if (port < 0 || port > 65535)
     return Status::InvalidArgument("TcpStoreServer: port must be in 0..65535, got " +
                                    std::to_string(port));
@@ -232,8 +228,7 @@ Result<std::unique_ptr<TcpStoreServer>> TcpStoreServer::start(const std::string&
   if (!ec) impl.acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
   if (!ec) impl.acceptor.bind(endpoint, ec);
   if (!ec) impl.acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec)
-    return Status::IoError("store server: cannot listen on " + where + ": " + ec.message());
+  if (ec) return Status::IoError("store server: cannot listen on " + where + ": " + ec.message());
   // kolorun forks workers while it serves: they must not inherit the listening socket.
   ::fcntl(impl.acceptor.native_handle(), F_SETFD, FD_CLOEXEC);
   server->host_ = host;

@@ -1,14 +1,13 @@
 // TcpStore specifics: hostile frames against the server, the protocol decoder on bad bytes,
 // and what a client sees when the server goes away.
+#include "rendezvous/tcp_store.h"
+
 #include <gtest/gtest.h>
 
-#include <utility>
-
-#include <boost/asio.hpp>
 #include <thread>
 
 #include "rendezvous/address.h"
-#include "rendezvous/tcp_store.h"
+#include "rendezvous/asio.h"
 #include "rendezvous/tcp_store_protocol.h"
 
 namespace kolo {
@@ -59,10 +58,13 @@ TEST(TcpStoreServer, MalformedFramesCloseOnlyThatClient) {
       {"length beyond the bound", std::string("\xff\xff\xff\xff", 4)},
       {"zero length", std::string("\0\0\0\0", 4)},
       {"unknown op", frame(std::string("\x09", 1))},
-      {"string length past the body", frame(std::string("\x05\x00\x00\x10\x00" "abc", 8))},
-      {"trailing bytes", frame(std::string("\x05\x00\x00\x00\x01" "kZZ", 8))},
-      {"wait with too many keys",
-       frame(std::string("\x03\0\0\0\0\0\0\0\x01\xff\xff\xff\xff", 13))},
+      {"string length past the body", frame(std::string("\x05\x00\x00\x10\x00"
+                                                        "abc",
+                                                        8))},
+      {"trailing bytes", frame(std::string("\x05\x00\x00\x00\x01"
+                                           "kZZ",
+                                           8))},
+      {"wait with too many keys", frame(std::string("\x03\0\0\0\0\0\0\0\x01\xff\xff\xff\xff", 13))},
       {"truncated frame then hang-up", std::string("\x00\x00\x01\x00\x01\x02", 6)},
   };
   for (const auto& [what, bytes] : bad) {
@@ -79,8 +81,7 @@ TEST(TcpStoreServer, MalformedFramesCloseOnlyThatClient) {
 TEST(TcpStoreServer, WellFormedRequestWithBadKeyGetsAnErrorReplyNotAHangUp) {
   auto server = start_server();
   // check("") is well-formed on the wire but invalid: the reply is an error frame.
-  std::string reply = send_raw_and_drain(server->port(),
-                                         frame(std::string("\x05\0\0\0\0", 5)));
+  std::string reply = send_raw_and_drain(server->port(), frame(std::string("\x05\0\0\0\0", 5)));
   ASSERT_GE(reply.size(), 6u);
   EXPECT_EQ(reply[4], static_cast<char>(tcp_store::Reply::kError));
   EXPECT_NE(reply.find("key must not be empty"), std::string::npos);

@@ -121,12 +121,14 @@ TEST(WorldFromEnv, MalformedVariablesNameVariableValueAndForm) {
             "KOLO_SIZE=2x is invalid: expected a positive integer");
   EXPECT_EQ(error_of({{"KOLO_RANK", "1"}}),
             "KOLO_SIZE is not set: expected a positive integer (kolorun sets it)");
-  EXPECT_EQ(error_of(with({{"KOLO_RANK", "1"}, {"KOLO_LOCAL_SIZE", "2"}, {"KOLO_LOCAL_RANK", "2"}})),
-            "KOLO_LOCAL_RANK=2 is invalid: expected an integer in [0, KOLO_LOCAL_SIZE=2)");
+  EXPECT_EQ(
+      error_of(with({{"KOLO_RANK", "1"}, {"KOLO_LOCAL_SIZE", "2"}, {"KOLO_LOCAL_RANK", "2"}})),
+      "KOLO_LOCAL_RANK=2 is invalid: expected an integer in [0, KOLO_LOCAL_SIZE=2)");
   EXPECT_EQ(error_of(with({{"KOLO_RANK", "1"}, {"KOLO_LOCAL_SIZE", "5"}})),
             "KOLO_LOCAL_SIZE=5 is invalid: expected an integer in [1, KOLO_SIZE=4]");
-  EXPECT_EQ(error_of(with({{"KOLO_RANK", "1"}, {"KOLO_CROSS_SIZE", "2"}, {"KOLO_CROSS_RANK", "x"}})),
-            "KOLO_CROSS_RANK=x is invalid: expected an integer in [0, KOLO_CROSS_SIZE=2)");
+  EXPECT_EQ(
+      error_of(with({{"KOLO_RANK", "1"}, {"KOLO_CROSS_SIZE", "2"}, {"KOLO_CROSS_RANK", "x"}})),
+      "KOLO_CROSS_RANK=x is invalid: expected an integer in [0, KOLO_CROSS_SIZE=2)");
   EXPECT_EQ(error_of({{"KOLO_SIZE", "4"}}),
             "KOLO_SIZE=4 is set but KOLO_RANK is not: set KOLO_RANK (an integer in [0, "
             "KOLO_SIZE)) too, or unset KOLO_SIZE");
@@ -139,8 +141,10 @@ TEST(WorldFromEnv, MultiRankNeedsStoreAddressAndSecret) {
   EXPECT_EQ(error_of({{"KOLO_RANK", "0"}, {"KOLO_SIZE", "2"}, {"KOLO_STORE_ADDR", "x:1"}}),
             "KOLO_SECRET is not set: expected the job's shared secret (a non-empty string, e.g. "
             "32 hex digits; kolorun sets it) when KOLO_SIZE=2 > 1");
-  std::string bad_addr = error_of(
-      {{"KOLO_RANK", "0"}, {"KOLO_SIZE", "2"}, {"KOLO_SECRET", "s"}, {"KOLO_STORE_ADDR", "nohost"}});
+  std::string bad_addr = error_of({{"KOLO_RANK", "0"},
+                                   {"KOLO_SIZE", "2"},
+                                   {"KOLO_SECRET", "s"},
+                                   {"KOLO_STORE_ADDR", "nohost"}});
   EXPECT_EQ(bad_addr.rfind("KOLO_STORE_ADDR=\"nohost\" is invalid", 0), 0u) << bad_addr;
   EXPECT_NE(bad_addr.find("expected HOST:PORT"), std::string::npos) << bad_addr;
 }

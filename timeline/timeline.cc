@@ -23,6 +23,10 @@ using timeline_detail::TraceEvent;
 
 namespace {
 
+// Batches of this many events keep the two queue vectors small (they are reused, so steady
+// state allocates nothing for them) while costing one writer wake-up per few thousand events.
+constexpr size_t kDefaultWakeWriterAt = 4096;
+
 // Lets the track map be searched with a string_view (no std::string built per event).
 struct StringHash {
   using is_transparent = void;
@@ -97,6 +101,12 @@ struct Timeline::Impl {
   void push(TraceEvent event) {  // REQUIRES(mu)
     pending.push_back(std::move(event));
     if (pending.size() == wake_threshold) wake.notify_one();
+  }
+
+  // Room for a batch and the events recorded while it is being taken (capped: the limit may be
+  // "unbounded"). Set before the writer starts, so the writer may read it without the lock.
+  size_t reserve_size() const {
+    return 2 * std::min({options.max_queued_events, wake_threshold, size_t{1} << 20});
   }
 
   bool has_room() const { return pending.size() < options.max_queued_events; }  // REQUIRES(mu)
@@ -176,7 +186,8 @@ struct Timeline::Impl {
   }
 
   void writer_loop(int pid) {
-    std::vector<TraceEvent> batch;
+    std::vector<TraceEvent> batch;  // swapped with `pending`: both keep their capacity
+    batch.reserve(reserve_size());
     std::string text;
     for (;;) {
       bool done;
@@ -265,11 +276,12 @@ Status Timeline::start(const std::string& path, int rank, bool mark_cycles) {
     m.stopping = false;
     m.rank = rank;
     m.t0 = steady0;
-    m.wake_threshold = m.options.wake_writer_at > 0
-                           ? m.options.wake_writer_at
-                           : std::max<size_t>(1, m.options.max_queued_events / 2);
+    m.wake_threshold =
+        m.options.wake_writer_at > 0
+            ? m.options.wake_writer_at
+            : std::clamp<size_t>(m.options.max_queued_events / 2, 1, kDefaultWakeWriterAt);
     m.pending.clear();
-    m.pending.reserve(std::min<size_t>(m.options.max_queued_events, 4096));
+    m.pending.reserve(m.reserve_size());
     m.tracks.clear();
     m.tracks.emplace(std::string(), Track{trace_format::kMarkersTid, {}});
     m.next_tid = trace_format::kMarkersTid + 1;

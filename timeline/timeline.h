@@ -48,9 +48,10 @@ struct TimelineOptions {
   // The writer thread writes and flushes queued events at least this often (and sooner when the
   // queue reaches wake_writer_at), which bounds what a crash loses. Must be > 0.
   std::chrono::milliseconds flush_interval{100};
-  // The writer thread is also woken as soon as this many events are queued; 0 means half of
-  // max_queued_events. Larger batches mean fewer wake-ups; a value above max_queued_events
-  // leaves only the flush interval (tests use that to make dropping deterministic).
+  // The writer thread is also woken as soon as this many events are queued; 0 means
+  // min(4096, max_queued_events / 2). Larger batches mean fewer wake-ups; a value above
+  // max_queued_events leaves only the flush interval (tests use that to make dropping
+  // deterministic).
   size_t wake_writer_at = 0;
 };
 

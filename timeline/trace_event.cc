@@ -2,7 +2,6 @@
 
 #include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <system_error>
 
@@ -87,10 +86,11 @@ void append_ts_us(std::string& out, int64_t ts_ns) {
     out += '-';
     ts_ns = -ts_ns;
   }
-  char buf[40];
-  int n = std::snprintf(buf, sizeof(buf), "%lld.%03lld", static_cast<long long>(ts_ns / 1000),
-                        static_cast<long long>(ts_ns % 1000));
-  out.append(buf, n > 0 ? static_cast<size_t>(n) : 0);
+  append_int(out, ts_ns / 1000);
+  int frac = static_cast<int>(ts_ns % 1000);
+  char digits[4] = {'.', static_cast<char>('0' + frac / 100),
+                    static_cast<char>('0' + frac / 10 % 10), static_cast<char>('0' + frac % 10)};
+  out.append(digits, 4);
 }
 
 void append_event_json(std::string& out, const TraceEvent& event, int pid) {

@@ -32,8 +32,8 @@ Status gather_nodes(Store& store, const LaunchOptions& o) {
     if (!theirs.ok())
       return theirs.status().with_context("waiting for node 0 at " + o.rdzv->to_string());
     if (*theirs != shape)
-      return Status::Mismatch("node " + std::to_string(o.node_rank) + " was started with " +
-                              shape + " but node 0 with " + *theirs +
+      return Status::Mismatch("node " + std::to_string(o.node_rank) + " was started with " + shape +
+                              " but node 0 with " + *theirs +
                               ": every node needs the same --nnodes and -np");
   }
   std::string me = std::to_string(o.node_rank);
@@ -44,8 +44,7 @@ Status gather_nodes(Store& store, const LaunchOptions& o) {
   char host[256] = "?";
   ::gethostname(host, sizeof host - 1);
   KOLO_RETURN_IF_ERROR(store.set("kolorun/node/" + me + "/host", host));
-  return rendezvous_barrier(store, "kolorun/nodes", o.node_rank, o.nnodes, o.timeout,
-                            "node ranks");
+  return rendezvous_barrier(store, "kolorun/nodes", o.node_rank, o.nnodes, o.timeout, "node ranks");
 }
 
 }  // namespace
@@ -98,11 +97,14 @@ Result<Job> setup_job(const LaunchOptions& o) {
 Status finish_job(Job& job, const LaunchOptions& o) {
   job.watch.reset();
   if (!job.store) return Status::Ok();
-  Status s = rendezvous_barrier(*job.store, "kolorun/done", o.node_rank, o.nnodes, o.timeout,
-                                "node ranks");
-  // Only node 0's store matters to the others; elsewhere a lost store just means node 0 left.
-  if (o.node_rank != 0) return Status::Ok();
-  return s.with_context("waiting for the other nodes to finish");
+  if (o.node_rank != 0) {
+    // Only node 0's store matters to the others: say we are done and leave. A lost store just
+    // means node 0 has already gone.
+    (void)job.store->set("kolorun/done/arrived/" + std::to_string(o.node_rank), "1");
+    return Status::Ok();
+  }
+  return rendezvous_barrier(*job.store, "kolorun/done", 0, o.nnodes, o.timeout, "node ranks")
+      .with_context("waiting for the other nodes to finish");
 }
 
 }  // namespace kolo::kolorun

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <regex>
 #include <set>
@@ -140,6 +141,25 @@ std::map<int, std::map<std::string, std::string>> parse_env_lines(const std::str
   return by_rank;
 }
 
+// A temporary directory for READY_DIR markers, removed afterwards.
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/kolorun_test_XXXXXX";
+    path = ::mkdtemp(tmpl);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+};
+
+// Shell code that waits until the given ranks have created their READY_DIR markers.
+std::string wait_ready(const std::string& dir, std::initializer_list<int> ranks) {
+  std::string cond;
+  for (int r : ranks)
+    cond += (cond.empty() ? "" : " || ") + std::string("[ ! -e ") + dir + "/" + std::to_string(r) +
+            " ]";
+  return "while " + cond + "; do sleep 0.02; done; ";
+}
+
 int free_port() { return TcpStoreServer::start("127.0.0.1", 0).value()->port(); }
 
 // ---- pure parts ----
@@ -151,10 +171,28 @@ std::string parse_error(const std::vector<std::string>& args) {
 }
 
 TEST(KolorunOptions, ParsesEveryFlag) {
-  auto o = parse_options({"-np", "2", "--nnodes=3", "--node-rank", "1", "--rdzv", "h:29500",
-                          "--timeout", "2s", "--grace", "100ms", "--secret", "abc",
-                          "--no-tag-output", "-x", "A=b=c", "--fusion-threshold", "64MiB",
-                          "--timeline-mark-cycles", "prog", "-np", "9"});
+  auto o = parse_options({"-np",
+                          "2",
+                          "--nnodes=3",
+                          "--node-rank",
+                          "1",
+                          "--rdzv",
+                          "h:29500",
+                          "--timeout",
+                          "2s",
+                          "--grace",
+                          "100ms",
+                          "--secret",
+                          "abc",
+                          "--no-tag-output",
+                          "-x",
+                          "A=b=c",
+                          "--fusion-threshold",
+                          "64MiB",
+                          "--timeline-mark-cycles",
+                          "prog",
+                          "-np",
+                          "9"});
   ASSERT_TRUE(o.ok()) << o.status().to_string();
   EXPECT_EQ(o->np, 2);
   EXPECT_EQ(o->nnodes, 3);
@@ -271,13 +309,14 @@ TEST(Kolorun, StderrIsPrefixedAndNoTagOutputPassesThrough) {
 
 TEST(Kolorun, AFailingRankStopsTheOthersAndIsNamed) {
   // Rank 1 exits 3 once the others sleep (forever, unless kolorun stops them).
-  std::string script = "if [ \"$KOLO_RANK\" = 1 ]; then sleep 0.3; exit 3; fi; exec " + kChild +
-                       " sleep";
-  Proc p({kKolorun, "-np", "3", "sh", "-c", script});
+  TempDir ready;
+  std::string script = "if [ \"$KOLO_RANK\" = 1 ]; then " + wait_ready(ready.path, {0, 2}) +
+                       "exit 3; fi; exec " + kChild + " sleep";
+  Proc p({kKolorun, "-np", "3", "-x", "READY_DIR=" + ready.path, "sh", "-c", script});
   int status = p.finish(20s);
   EXPECT_EQ(exit_code(status), 3);
-  EXPECT_TRUE(std::regex_search(p.err(),
-                                std::regex(R"(kolorun: rank 1 \(pid \d+\) exited with status 3\n)")))
+  EXPECT_TRUE(std::regex_search(
+      p.err(), std::regex(R"(kolorun: rank 1 \(pid \d+\) exited with status 3\n)")))
       << p.err();
   // The sleeping ranks are gone, not orphaned.
   std::regex sleeping(R"(\[(0|2)\] sleeping pid=(\d+))");
@@ -301,9 +340,11 @@ TEST(Kolorun, ARankKilledByASignalIsNamedWithTheSignal) {
 }
 
 TEST(Kolorun, ARankIgnoringSigtermIsKilledAfterTheGrace) {
-  std::string script = "if [ \"$KOLO_RANK\" = 0 ]; then sleep 0.3; exit 5; fi; exec " + kChild +
-                       " ignore-term";
-  Proc p({kKolorun, "--grace", "200ms", "-np", "2", "sh", "-c", script});
+  TempDir ready;
+  std::string script = "if [ \"$KOLO_RANK\" = 0 ]; then " + wait_ready(ready.path, {1}) +
+                       "exit 5; fi; exec " + kChild + " ignore-term";
+  Proc p({kKolorun, "--grace", "200ms", "-np", "2", "-x", "READY_DIR=" + ready.path, "sh", "-c",
+          script});
   EXPECT_EQ(exit_code(p.finish(20s)), 5);
   EXPECT_NE(p.err().find("rank 1 (pid "), std::string::npos) << p.err();
   EXPECT_NE(p.err().find("did not stop within the grace period; sending SIGKILL"),
@@ -325,17 +366,30 @@ TEST(Kolorun, SigtermIsForwardedToEveryRank) {
 TEST(Kolorun, AMissingCommandIsReported) {
   Proc p({kKolorun, "-np", "2", "/nonexistent/kolo-program"});
   EXPECT_EQ(exit_code(p.finish()), 1);
-  EXPECT_NE(p.err().find("cannot start rank 0: /nonexistent/kolo-program: No such file or directory"),
-            std::string::npos)
+  EXPECT_NE(
+      p.err().find("cannot start rank 0: /nonexistent/kolo-program: No such file or directory"),
+      std::string::npos)
       << p.err();
 }
 
 TEST(Kolorun, TwoNodesOnLocalhostFormOneWorld) {
   std::string rdzv = "127.0.0.1:" + std::to_string(free_port());
   auto node = [&](int k, const char* mode) {
-    return std::vector<std::string>{kKolorun, "--nnodes", "2", "--node-rank", std::to_string(k),
-                                    "--rdzv", rdzv, "--secret", "0123456789abcdef", "--timeout",
-                                    "20s", "-np", "2", kChild, mode};
+    return std::vector<std::string>{kKolorun,
+                                    "--nnodes",
+                                    "2",
+                                    "--node-rank",
+                                    std::to_string(k),
+                                    "--rdzv",
+                                    rdzv,
+                                    "--secret",
+                                    "0123456789abcdef",
+                                    "--timeout",
+                                    "20s",
+                                    "-np",
+                                    "2",
+                                    kChild,
+                                    mode};
   };
   // Node 1 first: it must wait for node 0's store to appear.
   Proc n1(node(1, "env"));
@@ -363,9 +417,10 @@ TEST(Kolorun, TwoNodesOnLocalhostFormOneWorld) {
 TEST(Kolorun, TwoNodesRanksMeetThroughNodeZerosStore) {
   std::string rdzv = "127.0.0.1:" + std::to_string(free_port());
   auto node = [&](int k) {
-    return std::vector<std::string>{kKolorun, "--nnodes", "2", "--node-rank", std::to_string(k),
-                                    "--rdzv", rdzv, "--secret", "s3cret", "-np", "2", kChild,
-                                    "world"};
+    return std::vector<std::string>{
+        kKolorun, "--nnodes", "2",        "--node-rank", std::to_string(k),
+        "--rdzv", rdzv,       "--secret", "s3cret",      "-np",
+        "2",      kChild,     "world"};
   };
   Proc n0(node(0));
   Proc n1(node(1));
@@ -377,18 +432,19 @@ TEST(Kolorun, TwoNodesRanksMeetThroughNodeZerosStore) {
 
 TEST(Kolorun, AFailureOnOneNodeStopsTheRanksOfTheOther) {
   std::string rdzv = "127.0.0.1:" + std::to_string(free_port());
-  std::string script = "if [ \"$KOLO_RANK\" = 3 ]; then sleep 0.3; exit 7; fi; exec " + kChild +
-                       " sleep";
+  std::string script = "if [ \"$KOLO_RANK\" = 3 ]; then exit 7; fi; exec " + kChild + " sleep";
   auto node = [&](int k) {
-    return std::vector<std::string>{kKolorun, "--nnodes", "2", "--node-rank", std::to_string(k),
-                                    "--rdzv", rdzv, "--secret", "s", "-np", "2", "sh", "-c",
-                                    script};
+    return std::vector<std::string>{
+        kKolorun, "--nnodes", "2",        "--node-rank", std::to_string(k),
+        "--rdzv", rdzv,       "--secret", "s",           "-np",
+        "2",      "sh",       "-c",       script};
   };
   Proc n0(node(0));
   Proc n1(node(1));
   EXPECT_EQ(exit_code(n1.finish(20s)), 7);
   EXPECT_EQ(exit_code(n0.finish(20s)), 1);
-  EXPECT_TRUE(std::regex_search(n1.err(), std::regex(R"(kolorun: rank 3 \(pid \d+\) exited with status 7)")))
+  EXPECT_TRUE(std::regex_search(n1.err(),
+                                std::regex(R"(kolorun: rank 3 \(pid \d+\) exited with status 7)")))
       << n1.err();
   EXPECT_TRUE(std::regex_search(
       n0.err(), std::regex(R"(kolorun: node 1: rank 3 \(pid \d+\) exited with status 7\n)")))
@@ -400,7 +456,8 @@ TEST(Kolorun, AMissingNodeTimesOutNamingIt) {
   Proc p({kKolorun, "--nnodes", "3", "--node-rank", "0", "--rdzv", rdzv, "--secret", "s",
           "--timeout", "300ms", "-np", "1", kChild, "env"});
   EXPECT_EQ(exit_code(p.finish()), 1);
-  EXPECT_EQ(p.err(), "kolorun: rendezvous timed out after 300ms: node ranks 1, 2 of 3 never arrived\n");
+  EXPECT_EQ(p.err(),
+            "kolorun: rendezvous timed out after 300ms: node ranks 1, 2 of 3 never arrived\n");
   EXPECT_EQ(p.out(), "");
 }
 

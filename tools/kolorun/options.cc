@@ -186,8 +186,10 @@ Result<LaunchOptions> parse_options(const std::vector<std::string>& args) {
     return Status::InvalidArgument("unknown option " + a + " (kolorun --help lists the options)");
   }
   o.command.assign(args.begin() + static_cast<long>(i), args.end());
-  if (!have_np) return Status::InvalidArgument("-np N is required: the number of processes on this node");
-  if (o.command.empty()) return Status::InvalidArgument("no command given: kolorun [options] -np N cmd args...");
+  if (!have_np)
+    return Status::InvalidArgument("-np N is required: the number of processes on this node");
+  if (o.command.empty())
+    return Status::InvalidArgument("no command given: kolorun [options] -np N cmd args...");
   if (o.node_rank >= o.nnodes)
     return bad("--node-rank", std::to_string(o.node_rank),
                "an integer in [0, --nnodes=" + std::to_string(o.nnodes) + ")");

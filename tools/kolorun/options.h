@@ -14,16 +14,16 @@
 namespace kolo::kolorun {
 
 struct LaunchOptions {
-  int np = 0;                                // processes on this node (required, >= 1)
-  int nnodes = 1;                            // nodes in the job
-  int node_rank = 0;                         // this node, in [0, nnodes)
-  std::optional<HostPort> rdzv;              // store address; required when nnodes > 1
+  int np = 0;                    // processes on this node (required, >= 1)
+  int nnodes = 1;                // nodes in the job
+  int node_rank = 0;             // this node, in [0, nnodes)
+  std::optional<HostPort> rdzv;  // store address; required when nnodes > 1
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // node rendezvous
-  std::chrono::milliseconds grace{3000};     // SIGTERM -> SIGKILL delay when stopping ranks
-  std::optional<std::string> secret;         // --secret (KOLO_SECRET is consulted later)
+  std::chrono::milliseconds grace{3000};  // SIGTERM -> SIGKILL delay when stopping ranks
+  std::optional<std::string> secret;      // --secret (KOLO_SECRET is consulted later)
   bool tag_output = true;
-  std::map<std::string, std::string> env;    // -x VAR=VALUE and the KOLO_* knob flags
-  std::vector<std::string> command;          // cmd args...
+  std::map<std::string, std::string> env;  // -x VAR=VALUE and the KOLO_* knob flags
+  std::vector<std::string> command;        // cmd args...
   bool help = false;
 };
 

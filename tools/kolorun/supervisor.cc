@@ -8,8 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <memory>
 #include <optional>
 
@@ -33,14 +33,15 @@ struct Child {
   int rank = 0;
   pid_t pid = -1;
   bool alive = false;
-  int status = 0;                  // waitpid status once reaped
-  int out_fd = -1, err_fd = -1;    // read ends, -1 when closed or not tagging
+  int status = 0;                // waitpid status once reaped
+  int out_fd = -1, err_fd = -1;  // read ends, -1 when closed or not tagging
   std::unique_ptr<LinePrefixer> out, err;
 };
 
 std::string describe_exit(const Child& c) {
   std::string who = "rank " + std::to_string(c.rank) + " (pid " + std::to_string(c.pid) + ")";
-  if (WIFEXITED(c.status)) return who + " exited with status " + std::to_string(WEXITSTATUS(c.status));
+  if (WIFEXITED(c.status))
+    return who + " exited with status " + std::to_string(WEXITSTATUS(c.status));
   int sig = WTERMSIG(c.status);
   return who + " was killed by signal " + std::to_string(sig) + " (" + signal_name(sig) + ")";
 }
@@ -86,8 +87,8 @@ Status spawn(const RankSpec& spec, bool tag, Child& child) {
   posix_spawnattr_setsigdefault(&attr, &def);
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF |
-                                      POSIX_SPAWN_SETSIGMASK);
+  posix_spawnattr_setflags(&attr,
+                           POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
   std::vector<char*> argv;
   for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -105,8 +106,8 @@ Status spawn(const RankSpec& spec, bool tag, Child& child) {
       ::close(out[0]);
       ::close(err[0]);
     }
-    return Status::IoError("cannot start rank " + std::to_string(spec.rank) + ": " +
-                           spec.argv[0] + ": " + strerror(rc));
+    return Status::IoError("cannot start rank " + std::to_string(spec.rank) + ": " + spec.argv[0] +
+                           ": " + strerror(rc));
   }
   child.rank = spec.rank;
   child.pid = pid;
@@ -168,11 +169,11 @@ Result<int> supervise(const std::vector<RankSpec>& ranks, const SuperviseOptions
     }
   }
 
-  std::optional<size_t> first_failure;      // index into children
-  int interrupted_by = 0;                   // the signal kolorun received, if any
-  std::optional<Clock::time_point> kill_at; // when SIGKILL follows the SIGTERM
+  std::optional<size_t> first_failure;       // index into children
+  int interrupted_by = 0;                    // the signal kolorun received, if any
+  std::optional<Clock::time_point> kill_at;  // when SIGKILL follows the SIGTERM
   bool killed = false;
-  bool remote_failure = false;              // another node reported a failure first
+  bool remote_failure = false;                   // another node reported a failure first
   std::optional<Clock::time_point> drain_until;  // all reaped: wait this long for pipe EOFs
 
   auto stop_others = [&](int sig) {
@@ -286,8 +287,10 @@ Result<int> supervise(const std::vector<RankSpec>& ranks, const SuperviseOptions
       for (size_t k = 1; k < fds.size(); ++k) {
         if (k == remote_index) continue;
         if (!(fds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-        if (fds[k].fd == c.out_fd) pump(c.out_fd, *c.out);
-        else if (fds[k].fd == c.err_fd) pump(c.err_fd, *c.err);
+        if (fds[k].fd == c.out_fd)
+          pump(c.out_fd, *c.out);
+        else if (fds[k].fd == c.err_fd)
+          pump(c.err_fd, *c.err);
       }
     }
   }

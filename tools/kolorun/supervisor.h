@@ -22,9 +22,9 @@
 namespace kolo::kolorun {
 
 struct RankSpec {
-  int rank = 0;                               // global rank, shown in prefixes and messages
-  std::vector<std::string> argv;              // argv[0] is looked up in PATH
-  std::map<std::string, std::string> env;     // the complete environment of the process
+  int rank = 0;                            // global rank, shown in prefixes and messages
+  std::vector<std::string> argv;           // argv[0] is looked up in PATH
+  std::map<std::string, std::string> env;  // the complete environment of the process
 };
 
 struct SuperviseOptions {
@@ -38,8 +38,9 @@ struct SuperviseOptions {
 
 // Runs the ranks to completion and returns kolorun's exit status: 0 when all exit 0; the
 // first failed rank's exit status (128 + signal if it was killed); 1 when another node
-// reported a failure; 128 + signal when kolorun was interrupted. IoError when a process cannot be started (the ones already started are
-// stopped first). Call once per process: it installs signal handlers.
+// reported a failure; 128 + signal when kolorun was interrupted. IoError when a process cannot be
+// started (the ones already started are stopped first). Call once per process: it installs signal
+// handlers.
 Result<int> supervise(const std::vector<RankSpec>& ranks, const SuperviseOptions& options);
 
 // "SIGKILL" for 9; "signal 64" style text for numbers without a name.

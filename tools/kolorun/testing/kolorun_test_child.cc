@@ -1,4 +1,6 @@
 // A rank program for kolorun's end-to-end tests. Usage: kolorun_test_child MODE [ARG]
+// With READY_DIR set, the sleeping modes create READY_DIR/<KOLO_RANK> once they are set up, so
+// a test script can wait for them instead of guessing a delay.
 //   env          print the KOLO_* world variables as "name=value" lines
 //   exit N       exit with status N
 //   sleep        print "sleeping pid=P", then sleep until a signal (SIGTERM kills it)
@@ -18,14 +20,22 @@
 namespace {
 volatile sig_atomic_t g_term = 0;
 void on_term(int) { g_term = 1; }
+
+void mark_ready() {
+  const char* dir = std::getenv("READY_DIR");
+  const char* rank = std::getenv("KOLO_RANK");
+  if (!dir || !rank) return;
+  std::string path = std::string(dir) + "/" + rank;
+  if (FILE* f = std::fopen(path.c_str(), "w")) std::fclose(f);
+}
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "env") {
-    for (const char* v : {"KOLO_RANK", "KOLO_SIZE", "KOLO_LOCAL_RANK", "KOLO_LOCAL_SIZE",
-                          "KOLO_CROSS_RANK", "KOLO_CROSS_SIZE", "KOLO_STORE_ADDR", "KOLO_SECRET",
-                          "KOLO_FUSION_THRESHOLD", "EXTRA"}) {
+    for (const char* v :
+         {"KOLO_RANK", "KOLO_SIZE", "KOLO_LOCAL_RANK", "KOLO_LOCAL_SIZE", "KOLO_CROSS_RANK",
+          "KOLO_CROSS_SIZE", "KOLO_STORE_ADDR", "KOLO_SECRET", "KOLO_FUSION_THRESHOLD", "EXTRA"}) {
       const char* val = std::getenv(v);
       std::printf("%s=%s\n", v, val ? val : "<unset>");
     }
@@ -35,6 +45,7 @@ int main(int argc, char** argv) {
   if (mode == "sleep") {
     std::printf("sleeping pid=%d\n", static_cast<int>(::getpid()));
     std::fflush(stdout);
+    mark_ready();
     while (true) ::pause();
   }
   if (mode == "sleep-report") {
@@ -51,6 +62,7 @@ int main(int argc, char** argv) {
     ::signal(SIGTERM, SIG_IGN);
     std::printf("ready\n");
     std::fflush(stdout);
+    mark_ready();
     while (true) ::pause();
   }
   if (mode == "world") {
@@ -59,8 +71,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s\n", w.status().to_string().c_str());
       return 1;
     }
-    kolo::Status s = kolo::rendezvous_barrier(*w->store, "test", w->rank, w->size,
-                                              std::chrono::seconds(20));
+    kolo::Status s =
+        kolo::rendezvous_barrier(*w->store, "test", w->rank, w->size, std::chrono::seconds(20));
     if (!s.ok()) {
       std::fprintf(stderr, "%s\n", s.to_string().c_str());
       return 1;

@@ -1,0 +1,194 @@
+#include "framework/distributed/distributed_optimizer.h"
+
+#include <set>
+
+#include "kolo/kolo.h"
+
+namespace kolo::fw {
+namespace {
+
+[[noreturn]] void fail(const std::string& message) {
+  throw Error(Status::InvalidArgument("DistributedOptimizer: " + message));
+}
+
+TensorView view_of_tensor(const Tensor& t) {
+  TensorView view;
+  view.data = t.raw_data();
+  view.shape = t.shape();
+  view.dtype = t.dtype();
+  view.device = t.device();
+  return view;
+}
+
+DataType wire_dtype(Compression compression) {
+  switch (compression) {
+    case Compression::kFloat16:
+      return DataType::kFloat16;
+    case Compression::kBFloat16:
+      return DataType::kBFloat16;
+    case Compression::kNone:
+      break;
+  }
+  return DataType::kFloat32;
+}
+
+}  // namespace
+
+DistributedOptimizer::DistributedOptimizer(Optimizer& inner,
+                                           std::vector<std::pair<std::string, Tensor>> named_params,
+                                           DistributedOptions options)
+    : inner_(inner), options_(std::move(options)) {
+  if (options_.backward_passes_per_step < 1) {
+    fail("backward_passes_per_step must be >= 1, got " +
+         std::to_string(options_.backward_passes_per_step));
+  }
+  std::set<std::string> seen;
+  params_.reserve(named_params.size());
+  for (auto& [name, tensor] : named_params) {
+    if (name.empty()) fail("a parameter has an empty name");
+    if (!seen.insert(name).second) fail("parameter name '" + name + "' appears twice");
+    if (!tensor.defined()) fail("parameter '" + name + "' is undefined");
+    Param param;
+    param.name = options_.name_prefix + "." + name;
+    param.tensor = tensor;
+    params_.push_back(std::move(param));
+  }
+  // Hooks capture an index into params_, which no longer changes size.
+  for (size_t i = 0; i < params_.size(); ++i) {
+    params_[i].hook_id =
+        params_[i].tensor.register_grad_ready_hook([this, i](Tensor&) { on_gradient_ready(i); });
+  }
+}
+
+DistributedOptimizer::~DistributedOptimizer() {
+  for (auto& param : params_) {
+    param.tensor.remove_grad_ready_hook(param.hook_id);
+    // Kolo borrows the gradient buffers until the handles complete.
+    if (param.handle.valid()) (void)param.handle.wait();
+  }
+  if (count_handle_.valid()) (void)count_handle_.wait();
+}
+
+void DistributedOptimizer::set_local_batch_size(int64_t n) {
+  if (n < 0) fail("local batch size must be >= 0, got " + std::to_string(n));
+  local_samples_ += n;
+  count_given_ = true;
+}
+
+void DistributedOptimizer::on_gradient_ready(size_t index) {
+  Param& param = params_[index];
+  if (++param.passes_ready == options_.backward_passes_per_step) {
+    submit(index);
+    ++stats_.submitted_from_hooks;
+  }
+}
+
+void DistributedOptimizer::submit_sample_count() {
+  if (count_submitted_) return;
+  count_submitted_ = true;
+  global_samples_ = count_given_ ? local_samples_ : 1;
+  count_handle_ = allreduce_async(options_.name_prefix + ".__samples__",
+                                  view_of(&global_samples_, {}));
+}
+
+void DistributedOptimizer::submit(size_t index) {
+  Param& param = params_[index];
+  if (param.submitted) return;
+  param.submitted = true;
+  if (size() == 1) return;  // nothing to exchange; step() still divides by the passes
+
+  Tensor grad = param.tensor.grad();
+  if (!grad.defined()) {
+    // Unused on this rank in every pass: contribute zeros.
+    param.tensor.set_grad(Tensor::zeros(param.tensor.shape(), param.tensor.device()));
+    grad = param.tensor.grad();
+  }
+  AllreduceOpts opts;
+  const double passes = options_.backward_passes_per_step;
+  if (options_.weight_by_sample_count) {
+    submit_sample_count();
+    const double weight = count_given_ ? static_cast<double>(local_samples_) : 1.0;
+    opts.op = ReduceOp::kSum;
+    opts.prescale = weight / passes;
+  } else {
+    opts.op = ReduceOp::kAverage;
+    opts.prescale = 1.0 / passes;
+  }
+  Tensor target = grad;
+  if (options_.compression != Compression::kNone) {
+    if (!param.wire.defined()) {
+      param.wire = Tensor::empty(grad.shape(), grad.device(), wire_dtype(options_.compression));
+    }
+    param.wire.copy_(grad);
+    target = param.wire;
+  }
+  param.handle = allreduce_async(param.name, view_of_tensor(target), opts);
+}
+
+void DistributedOptimizer::finish_gradient(Param& param, double scale) {
+  Tensor grad = param.tensor.grad();
+  if (options_.compression != Compression::kNone && param.wire.defined()) grad.copy_(param.wire);
+  if (scale != 1.0) grad.mul_(static_cast<float>(scale));
+}
+
+void DistributedOptimizer::step() {
+  const bool distributed = size() > 1;
+  // Parameters whose gradient never became final in this step's passes.
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!params_[i].submitted) {
+      submit(i);
+      ++stats_.submitted_at_step;
+    }
+  }
+  Status first_error;
+  for (auto& param : params_) {
+    if (!param.handle.valid()) continue;
+    Status status = param.handle.wait();
+    if (!status.ok() && first_error.ok()) first_error = status;
+  }
+  if (count_handle_.valid()) {
+    Status status = count_handle_.wait();
+    if (!status.ok() && first_error.ok()) first_error = status;
+  }
+  // Reset before throwing so that the optimizer stays usable for the next step.
+  const int64_t global_samples = global_samples_;
+  const bool weighted = distributed && options_.weight_by_sample_count;
+  for (auto& param : params_) {
+    param.passes_ready = 0;
+    param.submitted = false;
+  }
+  local_samples_ = 0;
+  count_given_ = false;
+  count_submitted_ = false;
+  if (!first_error.ok()) {
+    for (auto& param : params_) param.handle = Handle();
+    count_handle_ = Handle();
+    throw Error(first_error);
+  }
+
+  double scale = 1.0;
+  if (!distributed) {
+    scale = 1.0 / options_.backward_passes_per_step;
+  } else if (weighted) {
+    // The gradients hold sum_r weight_r * g_r / passes; divide by the total weight. A step in
+    // which no rank had a sample leaves the (zero) gradients as they are.
+    scale = global_samples > 0 ? 1.0 / static_cast<double>(global_samples) : 1.0;
+  }
+  for (auto& param : params_) {
+    if (param.tensor.grad().defined()) finish_gradient(param, scale);
+    param.handle = Handle();
+  }
+  count_handle_ = Handle();
+  inner_.step();
+  ++stats_.steps;
+}
+
+std::vector<Handle> DistributedOptimizer::submitted_handles() const {
+  std::vector<Handle> handles;
+  for (const auto& param : params_) {
+    if (param.handle.valid()) handles.push_back(param.handle);
+  }
+  return handles;
+}
+
+}  // namespace kolo::fw
