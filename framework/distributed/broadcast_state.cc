@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "framework/distributed/tensor_view.h"
 #include "kolo/kolo.h"
 
 namespace kolo::fw {
@@ -16,12 +17,8 @@ void broadcast_all(const NamedTensors& named, const std::string& kind, int root)
   std::vector<Handle> handles;
   handles.reserve(named.size());
   for (const auto& [name, tensor] : named) {
-    TensorView view;
-    view.data = tensor.raw_data();
-    view.shape = tensor.shape();
-    view.dtype = tensor.dtype();
-    view.device = tensor.device();
-    handles.push_back(broadcast_async("bcast." + kind + "." + name, view, {.root = root}));
+    handles.push_back(
+        broadcast_async("bcast." + kind + "." + name, view_of_tensor(tensor), {.root = root}));
   }
   Status first_error;
   for (auto& handle : handles) {

@@ -2,6 +2,7 @@
 
 #include <set>
 
+#include "framework/distributed/tensor_view.h"
 #include "kolo/kolo.h"
 
 namespace kolo::fw {
@@ -9,15 +10,6 @@ namespace {
 
 [[noreturn]] void fail(const std::string& message) {
   throw Error(Status::InvalidArgument("DistributedOptimizer: " + message));
-}
-
-TensorView view_of_tensor(const Tensor& t) {
-  TensorView view;
-  view.data = t.raw_data();
-  view.shape = t.shape();
-  view.dtype = t.dtype();
-  view.device = t.device();
-  return view;
 }
 
 DataType wire_dtype(Compression compression) {
