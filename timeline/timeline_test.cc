@@ -337,7 +337,8 @@ TEST(Timeline, TinyQueueUnderConcurrencyAccountsForEveryEvent) {
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
-      std::string tensor = "t" + std::to_string(t);
+      std::string tensor = "t";
+      tensor += std::to_string(t);  // (not "t" + ...: GCC 12 warns falsely)
       uint64_t n = 0;
       // At least 200 rounds each, then until stop() has been called.
       for (int i = 0; i < 200 || go_on.load(); ++i) {
