@@ -1,6 +1,7 @@
 // Store: the key-value rendezvous that bootstraps every backend (addresses, ports, counters).
 // Implementations: TcpStore (a client of the server that kolorun runs, see tcp_store.h) and
-// FileStore (a shared directory, for tests and shared file systems).
+// FileStore (a shared directory, for tests and shared file systems); MemoryStore (one process:
+// the single-rank world and thread-based tests).
 //
 // Keys are UTF-8 strings without NUL; values are arbitrary bytes. Keys are never deleted
 // during a job. Thread-safe: any thread may call any method concurrently.

@@ -35,6 +35,11 @@
 
 namespace kolo {
 
+namespace tcp_store {
+struct Request;
+struct Response;
+}  // namespace tcp_store
+
 // Serves one key-value table to any number of clients from its own thread (Boost.Asio).
 // Created by start(); the destructor (or stop()) closes every connection and joins the thread.
 // host(), port() and address() are safe from any thread.
@@ -97,6 +102,9 @@ class TcpStore : public Store {
            std::chrono::milliseconds io_timeout);
   Result<std::unique_ptr<Connection>> acquire();
   void release(std::unique_ptr<Connection> c);
+  // One request on a pooled connection; an error reply becomes its Status.
+  Result<tcp_store::Response> call(const tcp_store::Request& req,
+                                   std::chrono::milliseconds server_wait);
 
   // Constant after construction.
   const HostPort address_;

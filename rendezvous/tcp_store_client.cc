@@ -156,22 +156,29 @@ Result<Response> roundtrip(TcpStore::Connection& c, const HostPort& addr, const 
 
 }  // namespace
 
-// Runs one request on a pooled connection. The deadline is the server-side wait (if any) plus
-// io_timeout, so a slow network never turns a successful wait into an error.
-#define KOLO_STORE_CALL(resp_var, req, wait_ms)                                             \
-  KOLO_ASSIGN_OR_RETURN(auto conn_, acquire());                                             \
-  auto resp_or_ = roundtrip(*conn_, address_, req, Clock::now() + (wait_ms) + io_timeout_); \
-  if (!resp_or_.ok()) return resp_or_.status();                                             \
-  release(std::move(conn_));                                                                \
-  Response resp_var = std::move(resp_or_).value();                                          \
-  if (resp_var.reply == Reply::kError)                                                      \
-    return Status(static_cast<StatusCode>(resp_var.error_code), resp_var.error_message);
+// The deadline is the server-side wait (if any) plus io_timeout, so a slow network never turns
+// a successful wait into an error.
+Result<Response> TcpStore::call(const Request& req, std::chrono::milliseconds server_wait) {
+  KOLO_ASSIGN_OR_RETURN(auto conn, acquire());
+  KOLO_ASSIGN_OR_RETURN(Response resp,
+                        roundtrip(*conn, address_, req, Clock::now() + server_wait + io_timeout_));
+  release(std::move(conn));  // only a connection whose reply was read whole goes back
+  if (resp.reply == Reply::kError) {
+    // A code this build does not know (a newer or broken server) still fails, as Internal.
+    auto code =
+        resp.error_code > static_cast<uint8_t>(StatusCode::kInternal) || resp.error_code == 0
+            ? StatusCode::kInternal
+            : static_cast<StatusCode>(resp.error_code);
+    return Status(code, resp.error_message);
+  }
+  return resp;
+}
 
 Status TcpStore::set(const std::string& key, const std::string& value) {
   KOLO_RETURN_IF_ERROR(store_internal::validate_key("store set", key));
   KOLO_RETURN_IF_ERROR(store_internal::validate_value("store set", key, value));
   Request req{Op::kSet, {key}, value, 0, 0};
-  KOLO_STORE_CALL(resp, req, std::chrono::milliseconds(0));
+  KOLO_ASSIGN_OR_RETURN(Response resp, call(req, std::chrono::milliseconds(0)));
   return Status::Ok();
 }
 
@@ -179,7 +186,7 @@ Result<std::string> TcpStore::get(const std::string& key, std::chrono::milliseco
   KOLO_RETURN_IF_ERROR(store_internal::validate_key("store get", key));
   KOLO_RETURN_IF_ERROR(store_internal::validate_timeout("store get", timeout));
   Request req{Op::kGet, {key}, {}, 0, static_cast<uint64_t>(timeout.count())};
-  KOLO_STORE_CALL(resp, req, timeout);
+  KOLO_ASSIGN_OR_RETURN(Response resp, call(req, timeout));
   if (resp.reply == Reply::kTimeout)
     return store_internal::missing_keys_timeout("get", timeout, resp.missing);
   return std::move(resp.value);
@@ -193,7 +200,7 @@ Status TcpStore::wait(const std::vector<std::string>& keys, std::chrono::millise
     return Status::InvalidArgument("store wait: at most " + std::to_string(kMaxWaitKeys) +
                                    " keys per call, got " + std::to_string(keys.size()));
   Request req{Op::kWait, keys, {}, 0, static_cast<uint64_t>(timeout.count())};
-  KOLO_STORE_CALL(resp, req, timeout);
+  KOLO_ASSIGN_OR_RETURN(Response resp, call(req, timeout));
   if (resp.reply == Reply::kTimeout)
     return store_internal::missing_keys_timeout("wait", timeout, resp.missing);
   return Status::Ok();
@@ -202,14 +209,14 @@ Status TcpStore::wait(const std::vector<std::string>& keys, std::chrono::millise
 Result<int64_t> TcpStore::add(const std::string& key, int64_t delta) {
   KOLO_RETURN_IF_ERROR(store_internal::validate_key("store add", key));
   Request req{Op::kAdd, {key}, {}, delta, 0};
-  KOLO_STORE_CALL(resp, req, std::chrono::milliseconds(0));
+  KOLO_ASSIGN_OR_RETURN(Response resp, call(req, std::chrono::milliseconds(0)));
   return resp.number;
 }
 
 Result<bool> TcpStore::check(const std::string& key) {
   KOLO_RETURN_IF_ERROR(store_internal::validate_key("store check", key));
   Request req{Op::kCheck, {key}, {}, 0, 0};
-  KOLO_STORE_CALL(resp, req, std::chrono::milliseconds(0));
+  KOLO_ASSIGN_OR_RETURN(Response resp, call(req, std::chrono::milliseconds(0)));
   return resp.number != 0;
 }
 

@@ -9,6 +9,7 @@
 #include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <system_error>
 #include <thread>
 #include <unordered_map>
 
@@ -27,6 +28,9 @@ namespace {
 // state allocates nothing for them) while costing one writer wake-up per few thousand events.
 constexpr size_t kDefaultWakeWriterAt = 4096;
 
+// The writer formats into a buffer and writes it once it holds this much (or the batch ends).
+constexpr size_t kWriteChunkBytes = 1 << 20;
+
 // Lets the track map be searched with a string_view (no std::string built per event).
 struct StringHash {
   using is_transparent = void;
@@ -40,6 +44,7 @@ struct OpenSpan {
 
 struct Track {
   int tid;
+  bool named = false;          // its thread_name record has been queued
   std::vector<OpenSpan> open;  // innermost last
 };
 
@@ -63,9 +68,11 @@ struct Timeline::Impl {
 
   // Serialises start() and stop(); never taken by recording calls.
   std::mutex lifecycle_mu;
-  std::thread writer;         // guarded by lifecycle_mu
-  std::FILE* file = nullptr;  // written by start()/stop() under lifecycle_mu, by the writer between
-  std::string path;           // guarded by lifecycle_mu
+  // Guarded by lifecycle_mu. `file` and `path` are set by start() before the writer thread
+  // starts and reset by stop() after it is joined; in between only the writer uses `file`.
+  std::thread writer;
+  std::FILE* file = nullptr;
+  std::string path;
 
   std::mutex mu;
   std::condition_variable wake;
@@ -87,18 +94,23 @@ struct Timeline::Impl {
         .count();
   }
 
-  // REQUIRES(mu). Finds the track of `tensor`, creating it (and queueing its name) on first use.
+  // REQUIRES(mu). Finds the track of `tensor`, creating it on first use: ids are assigned in
+  // order of first use and never change while recording.
   Track& track_for(std::string_view tensor) {
     auto it = tracks.find(tensor);
     if (it != tracks.end()) return it->second;
     int tid = next_tid++;
-    // The name record bypasses the limit: without it a track would be unlabelled forever. One
-    // per tensor, so it does not break the memory bound by more than the track map itself.
-    pending.push_back(TraceEvent{EventKind::kThreadName, tid, 0, std::string(tensor), {}});
-    return tracks.emplace(std::string(tensor), Track{tid, {}}).first->second;
+    return tracks.emplace(std::string(tensor), Track{tid, false, {}}).first->second;
   }
 
-  void push(TraceEvent event) {  // REQUIRES(mu)
+  // REQUIRES(mu). Queues a kept event of `track`, preceded by the track's name the first time.
+  // The name bypasses the limit (a track must never stay unlabelled), but only comes with a kept
+  // event, so it adds at most one record per track that appears in the file.
+  void push(Track& track, std::string_view tensor, TraceEvent event) {
+    if (!track.named) {
+      track.named = true;
+      pending.push_back(TraceEvent{EventKind::kThreadName, track.tid, 0, std::string(tensor), {}});
+    }
     pending.push_back(std::move(event));
     if (pending.size() == wake_threshold) wake.notify_one();
   }
@@ -121,7 +133,7 @@ struct Timeline::Impl {
         bool kept = has_room();
         track.open.push_back(OpenSpan{std::string(name), kept});
         if (kept) {
-          push(TraceEvent{kind, track.tid, ts, std::string(name), std::move(args)});
+          push(track, tensor, TraceEvent{kind, track.tid, ts, std::string(name), std::move(args)});
         } else {
           dropped.fetch_add(1, std::memory_order_relaxed);
         }
@@ -135,7 +147,8 @@ struct Timeline::Impl {
         OpenSpan span = std::move(track.open.back());
         track.open.pop_back();
         if (span.kept) {
-          push(TraceEvent{kind, track.tid, ts, std::move(span.name), std::move(args)});
+          push(track, tensor,
+               TraceEvent{kind, track.tid, ts, std::move(span.name), std::move(args)});
         } else {
           dropped.fetch_add(1, std::memory_order_relaxed);
         }
@@ -144,7 +157,8 @@ struct Timeline::Impl {
       case EventKind::kInstant:
       case EventKind::kThreadName:
         if (has_room()) {
-          push(TraceEvent{EventKind::kInstant, track.tid, ts, std::string(name), std::move(args)});
+          push(track, tensor,
+               TraceEvent{EventKind::kInstant, track.tid, ts, std::string(name), std::move(args)});
         } else {
           dropped.fetch_add(1, std::memory_order_relaxed);
         }
@@ -152,8 +166,8 @@ struct Timeline::Impl {
     }
   }
 
-  // REQUIRES(mu) held by the caller's critical section of stop(): closes open spans and queues
-  // the statistics, so they are the last events of the file.
+  // REQUIRES(mu), from stop(): closes the spans still open (innermost first on each track) with
+  // "unfinished": 1, so the file nests even when an operation never completed.
   void queue_final_events() {
     int64_t ts = now_ns();
     for (auto& [name, track] : tracks) {
@@ -175,13 +189,16 @@ struct Timeline::Impl {
     if (bytes.empty()) return;
     size_t n = std::fwrite(bytes.data(), 1, bytes.size(), file);
     if (n != bytes.size() || std::fflush(file) != 0) {
-      int err = errno;
-      std::lock_guard<std::mutex> lock(mu);
-      if (write_status.ok()) {
-        write_status =
-            Status::IoError("timeline: writing '" + path + "' failed: " + std::strerror(err));
-        KOLO_LOG_ERROR(write_status.message() << "; later events may be lost");
+      Status error =
+          Status::IoError("timeline: writing '" + path + "' failed: " + std::strerror(errno));
+      bool first;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        first = write_status.ok();
+        if (first) write_status = error;
       }
+      // Logged once, outside the lock: recording threads never wait for stderr.
+      if (first) KOLO_LOG_ERROR(error.message() << "; later events may be lost");
     }
   }
 
@@ -204,6 +221,12 @@ struct Timeline::Impl {
         // an array: a crash leaves "[ ... }" which readers complete with "]".
         text += ",\n";
         timeline_detail::append_event_json(text, e, pid);
+        // A big batch (a burst, or a long flush interval) is written in pieces, so the text
+        // buffer stays small however many events were queued.
+        if (text.size() >= kWriteChunkBytes) {
+          write_bytes(text);
+          text.clear();
+        }
       }
       write_bytes(text);
       batch.clear();
@@ -283,13 +306,25 @@ Status Timeline::start(const std::string& path, int rank, bool mark_cycles) {
     m.pending.clear();
     m.pending.reserve(m.reserve_size());
     m.tracks.clear();
-    m.tracks.emplace(std::string(), Track{trace_format::kMarkersTid, {}});
+    // The markers track is named in the header.
+    m.tracks.emplace(std::string(), Track{trace_format::kMarkersTid, true, {}});
     m.next_tid = trace_format::kMarkersTid + 1;
     m.unmatched_ends = 0;
     m.dropped.store(0, std::memory_order_relaxed);
   }
   m.mark_cycles.store(mark_cycles, std::memory_order_relaxed);
-  m.writer = std::thread([&m, rank] { m.writer_loop(rank); });
+  try {
+    m.writer = std::thread([&m, rank] { m.writer_loop(rank); });
+  } catch (const std::system_error& e) {  // out of threads: leave the timeline stopped
+    {
+      std::lock_guard<std::mutex> lock(m.mu);
+      m.recording = false;
+    }
+    std::fclose(m.file);
+    m.file = nullptr;
+    return Status::Internal("timeline: cannot start the writer thread for '" + path +
+                            "': " + e.what());
+  }
   m.active.store(true, std::memory_order_release);
   return Status::Ok();
 }

@@ -12,14 +12,15 @@
 // trace_format.h) record the wall-clock time of ts = 0, so that merge can align clocks across
 // ranks, and, at stop(), how many events were dropped.
 //
-// Thread-safety: every method may be called from any thread. Recording methods never block on
-// I/O: they append to an in-memory queue (one short mutex-protected push) that a writer thread
-// drains. Memory is bounded: past TimelineOptions::max_queued_events, begin and instant events
-// are dropped and counted (the count is written at stop()); the end of a span whose begin was
-// dropped is dropped with it, and the end of a span whose begin was kept is always kept, so
-// spans in the file always nest. The file is valid JSON after stop() (or destruction); spans
-// still open at stop() are closed there with the arg "unfinished": 1. If the process dies first,
-// the file is an unterminated array, which both viewers and `kolo-trace` accept.
+// Thread-safety: every method may be called from any thread, concurrently (destruction aside).
+// Recording methods never block on I/O: they append to an in-memory queue (one short
+// mutex-protected push) that a writer thread drains. Memory is bounded: past
+// TimelineOptions::max_queued_events, begin and instant events are dropped and counted (the count
+// is written at stop()); the end of a span whose begin was dropped is dropped with it, and the end
+// of a span whose begin was kept is always kept, so spans in the file always nest. The file is
+// valid JSON after stop() (or destruction); spans still open at stop() are closed there with the
+// arg "unfinished": 1. If the process dies first, the file is an unterminated array, which both
+// viewers and `kolo-trace` accept.
 #pragma once
 
 #include <chrono>
@@ -42,8 +43,9 @@ using TimelineArgs = std::vector<std::pair<std::string, std::string>>;
 
 struct TimelineOptions {
   // Events waiting for the writer thread. Past this, new spans and instants are dropped (and
-  // counted). Ends of kept spans and the per-track name records are never dropped, so the queue
-  // can briefly hold this many plus one end per open span. Must be >= 1.
+  // counted). Ends of kept spans, and a track's name (queued with its first kept event), are
+  // never dropped, so the queue can briefly hold this many plus one end per open span and one
+  // name per new track. Must be >= 1.
   size_t max_queued_events = 256 * 1024;
   // The writer thread writes and flushes queued events at least this often (and sooner when the
   // queue reaches wake_writer_at), which bounds what a crash loses. Must be > 0.
@@ -65,7 +67,8 @@ class Timeline {
 
   // Creates (truncates) `path` and starts recording for `rank`. Fails with InvalidArgument for
   // an empty path, a negative rank or invalid options; IoError naming the path when it cannot be
-  // opened; PreconditionFailed when already started. A stopped timeline may be started again.
+  // opened; PreconditionFailed when already started; Internal when the writer thread cannot be
+  // created. A stopped timeline may be started again (the file is truncated again).
   Status start(const std::string& path, int rank, bool mark_cycles = false);
   // Flushes every queued event, terminates the JSON array and closes the file. Idempotent.
   // Blocks until the writer thread has finished (the only method that waits for I/O).

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
+#include <string>
 
 namespace kolo::fw {
 
@@ -39,11 +41,12 @@ void DataLoader::stop_thread() {
 
 void DataLoader::start_epoch(int64_t epoch) {
   if (epoch < 0) {
-    throw Error(Status::InvalidArgument("DataLoader: epoch must be >= 0, got " +
-                                        std::to_string(epoch)));
+    throw Error(
+        Status::InvalidArgument("DataLoader: epoch must be >= 0, got " + std::to_string(epoch)));
   }
-  stop_thread();
+  // Ask the sampler first: if it throws, the current epoch (and its thread) stays intact.
   std::vector<int64_t> order = sampler_->indices(epoch);
+  stop_thread();
   plan_.clear();
   const auto bs = static_cast<size_t>(options_.batch_size);
   for (size_t begin = 0; begin < order.size(); begin += bs) {
@@ -58,7 +61,7 @@ void DataLoader::start_epoch(int64_t epoch) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.clear();
-    error_ = nullptr;
+    error_ = Status::Ok();
     producer_done_ = false;
     stop_ = false;
   }
@@ -78,9 +81,9 @@ Batch DataLoader::build(size_t batch_index) const {
     const int64_t i = idx[k];
     if (i < 0 || i >= dataset_.size()) {
       throw Error(Status::InvalidArgument(
-          "DataLoader: sampler index " + std::to_string(i) + " (epoch " +
-          std::to_string(epoch_) + ", batch " + std::to_string(batch_index) +
-          ") is outside the dataset [0, " + std::to_string(dataset_.size()) + ")"));
+          "DataLoader: sampler index " + std::to_string(i) + " (epoch " + std::to_string(epoch_) +
+          ", batch " + std::to_string(batch_index) + ") is outside the dataset [0, " +
+          std::to_string(dataset_.size()) + ")"));
     }
     Example ex = dataset_.get(i);
     if (!ex.x.defined() || ex.x.dtype() != DataType::kFloat32 || !ex.x.device().is_cpu()) {
@@ -108,24 +111,37 @@ Batch DataLoader::build(size_t batch_index) const {
   return batch;
 }
 
+// The error travels as a Status, not as an exception_ptr: the exception object then never
+// crosses threads, and the caller gets the kolo::Error the contract promises.
+void DataLoader::fail_epoch(Status status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  error_ = std::move(status);
+  producer_done_ = true;
+  cv_.notify_all();
+}
+
 void DataLoader::produce() {
   for (size_t b = 0; b < plan_.size(); ++b) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] {
-        return stop_ || static_cast<int64_t>(queue_.size()) < options_.prefetch;
-      });
+      cv_.wait(lock,
+               [&] { return stop_ || static_cast<int64_t>(queue_.size()) < options_.prefetch; });
       if (stop_) return;
     }
     try {
       Batch batch = build(b);
       std::lock_guard<std::mutex> lock(mu_);
       queue_.push_back(std::move(batch));
+    } catch (const Error& e) {
+      fail_epoch(e.status());
+      return;
+    } catch (const std::exception& e) {
+      fail_epoch(Status::Internal(std::string("DataLoader: building batch ") + std::to_string(b) +
+                                  " threw: " + e.what()));
+      return;
     } catch (...) {
-      std::lock_guard<std::mutex> lock(mu_);
-      error_ = std::current_exception();
-      producer_done_ = true;
-      cv_.notify_all();
+      fail_epoch(Status::Internal("DataLoader: building batch " + std::to_string(b) +
+                                  " threw a non-standard exception"));
       return;
     }
     cv_.notify_all();
@@ -155,11 +171,11 @@ std::optional<Batch> DataLoader::next() {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return !queue_.empty() || producer_done_; });
   if (queue_.empty()) {
-    if (error_) {
-      std::exception_ptr e = error_;
-      error_ = nullptr;
+    if (!error_.ok()) {
+      Status e = std::move(error_);
+      error_ = Status::Ok();
       taken_ = plan_.size();  // the epoch ends with the error
-      std::rethrow_exception(e);
+      throw Error(std::move(e));
     }
     return std::nullopt;
   }

@@ -20,15 +20,15 @@
 // one thread. The Dataset and the Sampler must outlive the DataLoader.
 //
 // Errors: the constructor throws kolo::Error(InvalidArgument) for batch_size < 1 or
-// prefetch < 0; next() rethrows (once) an error raised while building a batch (a Dataset::get
-// failure, examples of differing shapes, a sampler index out of range) after the batches made
-// before it; next() without start_epoch() throws PreconditionFailed.
+// prefetch < 0. An error while building a batch (a Dataset::get failure, examples of differing
+// shapes, a sampler index out of range) reaches the caller once, from next(), after the batches
+// made before it, as a kolo::Error with the original Status (other exceptions become Internal);
+// the epoch then ends. next() without start_epoch() throws PreconditionFailed.
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
-#include <exception>
 #include <iterator>
 #include <memory>
 #include <mutex>
@@ -98,6 +98,7 @@ class DataLoader {
   Batch build(size_t batch_index) const;
   void produce();  // prefetch thread body
   void stop_thread();
+  void fail_epoch(Status status);
 
   // Constant after construction.
   const Dataset& dataset_;
@@ -113,10 +114,10 @@ class DataLoader {
   std::thread thread_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Batch> queue_;      // guarded by mu_
-  std::exception_ptr error_;     // guarded by mu_
-  bool producer_done_ = false;   // guarded by mu_
-  bool stop_ = false;            // guarded by mu_
+  std::deque<Batch> queue_;     // guarded by mu_
+  Status error_;                // guarded by mu_; a failed batch of this epoch
+  bool producer_done_ = false;  // guarded by mu_
+  bool stop_ = false;           // guarded by mu_
 };
 
 }  // namespace kolo::fw

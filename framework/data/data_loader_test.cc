@@ -19,7 +19,8 @@ class CountingDataset : public Dataset {
   int64_t size() const override { return n_; }
   Example get(int64_t i) const override {
     ++calls;
-    if (i == bad_ && throw_at_bad_) throw Error(Status::IoError("disk gone at " + std::to_string(i)));
+    if (i == bad_ && throw_at_bad_)
+      throw Error(Status::IoError("disk gone at " + std::to_string(i)));
     const float v = static_cast<float>(i);
     if (i == bad_) return {Tensor::from_vector({v}, {1}), i};
     return {Tensor::from_vector({v, -v}, {2}), i};
@@ -128,7 +129,8 @@ class FixedSampler : public Sampler {
 
 TEST(DataLoader, CustomSamplerDecidesTheIndices) {
   CountingDataset ds(10);
-  DataLoader loader(ds, {.batch_size = 2}, std::make_unique<FixedSampler>(std::vector<int64_t>{9, 3, 3}));
+  DataLoader loader(ds, {.batch_size = 2},
+                    std::make_unique<FixedSampler>(std::vector<int64_t>{9, 3, 3}));
   EXPECT_EQ(epoch_order(loader, 0), (std::vector<int64_t>{9, 3, 3}));
 }
 
@@ -176,7 +178,8 @@ TEST(DataLoader, MismatchedExampleShapesAndBadIndices) {
               "DataLoader: example 1 has shape [1], but the batch's first example 0 has shape [2]");
   }
   CountingDataset ok(4);
-  DataLoader out_of_range(ok, {.batch_size = 4}, std::make_unique<FixedSampler>(std::vector<int64_t>{0, 4}));
+  DataLoader out_of_range(ok, {.batch_size = 4},
+                          std::make_unique<FixedSampler>(std::vector<int64_t>{0, 4}));
   out_of_range.start_epoch(2);
   try {
     out_of_range.next();

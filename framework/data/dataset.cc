@@ -32,15 +32,16 @@ ImageDataset::ImageDataset(std::vector<uint8_t> images, std::vector<int64_t> lab
             std::to_string(n) + " labels x " + std::to_string(per) + " = " +
             std::to_string(n * per));
   }
-  if (mean.size() != std.size() || (!mean.empty() && static_cast<int64_t>(mean.size()) != channels)) {
+  if (mean.size() != std.size() ||
+      (!mean.empty() && static_cast<int64_t>(mean.size()) != channels)) {
     invalid("ImageDataset: mean and std must both be empty or hold " + std::to_string(channels) +
             " values, got " + std::to_string(mean.size()) + " and " + std::to_string(std.size()));
   }
   for (int64_t c = 0; c < channels; ++c) {
     const float m = mean.empty() ? 0.f : mean[static_cast<size_t>(c)];
     const float s = std.empty() ? 1.f : std[static_cast<size_t>(c)];
-    if (!(s > 0)) invalid("ImageDataset: std[" + std::to_string(c) + "] must be > 0, got " +
-                          std::to_string(s));
+    if (!(s > 0))
+      invalid("ImageDataset: std[" + std::to_string(c) + "] must be > 0, got " + std::to_string(s));
     scale_.push_back(1.f / (255.f * s));
     shift_.push_back(-m / s);
   }
@@ -76,9 +77,9 @@ ImageDataset load_mnist(const std::string& images_path, const std::string& label
             dims_to_string(labels.dims));
   }
   if (images.dims[0] != labels.dims[0]) {
-    invalid(files + "the files disagree on the number of examples: " +
-            std::to_string(images.dims[0]) + " images, " + std::to_string(labels.dims[0]) +
-            " labels");
+    invalid(files +
+            "the files disagree on the number of examples: " + std::to_string(images.dims[0]) +
+            " images, " + std::to_string(labels.dims[0]) + " labels");
   }
   std::vector<int64_t> y(labels.data.begin(), labels.data.end());
   return ImageDataset(std::move(images.data), std::move(y), 1, images.dims[1], images.dims[2],

@@ -3,6 +3,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -34,23 +35,33 @@ struct GzCloser {
 int idx_type_size(IdxType type) {
   switch (type) {
     case IdxType::kUInt8:
-    case IdxType::kInt8: return 1;
-    case IdxType::kInt16: return 2;
+    case IdxType::kInt8:
+      return 1;
+    case IdxType::kInt16:
+      return 2;
     case IdxType::kInt32:
-    case IdxType::kFloat32: return 4;
-    case IdxType::kFloat64: return 8;
+    case IdxType::kFloat32:
+      return 4;
+    case IdxType::kFloat64:
+      return 8;
   }
   return 0;
 }
 
 const char* idx_type_name(IdxType type) {
   switch (type) {
-    case IdxType::kUInt8: return "uint8";
-    case IdxType::kInt8: return "int8";
-    case IdxType::kInt16: return "int16";
-    case IdxType::kInt32: return "int32";
-    case IdxType::kFloat32: return "float32";
-    case IdxType::kFloat64: return "float64";
+    case IdxType::kUInt8:
+      return "uint8";
+    case IdxType::kInt8:
+      return "int8";
+    case IdxType::kInt16:
+      return "int16";
+    case IdxType::kInt32:
+      return "int32";
+    case IdxType::kFloat32:
+      return "float32";
+    case IdxType::kFloat64:
+      return "float64";
   }
   return "unknown";
 }
@@ -75,10 +86,14 @@ std::vector<uint8_t> read_maybe_gzip(const std::string& path, const std::string&
     out.resize(old + kChunk);
     const int got = gzread(f.get(), out.data() + old, static_cast<unsigned>(kChunk));
     if (got < 0) {
+      const int saved_errno = errno;
       int err = 0;
       const char* msg = gzerror(f.get(), &err);
+      // For system errors gzerror's text repeats the path; strerror is enough.
       fail(StatusCode::kIoError, path,
-           "corrupt gzip stream after " + std::to_string(old) + " decompressed bytes: " + msg,
+           (err == Z_ERRNO ? "read failed after " : "corrupt gzip stream after ") +
+               std::to_string(old) +
+               " decompressed bytes: " + (err == Z_ERRNO ? std::strerror(saved_errno) : msg),
            format);
     }
     out.resize(old + static_cast<size_t>(got));
@@ -137,8 +152,8 @@ IdxArray read_idx(const std::string& path) {
   const uint64_t want = numel > size ? UINT64_MAX : numel * static_cast<uint64_t>(esize);
   const std::string what = "element data (" + shape + " " + idx_type_name(out.type) + ")";
   if (size - header < want) {
-    ends(header, (want == UINT64_MAX ? std::string("more") : std::to_string(want)) +
-                     " bytes of " + what);
+    ends(header,
+         (want == UINT64_MAX ? std::string("more") : std::to_string(want)) + " bytes of " + what);
   }
   if (size - header > want) {
     fail(StatusCode::kInvalidArgument, path,

@@ -77,8 +77,9 @@ TEST(IdxReader, MalformedFilesNameFileOffsetAndExpectation) {
   const std::string f = dir.file("bad");
   const std::string pre = "idx file '" + f + "': ";
   write_bytes(f, {0, 0});
-  expect_error([&] { read_idx(f); }, StatusCode::kInvalidArgument,
-               pre + "offset 0: expected 4-byte IDX magic (00 00 type ndim), file ends after 2 bytes");
+  expect_error(
+      [&] { read_idx(f); }, StatusCode::kInvalidArgument,
+      pre + "offset 0: expected 4-byte IDX magic (00 00 type ndim), file ends after 2 bytes");
   write_bytes(f, {1, 0, 8, 1, 0, 0, 0, 0});
   expect_error([&] { read_idx(f); }, StatusCode::kInvalidArgument,
                pre + "offset 0: expected IDX magic starting with two zero bytes, got 1 0");
@@ -90,22 +91,26 @@ TEST(IdxReader, MalformedFilesNameFileOffsetAndExpectation) {
                pre + "offset 3: expected 1 to 8 dimensions, got 0");
   write_bytes(f, {0, 0, 8, 3, 0, 0, 0, 2, 0, 0});
   expect_error([&] { read_idx(f); }, StatusCode::kInvalidArgument,
-               pre + "offset 4: expected 3 big-endian uint32 dimension sizes, file ends after "
-                     "10 bytes");
+               pre +
+                   "offset 4: expected 3 big-endian uint32 dimension sizes, file ends after "
+                   "10 bytes");
   // Truncated data: [2, 3] uint8 needs 6 bytes, 4 present.
   write_bytes(f, {0, 0, 8, 2, 0, 0, 0, 2, 0, 0, 0, 3, 1, 2, 3, 4});
   expect_error([&] { read_idx(f); }, StatusCode::kInvalidArgument,
-               pre + "offset 12: expected 6 bytes of element data (2 x 3 uint8), file ends after "
-                     "16 bytes");
+               pre +
+                   "offset 12: expected 6 bytes of element data (2 x 3 uint8), file ends after "
+                   "16 bytes");
   write_bytes(f, {0, 0, 8, 1, 0, 0, 0, 1, 9, 9});
   expect_error([&] { read_idx(f); }, StatusCode::kInvalidArgument,
-               pre + "offset 9: expected end of file after element data (1 uint8), found 1 "
-                     "trailing bytes");
+               pre +
+                   "offset 9: expected end of file after element data (1 uint8), found 1 "
+                   "trailing bytes");
   // Dimensions whose product overflows must not allocate.
   write_bytes(f, {0, 0, 0x0E, 2, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 1});
   expect_error([&] { read_idx(f); }, StatusCode::kInvalidArgument,
-               pre + "offset 12: expected more bytes of element data (4294967295 x 4294967295 "
-                     "float64), file ends after 13 bytes");
+               pre +
+                   "offset 12: expected more bytes of element data (4294967295 x 4294967295 "
+                   "float64), file ends after 13 bytes");
 }
 
 TEST(IdxReader, MissingTruncatedAndCorruptGzip) {
@@ -113,6 +118,10 @@ TEST(IdxReader, MissingTruncatedAndCorruptGzip) {
   const std::string missing = dir.file("missing.gz");
   expect_error([&] { read_idx(missing); }, StatusCode::kIoError,
                "idx file '" + missing + "': cannot open: No such file or directory");
+
+  expect_error([&] { read_idx(dir.path().string()); }, StatusCode::kIoError,
+               "idx file '" + dir.path().string() +
+                   "': read failed after 0 decompressed bytes: Is a directory");
 
   IdxArray big;
   big.dims = {4000};
@@ -168,8 +177,7 @@ TEST(MnistDataset, LoadsAndChecksAgreement) {
                StatusCode::kInvalidArgument,
                "load_mnist('" + dir.file("img.gz") + "', '" + dir.file("lbl4") +
                    "'): the files disagree on the number of examples: 3 images, 4 labels");
-  expect_error([&] { load_mnist(dir.file("lbl"), dir.file("lbl")); },
-               StatusCode::kInvalidArgument,
+  expect_error([&] { load_mnist(dir.file("lbl"), dir.file("lbl")); }, StatusCode::kInvalidArgument,
                "load_mnist('" + dir.file("lbl") + "', '" + dir.file("lbl") +
                    "'): images must be uint8 [N, H, W], got uint8 [3]");
   expect_error([&] { ds.get(3); }, StatusCode::kInvalidArgument,
@@ -212,8 +220,9 @@ TEST(CifarReader, MalformedFiles) {
   data.resize(kCifarRecordBytes + 100);
   write_bytes(f, data);
   expect_error([&] { read_cifar10(f); }, StatusCode::kInvalidArgument,
-               pre + "offset 3073: expected a 3073-byte record (1 label + 3072 pixels), file ends "
-                     "after 3173 bytes");
+               pre +
+                   "offset 3073: expected a 3073-byte record (1 label + 3072 pixels), file ends "
+                   "after 3173 bytes");
   std::vector<uint8_t> two = cifar_record(1, 0);
   std::vector<uint8_t> bad = cifar_record(12, 0);
   two.insert(two.end(), bad.begin(), bad.end());
@@ -222,10 +231,12 @@ TEST(CifarReader, MalformedFiles) {
                pre + "offset 3073: expected a label in [0, 10), got 12");
   write_bytes(f, {});
   expect_error([&] { read_cifar10(f); }, StatusCode::kInvalidArgument,
-               pre + "offset 0: expected at least one 3073-byte record (1 label + 3072 pixels), "
-                     "file is empty");
-  expect_error([&] { read_cifar10(dir.file("none.bin")); }, StatusCode::kIoError,
-               "cifar10 file '" + dir.file("none.bin") + "': cannot open: No such file or directory");
+               pre +
+                   "offset 0: expected at least one 3073-byte record (1 label + 3072 pixels), "
+                   "file is empty");
+  expect_error(
+      [&] { read_cifar10(dir.file("none.bin")); }, StatusCode::kIoError,
+      "cifar10 file '" + dir.file("none.bin") + "': cannot open: No such file or directory");
 }
 
 // The real Fashion-MNIST files when the machine has them (the build machine does).

@@ -16,8 +16,7 @@ class ScratchDir {
  public:
   explicit ScratchDir(const std::string& tag) {
     path_ = std::filesystem::temp_directory_path() /
-            ("kolo_" + tag + "_" + std::to_string(::getpid()) + "_" +
-             std::to_string(counter()++));
+            ("kolo_" + tag + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++));
     std::filesystem::create_directories(path_);
   }
   ~ScratchDir() {

@@ -2,8 +2,8 @@
 
 #include <cmath>
 
+#include "framework/optim/device_update.h"
 #include "framework/optim/update_kernels.h"
-#include "framework/optim/update_tensor_ops.h"
 
 namespace kolo::fw {
 
@@ -29,8 +29,8 @@ Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options, bool decoupled)
   default_weight_decay_ = options.weight_decay;
 }
 
-void Adam::update(int64_t index, Tensor& param, const Tensor& grad, double lr,
-                  double weight_decay, int64_t count) {
+void Adam::update(int64_t index, Tensor& param, const Tensor& grad, double lr, double weight_decay,
+                  int64_t count) {
   kernels::AdamArgs a;
   a.lr = static_cast<float>(lr);
   a.beta1 = static_cast<float>(options_.beta1);
@@ -44,7 +44,7 @@ void Adam::update(int64_t index, Tensor& param, const Tensor& grad, double lr,
     kernels::adam_update(param.data<float>(), grad.data<float>(), s[0].data<float>(),
                          s[1].data<float>(), param.numel(), a);
   } else {
-    adam_update_tensors(param, grad, s[0], s[1], a);
+    update_on_device(param, grad, s[0], s[1], a);
   }
 }
 

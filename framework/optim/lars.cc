@@ -2,8 +2,8 @@
 
 #include <cmath>
 
+#include "framework/optim/device_update.h"
 #include "framework/optim/update_kernels.h"
-#include "framework/optim/update_tensor_ops.h"
 
 namespace kolo::fw {
 
@@ -40,8 +40,8 @@ double LARS::trust_ratio(const Tensor& param, const Tensor& grad, double weight_
   return options_.trust_coefficient * pn / (gn + weight_decay * pn + options_.eps);
 }
 
-void LARS::update(int64_t index, Tensor& param, const Tensor& grad, double lr,
-                  double weight_decay, int64_t count) {
+void LARS::update(int64_t index, Tensor& param, const Tensor& grad, double lr, double weight_decay,
+                  int64_t count) {
   const bool adapt = !(options_.exclude_1d && param.dim() <= 1);
   if (!adapt) weight_decay = 0;
   kernels::SgdArgs a;
@@ -52,10 +52,10 @@ void LARS::update(int64_t index, Tensor& param, const Tensor& grad, double lr,
   a.first = count == 1;
   Tensor& buf = state(index)[0];
   if (param.device().is_cpu()) {
-    kernels::sgd_update(param.data<float>(), grad.data<float>(), buf.data<float>(),
-                        param.numel(), a);
+    kernels::sgd_update(param.data<float>(), grad.data<float>(), buf.data<float>(), param.numel(),
+                        a);
   } else {
-    sgd_update_tensors(param, grad, buf, a);
+    update_on_device(param, grad, buf, a);
   }
 }
 

@@ -14,9 +14,8 @@ void check(const char* fn, double base_lr, int64_t workers) {
                                         std::to_string(workers)));
   }
   if (!std::isfinite(base_lr) || base_lr < 0) {
-    throw Error(Status::InvalidArgument(std::string(fn) +
-                                        ": base_lr must be finite and >= 0, got " +
-                                        std::to_string(base_lr)));
+    throw Error(Status::InvalidArgument(
+        std::string(fn) + ": base_lr must be finite and >= 0, got " + std::to_string(base_lr)));
   }
 }
 
@@ -42,8 +41,8 @@ double scale_lr(double base_lr, int64_t workers, LrScaling rule) {
     case LrScaling::kSqrt:
       return scale_lr_sqrt(base_lr, workers);
   }
-  throw Error(Status::InvalidArgument("scale_lr: unknown rule " +
-                                      std::to_string(static_cast<int>(rule))));
+  throw Error(
+      Status::InvalidArgument("scale_lr: unknown rule " + std::to_string(static_cast<int>(rule))));
 }
 
 }  // namespace kolo::fw

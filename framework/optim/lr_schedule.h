@@ -72,8 +72,8 @@ class CosineLr : public LrSchedule {
 // a cosine decay still spans its full length.
 class WarmupLr : public LrSchedule {
  public:
-  WarmupLr(int64_t warmup_steps, std::shared_ptr<const LrSchedule> inner,
-           double start_factor = 0.0, bool shift_inner = true);
+  WarmupLr(int64_t warmup_steps, std::shared_ptr<const LrSchedule> inner, double start_factor = 0.0,
+           bool shift_inner = true);
   double lr(int64_t step) const override;
 
  private:

@@ -51,14 +51,14 @@ TEST(LrSchedule, WarmupThenCosine) {
   EXPECT_DOUBLE_EQ(s.lr(0), 0.0);
   EXPECT_DOUBLE_EQ(s.lr(5), 0.5);
   EXPECT_DOUBLE_EQ(s.lr(9), 0.9);
-  EXPECT_DOUBLE_EQ(s.lr(10), 1.0);                // cosine starts after warm-up
-  EXPECT_NEAR(s.lr(60), 0.5, 1e-15);              // cosine step 50
+  EXPECT_DOUBLE_EQ(s.lr(10), 1.0);    // cosine starts after warm-up
+  EXPECT_NEAR(s.lr(60), 0.5, 1e-15);  // cosine step 50
   EXPECT_DOUBLE_EQ(s.lr(110), 0.0);
 }
 
 TEST(LrSchedule, WarmupStartFactorAndUnshiftedInner) {
   WarmupLr s(4, std::make_shared<StepLr>(0.8, 4, 0.5), 0.25, /*shift_inner=*/false);
-  EXPECT_DOUBLE_EQ(s.lr(0), 0.4 * 0.25);          // target is inner.lr(4) = 0.4
+  EXPECT_DOUBLE_EQ(s.lr(0), 0.4 * 0.25);  // target is inner.lr(4) = 0.4
   EXPECT_DOUBLE_EQ(s.lr(2), 0.4 * (0.25 + 0.75 * 0.5));
   EXPECT_DOUBLE_EQ(s.lr(4), 0.4);
   EXPECT_DOUBLE_EQ(s.lr(8), 0.2);

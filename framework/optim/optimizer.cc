@@ -27,8 +27,8 @@ Optimizer::Optimizer(std::string type, std::vector<ParamGroup> groups, double lr
               std::to_string(*group.weight_decay));
     }
     for (const Tensor& p : group.params) {
-      const std::string where = "parameter " + std::to_string(flat_.size()) + " (group " +
-                                std::to_string(g) + ")";
+      const std::string where =
+          "parameter " + std::to_string(flat_.size()) + " (group " + std::to_string(g) + ")";
       if (!p.defined()) invalid(where + " is an undefined tensor");
       if (p.dtype() != DataType::kFloat32) {
         throw Error(Status::Unsupported(type_ + ": " + where + " has dtype " +
@@ -43,7 +43,8 @@ Optimizer::Optimizer(std::string type, std::vector<ParamGroup> groups, double lr
   if (flat_.empty()) invalid("no parameters to optimize");
   for (const Tensor& p : flat_) {
     std::vector<Tensor> slots;
-    for (size_t s = 0; s < slots_.size(); ++s) slots.push_back(Tensor::zeros(p.shape(), p.device()));
+    for (size_t s = 0; s < slots_.size(); ++s)
+      slots.push_back(Tensor::zeros(p.shape(), p.device()));
     state_.push_back(std::move(slots));
   }
   step_ = Tensor::zeros({1}, Device::cpu(), DataType::kInt64);
@@ -63,7 +64,8 @@ void Optimizer::check_range(const char* arg, double v, double lo, double hi, boo
 }
 
 void Optimizer::set_lr(double lr) {
-  if (!std::isfinite(lr) || lr < 0) invalid("lr must be finite and >= 0, got " + std::to_string(lr));
+  if (!std::isfinite(lr) || lr < 0)
+    invalid("lr must be finite and >= 0, got " + std::to_string(lr));
   lr_ = lr;
 }
 
@@ -91,8 +93,8 @@ void Optimizer::step() {
                                       "; expected float32"));
     }
     if (!(grad.device() == p.device())) {
-      invalid("gradient of parameter " + std::to_string(i) + " is on " +
-              grad.device().to_string() + ", parameter on " + p.device().to_string());
+      invalid("gradient of parameter " + std::to_string(i) + " is on " + grad.device().to_string() +
+              ", parameter on " + p.device().to_string());
     }
     const ParamGroup& group = groups_[static_cast<size_t>(group_of_[i])];
     const double wd = group.weight_decay.value_or(default_weight_decay_);

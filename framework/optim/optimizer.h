@@ -14,8 +14,8 @@
 // to each parameter), and "param.<i>.<slot>" for parameter i in flattened group order, where
 // slot is "momentum" (SGD, LARS) or "exp_avg" / "exp_avg_sq" (Adam, AdamW).
 //
-// Devices: float32 parameters on CPU use fused single-pass loops (update_kernels.h); on CUDA the
-// update is composed of Tensor's in-place CUDA ops (update_tensor_ops.h). Counters stay on CPU.
+// Devices: float32 parameters on CPU use fused single-pass loops (update_kernels.h); CUDA
+// parameters their CUDA twins (update_kernels_cuda.h, CUDA builds only). Counters stay on CPU.
 //
 // Errors: constructors and set_lr throw kolo::Error(InvalidArgument) naming the bad argument
 // ("SGD: momentum must be in [0, 1), got 1.5"); step() throws InvalidArgument when a
@@ -100,8 +100,8 @@ class Optimizer {
   std::vector<int64_t> group_of_;  // flattened index -> group
   std::vector<std::string> slots_;
   std::vector<std::vector<Tensor>> state_;  // [param][slot]
-  Tensor step_;         // int64 [1]
-  Tensor param_steps_;  // int64 [P]
+  Tensor step_;                             // int64 [1]
+  Tensor param_steps_;                      // int64 [P]
   double lr_ = 0;
 };
 

@@ -8,6 +8,7 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <set>
 
@@ -106,7 +107,8 @@ class Reader {
 
 std::vector<uint8_t> read_file(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(StatusCode::kIoError, "load_tensors: cannot open '" + path + "': " + errno_text());
+  if (fd < 0)
+    fail(StatusCode::kIoError, "load_tensors: cannot open '" + path + "': " + errno_text());
   std::vector<uint8_t> out;
   uint8_t chunk[1 << 16];
   for (;;) {
@@ -148,6 +150,12 @@ void save_tensors(const std::string& path, const NamedTensors& entries) {
                                              std::to_string(t.dim()) + " dimensions, at most " +
                                              std::to_string(kMaxDims) + " are supported");
     }
+  }
+
+  if (entries.size() > UINT32_MAX) {
+    fail(StatusCode::kInvalidArgument,
+         "save_tensors: at most 2^32 - 1 entries fit the format, got " +
+             std::to_string(entries.size()));
   }
 
   static std::atomic<uint64_t> counter{0};
@@ -196,6 +204,13 @@ void save_tensors(const std::string& path, const NamedTensors& entries) {
     fail(StatusCode::kIoError,
          "save_tensors: cannot rename '" + tmp + "' to '" + path + "': " + err);
   }
+  // Make the rename itself durable. Best effort: the file is complete either way.
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
 }
 
 NamedTensors load_tensors(const std::string& path) {
@@ -203,7 +218,8 @@ NamedTensors load_tensors(const std::string& path) {
   const std::string file = "checkpoint '" + path + "'";
   if (bytes.size() < sizeof(kCheckpointMagic) + 12) {
     fail(StatusCode::kInvalidArgument,
-         file + ": offset 0: expected a header of 16 bytes and a 4-byte checksum, file ends after " +
+         file +
+             ": offset 0: expected a header of 16 bytes and a 4-byte checksum, file ends after " +
              std::to_string(bytes.size()) + " bytes");
   }
   if (std::memcmp(bytes.data(), kCheckpointMagic, sizeof(kCheckpointMagic)) != 0) {
@@ -227,11 +243,11 @@ NamedTensors load_tensors(const std::string& path) {
     const size_t name_at = r.pos();
     const auto len = r.value<uint32_t>("name length of " + which);
     if (len == 0 || len > kMaxNameLength) {
-      r.bad(name_at, "expected a name length in [1, 65535] for " + which + ", got " +
-                         std::to_string(len));
+      r.bad(name_at,
+            "expected a name length in [1, 65535] for " + which + ", got " + std::to_string(len));
     }
-    const auto* p = reinterpret_cast<const char*>(r.take(len, std::to_string(len) +
-                                                                   " bytes of name of " + which));
+    const auto* p = reinterpret_cast<const char*>(
+        r.take(len, std::to_string(len) + " bytes of name of " + which));
     std::string name(p, len);
     const std::string what = which + " '" + name + "'";
     if (!names.insert(name).second) r.bad(name_at, "duplicate name in " + what);
@@ -245,8 +261,8 @@ NamedTensors load_tensors(const std::string& path) {
     const size_t ndim_at = r.pos();
     const auto ndim = r.value<uint8_t>("number of dimensions of " + what);
     if (ndim > kMaxDims) {
-      r.bad(ndim_at, "expected at most 16 dimensions for " + what + ", got " +
-                         std::to_string(ndim));
+      r.bad(ndim_at,
+            "expected at most 16 dimensions for " + what + ", got " + std::to_string(ndim));
     }
     Shape shape;
     uint64_t numel = 1;
@@ -269,7 +285,8 @@ NamedTensors load_tensors(const std::string& path) {
                            std::string(dtype_name(dtype)) + " needs " +
                            (huge ? std::string("more than the file holds") : std::to_string(want)));
     }
-    const uint8_t* payload = r.take(nbytes, std::to_string(nbytes) + " bytes of payload for " + what);
+    const uint8_t* payload =
+        r.take(nbytes, std::to_string(nbytes) + " bytes of payload for " + what);
     Tensor t = Tensor::empty(shape, Device::cpu(), dtype);
     if (nbytes > 0) std::memcpy(t.raw_data(), payload, nbytes);
     out.emplace_back(std::move(name), std::move(t));
@@ -286,8 +303,8 @@ NamedTensors load_tensors(const std::string& path) {
   if (stored != computed) {
     char buf[64];
     std::snprintf(buf, sizeof(buf), "stored 0x%08x, computed 0x%08x", stored, computed);
-    fail(StatusCode::kIoError, file + ": checksum mismatch (" + buf +
-                                   "): the file is truncated or corrupt");
+    fail(StatusCode::kIoError,
+         file + ": checksum mismatch (" + buf + "): the file is truncated or corrupt");
   }
   return out;
 }

@@ -37,7 +37,9 @@ struct TinyModel {
     w.set_requires_grad(true);
     b.set_requires_grad(true);
   }
-  NamedTensors named() const { return {{"fc.weight", w}, {"fc.bias", b}, {"bn.running_mean", running_mean}}; }
+  NamedTensors named() const {
+    return {{"fc.weight", w}, {"fc.bias", b}, {"bn.running_mean", running_mean}};
+  }
 };
 
 std::vector<std::string> dir_entries(const std::filesystem::path& dir) {
@@ -61,8 +63,9 @@ TEST(Serialize, TensorsRoundTripWithEveryDtypeTensorSupports) {
   EXPECT_EQ(back[0].second.shape(), (Shape{3, 1}));
   EXPECT_EQ(back[0].second.to_vector(), f.to_vector());
   EXPECT_EQ(back[1].second.dtype(), DataType::kInt64);
-  EXPECT_EQ(std::vector<int64_t>(back[1].second.data<int64_t>(), back[1].second.data<int64_t>() + 3),
-            (std::vector<int64_t>{7, -1, 1LL << 40}));
+  EXPECT_EQ(
+      std::vector<int64_t>(back[1].second.data<int64_t>(), back[1].second.data<int64_t>() + 3),
+      (std::vector<int64_t>{7, -1, 1LL << 40}));
   EXPECT_EQ(back[2].second.dtype(), DataType::kFloat16);
   EXPECT_EQ(back[2].second.to_vector(), f.to_vector());  // exactly representable in fp16
   EXPECT_EQ(back[3].second.shape(), Shape{});
@@ -135,8 +138,9 @@ TEST(Serialize, LoadErrorsLeaveTargetsUnchanged) {
   NamedTensors fewer = model.named();
   fewer.pop_back();
   expect_error([&] { load_checkpoint(path, fewer, nullptr); }, StatusCode::kMismatch,
-               file + " has an unexpected entry 'model/bn.running_mean' that nothing in the model "
-                      "or optimizer takes");
+               file +
+                   " has an unexpected entry 'model/bn.running_mean' that nothing in the model "
+                   "or optimizer takes");
 
   SGD sgd({model.w}, {.lr = 0.1, .momentum = 0.9});
   expect_error([&] { load_checkpoint(path, model.named(), &sgd); }, StatusCode::kMismatch,
@@ -183,8 +187,9 @@ TEST(Serialize, MalformedFiles) {
   b = std::vector<uint8_t>(good.begin(), good.begin() + 46);  // cut inside the payload
   write_bytes(bad, b);
   expect_error([&] { load_tensors(bad); }, StatusCode::kInvalidArgument,
-               file + ": offset 40: expected 8 bytes of payload for entry 0 'ab', file ends "
-                      "after 46 bytes");
+               file +
+                   ": offset 40: expected 8 bytes of payload for entry 0 'ab', file ends "
+                   "after 46 bytes");
 
   b = good;
   b[22] = 200;  // dtype code
@@ -196,32 +201,45 @@ TEST(Serialize, MalformedFiles) {
   b[32] = 12;  // nbytes 12 for a [2] float32
   write_bytes(bad, b);
   expect_error([&] { load_tensors(bad); }, StatusCode::kInvalidArgument,
-               file + ": offset 32: payload size of entry 0 'ab' is 12 bytes, but shape [2] of "
-                      "float32 needs 8");
+               file +
+                   ": offset 32: payload size of entry 0 'ab' is 12 bytes, but shape [2] of "
+                   "float32 needs 8");
 
   b = good;
   b.insert(b.end() - 4, {0, 0});  // junk between the last entry and the checksum
   write_bytes(bad, b);
   expect_error([&] { load_tensors(bad); }, StatusCode::kInvalidArgument,
-               file + ": offset 48: expected the 4-byte checksum after 1 entries, found 2 extra "
-                      "bytes");
+               file +
+                   ": offset 48: expected the 4-byte checksum after 1 entries, found 2 extra "
+                   "bytes");
 
   write_bytes(bad, {'K', 'O'});
   expect_error([&] { load_tensors(bad); }, StatusCode::kInvalidArgument,
-               file + ": offset 0: expected a header of 16 bytes and a 4-byte checksum, file "
-                      "ends after 2 bytes");
+               file +
+                   ": offset 0: expected a header of 16 bytes and a 4-byte checksum, file "
+                   "ends after 2 bytes");
 }
 
 TEST(Serialize, RejectsBadInputBeforeCreatingAFile) {
   ScratchDir dir("ckpt");
   const std::string path = dir.file("c.kolo");
   Tensor t = Tensor::zeros({2});
-  expect_error([&] { save_tensors(path, {{"a", t}, {"a", t}}); }, StatusCode::kInvalidArgument,
-               "save_tensors: entry 1: duplicate name 'a'");
-  expect_error([&] { save_tensors(path, {{"", t}}); }, StatusCode::kInvalidArgument,
-               "save_tensors: entry 0: name length must be in [1, 65535], got 0");
-  expect_error([&] { save_tensors(path, {{"u", Tensor()}}); }, StatusCode::kInvalidArgument,
-               "save_tensors: entry 0 ('u') is undefined");
+  expect_error(
+      [&] {
+        save_tensors(path, {{"a", t}, {"a", t}});
+      },
+      StatusCode::kInvalidArgument, "save_tensors: entry 1: duplicate name 'a'");
+  expect_error(
+      [&] {
+        save_tensors(path, {{"", t}});
+      },
+      StatusCode::kInvalidArgument,
+      "save_tensors: entry 0: name length must be in [1, 65535], got 0");
+  expect_error(
+      [&] {
+        save_tensors(path, {{"u", Tensor()}});
+      },
+      StatusCode::kInvalidArgument, "save_tensors: entry 0 ('u') is undefined");
   EXPECT_TRUE(dir_entries(dir.path()).empty());
 }
 
@@ -251,7 +269,8 @@ TEST(Serialize, FailedWriteLeavesPreviousFileAndNoTemporary) {
   setrlimit(RLIMIT_FSIZE, &old);
   std::signal(SIGXFSZ, old_handler);
   ASSERT_TRUE(threw);
-  EXPECT_NE(message.find("save_tensors: write to '" + path + ".tmp-"), std::string::npos) << message;
+  EXPECT_NE(message.find("save_tensors: write to '" + path + ".tmp-"), std::string::npos)
+      << message;
   EXPECT_NE(message.find("File too large"), std::string::npos) << message;
   EXPECT_EQ(read_bytes(path), before);
   EXPECT_EQ(dir_entries(dir.path()), std::vector<std::string>{"c.kolo"});
@@ -263,7 +282,8 @@ TEST(Serialize, FailedWriteLeavesPreviousFileAndNoTemporary) {
   } catch (const Error& e) {
     EXPECT_EQ(e.status().code(), StatusCode::kIoError);
     const std::string& m = e.status().message();
-    EXPECT_EQ(m.rfind("save_tensors: cannot create temporary file '" + nodir + ".tmp-", 0), 0u) << m;
+    EXPECT_EQ(m.rfind("save_tensors: cannot create temporary file '" + nodir + ".tmp-", 0), 0u)
+        << m;
     EXPECT_NE(m.find("': No such file or directory"), std::string::npos) << m;
   }
 }

@@ -2,8 +2,8 @@
 
 #include <cmath>
 
+#include "framework/optim/device_update.h"
 #include "framework/optim/update_kernels.h"
-#include "framework/optim/update_tensor_ops.h"
 
 namespace kolo::fw {
 
@@ -19,14 +19,13 @@ SGD::SGD(std::vector<ParamGroup> groups, SgdOptions options)
   }
   if (options.nesterov && (options.momentum <= 0 || options.dampening != 0)) {
     invalid("nesterov requires momentum > 0 and dampening == 0, got momentum " +
-            std::to_string(options.momentum) + ", dampening " +
-            std::to_string(options.dampening));
+            std::to_string(options.momentum) + ", dampening " + std::to_string(options.dampening));
   }
   default_weight_decay_ = options.weight_decay;
 }
 
-void SGD::update(int64_t index, Tensor& param, const Tensor& grad, double lr,
-                 double weight_decay, int64_t count) {
+void SGD::update(int64_t index, Tensor& param, const Tensor& grad, double lr, double weight_decay,
+                 int64_t count) {
   kernels::SgdArgs a;
   a.lr = static_cast<float>(lr);
   a.momentum = static_cast<float>(options_.momentum);
@@ -36,10 +35,10 @@ void SGD::update(int64_t index, Tensor& param, const Tensor& grad, double lr,
   a.first = count == 1;
   Tensor& buf = state(index)[0];
   if (param.device().is_cpu()) {
-    kernels::sgd_update(param.data<float>(), grad.data<float>(), buf.data<float>(),
-                        param.numel(), a);
+    kernels::sgd_update(param.data<float>(), grad.data<float>(), buf.data<float>(), param.numel(),
+                        a);
   } else {
-    sgd_update_tensors(param, grad, buf, a);
+    update_on_device(param, grad, buf, a);
   }
 }
 

@@ -42,8 +42,7 @@ struct AdamArgs {
   bool decoupled = false;
   int64_t step = 1;
 };
-void adam_update(float* param, const float* grad, float* m, float* v, int64_t n,
-                 const AdamArgs& a);
+void adam_update(float* param, const float* grad, float* m, float* v, int64_t n, const AdamArgs& a);
 
 // Sum of squares, accumulated in double so that large layers keep their precision.
 double sum_squares(const float* x, int64_t n);

@@ -115,7 +115,10 @@ Status spawn(const RankSpec& spec, bool tag, Child& child) {
   if (tag) {
     child.out_fd = out[0];
     child.err_fd = err[0];
-    std::string prefix = "[" + std::to_string(spec.rank) + "] ";
+    // Built by appending: GCC 12 warns falsely (-Wrestrict) on "[" + std::to_string(..).
+    std::string prefix = "[";
+    prefix += std::to_string(spec.rank);
+    prefix += "] ";
     child.out = std::make_unique<LinePrefixer>(prefix, 1);
     child.err = std::make_unique<LinePrefixer>(prefix, 2);
   }
@@ -264,6 +267,8 @@ Result<int> supervise(const std::vector<RankSpec>& ranks, const SuperviseOptions
             interrupted_by = sig;
             say("got " + signal_name(sig) + "; forwarding it to " + std::to_string(alive_count()) +
                 " rank(s)");
+            if (options.on_failure && !first_failure && !remote_failure)
+              options.on_failure("kolorun was interrupted by " + signal_name(sig));
             signal_all(children, sig == SIGHUP ? SIGTERM : sig);
             if (!kill_at) kill_at = Clock::now() + options.grace;
           }
