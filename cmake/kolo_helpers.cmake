@@ -7,10 +7,11 @@ function(kolo_library name)
   target_link_libraries(${name} PUBLIC ${ARG_DEPS})
 endfunction()
 
-# kolo_test(NAME SOURCES ... [DEPS ...] [LABELS ...] [TIMEOUT s]): a GoogleTest binary in
-# build/bin, registered with CTest test by test.
+# kolo_test(NAME SOURCES ... [DEPS ...] [LABELS ...] [TIMEOUT s] [RUN_SERIAL]): a GoogleTest
+# binary in build/bin, registered with CTest test by test. RUN_SERIAL keeps tests that start
+# several processes from running beside others on a small machine.
 function(kolo_test name)
-  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "RUN_SERIAL" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main)
   if(NOT ARG_TIMEOUT)
@@ -19,6 +20,10 @@ function(kolo_test name)
   if(NOT ARG_LABELS)
     set(ARG_LABELS unit)
   endif()
+  set(serial FALSE)
+  if(ARG_RUN_SERIAL)
+    set(serial TRUE)
+  endif()
   gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60
-                       PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT})
+                       PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT} RUN_SERIAL ${serial})
 endfunction()
