@@ -1,0 +1,211 @@
+// One rank of the data-parallel training tests (training_test.cc starts it through kolorun).
+//
+// A two-layer MLP is trained for a few SGD steps (momentum 0.9) on a fixed synthetic data set.
+// Each step's global batch is the same 12 samples whatever the number of ranks; the ranks split
+// it UNEVENLY (e.g. 4 and 8 samples for 2 ranks), so the result equals 1-rank training only if
+// gradients are averaged weighted by sample counts. Rank 0 writes the final parameters to --out.
+//
+// Modes (--mode):
+//   train       the above; --passes 2 splits each rank's share into two backward passes
+//               (gradient accumulation, backward_passes_per_step = 2).
+//   overlap     inside the hook of the last gradient of backward, waits for the allreduce of
+//               the first gradient: it can only complete if communication runs during backward.
+//   broadcast   every rank starts from different weights; after broadcast_parameters every
+//               rank writes its parameters to --out.<rank>.
+//   checkpoint  trains --steps, saving a checkpoint (rank 0) after --save-at steps to --ckpt;
+//               with --resume, loads --ckpt on every rank first and continues from there.
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "framework/autograd.h"
+#include "framework/distributed/broadcast_state.h"
+#include "framework/distributed/distributed_optimizer.h"
+#include "framework/functional.h"
+#include "framework/optim/sgd.h"
+#include "kolo/kolo.h"
+
+namespace fw = kolo::fw;
+
+namespace {
+
+constexpr int kSamples = 64;
+constexpr int kFeatures = 8;
+constexpr int kClasses = 4;
+constexpr int kGlobalBatch = 12;
+
+struct Args {
+  std::string mode = "train";
+  std::string out;
+  std::string ckpt;
+  int steps = 5;
+  int passes = 1;
+  int save_at = -1;
+  bool resume = false;
+};
+
+[[noreturn]] void die(const std::string& message) {
+  std::fprintf(stderr, "training_worker: %s\n", message.c_str());
+  std::exit(1);
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) die("missing value after " + flag);
+      return argv[++i];
+    };
+    if (flag == "--mode") a.mode = value();
+    else if (flag == "--out") a.out = value();
+    else if (flag == "--ckpt") a.ckpt = value();
+    else if (flag == "--steps") a.steps = std::stoi(value());
+    else if (flag == "--passes") a.passes = std::stoi(value());
+    else if (flag == "--save-at") a.save_at = std::stoi(value());
+    else if (flag == "--resume") a.resume = true;
+    else die("unknown flag " + flag);
+  }
+  return a;
+}
+
+// How the 12 samples of a step are shared: deliberately uneven.
+std::vector<int> shares(int world) {
+  switch (world) {
+    case 1: return {12};
+    case 2: return {4, 8};
+    case 3: return {2, 4, 6};
+    case 4: return {2, 2, 4, 4};
+    default: die("the tests use 1 to 4 ranks");
+  }
+}
+
+struct Model {
+  fw::Tensor w1, b1, w2, b2;
+  fw::NamedTensors named() const { return {{"fc1.weight", w1}, {"fc1.bias", b1},
+                                           {"fc2.weight", w2}, {"fc2.bias", b2}}; }
+  fw::Tensor forward(const fw::Tensor& x) const {
+    return fw::linear(fw::relu(fw::linear(x, w1, b1)), w2, b2);
+  }
+};
+
+Model make_model(uint64_t seed) {
+  fw::Generator gen(seed);
+  Model m;
+  m.w1 = fw::Tensor::randn({16, kFeatures}, 0.f, 0.4f, &gen);
+  m.b1 = fw::Tensor::randn({16}, 0.f, 0.1f, &gen);
+  m.w2 = fw::Tensor::randn({kClasses, 16}, 0.f, 0.4f, &gen);
+  m.b2 = fw::Tensor::zeros({kClasses});
+  for (auto* t : {&m.w1, &m.b1, &m.w2, &m.b2}) t->set_requires_grad(true);
+  return m;
+}
+
+// Rows [begin, begin + n) of the data set, wrapping around.
+void batch(int begin, int n, fw::Tensor* x, fw::Tensor* y) {
+  static const fw::Tensor all_x = [] {
+    fw::Generator gen(123);
+    return fw::Tensor::randn({kSamples, kFeatures}, 0.f, 1.f, &gen);
+  }();
+  std::vector<float> xs;
+  std::vector<int64_t> ys;
+  const float* data = all_x.data<float>();
+  for (int i = 0; i < n; ++i) {
+    int row = (begin + i) % kSamples;
+    xs.insert(xs.end(), data + row * kFeatures, data + (row + 1) * kFeatures);
+    ys.push_back(row % kClasses);
+  }
+  *x = fw::Tensor::from_vector(xs, {n, kFeatures});
+  *y = fw::Tensor::from_labels(ys);
+}
+
+void write_params(const std::string& path, const Model& m) {
+  std::ofstream out(path);
+  if (!out) die("cannot write " + path);
+  out.precision(9);
+  for (const auto& [name, t] : m.named()) {
+    out << name;
+    for (float v : t.to_vector()) out << ' ' << v;
+    out << '\n';
+  }
+}
+
+void check(const kolo::Status& s, const char* what) {
+  if (!s.ok()) die(std::string(what) + ": " + s.to_string());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const Args args = parse(argc, argv);
+  check(kolo::init(), "init");
+  const int rank = kolo::rank(), world = kolo::size();
+
+  if (args.mode == "broadcast") {
+    Model m = make_model(1000 + rank);  // different on every rank
+    fw::broadcast_parameters(m.named(), /*root=*/1 % world);
+    write_params(args.out + "." + std::to_string(rank), m);
+    check(kolo::shutdown(), "shutdown");
+    return 0;
+  }
+
+  Model m = make_model(7);
+  fw::SGD sgd({m.w1, m.b1, m.w2, m.b2}, {.lr = 0.1, .momentum = 0.9});
+  fw::DistributedOptimizer opt(sgd, m.named(), {.backward_passes_per_step = args.passes});
+
+  int first_step = 0;
+  if (args.mode == "checkpoint" && args.resume) {
+    fw::load_checkpoint(args.ckpt, m.named(), &sgd);  // every rank reads the shared file
+    first_step = static_cast<int>(sgd.step_count());
+  }
+
+  int overlap_completed = 0;
+  if (args.mode == "overlap") {
+    // fc1.weight's gradient is the last one backward finishes. Registered after the
+    // optimizer's hook, this one runs after fc1.weight's allreduce was submitted.
+    m.w1.register_grad_ready_hook([&](fw::Tensor&) {
+      auto handles = opt.submitted_handles();
+      if (handles.size() != 4) die("expected 4 submitted allreduces inside backward, got " +
+                                   std::to_string(handles.size()));
+      check(handles.front().wait(std::chrono::seconds(30)),
+            "first gradient's allreduce while backward still runs");
+      ++overlap_completed;
+    });
+  }
+
+  const std::vector<int> share = shares(world);
+  int offset = 0;
+  for (int r = 0; r < rank; ++r) offset += share[r];
+  for (int step = first_step; step < args.steps; ++step) {
+    opt.zero_grad();
+    const int begin = step * kGlobalBatch + offset;
+    const int local = share[rank];
+    const int per_pass = local / args.passes;
+    for (int pass = 0; pass < args.passes; ++pass) {
+      fw::Tensor x, y;
+      batch(begin + pass * per_pass, per_pass, &x, &y);
+      opt.set_local_batch_size(per_pass);
+      fw::cross_entropy(m.forward(x), y).backward();
+    }
+    opt.step();
+    if (args.mode == "checkpoint" && step + 1 == args.save_at) {
+      fw::save_checkpoint_on_root(args.ckpt, m.named(), &sgd);
+    }
+  }
+  if (args.mode == "overlap") {
+    const int steps = args.steps - first_step;
+    if (overlap_completed != steps) die("overlap hook ran " + std::to_string(overlap_completed) +
+                                        " times for " + std::to_string(steps) + " steps");
+    if (opt.stats().submitted_from_hooks != 4 * steps) {
+      die("expected every gradient submitted from its hook, got " +
+          std::to_string(opt.stats().submitted_from_hooks));
+    }
+    std::printf("overlap ok: %d steps\n", steps);
+  }
+  if (rank == 0 && !args.out.empty()) write_params(args.out, m);
+  check(kolo::shutdown(), "shutdown");
+  return 0;
+} catch (const std::exception& e) {
+  die(e.what());
+}
