@@ -25,11 +25,12 @@ Status allreduce_ring(Channel& channel, void* data, int64_t count, const ReduceS
     const std::vector<int64_t> counts = split_evenly(count, p);
     const std::vector<int64_t> offsets = offsets_of(counts);
     // A segment larger than the largest block would only waste scratch memory.
-    const int64_t segment = std::min(segment_elems(segment_bytes, es), std::max<int64_t>(counts[0], 1));
+    const int64_t segment =
+        std::min(segment_elems(segment_bytes, es), std::max<int64_t>(counts[0], 1));
     char* scratch = static_cast<char*>(workspace.get(2 * static_cast<size_t>(segment) * es));
     char* buf = static_cast<char*>(data);
-    KOLO_RETURN_IF_ERROR(ring_reduce_scatter(channel, buf, offsets, counts, spec, scratch,
-                                             segment, kOp));
+    KOLO_RETURN_IF_ERROR(
+        ring_reduce_scatter(channel, buf, offsets, counts, spec, scratch, segment, kOp));
     KOLO_RETURN_IF_ERROR(ring_allgather(channel, buf, offsets, counts, es, segment, kOp));
   }
   finish_reduction(spec, data, count, p);

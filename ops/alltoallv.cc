@@ -42,8 +42,8 @@ Status alltoallv(Channel& channel, const void* input, const std::vector<int64_t>
   if (send_counts[r] != recv_counts[r])
     return Status::InvalidArgument(
         "alltoallv: send_counts[" + std::to_string(r) + "] (what rank " + std::to_string(r) +
-        " keeps for itself) must equal recv_counts[" + std::to_string(r) + "] = " +
-        std::to_string(recv_counts[r]) + ", got " + std::to_string(send_counts[r]));
+        " keeps for itself) must equal recv_counts[" + std::to_string(r) +
+        "] = " + std::to_string(recv_counts[r]) + ", got " + std::to_string(send_counts[r]));
 
   const size_t es = dtype_size(dtype);
   const std::vector<int64_t> send_off = offsets_of(send_counts);
@@ -69,16 +69,16 @@ Status alltoallv(Channel& channel, const void* input, const std::vector<int64_t>
         with_peer(channel.recv(from, &told, sizeof told), kOp, "receive from", from));
     if (told == recv_counts[from]) {
       if (told > 0)
-        KOLO_RETURN_IF_ERROR(with_peer(
-            channel.recv(from, out + recv_off[from] * es, static_cast<size_t>(told) * es), kOp,
-            "receive from", from));
+        KOLO_RETURN_IF_ERROR(
+            with_peer(channel.recv(from, out + recv_off[from] * es, static_cast<size_t>(told) * es),
+                      kOp, "receive from", from));
     } else {
       if (first_error.ok())
         first_error = Status::Mismatch(
             "alltoallv: rank " + std::to_string(from) + " sends " + std::to_string(told) +
             " elements to rank " + std::to_string(r) + ", but rank " + std::to_string(r) +
-            " expects recv_counts[" + std::to_string(from) + "] = " +
-            std::to_string(recv_counts[from]) +
+            " expects recv_counts[" + std::to_string(from) +
+            "] = " + std::to_string(recv_counts[from]) +
             "; every rank's send_counts[j] must equal rank j's recv_counts entry for it");
       if (told < 0)  // a corrupt header: the stream cannot be resynchronised
         return first_error;

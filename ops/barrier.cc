@@ -14,9 +14,8 @@ Status barrier(Channel& channel) {
     const int from = (r - k + p) % p;
     const char token = 1;
     char got = 0;
-    KOLO_RETURN_IF_ERROR(
-        with_peer(channel.sendrecv(to, &token, 1, from, &got, 1), "barrier", "signal exchange with",
-                  from));
+    KOLO_RETURN_IF_ERROR(with_peer(channel.sendrecv(to, &token, 1, from, &got, 1), "barrier",
+                                   "signal exchange with", from));
   }
   return Status::Ok();
 }

@@ -26,8 +26,8 @@ Status binomial_tree(Channel& channel, char* data, size_t bytes, int root) {
   int mask = 1;
   while (mask < p) {
     if (v & mask) {
-      KOLO_RETURN_IF_ERROR(
-          with_peer(channel.recv(real(v - mask), data, bytes), kOp, "receive from", real(v - mask)));
+      KOLO_RETURN_IF_ERROR(with_peer(channel.recv(real(v - mask), data, bytes), kOp, "receive from",
+                                     real(v - mask)));
       break;
     }
     mask <<= 1;

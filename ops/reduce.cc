@@ -154,12 +154,18 @@ void native_reduce(void* out, const void* a, const void* b, int64_t n) {
 template <typename Op>
 void reduce_typed(DataType dtype, void* out, const void* a, const void* b, int64_t n) {
   switch (dtype) {
-    case DataType::kUInt8: return native_reduce<Op, uint8_t>(out, a, b, n);
-    case DataType::kInt8: return native_reduce<Op, int8_t>(out, a, b, n);
-    case DataType::kInt32: return native_reduce<Op, int32_t>(out, a, b, n);
-    case DataType::kInt64: return native_reduce<Op, int64_t>(out, a, b, n);
-    case DataType::kFloat32: return native_reduce<Op, float>(out, a, b, n);
-    case DataType::kFloat64: return native_reduce<Op, double>(out, a, b, n);
+    case DataType::kUInt8:
+      return native_reduce<Op, uint8_t>(out, a, b, n);
+    case DataType::kInt8:
+      return native_reduce<Op, int8_t>(out, a, b, n);
+    case DataType::kInt32:
+      return native_reduce<Op, int32_t>(out, a, b, n);
+    case DataType::kInt64:
+      return native_reduce<Op, int64_t>(out, a, b, n);
+    case DataType::kFloat32:
+      return native_reduce<Op, float>(out, a, b, n);
+    case DataType::kFloat64:
+      return native_reduce<Op, double>(out, a, b, n);
     case DataType::kFloat16:
       return half_to<Half16::kFloat16, Op>(static_cast<uint16_t*>(out),
                                            static_cast<const uint16_t*>(a),
@@ -237,10 +243,14 @@ void reduce_to(DataType dtype, ReduceOp op, void* out, const void* a, const void
   if (count <= 0) return;
   switch (op) {
     case ReduceOp::kSum:
-    case ReduceOp::kAverage: return reduce_typed<Sum>(dtype, out, a, b, count);
-    case ReduceOp::kMin: return reduce_typed<Min>(dtype, out, a, b, count);
-    case ReduceOp::kMax: return reduce_typed<Max>(dtype, out, a, b, count);
-    case ReduceOp::kProduct: return reduce_typed<Product>(dtype, out, a, b, count);
+    case ReduceOp::kAverage:
+      return reduce_typed<Sum>(dtype, out, a, b, count);
+    case ReduceOp::kMin:
+      return reduce_typed<Min>(dtype, out, a, b, count);
+    case ReduceOp::kMax:
+      return reduce_typed<Max>(dtype, out, a, b, count);
+    case ReduceOp::kProduct:
+      return reduce_typed<Product>(dtype, out, a, b, count);
   }
 }
 

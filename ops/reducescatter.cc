@@ -33,7 +33,8 @@ Status reducescatter(Channel& channel, const void* input, void* output,
   scale_copy(spec.dtype, buf, input, total, spec.prescale);
   KOLO_RETURN_IF_ERROR(
       ring_reduce_scatter(channel, buf, offsets, counts, spec, buf + copy_bytes, segment, kOp));
-  if (counts[r] > 0) std::memcpy(output, buf + offsets[r] * es, static_cast<size_t>(counts[r]) * es);
+  if (counts[r] > 0)
+    std::memcpy(output, buf + offsets[r] * es, static_cast<size_t>(counts[r]) * es);
   finish_reduction(spec, output, counts[r], p);
   return Status::Ok();
 }

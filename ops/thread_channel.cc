@@ -142,7 +142,8 @@ std::vector<std::unique_ptr<Channel>> make_thread_channels(int size,
   auto group = std::make_shared<ThreadChannelGroup>(size);
   std::vector<std::unique_ptr<Channel>> channels;
   channels.reserve(size);
-  for (int r = 0; r < size; ++r) channels.push_back(std::make_unique<ThreadChannel>(group, r, timeout));
+  for (int r = 0; r < size; ++r)
+    channels.push_back(std::make_unique<ThreadChannel>(group, r, timeout));
   return channels;
 }
 

@@ -14,9 +14,9 @@ using boost::system::error_code;
 
 namespace {
 
-// One message in flight on a link. A message is sent or received as frames (wire.h); `offset`
-// is where the current frame starts in the message, `in_frame` counts the header and payload
-// bytes of the current frame moved so far.
+// One message in flight on a link. For a send, `offset` is where the current frame starts in the
+// message and `in_frame` counts the header and payload bytes of that frame written so far. For a
+// receive, `offset` counts the bytes received (frames are tracked per link, see Link).
 struct Transfer {
   uint8_t* data = nullptr;  // const for sends; never written through then
   uint64_t size = 0;
@@ -40,7 +40,12 @@ struct TcpChannel::Link {
   bool writing = false;
   bool reading = false;
   FrameHeader tx_header{};
+  // Receive side: frames are parsed per link, not per receive (the stream may split or join
+  // messages differently from how they were sent; see wire.h).
   FrameHeader rx_header{};
+  uint64_t rx_header_done = 0;  // bytes of rx_header read so far (< 16 unless in a frame)
+  uint64_t rx_frame_left = 0;   // payload bytes of the current frame not yet read
+  bool rx_in_frame = false;     // rx_header complete and valid
 
   std::string name() const { return "rank " + std::to_string(peer) + " (" + address + ")"; }
 };
@@ -80,6 +85,7 @@ ops::Request TcpChannel::isend(int peer, const void* data, size_t bytes) {
   if (Status s = check_peer("isend", peer, data, bytes); !s.ok()) return ops::Request::failed(s);
   Link& link = *links_[peer];
   if (!link.failure.ok()) return ops::Request::failed(link.failure);
+  if (bytes == 0) return ops::Request();  // nothing goes on the wire
   auto completion = std::make_shared<ops::Completion>();
   Transfer t;
   t.data = static_cast<uint8_t*>(const_cast<void*>(data));
@@ -94,6 +100,7 @@ ops::Request TcpChannel::irecv(int peer, void* data, size_t bytes) {
   if (Status s = check_peer("irecv", peer, data, bytes); !s.ok()) return ops::Request::failed(s);
   Link& link = *links_[peer];
   if (!link.failure.ok()) return ops::Request::failed(link.failure);
+  if (bytes == 0) return ops::Request();  // takes nothing from the stream
   auto completion = std::make_shared<ops::Completion>();
   Transfer t;
   t.data = static_cast<uint8_t*>(data);
@@ -149,24 +156,26 @@ void TcpChannel::on_written(Link& link, size_t n) {
   start_write(link);
 }
 
-// Reads the rest of the current frame of the front receive with one scatter read: the header
-// into rx_header, the payload straight into the caller's buffer. The read is bounded by the
-// expected frame, so it never consumes bytes of the next message.
+// Reads for the front receive with one scatter read. Outside a frame it reads only the rest of
+// the next header (the payload length is unknown until the header is checked). Inside a frame
+// it reads payload straight into the caller's buffer, and when that part reaches the frame's end
+// also the next frame's header, so that in steady state one read per message suffices. Never
+// more: a read never consumes payload bytes that no posted receive owns.
 void TcpChannel::start_read(Link& link) {
   if (link.reading || link.recvs.empty() || !link.failure.ok()) return;
   Transfer& t = link.recvs.front();
-  if (!t.frame_started) {
-    t.frame_len = frame_length(t.size, t.offset, options_.max_frame_bytes);
-    t.in_frame = 0;
-    t.frame_started = true;
-  }
   std::array<asio::mutable_buffer, 2> buffers;
-  const uint64_t header_done = std::min<uint64_t>(t.in_frame, kFrameHeaderBytes);
-  const uint64_t payload_done = t.in_frame - header_done;
-  buffers[0] = asio::buffer(link.rx_header.data() + header_done, kFrameHeaderBytes - header_done);
-  buffers[1] = asio::buffer(t.data + t.offset + payload_done, t.frame_len - payload_done);
+  size_t count = 0;
+  if (link.rx_in_frame) {
+    const uint64_t part = std::min(t.size - t.offset, link.rx_frame_left);
+    buffers[count++] = asio::buffer(t.data + t.offset, part);
+    if (part == link.rx_frame_left) buffers[count++] = asio::buffer(link.rx_header);
+  } else {
+    buffers[count++] = asio::buffer(link.rx_header.data() + link.rx_header_done,
+                                    kFrameHeaderBytes - link.rx_header_done);
+  }
   link.reading = true;
-  link.socket->async_read_some(buffers, [this, &link](const error_code& ec, size_t n) {
+  auto handler = [this, &link](const error_code& ec, size_t n) {
     link.reading = false;
     if (!link.failure.ok()) return;
     if (ec) {
@@ -175,37 +184,47 @@ void TcpChannel::start_read(Link& link) {
                                                  : "receive failed: " + ec.message();
       fail(link, Status::PeerFailure("tcp: " + what + " while receiving a " +
                                      std::to_string(t.size) + "-byte message from " +
-                                     link.name() + " (" + std::to_string(t.offset + t.in_frame) +
-                                     " bytes including frame headers arrived; the peer process "
-                                     "likely died)"));
+                                     link.name() + " after " + std::to_string(t.offset) +
+                                     " of its bytes (the peer process likely died)"));
       return;
     }
     on_read(link, n);
-  });
+  };
+  if (count == 1)
+    link.socket->async_read_some(buffers[0], handler);
+  else
+    link.socket->async_read_some(buffers, handler);
 }
 
 void TcpChannel::on_read(Link& link, size_t n) {
   progress_ += n;
   Transfer& t = link.recvs.front();
-  const uint64_t before = t.in_frame;
-  t.in_frame += n;
-  if (before < kFrameHeaderBytes && t.in_frame >= kFrameHeaderBytes) {
-    // The header is complete: check it before trusting anything else in this frame.
-    Result<uint64_t> length =
-        decode_frame_header(link.rx_header, t.frame_len, options_.max_frame_bytes);
+  if (link.rx_in_frame) {
+    const uint64_t payload = std::min<uint64_t>(n, std::min(t.size - t.offset, link.rx_frame_left));
+    t.offset += payload;
+    link.rx_frame_left -= payload;
+    n -= payload;
+    if (link.rx_frame_left == 0) {
+      link.rx_in_frame = false;
+      link.rx_header_done = 0;
+    }
+  }
+  // Whatever is left of n belongs to the next header.
+  link.rx_header_done += n;
+  if (!link.rx_in_frame && link.rx_header_done == kFrameHeaderBytes) {
+    // The header is complete: check it before trusting its length.
+    Result<uint64_t> length = decode_frame_header(link.rx_header, options_.max_frame_bytes);
     if (!length.ok()) {
       fail(link, length.status().with_context("tcp: bad frame from " + link.name()));
       return;
     }
+    link.rx_in_frame = true;
+    link.rx_frame_left = *length;
   }
-  if (t.in_frame == kFrameHeaderBytes + t.frame_len) {
-    t.offset += t.frame_len;
-    t.frame_started = false;
-    if (t.offset == t.size) {
-      auto completion = std::move(t.completion);
-      link.recvs.pop_front();
-      completion->complete(Status::Ok());
-    }
+  if (t.offset == t.size) {
+    auto completion = std::move(t.completion);
+    link.recvs.pop_front();
+    completion->complete(Status::Ok());
   }
   start_read(link);
 }

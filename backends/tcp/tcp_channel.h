@@ -8,12 +8,14 @@
 // sendrecv and the pipelined ring never stall on the order they wait in). A request that is
 // never waited for only progresses while another request of the same channel is waited for.
 //
-// Data path. Each message travels as frames (wire.h). The receiver reads a frame's header and
-// payload with one scatter read straight into the posted buffer: no intermediate copy and no
-// allocation sized by the wire. Bytes that arrive before their receive is posted stay in the
-// kernel's socket buffer.
+// Data path. Each message travels as frames (wire.h); per ops::Channel's contract a receive
+// takes the next bytes of the peer's stream, whatever frames carried them. Payload is read with
+// scatter reads straight into the posted buffer (with the next frame header in the same read):
+// no intermediate copy and no allocation sized by the wire. Bytes that arrive before their
+// receive is posted stay in the kernel's socket buffer. Zero-byte sends and receives complete at
+// once and put nothing on the wire.
 //
-// Errors. A connection reset, EOF, malformed frame or length mismatch breaks that link: every
+// Errors. A connection reset, EOF, or malformed or oversized frame breaks that link: every
 // pending and later request on it fails with the same Status (PeerFailure or IoError) naming the
 // peer rank and address. wait() fails with Timeout, and breaks the awaited link, when the whole
 // channel moves no byte for timeout() (op_timeout); a slow but moving transfer never times out.

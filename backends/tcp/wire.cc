@@ -39,8 +39,7 @@ FrameHeader encode_frame_header(uint64_t length) {
   return h;
 }
 
-Result<uint64_t> decode_frame_header(std::span<const uint8_t> header, uint64_t expected_length,
-                                     uint64_t max_length) {
+Result<uint64_t> decode_frame_header(std::span<const uint8_t> header, uint64_t max_length) {
   if (header.size() < kFrameHeaderBytes)
     return Status::IoError("truncated frame header: got " + std::to_string(header.size()) +
                            " of " + std::to_string(kFrameHeaderBytes) + " bytes");
@@ -58,11 +57,8 @@ Result<uint64_t> decode_frame_header(std::span<const uint8_t> header, uint64_t e
     return Status::IoError("oversized frame: length " + std::to_string(length) +
                            " bytes exceeds the frame bound of " + std::to_string(max_length) +
                            " bytes (KOLO_TCP_MAX_FRAME must match on every rank)");
-  if (length != expected_length)
-    return Status::IoError("frame length mismatch: the frame carries " + std::to_string(length) +
-                           " bytes but the posted receive expects " +
-                           std::to_string(expected_length) +
-                           " (the ranks disagree on the size of this message)");
+  if (length == 0)
+    return Status::IoError("malformed frame: length 0 (senders never send empty frames)");
   return length;
 }
 

@@ -9,8 +9,12 @@
 //   bytes 4..7   reserved must be zero (room for flags without a new magic)
 //   bytes 8..15  length   payload bytes that follow this header
 //
-// The receiver never allocates from a wire length: payloads are read straight into the buffer
-// the caller posted, and decode_frame_header() rejects any length other than the one expected.
+// Frames do not mark message boundaries for the receiver: ops::Channel promises a byte stream per
+// (sender, receiver) pair, and the ops/ algorithms rely on it (e.g. the ring sends a chunk as one
+// message and receives it as several segments). So a receive takes the next bytes of the stream,
+// across frame boundaries, and a frame's length is checked against the bound, not against the
+// posted receive. The receiver never allocates from a wire length: payloads are read straight
+// into the posted buffers, and at most one header's worth of bytes is ever read ahead.
 // These are pure functions (no I/O) so that the checks are unit-tested directly.
 #pragma once
 
@@ -33,16 +37,14 @@ using FrameHeader = std::array<uint8_t, kFrameHeaderBytes>;
 // Encodes the header of a frame that carries `length` payload bytes.
 FrameHeader encode_frame_header(uint64_t length);
 
-// Validates a received header. `expected_length` is the length the posted receive needs for
-// this frame; `max_length` the frame bound. Returns the payload length on success; otherwise
-// IoError describing what was wrong: a header shorter than kFrameHeaderBytes (truncated), a
-// wrong magic or non-zero reserved field (malformed), a length above max_length (oversized),
-// or a length different from expected_length (mismatch: the ranks disagree on message sizes).
-Result<uint64_t> decode_frame_header(std::span<const uint8_t> header, uint64_t expected_length,
-                                     uint64_t max_length);
+// Validates a received header against the frame bound `max_length`. Returns the payload length
+// on success; otherwise IoError describing what was wrong: a header shorter than
+// kFrameHeaderBytes (truncated), a wrong magic or non-zero reserved field (malformed), or a
+// length of 0 or above max_length (oversized; senders never send empty frames).
+Result<uint64_t> decode_frame_header(std::span<const uint8_t> header, uint64_t max_length);
 
 // The payload length of the frame that starts at byte `offset` of a message of `message_bytes`
-// bytes split at `max_length` (> 0). A message of 0 bytes is one empty frame.
+// bytes split at `max_length` (> 0). A message of 0 bytes sends no frame at all.
 uint64_t frame_length(uint64_t message_bytes, uint64_t offset, uint64_t max_length);
 
 }  // namespace kolo::tcp

@@ -353,6 +353,15 @@ void load_tensors_into(const std::string& path, const NamedTensors& targets) {
   }
 }
 
+void detail::check_unique_names(const NamedTensors& named, const char* fn) {
+  std::set<std::string> seen;
+  for (const auto& [name, t] : named) {
+    if (!seen.insert(name).second) {
+      fail(StatusCode::kInvalidArgument, std::string(fn) + ": name '" + name + "' appears twice");
+    }
+  }
+}
+
 NamedTensors optimizer_state(Optimizer& optimizer) {
   NamedTensors out;
   for (auto& [name, t] : optimizer.state_tensors()) out.emplace_back("optim/" + name, *t);

@@ -57,9 +57,36 @@ void load_tensors_into(const std::string& path, const NamedTensors& targets);
 // The optimizer's state as named tensors ("optim/" prefix); handles share storage with it.
 NamedTensors optimizer_state(Optimizer& optimizer);
 
-// A model (its named parameters and buffers, given as a list, e.g. from a Module) plus, when
+// The named parameters of a module and, when it has named_buffers() (e.g. batch-norm running
+// statistics), its buffers, as one list for save_checkpoint/load_checkpoint. Works with any type
+// whose named_parameters() (and named_buffers()) yields (name, Tensor) or (name, Tensor*) pairs,
+// such as nn::Module. Throws InvalidArgument when a buffer name repeats a parameter name.
+template <typename Module>
+NamedTensors module_state(Module& module);
+
+// A model (its named parameters and buffers, given as a list, e.g. from module_state) plus, when
 // `optimizer` is not null, its state.
 void save_checkpoint(const std::string& path, const NamedTensors& model, Optimizer* optimizer);
 void load_checkpoint(const std::string& path, const NamedTensors& model, Optimizer* optimizer);
+
+namespace detail {
+inline const Tensor& as_tensor(const Tensor& t) { return t; }
+inline const Tensor& as_tensor(const Tensor* t) { return *t; }
+void check_unique_names(const NamedTensors& named, const char* fn);
+}  // namespace detail
+
+template <typename Module>
+NamedTensors module_state(Module& module) {
+  NamedTensors out;
+  for (const auto& [name, t] : module.named_parameters()) {
+    out.emplace_back(name, detail::as_tensor(t));
+  }
+  if constexpr (requires { module.named_buffers(); }) {
+    for (const auto& [name, t] : module.named_buffers())
+      out.emplace_back(name, detail::as_tensor(t));
+  }
+  detail::check_unique_names(out, "module_state");
+  return out;
+}
 
 }  // namespace kolo::fw

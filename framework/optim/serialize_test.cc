@@ -112,6 +112,39 @@ TEST(Serialize, CheckpointRestoresModelAndOptimizerExactly) {
                        "optim/param.1.exp_avg", "optim/param.1.exp_avg_sq"}));
 }
 
+// Stand-ins for nn::Module's accessors: one returns handles, the other pointers.
+struct ModuleWithBuffers {
+  TinyModel m;
+  std::vector<std::pair<std::string, Tensor>> named_parameters() const {
+    return {{"fc.weight", m.w}, {"fc.bias", m.b}};
+  }
+  std::vector<std::pair<std::string, Tensor*>> named_buffers() {
+    return {{"bn.running_mean", &m.running_mean}};
+  }
+};
+struct ModuleWithoutBuffers {
+  TinyModel m;
+  std::vector<std::pair<std::string, Tensor*>> named_parameters() { return {{"w", &m.w}}; }
+};
+
+TEST(Serialize, ModuleStateTakesParametersAndBuffers) {
+  ModuleWithBuffers with;
+  NamedTensors state = module_state(with);
+  ASSERT_EQ(state.size(), 3u);
+  EXPECT_EQ(state[2].first, "bn.running_mean");
+  EXPECT_TRUE(state[2].second.is_same(with.m.running_mean));
+  ModuleWithoutBuffers without;
+  ASSERT_EQ(module_state(without).size(), 1u);
+  EXPECT_TRUE(module_state(without)[0].second.is_same(without.m.w));
+
+  ScratchDir dir("ckpt");
+  with.m.running_mean.fill_(7.0f);
+  save_checkpoint(dir.file("m.kolo"), module_state(with), nullptr);
+  ModuleWithBuffers fresh;
+  load_checkpoint(dir.file("m.kolo"), module_state(fresh), nullptr);
+  EXPECT_EQ(fresh.m.running_mean.to_vector(), (std::vector<float>{7.0f, 7.0f}));
+}
+
 TEST(Serialize, LoadErrorsLeaveTargetsUnchanged) {
   ScratchDir dir("ckpt");
   const std::string path = dir.file("c.kolo");

@@ -1,0 +1,107 @@
+#include "backends/tcp/auth.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace kolo::tcp {
+namespace {
+
+// The reference test vectors (Aumasson and Bernstein): key 00..0f, message 00..n-1.
+uint64_t reference_vector(size_t n) {
+  SipKey key{0x0706050403020100ULL, 0x0f0e0d0c0b0a0908ULL};
+  std::vector<uint8_t> msg(n);
+  for (size_t i = 0; i < n; ++i) msg[i] = static_cast<uint8_t>(i);
+  return siphash24(key, msg);
+}
+
+TEST(SipHashTest, MatchesReferenceVectors) {
+  EXPECT_EQ(reference_vector(0), 0x726fdb47dd0e0e31ULL);
+  EXPECT_EQ(reference_vector(1), 0x74f839c593dc67fdULL);
+  EXPECT_EQ(reference_vector(15), 0xa129ca6149be45e5ULL);  // the paper's worked example
+}
+
+Hello make_hello() { return Hello{3, 4, random_nonce()}; }
+Challenge make_challenge(const AuthKey& key, const Hello& h) {
+  Challenge c{1, 4, random_nonce(), {}};
+  c.tag = acceptor_tag(key, h, c);
+  return c;
+}
+
+TEST(AuthTest, SameSecretVerifiesBothWays) {
+  const AuthKey a = derive_auth_key("job-secret");
+  const AuthKey b = derive_auth_key("job-secret");
+  const Hello h = make_hello();
+  const Challenge c = make_challenge(a, h);
+  EXPECT_TRUE(tags_equal(c.tag, acceptor_tag(b, h, c)));
+  EXPECT_TRUE(tags_equal(connector_tag(a, h, c), connector_tag(b, h, c)));
+}
+
+TEST(AuthTest, DifferentSecretFails) {
+  const AuthKey a = derive_auth_key("job-secret");
+  const AuthKey b = derive_auth_key("job-secreT");
+  const Hello h = make_hello();
+  const Challenge c = make_challenge(a, h);
+  EXPECT_FALSE(tags_equal(c.tag, acceptor_tag(b, h, c)));
+  EXPECT_FALSE(tags_equal(connector_tag(a, h, c), connector_tag(b, h, c)));
+}
+
+TEST(AuthTest, TagsBindNoncesRanksAndRole) {
+  const AuthKey k = derive_auth_key("s");
+  const Hello h = make_hello();
+  const Challenge c = make_challenge(k, h);
+  // A connector tag is not the acceptor tag reflected back.
+  EXPECT_FALSE(tags_equal(acceptor_tag(k, h, c), connector_tag(k, h, c)));
+  Hello h2 = h;
+  h2.nonce[0] ^= 1;
+  EXPECT_FALSE(tags_equal(acceptor_tag(k, h, c), acceptor_tag(k, h2, c)));
+  Challenge c2 = c;
+  c2.rank = 2;
+  EXPECT_FALSE(tags_equal(connector_tag(k, h, c), connector_tag(k, h, c2)));
+  // The tag field itself is not part of the transcript.
+  Challenge c3 = c;
+  c3.tag[0] ^= 1;
+  EXPECT_TRUE(tags_equal(connector_tag(k, h, c), connector_tag(k, h, c3)));
+}
+
+TEST(AuthTest, NoncesDiffer) { EXPECT_NE(random_nonce(), random_nonce()); }
+
+TEST(AuthTest, MessagesRoundTrip) {
+  const Hello h = make_hello();
+  Result<Hello> h2 = decode_hello(encode(h));
+  ASSERT_TRUE(h2.ok());
+  EXPECT_EQ(h2->rank, 3);
+  EXPECT_EQ(h2->size, 4);
+  EXPECT_EQ(h2->nonce, h.nonce);
+  const Challenge c = make_challenge(derive_auth_key("x"), h);
+  Result<Challenge> c2 = decode_challenge(encode(c));
+  ASSERT_TRUE(c2.ok());
+  EXPECT_EQ(c2->rank, 1);
+  EXPECT_EQ(c2->tag, c.tag);
+  Result<Proof> p = decode_proof(encode(Proof{true, c.tag}));
+  ASSERT_TRUE(p.ok());
+  EXPECT_TRUE(p->accept);
+  EXPECT_EQ(p->tag, c.tag);
+  Result<Verdict> v = decode_verdict(encode(Verdict{false}));
+  ASSERT_TRUE(v.ok());
+  EXPECT_FALSE(v->accept);
+}
+
+TEST(AuthTest, DecodersRejectGarbage) {
+  std::vector<uint8_t> garbage(64, 0xab);
+  Result<Hello> h = decode_hello(garbage);
+  ASSERT_FALSE(h.ok());
+  EXPECT_NE(h.status().message().find("not a Kolo"), std::string::npos);
+  auto bytes = encode(make_hello());
+  Result<Hello> short_hello = decode_hello(std::span<const uint8_t>(bytes.data(), 10));
+  ASSERT_FALSE(short_hello.ok());
+  EXPECT_NE(short_hello.status().message().find("truncated"), std::string::npos);
+  bytes[4] = 9;  // another protocol version
+  Result<Hello> other = decode_hello(bytes);
+  ASSERT_FALSE(other.ok());
+  EXPECT_NE(other.status().message().find("version 9"), std::string::npos);
+  EXPECT_FALSE(decode_challenge(encode(make_hello())).ok());  // wrong message kind
+}
+
+}  // namespace
+}  // namespace kolo::tcp

@@ -1,0 +1,299 @@
+// TcpChannel over real loopback sockets, with ranks as threads and an in-memory store.
+#include "backends/tcp/tcp_channel.h"
+
+#include <gtest/gtest.h>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/write.hpp>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "backends/tcp/host_address.h"
+#include "backends/tcp/tcp_backend.h"
+#include "backends/tcp/tcp_connect.h"
+#include "rendezvous/memory_store.h"
+
+namespace kolo::tcp {
+namespace {
+
+using std::chrono::milliseconds;
+
+BackendContext context(Store& store, int rank, int size, std::string secret = "s3cret") {
+  BackendContext c;
+  c.rank = rank;
+  c.size = size;
+  c.local_size = size;
+  c.store = &store;
+  c.store_prefix = "test";
+  c.secret = std::move(secret);
+  c.connect_timeout = milliseconds(10000);
+  c.op_timeout = milliseconds(10000);
+  return c;
+}
+
+// Connects `size` ranks as threads; secrets[r] (default: all equal) is rank r's secret.
+std::vector<Result<std::unique_ptr<TcpChannel>>> connect_group(
+    Store& store, int size, std::vector<std::string> secrets = {},
+    ConnectOptions options = {}, milliseconds connect_timeout = milliseconds(10000)) {
+  std::vector<Result<std::unique_ptr<TcpChannel>>> out;
+  for (int r = 0; r < size; ++r) out.emplace_back(Status::Internal("not run"));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      BackendContext c = context(store, r, size, secrets.empty() ? "s3cret" : secrets[r]);
+      c.connect_timeout = connect_timeout;
+      out[r] = connect_channel(c, options);
+    });
+  }
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+std::vector<uint8_t> pattern(size_t n, int seed) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(i * 31 + seed);
+  return v;
+}
+
+TEST(TcpChannelTest, SendsZeroOneAndLargeMessagesBothWays) {
+  MemoryStore store;
+  auto ch = connect_group(store, 2);
+  ASSERT_TRUE(ch[0].ok()) << ch[0].status().to_string();
+  ASSERT_TRUE(ch[1].ok()) << ch[1].status().to_string();
+  for (size_t n : {size_t{0}, size_t{1}, size_t{4096}, size_t{9} << 20}) {
+    std::thread other([&] {
+      auto in = std::vector<uint8_t>(n, 0);
+      const auto out = pattern(n, 1);
+      EXPECT_TRUE((*ch[1])->sendrecv(0, out.data(), n, 0, in.data(), n).ok());
+      EXPECT_EQ(in, pattern(n, 0));
+    });
+    std::vector<uint8_t> in(n, 0);
+    const auto out = pattern(n, 0);
+    Status s = (*ch[0])->sendrecv(1, out.data(), n, 1, in.data(), n);
+    other.join();
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    EXPECT_EQ(in, pattern(n, 1)) << n << " bytes";
+  }
+}
+
+TEST(TcpChannelTest, KeepsOrderAndSplitsMessagesIntoBoundedFrames) {
+  MemoryStore store;
+  ConnectOptions options;
+  options.max_frame_bytes = 1000;  // forces multi-frame messages
+  auto ch = connect_group(store, 3, {}, options);
+  for (auto& c : ch) ASSERT_TRUE(c.ok()) << c.status().to_string();
+  const auto a = pattern(2500, 7), b = pattern(1000, 8), c0 = pattern(0, 0), d = pattern(3, 9);
+  std::thread sender([&] {
+    TcpChannel& s = **ch[2];
+    std::vector<ops::Request> reqs = {s.isend(0, a.data(), a.size()), s.isend(0, b.data(), b.size()),
+                                      s.isend(0, c0.data(), 0), s.isend(0, d.data(), d.size())};
+    for (auto& r : reqs) EXPECT_TRUE(s.wait(r).ok());
+  });
+  TcpChannel& r = **ch[0];
+  std::vector<uint8_t> ra(2500), rb(1000), rd(3);
+  ops::Request r1 = r.irecv(2, ra.data(), ra.size());
+  ops::Request r2 = r.irecv(2, rb.data(), rb.size());
+  ops::Request r3 = r.irecv(2, nullptr, 0);
+  ops::Request r4 = r.irecv(2, rd.data(), rd.size());
+  EXPECT_TRUE(r.wait(r4).ok());  // waiting for the last drives the earlier ones too
+  EXPECT_TRUE(r1.done() && r2.done() && r3.done());
+  EXPECT_TRUE(r.wait(r1).ok());
+  sender.join();
+  EXPECT_EQ(ra, a);
+  EXPECT_EQ(rb, b);
+  EXPECT_EQ(rd, d);
+}
+
+TEST(TcpChannelTest, BadArgumentsFailWithoutTouchingTheLink) {
+  MemoryStore store;
+  auto ch = connect_group(store, 2);
+  ASSERT_TRUE(ch[0].ok());
+  TcpChannel& c = **ch[0];
+  uint8_t byte = 0;
+  Status s = c.wait(c.isend(0, &byte, 1));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("got 0"), std::string::npos) << s.message();
+  EXPECT_EQ(c.wait(c.irecv(5, &byte, 1)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.wait(c.isend(1, nullptr, 4)).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(TcpChannelTest, ReceivesAreAByteStreamAcrossMessageBoundaries) {
+  // ops::Channel's contract: a receive takes the next bytes, however they were sent (the ring
+  // sends a chunk whole and receives it in segments).
+  MemoryStore store;
+  ConnectOptions options;
+  options.max_frame_bytes = 700;
+  auto ch = connect_group(store, 2, {}, options);
+  ASSERT_TRUE(ch[0].ok() && ch[1].ok());
+  const auto out = pattern(3000, 5);
+  ops::Request s1 = (*ch[1])->isend(0, out.data(), 1000);
+  ops::Request s2 = (*ch[1])->isend(0, out.data() + 1000, 2000);
+  std::vector<uint8_t> in(3000);
+  ops::Request r1 = (*ch[0])->irecv(1, in.data(), 300);
+  ops::Request r2 = (*ch[0])->irecv(1, in.data() + 300, 1500);
+  ops::Request r3 = (*ch[0])->irecv(1, in.data() + 1800, 1200);
+  std::thread sender([&] { EXPECT_TRUE((*ch[1])->wait(s2).ok()); });
+  EXPECT_TRUE((*ch[0])->wait(r3).ok());
+  EXPECT_TRUE((*ch[0])->wait(r1).ok());
+  EXPECT_TRUE((*ch[0])->wait(r2).ok());
+  sender.join();
+  EXPECT_TRUE(s1.done());
+  EXPECT_EQ(in, out);
+}
+
+// A channel of rank 0 whose link to "rank 1" is a raw socket the test writes bytes into.
+struct RawPeer {
+  boost::asio::io_context raw_io;
+  boost::asio::ip::tcp::socket raw{raw_io};
+  std::unique_ptr<TcpChannel> channel;
+  explicit RawPeer(uint64_t max_frame) {
+    auto io = std::make_unique<boost::asio::io_context>(1);
+    boost::asio::ip::tcp::acceptor acceptor(
+        *io, {boost::asio::ip::make_address("127.0.0.1"), 0});
+    raw.connect(acceptor.local_endpoint());
+    auto s = std::make_unique<boost::asio::ip::tcp::socket>(*io);
+    acceptor.accept(*s);
+    std::vector<PeerSocket> peers;
+    peers.push_back(PeerSocket{1, "raw", std::move(s)});
+    TcpChannelOptions o;
+    o.op_timeout = milliseconds(5000);
+    o.max_frame_bytes = max_frame;
+    channel = std::make_unique<TcpChannel>(0, 2, std::move(io), std::move(peers), o);
+  }
+  void write(const void* p, size_t n) { boost::asio::write(raw, boost::asio::buffer(p, n)); }
+};
+
+TEST(TcpChannelTest, MalformedFrameIsAClearErrorAndBreaksTheLink) {
+  RawPeer peer(1 << 20);
+  std::vector<uint8_t> junk(32, 0x77);
+  peer.write(junk.data(), junk.size());
+  std::vector<uint8_t> in(8);
+  Status s = peer.channel->recv(1, in.data(), in.size());
+  EXPECT_EQ(s.code(), StatusCode::kIoError);
+  EXPECT_NE(s.message().find("rank 1"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("magic"), std::string::npos) << s.message();
+  EXPECT_EQ(peer.channel->recv(1, in.data(), 1).code(), StatusCode::kIoError);  // stays broken
+}
+
+TEST(TcpChannelTest, OversizedFrameIsRefusedWithoutAllocating) {
+  RawPeer peer(4096);
+  const FrameHeader h = encode_frame_header(uint64_t{1} << 40);
+  peer.write(h.data(), h.size());
+  std::vector<uint8_t> in(8);
+  Status s = peer.channel->recv(1, in.data(), in.size());
+  EXPECT_EQ(s.code(), StatusCode::kIoError);
+  EXPECT_NE(s.message().find("oversized"), std::string::npos) << s.message();
+}
+
+TEST(TcpChannelTest, TruncatedFrameIsAPeerFailure) {
+  RawPeer peer(4096);
+  const FrameHeader h = encode_frame_header(100);
+  peer.write(h.data(), h.size());
+  peer.write(h.data(), 10);  // 10 of the promised 100 payload bytes, then the peer goes away
+  peer.raw.close();
+  std::vector<uint8_t> in(100);
+  Status s = peer.channel->recv(1, in.data(), in.size());
+  EXPECT_EQ(s.code(), StatusCode::kPeerFailure);
+  EXPECT_NE(s.message().find("closed by the peer"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("after 10 of its bytes"), std::string::npos) << s.message();
+}
+
+TEST(TcpChannelTest, PeerClosingMidTransferFailsPendingAndLaterRequests) {
+  MemoryStore store;
+  auto ch = connect_group(store, 2);
+  ASSERT_TRUE(ch[0].ok() && ch[1].ok());
+  const size_t n = size_t{64} << 20;
+  std::vector<uint8_t> out(n, 3), in(n);
+  // Rank 1 starts a message larger than the socket buffers, then dies (its channel closes).
+  ops::Request partial = (*ch[1])->isend(0, out.data(), n);
+  ch[1] = Status::Aborted("closed");
+  EXPECT_TRUE(partial.done());
+  Status s = (*ch[0])->recv(1, in.data(), n);
+  EXPECT_EQ(s.code(), StatusCode::kPeerFailure) << s.to_string();
+  EXPECT_NE(s.message().find("rank 1"), std::string::npos) << s.message();
+  Status later = (*ch[0])->send(1, out.data(), 10);
+  EXPECT_EQ(later.code(), StatusCode::kPeerFailure);
+}
+
+TEST(TcpChannelTest, NoProgressTimesOutNamingThePeer) {
+  MemoryStore store;
+  std::vector<Result<std::unique_ptr<TcpChannel>>> ch;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) ch.emplace_back(Status::Internal("not run"));
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      BackendContext c = context(store, r, 2);
+      c.op_timeout = milliseconds(200);
+      ch[r] = connect_channel(c, {});
+    });
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(ch[0].ok() && ch[1].ok());
+  uint8_t byte = 0;
+  Status s = (*ch[0])->recv(1, &byte, 1);  // rank 1 never sends
+  EXPECT_EQ(s.code(), StatusCode::kTimeout);
+  EXPECT_NE(s.message().find("rank 1"), std::string::npos) << s.message();
+  EXPECT_EQ((*ch[0])->recv(1, &byte, 1).code(), StatusCode::kTimeout);  // stays broken
+}
+
+TEST(TcpChannelTest, WrongSecretIsRefusedOnBothSides) {
+  MemoryStore store;
+  auto ch = connect_group(store, 2, {"right", "wrong"}, {}, milliseconds(1500));
+  ASSERT_FALSE(ch[0].ok());
+  ASSERT_FALSE(ch[1].ok());
+  // The connector learns at once; the acceptor keeps waiting for the right peer, then says why.
+  EXPECT_EQ(ch[1].status().code(), StatusCode::kPeerFailure);
+  EXPECT_NE(ch[1].status().message().find("rank 0"), std::string::npos);
+  EXPECT_NE(ch[1].status().message().find("secret"), std::string::npos);
+  EXPECT_EQ(ch[0].status().code(), StatusCode::kTimeout);
+  EXPECT_NE(ch[0].status().message().find("rank 1"), std::string::npos);
+  EXPECT_NE(ch[0].status().message().find("secret"), std::string::npos)
+      << ch[0].status().message();
+}
+
+TEST(TcpChannelTest, AnIntruderDoesNotStopTheRightPeer) {
+  MemoryStore store;
+  Result<std::unique_ptr<TcpChannel>> rank0 = Status::Internal("not run");
+  std::thread t0([&] { rank0 = connect_channel(context(store, 0, 2), {}); });
+  Result<std::string> addr = store.get("test/tcp/addr/0", milliseconds(5000));
+  ASSERT_TRUE(addr.ok());
+  Result<HostPortText> hp = split_host_port(*addr, "addr");
+  ASSERT_TRUE(hp.ok());
+  {
+    boost::asio::io_context io;
+    boost::asio::ip::tcp::socket s(io);
+    s.connect({boost::asio::ip::make_address(hp->host), static_cast<unsigned short>(hp->port)});
+    std::vector<uint8_t> junk(64, 0x5a);
+    boost::asio::write(s, boost::asio::buffer(junk));
+  }
+  Result<std::unique_ptr<TcpChannel>> rank1 = connect_channel(context(store, 1, 2), {});
+  t0.join();
+  ASSERT_TRUE(rank0.ok()) << rank0.status().to_string();
+  ASSERT_TRUE(rank1.ok()) << rank1.status().to_string();
+  int v = 42, got = 0;
+  ASSERT_TRUE((*rank1)->send(0, &v, sizeof v).ok());
+  ASSERT_TRUE((*rank0)->recv(1, &got, sizeof got).ok());
+  EXPECT_EQ(got, 42);
+}
+
+TEST(TcpChannelTest, SingleRankNeedsNoStore) {
+  BackendContext c;
+  Result<std::unique_ptr<TcpChannel>> ch = connect_channel(c, {});
+  ASSERT_TRUE(ch.ok()) << ch.status().to_string();
+  EXPECT_EQ((*ch)->size(), 1);
+}
+
+TEST(TcpChannelTest, BadContextIsInvalidArgument) {
+  BackendContext c;
+  c.size = 2;
+  c.rank = 2;
+  Result<std::unique_ptr<TcpChannel>> ch = connect_channel(c, {});
+  ASSERT_FALSE(ch.ok());
+  EXPECT_EQ(ch.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(ch.status().message().find("got 2"), std::string::npos);
+  c.rank = 0;
+  EXPECT_NE(connect_channel(c, {}).status().message().find("store"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kolo::tcp

@@ -1,0 +1,183 @@
+// kolo-bench allreduce|allgather|broadcast|alltoall|reducescatter: nccl-tests-style timing of
+// one Kolo backend's collectives, and (under mpirun) of raw MPI on the same buffers.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "backends/registry.h"
+#include "bench/bench_case.h"
+#include "bench/bench_check.h"
+#include "bench/bench_options.h"
+#include "bench/mpi_support.h"
+
+namespace kolo::bench {
+
+Status run_backend_case(Backend& b, const BenchCase& c) {
+  const std::vector<int64_t> blocks(c.ranks, c.block);
+  switch (c.collective) {
+    case Collective::kAllreduce:
+      return b.allreduce(c.input, c.output, c.count, c.dtype, AllreduceOptions{c.op});
+    case Collective::kAllgather:
+      return b.allgather(c.input, c.output, c.dtype, AllgatherOptions{blocks});
+    case Collective::kBroadcast:
+      return b.broadcast(c.output, c.count, c.dtype, BroadcastOptions{0});
+    case Collective::kAlltoall:
+      return b.alltoall(c.input, c.output, c.dtype, AlltoallOptions{blocks, blocks});
+    case Collective::kReducescatter:
+      return b.reducescatter(c.input, c.output, c.dtype,
+                             ReducescatterOptions{c.op, 1.0, 1.0, blocks});
+  }
+  return Status::Internal("unknown collective");
+}
+
+double busbw_factor(Collective collective, int n) {
+  switch (collective) {
+    case Collective::kAllreduce: return 2.0 * (n - 1) / n;
+    case Collective::kBroadcast: return 1.0;
+    default: return static_cast<double>(n - 1) / n;
+  }
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Mean seconds per call over `iters` calls after `warmup` untimed ones, on this rank.
+template <typename Run, typename Barrier>
+Result<double> time_calls(int warmup, int iters, Run run, Barrier barrier) {
+  for (int i = 0; i < warmup; ++i) KOLO_RETURN_IF_ERROR(run());
+  KOLO_RETURN_IF_ERROR(barrier());
+  const auto start = Clock::now();
+  for (int i = 0; i < iters; ++i) KOLO_RETURN_IF_ERROR(run());
+  return std::chrono::duration<double>(Clock::now() - start).count() / iters;
+}
+
+bool is_reduction(Collective c) {
+  return c == Collective::kAllreduce || c == Collective::kReducescatter;
+}
+
+Status run(const CollectiveOptions& o) {
+  KOLO_ASSIGN_OR_RETURN(World world, make_bench_world());
+  BackendContext ctx;
+  ctx.rank = world.rank;
+  ctx.size = world.size;
+  ctx.local_rank = world.local_rank;
+  ctx.local_size = world.local_size;
+  ctx.cross_rank = world.cross_rank;
+  ctx.cross_size = world.cross_size;
+  ctx.store = world.store.get();
+  ctx.store_prefix = "kolo-bench";
+  ctx.secret = world.secret;
+  KOLO_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, create_backend(o.backend, ctx));
+  std::unique_ptr<RawMpi> mpi = make_raw_mpi();
+  const int n = world.size, rank = world.rank;
+  const size_t element = dtype_size(o.dtype);
+
+  // Both buffers at the largest size, allocated and touched once.
+  std::vector<char> input(o.max_bytes + element), output(o.max_bytes + element);
+  nlohmann::json rows = nlohmann::json::array();
+  if (rank == 0) {
+    std::printf("# kolo-bench %s: backend %s, %d ranks, %d iterations (+%d warm-up)%s\n",
+                collective_name(o.collective), o.backend.c_str(), n, o.iters, o.warmup,
+                mpi ? ", raw MPI on the same buffers" : "");
+    std::printf("# time = max over ranks of the mean time per call; busbw = algbw x %s\n",
+                o.collective == Collective::kAllreduce ? "2(n-1)/n"
+                : o.collective == Collective::kBroadcast ? "1" : "(n-1)/n");
+    std::printf("%12s %12s %9s %8s %11s %11s %11s %8s", "size(B)", "count", "type", "redop",
+                "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+    if (mpi) std::printf(" %11s %9s", "mpi(us)", "kolo/mpi");
+    std::printf("\n");
+  }
+  for (uint64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.factor) {
+    BenchCase c;
+    c.collective = o.collective;
+    c.dtype = o.dtype;
+    c.op = o.op;
+    c.ranks = n;
+    const bool per_rank = o.collective == Collective::kAllgather ||
+                          o.collective == Collective::kAlltoall ||
+                          o.collective == Collective::kReducescatter;
+    c.block = std::max<int64_t>(1, bytes / element / (per_rank ? n : 1));
+    c.count = per_rank ? c.block * n : c.block;
+    c.input = input.data();
+    c.output = output.data();
+    if (o.check) fill_inputs(c, rank);
+    KOLO_ASSIGN_OR_RETURN(
+        double mean, time_calls(o.warmup, o.iters, [&] { return run_backend_case(*backend, c); },
+                                [&] { return backend->barrier(); }));
+    double time = mean;
+    KOLO_RETURN_IF_ERROR(backend->allreduce(&mean, &time, 1, DataType::kFloat64,
+                                            AllreduceOptions{ReduceOp::kMax}));
+    int64_t wrong = o.check ? count_wrong(c, rank) : 0;
+    KOLO_RETURN_IF_ERROR(
+        backend->allreduce(&wrong, &wrong, 1, DataType::kInt64, AllreduceOptions{}));
+    double mpi_time = 0;
+    if (mpi) {
+      KOLO_ASSIGN_OR_RETURN(double m, time_calls(o.warmup, o.iters, [&] { return mpi->run(c); },
+                                                 [&] { return mpi->barrier(); }));
+      KOLO_ASSIGN_OR_RETURN(mpi_time, mpi->max_over_ranks(m));
+    }
+    const double size_bytes = static_cast<double>(c.count * element);
+    const double algbw = size_bytes / time / 1e9;
+    const double busbw = algbw * busbw_factor(o.collective, n);
+    if (rank == 0) {
+      const char* redop = is_reduction(o.collective) ? reduce_op_name(o.op).data() : "none";
+      std::printf("%12.0f %12lld %9s %8s %11.1f %11.3f %11.3f", size_bytes,
+                  static_cast<long long>(c.count), dtype_name(o.dtype).data(), redop, time * 1e6,
+                  algbw, busbw);
+      if (o.check) std::printf(" %8lld", static_cast<long long>(wrong));
+      else std::printf(" %8s", "N/A");
+      if (mpi) std::printf(" %11.1f %9.2f", mpi_time * 1e6, time / mpi_time);
+      std::printf("\n");
+      std::fflush(stdout);
+      nlohmann::json row = {{"collective", collective_name(o.collective)},
+                            {"backend", o.backend}, {"ranks", n},
+                            {"size_bytes", size_bytes}, {"count", c.count},
+                            {"type", dtype_name(o.dtype)}, {"redop", redop},
+                            {"time_us", time * 1e6}, {"algbw_gbps", algbw},
+                            {"busbw_gbps", busbw}};
+      row["wrong"] = o.check ? nlohmann::json(wrong) : nlohmann::json(nullptr);
+      if (mpi) {
+        row["mpi_time_us"] = mpi_time * 1e6;
+        row["kolo_over_mpi"] = time / mpi_time;
+      }
+      rows.push_back(row);
+    }
+    if (bytes > o.max_bytes / o.factor) break;  // the next size would overflow or exceed -e
+  }
+  if (rank == 0 && !o.json_path.empty()) {
+    std::ofstream out(o.json_path);
+    out << rows.dump(2) << "\n";
+    if (!out) return Status::IoError("--json: cannot write " + o.json_path);
+  }
+  return backend->barrier();
+}
+
+}  // namespace
+
+int run_collective_bench(Collective collective, int argc, char** argv) {
+  auto options = parse_collective_options(collective, argc, argv);
+  if (!options.ok()) {
+    if (options.status().code() == StatusCode::kAborted) {
+      std::printf("%s", options.status().message().c_str());
+      return 0;
+    }
+    std::fprintf(stderr, "kolo-bench: %s\n", options.status().message().c_str());
+    return 2;
+  }
+  Status status = run(*options);
+  if (!status.ok()) {
+    std::fprintf(stderr, "kolo-bench %s: %s\n", collective_name(collective),
+                 status.to_string().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace kolo::bench

@@ -1,0 +1,332 @@
+#include "coordinator/runtime.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "common/logging.h"
+#include "coordinator/fusion.h"
+
+// Note [Cycle]
+// Every rank's background thread runs the same sequence of cycles; each cycle is a fixed
+// series of control-plane collectives, so the ranks stay in step without a separate clock:
+//   1. allreduce(min) of a byte vector: byte 0 is 1 when this rank needs no slow path;
+//      byte 1+s is 1 when this rank has a pending request matching cache slot s.
+//   2. only when some byte 0 was 0: allgather of every rank's serialized RequestList, rank 0
+//      (the Controller) decides, broadcast of the serialized ResponseList.
+// Bits set on every rank are responses rebuilt from the (identical) caches; together with the
+// slow-path responses they form the ordered list every rank executes.
+// When does a rank enter a cycle? When it has pending work (at most once per cycle time,
+// the batching window), when a submission arrives while it was idle (at once: no fixed sleep
+// on the hot path), and at least once per heartbeat while idle. A rank with work blocks in
+// step 1 until every other rank enters; an idle rank sleeps on its condition variable, so
+// an idle job costs one tiny allreduce per heartbeat. The heartbeat keeps rank 0's stall
+// inspector and shutdown requests moving while some ranks have nothing to do.
+
+namespace kolo::coord {
+
+namespace {
+
+std::string upper(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return out;
+}
+
+}  // namespace
+
+Runtime::Runtime(RuntimeConfig config, Topology topology, std::unique_ptr<Backend> data,
+                 std::unique_ptr<Backend> control)
+    : config_(std::move(config)),
+      topology_(topology),
+      data_(std::move(data)),
+      control_(std::move(control)),
+      cache_(config_.cache_capacity),
+      executor_(*data_, timeline_),
+      bits_(1 + config_.cache_capacity) {
+  if (topology_.rank == 0)
+    controller_ = std::make_unique<Controller>(
+        topology_.size, StallConfig{config_.stall_check_time, config_.stall_shutdown_time});
+}
+
+Result<std::unique_ptr<Runtime>> Runtime::create(RuntimeConfig config, Topology topology,
+                                                 std::unique_ptr<Backend> data,
+                                                 std::unique_ptr<Backend> control) {
+  if (!data || !control) return Status::InvalidArgument("Runtime: data and control backends are required");
+  if (data->size() != topology.size || control->size() != topology.size ||
+      data->rank() != topology.rank || control->rank() != topology.rank)
+    return Status::InvalidArgument(
+        "Runtime: backends must span the topology: rank " + std::to_string(topology.rank) +
+        " of " + std::to_string(topology.size) + ", data backend has rank " +
+        std::to_string(data->rank()) + " of " + std::to_string(data->size()) +
+        ", control backend rank " + std::to_string(control->rank()) + " of " +
+        std::to_string(control->size()));
+  std::unique_ptr<Runtime> rt(
+      new Runtime(std::move(config), topology, std::move(data), std::move(control)));
+  if (!rt->config_.timeline_path.empty()) {
+    KOLO_RETURN_IF_ERROR(rt->timeline_.start(rt->config_.timeline_path, topology.rank,
+                                             rt->config_.timeline_mark_cycles));
+  }
+  rt->thread_ = std::thread([r = rt.get()] { r->loop(); });
+  return rt;
+}
+
+Runtime::~Runtime() { (void)shutdown(); }
+
+Handle Runtime::submit(std::unique_ptr<Entry> entry) {
+  auto state = entry->state;
+  Handle handle(state);
+  const std::string& name = entry->request.name;
+  const char* op = op_type_name(entry->request.type);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Status reject;
+    if (stopped_) {
+      reject = final_status_;
+    } else if (joined_locally_) {
+      reject = Status::InvalidArgument(std::string(op) + " '" + name +
+                                       "': this rank has joined; no operations may be "
+                                       "submitted until every rank has joined");
+    } else if (in_flight_.count(name)) {
+      reject = Status::InvalidArgument(std::string(op) + " '" + name +
+                                       "': an operation with this name is already in flight "
+                                       "on this rank; names must be unique until completed");
+    }
+    if (reject.ok()) {
+      in_flight_.insert(name);
+      if (entry->request.type == OpType::kJoin) joined_locally_ = true;
+      entry->submitted = std::chrono::steady_clock::now();
+      if (timeline_.active()) {
+        entry->traced = true;
+        timeline_.begin(name, upper(op));
+        timeline_.begin(name, "QUEUE");
+      }
+      queue_.push_back(std::move(entry));
+    } else {
+      state->complete(reject);
+      return handle;
+    }
+  }
+  cv_.notify_one();
+  return handle;
+}
+
+Status Runtime::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutdown_requested_ = true;
+  }
+  cv_.notify_one();
+  if (thread_.joinable()) thread_.join();
+  fail_all(Status::Aborted("kolo was shut down on rank " + std::to_string(topology_.rank)));
+  timeline_.stop();
+  return Status::Ok();
+}
+
+std::vector<std::string> Runtime::stall_warnings() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stall_warnings_;
+}
+
+void Runtime::end_queue_span(Entry& e) {
+  if (e.traced && timeline_.active()) {
+    timeline_.end(e.request.name);  // QUEUE
+    timeline_.begin(e.request.name, "NEGOTIATE");
+  }
+}
+
+void Runtime::fail_all(const Status& status) {
+  std::deque<std::unique_ptr<Entry>> queued;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!stopped_) {
+      stopped_ = true;
+      final_status_ = status;
+    }
+    queued.swap(queue_);
+    in_flight_.clear();
+  }
+  // pending_ belongs to the background thread; this runs on it or after it has exited.
+  for (auto& [name, e] : pending_) e->state->complete(final_status_);
+  pending_.clear();
+  for (auto& e : queued) e->state->complete(final_status_);
+}
+
+void Runtime::loop() {
+  set_log_rank(topology_.rank);
+  auto last_start = std::chrono::steady_clock::now() - config_.cycle_time;
+  for (;;) {
+    bool shutdown_requested;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (pending_.empty()) {
+        // Idle: sleep until a submission (or shutdown), at most one heartbeat.
+        cv_.wait_for(lock, config_.heartbeat,
+                     [&] { return !queue_.empty() || shutdown_requested_; });
+      } else {
+        // Busy: the batching window, so close submissions share a cycle.
+        cv_.wait_until(lock, last_start + config_.cycle_time, [&] { return shutdown_requested_; });
+      }
+      shutdown_requested = shutdown_requested_;
+      auto now = std::chrono::steady_clock::now();
+      while (!queue_.empty()) {
+        std::unique_ptr<Entry> e = std::move(queue_.front());
+        queue_.pop_front();
+        e->pending_since = now;
+        if (e->request.type == OpType::kJoin) {
+          join_to_send_ = true;
+          e->sent_slow = true;  // travels as the join flag, not as a request
+        }
+        seq_[e->request.name] = next_seq_++;
+        pending_[e->request.name] = std::move(e);
+      }
+    }
+    for (auto& [name, e] : pending_)
+      if (e->traced && timeline_.active() && e->pending_since >= last_start) end_queue_span(*e);
+    last_start = std::chrono::steady_clock::now();
+    bool stop = false;
+    Status st = cycle(shutdown_requested, stop);
+    if (!st.ok()) {
+      KOLO_LOG_ERROR("kolo background loop stopped: " << st.to_string());
+      fail_all(st);
+      return;
+    }
+    if (stop) return;
+  }
+}
+
+Status Runtime::cycle(bool shutdown_requested, bool& stop) {
+  timeline_.mark_cycle();
+  const auto now = std::chrono::steady_clock::now();
+  // Step 1: the bit vector. Requests that miss the cache, or whose bit has gone unanswered
+  // for half the stall time (so rank 0 can name who is missing), take the slow path.
+  std::fill(bits_.begin(), bits_.end(), 0);
+  std::vector<std::pair<uint64_t, Entry*>> slow;
+  const bool joined_mode = !joined_ranks_.empty();
+  for (auto& [name, e] : pending_) {
+    if (e->sent_slow) continue;
+    std::optional<size_t> slot = joined_mode ? std::nullopt : cache_.lookup(e->request);
+    bool stale = config_.stall_check_time.count() > 0 &&
+                 now - e->pending_since > config_.stall_check_time / 2;
+    if (slot && !stale) bits_[1 + *slot] = 1;
+    else slow.push_back({seq_[name], e.get()});
+  }
+  const bool need_slow = !slow.empty() || shutdown_requested || join_to_send_ || joined_mode;
+  bits_[0] = need_slow ? 0 : 1;
+  KOLO_RETURN_IF_ERROR(control_->allreduce(bits_.data(), bits_.data(),
+                                           static_cast<int64_t>(bits_.size()), DataType::kUInt8,
+                                           AllreduceOptions{ReduceOp::kMin, 1.0, 1.0})
+                           .with_context("negotiation (cache bit vector)"));
+  std::vector<Response> responses;
+  for (size_t s = 0; s + 1 < bits_.size(); ++s)
+    if (bits_[1 + s]) responses.push_back(cache_.response(s));
+
+  ResponseList list;
+  if (bits_[0] == 0) {
+    std::sort(slow.begin(), slow.end(), [](auto& a, auto& b) { return a.first < b.first; });
+    RequestList mine;
+    mine.shutdown = shutdown_requested;
+    mine.join = join_to_send_;
+    for (auto& [seq, e] : slow) {
+      mine.requests.push_back(e->request);
+      e->sent_slow = true;
+    }
+    join_to_send_ = false;
+    KOLO_RETURN_IF_ERROR(negotiate_slow(mine, list));
+    for (const auto& name : list.evictions) cache_.erase(name);
+    joined_ranks_ = list.joined;
+    responses.insert(responses.end(), std::make_move_iterator(list.responses.begin()),
+                     std::make_move_iterator(list.responses.end()));
+  }
+  KOLO_RETURN_IF_ERROR(execute(responses));
+  if (!list.fatal.empty()) return Status::Aborted(list.fatal);
+  if (list.shutdown_rank >= 0) {
+    fail_all(Status::Aborted("kolo was shut down (rank " + std::to_string(list.shutdown_rank) +
+                             " called shutdown()); pending operations were cancelled"));
+    stop = true;
+  }
+  return Status::Ok();
+}
+
+Status Runtime::negotiate_slow(const RequestList& mine, ResponseList& out) {
+  const int size = topology_.size;
+  std::string bytes = serialize(mine);
+  int64_t length = static_cast<int64_t>(bytes.size());
+  std::vector<int64_t> lengths(size);
+  KOLO_RETURN_IF_ERROR(control_->allgather(&length, lengths.data(), DataType::kInt64,
+                                           AllgatherOptions{std::vector<int64_t>(size, 1)})
+                           .with_context("negotiation (request sizes)"));
+  int64_t total = 0;
+  for (int64_t l : lengths) total += l;
+  std::string all(static_cast<size_t>(total), '\0');
+  KOLO_RETURN_IF_ERROR(control_->allgather(bytes.data(), all.data(), DataType::kUInt8,
+                                           AllgatherOptions{lengths})
+                           .with_context("negotiation (requests)"));
+  std::string reply;
+  int64_t reply_length = 0;
+  if (topology_.rank == 0) {
+    auto now = std::chrono::steady_clock::now();
+    int64_t offset = 0;
+    for (int r = 0; r < size; ++r) {
+      KOLO_ASSIGN_OR_RETURN(RequestList theirs,
+                            parse_request_list(all.substr(offset, lengths[r])));
+      offset += lengths[r];
+      controller_->add(r, theirs, cache_, now);
+    }
+    out = controller_->respond(now);
+    for (auto& w : controller_->take_warnings()) {
+      KOLO_LOG_WARNING(w);
+      std::lock_guard<std::mutex> lock(mu_);
+      stall_warnings_.push_back(std::move(w));
+    }
+    reply = serialize(out);
+    reply_length = static_cast<int64_t>(reply.size());
+  }
+  KOLO_RETURN_IF_ERROR(control_->broadcast(&reply_length, 1, DataType::kInt64, BroadcastOptions{0})
+                           .with_context("negotiation (response size)"));
+  reply.resize(static_cast<size_t>(reply_length));
+  KOLO_RETURN_IF_ERROR(control_->broadcast(reply.data(), reply_length, DataType::kUInt8,
+                                           BroadcastOptions{0})
+                           .with_context("negotiation (responses)"));
+  if (topology_.rank != 0) {
+    KOLO_ASSIGN_OR_RETURN(out, parse_response_list(reply));
+  }
+  return Status::Ok();
+}
+
+Status Runtime::execute(const std::vector<Response>& responses) {
+  if (responses.empty()) return Status::Ok();
+  auto batches = plan_fusion(responses, config_.fusion_threshold);
+  for (const auto& batch : batches) {
+    std::vector<BatchItem> items;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (size_t i : batch) {
+        const Response& p = responses[i];
+        auto it = pending_.find(p.name);
+        Entry* e = it == pending_.end() ? nullptr : it->second.get();
+        items.push_back({&p, e});
+        // Free the name first: a callback (or a waiter) may resubmit it at once.
+        if (e) in_flight_.erase(p.name);
+        if (p.type == OpType::kJoin) joined_locally_ = false;
+      }
+    }
+    for (auto& item : items)
+      if (item.entry && item.entry->traced && timeline_.active())
+        timeline_.end(item.response->name);  // NEGOTIATE
+    Status st = executor_.run(items);
+    for (const auto& item : items) {
+      const Response& p = *item.response;
+      if (p.kind == Response::Kind::kExecute && p.joined.empty() && p.type != OpType::kJoin) {
+        cache_.put(p, item.entry ? std::optional<Request>(item.entry->request) : std::nullopt);
+      } else {
+        cache_.erase(p.name);
+      }
+      pending_.erase(p.name);
+      seq_.erase(p.name);
+    }
+    KOLO_RETURN_IF_ERROR(st);
+  }
+  return Status::Ok();
+}
+
+}  // namespace kolo::coord

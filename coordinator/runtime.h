@@ -1,0 +1,103 @@
+// Runtime: one rank's Kolo engine: the submission queue, the background thread, negotiation
+// with rank 0 over a control backend, the response cache, fusion and execution on a data
+// backend. kolo::init() builds one from the environment; tests build several in one process
+// (one per thread-rank) from in-process backends.
+//
+// See Note [Cycle] in runtime.cc for how ranks stay in step.
+//
+// Thread-safety: submit(), shutdown() and the accessors may be called from any thread. Only
+// the background thread touches the backends (ARCHITECTURE.md section 3).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backends/backend.h"
+#include "coordinator/config.h"
+#include "coordinator/controller.h"
+#include "coordinator/entry.h"
+#include "coordinator/executor.h"
+#include "coordinator/response_cache.h"
+#include "timeline/timeline.h"
+
+namespace kolo::coord {
+
+struct Topology {
+  int rank = 0, size = 1, local_rank = 0, local_size = 1, cross_rank = 0, cross_size = 1;
+};
+
+class Runtime {
+ public:
+  // `data` runs the collectives; `control` carries negotiation (allreduce of the cache bit
+  // vector, allgather of request lists, broadcast of responses). Both must span the same
+  // ranks as `topology`. Starts the timeline when config.timeline_path is set (IoError
+  // when it cannot be opened) and the background thread.
+  static Result<std::unique_ptr<Runtime>> create(RuntimeConfig config, Topology topology,
+                                                 std::unique_ptr<Backend> data,
+                                                 std::unique_ptr<Backend> control);
+  ~Runtime();  // shutdown()
+
+  // Validates the entry against this rank's state (not shut down, not failed, name not in
+  // flight, not joined) and queues it. Always returns a handle; a rejected entry's handle
+  // has already failed.
+  Handle submit(std::unique_ptr<Entry> entry);
+  // See kolo::shutdown(). Idempotent.
+  Status shutdown();
+
+  const Topology& topology() const { return topology_; }
+  const RuntimeConfig& config() const { return config_; }
+  Timeline& timeline() { return timeline_; }
+  std::string backend_name() const { return std::string(data_->name()); }
+  // Stall warnings rank 0 has issued so far (also logged at warning level).
+  std::vector<std::string> stall_warnings() const;
+
+ private:
+  Runtime(RuntimeConfig config, Topology topology, std::unique_ptr<Backend> data,
+          std::unique_ptr<Backend> control);
+  void loop();
+  // One negotiation + execution cycle. A non-OK Status is fatal for this runtime.
+  Status cycle(bool shutdown_requested, bool& stop);
+  Status negotiate_slow(const RequestList& mine, ResponseList& out);
+  Status execute(const std::vector<Response>& responses);
+  void fail_all(const Status& status);
+  void end_queue_span(Entry& entry);
+
+  const RuntimeConfig config_;
+  const Topology topology_;
+  std::unique_ptr<Backend> data_;
+  std::unique_ptr<Backend> control_;
+  Timeline timeline_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Entry>> queue_;  // guarded by mu_
+  std::set<std::string> in_flight_;           // guarded by mu_
+  bool shutdown_requested_ = false;           // guarded by mu_
+  bool stopped_ = false;                      // guarded by mu_: no more submissions
+  Status final_status_;                       // guarded by mu_: why submissions now fail
+  bool joined_locally_ = false;               // guarded by mu_
+  std::vector<std::string> stall_warnings_;   // guarded by mu_
+
+  // Background thread only.
+  std::map<std::string, std::unique_ptr<Entry>> pending_;
+  uint64_t next_seq_ = 0;
+  std::map<std::string, uint64_t> seq_;  // submission order of pending entries
+  bool join_to_send_ = false;
+  std::vector<int32_t> joined_ranks_;  // as of the last response list
+  ResponseCache cache_;
+  std::unique_ptr<Controller> controller_;  // rank 0 only
+  Executor executor_;
+  std::vector<uint8_t> bits_;
+
+  std::thread thread_;
+};
+
+}  // namespace kolo::coord

@@ -1,0 +1,36 @@
+// Building validated Entries from the public API's arguments. Each builder checks the
+// caller's arguments on this rank (cross-rank agreement is the Controller's job) and returns
+// InvalidArgument naming the tensor, the argument, the expected and the given value.
+// Runtime tests submit these entries to their own Runtime objects; kolo::*_async submit them
+// to the global one.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "coordinator/entry.h"
+#include "kolo/kolo.h"
+
+namespace kolo::coord {
+
+Result<std::unique_ptr<Entry>> build_allreduce(std::string name, TensorView input,
+                                               TensorView output, const AllreduceOpts& opts);
+Result<std::unique_ptr<Entry>> build_grouped_allreduce(std::string name,
+                                                       std::vector<TensorView> tensors,
+                                                       const AllreduceOpts& opts);
+Result<std::unique_ptr<Entry>> build_allgather(std::string name, TensorView input,
+                                               AllgatherOpts opts);
+Result<std::unique_ptr<Entry>> build_broadcast(std::string name, TensorView tensor,
+                                               const BroadcastOpts& opts, int size);
+Result<std::unique_ptr<Entry>> build_alltoall(std::string name, TensorView input,
+                                              AlltoallOpts opts, int size);
+Result<std::unique_ptr<Entry>> build_reducescatter(std::string name, TensorView input,
+                                                   ReducescatterOpts opts);
+Result<std::unique_ptr<Entry>> build_barrier(std::string name);
+Result<std::unique_ptr<Entry>> build_join();
+
+// Submits to the process-wide runtime (api.cc); fails the handle when there is none.
+Handle submit_global(Result<std::unique_ptr<Entry>> entry, const std::string& name);
+
+}  // namespace kolo::coord

@@ -1,0 +1,82 @@
+// collectives_worker: one rank of a multi-process collectives test. Started by kolorun (tcp),
+// mpirun (mpi or tcp) or by hand with KOLO_* variables (the test driver does that to fault
+// the job). Exit status: 0 all checks passed; 1 a check failed (the message says which);
+// 2 bad usage; 3 (kill mode) a collective failed after a peer died, as it should; 4 (kill
+// mode) no failure was seen.
+//
+//   collectives_worker --backend tcp|mpi [--mode checks|kill]
+// kill mode: rank 1 raises SIGKILL on itself while every rank loops over 32 MiB allreduces;
+// the survivors must see an error.
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backends/registry.h"
+#include "tests/collectives/collective_checks.h"
+#include "tests/collectives/worker_world.h"
+
+namespace {
+
+int fail(int rank, const std::string& what, const kolo::Status& status, int code) {
+  std::fprintf(stderr, "collectives_worker rank %d: %s: %s\n", rank, what.c_str(),
+               status.to_string().c_str());
+  return code;
+}
+
+int kill_mode(kolo::Backend& backend) {
+  const int rank = backend.rank();
+  if (rank == 1) {
+    // A separate thread, so that the kill lands in the middle of a collective.
+    std::thread([] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      std::raise(SIGKILL);
+    }).detach();
+  }
+  std::vector<float> data(8 << 20, 1.0f);
+  for (int i = 0; i < 2000; ++i) {
+    kolo::Status s = backend.allreduce(data.data(), data.data(), static_cast<int64_t>(data.size()),
+                                       kolo::DataType::kFloat32, kolo::AllreduceOptions{});
+    if (!s.ok()) return fail(rank, "allreduce failed after " + std::to_string(i) + " calls", s, 3);
+  }
+  std::fprintf(stderr, "collectives_worker rank %d: no failure seen after rank 1 died\n", rank);
+  return 4;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string backend_name, mode = "checks";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--backend") == 0) backend_name = argv[i + 1];
+    else if (std::strcmp(argv[i], "--mode") == 0) mode = argv[i + 1];
+  }
+  if (backend_name.empty() || (mode != "checks" && mode != "kill")) {
+    std::fprintf(stderr, "usage: collectives_worker --backend tcp|mpi [--mode checks|kill]\n");
+    return 2;
+  }
+  auto world = kolo::testing::worker_world();
+  if (!world.ok()) return fail(-1, "world", world.status(), 1);
+  kolo::BackendContext ctx;
+  ctx.rank = world->rank;
+  ctx.size = world->size;
+  ctx.local_rank = world->local_rank;
+  ctx.local_size = world->local_size;
+  ctx.cross_rank = world->cross_rank;
+  ctx.cross_size = world->cross_size;
+  ctx.store = world->store.get();
+  ctx.secret = world->secret;
+  // Short bounds: a test must fail within seconds, not hang for the 60 s default.
+  ctx.connect_timeout = std::chrono::seconds(10);
+  ctx.op_timeout = std::chrono::seconds(10);
+  auto backend = kolo::create_backend(backend_name, ctx);
+  if (!backend.ok()) return fail(ctx.rank, "creating backend " + backend_name, backend.status(), 1);
+  if (mode == "kill") return kill_mode(**backend);
+  auto passed = kolo::testing::run_collective_checks(**backend);
+  if (!passed.ok()) return fail(ctx.rank, "check failed", passed.status(), 1);
+  std::printf("collectives_worker rank %d of %d (%s): %d checks passed\n", ctx.rank, ctx.size,
+              backend_name.c_str(), *passed);
+  return 0;
+}
