@@ -1,1 +1,354 @@
+// Runtime tests with in-process ranks: one Runtime per rank, all in this process, connected
+// by thread channels (data and control planes) wrapped in ChannelBackends.
+#include "coordinator/runtime.h"
+
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <thread>
+
+#include "backends/channel_backend.h"
+#include "coordinator/submit.h"
+#include "ops/thread_channel.h"
+
+namespace kolo::coord {
+namespace {
+
+using namespace std::chrono_literals;
+
+RuntimeConfig test_config() {
+  RuntimeConfig c;
+  c.heartbeat = 20ms;
+  c.cycle_time = 1ms;
+  c.stall_check_time = 0ns;
+  return c;
+}
+
+class Cluster {
+ public:
+  explicit Cluster(int size, RuntimeConfig config = test_config(),
+                   std::chrono::milliseconds timeout = 20s, int start_ranks = -1) {
+    auto data = ops::make_thread_channels(size, timeout);
+    auto ctrl = ops::make_thread_channels(size, timeout);
+    if (start_ranks < 0) start_ranks = size;
+    for (int r = 0; r < start_ranks; ++r) {
+      Topology t;
+      t.rank = r;
+      t.size = size;
+      auto rt = Runtime::create(config, t,
+                                std::make_unique<ChannelBackend>("thread", std::move(data[r])),
+                                std::make_unique<ChannelBackend>("ctrl", std::move(ctrl[r])));
+      EXPECT_TRUE(rt.ok()) << rt.status().to_string();
+      runtimes_.push_back(std::move(*rt));
+    }
+    spare_.insert(spare_.end(), std::make_move_iterator(data.begin()),
+                  std::make_move_iterator(data.end()));
+  }
+  ~Cluster() {
+    // Every rank shuts down together, as a job's ranks do at exit.
+    std::vector<std::thread> ts;
+    for (auto& rt : runtimes_) ts.emplace_back([&rt] { (void)rt->shutdown(); });
+    for (auto& t : ts) t.join();
+  }
+  Runtime& operator[](int r) { return *runtimes_[r]; }
+  int size() const { return static_cast<int>(runtimes_.size()); }
+
+  // Runs fn(rank) on one thread per rank.
+  void each(const std::function<void(int)>& fn) {
+    std::vector<std::thread> ts;
+    for (int r = 0; r < size(); ++r) ts.emplace_back(fn, r);
+    for (auto& t : ts) t.join();
+  }
+
+ private:
+  std::vector<std::unique_ptr<Runtime>> runtimes_;
+  std::vector<std::unique_ptr<ops::Channel>> spare_;
+};
+
+Handle submit(Runtime& rt, Result<std::unique_ptr<Entry>> e) {
+  EXPECT_TRUE(e.ok()) << e.status().to_string();
+  return rt.submit(std::move(*e));
+}
+
+Handle allreduce(Runtime& rt, const std::string& name, std::vector<float>& v,
+                 AllreduceOpts opts = {}) {
+  auto view = view_of(v.data(), {static_cast<int64_t>(v.size())});
+  return submit(rt, build_allreduce(name, view, view, opts));
+}
+
+class RuntimeSizes : public ::testing::TestWithParam<int> {};
+
+TEST_P(RuntimeSizes, AllreduceEveryReduceOp) {
+  const int P = GetParam();
+  Cluster c(P);
+  c.each([&](int r) {
+    std::vector<float> sum(5, r + 1.0f), avg(5, r + 1.0f), mn(5, r + 1.0f), mx(5, r + 1.0f),
+        prod(5, r + 1.0f), scaled(5, r + 1.0f);
+    std::vector<Handle> hs = {
+        allreduce(c[r], "sum", sum), allreduce(c[r], "avg", avg, {ReduceOp::kAverage}),
+        allreduce(c[r], "min", mn, {ReduceOp::kMin}), allreduce(c[r], "max", mx, {ReduceOp::kMax}),
+        allreduce(c[r], "prod", prod, {ReduceOp::kProduct}),
+        allreduce(c[r], "scaled", scaled, {ReduceOp::kSum, 2.0, 0.25})};
+    for (auto& h : hs) ASSERT_TRUE(h.wait().ok()) << h.wait().to_string();
+    float total = P * (P + 1) / 2.0f, product = 1;
+    for (int i = 1; i <= P; ++i) product *= i;
+    EXPECT_EQ(sum[4], total);
+    EXPECT_FLOAT_EQ(avg[0], total / P);
+    EXPECT_EQ(mn[2], 1.0f);
+    EXPECT_EQ(mx[2], static_cast<float>(P));
+    EXPECT_EQ(prod[1], product);
+    EXPECT_FLOAT_EQ(scaled[3], total * 2.0f * 0.25f);
+  });
+}
+
+TEST_P(RuntimeSizes, AllgatherBroadcastAlltoallReducescatterBarrier) {
+  const int P = GetParam();
+  Cluster c(P);
+  c.each([&](int r) {
+    // allgather: rank r contributes r+1 rows of 2 values r.
+    std::vector<int32_t> in(2 * (r + 1), r);
+    auto g = submit(c[r], build_allgather("gather", view_of(in.data(), {r + 1, 2}), {}));
+    // broadcast from the last rank.
+    std::vector<double> b(3, r);
+    auto bc = submit(c[r], build_broadcast("bcast", view_of(b.data(), {3}), {P - 1}, P));
+    // alltoall: send j+1 rows to rank j, each row = 100*r + j.
+    std::vector<int64_t> splits(P), a2a_in;
+    for (int j = 0; j < P; ++j) {
+      splits[j] = j + 1;
+      for (int k = 0; k <= j; ++k) a2a_in.push_back(100 * r + j);
+    }
+    auto a2a = submit(c[r], build_alltoall("a2a", view_of(a2a_in.data(), {(int64_t)a2a_in.size()}),
+                                           {splits, {}}, P));
+    // reducescatter of 2P+1 rows of value r+1.
+    std::vector<float> rs_in(2 * P + 1, r + 1.0f);
+    auto rs = submit(c[r], build_reducescatter("rs", view_of(rs_in.data(), {2 * P + 1}), {}));
+    auto bar = submit(c[r], build_barrier("bar"));
+
+    ASSERT_TRUE(g.wait().ok()) << g.wait().to_string();
+    HostTensor out = g.take_output();
+    int64_t rows = P * (P + 1) / 2;
+    EXPECT_EQ(out.shape, (std::vector<int64_t>{rows, 2}));
+    int64_t row = 0;
+    for (int q = 0; q < P; ++q)
+      for (int k = 0; k <= q; ++k, ++row) EXPECT_EQ(out.data_as<int32_t>()[2 * row + 1], q);
+
+    ASSERT_TRUE(bc.wait().ok()) << bc.wait().to_string();
+    EXPECT_EQ(b[2], P - 1.0);
+
+    ASSERT_TRUE(a2a.wait().ok()) << a2a.wait().to_string();
+    EXPECT_EQ(a2a.received_splits(), std::vector<int64_t>(P, r + 1));
+    HostTensor got = a2a.take_output();
+    ASSERT_EQ(got.num_elements(), P * (r + 1));
+    for (int q = 0; q < P; ++q) EXPECT_EQ(got.data_as<int64_t>()[q * (r + 1)], 100 * q + r);
+
+    ASSERT_TRUE(rs.wait().ok()) << rs.wait().to_string();
+    HostTensor mine = rs.take_output();
+    EXPECT_EQ(mine.shape[0], 2 + (r < 1 ? 1 : 0));
+    EXPECT_EQ(mine.data_as<float>()[0], P * (P + 1) / 2.0f);
+    EXPECT_TRUE(bar.wait().ok());
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(P, RuntimeSizes, ::testing::Values(1, 2, 3, 4));
+
+TEST(RuntimeTest, DifferentOrdersSeveralThreadsAndFusion) {
+  const int P = 3, N = 60;
+  RuntimeConfig config = test_config();
+  config.fusion_threshold = 64;  // a few tensors per fused batch
+  Cluster c(P, config);
+  c.each([&](int r) {
+    std::vector<std::vector<float>> data(N);
+    std::vector<int> order(N);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), std::mt19937(r));
+    std::vector<Handle> hs(N);
+    // Two submitting threads per rank, each taking every other name of this rank's order.
+    auto work = [&](int part) {
+      for (int k = part; k < N; k += 2) {
+        int i = order[k];
+        data[i].assign(1 + i % 7, static_cast<float>(i + r));
+        hs[i] = allreduce(c[r], "t" + std::to_string(i), data[i]);
+      }
+    };
+    std::thread t0(work, 0), t1(work, 1);
+    t0.join();
+    t1.join();
+    for (int i = 0; i < N; ++i) {
+      ASSERT_TRUE(hs[i].wait().ok()) << hs[i].wait().to_string();
+      EXPECT_EQ(data[i].back(), static_cast<float>(P * i + P * (P - 1) / 2)) << i;
+    }
+  });
+}
+
+TEST(RuntimeTest, TenThousandSmallTensorsInOneStepTwice) {
+  const int P = 2, N = 10000;
+  Cluster c(P);
+  c.each([&](int r) {
+    std::vector<int32_t> v(N);
+    for (int step = 0; step < 2; ++step) {  // the second step runs from the response cache
+      std::vector<Handle> hs;
+      hs.reserve(N);
+      for (int i = 0; i < N; ++i) {
+        v[i] = i;
+        hs.push_back(submit(c[r], build_allreduce("s" + std::to_string(i), view_of(&v[i], {}),
+                                                  view_of(&v[i], {}), {})));
+      }
+      for (auto& h : hs) ASSERT_TRUE(h.wait().ok());
+      for (int i = 0; i < N; ++i) ASSERT_EQ(v[i], 2 * i);
+    }
+  });
+}
+
+TEST(RuntimeTest, GroupedAllreduceRunsAsOne) {
+  Cluster c(2);
+  c.each([&](int r) {
+    std::vector<float> a(3, r + 1.0f), b(1000, r + 2.0f);
+    auto h = submit(c[r], build_grouped_allreduce(
+                              "group", {view_of(a.data(), {3}), view_of(b.data(), {10, 100})},
+                              {ReduceOp::kAverage}));
+    ASSERT_TRUE(h.wait().ok()) << h.wait().to_string();
+    EXPECT_EQ(a[0], 1.5f);
+    EXPECT_EQ(b[999], 2.5f);
+  });
+}
+
+TEST(RuntimeTest, MismatchFailsEveryRankNamingTensorRanksAndValues) {
+  Cluster c(2);
+  c.each([&](int r) {
+    std::vector<float> v(r == 0 ? 4 : 6, 1.0f);
+    auto h = allreduce(c[r], "bad", v);
+    Status st = h.wait();
+    EXPECT_EQ(st.code(), StatusCode::kMismatch);
+    EXPECT_EQ(st.message(),
+              "allreduce 'bad': shape differs across ranks: rank 0 has [4]; rank 1 has [6]");
+    // The runtime keeps working after a mismatch.
+    std::vector<float> ok(2, 1.0f);
+    EXPECT_TRUE(allreduce(c[r], "ok", ok).wait().ok());
+    EXPECT_EQ(ok[0], 2.0f);
+  });
+}
+
+TEST(RuntimeTest, DuplicateInFlightNameIsRejectedOnThatRank) {
+  Cluster c(2);
+  std::vector<float> a(1, 1.0f), b(1, 1.0f), other(1, 1.0f);
+  auto first = allreduce(c[0], "dup", a);
+  auto second = allreduce(c[0], "dup", b);
+  Status st = second.wait();
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("allreduce 'dup': an operation with this name is already in flight"),
+            std::string::npos)
+      << st.to_string();
+  auto peer = allreduce(c[1], "dup", other);
+  EXPECT_TRUE(first.wait().ok());
+  EXPECT_TRUE(peer.wait().ok());
+  EXPECT_EQ(a[0], 2.0f);
+}
+
+TEST(RuntimeTest, BadArgumentsAreRejectedAtSubmission) {
+  std::vector<float> v(4);
+  auto e = build_allreduce("x", view_of(v.data(), {-4}), view_of(v.data(), {-4}), {});
+  EXPECT_EQ(e.status().message(), "allreduce 'x': input dimension 0 must be >= 0, got -4 in shape [-4]");
+  auto b = build_broadcast("y", view_of(v.data(), {4}), {5}, 2);
+  EXPECT_EQ(b.status().message(), "broadcast 'y': root must be in [0, 2), got 5");
+  auto a = build_alltoall("z", view_of(v.data(), {4}), {{1, 2}, {}}, 2);
+  EXPECT_EQ(a.status().message(), "alltoall 'z': splits must sum to shape[0] = 4, got 3");
+}
+
+TEST(RuntimeTest, ShutdownFailsPendingOperationsOnEveryRank) {
+  auto c = std::make_unique<Cluster>(2);
+  std::vector<float> v(1, 1.0f), w(1, 1.0f);
+  auto pending = allreduce((*c)[1], "never", v);  // rank 0 never submits it
+  (void)(*c)[0].shutdown();
+  Status st = pending.wait();
+  EXPECT_EQ(st.code(), StatusCode::kAborted);
+  EXPECT_NE(st.message().find("rank 0 called shutdown()"), std::string::npos) << st.to_string();
+  auto later = allreduce((*c)[1], "later", w);
+  EXPECT_EQ(later.wait().code(), StatusCode::kAborted);
+}
+
+TEST(RuntimeTest, DeadRankFailsPendingAndLaterHandlesWithinTheTimeout) {
+  // Rank 1 never starts: rank 0's control-plane collective times out.
+  Cluster c(2, test_config(), 300ms, /*start_ranks=*/1);
+  std::vector<float> v(1, 1.0f), w(1, 1.0f);
+  auto h = allreduce(c[0], "orphan", v);
+  Status st = h.wait(10s);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("negotiation"), std::string::npos) << st.to_string();
+  auto later = allreduce(c[0], "later", w);
+  EXPECT_EQ(later.wait(1s).message(), st.message());
+}
+
+TEST(RuntimeTest, JoinedRankContributesIdentity) {
+  Cluster c(3);
+  c.each([&](int r) {
+    if (r == 2) {
+      auto j = submit(c[r], build_join());
+      std::vector<float> v(1);
+      auto rejected = allreduce(c[r], "after-join", v);
+      EXPECT_EQ(rejected.wait().code(), StatusCode::kInvalidArgument);
+      EXPECT_TRUE(j.wait().ok()) << j.wait().to_string();
+      return;
+    }
+    std::vector<float> sum(2, r + 1.0f), avg(2, r + 1.0f), mn(2, r + 1.0f);
+    EXPECT_TRUE(allreduce(c[r], "j.sum", sum).wait().ok());
+    EXPECT_TRUE(allreduce(c[r], "j.avg", avg, {ReduceOp::kAverage}).wait().ok());
+    EXPECT_TRUE(allreduce(c[r], "j.min", mn, {ReduceOp::kMin}).wait().ok());
+    EXPECT_EQ(sum[0], 3.0f);
+    EXPECT_EQ(avg[0], 1.5f);  // divided by the 2 ranks that did not join
+    EXPECT_EQ(mn[1], 1.0f);
+    EXPECT_TRUE(submit(c[r], build_join()).wait().ok());
+  });
+}
+
+TEST(RuntimeTest, StallInspectorNamesTheMissingRank) {
+  RuntimeConfig config = test_config();
+  config.stall_check_time = 100ms;
+  config.heartbeat = 10ms;
+  Cluster c(2, config);
+  std::vector<float> v(1, 1.0f), w(1, 1.0f);
+  auto h = allreduce(c[0], "late", v);
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (c[0].stall_warnings().empty() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(10ms);
+  auto warnings = c[0].stall_warnings();
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("allreduce 'late' was submitted by ranks [0]"), std::string::npos)
+      << warnings[0];
+  EXPECT_NE(warnings[0].find("still waiting for ranks [1]"), std::string::npos) << warnings[0];
+  auto h1 = allreduce(c[1], "late", w);
+  EXPECT_TRUE(h.wait().ok());
+  EXPECT_TRUE(h1.wait().ok());
+  EXPECT_EQ(v[0], 2.0f);
+}
+
+TEST(RuntimeTest, StallShutdownTimeFailsTheJobWithTheMessage) {
+  RuntimeConfig config = test_config();
+  config.stall_check_time = 50ms;
+  config.stall_shutdown_time = 150ms;
+  config.heartbeat = 10ms;
+  Cluster c(2, config);
+  std::vector<float> v(1, 1.0f);
+  auto h = allreduce(c[0], "stuck", v);
+  Status st = h.wait(10s);
+  EXPECT_EQ(st.code(), StatusCode::kAborted);
+  EXPECT_NE(st.message().find("KOLO_STALL_SHUTDOWN_TIME"), std::string::npos) << st.to_string();
+  EXPECT_NE(st.message().find("'stuck'"), std::string::npos) << st.to_string();
+}
+
+TEST(RuntimeTest, CallbacksRunOnceWithTheStatus) {
+  Cluster c(1);
+  std::vector<float> v(3, 2.0f);
+  auto h = allreduce(c[0], "cb", v);
+  std::atomic<int> calls{0};
+  h.then([&](const Status& s) { calls += s.ok() ? 1 : 100; });
+  ASSERT_TRUE(h.wait().ok());
+  h.then([&](const Status& s) { calls += s.ok() ? 1 : 100; });  // already done: runs at once
+  EXPECT_EQ(calls.load(), 2);
+  EXPECT_TRUE(h.poll());
+  EXPECT_TRUE(h.status().ok());
+}
+
+}  // namespace
+}  // namespace kolo::coord

@@ -158,7 +158,7 @@ BackwardReport backward(const Tensor& root, const Tensor& grad_output) {
           // A Node with a single consumer never sums, so its gradient can alias the producer's
           // buffer; otherwise the first contribution is copied before others are added to it.
           Tensor& slot = pending_grad[next];
-          if (!slot.defined() && node_total[next] == 1) {
+          if (!slot.defined() && node_total.at(next) == 1) {
             slot = grads[i];
           } else {
             accumulate(slot, grads[i]);

@@ -22,12 +22,10 @@ uint32_t get_u32(const uint8_t* p) {
   return v;
 }
 
-Status check_header(std::span<const uint8_t> bytes, size_t need, uint32_t magic,
-                    const char* what) {
+Status check_header(std::span<const uint8_t> bytes, size_t need, uint32_t magic, const char* what) {
   if (bytes.size() < need)
     return Status::IoError(std::string("truncated handshake ") + what + ": got " +
-                           std::to_string(bytes.size()) + " of " + std::to_string(need) +
-                           " bytes");
+                           std::to_string(bytes.size()) + " of " + std::to_string(need) + " bytes");
   if (get_u32(bytes.data()) != magic)
     return Status::IoError(std::string("malformed handshake ") + what +
                            ": wrong magic (the peer is not a Kolo tcp channel)");
@@ -60,8 +58,7 @@ std::vector<uint8_t> transcript(std::string_view label, const Hello& hello,
 
 AuthKey derive_auth_key(std::string_view secret) {
   // Four fixed, unrelated keys turn the secret into 256 bits of MAC key material.
-  const std::span<const uint8_t> s(reinterpret_cast<const uint8_t*>(secret.data()),
-                                   secret.size());
+  const std::span<const uint8_t> s(reinterpret_cast<const uint8_t*>(secret.data()), secret.size());
   AuthKey k;
   k.a.k0 = siphash24({0x6b6f6c6f2d6b6579ULL, 0x0000000000000001ULL}, s);
   k.a.k1 = siphash24({0x6b6f6c6f2d6b6579ULL, 0x0000000000000002ULL}, s);

@@ -132,8 +132,8 @@ void TcpChannel::start_write(Link& link) {
     link.writing = false;
     if (!link.failure.ok()) return;  // broken meanwhile; the transfer was already failed
     if (ec) {
-      fail(link, Status::PeerFailure("tcp: sending to " + link.name() + " failed: " +
-                                     ec.message() + " (the peer process likely died)"));
+      fail(link, Status::PeerFailure("tcp: sending to " + link.name() + " failed: " + ec.message() +
+                                     " (the peer process likely died)"));
       return;
     }
     on_written(link, n);
@@ -181,10 +181,10 @@ void TcpChannel::start_read(Link& link) {
     if (ec) {
       const Transfer& t = link.recvs.front();
       std::string what = ec == asio::error::eof ? "the connection was closed by the peer"
-                                                 : "receive failed: " + ec.message();
+                                                : "receive failed: " + ec.message();
       fail(link, Status::PeerFailure("tcp: " + what + " while receiving a " +
-                                     std::to_string(t.size) + "-byte message from " +
-                                     link.name() + " after " + std::to_string(t.offset) +
+                                     std::to_string(t.size) + "-byte message from " + link.name() +
+                                     " after " + std::to_string(t.offset) +
                                      " of its bytes (the peer process likely died)"));
       return;
     }

@@ -34,8 +34,8 @@ BackendContext context(Store& store, int rank, int size, std::string secret = "s
 
 // Connects `size` ranks as threads; secrets[r] (default: all equal) is rank r's secret.
 std::vector<Result<std::unique_ptr<TcpChannel>>> connect_group(
-    Store& store, int size, std::vector<std::string> secrets = {},
-    ConnectOptions options = {}, milliseconds connect_timeout = milliseconds(10000)) {
+    Store& store, int size, std::vector<std::string> secrets = {}, ConnectOptions options = {},
+    milliseconds connect_timeout = milliseconds(10000)) {
   std::vector<Result<std::unique_ptr<TcpChannel>>> out;
   for (int r = 0; r < size; ++r) out.emplace_back(Status::Internal("not run"));
   std::vector<std::thread> threads;
@@ -86,8 +86,9 @@ TEST(TcpChannelTest, KeepsOrderAndSplitsMessagesIntoBoundedFrames) {
   const auto a = pattern(2500, 7), b = pattern(1000, 8), c0 = pattern(0, 0), d = pattern(3, 9);
   std::thread sender([&] {
     TcpChannel& s = **ch[2];
-    std::vector<ops::Request> reqs = {s.isend(0, a.data(), a.size()), s.isend(0, b.data(), b.size()),
-                                      s.isend(0, c0.data(), 0), s.isend(0, d.data(), d.size())};
+    std::vector<ops::Request> reqs = {s.isend(0, a.data(), a.size()),
+                                      s.isend(0, b.data(), b.size()), s.isend(0, c0.data(), 0),
+                                      s.isend(0, d.data(), d.size())};
     for (auto& r : reqs) EXPECT_TRUE(s.wait(r).ok());
   });
   TcpChannel& r = **ch[0];
@@ -149,8 +150,7 @@ struct RawPeer {
   std::unique_ptr<TcpChannel> channel;
   explicit RawPeer(uint64_t max_frame) {
     auto io = std::make_unique<boost::asio::io_context>(1);
-    boost::asio::ip::tcp::acceptor acceptor(
-        *io, {boost::asio::ip::make_address("127.0.0.1"), 0});
+    boost::asio::ip::tcp::acceptor acceptor(*io, {boost::asio::ip::make_address("127.0.0.1"), 0});
     raw.connect(acceptor.local_endpoint());
     auto s = std::make_unique<boost::asio::ip::tcp::socket>(*io);
     acceptor.accept(*s);
@@ -247,8 +247,7 @@ TEST(TcpChannelTest, WrongSecretIsRefusedOnBothSides) {
   EXPECT_NE(ch[1].status().message().find("secret"), std::string::npos);
   EXPECT_EQ(ch[0].status().code(), StatusCode::kTimeout);
   EXPECT_NE(ch[0].status().message().find("rank 1"), std::string::npos);
-  EXPECT_NE(ch[0].status().message().find("secret"), std::string::npos)
-      << ch[0].status().message();
+  EXPECT_NE(ch[0].status().message().find("secret"), std::string::npos) << ch[0].status().message();
 }
 
 TEST(TcpChannelTest, AnIntruderDoesNotStopTheRightPeer) {

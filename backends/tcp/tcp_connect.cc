@@ -31,8 +31,7 @@ constexpr std::chrono::seconds kConnectAttemptLimit{3};
 
 Status check_context(const BackendContext& c) {
   if (c.size < 1)
-    return Status::InvalidArgument("tcp: context.size must be >= 1, got " +
-                                   std::to_string(c.size));
+    return Status::InvalidArgument("tcp: context.size must be >= 1, got " + std::to_string(c.size));
   if (c.rank < 0 || c.rank >= c.size)
     return Status::InvalidArgument("tcp: context.rank must be in [0, " + std::to_string(c.size) +
                                    "), got " + std::to_string(c.rank));
@@ -97,9 +96,9 @@ class Bootstrap {
     return ctx_.store_prefix + "/tcp/addr/" + std::to_string(rank);
   }
   std::chrono::milliseconds remaining() const {
-    return std::max(std::chrono::milliseconds(0),
-                    std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ -
-                                                                          Clock::now()));
+    return std::max(
+        std::chrono::milliseconds(0),
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now()));
   }
 
   template <typename Socket>
@@ -231,14 +230,15 @@ class Bootstrap {
 
     // Handshake as the connector (auth.h).
     Hello hello{ctx_.rank, ctx_.size, random_nonce()};
-    KOLO_RETURN_IF_ERROR(send(*socket, encode(hello), deadline_, me() + " sending hello to " + name));
+    KOLO_RETURN_IF_ERROR(
+        send(*socket, encode(hello), deadline_, me() + " sending hello to " + name));
     std::array<uint8_t, kChallengeBytes> cbytes{};
     KOLO_RETURN_IF_ERROR(transfer(*socket, false, cbytes.data(), cbytes.size(), deadline_,
                                   me() + " reading the challenge of " + name));
     Result<Challenge> challenge = decode_challenge(cbytes);
     if (!challenge.ok())
-      return Status::PeerFailure(me() + ": " + name + " answered with a bad challenge: " +
-                                 challenge.status().message());
+      return Status::PeerFailure(me() + ": " + name +
+                                 " answered with a bad challenge: " + challenge.status().message());
     if (challenge->rank != peer || challenge->size != ctx_.size)
       return Status::PeerFailure(
           me() + ": the process at " + *address + " is rank " + std::to_string(challenge->rank) +
@@ -293,11 +293,11 @@ class Bootstrap {
     const int peer = hello->rank;
     const std::string name = "rank " + std::to_string(peer) + " (connecting from " + from + ")";
     if (hello->size != ctx_.size || peer <= ctx_.rank || peer >= ctx_.size || connected[peer])
-      return Status::PeerFailure(me() + ": rejected a connection from " + from + " that claims rank " +
-                                 std::to_string(peer) + " of " + std::to_string(hello->size) +
-                                 "; expected a not yet connected rank in (" +
-                                 std::to_string(ctx_.rank) + ", " + std::to_string(ctx_.size) +
-                                 ") of " + std::to_string(ctx_.size));
+      return Status::PeerFailure(
+          me() + ": rejected a connection from " + from + " that claims rank " +
+          std::to_string(peer) + " of " + std::to_string(hello->size) +
+          "; expected a not yet connected rank in (" + std::to_string(ctx_.rank) + ", " +
+          std::to_string(ctx_.size) + ") of " + std::to_string(ctx_.size));
     Challenge challenge{ctx_.rank, ctx_.size, random_nonce(), {}};
     challenge.tag = acceptor_tag(key_, *hello, challenge);
     KOLO_RETURN_IF_ERROR(send(*socket, encode(challenge), limit, me() + " challenging " + name));
@@ -325,11 +325,10 @@ class Bootstrap {
     for (int r = ctx_.rank + 1; r < ctx_.size; ++r)
       if (!connected[r]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
     std::string msg = me() + " timed out after " + std::to_string(ctx_.connect_timeout.count()) +
-                      " ms (connect_timeout) waiting for connections from ranks [" + missing +
-                      "]";
+                      " ms (connect_timeout) waiting for connections from ranks [" + missing + "]";
     if (!rejected.empty()) {
-      msg += "; rejected " + std::to_string(rejected.size()) + " connection(s), last: " +
-             rejected.back();
+      msg += "; rejected " + std::to_string(rejected.size()) +
+             " connection(s), last: " + rejected.back();
     }
     return Status::Timeout(msg);
   }
@@ -358,11 +357,11 @@ Result<uint64_t> size_from_env(const char* name, uint64_t fallback, uint64_t min
 
 Result<ConnectOptions> connect_options_from_env() {
   ConnectOptions o;
-  KOLO_ASSIGN_OR_RETURN(uint64_t buffer, size_from_env("KOLO_TCP_SOCKET_BUFFER",
-                                                       o.socket_buffer_bytes, 4096,
-                                                       uint64_t{1} << 30));
-  KOLO_ASSIGN_OR_RETURN(o.max_frame_bytes, size_from_env("KOLO_TCP_MAX_FRAME", o.max_frame_bytes,
-                                                         1, uint64_t{1} << 40));
+  KOLO_ASSIGN_OR_RETURN(
+      uint64_t buffer,
+      size_from_env("KOLO_TCP_SOCKET_BUFFER", o.socket_buffer_bytes, 4096, uint64_t{1} << 30));
+  KOLO_ASSIGN_OR_RETURN(o.max_frame_bytes, size_from_env("KOLO_TCP_MAX_FRAME", o.max_frame_bytes, 1,
+                                                         uint64_t{1} << 40));
   o.socket_buffer_bytes = buffer;
   return o;
 }
@@ -379,8 +378,8 @@ Result<std::unique_ptr<TcpChannel>> connect_channel(const BackendContext& contex
   TcpChannelOptions channel_options;
   channel_options.op_timeout = context.op_timeout;
   channel_options.max_frame_bytes = options.max_frame_bytes;
-  return std::make_unique<TcpChannel>(context.rank, context.size, std::move(io),
-                                      std::move(peers), channel_options);
+  return std::make_unique<TcpChannel>(context.rank, context.size, std::move(io), std::move(peers),
+                                      channel_options);
 }
 
 }  // namespace kolo::tcp

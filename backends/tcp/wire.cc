@@ -41,8 +41,8 @@ FrameHeader encode_frame_header(uint64_t length) {
 
 Result<uint64_t> decode_frame_header(std::span<const uint8_t> header, uint64_t max_length) {
   if (header.size() < kFrameHeaderBytes)
-    return Status::IoError("truncated frame header: got " + std::to_string(header.size()) +
-                           " of " + std::to_string(kFrameHeaderBytes) + " bytes");
+    return Status::IoError("truncated frame header: got " + std::to_string(header.size()) + " of " +
+                           std::to_string(kFrameHeaderBytes) + " bytes");
   const uint32_t magic = get_u32(header.data());
   if (magic != kFrameMagic)
     return Status::IoError("malformed frame: magic is " + hex32(magic) + ", expected " +

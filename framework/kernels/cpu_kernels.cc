@@ -286,6 +286,14 @@ void log_softmax(int64_t m, int64_t n, const float* x, float* y) {
     for (int64_t j = 0; j < n; ++j) out[j] = in[j] - lse;
   }
 }
+void log_softmax_bwd(int64_t m, int64_t n, const float* y, const float* gy, float* gx) {
+  for (int64_t r = 0; r < m; ++r) {
+    double s = 0;
+    for (int64_t j = 0; j < n; ++j) s += gy[r * n + j];
+    const float sf = static_cast<float>(s);
+    for (int64_t j = 0; j < n; ++j) gx[r * n + j] = gy[r * n + j] - std::exp(y[r * n + j]) * sf;
+  }
+}
 float nll_mean(int64_t m, int64_t n, const float* logp, const int64_t* labels) {
   if (m == 0) return 0.f;
   double s = 0;

@@ -88,6 +88,8 @@ void batchnorm_bwd_input(int64_t n, int64_t c, int64_t hw, const float* gy, cons
 
 // ---- softmax family, rows of an [M, N] matrix ----
 void log_softmax(int64_t m, int64_t n, const float* x, float* y);
+// gx = gy - exp(y) * rowsum(gy), the adjoint of log_softmax given its output y.
+void log_softmax_bwd(int64_t m, int64_t n, const float* y, const float* gy, float* gx);
 // loss = -mean_r logp[r, label[r]]; returns it. labels must be in [0, n) (checked by caller).
 float nll_mean(int64_t m, int64_t n, const float* logp, const int64_t* labels);
 // gx = (softmax - onehot) * g / m.

@@ -1,0 +1,188 @@
+#include "examples/train_fashion_mnist/train_args.h"
+
+#include <charconv>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <string_view>
+
+namespace kolo::example {
+namespace {
+
+Status bad(const std::string& flag, const std::string& expected, const std::string& got) {
+  return Status::InvalidArgument(flag + ": expected " + expected + ", got '" + got + "'");
+}
+
+// Whole-string integer parse: "12x" and "" are rejected, not truncated.
+bool parse_int(const std::string& s, int64_t& out) {
+  const char* end = s.data() + s.size();
+  auto [ptr, ec] = std::from_chars(s.data(), end, out);
+  return ec == std::errc() && ptr == end && !s.empty();
+}
+
+bool parse_double(const std::string& s, double& out) {
+  if (s.empty()) return false;
+  size_t used = 0;
+  try {
+    out = std::stod(s, &used);
+  } catch (const std::exception&) {
+    return false;
+  }
+  return used == s.size() && std::isfinite(out);
+}
+
+}  // namespace
+
+const char* model_name(ModelKind kind) { return kind == ModelKind::kMlp ? "mlp" : "cnn"; }
+
+const char* scaling_name(ScalingRule rule) {
+  switch (rule) {
+    case ScalingRule::kNone: return "none";
+    case ScalingRule::kLinear: return "linear";
+    case ScalingRule::kSqrt: return "sqrt";
+  }
+  return "?";
+}
+
+std::string train_usage() {
+  return "usage: [kolorun -np N] train_fashion_mnist [options]\n"
+         "Data-parallel training on Fashion-MNIST (apt-get install dataset-fashion-mnist).\n"
+         "  --model mlp|cnn          MLP 784-512-256-10 or a two-conv CNN (default cnn)\n"
+         "  --epochs N               training epochs (default 3)\n"
+         "  --batch-size N           samples per rank per step (default 64)\n"
+         "  --lr X                   base learning rate for one rank (default 0.05, SGD momentum 0.9)\n"
+         "  --lr-scaling R           linear|sqrt|none: scale --lr with the number of ranks (default linear)\n"
+         "  --warmup-epochs X        linear warm-up to the scaled rate, then cosine (default 0.5)\n"
+         "  --seed N                 initial weights and shuffling (default 42)\n"
+         "  --data-dir DIR           folder with the four IDX .gz files\n"
+         "                           (default /usr/share/datasets/fashion-mnist)\n"
+         "  --train-subset N         train on the first N training images only (0: all)\n"
+         "  --test-subset N          evaluate on the first N test images only (0: all)\n"
+         "  --timeline PATH          Chrome trace of Kolo's operations; rank r of several writes\n"
+         "                           PATH with '.rank<r>' before its extension\n"
+         "  --checkpoint PATH        save model and optimizer after every epoch (rank 0 writes)\n"
+         "  --resume                 continue from --checkpoint PATH\n"
+         "  --min-accuracy X         exit 1 when the final test accuracy is below X\n"
+         "  --device cpu|cuda        default: cuda when a GPU is visible, else cpu\n"
+         "Exit status: 0 ok, 1 training failed or accuracy below --min-accuracy, 2 bad usage,\n"
+         "77 data set not installed.\n";
+}
+
+Result<TrainArgs> parse_train_args(int argc, char** argv) {
+  TrainArgs a;
+  // Each flag that takes a value maps to a setter returning a Status.
+  using Setter = std::function<Status(const std::string& flag, const std::string& v)>;
+  auto int_at_least = [](int64_t lo, auto assign) {
+    return [lo, assign](const std::string& flag, const std::string& v) -> Status {
+      int64_t x = 0;
+      if (!parse_int(v, x) || x < lo) return bad(flag, "an integer >= " + std::to_string(lo), v);
+      assign(x);
+      return Status::Ok();
+    };
+  };
+  auto real_in = [](double lo, double hi, std::string range, auto assign) {
+    return [=](const std::string& flag, const std::string& v) -> Status {
+      double x = 0;
+      if (!parse_double(v, x) || x < lo || x > hi) return bad(flag, "a number " + range, v);
+      assign(x);
+      return Status::Ok();
+    };
+  };
+  const std::map<std::string, Setter> setters = {
+      {"--model",
+       [&](const std::string& flag, const std::string& v) -> Status {
+         if (v == "mlp") {
+           a.model = ModelKind::kMlp;
+         } else if (v == "cnn") {
+           a.model = ModelKind::kCnn;
+         } else {
+           return bad(flag, "mlp or cnn", v);
+         }
+         return Status::Ok();
+       }},
+      {"--epochs", int_at_least(1, [&](int64_t x) { a.epochs = static_cast<int>(x); })},
+      {"--batch-size", int_at_least(1, [&](int64_t x) { a.batch_size = x; })},
+      {"--lr", real_in(1e-12, 1e3, "in (0, 1000]", [&](double x) { a.lr = x; })},
+      {"--lr-scaling",
+       [&](const std::string& flag, const std::string& v) -> Status {
+         if (v == "linear") {
+           a.scaling = ScalingRule::kLinear;
+         } else if (v == "sqrt") {
+           a.scaling = ScalingRule::kSqrt;
+         } else if (v == "none") {
+           a.scaling = ScalingRule::kNone;
+         } else {
+           return bad(flag, "linear, sqrt or none", v);
+         }
+         return Status::Ok();
+       }},
+      {"--warmup-epochs", real_in(0, 1e6, ">= 0", [&](double x) { a.warmup_epochs = x; })},
+      {"--seed", int_at_least(0, [&](int64_t x) { a.seed = static_cast<uint64_t>(x); })},
+      {"--data-dir",
+       [&](const std::string& flag, const std::string& v) -> Status {
+         if (v.empty()) return bad(flag, "a directory", v);
+         a.data_dir = v;
+         return Status::Ok();
+       }},
+      {"--train-subset", int_at_least(0, [&](int64_t x) { a.train_subset = x; })},
+      {"--test-subset", int_at_least(0, [&](int64_t x) { a.test_subset = x; })},
+      {"--timeline",
+       [&](const std::string& flag, const std::string& v) -> Status {
+         if (v.empty()) return bad(flag, "a file path", v);
+         a.timeline = v;
+         return Status::Ok();
+       }},
+      {"--checkpoint",
+       [&](const std::string& flag, const std::string& v) -> Status {
+         if (v.empty()) return bad(flag, "a file path", v);
+         a.checkpoint = v;
+         return Status::Ok();
+       }},
+      {"--min-accuracy", real_in(0, 1, "in [0, 1]", [&](double x) { a.min_accuracy = x; })},
+      {"--device",
+       [&](const std::string& flag, const std::string& v) -> Status {
+         if (v == "cpu") {
+           a.device = DeviceChoice::kCpu;
+         } else if (v == "cuda") {
+           a.device = DeviceChoice::kCuda;
+         } else {
+           return bad(flag, "cpu or cuda", v);
+         }
+         return Status::Ok();
+       }},
+  };
+
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      a.help = true;
+      continue;
+    }
+    if (arg == "--resume") {
+      a.resume = true;
+      continue;
+    }
+    std::string flag = arg, value;
+    bool has_value = false;
+    if (auto eq = arg.find('='); eq != std::string::npos && arg.rfind("--", 0) == 0) {
+      flag = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+      has_value = true;
+    }
+    auto it = setters.find(flag);
+    if (it == setters.end()) {
+      return Status::InvalidArgument("unknown argument '" + arg + "' (see --help)");
+    }
+    if (!has_value) {
+      if (i + 1 >= argc) return Status::InvalidArgument(flag + ": missing value (see --help)");
+      value = argv[++i];
+    }
+    KOLO_RETURN_IF_ERROR(it->second(flag, value));
+  }
+  if (a.resume && a.checkpoint.empty()) {
+    return Status::InvalidArgument("--resume: needs --checkpoint PATH to resume from");
+  }
+  return a;
+}
+
+}  // namespace kolo::example

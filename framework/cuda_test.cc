@@ -1,0 +1,73 @@
+// CUDA vs CPU agreement. Skips without a device (and in CPU-only builds).
+#include <gtest/gtest.h>
+
+#include "framework/autograd.h"
+#include "framework/functional.h"
+#include "framework/nn/layers.h"
+
+namespace kolo::fw {
+namespace {
+
+class CudaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+void expect_close(const std::vector<float>& a, const std::vector<float>& b, float tol) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], tol) << "element " << i;
+}
+
+TEST_F(CudaTest, CopiesRoundTrip) {
+  Tensor a = Tensor::randn({33, 7});
+  Tensor d = a.to(Device::cuda(0));
+  EXPECT_EQ(d.device(), Device::cuda(0));
+  EXPECT_EQ(d.to(Device::cpu()).to_vector(), a.to_vector());
+  EXPECT_EQ(d.slice(3, 5).to_vector(), a.slice(3, 5).to_vector());
+}
+
+TEST_F(CudaTest, TrainingStepMatchesCpu) {
+  Generator g1(4), g2(4);
+  auto build = [](Generator* g) {
+    auto m = std::make_shared<nn::Sequential>();
+    m->push_back(std::make_shared<nn::Conv2d>(1, 3, 3, 1, 1, true, g));
+    m->push_back(std::make_shared<nn::BatchNorm2d>(3));
+    m->push_back(std::make_shared<nn::ReLU>());
+    m->push_back(std::make_shared<nn::MaxPool2d>(2));
+    m->push_back(std::make_shared<nn::Flatten>());
+    m->push_back(std::make_shared<nn::Linear>(3 * 4 * 4, 5, true, g));
+    m->push_back(std::make_shared<nn::Sigmoid>());
+    return m;
+  };
+  auto cpu = build(&g1);
+  auto gpu = build(&g2);
+  gpu->to(Device::cuda(0));
+  Tensor x = Tensor::randn({6, 1, 8, 8});
+  Tensor y = Tensor::from_labels({0, 1, 2, 3, 4, 0});
+  Tensor lc = cross_entropy((*cpu)(x), y);
+  Tensor lg = cross_entropy((*gpu)(x.to(Device::cuda(0))), y.to(Device::cuda(0)));
+  EXPECT_NEAR(lc.item(), lg.item(), 1e-4);
+  lc.backward();
+  lg.backward();
+  auto pc = cpu->named_parameters(), pg = gpu->named_parameters();
+  for (size_t i = 0; i < pc.size(); ++i) {
+    SCOPED_TRACE(pc[i].first);
+    expect_close(pc[i].second.grad().to_vector(), pg[i].second.grad().to_vector(), 1e-3f);
+  }
+}
+
+TEST_F(CudaTest, ElementwiseAndReductionsMatchCpu) {
+  Tensor a = Tensor::randn({1000}), b = Tensor::randn({1000});
+  Tensor da = a.to(Device::cuda(0)), db = b.to(Device::cuda(0));
+  expect_close(fw::tanh(mul(a, b)).to_vector(), fw::tanh(mul(da, db)).to_vector(), 1e-5f);
+  EXPECT_NEAR(a.sq_norm(), da.sq_norm(), 1e-2);
+  expect_close(avg_pool2d(a.reshape({10, 1, 10, 10}), 2, 2).to_vector(),
+               avg_pool2d(da.reshape({10, 1, 10, 10}), 2, 2).to_vector(), 1e-5f);
+  expect_close(log_softmax(a.reshape({10, 100})).to_vector(),
+               log_softmax(da.reshape({10, 100})).to_vector(), 1e-4f);
+}
+
+}  // namespace
+}  // namespace kolo::fw
