@@ -6,13 +6,18 @@ bool OpState::complete(Status status) {
   std::vector<Handle::Callback> callbacks;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (done_) return false;
-    done_ = true;
+    if (done_ || completing_) return false;
+    completing_ = true;
     status_ = status;
     callbacks.swap(callbacks_);
   }
-  cv_.notify_all();
+  // Callbacks run before waiters wake, so that wait() returning means they have run.
   for (auto& cb : callbacks) cb(status);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = true;
+  }
+  cv_.notify_all();
   return true;
 }
 
@@ -42,7 +47,7 @@ void OpState::then(Handle::Callback callback) {
   Status status;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!done_) {
+    if (!done_ && !completing_) {
       callbacks_.push_back(std::move(callback));
       return;
     }

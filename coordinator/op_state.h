@@ -45,6 +45,7 @@ class OpState {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;                            // guarded by mu_
+  bool completing_ = false;                      // guarded by mu_: callbacks running
   Status status_;                                // guarded by mu_
   std::vector<Handle::Callback> callbacks_;      // guarded by mu_
   std::vector<int64_t> output_shape_;            // guarded by mu_

@@ -210,7 +210,13 @@ Status Runtime::cycle(bool shutdown_requested, bool& stop) {
     if (slot && !stale) bits_[1 + *slot] = 1;
     else slow.push_back({seq_[name], e.get()});
   }
-  const bool need_slow = !slow.empty() || shutdown_requested || join_to_send_ || joined_mode;
+  // Rank 0 also takes the slow path now and then while names wait in its table, so that the
+  // stall inspector runs even when no rank has anything new to say.
+  const bool inspect = controller_ && controller_->pending() > 0 &&
+                       config_.stall_check_time.count() > 0 &&
+                       now - last_inspection_ >= config_.heartbeat;
+  const bool need_slow =
+      !slow.empty() || shutdown_requested || join_to_send_ || joined_mode || inspect;
   bits_[0] = need_slow ? 0 : 1;
   KOLO_RETURN_IF_ERROR(control_->allreduce(bits_.data(), bits_.data(),
                                            static_cast<int64_t>(bits_.size()), DataType::kUInt8,
@@ -265,6 +271,7 @@ Status Runtime::negotiate_slow(const RequestList& mine, ResponseList& out) {
   int64_t reply_length = 0;
   if (topology_.rank == 0) {
     auto now = std::chrono::steady_clock::now();
+    last_inspection_ = now;
     int64_t offset = 0;
     for (int r = 0; r < size; ++r) {
       KOLO_ASSIGN_OR_RETURN(RequestList theirs,

@@ -94,6 +94,7 @@ class Runtime {
   std::vector<int32_t> joined_ranks_;  // as of the last response list
   ResponseCache cache_;
   std::unique_ptr<Controller> controller_;  // rank 0 only
+  std::chrono::steady_clock::time_point last_inspection_;
   Executor executor_;
   std::vector<uint8_t> bits_;
 

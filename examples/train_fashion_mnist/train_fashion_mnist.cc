@@ -268,7 +268,7 @@ int train(const TrainArgs& args) {
       if (root) {
         // Rank 0's own throughput times the ranks: an estimate until the epoch's allreduce.
         bar.update(seen, loss_sum / seen, static_cast<double>(correct) / seen,
-                   seen * world / seconds_since(start));
+                   seen * world / std::max(1e-9, seconds_since(start)));
       }
     }
     const double seconds = seconds_since(start);
@@ -286,7 +286,7 @@ int train(const TrainArgs& args) {
           "%.0f samples/s (global, %d rank(s))\n",
           label.c_str(), totals.loss, totals.accuracy, test.accuracy(),
           static_cast<long long>(test.correct), static_cast<long long>(test.total),
-          totals.seconds, totals.samples / totals.seconds, world);
+          totals.seconds, totals.samples / std::max(1e-9, totals.seconds), world);
       std::fflush(stdout);
     }
   }

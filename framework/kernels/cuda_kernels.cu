@@ -1,0 +1,535 @@
+// CUDA implementations of cuda_kernels.h. Simple one-thread-per-element kernels with grid-stride
+// loops; reductions use one block per row/channel with a shared-memory tree in double.
+// Scatter-style backward passes (col2im, pooling) use atomicAdd for brevity over speed.
+#include "framework/kernels/cuda_kernels.h"
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "framework/kernels/cuda_allocator.h"
+#include "kolo/status.h"
+
+namespace kolo::fw::kernels::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess)
+    throw Error(Status::IoError(std::string("CUDA ") + what + ": " + cudaGetErrorString(e)));
+}
+void check_blas(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS)
+    throw Error(Status::IoError(std::string("cuBLAS ") + what + " failed with status " +
+                                std::to_string(static_cast<int>(s))));
+}
+void check_dnn(cudnnStatus_t s, const char* what) {
+  if (s != CUDNN_STATUS_SUCCESS)
+    throw Error(Status::IoError(std::string("cuDNN ") + what + ": " + cudnnGetErrorString(s)));
+}
+void check_launch(const char* what) { check(cudaGetLastError(), what); }
+
+int blocks_for(int64_t n) {
+  const int64_t b = (n + kThreads - 1) / kThreads;
+  return static_cast<int>(b < 1 ? 1 : (b > 65535 ? 65535 : b));
+}
+
+int current_device() {
+  int d = 0;
+  cudaGetDevice(&d);
+  return d;
+}
+
+// One cuBLAS / cuDNN handle per device, created on first use and kept for the process.
+std::mutex g_handle_mu;
+std::vector<cublasHandle_t> g_blas;
+std::vector<cudnnHandle_t> g_dnn;
+
+cublasHandle_t blas() {
+  std::lock_guard<std::mutex> lock(g_handle_mu);
+  const int d = current_device();
+  if (static_cast<int>(g_blas.size()) <= d) g_blas.resize(d + 1, nullptr);
+  if (!g_blas[d]) check_blas(cublasCreate(&g_blas[d]), "create");
+  return g_blas[d];
+}
+cudnnHandle_t dnn() {
+  std::lock_guard<std::mutex> lock(g_handle_mu);
+  const int d = current_device();
+  if (static_cast<int>(g_dnn.size()) <= d) g_dnn.resize(d + 1, nullptr);
+  if (!g_dnn[d]) check_dnn(cudnnCreate(&g_dnn[d]), "create");
+  return g_dnn[d];
+}
+
+#define KOLO_GRID_LOOP(i, n) \
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)blockDim.x * gridDim.x)
+
+// Sum of v over the block into element 0 of sh (blockDim.x == kThreads).
+__device__ double block_sum(double v, double* sh) {
+  sh[threadIdx.x] = v;
+  __syncthreads();
+  for (int s = kThreads / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+    __syncthreads();
+  }
+  const double r = sh[0];
+  __syncthreads();
+  return r;
+}
+
+__global__ void k_fill(int64_t n, float v, float* y) { KOLO_GRID_LOOP(i, n) y[i] = v; }
+__global__ void k_axpby(int64_t n, float a, const float* x, float b, float* y) {
+  KOLO_GRID_LOOP(i, n) y[i] = a * x[i] + b * y[i];
+}
+__global__ void k_scale(int64_t n, float a, float* y) { KOLO_GRID_LOOP(i, n) y[i] *= a; }
+__global__ void k_mul(int64_t n, const float* a, const float* b, float* o) {
+  KOLO_GRID_LOOP(i, n) o[i] = a[i] * b[i];
+}
+__global__ void k_add(int64_t n, const float* a, float al, const float* b, float* o) {
+  KOLO_GRID_LOOP(i, n) o[i] = a[i] + al * b[i];
+}
+__global__ void k_addcmul(int64_t n, float* y, const float* a, const float* b, float v) {
+  KOLO_GRID_LOOP(i, n) y[i] += v * a[i] * b[i];
+}
+__global__ void k_addcdiv_sqrt(int64_t n, float* y, const float* a, const float* b, float v,
+                               float eps) {
+  KOLO_GRID_LOOP(i, n) y[i] += v * a[i] / (sqrtf(b[i]) + eps);
+}
+__global__ void k_relu_fwd(int64_t n, const float* x, float* y) {
+  KOLO_GRID_LOOP(i, n) y[i] = x[i] > 0.f ? x[i] : 0.f;
+}
+__global__ void k_relu_bwd(int64_t n, const float* x, const float* gy, float* gx) {
+  KOLO_GRID_LOOP(i, n) gx[i] = x[i] > 0.f ? gy[i] : 0.f;
+}
+__global__ void k_sigmoid_fwd(int64_t n, const float* x, float* y) {
+  KOLO_GRID_LOOP(i, n) y[i] = 1.f / (1.f + expf(-x[i]));
+}
+__global__ void k_sigmoid_bwd(int64_t n, const float* y, const float* gy, float* gx) {
+  KOLO_GRID_LOOP(i, n) gx[i] = gy[i] * y[i] * (1.f - y[i]);
+}
+__global__ void k_tanh_fwd(int64_t n, const float* x, float* y) { KOLO_GRID_LOOP(i, n) y[i] = tanhf(x[i]); }
+__global__ void k_tanh_bwd(int64_t n, const float* y, const float* gy, float* gx) {
+  KOLO_GRID_LOOP(i, n) gx[i] = gy[i] * (1.f - y[i] * y[i]);
+}
+__global__ void k_sum(int64_t n, const float* x, bool squares, double* out) {
+  __shared__ double sh[kThreads];
+  double s = 0;
+  KOLO_GRID_LOOP(i, n) s += squares ? (double)x[i] * x[i] : (double)x[i];
+  s = block_sum(s, sh);
+  if (threadIdx.x == 0) atomicAdd(out, s);
+}
+__global__ void k_f32_to_f16(int64_t n, const float* x, uint16_t* y) {
+  KOLO_GRID_LOOP(i, n) y[i] = __half_as_ushort(__float2half_rn(x[i]));
+}
+__global__ void k_f16_to_f32(int64_t n, const uint16_t* x, float* y) {
+  KOLO_GRID_LOOP(i, n) y[i] = __half2float(__ushort_as_half(x[i]));
+}
+__global__ void k_f32_to_bf16(int64_t n, const float* x, uint16_t* y) {
+  KOLO_GRID_LOOP(i, n) y[i] = __bfloat16_as_ushort(__float2bfloat16_rn(x[i]));
+}
+__global__ void k_bf16_to_f32(int64_t n, const uint16_t* x, float* y) {
+  KOLO_GRID_LOOP(i, n) y[i] = __bfloat162float(__ushort_as_bfloat16(x[i]));
+}
+__global__ void k_add_row_bias(int64_t rows, int64_t cols, const float* b, float* y) {
+  KOLO_GRID_LOOP(i, rows * cols) y[i] += b[i % cols];
+}
+__global__ void k_col_sum(int64_t rows, int64_t cols, const float* x, float beta, float* out) {
+  KOLO_GRID_LOOP(j, cols) {
+    double s = 0;
+    for (int64_t r = 0; r < rows; ++r) s += x[r * cols + j];
+    out[j] = (float)s + (beta == 0.f ? 0.f : beta * out[j]);
+  }
+}
+__global__ void k_add_channel_bias(int64_t n, int64_t c, int64_t hw, const float* b, float* y) {
+  KOLO_GRID_LOOP(i, n * c * hw) y[i] += b[(i / hw) % c];
+}
+// One block per channel: sums of x (and x^2, or x*w) over N*HW values.
+__global__ void k_channel_sums(int64_t n, int64_t c, int64_t hw, const float* x, const float* w,
+                               float beta, float* s1, float* s2) {
+  __shared__ double sh[kThreads];
+  const int64_t ch = blockIdx.x;
+  double a = 0, b = 0;
+  for (int64_t k = threadIdx.x; k < n * hw; k += kThreads) {
+    const int64_t idx = ((k / hw) * c + ch) * hw + k % hw;
+    a += x[idx];
+    if (s2) b += (double)x[idx] * (w ? w[idx] : x[idx]);
+  }
+  a = block_sum(a, sh);
+  if (s2) b = block_sum(b, sh);
+  if (threadIdx.x == 0) {
+    s1[ch] = (float)a + (beta == 0.f ? 0.f : beta * s1[ch]);
+    if (s2) s2[ch] = (float)b;
+  }
+}
+__global__ void k_im2col(ConvGeom g, int64_t oh, int64_t ow, const float* img, float* col) {
+  KOLO_GRID_LOOP(i, g.c * g.kh * g.kw * oh * ow) {
+    const int64_t x = i % ow, y = (i / ow) % oh, r = i / (oh * ow);
+    const int64_t kj = r % g.kw, ki = (r / g.kw) % g.kh, ci = r / (g.kw * g.kh);
+    const int64_t iy = y * g.stride - g.pad + ki, ix = x * g.stride - g.pad + kj;
+    col[i] = (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) ? img[(ci * g.h + iy) * g.w + ix] : 0.f;
+  }
+}
+__global__ void k_col2im(ConvGeom g, int64_t oh, int64_t ow, const float* col, float* img) {
+  KOLO_GRID_LOOP(i, g.c * g.kh * g.kw * oh * ow) {
+    const int64_t x = i % ow, y = (i / ow) % oh, r = i / (oh * ow);
+    const int64_t kj = r % g.kw, ki = (r / g.kw) % g.kh, ci = r / (g.kw * g.kh);
+    const int64_t iy = y * g.stride - g.pad + ki, ix = x * g.stride - g.pad + kj;
+    if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) atomicAdd(&img[(ci * g.h + iy) * g.w + ix], col[i]);
+  }
+}
+__global__ void k_maxpool_fwd(PoolGeom g, int64_t oh, int64_t ow, const float* x, float* y,
+                              int32_t* am) {
+  KOLO_GRID_LOOP(o, g.planes * oh * ow) {
+    const int64_t j = o % ow, i = (o / ow) % oh, p = o / (oh * ow);
+    const float* in = x + p * g.h * g.w;
+    float best = -INFINITY;
+    int32_t where = 0;
+    for (int64_t a = 0; a < g.k; ++a)
+      for (int64_t b = 0; b < g.k; ++b) {
+        const int64_t idx = (i * g.stride + a) * g.w + j * g.stride + b;
+        if (in[idx] > best) {
+          best = in[idx];
+          where = (int32_t)idx;
+        }
+      }
+    y[o] = best;
+    am[o] = where;
+  }
+}
+__global__ void k_maxpool_bwd(PoolGeom g, int64_t per, const float* gy, const int32_t* am, float* gx) {
+  KOLO_GRID_LOOP(o, g.planes * per) atomicAdd(&gx[(o / per) * g.h * g.w + am[o]], gy[o]);
+}
+__global__ void k_avgpool(PoolGeom g, int64_t oh, int64_t ow, const float* x, float* y,
+                          const float* gy, float* gx) {
+  const float inv = 1.f / (float)(g.k * g.k);
+  KOLO_GRID_LOOP(o, g.planes * oh * ow) {
+    const int64_t j = o % ow, i = (o / ow) % oh, p = o / (oh * ow);
+    float s = 0.f;
+    for (int64_t a = 0; a < g.k; ++a)
+      for (int64_t b = 0; b < g.k; ++b) {
+        const int64_t idx = p * g.h * g.w + (i * g.stride + a) * g.w + j * g.stride + b;
+        if (gx) atomicAdd(&gx[idx], gy[o] * inv);
+        else s += x[idx];
+      }
+    if (!gx) y[o] = s * inv;
+  }
+}
+__global__ void k_bn_finalize(int64_t c, float count, float eps, const float* s, const float* s2,
+                              float* mean, float* var, float* invstd) {
+  KOLO_GRID_LOOP(ch, c) {
+    const double m = (double)s[ch] / count;
+    double v = (double)s2[ch] / count - m * m;
+    v = v < 0 ? 0 : v;
+    mean[ch] = (float)m;
+    var[ch] = (float)v;
+    invstd[ch] = (float)(1.0 / sqrt(v + eps));
+  }
+}
+__global__ void k_bn_apply(int64_t n, int64_t c, int64_t hw, const float* x, const float* mean,
+                           const float* invstd, const float* gamma, const float* beta, float* y,
+                           float* xhat) {
+  KOLO_GRID_LOOP(i, n * c * hw) {
+    const int64_t ch = (i / hw) % c;
+    const float h = (x[i] - mean[ch]) * invstd[ch];
+    if (xhat) xhat[i] = h;
+    y[i] = gamma[ch] * h + beta[ch];
+  }
+}
+__global__ void k_bn_bwd_input(int64_t n, int64_t c, int64_t hw, const float* gy, const float* xhat,
+                               const float* invstd, const float* gamma, const float* sg,
+                               const float* sgx, float count, float* gx) {
+  KOLO_GRID_LOOP(i, n * c * hw) {
+    const int64_t ch = (i / hw) % c;
+    gx[i] = gamma[ch] * invstd[ch] / count * (count * gy[i] - sg[ch] - xhat[i] * sgx[ch]);
+  }
+}
+// One block per row.
+__global__ void k_log_softmax(int64_t n, const float* x, float* y) {
+  __shared__ double sh[kThreads];
+  const float* in = x + blockIdx.x * n;
+  float* out = y + blockIdx.x * n;
+  float mx = -INFINITY;
+  for (int64_t j = threadIdx.x; j < n; j += kThreads) mx = fmaxf(mx, in[j]);
+  sh[threadIdx.x] = mx;
+  __syncthreads();
+  for (int s = kThreads / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) sh[threadIdx.x] = fmax(sh[threadIdx.x], sh[threadIdx.x + s]);
+    __syncthreads();
+  }
+  mx = (float)sh[0];
+  __syncthreads();
+  double s = 0;
+  for (int64_t j = threadIdx.x; j < n; j += kThreads) s += expf(in[j] - mx);
+  s = block_sum(s, sh);
+  const float lse = mx + (float)log(s);
+  for (int64_t j = threadIdx.x; j < n; j += kThreads) out[j] = in[j] - lse;
+}
+__global__ void k_log_softmax_bwd(int64_t n, const float* y, const float* gy, float* gx) {
+  __shared__ double sh[kThreads];
+  const int64_t base = blockIdx.x * n;
+  double s = 0;
+  for (int64_t j = threadIdx.x; j < n; j += kThreads) s += gy[base + j];
+  const float sf = (float)block_sum(s, sh);
+  for (int64_t j = threadIdx.x; j < n; j += kThreads)
+    gx[base + j] = gy[base + j] - expf(y[base + j]) * sf;
+}
+__global__ void k_nll(int64_t m, int64_t n, const float* logp, const int64_t* labels, double* out) {
+  __shared__ double sh[kThreads];
+  double s = 0;
+  KOLO_GRID_LOOP(r, m) s -= logp[r * n + labels[r]];
+  s = block_sum(s, sh);
+  if (threadIdx.x == 0) atomicAdd(out, s);
+}
+__global__ void k_xent_bwd(int64_t m, int64_t n, const float* logp, const int64_t* labels, float k,
+                           float* gx) {
+  KOLO_GRID_LOOP(i, m * n) {
+    const int64_t r = i / n, j = i % n;
+    gx[i] = (expf(logp[i]) - (labels[r] == j ? 1.f : 0.f)) * k;
+  }
+}
+
+// A device double used as a reduction target, read back synchronously.
+float reduce_to_host(const std::function<void(double*)>& launch, double divisor) {
+  const int dev = current_device();
+  double* d = static_cast<double*>(cuda_alloc::allocate(sizeof(double), dev));
+  check(cudaMemset(d, 0, sizeof(double)), "memset");
+  launch(d);
+  check_launch("reduction");
+  double h = 0;
+  const cudaError_t e = cudaMemcpy(&h, d, sizeof(double), cudaMemcpyDeviceToHost);
+  cuda_alloc::release(d, sizeof(double), dev);
+  check(e, "reduction copy");
+  return static_cast<float>(h / divisor);
+}
+
+}  // namespace
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+void set_device(int device) { check(cudaSetDevice(device), "set device"); }
+void copy_h2d(void* dst, const void* src, size_t n) {
+  check(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice), "copy host to device");
+}
+void copy_d2h(void* dst, const void* src, size_t n) {
+  check(cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost), "copy device to host");
+}
+void copy_d2d(void* dst, const void* src, size_t n) {
+  check(cudaMemcpy(dst, src, n, cudaMemcpyDefault), "copy device to device");
+}
+
+#define KOLO_LAUNCH(kernel, n, ...)                              \
+  do {                                                           \
+    if ((n) > 0) {                                               \
+      kernel<<<blocks_for(n), kThreads>>>(__VA_ARGS__);          \
+      check_launch(#kernel);                                     \
+    }                                                            \
+  } while (0)
+
+void fill(int64_t n, float v, float* y) { KOLO_LAUNCH(k_fill, n, n, v, y); }
+void axpby(int64_t n, float a, const float* x, float b, float* y) { KOLO_LAUNCH(k_axpby, n, n, a, x, b, y); }
+void scale(int64_t n, float a, float* y) { KOLO_LAUNCH(k_scale, n, n, a, y); }
+void mul(int64_t n, const float* a, const float* b, float* o) { KOLO_LAUNCH(k_mul, n, n, a, b, o); }
+void add(int64_t n, const float* a, float al, const float* b, float* o) { KOLO_LAUNCH(k_add, n, n, a, al, b, o); }
+void addcmul(int64_t n, float* y, const float* a, const float* b, float v) { KOLO_LAUNCH(k_addcmul, n, n, y, a, b, v); }
+void addcdiv_sqrt(int64_t n, float* y, const float* a, const float* b, float v, float eps) {
+  KOLO_LAUNCH(k_addcdiv_sqrt, n, n, y, a, b, v, eps);
+}
+void relu_fwd(int64_t n, const float* x, float* y) { KOLO_LAUNCH(k_relu_fwd, n, n, x, y); }
+void relu_bwd(int64_t n, const float* x, const float* gy, float* gx) { KOLO_LAUNCH(k_relu_bwd, n, n, x, gy, gx); }
+void sigmoid_fwd(int64_t n, const float* x, float* y) { KOLO_LAUNCH(k_sigmoid_fwd, n, n, x, y); }
+void sigmoid_bwd(int64_t n, const float* y, const float* gy, float* gx) { KOLO_LAUNCH(k_sigmoid_bwd, n, n, y, gy, gx); }
+void tanh_fwd(int64_t n, const float* x, float* y) { KOLO_LAUNCH(k_tanh_fwd, n, n, x, y); }
+void tanh_bwd(int64_t n, const float* y, const float* gy, float* gx) { KOLO_LAUNCH(k_tanh_bwd, n, n, y, gy, gx); }
+float sum(int64_t n, const float* x) {
+  if (n == 0) return 0.f;
+  return reduce_to_host([&](double* d) { k_sum<<<blocks_for(n), kThreads>>>(n, x, false, d); }, 1.0);
+}
+float sq_sum(int64_t n, const float* x) {
+  if (n == 0) return 0.f;
+  return reduce_to_host([&](double* d) { k_sum<<<blocks_for(n), kThreads>>>(n, x, true, d); }, 1.0);
+}
+void f32_to_f16(int64_t n, const float* x, uint16_t* y) { KOLO_LAUNCH(k_f32_to_f16, n, n, x, y); }
+void f16_to_f32(int64_t n, const uint16_t* x, float* y) { KOLO_LAUNCH(k_f16_to_f32, n, n, x, y); }
+void f32_to_bf16(int64_t n, const float* x, uint16_t* y) { KOLO_LAUNCH(k_f32_to_bf16, n, n, x, y); }
+void bf16_to_f32(int64_t n, const uint16_t* x, float* y) { KOLO_LAUNCH(k_bf16_to_f32, n, n, x, y); }
+
+// Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands.
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          const float* b, float beta, float* c) {
+  if (m == 0 || n == 0) return;
+  const int lda = static_cast<int>(ta ? m : k), ldb = static_cast<int>(tb ? k : n);
+  check_blas(cublasSgemm(blas(), tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                         static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, b,
+                         ldb, a, lda, &beta, c, static_cast<int>(n)),
+             "sgemm");
+}
+void add_row_bias(int64_t rows, int64_t cols, const float* b, float* y) {
+  KOLO_LAUNCH(k_add_row_bias, rows * cols, rows, cols, b, y);
+}
+void col_sum(int64_t rows, int64_t cols, const float* x, float beta, float* out) {
+  KOLO_LAUNCH(k_col_sum, cols, rows, cols, x, beta, out);
+}
+void add_channel_bias(int64_t n, int64_t c, int64_t hw, const float* b, float* y) {
+  KOLO_LAUNCH(k_add_channel_bias, n * c * hw, n, c, hw, b, y);
+}
+void channel_sum(int64_t n, int64_t c, int64_t hw, const float* x, float beta, float* out) {
+  if (c == 0) return;
+  k_channel_sums<<<static_cast<int>(c), kThreads>>>(n, c, hw, x, nullptr, beta, out, nullptr);
+  check_launch("channel_sum");
+}
+void im2col(const ConvGeom& g, const float* img, float* col) {
+  KOLO_LAUNCH(k_im2col, g.c * g.kh * g.kw * g.oh() * g.ow(), g, g.oh(), g.ow(), img, col);
+}
+void col2im(const ConvGeom& g, const float* col, float* img) {
+  KOLO_LAUNCH(k_col2im, g.c * g.kh * g.kw * g.oh() * g.ow(), g, g.oh(), g.ow(), col, img);
+}
+void maxpool_fwd(const PoolGeom& g, const float* x, float* y, int32_t* am) {
+  KOLO_LAUNCH(k_maxpool_fwd, g.planes * g.oh() * g.ow(), g, g.oh(), g.ow(), x, y, am);
+}
+void maxpool_bwd(const PoolGeom& g, const float* gy, const int32_t* am, float* gx) {
+  KOLO_LAUNCH(k_maxpool_bwd, g.planes * g.oh() * g.ow(), g, g.oh() * g.ow(), gy, am, gx);
+}
+void avgpool_fwd(const PoolGeom& g, const float* x, float* y) {
+  KOLO_LAUNCH(k_avgpool, g.planes * g.oh() * g.ow(), g, g.oh(), g.ow(), x, y, nullptr, nullptr);
+}
+void avgpool_bwd(const PoolGeom& g, const float* gy, float* gx) {
+  KOLO_LAUNCH(k_avgpool, g.planes * g.oh() * g.ow(), g, g.oh(), g.ow(), nullptr, nullptr, gy, gx);
+}
+void channel_sums(int64_t n, int64_t c, int64_t hw, const float* x, float* s, float* s2) {
+  if (c == 0) return;
+  k_channel_sums<<<static_cast<int>(c), kThreads>>>(n, c, hw, x, nullptr, 0.f, s, s2);
+  check_launch("channel_sums");
+}
+void channel_dot_sums(int64_t n, int64_t c, int64_t hw, const float* gy, const float* xhat,
+                      float* sg, float* sgx) {
+  if (c == 0) return;
+  k_channel_sums<<<static_cast<int>(c), kThreads>>>(n, c, hw, gy, xhat, 0.f, sg, sgx);
+  check_launch("channel_dot_sums");
+}
+void bn_finalize(int64_t c, float count, float eps, const float* s, const float* s2, float* mean,
+                 float* var, float* invstd) {
+  KOLO_LAUNCH(k_bn_finalize, c, c, count, eps, s, s2, mean, var, invstd);
+}
+void batchnorm_apply(int64_t n, int64_t c, int64_t hw, const float* x, const float* mean,
+                     const float* invstd, const float* gamma, const float* beta, float* y,
+                     float* xhat) {
+  KOLO_LAUNCH(k_bn_apply, n * c * hw, n, c, hw, x, mean, invstd, gamma, beta, y, xhat);
+}
+void batchnorm_bwd_input(int64_t n, int64_t c, int64_t hw, const float* gy, const float* xhat,
+                         const float* invstd, const float* gamma, const float* sg,
+                         const float* sgx, float count, float* gx) {
+  KOLO_LAUNCH(k_bn_bwd_input, n * c * hw, n, c, hw, gy, xhat, invstd, gamma, sg, sgx, count, gx);
+}
+void log_softmax(int64_t m, int64_t n, const float* x, float* y) {
+  if (m == 0) return;
+  k_log_softmax<<<static_cast<int>(m), kThreads>>>(n, x, y);
+  check_launch("log_softmax");
+}
+void log_softmax_bwd(int64_t m, int64_t n, const float* y, const float* gy, float* gx) {
+  if (m == 0) return;
+  k_log_softmax_bwd<<<static_cast<int>(m), kThreads>>>(n, y, gy, gx);
+  check_launch("log_softmax_bwd");
+}
+float nll_mean(int64_t m, int64_t n, const float* logp, const int64_t* labels) {
+  if (m == 0) return 0.f;
+  return reduce_to_host(
+      [&](double* d) { k_nll<<<blocks_for(m), kThreads>>>(m, n, logp, labels, d); },
+      static_cast<double>(m));
+}
+void softmax_xent_bwd(int64_t m, int64_t n, const float* logp, const int64_t* labels, float g,
+                      float* gx) {
+  const float k = m == 0 ? 0.f : g / static_cast<float>(m);
+  KOLO_LAUNCH(k_xent_bwd, m * n, m, n, logp, labels, k, gx);
+}
+
+// ---- cuDNN convolution ----
+namespace {
+struct ConvDescs {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  ConvDescs(int64_t n, const ConvGeom& g, int64_t oc) {
+    check_dnn(cudnnCreateTensorDescriptor(&x), "tensor descriptor");
+    check_dnn(cudnnCreateTensorDescriptor(&y), "tensor descriptor");
+    check_dnn(cudnnCreateFilterDescriptor(&w), "filter descriptor");
+    check_dnn(cudnnCreateConvolutionDescriptor(&conv), "conv descriptor");
+    check_dnn(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)n, (int)g.c,
+                                         (int)g.h, (int)g.w), "set x");
+    check_dnn(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)n, (int)oc,
+                                         (int)g.oh(), (int)g.ow()), "set y");
+    check_dnn(cudnnSetFilter4dDescriptor(w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, (int)oc, (int)g.c,
+                                         (int)g.kh, (int)g.kw), "set w");
+    check_dnn(cudnnSetConvolution2dDescriptor(conv, (int)g.pad, (int)g.pad, (int)g.stride,
+                                              (int)g.stride, 1, 1, CUDNN_CROSS_CORRELATION,
+                                              CUDNN_DATA_FLOAT), "set conv");
+  }
+  ~ConvDescs() {
+    cudnnDestroyTensorDescriptor(x);
+    cudnnDestroyTensorDescriptor(y);
+    cudnnDestroyFilterDescriptor(w);
+    cudnnDestroyConvolutionDescriptor(conv);
+  }
+};
+// Workspace from the caching allocator, released when the scope ends.
+struct Workspace {
+  void* p = nullptr;
+  size_t n = 0;
+  int dev = 0;
+  explicit Workspace(size_t bytes) : n(bytes), dev(current_device()) {
+    if (n) p = cuda_alloc::allocate(n, dev);
+  }
+  ~Workspace() { cuda_alloc::release(p, n, dev); }
+};
+}  // namespace
+
+void conv2d_fwd(int64_t n, const ConvGeom& g, int64_t oc, const float* x, const float* w, float* y) {
+  ConvDescs d(n, g, oc);
+  // IMPLICIT_PRECOMP_GEMM: supported for every geometry we build, small workspace.
+  const auto algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
+  size_t bytes = 0;
+  check_dnn(cudnnGetConvolutionForwardWorkspaceSize(dnn(), d.x, d.w, d.conv, d.y, algo, &bytes),
+            "forward workspace");
+  Workspace ws(bytes);
+  const float one = 1.f, zero = 0.f;
+  check_dnn(cudnnConvolutionForward(dnn(), &one, d.x, x, d.w, w, d.conv, algo, ws.p, bytes, &zero,
+                                    d.y, y), "convolution forward");
+}
+
+void conv2d_bwd(int64_t n, const ConvGeom& g, int64_t oc, const float* x, const float* w,
+                const float* gy, float* gx, float* gw) {
+  ConvDescs d(n, g, oc);
+  const float one = 1.f, zero = 0.f;
+  const auto falgo = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
+  size_t fbytes = 0;
+  check_dnn(cudnnGetConvolutionBackwardFilterWorkspaceSize(dnn(), d.x, d.y, d.conv, d.w, falgo,
+                                                           &fbytes), "filter workspace");
+  {
+    Workspace ws(fbytes);
+    check_dnn(cudnnConvolutionBackwardFilter(dnn(), &one, d.x, x, d.y, gy, d.conv, falgo, ws.p,
+                                             fbytes, &zero, d.w, gw), "backward filter");
+  }
+  if (gx) {
+    const auto dalgo = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
+    size_t dbytes = 0;
+    check_dnn(cudnnGetConvolutionBackwardDataWorkspaceSize(dnn(), d.w, d.y, d.conv, d.x, dalgo,
+                                                           &dbytes), "data workspace");
+    Workspace ws(dbytes);
+    check_dnn(cudnnConvolutionBackwardData(dnn(), &one, d.w, w, d.y, gy, d.conv, dalgo, ws.p,
+                                           dbytes, &zero, d.x, gx), "backward data");
+  }
+}
+
+}  // namespace kolo::fw::kernels::cuda
