@@ -21,10 +21,18 @@ double reduced(ReduceOp op, int ranks, int64_t i) {
     const double v = reduce_input(op, r, i);
     switch (op) {
       case ReduceOp::kSum:
-      case ReduceOp::kAverage: acc += v; break;
-      case ReduceOp::kMin: acc = std::min(acc, v); break;
-      case ReduceOp::kMax: acc = std::max(acc, v); break;
-      case ReduceOp::kProduct: acc *= v; break;
+      case ReduceOp::kAverage:
+        acc += v;
+        break;
+      case ReduceOp::kMin:
+        acc = std::min(acc, v);
+        break;
+      case ReduceOp::kMax:
+        acc = std::max(acc, v);
+        break;
+      case ReduceOp::kProduct:
+        acc *= v;
+        break;
     }
   }
   return op == ReduceOp::kAverage ? acc / ranks : acc;
@@ -80,8 +88,7 @@ int64_t count_wrong(const BenchCase& c, int rank) {
       break;
     case Collective::kAlltoall:
       for (int from = 0; from < c.ranks; ++from)
-        for (int64_t k = 0; k < c.block; ++k)
-          check(from * c.block + k, block_value(from, rank, k));
+        for (int64_t k = 0; k < c.block; ++k) check(from * c.block + k, block_value(from, rank, k));
       break;
   }
   return wrong;

@@ -13,16 +13,16 @@ enum class Collective { kAllreduce, kAllgather, kBroadcast, kAlltoall, kReducesc
 
 struct CollectiveOptions {
   Collective collective = Collective::kAllreduce;
-  std::string backend = "tcp";   // --backend tcp|mpi
-  uint64_t min_bytes = 4096;     // -b
-  uint64_t max_bytes = 256ull << 20;  // -e
-  uint64_t factor = 2;           // -f: each size is the previous one times this
-  int iters = 20;                // -n: timed iterations per size
-  int warmup = 5;                // -w: untimed iterations per size first
+  std::string backend = "tcp";          // --backend tcp|mpi
+  uint64_t min_bytes = 4096;            // -b
+  uint64_t max_bytes = 256ull << 20;    // -e
+  uint64_t factor = 2;                  // -f: each size is the previous one times this
+  int iters = 20;                       // -n: timed iterations per size
+  int warmup = 5;                       // -w: untimed iterations per size first
   DataType dtype = DataType::kFloat32;  // -d
   ReduceOp op = ReduceOp::kSum;         // -o
-  bool check = false;            // --check: deterministic inputs, outputs verified
-  std::string json_path;         // --json FILE: every row, written by rank 0
+  bool check = false;                   // --check: deterministic inputs, outputs verified
+  std::string json_path;                // --json FILE: every row, written by rank 0
 };
 
 // "allreduce" -> kAllreduce, ...; nullptr-like failure as InvalidArgument listing the names.

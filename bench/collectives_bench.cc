@@ -5,10 +5,9 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "backends/registry.h"
 #include "bench/bench_case.h"
@@ -38,9 +37,12 @@ Status run_backend_case(Backend& b, const BenchCase& c) {
 
 double busbw_factor(Collective collective, int n) {
   switch (collective) {
-    case Collective::kAllreduce: return 2.0 * (n - 1) / n;
-    case Collective::kBroadcast: return 1.0;
-    default: return static_cast<double>(n - 1) / n;
+    case Collective::kAllreduce:
+      return 2.0 * (n - 1) / n;
+    case Collective::kBroadcast:
+      return 1.0;
+    default:
+      return static_cast<double>(n - 1) / n;
   }
 }
 
@@ -87,8 +89,9 @@ Status run(const CollectiveOptions& o) {
                 collective_name(o.collective), o.backend.c_str(), n, o.iters, o.warmup,
                 mpi ? ", raw MPI on the same buffers" : "");
     std::printf("# time = max over ranks of the mean time per call; busbw = algbw x %s\n",
-                o.collective == Collective::kAllreduce ? "2(n-1)/n"
-                : o.collective == Collective::kBroadcast ? "1" : "(n-1)/n");
+                o.collective == Collective::kAllreduce   ? "2(n-1)/n"
+                : o.collective == Collective::kBroadcast ? "1"
+                                                         : "(n-1)/n");
     std::printf("%12s %12s %9s %8s %11s %11s %11s %8s", "size(B)", "count", "type", "redop",
                 "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
     if (mpi) std::printf(" %11s %9s", "mpi(us)", "kolo/mpi");
@@ -108,19 +111,21 @@ Status run(const CollectiveOptions& o) {
     c.input = input.data();
     c.output = output.data();
     if (o.check) fill_inputs(c, rank);
-    KOLO_ASSIGN_OR_RETURN(
-        double mean, time_calls(o.warmup, o.iters, [&] { return run_backend_case(*backend, c); },
-                                [&] { return backend->barrier(); }));
+    KOLO_ASSIGN_OR_RETURN(double mean,
+                          time_calls(
+                              o.warmup, o.iters, [&] { return run_backend_case(*backend, c); },
+                              [&] { return backend->barrier(); }));
     double time = mean;
-    KOLO_RETURN_IF_ERROR(backend->allreduce(&mean, &time, 1, DataType::kFloat64,
-                                            AllreduceOptions{ReduceOp::kMax}));
+    KOLO_RETURN_IF_ERROR(
+        backend->allreduce(&mean, &time, 1, DataType::kFloat64, AllreduceOptions{ReduceOp::kMax}));
     int64_t wrong = o.check ? count_wrong(c, rank) : 0;
     KOLO_RETURN_IF_ERROR(
         backend->allreduce(&wrong, &wrong, 1, DataType::kInt64, AllreduceOptions{}));
     double mpi_time = 0;
     if (mpi) {
-      KOLO_ASSIGN_OR_RETURN(double m, time_calls(o.warmup, o.iters, [&] { return mpi->run(c); },
-                                                 [&] { return mpi->barrier(); }));
+      KOLO_ASSIGN_OR_RETURN(double m, time_calls(
+                                          o.warmup, o.iters, [&] { return mpi->run(c); },
+                                          [&] { return mpi->barrier(); }));
       KOLO_ASSIGN_OR_RETURN(mpi_time, mpi->max_over_ranks(m));
     }
     const double size_bytes = static_cast<double>(c.count * element);
@@ -131,16 +136,22 @@ Status run(const CollectiveOptions& o) {
       std::printf("%12.0f %12lld %9s %8s %11.1f %11.3f %11.3f", size_bytes,
                   static_cast<long long>(c.count), dtype_name(o.dtype).data(), redop, time * 1e6,
                   algbw, busbw);
-      if (o.check) std::printf(" %8lld", static_cast<long long>(wrong));
-      else std::printf(" %8s", "N/A");
+      if (o.check)
+        std::printf(" %8lld", static_cast<long long>(wrong));
+      else
+        std::printf(" %8s", "N/A");
       if (mpi) std::printf(" %11.1f %9.2f", mpi_time * 1e6, time / mpi_time);
       std::printf("\n");
       std::fflush(stdout);
       nlohmann::json row = {{"collective", collective_name(o.collective)},
-                            {"backend", o.backend}, {"ranks", n},
-                            {"size_bytes", size_bytes}, {"count", c.count},
-                            {"type", dtype_name(o.dtype)}, {"redop", redop},
-                            {"time_us", time * 1e6}, {"algbw_gbps", algbw},
+                            {"backend", o.backend},
+                            {"ranks", n},
+                            {"size_bytes", size_bytes},
+                            {"count", c.count},
+                            {"type", dtype_name(o.dtype)},
+                            {"redop", redop},
+                            {"time_us", time * 1e6},
+                            {"algbw_gbps", algbw},
                             {"busbw_gbps", busbw}};
       row["wrong"] = o.check ? nlohmann::json(wrong) : nlohmann::json(nullptr);
       if (mpi) {

@@ -47,8 +47,8 @@ class RawMpiImpl final : public RawMpi {
 
   Result<double> max_over_ranks(double value) override {
     double result = 0;
-    KOLO_RETURN_IF_ERROR(mpi_status(
-        MPI_Allreduce(&value, &result, 1, MPI_DOUBLE, MPI_MAX, comm_), "raw MPI_Allreduce"));
+    KOLO_RETURN_IF_ERROR(mpi_status(MPI_Allreduce(&value, &result, 1, MPI_DOUBLE, MPI_MAX, comm_),
+                                    "raw MPI_Allreduce"));
     return result;
   }
 

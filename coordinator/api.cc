@@ -23,6 +23,9 @@ struct Global {
   std::shared_ptr<coord::Runtime> runtime;  // set while initialised
   World world;                                // outlives the runtime's backends
   bool was_shut_down = false;
+  // init() after shutdown() must not meet the previous session's rendezvous keys (a store
+  // never deletes keys), so every session namespaces them; all ranks count alike.
+  int session = 0;
 };
 
 Global& global() {
@@ -82,9 +85,10 @@ Status init() {
     ctx.op_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(config.op_timeout);
     // Control and data planes are separate instances of the same backend, so small
     // negotiation messages never queue behind bulk data.
-    ctx.store_prefix = "kolo/data";
+    const std::string ns = "kolo/s" + std::to_string(g.session);
+    ctx.store_prefix = ns + "/data";
     KOLO_ASSIGN_OR_RETURN(data, create_backend(config.cpu_operations, ctx));
-    ctx.store_prefix = "kolo/ctrl";
+    ctx.store_prefix = ns + "/ctrl";
     KOLO_ASSIGN_OR_RETURN(control, create_backend(config.cpu_operations, ctx));
   }
   KOLO_ASSIGN_OR_RETURN(std::unique_ptr<coord::Runtime> rt,
@@ -93,6 +97,7 @@ Status init() {
   g.world = std::move(world);
   g.runtime = std::move(rt);
   g.was_shut_down = false;
+  ++g.session;
   return Status::Ok();
 }
 

@@ -16,7 +16,7 @@ namespace {
 
 [[noreturn]] void fail(const std::string& msg) { throw Error(Status::InvalidArgument(msg)); }
 
-[[noreturn]] void no_cuda(const char* op) {
+[[noreturn, maybe_unused]] void no_cuda(const char* op) {
   throw Error(Status::Unsupported(std::string(op) +
                                   ": CUDA tensors need a build with KOLO_HAVE_CUDA"));
 }

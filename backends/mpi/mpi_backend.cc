@@ -96,8 +96,8 @@ class MpiBackend final : public Backend {
     KOLO_RETURN_IF_ERROR(validate_alltoall(size_, input, output, dtype, options));
     KOLO_RETURN_IF_ERROR(
         to_int_layout("alltoall", "send_counts", options.send_counts, counts_, displs_));
-    KOLO_RETURN_IF_ERROR(to_int_layout("alltoall", "recv_counts", options.recv_counts,
-                                       recv_counts_, recv_displs_));
+    KOLO_RETURN_IF_ERROR(
+        to_int_layout("alltoall", "recv_counts", options.recv_counts, recv_counts_, recv_displs_));
     KOLO_ASSIGN_OR_RETURN(MPI_Datatype type, mpi_datatype(dtype));
     return mpi_status(MPI_Alltoallv(input, counts_.data(), displs_.data(), type, output,
                                     recv_counts_.data(), recv_displs_.data(), type, comm_),
@@ -131,9 +131,7 @@ class MpiBackend final : public Backend {
     return Status::Ok();
   }
 
-  Status barrier() override {
-    return mpi_status(MPI_Barrier(comm_), "mpi barrier: MPI_Barrier");
-  }
+  Status barrier() override { return mpi_status(MPI_Barrier(comm_), "mpi barrier: MPI_Barrier"); }
 
  private:
   double postscale(ReduceOp op, double postscale) const {
@@ -149,20 +147,21 @@ class MpiBackend final : public Backend {
     int64_t offset = 0;
     for (size_t i = 0; i < in.size(); ++i) {
       if (in[i] > INT_MAX || offset > INT_MAX)
-        return Status::InvalidArgument(
-            std::string("mpi ") + op + ": " + arg + "[" + std::to_string(i) + "] = " +
-            std::to_string(in[i]) + " at element offset " + std::to_string(offset) +
-            " exceeds MPI's int limit of " + std::to_string(INT_MAX) +
-            " elements; split the tensor or use another backend");
+        return Status::InvalidArgument(std::string("mpi ") + op + ": " + arg + "[" +
+                                       std::to_string(i) + "] = " + std::to_string(in[i]) +
+                                       " at element offset " + std::to_string(offset) +
+                                       " exceeds MPI's int limit of " + std::to_string(INT_MAX) +
+                                       " elements; split the tensor or use another backend");
       counts[i] = static_cast<int>(in[i]);
       displs[i] = static_cast<int>(offset);
       offset += in[i];
     }
     if (offset > INT_MAX)
-      return Status::InvalidArgument(std::string("mpi ") + op + ": " + arg + " sum to " +
-                                     std::to_string(offset) + " elements, more than MPI's int "
-                                     "limit of " + std::to_string(INT_MAX) +
-                                     "; split the tensor or use another backend");
+      return Status::InvalidArgument(
+          std::string("mpi ") + op + ": " + arg + " sum to " + std::to_string(offset) +
+          " elements, more than MPI's int "
+          "limit of " +
+          std::to_string(INT_MAX) + "; split the tensor or use another backend");
     return Status::Ok();
   }
 

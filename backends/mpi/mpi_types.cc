@@ -23,10 +23,18 @@ struct BFloat {
   static uint16_t store(float v) { return float_to_bfloat16(v); }
 };
 
-struct Sum { static float apply(float a, float b) { return a + b; } };
-struct Prod { static float apply(float a, float b) { return a * b; } };
-struct Min { static float apply(float a, float b) { return std::fmin(a, b); } };
-struct Max { static float apply(float a, float b) { return std::fmax(a, b); } };
+struct Sum {
+  static float apply(float a, float b) { return a + b; }
+};
+struct Prod {
+  static float apply(float a, float b) { return a * b; }
+};
+struct Min {
+  static float apply(float a, float b) { return std::fmin(a, b); }
+};
+struct Max {
+  static float apply(float a, float b) { return std::fmax(a, b); }
+};
 
 // MPI user function: inout[i] = in[i] (op) inout[i]. `len` counts 2-byte elements of our
 // contiguous type, so the buffers are exactly len uint16 values.
@@ -77,10 +85,14 @@ const Tables& tables() {
 int op_index(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
-    case ReduceOp::kAverage: return 0;
-    case ReduceOp::kMin: return 1;
-    case ReduceOp::kMax: return 2;
-    case ReduceOp::kProduct: return 3;
+    case ReduceOp::kAverage:
+      return 0;
+    case ReduceOp::kMin:
+      return 1;
+    case ReduceOp::kMax:
+      return 2;
+    case ReduceOp::kProduct:
+      return 3;
   }
   return -1;
 }
@@ -106,12 +118,18 @@ void scale_copy_16(uint16_t* dst, const uint16_t* src, int64_t count, double fac
 
 Result<MPI_Datatype> mpi_datatype(DataType dtype) {
   switch (dtype) {
-    case DataType::kUInt8: return MPI_UINT8_T;
-    case DataType::kInt8: return MPI_INT8_T;
-    case DataType::kInt32: return MPI_INT32_T;
-    case DataType::kInt64: return MPI_INT64_T;
-    case DataType::kFloat32: return MPI_FLOAT;
-    case DataType::kFloat64: return MPI_DOUBLE;
+    case DataType::kUInt8:
+      return MPI_UINT8_T;
+    case DataType::kInt8:
+      return MPI_INT8_T;
+    case DataType::kInt32:
+      return MPI_INT32_T;
+    case DataType::kInt64:
+      return MPI_INT64_T;
+    case DataType::kFloat32:
+      return MPI_FLOAT;
+    case DataType::kFloat64:
+      return MPI_DOUBLE;
     case DataType::kFloat16:
     case DataType::kBFloat16: {
       const Tables& t = tables();
@@ -145,21 +163,29 @@ void scale_copy_host(DataType dtype, void* dst, const void* src, int64_t count, 
   }
   switch (dtype) {
     case DataType::kUInt8:
-      return scale_copy_typed(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), count, factor);
+      return scale_copy_typed(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), count,
+                              factor);
     case DataType::kInt8:
-      return scale_copy_typed(static_cast<int8_t*>(dst), static_cast<const int8_t*>(src), count, factor);
+      return scale_copy_typed(static_cast<int8_t*>(dst), static_cast<const int8_t*>(src), count,
+                              factor);
     case DataType::kInt32:
-      return scale_copy_typed(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src), count, factor);
+      return scale_copy_typed(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src), count,
+                              factor);
     case DataType::kInt64:
-      return scale_copy_typed(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), count, factor);
+      return scale_copy_typed(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), count,
+                              factor);
     case DataType::kFloat32:
-      return scale_copy_typed(static_cast<float*>(dst), static_cast<const float*>(src), count, factor);
+      return scale_copy_typed(static_cast<float*>(dst), static_cast<const float*>(src), count,
+                              factor);
     case DataType::kFloat64:
-      return scale_copy_typed(static_cast<double*>(dst), static_cast<const double*>(src), count, factor);
+      return scale_copy_typed(static_cast<double*>(dst), static_cast<const double*>(src), count,
+                              factor);
     case DataType::kFloat16:
-      return scale_copy_16<Half>(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count, factor);
+      return scale_copy_16<Half>(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src),
+                                 count, factor);
     case DataType::kBFloat16:
-      return scale_copy_16<BFloat>(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count, factor);
+      return scale_copy_16<BFloat>(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src),
+                                   count, factor);
   }
 }
 

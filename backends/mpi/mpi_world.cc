@@ -1,10 +1,10 @@
 #include "backends/mpi/mpi_world.h"
 
-#include <ifaddrs.h>
-#include <net/if.h>
-#include <mpi.h>
-#include <netinet/in.h>
 #include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <mpi.h>
+#include <net/if.h>
+#include <netinet/in.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -57,8 +57,9 @@ std::string announce(bool all_local, std::unique_ptr<TcpStoreServer>& server) {
              "rendezvous store on, but the job spans several nodes";
   }
   auto started = TcpStoreServer::start(bind, 0);
-  if (!started.ok()) return "error mpi world: rank 0 could not start the rendezvous store: " +
-                            started.status().to_string();
+  if (!started.ok())
+    return "error mpi world: rank 0 could not start the rendezvous store: " +
+           started.status().to_string();
   server = std::move(started).value();
   return "ok " + HostPort{advertised, server->port()}.to_string() + " " + random_secret();
 }
@@ -77,9 +78,9 @@ Result<World> world_from_mpi() {
   MPI_Comm_rank(comm.comm, &world.rank);
   MPI_Comm_size(comm.comm, &world.size);
 
-  KOLO_RETURN_IF_ERROR(mpi_status(MPI_Comm_split_type(comm.comm, MPI_COMM_TYPE_SHARED,
-                                                      world.rank, MPI_INFO_NULL, &local.comm),
-                                  "mpi world: MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)"));
+  KOLO_RETURN_IF_ERROR(mpi_status(
+      MPI_Comm_split_type(comm.comm, MPI_COMM_TYPE_SHARED, world.rank, MPI_INFO_NULL, &local.comm),
+      "mpi world: MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)"));
   MPI_Comm_rank(local.comm, &world.local_rank);
   MPI_Comm_size(local.comm, &world.local_size);
   // Ranks with the same local rank, one per node, ordered by world rank.
@@ -94,9 +95,8 @@ Result<World> world_from_mpi() {
     const std::string text = announce(world.local_size == world.size, world.server);
     std::strncpy(buffer, text.c_str(), kAnnouncementBytes - 1);
   }
-  KOLO_RETURN_IF_ERROR(mpi_status(
-      MPI_Bcast(buffer, kAnnouncementBytes, MPI_CHAR, 0, comm.comm),
-      "mpi world: MPI_Bcast of the store address"));
+  KOLO_RETURN_IF_ERROR(mpi_status(MPI_Bcast(buffer, kAnnouncementBytes, MPI_CHAR, 0, comm.comm),
+                                  "mpi world: MPI_Bcast of the store address"));
   const std::string text(buffer);
   if (text.rfind("ok ", 0) != 0) return Status::IoError(text.substr(text.find(' ') + 1));
   const size_t space = text.find(' ', 3);

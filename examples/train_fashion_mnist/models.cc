@@ -22,9 +22,9 @@ int64_t Model::num_elements() const {
 }
 
 Tensor Model::add(const std::string& name, const fw::Shape& shape, int64_t fan_in,
-                  fw::Generator& gen, Device device) {
+                  fw::Generator& gen, Device device, float gain) {
   // Drawn on the CPU so the values depend on the seed only, not on the device's generator.
-  Tensor host = fan_in > 0 ? Tensor::randn(shape, 0.f, std::sqrt(2.f / fan_in), &gen)
+  Tensor host = fan_in > 0 ? Tensor::randn(shape, 0.f, std::sqrt(gain / static_cast<float>(fan_in)), &gen)
                            : Tensor::zeros(shape);
   // to() returns a fresh leaf on another device; on the CPU clone() makes sure the parameter
   // owns its storage.
@@ -43,7 +43,7 @@ class Mlp : public Model {
     b1_ = add("fc1.bias", {512}, 0, gen, device);
     w2_ = add("fc2.weight", {256, 512}, 512, gen, device);
     b2_ = add("fc2.bias", {256}, 0, gen, device);
-    w3_ = add("fc3.weight", {10, 256}, 256, gen, device);
+    w3_ = add("fc3.weight", {10, 256}, 256, gen, device, /*gain=*/1.f);
     b3_ = add("fc3.bias", {10}, 0, gen, device);
   }
 
@@ -67,7 +67,7 @@ class Cnn : public Model {
     c2b_ = add("conv2.bias", {32}, 0, gen, device);
     f1w_ = add("fc1.weight", {128, 32 * 7 * 7}, 32 * 7 * 7, gen, device);
     f1b_ = add("fc1.bias", {128}, 0, gen, device);
-    f2w_ = add("fc2.weight", {10, 128}, 128, gen, device);
+    f2w_ = add("fc2.weight", {10, 128}, 128, gen, device, /*gain=*/1.f);
     f2b_ = add("fc2.bias", {10}, 0, gen, device);
   }
 

@@ -7,7 +7,9 @@
 //   cnn: conv 1->16 3x3 pad 1 -> relu -> max-pool 2 -> conv 16->32 3x3 pad 1 -> relu ->
 //        max-pool 2 -> flatten (32x7x7) -> linear 1568x128 -> relu -> linear 128x10
 //
-// Initialisation: He-normal weights (std sqrt(2 / fan_in), suited to ReLU), zero biases, drawn
+// Initialisation: normal weights with std sqrt(gain / fan_in): gain 2 (He) for layers followed
+// by a ReLU, which halves the variance; gain 1 (LeCun) for the output layer, whose logits would
+// otherwise start too large and give a first loss well above ln 10. Zero biases. Drawn
 // from a Generator seeded by the caller, so every rank builds the same model from the same
 // seed (rank 0's copy is broadcast anyway, which also covers a different seed per rank).
 //
@@ -38,10 +40,10 @@ class Model {
   int64_t num_elements() const;
 
  protected:
-  // Creates a parameter on `device` that requires grad: He-normal for fan_in > 0, zeros for
-  // fan_in == 0 (biases).
+  // Creates a parameter on `device` that requires grad: normal with std sqrt(gain / fan_in)
+  // for fan_in > 0, zeros for fan_in == 0 (biases).
   fw::Tensor add(const std::string& name, const fw::Shape& shape, int64_t fan_in,
-                 fw::Generator& gen, Device device);
+                 fw::Generator& gen, Device device, float gain = 2.f);
 
  private:
   NamedParameters params_;

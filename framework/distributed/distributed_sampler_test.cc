@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <string>
+
+#include "kolo/status.h"
 
 namespace kolo::fw {
 namespace {

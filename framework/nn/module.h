@@ -33,7 +33,7 @@ class Module {
   void eval() { train(false); }
   bool is_training() const { return training_; }
   // Moves every parameter and buffer to device (parameters stay leaves requiring grad; their
-  // gradients are dropped). Returns *this.
+  // gradients and grad-ready hooks are dropped: move first, then register hooks). Returns *this.
   Module& to(Device device);
   void zero_grad();
 

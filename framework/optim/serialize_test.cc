@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "framework/data/test_files.h"
+#include "framework/nn/layers.h"
 #include "framework/optim/adam.h"
 #include "framework/optim/sgd.h"
 
@@ -143,6 +144,20 @@ TEST(Serialize, ModuleStateTakesParametersAndBuffers) {
   ModuleWithBuffers fresh;
   load_checkpoint(dir.file("m.kolo"), module_state(fresh), nullptr);
   EXPECT_EQ(fresh.m.running_mean.to_vector(), (std::vector<float>{7.0f, 7.0f}));
+}
+
+TEST(Serialize, RealModuleRoundTripIncludesBatchNormRunningStats) {
+  ScratchDir dir("ckpt");
+  nn::BatchNorm1d bn(3);
+  bn.running_mean().fill_(0.25f);
+  bn.running_var().fill_(4.0f);
+  const NamedTensors state = module_state(bn);
+  ASSERT_EQ(state.size(), 4u);  // weight, bias, running_mean, running_var
+  save_checkpoint(dir.file("bn.kolo"), state, nullptr);
+  nn::BatchNorm1d fresh(3);
+  load_checkpoint(dir.file("bn.kolo"), module_state(fresh), nullptr);
+  EXPECT_EQ(fresh.running_mean().to_vector(), (std::vector<float>{0.25f, 0.25f, 0.25f}));
+  EXPECT_EQ(fresh.running_var().to_vector(), (std::vector<float>{4.0f, 4.0f, 4.0f}));
 }
 
 TEST(Serialize, LoadErrorsLeaveTargetsUnchanged) {

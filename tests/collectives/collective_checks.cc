@@ -12,8 +12,8 @@ namespace kolo::testing {
 
 namespace {
 
-constexpr DataType kDtypes[] = {DataType::kUInt8,   DataType::kInt8,     DataType::kInt32,
-                                DataType::kInt64,   DataType::kFloat16,  DataType::kBFloat16,
+constexpr DataType kDtypes[] = {DataType::kUInt8,   DataType::kInt8,    DataType::kInt32,
+                                DataType::kInt64,   DataType::kFloat16, DataType::kBFloat16,
                                 DataType::kFloat32, DataType::kFloat64};
 constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax,
                              ReduceOp::kProduct};
@@ -30,30 +30,57 @@ std::vector<char> encode(DataType dtype, const std::vector<double>& values) {
     char* p = out.data() + i * dtype_size(dtype);
     auto put = [p](auto x) { std::memcpy(p, &x, sizeof x); };
     switch (dtype) {
-      case DataType::kUInt8: put(static_cast<uint8_t>(v)); break;
-      case DataType::kInt8: put(static_cast<int8_t>(v)); break;
-      case DataType::kInt32: put(static_cast<int32_t>(v)); break;
-      case DataType::kInt64: put(static_cast<int64_t>(v)); break;
-      case DataType::kFloat16: put(float_to_half(static_cast<float>(v))); break;
-      case DataType::kBFloat16: put(float_to_bfloat16(static_cast<float>(v))); break;
-      case DataType::kFloat32: put(static_cast<float>(v)); break;
-      case DataType::kFloat64: put(v); break;
+      case DataType::kUInt8:
+        put(static_cast<uint8_t>(v));
+        break;
+      case DataType::kInt8:
+        put(static_cast<int8_t>(v));
+        break;
+      case DataType::kInt32:
+        put(static_cast<int32_t>(v));
+        break;
+      case DataType::kInt64:
+        put(static_cast<int64_t>(v));
+        break;
+      case DataType::kFloat16:
+        put(float_to_half(static_cast<float>(v)));
+        break;
+      case DataType::kBFloat16:
+        put(float_to_bfloat16(static_cast<float>(v)));
+        break;
+      case DataType::kFloat32:
+        put(static_cast<float>(v));
+        break;
+      case DataType::kFloat64:
+        put(v);
+        break;
     }
   }
   return out;
 }
 
 double decode_one(DataType dtype, const char* p) {
-  auto get = [p](auto x) { std::memcpy(&x, p, sizeof x); return x; };
+  auto get = [p](auto x) {
+    std::memcpy(&x, p, sizeof x);
+    return x;
+  };
   switch (dtype) {
-    case DataType::kUInt8: return get(uint8_t{});
-    case DataType::kInt8: return get(int8_t{});
-    case DataType::kInt32: return get(int32_t{});
-    case DataType::kInt64: return static_cast<double>(get(int64_t{}));
-    case DataType::kFloat16: return half_to_float(get(uint16_t{}));
-    case DataType::kBFloat16: return bfloat16_to_float(get(uint16_t{}));
-    case DataType::kFloat32: return get(float{});
-    case DataType::kFloat64: return get(double{});
+    case DataType::kUInt8:
+      return get(uint8_t{});
+    case DataType::kInt8:
+      return get(int8_t{});
+    case DataType::kInt32:
+      return get(int32_t{});
+    case DataType::kInt64:
+      return static_cast<double>(get(int64_t{}));
+    case DataType::kFloat16:
+      return half_to_float(get(uint16_t{}));
+    case DataType::kBFloat16:
+      return bfloat16_to_float(get(uint16_t{}));
+    case DataType::kFloat32:
+      return get(float{});
+    case DataType::kFloat64:
+      return get(double{});
   }
   return 0;
 }
@@ -66,8 +93,8 @@ Status compare(const std::string& what, DataType dtype, const void* got,
     const double g = decode_one(dtype, p + i * dtype_size(dtype));
     if (g != expected[i]) {
       std::ostringstream os;
-      os << what << " dtype " << dtype_name(dtype) << ": element " << i << " of "
-         << expected.size() << " is " << g << ", expected " << expected[i];
+      os << what << " dtype " << dtype_name(dtype) << ": element " << i << " of " << expected.size()
+         << " is " << g << ", expected " << expected[i];
       return Status::Internal(os.str());
     }
   }
@@ -110,10 +137,18 @@ std::vector<double> reduced(ReduceOp op, DataType dtype, int size, int64_t count
     for (int64_t i = 0; i < count; ++i) {
       switch (op) {
         case ReduceOp::kSum:
-        case ReduceOp::kAverage: out[i] += in[i]; break;
-        case ReduceOp::kMin: out[i] = std::min(out[i], in[i]); break;
-        case ReduceOp::kMax: out[i] = std::max(out[i], in[i]); break;
-        case ReduceOp::kProduct: out[i] *= in[i]; break;
+        case ReduceOp::kAverage:
+          out[i] += in[i];
+          break;
+        case ReduceOp::kMin:
+          out[i] = std::min(out[i], in[i]);
+          break;
+        case ReduceOp::kMax:
+          out[i] = std::max(out[i], in[i]);
+          break;
+        case ReduceOp::kProduct:
+          out[i] *= in[i];
+          break;
       }
     }
   }
@@ -124,8 +159,7 @@ std::vector<double> reduced(ReduceOp op, DataType dtype, int size, int64_t count
 
 std::string label(const char* collective, ReduceOp op, int64_t count, const char* variant) {
   std::ostringstream os;
-  os << collective << " op " << reduce_op_name(op) << " count " << count << " (" << variant
-     << ")";
+  os << collective << " op " << reduce_op_name(op) << " count " << count << " (" << variant << ")";
   return os.str();
 }
 
@@ -173,7 +207,7 @@ struct Checker {
     for (int64_t n : kCounts) patterns.emplace_back(size, n);
     std::vector<int64_t> ramp(size), big(size), hole(size);
     for (int r = 0; r < size; ++r) {
-      ramp[r] = r;                 // rank 0 contributes nothing
+      ramp[r] = r;  // rank 0 contributes nothing
       big[r] = 1000 + 13 * r;
       hole[r] = r == size / 2 ? 0 : 7 + 2 * r;
     }
@@ -205,14 +239,14 @@ struct Checker {
     AllgatherOptions opts{counts};
     const std::string what = describe("allgather", counts);
     KOLO_RETURN_IF_ERROR(expect(what + " (out of place)",
-                                b.allgather(in.data(), out.data(), dtype, opts), dtype,
-                                out.data(), expected));
+                                b.allgather(in.data(), out.data(), dtype, opts), dtype, out.data(),
+                                expected));
     // In place: the input already sits in this rank's slot of the output.
     std::vector<char> io(out.size(), 0);
     char* slot = io.data() + displs[rank] * dtype_size(dtype);
     if (!in.empty()) std::memcpy(slot, in.data(), in.size());
-    return expect(what + " (in place)", b.allgather(slot, io.data(), dtype, opts), dtype,
-                  io.data(), expected);
+    return expect(what + " (in place)", b.allgather(slot, io.data(), dtype, opts), dtype, io.data(),
+                  expected);
   }
 
   Status broadcast(DataType dtype, int64_t count, int root) {
@@ -229,13 +263,19 @@ struct Checker {
     // split(r, j): elements rank r sends to rank j.
     auto split = [pattern](int r, int j) -> int64_t {
       switch (pattern) {
-        case 0: return 0;
-        case 1: return 1;
-        case 2: return (r + 2 * j) % 3;  // uneven, with empty pairs
-        default: return 100 + 7 * r + j;
+        case 0:
+          return 0;
+        case 1:
+          return 1;
+        case 2:
+          return (r + 2 * j) % 3;  // uneven, with empty pairs
+        default:
+          return 100 + 7 * r + j;
       }
     };
-    auto value = [](int from, int to, int64_t k) -> double { return (from * 17 + to * 5 + k) % 100; };
+    auto value = [](int from, int to, int64_t k) -> double {
+      return (from * 17 + to * 5 + k) % 100;
+    };
     AlltoallOptions opts;
     std::vector<double> send, expected;
     for (int j = 0; j < size; ++j) {
@@ -258,8 +298,8 @@ struct Checker {
     const std::vector<char> in = encode(dtype, inputs(op, dtype, rank, size, total));
     std::vector<char> out(counts[rank] * dtype_size(dtype) + 1);
     ReducescatterOptions opts{op, 1.0, 1.0, counts};
-    const std::string what = describe("reducescatter", counts) + " op " +
-                             std::string(reduce_op_name(op));
+    const std::string what =
+        describe("reducescatter", counts) + " op " + std::string(reduce_op_name(op));
     KOLO_RETURN_IF_ERROR(expect(what, b.reducescatter(in.data(), out.data(), dtype, opts), dtype,
                                 out.data(), expected));
     if (op == ReduceOp::kSum || op == ReduceOp::kAverage) {
@@ -285,16 +325,17 @@ struct Checker {
     };
     KOLO_RETURN_IF_ERROR(expect_invalid(
         "allreduce count -3", b.allreduce(&x, &x, -3, DataType::kFloat32, AllreduceOptions{})));
-    KOLO_RETURN_IF_ERROR(expect_invalid(
-        "allreduce null input", b.allreduce(nullptr, &x, 1, DataType::kFloat32, {})));
-    KOLO_RETURN_IF_ERROR(expect_invalid(
-        "allreduce bad dtype", b.allreduce(&x, &x, 1, static_cast<DataType>(99), {})));
-    KOLO_RETURN_IF_ERROR(expect_invalid(
-        "broadcast root out of range",
-        b.broadcast(&x, 1, DataType::kFloat32, BroadcastOptions{size})));
-    KOLO_RETURN_IF_ERROR(expect_invalid(
-        "allgather counts of wrong length",
-        b.allgather(&x, &x, DataType::kFloat32, AllgatherOptions{std::vector<int64_t>(size + 1, 1)})));
+    KOLO_RETURN_IF_ERROR(expect_invalid("allreduce null input",
+                                        b.allreduce(nullptr, &x, 1, DataType::kFloat32, {})));
+    KOLO_RETURN_IF_ERROR(expect_invalid("allreduce bad dtype",
+                                        b.allreduce(&x, &x, 1, static_cast<DataType>(99), {})));
+    KOLO_RETURN_IF_ERROR(
+        expect_invalid("broadcast root out of range",
+                       b.broadcast(&x, 1, DataType::kFloat32, BroadcastOptions{size})));
+    KOLO_RETURN_IF_ERROR(
+        expect_invalid("allgather counts of wrong length",
+                       b.allgather(&x, &x, DataType::kFloat32,
+                                   AllgatherOptions{std::vector<int64_t>(size + 1, 1)})));
     AlltoallOptions bad;
     bad.send_counts.assign(size, 1);
     bad.recv_counts.assign(size, -1);

@@ -50,8 +50,10 @@ int kill_mode(kolo::Backend& backend) {
 int main(int argc, char** argv) {
   std::string backend_name, mode = "checks";
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--backend") == 0) backend_name = argv[i + 1];
-    else if (std::strcmp(argv[i], "--mode") == 0) mode = argv[i + 1];
+    if (std::strcmp(argv[i], "--backend") == 0)
+      backend_name = argv[i + 1];
+    else if (std::strcmp(argv[i], "--mode") == 0)
+      mode = argv[i + 1];
   }
   if (backend_name.empty() || (mode != "checks" && mode != "kill")) {
     std::fprintf(stderr, "usage: collectives_worker --backend tcp|mpi [--mode checks|kill]\n");

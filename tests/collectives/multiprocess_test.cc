@@ -2,9 +2,7 @@
 // tcp under mpirun), plus fault cases started by hand: a rank killed mid-collective, a wrong
 // secret, and two "nodes" in network namespaces. Paths come from CMake (see CMakeLists.txt).
 #include <gtest/gtest.h>
-
 #include <sys/wait.h>
-
 #include <unistd.h>
 
 #include <cstdio>
@@ -49,7 +47,7 @@ class Kolorun : public ::testing::TestWithParam<int> {};
 TEST_P(Kolorun, EveryCollectiveTcp) {
   const int np = GetParam();
   ProcessRun r = run(std::string(KOLO_TEST_KOLORUN) + " -np " + std::to_string(np) + " " + kWorker +
-              " --backend tcp");
+                     " --backend tcp");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(count(r.output, "checks passed"), np) << r.output;
 }
@@ -90,8 +88,7 @@ std::string by_hand(const kolo::TcpStoreServer& server, int size, const std::str
               " " + args + " & p" + std::to_string(r) + "=$!; ";
   }
   for (int r = 0; r < size; ++r)
-    script += "wait $p" + std::to_string(r) + "; echo \"rank " + std::to_string(r) +
-              " exit $?\"; ";
+    script += "wait $p" + std::to_string(r) + "; echo \"rank " + std::to_string(r) + " exit $?\"; ";
   return script;
 }
 
@@ -123,23 +120,24 @@ TEST(TwoNodes, NetworkNamespaces) {
   ProcessRun setup = run("ip netns add " + ns + "a && ip netns add " + ns + "b");
   if (setup.exit_code != 0) {
     run("ip netns del " + ns + "a; ip netns del " + ns + "b");
-    GTEST_SKIP() << "cannot create network namespaces (needs root/CAP_SYS_ADMIN): "
-                 << setup.output;
+    GTEST_SKIP() << "cannot create network namespaces (needs root/CAP_SYS_ADMIN): " << setup.output;
   }
   const std::string a = "ip netns exec " + ns + "a ", b = "ip netns exec " + ns + "b ";
   ProcessRun link = run("ip link add " + ns + "x netns " + ns + "a type veth peer name " + ns +
-                 "y netns " + ns + "b && " + a + "ip addr add 10.231.0.1/24 dev " + ns + "x && " +
-                 b + "ip addr add 10.231.0.2/24 dev " + ns + "y && " + a + "ip link set " + ns +
-                 "x up && " + b + "ip link set " + ns + "y up && " + a + "ip link set lo up && " +
-                 b + "ip link set lo up");
+                        "y netns " + ns + "b && " + a + "ip addr add 10.231.0.1/24 dev " + ns +
+                        "x && " + b + "ip addr add 10.231.0.2/24 dev " + ns + "y && " + a +
+                        "ip link set " + ns + "x up && " + b + "ip link set " + ns + "y up && " +
+                        a + "ip link set lo up && " + b + "ip link set lo up");
   if (link.exit_code == 0) {
     const std::string job = std::string(KOLO_TEST_KOLORUN) +
                             " --nnodes 2 --rdzv 10.231.0.1:29731 --secret nodes -np 2 ";
     // The tcp backend publishes the address named by KOLO_TCP_HOST: each node's veth address.
-    ProcessRun r = run(a + "env KOLO_TCP_HOST=10.231.0.1 " + job + "--node-rank 0 " + kWorker + " --backend tcp & p=$!; " + b + "env KOLO_TCP_HOST=10.231.0.2 " + job +
-                "--node-rank 1 " + kWorker + " --backend tcp; e=$?; wait $p; "
-                "echo \"node exits $? $e\"",
-                60);
+    ProcessRun r = run(a + "env KOLO_TCP_HOST=10.231.0.1 " + job + "--node-rank 0 " + kWorker +
+                           " --backend tcp & p=$!; " + b + "env KOLO_TCP_HOST=10.231.0.2 " + job +
+                           "--node-rank 1 " + kWorker +
+                           " --backend tcp; e=$?; wait $p; "
+                           "echo \"node exits $? $e\"",
+                       60);
     EXPECT_NE(r.output.find("node exits 0 0"), std::string::npos) << r.output;
     EXPECT_EQ(count(r.output, "checks passed"), 4) << r.output;
   }
