@@ -141,7 +141,7 @@ int kolo_bench_fusion(int argc, char** argv) {
   std::printf(
       "# ResNet-50 gradients: %zu float32 tensors, %lld elements (%.1f MB); median of %d steps\n",
       shapes.size(), static_cast<long long>(total), total * 4 / 1e6, iters);
-  std::printf("%-28s %8s %12s %12s\n", "mode", "ranks", "step_ms", "algbw_GB/s");
+  if (root) std::printf("%-28s %8s %12s %12s\n", "mode", "ranks", "step_ms", "algbw_GB/s");
   const char* def = keep.empty() ? nullptr : keep.c_str();
   bool ok = run_mode("fusion default", def, false, false, warmup, iters, shapes) &&
             run_mode("fusion off", "0", false, false, warmup, iters, shapes) &&

@@ -69,7 +69,10 @@ Tensor sub(const Tensor& a, const Tensor& b) {
   check_pair("sub", a, b);
   Tensor out = empty_like(a);
   KOLO_FW_CALL(a.device(), add(a.numel(), F(a), -1.f, F(b), F(out)));
-  attach(out, "Sub", [](const Tensor& g) { return std::vector<Tensor>{g, g.clone().mul_(-1.f)}; },
+  attach(out, "Sub",
+         [](const Tensor& g) {
+           return std::vector<Tensor>{g, g.clone().mul_(-1.f)};
+         },
          {a, b});
   return out;
 }
@@ -240,8 +243,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
   if (stride < 1) fail("conv2d: stride must be >= 1, got " + std::to_string(stride));
   if (pad < 0) fail("conv2d: pad must be >= 0, got " + std::to_string(pad));
   const int64_t n = x.size(0), oc = weight.size(0);
-  kernels::cpu::ConvGeom geo{x.size(1), x.size(2), x.size(3), weight.size(2), weight.size(3),
-                             stride, pad};
+  kernels::cpu::ConvGeom geo{x.size(1),      x.size(2), x.size(3), weight.size(2),
+                             weight.size(3), stride,    pad};
   if (weight.size(1) != geo.c)
     fail("conv2d: x has " + std::to_string(geo.c) + " channels (shape " +
          shape_to_string(x.shape()) + ") but weight expects " + std::to_string(weight.size(1)) +
@@ -292,8 +295,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
                const float* gyi = F(g) + i * oc * ohw;
                if (gw) {
                  kernels::cpu::im2col(geo, F(xd) + i * in_img, col.data());
-                 kernels::cpu::gemm(false, true, oc, ckk, ohw, 1.f, gyi, col.data(), 1.f,
-                                    F(gwt));
+                 kernels::cpu::gemm(false, true, oc, ckk, ohw, 1.f, gyi, col.data(), 1.f, F(gwt));
                }
                if (gx) {
                  kernels::cpu::gemm(true, false, ckk, ohw, oc, 1.f, F(wd), gyi, 0.f, gcol.data());
@@ -412,8 +414,8 @@ Tensor batch_norm_train(const Tensor& x, const Tensor& gamma, const Tensor& beta
   if (count < 1) fail("batch_norm: batch statistics need at least one value per channel");
   Tensor mu = Tensor::empty({dm.c}, d), var = Tensor::empty({dm.c}, d);
   Tensor invstd = Tensor::empty({dm.c}, d);
-  KOLO_FW_CALL(d, bn_finalize(dm.c, static_cast<float>(count), eps, F(s), F(s2), F(mu), F(var),
-                              F(invstd)));
+  KOLO_FW_CALL(
+      d, bn_finalize(dm.c, static_cast<float>(count), eps, F(s), F(s2), F(mu), F(var), F(invstd)));
   Tensor y = empty_like(x), xhat = empty_like(x);
   KOLO_FW_CALL(d, batchnorm_apply(dm.n, dm.c, dm.hw, F(x), F(mu), F(invstd), F(gamma), F(beta),
                                   F(y), F(xhat)));
@@ -431,9 +433,9 @@ Tensor batch_norm_train(const Tensor& x, const Tensor& gamma, const Tensor& beta
            if (gx) {
              if (reducer) reducer->reduce_backward(sg, sgx);
              r[0] = empty_like(g);
-             KOLO_FW_CALL(d, batchnorm_bwd_input(dm.n, dm.c, dm.hw, F(g), F(xhat), F(invstd),
-                                                 F(gd), F(sg), F(sgx), static_cast<float>(count),
-                                                 F(r[0])));
+             KOLO_FW_CALL(
+                 d, batchnorm_bwd_input(dm.n, dm.c, dm.hw, F(g), F(xhat), F(invstd), F(gd), F(sg),
+                                        F(sgx), static_cast<float>(count), F(r[0])));
            }
            return r;
          },
@@ -451,8 +453,8 @@ Tensor batch_norm_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
   for (float& e : v) e = 1.f / std::sqrt(e + eps);
   Tensor invstd = Tensor::from_vector(v, {dm.c}, d);
   Tensor y = empty_like(x);
-  KOLO_FW_CALL(d, batchnorm_apply(dm.n, dm.c, dm.hw, F(x), F(mean_t), F(invstd), F(gamma),
-                                  F(beta), F(y), nullptr));
+  KOLO_FW_CALL(d, batchnorm_apply(dm.n, dm.c, dm.hw, F(x), F(mean_t), F(invstd), F(gamma), F(beta),
+                                  F(y), nullptr));
   const bool gx = wants(x), gg = wants(gamma), gbeta = wants(beta);
   attach(y, "BatchNormEval",
          [dm, xd = x.detach(), md = mean_t.detach(), invstd, gd = gamma.detach(), gx, gg,
@@ -467,8 +469,8 @@ Tensor batch_norm_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
            }
            if (gg || gbeta) {
              Tensor xhat = empty_like(xd), ones = Tensor::ones({dm.c}, d);
-             KOLO_FW_CALL(d, batchnorm_apply(dm.n, dm.c, dm.hw, F(xd), F(md), F(invstd),
-                                             F(ones), F(zero), F(xhat), nullptr));
+             KOLO_FW_CALL(d, batchnorm_apply(dm.n, dm.c, dm.hw, F(xd), F(md), F(invstd), F(ones),
+                                             F(zero), F(xhat), nullptr));
              Tensor sg = Tensor::empty({dm.c}, d), sgx = Tensor::empty({dm.c}, d);
              KOLO_FW_CALL(d, channel_dot_sums(dm.n, dm.c, dm.hw, F(g), F(xhat), F(sg), F(sgx)));
              if (gg) r[1] = sgx;
@@ -515,16 +517,15 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels) {
   const Device d = logits.device();
   Tensor logp = empty_like(logits);
   KOLO_FW_CALL(d, log_softmax(m, n, F(logits), F(logp)));
-  const float loss = KOLO_FW_CALL(
-      d, nll_mean(m, n, F(logp), static_cast<const int64_t*>(labels.raw_data())));
+  const float loss =
+      KOLO_FW_CALL(d, nll_mean(m, n, F(logp), static_cast<const int64_t*>(labels.raw_data())));
   Tensor out = Tensor::full({}, loss, d);
   attach(out, "CrossEntropy",
          [logp, labels, m, n](const Tensor& g) {
            Tensor gx = empty_like(logp);
-           KOLO_FW_CALL(g.device(),
-                        softmax_xent_bwd(m, n, F(logp),
-                                         static_cast<const int64_t*>(labels.raw_data()), g.item(),
-                                         F(gx)));
+           KOLO_FW_CALL(g.device(), softmax_xent_bwd(m, n, F(logp),
+                                                     static_cast<const int64_t*>(labels.raw_data()),
+                                                     g.item(), F(gx)));
            return std::vector<Tensor>{gx, Tensor()};
          },
          {logits});

@@ -58,8 +58,8 @@ class BatchStatsReducer {
 };
 
 struct BatchNormStats {
-  Tensor mean;  // [C] batch mean used for normalisation
-  Tensor var;   // [C] biased batch variance
+  Tensor mean;        // [C] batch mean used for normalisation
+  Tensor var;         // [C] biased batch variance
   int64_t count = 0;  // values per channel the statistics cover (global when reduced)
 };
 
@@ -69,8 +69,8 @@ struct BatchNormStats {
 Tensor batch_norm_train(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
                         BatchStatsReducer* reducer, BatchNormStats* stats_out);
 // Inference-mode batch norm with fixed mean/var ([C], not differentiated).
-Tensor batch_norm_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                       const Tensor& mean, const Tensor& var, float eps);
+Tensor batch_norm_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& mean,
+                       const Tensor& var, float eps);
 
 // Row-wise log-softmax of x [M, N].
 Tensor log_softmax(const Tensor& x);

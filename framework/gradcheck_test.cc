@@ -119,10 +119,12 @@ TEST(GradCheck, LayersThroughModules) {
   Tensor x = rnd({4}, 3);
   EXPECT_TRUE(drop(x).is_same(x));
   // Dropout in training: a fixed mask per generator seed, gradient = mask.
-  gradcheck([](auto& v) {
-    Generator g(5);
-    return dropout(v[0], 0.5f, true, &g);
-  }, {rnd({8}, 4)});
+  gradcheck(
+      [](auto& v) {
+        Generator g(5);
+        return dropout(v[0], 0.5f, true, &g);
+      },
+      {rnd({8}, 4)});
 }
 
 TEST(GradCheck, ShapeErrorsNameBothShapes) {

@@ -17,8 +17,8 @@ namespace {
 [[noreturn]] void fail(const std::string& msg) { throw Error(Status::InvalidArgument(msg)); }
 
 [[noreturn, maybe_unused]] void no_cuda(const char* op) {
-  throw Error(Status::Unsupported(std::string(op) +
-                                  ": CUDA tensors need a build with KOLO_HAVE_CUDA"));
+  throw Error(
+      Status::Unsupported(std::string(op) + ": CUDA tensors need a build with KOLO_HAVE_CUDA"));
 }
 
 Tensor make(const Shape& shape, Device device, DataType dtype) {
@@ -32,7 +32,8 @@ Tensor make(const Shape& shape, Device device, DataType dtype) {
 
 void check_f32(const char* op, const Tensor& t) {
   if (t.dtype() != DataType::kFloat32)
-    fail(std::string(op) + ": expected a float32 tensor, got " + std::string(dtype_name(t.dtype())));
+    fail(std::string(op) + ": expected a float32 tensor, got " +
+         std::string(dtype_name(t.dtype())));
 }
 
 void check_operand(const char* op, const Tensor& self, const Tensor& other) {
@@ -99,10 +100,9 @@ Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device
   }
 #ifdef KOLO_HAVE_CUDA
   if (device.index < 0 || device.index >= kernels::cuda::device_count())
-    throw Error(Status::InvalidArgument("Storage: device " + device.to_string() +
-                                        " does not exist (" +
-                                        std::to_string(kernels::cuda::device_count()) +
-                                        " CUDA devices visible)"));
+    throw Error(Status::InvalidArgument(
+        "Storage: device " + device.to_string() + " does not exist (" +
+        std::to_string(kernels::cuda::device_count()) + " CUDA devices visible)"));
   data_ = cuda_alloc::allocate(nbytes, device.index);
 #else
   no_cuda("Storage");
@@ -222,7 +222,8 @@ std::string Tensor::to_string() const {
 
 void* Tensor::raw_data() const {
   const TensorImpl& t = checked(impl_);
-  return static_cast<char*>(t.storage->data()) + t.offset * static_cast<int64_t>(dtype_size(t.dtype));
+  return static_cast<char*>(t.storage->data()) +
+         t.offset * static_cast<int64_t>(dtype_size(t.dtype));
 }
 
 template <typename T>
@@ -262,8 +263,8 @@ std::vector<float> Tensor::to_vector() const {
 
 float Tensor::item() const {
   if (numel() != 1)
-    fail("item: tensor of shape " + shape_to_string(shape()) + " has " +
-         std::to_string(numel()) + " elements, expected 1");
+    fail("item: tensor of shape " + shape_to_string(shape()) + " has " + std::to_string(numel()) +
+         " elements, expected 1");
   return to_vector()[0];
 }
 
@@ -278,10 +279,10 @@ Tensor Tensor::to(Device device) const {
 Tensor Tensor::to(DataType target) const {
   const DataType src = dtype();
   if (src == target) return clone();
-  const bool ok = (src == DataType::kFloat32 &&
-                   (target == DataType::kFloat16 || target == DataType::kBFloat16)) ||
-                  (target == DataType::kFloat32 &&
-                   (src == DataType::kFloat16 || src == DataType::kBFloat16));
+  const bool ok =
+      (src == DataType::kFloat32 &&
+       (target == DataType::kFloat16 || target == DataType::kBFloat16)) ||
+      (target == DataType::kFloat32 && (src == DataType::kFloat16 || src == DataType::kBFloat16));
   if (!ok)
     throw Error(Status::Unsupported("to(dtype): conversion " + std::string(dtype_name(src)) +
                                     " -> " + std::string(dtype_name(target)) +
@@ -388,14 +389,14 @@ void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
 
 // ---------------------------------------------------------------- in-place
 #ifdef KOLO_HAVE_CUDA
-#define KOLO_FW_DISPATCH(dev, call)                      \
-  do {                                                   \
-    if ((dev).is_cpu()) {                                \
-      kernels::cpu::call;                                \
-    } else {                                             \
-      kernels::cuda::set_device((dev).index);            \
-      kernels::cuda::call;                               \
-    }                                                    \
+#define KOLO_FW_DISPATCH(dev, call)           \
+  do {                                        \
+    if ((dev).is_cpu()) {                     \
+      kernels::cpu::call;                     \
+    } else {                                  \
+      kernels::cuda::set_device((dev).index); \
+      kernels::cuda::call;                    \
+    }                                         \
   } while (0)
 #else
 #define KOLO_FW_DISPATCH(dev, call) \

@@ -115,7 +115,7 @@ class Tensor {
   int64_t numel() const;
   DataType dtype() const;
   Device device() const;
-  size_t nbytes() const;  // numel * dtype_size
+  size_t nbytes() const;          // numel * dtype_size
   std::string to_string() const;  // "Tensor[2, 3] float32 cpu"
 
   // ---- Data access ----
@@ -152,17 +152,17 @@ class Tensor {
   // Each works on CPU and CUDA; operands must have the same numel, device and float32 dtype.
   Tensor& fill_(float value);
   Tensor& zero_() { return fill_(0.f); }
-  Tensor& copy_(const Tensor& src);              // any dtype/device -> this dtype/device
+  Tensor& copy_(const Tensor& src);                      // any dtype/device -> this dtype/device
   Tensor& add_(const Tensor& other, float alpha = 1.f);  // this += alpha * other
-  Tensor& mul_(float value);                     // this *= value
-  Tensor& mul_(const Tensor& other);             // this *= other (elementwise)
+  Tensor& mul_(float value);                             // this *= value
+  Tensor& mul_(const Tensor& other);                     // this *= other (elementwise)
   Tensor& addcmul_(const Tensor& a, const Tensor& b, float value);  // this += value*a*b
   // this += value * a / (sqrt(b) + eps): the Adam/RMSProp update.
   Tensor& addcdiv_sqrt_(const Tensor& a, const Tensor& b, float value, float eps);
   // this = alpha * this + beta * other (momentum/moving averages).
   Tensor& lerp_(const Tensor& other, float alpha, float beta);
-  float sum() const;       // sum of all elements (float32), returned to host
-  float sq_norm() const;   // sum of squares, returned to host
+  float sum() const;      // sum of all elements (float32), returned to host
+  float sq_norm() const;  // sum of squares, returned to host
 
   // ---- Autograd (details and the hook contract in autograd.h) ----
   bool requires_grad() const;

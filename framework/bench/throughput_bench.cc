@@ -57,11 +57,16 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (i + 1 >= argc) return usage();
     const std::string v = argv[++i];
-    if (a == "--model") model = v;
-    else if (a == "--steps") steps = std::stoi(v);
-    else if (a == "--batch") batch = std::stoi(v);
-    else if (a == "--device") device = v;
-    else return usage();
+    if (a == "--model")
+      model = v;
+    else if (a == "--steps")
+      steps = std::stoi(v);
+    else if (a == "--batch")
+      batch = std::stoi(v);
+    else if (a == "--device")
+      device = v;
+    else
+      return usage();
   }
   if ((model != "mlp" && model != "cnn") || (device != "cpu" && device != "cuda") || steps < 1 ||
       batch < 1)

@@ -95,17 +95,21 @@ void DistributedOptimizer::submit(size_t index) {
     param.tensor.set_grad(Tensor::zeros(param.tensor.shape(), param.tensor.device()));
     grad = param.tensor.grad();
   }
+  // Kolo requires every rank to pass the same scale factors (a difference is reported as a
+  // mismatch), so this rank's own weight is applied here and the reduction is a plain sum
+  // (or average) with a common prescale.
   AllreduceOpts opts;
   const double passes = options_.backward_passes_per_step;
+  double local_weight = 1.0;
   if (options_.weight_by_sample_count) {
     submit_sample_count();
-    const double weight = count_given_ ? static_cast<double>(local_samples_) : 1.0;
+    local_weight = count_given_ ? static_cast<double>(local_samples_) : 1.0;
     opts.op = ReduceOp::kSum;
-    opts.prescale = weight / passes;
   } else {
     opts.op = ReduceOp::kAverage;
-    opts.prescale = 1.0 / passes;
   }
+  opts.prescale = 1.0 / passes;
+  if (local_weight != 1.0) grad.mul_(static_cast<float>(local_weight));
   Tensor target = grad;
   if (options_.compression != Compression::kNone) {
     if (!param.wire.defined()) {

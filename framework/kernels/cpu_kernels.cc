@@ -70,8 +70,8 @@ void bf16_to_f32(int64_t n, const uint16_t* x, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] = bfloat16_to_float(x[i]);
 }
 
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-          const float* a, const float* b, float beta, float* c) {
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          const float* b, float beta, float* c) {
   if (m == 0 || n == 0) return;
   const int lda = static_cast<int>(trans_a ? m : k);
   const int ldb = static_cast<int>(trans_b ? k : n);

@@ -11,9 +11,9 @@ namespace kolo::fw::kernels::cpu {
 
 // ---- elementwise (n elements) ----
 void fill(int64_t n, float value, float* y);
-void axpby(int64_t n, float a, const float* x, float b, float* y);  // y = a*x + b*y
-void scale(int64_t n, float a, float* y);                           // y *= a
-void mul(int64_t n, const float* a, const float* b, float* out);    // out = a*b
+void axpby(int64_t n, float a, const float* x, float b, float* y);             // y = a*x + b*y
+void scale(int64_t n, float a, float* y);                                      // y *= a
+void mul(int64_t n, const float* a, const float* b, float* out);               // out = a*b
 void add(int64_t n, const float* a, float alpha, const float* b, float* out);  // a + alpha*b
 void addcmul(int64_t n, float* y, const float* a, const float* b, float v);    // y += v*a*b
 void addcdiv_sqrt(int64_t n, float* y, const float* a, const float* b, float v, float eps);
@@ -32,8 +32,8 @@ void bf16_to_f32(int64_t n, const uint16_t* x, float* y);
 
 // ---- matrices, row-major ----
 // C[M,N] = alpha * op(A) * op(B) + beta * C, op(A) is [M,K], op(B) is [K,N].
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-          const float* a, const float* b, float beta, float* c);
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          const float* b, float beta, float* c);
 // y[r, c] += bias[c] for an [rows, cols] matrix.
 void add_row_bias(int64_t rows, int64_t cols, const float* bias, float* y);
 // out[c] = sum_r x[r, c]  (+ beta * out[c]).
@@ -45,9 +45,9 @@ void channel_sum(int64_t n, int64_t c, int64_t hw, const float* x, float beta, f
 
 // ---- convolution helpers (one image [C, H, W]) ----
 struct ConvGeom {
-  int64_t c, h, w;        // input channels and size
-  int64_t kh, kw;         // kernel
-  int64_t stride, pad;    // same in both directions
+  int64_t c, h, w;      // input channels and size
+  int64_t kh, kw;       // kernel
+  int64_t stride, pad;  // same in both directions
   int64_t oh() const { return (h + 2 * pad - kh) / stride + 1; }
   int64_t ow() const { return (w + 2 * pad - kw) / stride + 1; }
 };
@@ -63,7 +63,8 @@ struct PoolGeom {
   int64_t ow() const { return (w - k) / stride + 1; }
 };
 void maxpool_fwd(const PoolGeom& g, const float* x, float* y, int32_t* argmax);
-void maxpool_bwd(const PoolGeom& g, const float* gy, const int32_t* argmax, float* gx);  // gx zeroed
+void maxpool_bwd(const PoolGeom& g, const float* gy, const int32_t* argmax,
+                 float* gx);  // gx zeroed
 void avgpool_fwd(const PoolGeom& g, const float* x, float* y);
 void avgpool_bwd(const PoolGeom& g, const float* gy, float* gx);  // gx zeroed by caller
 

@@ -19,9 +19,9 @@ void release(void* ptr, size_t nbytes, int device);
 void empty_cache();
 
 struct Stats {
-  uint64_t cuda_mallocs = 0;   // misses that reached cudaMalloc
-  uint64_t cache_hits = 0;     // allocations served from a free list
-  uint64_t bytes_cached = 0;   // bytes currently sitting in free lists
+  uint64_t cuda_mallocs = 0;  // misses that reached cudaMalloc
+  uint64_t cache_hits = 0;    // allocations served from a free list
+  uint64_t bytes_cached = 0;  // bytes currently sitting in free lists
 };
 Stats stats();
 

@@ -1,8 +1,6 @@
 // CUDA implementations of cuda_kernels.h. Simple one-thread-per-element kernels with grid-stride
 // loops; reductions use one block per row/channel with a shared-memory tree in double.
 // Scatter-style backward passes (col2im, pooling) use atomicAdd for brevity over speed.
-#include "framework/kernels/cuda_kernels.h"
-
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -15,6 +13,7 @@
 #include <vector>
 
 #include "framework/kernels/cuda_allocator.h"
+#include "framework/kernels/cuda_kernels.h"
 #include "kolo/status.h"
 
 namespace kolo::fw::kernels::cuda {
@@ -68,8 +67,9 @@ cudnnHandle_t dnn() {
   return g_dnn[d];
 }
 
-#define KOLO_GRID_LOOP(i, n) \
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)blockDim.x * gridDim.x)
+#define KOLO_GRID_LOOP(i, n)                                                \
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); \
+       i += (int64_t)blockDim.x * gridDim.x)
 
 // Sum of v over the block into element 0 of sh (blockDim.x == kThreads).
 __device__ double block_sum(double v, double* sh) {
@@ -114,7 +114,9 @@ __global__ void k_sigmoid_fwd(int64_t n, const float* x, float* y) {
 __global__ void k_sigmoid_bwd(int64_t n, const float* y, const float* gy, float* gx) {
   KOLO_GRID_LOOP(i, n) gx[i] = gy[i] * y[i] * (1.f - y[i]);
 }
-__global__ void k_tanh_fwd(int64_t n, const float* x, float* y) { KOLO_GRID_LOOP(i, n) y[i] = tanhf(x[i]); }
+__global__ void k_tanh_fwd(int64_t n, const float* x, float* y) {
+  KOLO_GRID_LOOP(i, n) y[i] = tanhf(x[i]);
+}
 __global__ void k_tanh_bwd(int64_t n, const float* y, const float* gy, float* gx) {
   KOLO_GRID_LOOP(i, n) gx[i] = gy[i] * (1.f - y[i] * y[i]);
 }
@@ -181,7 +183,8 @@ __global__ void k_col2im(ConvGeom g, int64_t oh, int64_t ow, const float* col, f
     const int64_t x = i % ow, y = (i / ow) % oh, r = i / (oh * ow);
     const int64_t kj = r % g.kw, ki = (r / g.kw) % g.kh, ci = r / (g.kw * g.kh);
     const int64_t iy = y * g.stride - g.pad + ki, ix = x * g.stride - g.pad + kj;
-    if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) atomicAdd(&img[(ci * g.h + iy) * g.w + ix], col[i]);
+    if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w)
+      atomicAdd(&img[(ci * g.h + iy) * g.w + ix], col[i]);
   }
 }
 __global__ void k_maxpool_fwd(PoolGeom g, int64_t oh, int64_t ow, const float* x, float* y,
@@ -203,7 +206,8 @@ __global__ void k_maxpool_fwd(PoolGeom g, int64_t oh, int64_t ow, const float* x
     am[o] = where;
   }
 }
-__global__ void k_maxpool_bwd(PoolGeom g, int64_t per, const float* gy, const int32_t* am, float* gx) {
+__global__ void k_maxpool_bwd(PoolGeom g, int64_t per, const float* gy, const int32_t* am,
+                              float* gx) {
   KOLO_GRID_LOOP(o, g.planes * per) atomicAdd(&gx[(o / per) * g.h * g.w + am[o]], gy[o]);
 }
 __global__ void k_avgpool(PoolGeom g, int64_t oh, int64_t ow, const float* x, float* y,
@@ -215,8 +219,10 @@ __global__ void k_avgpool(PoolGeom g, int64_t oh, int64_t ow, const float* x, fl
     for (int64_t a = 0; a < g.k; ++a)
       for (int64_t b = 0; b < g.k; ++b) {
         const int64_t idx = p * g.h * g.w + (i * g.stride + a) * g.w + j * g.stride + b;
-        if (gx) atomicAdd(&gx[idx], gy[o] * inv);
-        else s += x[idx];
+        if (gx)
+          atomicAdd(&gx[idx], gy[o] * inv);
+        else
+          s += x[idx];
       }
     if (!gx) y[o] = s * inv;
   }
@@ -330,32 +336,45 @@ void copy_d2d(void* dst, const void* src, size_t n) {
   check(cudaMemcpy(dst, src, n, cudaMemcpyDefault), "copy device to device");
 }
 
-#define KOLO_LAUNCH(kernel, n, ...)                              \
-  do {                                                           \
-    if ((n) > 0) {                                               \
-      kernel<<<blocks_for(n), kThreads>>>(__VA_ARGS__);          \
-      check_launch(#kernel);                                     \
-    }                                                            \
+#define KOLO_LAUNCH(kernel, n, ...)                     \
+  do {                                                  \
+    if ((n) > 0) {                                      \
+      kernel<<<blocks_for(n), kThreads>>>(__VA_ARGS__); \
+      check_launch(#kernel);                            \
+    }                                                   \
   } while (0)
 
 void fill(int64_t n, float v, float* y) { KOLO_LAUNCH(k_fill, n, n, v, y); }
-void axpby(int64_t n, float a, const float* x, float b, float* y) { KOLO_LAUNCH(k_axpby, n, n, a, x, b, y); }
+void axpby(int64_t n, float a, const float* x, float b, float* y) {
+  KOLO_LAUNCH(k_axpby, n, n, a, x, b, y);
+}
 void scale(int64_t n, float a, float* y) { KOLO_LAUNCH(k_scale, n, n, a, y); }
 void mul(int64_t n, const float* a, const float* b, float* o) { KOLO_LAUNCH(k_mul, n, n, a, b, o); }
-void add(int64_t n, const float* a, float al, const float* b, float* o) { KOLO_LAUNCH(k_add, n, n, a, al, b, o); }
-void addcmul(int64_t n, float* y, const float* a, const float* b, float v) { KOLO_LAUNCH(k_addcmul, n, n, y, a, b, v); }
+void add(int64_t n, const float* a, float al, const float* b, float* o) {
+  KOLO_LAUNCH(k_add, n, n, a, al, b, o);
+}
+void addcmul(int64_t n, float* y, const float* a, const float* b, float v) {
+  KOLO_LAUNCH(k_addcmul, n, n, y, a, b, v);
+}
 void addcdiv_sqrt(int64_t n, float* y, const float* a, const float* b, float v, float eps) {
   KOLO_LAUNCH(k_addcdiv_sqrt, n, n, y, a, b, v, eps);
 }
 void relu_fwd(int64_t n, const float* x, float* y) { KOLO_LAUNCH(k_relu_fwd, n, n, x, y); }
-void relu_bwd(int64_t n, const float* x, const float* gy, float* gx) { KOLO_LAUNCH(k_relu_bwd, n, n, x, gy, gx); }
+void relu_bwd(int64_t n, const float* x, const float* gy, float* gx) {
+  KOLO_LAUNCH(k_relu_bwd, n, n, x, gy, gx);
+}
 void sigmoid_fwd(int64_t n, const float* x, float* y) { KOLO_LAUNCH(k_sigmoid_fwd, n, n, x, y); }
-void sigmoid_bwd(int64_t n, const float* y, const float* gy, float* gx) { KOLO_LAUNCH(k_sigmoid_bwd, n, n, y, gy, gx); }
+void sigmoid_bwd(int64_t n, const float* y, const float* gy, float* gx) {
+  KOLO_LAUNCH(k_sigmoid_bwd, n, n, y, gy, gx);
+}
 void tanh_fwd(int64_t n, const float* x, float* y) { KOLO_LAUNCH(k_tanh_fwd, n, n, x, y); }
-void tanh_bwd(int64_t n, const float* y, const float* gy, float* gx) { KOLO_LAUNCH(k_tanh_bwd, n, n, y, gy, gx); }
+void tanh_bwd(int64_t n, const float* y, const float* gy, float* gx) {
+  KOLO_LAUNCH(k_tanh_bwd, n, n, y, gy, gx);
+}
 float sum(int64_t n, const float* x) {
   if (n == 0) return 0.f;
-  return reduce_to_host([&](double* d) { k_sum<<<blocks_for(n), kThreads>>>(n, x, false, d); }, 1.0);
+  return reduce_to_host([&](double* d) { k_sum<<<blocks_for(n), kThreads>>>(n, x, false, d); },
+                        1.0);
 }
 float sq_sum(int64_t n, const float* x) {
   if (n == 0) return 0.f;
@@ -429,8 +448,8 @@ void batchnorm_apply(int64_t n, int64_t c, int64_t hw, const float* x, const flo
   KOLO_LAUNCH(k_bn_apply, n * c * hw, n, c, hw, x, mean, invstd, gamma, beta, y, xhat);
 }
 void batchnorm_bwd_input(int64_t n, int64_t c, int64_t hw, const float* gy, const float* xhat,
-                         const float* invstd, const float* gamma, const float* sg,
-                         const float* sgx, float count, float* gx) {
+                         const float* invstd, const float* gamma, const float* sg, const float* sgx,
+                         float count, float* gx) {
   KOLO_LAUNCH(k_bn_bwd_input, n * c * hw, n, c, hw, gy, xhat, invstd, gamma, sg, sgx, count, gx);
 }
 void log_softmax(int64_t m, int64_t n, const float* x, float* y) {
@@ -467,14 +486,18 @@ struct ConvDescs {
     check_dnn(cudnnCreateFilterDescriptor(&w), "filter descriptor");
     check_dnn(cudnnCreateConvolutionDescriptor(&conv), "conv descriptor");
     check_dnn(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)n, (int)g.c,
-                                         (int)g.h, (int)g.w), "set x");
+                                         (int)g.h, (int)g.w),
+              "set x");
     check_dnn(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)n, (int)oc,
-                                         (int)g.oh(), (int)g.ow()), "set y");
+                                         (int)g.oh(), (int)g.ow()),
+              "set y");
     check_dnn(cudnnSetFilter4dDescriptor(w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, (int)oc, (int)g.c,
-                                         (int)g.kh, (int)g.kw), "set w");
-    check_dnn(cudnnSetConvolution2dDescriptor(conv, (int)g.pad, (int)g.pad, (int)g.stride,
-                                              (int)g.stride, 1, 1, CUDNN_CROSS_CORRELATION,
-                                              CUDNN_DATA_FLOAT), "set conv");
+                                         (int)g.kh, (int)g.kw),
+              "set w");
+    check_dnn(
+        cudnnSetConvolution2dDescriptor(conv, (int)g.pad, (int)g.pad, (int)g.stride, (int)g.stride,
+                                        1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+        "set conv");
   }
   ~ConvDescs() {
     cudnnDestroyTensorDescriptor(x);
@@ -495,7 +518,8 @@ struct Workspace {
 };
 }  // namespace
 
-void conv2d_fwd(int64_t n, const ConvGeom& g, int64_t oc, const float* x, const float* w, float* y) {
+void conv2d_fwd(int64_t n, const ConvGeom& g, int64_t oc, const float* x, const float* w,
+                float* y) {
   ConvDescs d(n, g, oc);
   // IMPLICIT_PRECOMP_GEMM: supported for every geometry we build, small workspace.
   const auto algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
@@ -505,7 +529,8 @@ void conv2d_fwd(int64_t n, const ConvGeom& g, int64_t oc, const float* x, const 
   Workspace ws(bytes);
   const float one = 1.f, zero = 0.f;
   check_dnn(cudnnConvolutionForward(dnn(), &one, d.x, x, d.w, w, d.conv, algo, ws.p, bytes, &zero,
-                                    d.y, y), "convolution forward");
+                                    d.y, y),
+            "convolution forward");
 }
 
 void conv2d_bwd(int64_t n, const ConvGeom& g, int64_t oc, const float* x, const float* w,
@@ -514,21 +539,25 @@ void conv2d_bwd(int64_t n, const ConvGeom& g, int64_t oc, const float* x, const 
   const float one = 1.f, zero = 0.f;
   const auto falgo = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
   size_t fbytes = 0;
-  check_dnn(cudnnGetConvolutionBackwardFilterWorkspaceSize(dnn(), d.x, d.y, d.conv, d.w, falgo,
-                                                           &fbytes), "filter workspace");
+  check_dnn(
+      cudnnGetConvolutionBackwardFilterWorkspaceSize(dnn(), d.x, d.y, d.conv, d.w, falgo, &fbytes),
+      "filter workspace");
   {
     Workspace ws(fbytes);
     check_dnn(cudnnConvolutionBackwardFilter(dnn(), &one, d.x, x, d.y, gy, d.conv, falgo, ws.p,
-                                             fbytes, &zero, d.w, gw), "backward filter");
+                                             fbytes, &zero, d.w, gw),
+              "backward filter");
   }
   if (gx) {
     const auto dalgo = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
     size_t dbytes = 0;
-    check_dnn(cudnnGetConvolutionBackwardDataWorkspaceSize(dnn(), d.w, d.y, d.conv, d.x, dalgo,
-                                                           &dbytes), "data workspace");
+    check_dnn(
+        cudnnGetConvolutionBackwardDataWorkspaceSize(dnn(), d.w, d.y, d.conv, d.x, dalgo, &dbytes),
+        "data workspace");
     Workspace ws(dbytes);
     check_dnn(cudnnConvolutionBackwardData(dnn(), &one, d.w, w, d.y, gy, d.conv, dalgo, ws.p,
-                                           dbytes, &zero, d.x, gx), "backward data");
+                                           dbytes, &zero, d.x, gx),
+              "backward data");
   }
 }
 

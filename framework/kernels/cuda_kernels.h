@@ -24,16 +24,15 @@ void copy_d2h(void* dst, const void* src, size_t nbytes);
 void copy_d2d(void* dst, const void* src, size_t nbytes);
 
 // cuDNN convolution over a batch: x [n, c, h, w], w [oc, c, kh, kw], y [n, oc, oh, ow].
-void conv2d_fwd(int64_t n, const ConvGeom& g, int64_t oc, const float* x, const float* w,
-                float* y);
+void conv2d_fwd(int64_t n, const ConvGeom& g, int64_t oc, const float* x, const float* w, float* y);
 // gx (may be null), gw (overwritten) from gy.
 void conv2d_bwd(int64_t n, const ConvGeom& g, int64_t oc, const float* x, const float* w,
                 const float* gy, float* gx, float* gw);
 // ---- elementwise (n elements) ----
 void fill(int64_t n, float value, float* y);
-void axpby(int64_t n, float a, const float* x, float b, float* y);  // y = a*x + b*y
-void scale(int64_t n, float a, float* y);                           // y *= a
-void mul(int64_t n, const float* a, const float* b, float* out);    // out = a*b
+void axpby(int64_t n, float a, const float* x, float b, float* y);             // y = a*x + b*y
+void scale(int64_t n, float a, float* y);                                      // y *= a
+void mul(int64_t n, const float* a, const float* b, float* out);               // out = a*b
 void add(int64_t n, const float* a, float alpha, const float* b, float* out);  // a + alpha*b
 void addcmul(int64_t n, float* y, const float* a, const float* b, float v);    // y += v*a*b
 void addcdiv_sqrt(int64_t n, float* y, const float* a, const float* b, float v, float eps);
@@ -52,8 +51,8 @@ void bf16_to_f32(int64_t n, const uint16_t* x, float* y);
 
 // ---- matrices, row-major ----
 // C[M,N] = alpha * op(A) * op(B) + beta * C, op(A) is [M,K], op(B) is [K,N].
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-          const float* a, const float* b, float beta, float* c);
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          const float* b, float beta, float* c);
 // y[r, c] += bias[c] for an [rows, cols] matrix.
 void add_row_bias(int64_t rows, int64_t cols, const float* bias, float* y);
 // out[c] = sum_r x[r, c]  (+ beta * out[c]).
@@ -71,7 +70,8 @@ void col2im(const ConvGeom& g, const float* col, float* img);
 
 // ---- pooling over [N*C] planes of H x W, window k, stride s, no padding ----
 void maxpool_fwd(const PoolGeom& g, const float* x, float* y, int32_t* argmax);
-void maxpool_bwd(const PoolGeom& g, const float* gy, const int32_t* argmax, float* gx);  // gx zeroed
+void maxpool_bwd(const PoolGeom& g, const float* gy, const int32_t* argmax,
+                 float* gx);  // gx zeroed
 void avgpool_fwd(const PoolGeom& g, const float* x, float* y);
 void avgpool_bwd(const PoolGeom& g, const float* gy, float* gx);  // gx zeroed by caller
 

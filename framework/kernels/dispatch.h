@@ -13,16 +13,18 @@
 
 namespace kolo::fw::kernels {
 [[noreturn]] inline void throw_no_cuda(const char* what) {
-  throw Error(Status::Unsupported(std::string(what) +
-                                  ": CUDA tensors need a build with KOLO_HAVE_CUDA"));
+  throw Error(
+      Status::Unsupported(std::string(what) + ": CUDA tensors need a build with KOLO_HAVE_CUDA"));
 }
 }  // namespace kolo::fw::kernels
 
 #ifdef KOLO_HAVE_CUDA
-#define KOLO_FW_CALL(dev, call)                       \
-  (((dev).is_cpu()) ? (::kolo::fw::kernels::cpu::call) \
-                    : (::kolo::fw::kernels::cuda::set_device((dev).index), ::kolo::fw::kernels::cuda::call))
+#define KOLO_FW_CALL(dev, call)           \
+  (((dev).is_cpu())                       \
+       ? (::kolo::fw::kernels::cpu::call) \
+       : (::kolo::fw::kernels::cuda::set_device((dev).index), ::kolo::fw::kernels::cuda::call))
 #else
-#define KOLO_FW_CALL(dev, call) \
-  (((dev).is_cpu()) ? (::kolo::fw::kernels::cpu::call) : (::kolo::fw::kernels::throw_no_cuda(#call), ::kolo::fw::kernels::cpu::call))
+#define KOLO_FW_CALL(dev, call)                        \
+  (((dev).is_cpu()) ? (::kolo::fw::kernels::cpu::call) \
+                    : (::kolo::fw::kernels::throw_no_cuda(#call), ::kolo::fw::kernels::cpu::call))
 #endif

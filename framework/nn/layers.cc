@@ -74,9 +74,9 @@ BatchNorm::BatchNorm(int64_t channels, int expected_dims, float eps, float momen
 
 Tensor BatchNorm::forward(const Tensor& x) {
   if (x.dim() != expected_dims_ || x.size(1) != channels_)
-    fail(std::string(expected_dims_ == 2 ? "BatchNorm1d" : "BatchNorm2d") + ": expected input [N, " +
-         std::to_string(channels_) + (expected_dims_ == 4 ? ", H, W]" : "]") + ", got " +
-         shape_to_string(x.shape()));
+    fail(std::string(expected_dims_ == 2 ? "BatchNorm1d" : "BatchNorm2d") +
+         ": expected input [N, " + std::to_string(channels_) +
+         (expected_dims_ == 4 ? ", H, W]" : "]") + ", got " + shape_to_string(x.shape()));
   if (!is_training())
     return batch_norm_eval(x, *gamma_, *beta_, *running_mean_, *running_var_, eps_);
   BatchNormStats stats;

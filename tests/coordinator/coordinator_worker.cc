@@ -1,0 +1,135 @@
+// One rank of a coordinator multi-process test: `coordinator_worker <scenario> [dir]`.
+// Prints "rank R: <scenario> passed" on success; failures print what differed and exit 1.
+#include <cstdio>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kolo/kolo.h"
+
+namespace {
+
+int failures = 0;
+#define CHECK(cond, ...)                                                       \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      std::fprintf(stderr, "rank %d: check failed: %s\n", kolo::rank(), #cond); \
+      ++failures;                                                              \
+    }                                                                          \
+  } while (0)
+
+bool ok(const kolo::Status& st, const char* what) {
+  if (st.ok()) return true;
+  std::fprintf(stderr, "rank %d: %s: %s\n", kolo::rank(), what, st.to_string().c_str());
+  ++failures;
+  return false;
+}
+
+void every_op() {
+  const int r = kolo::rank(), P = kolo::size();
+  std::vector<float> sum(8, r + 1.0f), avg(8, r + 1.0f), mx(8, r + 1.0f);
+  auto h1 = kolo::allreduce_async("sum", kolo::view_of(sum.data(), {2, 4}));
+  auto h2 = kolo::allreduce_async("avg", kolo::view_of(avg.data(), {8}), {kolo::ReduceOp::kAverage});
+  auto h3 = kolo::allreduce_async("max", kolo::view_of(mx.data(), {8}), {kolo::ReduceOp::kMax});
+  ok(h3.wait(), "max");
+  ok(h1.wait(), "sum");
+  ok(h2.wait(), "avg");
+  CHECK(sum[7] == P * (P + 1) / 2.0f);
+  CHECK(avg[0] == (P + 1) / 2.0f);
+  CHECK(mx[3] == P);
+  std::vector<double> g1(2, r), g2(3, 2.0 * r);
+  ok(kolo::grouped_allreduce("group", {kolo::view_of(g1.data(), {2}), kolo::view_of(g2.data(), {3})}),
+     "grouped");
+  CHECK(g2[2] == P * (P - 1.0));
+  std::vector<int64_t> rows(r + 1, r);
+  auto gathered = kolo::allgather("gather", kolo::view_of(rows.data(), {r + 1}));
+  if (ok(gathered.status(), "allgather")) {
+    CHECK(gathered->shape[0] == P * (P + 1) / 2);
+    CHECK(gathered->data_as<int64_t>()[gathered->shape[0] - 1] == P - 1);
+  }
+  std::vector<int32_t> b(4, r);
+  ok(kolo::broadcast("bcast", kolo::view_of(b.data(), {4}), P - 1), "broadcast");
+  CHECK(b[3] == P - 1);
+  std::vector<float> a2a(P, static_cast<float>(r));
+  auto exchanged = kolo::alltoall("a2a", kolo::view_of(a2a.data(), {P}));
+  if (ok(exchanged.status(), "alltoall"))
+    for (int q = 0; q < P; ++q) CHECK(exchanged->data_as<float>()[q] == q);
+  std::vector<float> rs(2 * P, 1.0f);
+  auto scattered = kolo::reducescatter("rs", kolo::view_of(rs.data(), {2 * P}));
+  if (ok(scattered.status(), "reducescatter")) {
+    CHECK(scattered->shape[0] == 2);
+    CHECK(scattered->data_as<float>()[1] == P);
+  }
+  ok(kolo::barrier(), "barrier");
+}
+
+// Ranks submit 40 tensors in different orders from two threads each.
+void orders() {
+  const int r = kolo::rank(), P = kolo::size(), N = 40;
+  std::vector<std::vector<float>> data(N);
+  std::vector<kolo::Handle> hs(N);
+  auto work = [&](int part) {
+    for (int k = part; k < N; k += 2) {
+      int i = (r % 2 == 0) ? k : N - 1 - k;
+      data[i].assign(i + 1, 1.0f);
+      hs[i] = kolo::allreduce_async("t" + std::to_string(i), kolo::view_of(data[i].data(), {i + 1}));
+    }
+  };
+  std::thread a(work, 0), b(work, 1);
+  a.join();
+  b.join();
+  for (int i = 0; i < N; ++i)
+    if (ok(hs[i].wait(), "orders")) CHECK(data[i][i] == P);
+}
+
+void many() {
+  const int N = 10000, P = kolo::size();
+  std::vector<int32_t> v(N, 1);
+  std::vector<kolo::Handle> hs;
+  for (int i = 0; i < N; ++i)
+    hs.push_back(kolo::allreduce_async("m" + std::to_string(i), kolo::view_of(&v[i], {})));
+  for (auto& h : hs) ok(h.wait(), "many");
+  CHECK(v[N - 1] == P && v[0] == P);
+}
+
+// Prints each rank's error so the test can check the message on every rank.
+void mismatch() {
+  std::vector<float> v(kolo::rank() == 0 ? 3 : 5, 1.0f);
+  kolo::Status st = kolo::allreduce("w", kolo::view_of(v.data(), {(int64_t)v.size()}));
+  std::printf("rank %d error: %s\n", kolo::rank(), st.to_string().c_str());
+  CHECK(st.code() == kolo::StatusCode::kMismatch);
+}
+
+void timeline(const std::string& dir) {
+  std::string path = dir + "/trace." + std::to_string(kolo::rank()) + ".json";
+  ok(kolo::start_timeline(path, true), "start_timeline");
+  std::vector<float> a(4, 1.0f), b(4, 1.0f);
+  auto h1 = kolo::allreduce_async("ta", kolo::view_of(a.data(), {4}));
+  auto h2 = kolo::allreduce_async("tb", kolo::view_of(b.data(), {4}));
+  ok(h1.wait(), "ta");
+  ok(h2.wait(), "tb");
+  ok(kolo::stop_timeline(), "stop_timeline");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string scenario = argc > 1 ? argv[1] : "ops";
+  // Before init every submission fails with a clear message.
+  std::vector<float> early(1);
+  kolo::Status before = kolo::allreduce("early", kolo::view_of(early.data(), {1}));
+  CHECK(before.code() == kolo::StatusCode::kPreconditionFailed);
+  if (!ok(kolo::init(), "init")) return 1;
+  if (scenario == "ops") every_op();
+  else if (scenario == "orders") orders();
+  else if (scenario == "many") many();
+  else if (scenario == "mismatch") mismatch();
+  else if (scenario == "timeline") timeline(argc > 2 ? argv[2] : "/tmp");
+  ok(kolo::shutdown(), "shutdown");
+  kolo::Status after = kolo::allreduce("late", kolo::view_of(early.data(), {1}));
+  if (after.message().find("kolo::shutdown() was called") == std::string::npos) ++failures;
+  if (failures) return 1;
+  std::printf("rank %d: %s passed\n", kolo::rank(), scenario.c_str());
+  return 0;
+}

@@ -1,0 +1,95 @@
+// Starts coordinator_worker jobs through kolorun and checks every rank's output.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+struct ProcessRun {
+  int exit_code = -1;
+  std::string output;
+};
+
+ProcessRun run(const std::string& command, int timeout_s = 60) {
+  const std::string wrapped =
+      "timeout -k 5 " + std::to_string(timeout_s) + " bash -c '" + command + "' 2>&1";
+  ProcessRun r;
+  FILE* pipe = popen(wrapped.c_str(), "r");
+  if (pipe == nullptr) return r;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) r.output.append(buffer, n);
+  const int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+int count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+  return n;
+}
+
+ProcessRun job(int np, const std::string& args) {
+  return run(std::string(KOLO_TEST_KOLORUN) + " -np " + std::to_string(np) + " " +
+             KOLO_TEST_WORKER + " " + args);
+}
+
+class Ranks : public ::testing::TestWithParam<int> {};
+
+TEST_P(Ranks, EveryOperation) {
+  auto r = job(GetParam(), "ops");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(count(r.output, "ops passed"), GetParam()) << r.output;
+}
+INSTANTIATE_TEST_SUITE_P(Np, Ranks, ::testing::Values(1, 2, 3, 4));
+
+TEST(CoordinatorJob, DifferentOrdersAndThreads) {
+  auto r = job(3, "orders");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(count(r.output, "orders passed"), 3) << r.output;
+}
+
+TEST(CoordinatorJob, TenThousandSmallTensors) {
+  auto r = job(2, "many");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(count(r.output, "many passed"), 2) << r.output;
+}
+
+TEST(CoordinatorJob, MismatchMessageOnEveryRank) {
+  auto r = job(2, "mismatch");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(count(r.output, "error: Mismatch: allreduce 'w': shape differs across ranks: rank 0 "
+                            "has [3]; rank 1 has [5]"),
+            2)
+      << r.output;
+}
+
+TEST(CoordinatorJob, TimelineHasATrackPerRankAndEveryPhase) {
+  char dir[] = "/tmp/kolo-coord-timeline-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  auto r = job(2, std::string("timeline ") + dir);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (int rank = 0; rank < 2; ++rank) {
+    std::ifstream in(std::string(dir) + "/trace." + std::to_string(rank) + ".json");
+    ASSERT_TRUE(in.good());
+    nlohmann::json trace = nlohmann::json::parse(in);
+    auto events = trace.is_array() ? trace : trace["traceEvents"];
+    std::set<std::string> names;
+    for (const auto& e : events) {
+      if (e.contains("pid")) EXPECT_EQ(e["pid"].get<int>(), rank);
+      if (e.contains("name")) names.insert(e["name"].get<std::string>());
+    }
+    for (const char* phase : {"ALLREDUCE", "QUEUE", "NEGOTIATE", "WAIT_FOR_DATA",
+                              "MEMCPY_IN_FUSION", "TCP_ALLREDUCE", "MEMCPY_OUT_FUSION", "CALLBACK"})
+      EXPECT_TRUE(names.count(phase)) << "rank " << rank << " lacks " << phase;
+  }
+}
+
+}  // namespace
