@@ -17,14 +17,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Run {
+struct ProcessResult {
   int exit_code = -1;
   std::string output;
 };
 
 // Runs a shell command, capturing stdout and stderr together.
-Run run(const std::string& command) {
-  Run result;
+ProcessResult run_command(const std::string& command) {
+  ProcessResult result;
   FILE* pipe = popen((command + " 2>&1").c_str(), "r");
   if (pipe == nullptr) return result;
   char buffer[4096];
@@ -47,7 +47,7 @@ class TrainingTest : public ::testing::Test {
 
   // Starts the worker on `np` ranks; fails the test (with the output) unless it exits 0.
   std::string launch(int np, const std::string& args) {
-    Run r = run(std::string(KOLORUN_PATH) + " -np " + std::to_string(np) + " " +
+    ProcessResult r = run_command(std::string(KOLORUN_PATH) + " -np " + std::to_string(np) + " " +
                 TRAINING_WORKER_PATH + " " + args);
     EXPECT_EQ(r.exit_code, 0) << r.output;
     return r.output;

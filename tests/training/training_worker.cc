@@ -162,12 +162,12 @@ int main(int argc, char** argv) try {
 
   int overlap_completed = 0;
   if (args.mode == "overlap") {
-    // fc1.weight's gradient is the last one backward finishes. Registered after the
-    // optimizer's hook, this one runs after fc1.weight's allreduce was submitted.
+    // fc1's gradients are the last ones backward finishes; by then fc2's two allreduces
+    // were submitted. This hook waits for the first of them while backward is still running.
     m.w1.register_grad_ready_hook([&](fw::Tensor&) {
       auto handles = opt.submitted_handles();
-      if (handles.size() != 4) die("expected 4 submitted allreduces inside backward, got " +
-                                   std::to_string(handles.size()));
+      if (handles.size() < 2) die("expected fc2's allreduces submitted before fc1's gradient, "
+                                  "got " + std::to_string(handles.size()));
       check(handles.front().wait(std::chrono::seconds(30)),
             "first gradient's allreduce while backward still runs");
       ++overlap_completed;
