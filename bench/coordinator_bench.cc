@@ -138,7 +138,10 @@ int kolo_bench_fusion(int argc, char** argv) {
   for (const auto& s : shapes) total += elements(s);
   const char* user_threshold = std::getenv("KOLO_FUSION_THRESHOLD");
   std::string keep = user_threshold ? user_threshold : "";
-  std::printf(
+  const char* env_rank = std::getenv("KOLO_RANK");  // only rank 0 prints; init comes later
+  const bool root = env_rank == nullptr || std::string(env_rank) == "0";
+  if (root)
+    std::printf(
       "# ResNet-50 gradients: %zu float32 tensors, %lld elements (%.1f MB); median of %d steps\n",
       shapes.size(), static_cast<long long>(total), total * 4 / 1e6, iters);
   if (root) std::printf("%-28s %8s %12s %12s\n", "mode", "ranks", "step_ms", "algbw_GB/s");

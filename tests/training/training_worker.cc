@@ -12,6 +12,9 @@
 //               the first gradient: it can only complete if communication runs during backward.
 //   broadcast   every rank starts from different weights; after broadcast_parameters every
 //               rank writes its parameters to --out.<rank>.
+//   syncbn      the model gets a BatchNorm1d after fc1 whose statistics are synchronised
+//               across ranks (SyncBatchStatsReducer); the batch is shared evenly, and the
+//               result (running statistics included) equals 1-rank BatchNorm on the whole batch.
 //   checkpoint  trains --steps, saving a checkpoint (rank 0) after --save-at steps to --ckpt;
 //               with --resume, loads --ckpt on every rank first and continues from there.
 #include <cstdio>
@@ -23,7 +26,9 @@
 #include "framework/autograd.h"
 #include "framework/distributed/broadcast_state.h"
 #include "framework/distributed/distributed_optimizer.h"
+#include "framework/distributed/sync_batch_norm.h"
 #include "framework/functional.h"
+#include "framework/nn/layers.h"
 #include "framework/optim/sgd.h"
 #include "kolo/kolo.h"
 
@@ -71,8 +76,9 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-// How the 12 samples of a step are shared: deliberately uneven.
-std::vector<int> shares(int world) {
+// How the 12 samples of a step are shared: deliberately uneven unless `even`.
+std::vector<int> shares(int world, bool even) {
+  if (even) return std::vector<int>(world, kGlobalBatch / world);
   switch (world) {
     case 1: return {12};
     case 2: return {4, 8};
@@ -84,10 +90,30 @@ std::vector<int> shares(int world) {
 
 struct Model {
   fw::Tensor w1, b1, w2, b2;
-  fw::NamedTensors named() const { return {{"fc1.weight", w1}, {"fc1.bias", b1},
-                                           {"fc2.weight", w2}, {"fc2.bias", b2}}; }
+  std::shared_ptr<fw::nn::BatchNorm1d> bn;  // syncbn mode only
+
+  // The trained parameters.
+  fw::NamedTensors named() const {
+    fw::NamedTensors named = {{"fc1.weight", w1}, {"fc1.bias", b1},
+                              {"fc2.weight", w2}, {"fc2.bias", b2}};
+    if (bn) {
+      for (auto& [name, t] : bn->named_parameters()) named.emplace_back("bn." + name, t);
+    }
+    return named;
+  }
+  // What the tests compare: the parameters and BatchNorm's running statistics.
+  fw::NamedTensors state() const {
+    fw::NamedTensors all = named();
+    if (bn) {
+      all.emplace_back("bn.running_mean", bn->running_mean());
+      all.emplace_back("bn.running_var", bn->running_var());
+    }
+    return all;
+  }
   fw::Tensor forward(const fw::Tensor& x) const {
-    return fw::linear(fw::relu(fw::linear(x, w1, b1)), w2, b2);
+    fw::Tensor h = fw::linear(x, w1, b1);
+    if (bn) h = bn->forward(h);
+    return fw::linear(fw::relu(h), w2, b2);
   }
 };
 
@@ -124,7 +150,7 @@ void write_params(const std::string& path, const Model& m) {
   std::ofstream out(path);
   if (!out) die("cannot write " + path);
   out.precision(9);
-  for (const auto& [name, t] : m.named()) {
+  for (const auto& [name, t] : m.state()) {
     out << name;
     for (float v : t.to_vector()) out << ' ' << v;
     out << '\n';
@@ -151,7 +177,14 @@ int main(int argc, char** argv) try {
   }
 
   Model m = make_model(7);
-  fw::SGD sgd({m.w1, m.b1, m.w2, m.b2}, {.lr = 0.1, .momentum = 0.9});
+  const bool syncbn = args.mode == "syncbn";
+  if (syncbn) {
+    m.bn = std::make_shared<fw::nn::BatchNorm1d>(
+        16, 1e-5f, 0.1f, std::make_shared<fw::SyncBatchStatsReducer>("syncbn.bn"));
+  }
+  std::vector<fw::Tensor> params;
+  for (auto& [name, t] : m.named()) params.push_back(t);
+  fw::SGD sgd(params, {.lr = 0.1, .momentum = 0.9});
   fw::DistributedOptimizer opt(sgd, m.named(), {.backward_passes_per_step = args.passes});
 
   int first_step = 0;
@@ -174,7 +207,7 @@ int main(int argc, char** argv) try {
     });
   }
 
-  const std::vector<int> share = shares(world);
+  const std::vector<int> share = shares(world, /*even=*/syncbn);
   int offset = 0;
   for (int r = 0; r < rank; ++r) offset += share[r];
   for (int step = first_step; step < args.steps; ++step) {
