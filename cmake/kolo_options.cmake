@@ -36,6 +36,9 @@ if(NOT KOLO_WITH_CUDA STREQUAL "OFF")
       # Ampere and Hopper (H100/H200). Each extra architecture costs build time on 2 cores.
       set(CMAKE_CUDA_ARCHITECTURES "80;90")
     endif()
+    # CMake has no C++20 flag for nvcc; the .cu files are written in C++17.
+    set(CMAKE_CUDA_STANDARD 17)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     enable_language(CUDA)
     find_package(CUDAToolkit QUIET)
     find_library(KOLO_CUDNN_LIBRARY cudnn HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)

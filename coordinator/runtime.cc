@@ -34,6 +34,18 @@ std::string upper(std::string_view s) {
 
 }  // namespace
 
+std::string timeline_path_for_rank(const std::string& path, int rank, int size) {
+  const std::string token = "{rank}";
+  if (auto p = path.find(token); p != std::string::npos)
+    return path.substr(0, p) + std::to_string(rank) + path.substr(p + token.size());
+  if (size == 1) return path;
+  // Ranks on one host would otherwise write the same file.
+  const std::string ext = ".json";
+  if (path.size() > ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0)
+    return path.substr(0, path.size() - ext.size()) + ".rank" + std::to_string(rank) + ext;
+  return path + ".rank" + std::to_string(rank);
+}
+
 Runtime::Runtime(RuntimeConfig config, Topology topology, std::unique_ptr<Backend> data,
                  std::unique_ptr<Backend> control)
     : config_(std::move(config)),
@@ -63,8 +75,9 @@ Result<std::unique_ptr<Runtime>> Runtime::create(RuntimeConfig config, Topology 
   std::unique_ptr<Runtime> rt(
       new Runtime(std::move(config), topology, std::move(data), std::move(control)));
   if (!rt->config_.timeline_path.empty()) {
-    KOLO_RETURN_IF_ERROR(rt->timeline_.start(rt->config_.timeline_path, topology.rank,
-                                             rt->config_.timeline_mark_cycles));
+    KOLO_RETURN_IF_ERROR(rt->timeline_.start(
+        timeline_path_for_rank(rt->config_.timeline_path, topology.rank, topology.size),
+        topology.rank, rt->config_.timeline_mark_cycles));
   }
   rt->thread_ = std::thread([r = rt.get()] { r->loop(); });
   return rt;

@@ -34,6 +34,11 @@ struct Topology {
   int rank = 0, size = 1, local_rank = 0, local_size = 1, cross_rank = 0, cross_size = 1;
 };
 
+// KOLO_TIMELINE's file for one rank: "{rank}" in the path is replaced by the rank; otherwise
+// a job of several ranks writes "<stem>.rank<N>.json" (one file per rank, as kolo-trace
+// merge expects) and a single rank writes the path as given.
+std::string timeline_path_for_rank(const std::string& path, int rank, int size);
+
 class Runtime {
  public:
   // `data` runs the collectives; `control` carries negotiation (allreduce of the cache bit

@@ -44,7 +44,8 @@ class Handle {
   // The final Status once poll() is true; PreconditionFailed("... still pending") before.
   Status status() const;
   // Runs callback(status) once the operation completes: on Kolo's background thread, or at
-  // once in the calling thread when it has already completed. The callback must not block
+  // once in the calling thread when it has already completed. Callbacks registered before
+  // completion have run by the time wait() returns. The callback must not block
   // on other Kolo operations (it would stall the background thread).
   void then(Callback callback) const;
 

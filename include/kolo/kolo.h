@@ -23,7 +23,8 @@
 // Configuration is read from KOLO_* environment variables at init() (see README/config):
 // KOLO_FUSION_THRESHOLD, KOLO_CYCLE_TIME, KOLO_CACHE_CAPACITY, KOLO_TIMELINE,
 // KOLO_TIMELINE_MARK_CYCLES, KOLO_STALL_CHECK_TIME, KOLO_STALL_SHUTDOWN_TIME, KOLO_OP_TIMEOUT,
-// KOLO_CPU_OPERATIONS.
+// KOLO_CPU_OPERATIONS. KOLO_TIMELINE=path writes one Chrome trace per rank: "{rank}" in the
+// path is replaced by the rank, else jobs of several ranks write path's stem + ".rankN.json".
 #pragma once
 
 #include <cstdint>

@@ -107,8 +107,13 @@ void timeline(const std::string& dir) {
   std::vector<float> a(4, 1.0f), b(4, 1.0f);
   auto h1 = kolo::allreduce_async("ta", kolo::view_of(a.data(), {4}));
   auto h2 = kolo::allreduce_async("tb", kolo::view_of(b.data(), {4}));
+  // A group always runs fused, so the MEMCPY_*_FUSION phases appear whatever the timing.
+  std::vector<float> c(2, 1.0f), d(3, 1.0f);
+  auto h3 = kolo::grouped_allreduce_async(
+      "tgroup", {kolo::view_of(c.data(), {2}), kolo::view_of(d.data(), {3})});
   ok(h1.wait(), "ta");
   ok(h2.wait(), "tb");
+  ok(h3.wait(), "tgroup");
   ok(kolo::stop_timeline(), "stop_timeline");
 }
 
