@@ -92,4 +92,19 @@ TEST(CoordinatorJob, TimelineHasATrackPerRankAndEveryPhase) {
   }
 }
 
+#ifdef KOLO_TEST_MPIRUN
+// Under mpirun the world comes from MPI; the default backend is mpi, and tcp works too.
+TEST(CoordinatorJob, EveryOperationUnderMpirun) {
+  for (const char* ops : {"mpi", "tcp"}) {
+    auto r = run("OMPI_MCA_btl_vader_single_copy_mechanism=none KOLO_CPU_OPERATIONS=" +
+                 std::string(ops) + " " + KOLO_TEST_MPIRUN +
+                 " --allow-run-as-root --oversubscribe -x KOLO_CPU_OPERATIONS -np 2 " +
+                 KOLO_TEST_WORKER + " ops");
+    EXPECT_EQ(r.exit_code, 0) << ops << "\n" << r.output;
+    EXPECT_EQ(count(r.output, "rank 0: ops passed") + count(r.output, "rank 1: ops passed"), 2)
+        << ops << "\n" << r.output;
+  }
+}
+#endif
+
 }  // namespace
