@@ -24,8 +24,9 @@ int64_t Model::num_elements() const {
 Tensor Model::add(const std::string& name, const fw::Shape& shape, int64_t fan_in,
                   fw::Generator& gen, Device device, float gain) {
   // Drawn on the CPU so the values depend on the seed only, not on the device's generator.
-  Tensor host = fan_in > 0 ? Tensor::randn(shape, 0.f, std::sqrt(gain / static_cast<float>(fan_in)), &gen)
-                           : Tensor::zeros(shape);
+  Tensor host = fan_in > 0
+                    ? Tensor::randn(shape, 0.f, std::sqrt(gain / static_cast<float>(fan_in)), &gen)
+                    : Tensor::zeros(shape);
   // to() returns a fresh leaf on another device; on the CPU clone() makes sure the parameter
   // owns its storage.
   Tensor param = device.is_cpu() ? host.clone() : host.to(device);
@@ -73,9 +74,9 @@ class Cnn : public Model {
 
   Tensor forward(const Tensor& images) const override {
     Tensor h = fw::relu(fw::conv2d(images, c1w_, c1b_, /*stride=*/1, /*pad=*/1));  // 16x28x28
-    h = fw::max_pool2d(h, 2, 2);                                                  // 16x14x14
-    h = fw::relu(fw::conv2d(h, c2w_, c2b_, 1, 1));                                // 32x14x14
-    h = fw::max_pool2d(h, 2, 2);                                                  // 32x7x7
+    h = fw::max_pool2d(h, 2, 2);                                                   // 16x14x14
+    h = fw::relu(fw::conv2d(h, c2w_, c2b_, 1, 1));                                 // 32x14x14
+    h = fw::max_pool2d(h, 2, 2);                                                   // 32x7x7
     h = h.reshape({h.size(0), 32 * 7 * 7});
     h = fw::relu(fw::linear(h, f1w_, f1b_));
     return fw::linear(h, f2w_, f2b_);

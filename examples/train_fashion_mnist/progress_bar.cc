@@ -8,7 +8,9 @@
 namespace kolo::example {
 
 ProgressBar::ProgressBar(std::FILE* out, std::string label, int64_t total, bool interactive)
-    : out_(out), label_(std::move(label)), total_(std::max<int64_t>(total, 1)),
+    : out_(out),
+      label_(std::move(label)),
+      total_(std::max<int64_t>(total, 1)),
       interactive_(interactive) {}
 
 bool ProgressBar::is_terminal(std::FILE* out) { return ::isatty(::fileno(out)) == 1; }
@@ -23,8 +25,7 @@ std::string ProgressBar::format(int64_t done, double loss, double accuracy,
   std::fill(bar.begin(), bar.begin() + filled, '=');
   if (filled < kWidth) bar[filled] = '>';
   char text[256];
-  std::snprintf(text, sizeof(text),
-                "%s [%s] %3d%%  %lld/%lld  loss %.4f  acc %.3f  %.0f samples/s",
+  std::snprintf(text, sizeof(text), "%s [%s] %3d%%  %lld/%lld  loss %.4f  acc %.3f  %.0f samples/s",
                 label_.c_str(), bar.c_str(), static_cast<int>(fraction * 100),
                 static_cast<long long>(done), static_cast<long long>(total_), loss, accuracy,
                 samples_per_second);

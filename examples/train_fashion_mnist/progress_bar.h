@@ -28,8 +28,7 @@ class ProgressBar {
 
   static bool is_terminal(std::FILE* out);
   // The text of one update, without '\r' or newline (exposed for tests and logs).
-  std::string format(int64_t done, double loss, double accuracy,
-                     double samples_per_second) const;
+  std::string format(int64_t done, double loss, double accuracy, double samples_per_second) const;
 
  private:
   std::FILE* out_;

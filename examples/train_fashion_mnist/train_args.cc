@@ -37,9 +37,12 @@ const char* model_name(ModelKind kind) { return kind == ModelKind::kMlp ? "mlp" 
 
 const char* scaling_name(ScalingRule rule) {
   switch (rule) {
-    case ScalingRule::kNone: return "none";
-    case ScalingRule::kLinear: return "linear";
-    case ScalingRule::kSqrt: return "sqrt";
+    case ScalingRule::kNone:
+      return "none";
+    case ScalingRule::kLinear:
+      return "linear";
+    case ScalingRule::kSqrt:
+      return "sqrt";
   }
   return "?";
 }
@@ -48,10 +51,12 @@ std::string train_usage() {
   return "usage: [kolorun -np N] train_fashion_mnist [options]\n"
          "Data-parallel training on Fashion-MNIST (apt-get install dataset-fashion-mnist).\n"
          "  --model mlp|cnn          MLP 784-512-256-10 or a two-conv CNN (default cnn)\n"
-         "  --epochs N               training epochs (default 3)\n"
+         "  --epochs N               training epochs (default 4)\n"
          "  --batch-size N           samples per rank per step (default 64)\n"
-         "  --lr X                   base learning rate for one rank (default 0.05, SGD momentum 0.9)\n"
-         "  --lr-scaling R           linear|sqrt|none: scale --lr with the number of ranks (default linear)\n"
+         "  --lr X                   base learning rate for one rank (default 0.05, SGD momentum "
+         "0.9)\n"
+         "  --lr-scaling R           linear|sqrt|none: scale --lr with the number of ranks "
+         "(default linear)\n"
          "  --warmup-epochs X        linear warm-up to the scaled rate, then cosine (default 0.5)\n"
          "  --seed N                 initial weights and shuffling (default 42)\n"
          "  --data-dir DIR           folder with the four IDX .gz files\n"

@@ -15,9 +15,9 @@ enum class DeviceChoice { kAuto, kCpu, kCuda };
 
 struct TrainArgs {
   ModelKind model = ModelKind::kCnn;
-  // 3 epochs bring the default CNN to about 0.90-0.91 test accuracy (measured; see README note
-  // in train_fashion_mnist.cc).
-  int epochs = 3;
+  // 3 epochs gave the default CNN 0.904-0.911 test accuracy with 1 or 2 ranks, 4 epochs
+  // 0.907-0.915 (measured); 4 keeps a margin above 0.90 for any seed we tried.
+  int epochs = 4;
   int64_t batch_size = 64;  // per rank
   double lr = 0.05;         // for one rank; scaled by `scaling` with the number of ranks
   ScalingRule scaling = ScalingRule::kLinear;
@@ -27,8 +27,8 @@ struct TrainArgs {
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   int64_t train_subset = 0;  // 0: the whole set
   int64_t test_subset = 0;
-  std::string timeline;      // empty: no trace
-  std::string checkpoint;    // empty: no checkpoints
+  std::string timeline;    // empty: no trace
+  std::string checkpoint;  // empty: no checkpoints
   bool resume = false;
   double min_accuracy = -1;  // < 0: no check
   DeviceChoice device = DeviceChoice::kAuto;

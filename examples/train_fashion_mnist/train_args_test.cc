@@ -1,0 +1,110 @@
+#include "examples/train_fashion_mnist/train_args.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace kolo::example {
+namespace {
+
+Result<TrainArgs> parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "train_fashion_mnist");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  return parse_train_args(static_cast<int>(argv.size()), argv.data());
+}
+
+TEST(TrainArgs, Defaults) {
+  auto r = parse({});
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->model, ModelKind::kCnn);
+  EXPECT_EQ(r->epochs, 3);
+  EXPECT_EQ(r->batch_size, 64);
+  EXPECT_EQ(r->scaling, ScalingRule::kLinear);
+  EXPECT_EQ(r->device, DeviceChoice::kAuto);
+  EXPECT_EQ(r->data_dir, "/usr/share/datasets/fashion-mnist");
+  EXPECT_LT(r->min_accuracy, 0);
+  EXPECT_FALSE(r->resume);
+}
+
+TEST(TrainArgs, BothValueForms) {
+  auto r = parse({"--model",
+                  "mlp",
+                  "--epochs=2",
+                  "--batch-size",
+                  "128",
+                  "--lr=0.1",
+                  "--lr-scaling",
+                  "sqrt",
+                  "--warmup-epochs",
+                  "1.5",
+                  "--seed",
+                  "7",
+                  "--train-subset",
+                  "6000",
+                  "--test-subset=1000",
+                  "--timeline",
+                  "t.json",
+                  "--checkpoint",
+                  "c.kolo",
+                  "--resume",
+                  "--min-accuracy",
+                  "0.75",
+                  "--device",
+                  "cpu",
+                  "--data-dir",
+                  "/d"});
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->model, ModelKind::kMlp);
+  EXPECT_EQ(r->epochs, 2);
+  EXPECT_EQ(r->batch_size, 128);
+  EXPECT_DOUBLE_EQ(r->lr, 0.1);
+  EXPECT_EQ(r->scaling, ScalingRule::kSqrt);
+  EXPECT_DOUBLE_EQ(r->warmup_epochs, 1.5);
+  EXPECT_EQ(r->seed, 7u);
+  EXPECT_EQ(r->train_subset, 6000);
+  EXPECT_EQ(r->test_subset, 1000);
+  EXPECT_EQ(r->timeline, "t.json");
+  EXPECT_EQ(r->checkpoint, "c.kolo");
+  EXPECT_TRUE(r->resume);
+  EXPECT_DOUBLE_EQ(r->min_accuracy, 0.75);
+  EXPECT_EQ(r->device, DeviceChoice::kCpu);
+  EXPECT_EQ(r->data_dir, "/d");
+}
+
+TEST(TrainArgs, RejectsBadValuesNamingTheFlag) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"--epochs", "0"}, "--epochs: expected an integer >= 1, got '0'"},
+      {{"--epochs", "3x"}, "--epochs: expected an integer >= 1, got '3x'"},
+      {{"--batch-size", "-4"}, "--batch-size: expected an integer >= 1, got '-4'"},
+      {{"--model", "resnet"}, "--model: expected mlp or cnn, got 'resnet'"},
+      {{"--lr-scaling", "cubic"}, "--lr-scaling: expected linear, sqrt or none, got 'cubic'"},
+      {{"--min-accuracy", "1.5"}, "--min-accuracy: expected a number in [0, 1], got '1.5'"},
+      {{"--lr", "nan"}, "--lr: expected a number in (0, 1000], got 'nan'"},
+      {{"--device", "tpu"}, "--device: expected cpu or cuda, got 'tpu'"},
+      {{"--epochs"}, "--epochs: missing value (see --help)"},
+      {{"--bogus", "1"}, "unknown argument '--bogus' (see --help)"},
+      {{"--resume"}, "--resume: needs --checkpoint PATH to resume from"},
+  };
+  for (const Case& c : cases) {
+    auto r = parse(c.args);
+    ASSERT_FALSE(r.ok()) << c.args[0];
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(r.status().message(), c.message);
+  }
+}
+
+TEST(TrainArgs, Help) {
+  auto r = parse({"--help"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->help);
+  EXPECT_NE(train_usage().find("apt-get install dataset-fashion-mnist"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kolo::example
