@@ -10,35 +10,13 @@
 #include <string>
 
 #include "rendezvous/tcp_store.h"
+#include "tests/support/run_command.h"
 
 namespace {
 
-struct ProcessRun {
-  int exit_code = -1;
-  std::string output;
-};
-
-// Runs a shell command (stderr merged into stdout) under `timeout`, so a hang fails the test
-// with exit code 124 instead of blocking CTest.
-ProcessRun run(const std::string& command, int timeout_s = 60) {
-  const std::string wrapped =
-      "timeout -k 5 " + std::to_string(timeout_s) + " bash -c '" + command + "' 2>&1";
-  ProcessRun r;
-  FILE* pipe = popen(wrapped.c_str(), "r");
-  if (pipe == nullptr) return r;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) r.output.append(buffer, n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-int count(const std::string& text, const std::string& what) {
-  int n = 0;
-  for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
-  return n;
-}
+using kolo::testing::count_occurrences;
+using kolo::testing::ProcessRun;
+using kolo::testing::run_command;
 
 const std::string kWorker = KOLO_TEST_WORKER;
 
@@ -46,10 +24,10 @@ class Kolorun : public ::testing::TestWithParam<int> {};
 
 TEST_P(Kolorun, EveryCollectiveTcp) {
   const int np = GetParam();
-  ProcessRun r = run(std::string(KOLO_TEST_KOLORUN) + " -np " + std::to_string(np) + " " + kWorker +
-                     " --backend tcp");
+  ProcessRun r = run_command(std::string(KOLO_TEST_KOLORUN) + " -np " + std::to_string(np) + " " +
+                             kWorker + " --backend tcp");
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_EQ(count(r.output, "checks passed"), np) << r.output;
+  EXPECT_EQ(count_occurrences(r.output, "checks passed"), np) << r.output;
 }
 INSTANTIATE_TEST_SUITE_P(Np, Kolorun, ::testing::Values(1, 2, 3, 4));
 
@@ -63,17 +41,17 @@ class Mpirun : public ::testing::TestWithParam<int> {};
 
 TEST_P(Mpirun, EveryCollectiveMpi) {
   const int np = GetParam();
-  ProcessRun r = run(mpirun(np) + kWorker + " --backend mpi");
+  ProcessRun r = run_command(mpirun(np) + kWorker + " --backend mpi");
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_EQ(count(r.output, "checks passed"), np) << r.output;
+  EXPECT_EQ(count_occurrences(r.output, "checks passed"), np) << r.output;
 }
 INSTANTIATE_TEST_SUITE_P(Np, Mpirun, ::testing::Values(1, 2, 3, 4));
 
 // world_from_mpi() hosts a rendezvous store on rank 0, so the tcp backend works under mpirun.
 TEST(MpirunWorld, TcpBackendUnderMpirun) {
-  ProcessRun r = run(mpirun(3) + kWorker + " --backend tcp");
+  ProcessRun r = run_command(mpirun(3) + kWorker + " --backend tcp");
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_EQ(count(r.output, "checks passed"), 3) << r.output;
+  EXPECT_EQ(count_occurrences(r.output, "checks passed"), 3) << r.output;
 }
 #endif
 
@@ -95,20 +73,20 @@ std::string by_hand(const kolo::TcpStoreServer& server, int size, const std::str
 TEST(Faults, RankKilledMidAllreduceFailsTheOthers) {
   auto server = kolo::TcpStoreServer::start("127.0.0.1", 0);
   ASSERT_TRUE(server.ok()) << server.status().to_string();
-  ProcessRun r = run(by_hand(**server, 3, "--backend tcp --mode kill"), 40);
+  ProcessRun r = run_command(by_hand(**server, 3, "--backend tcp --mode kill"), 40);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("rank 1 exit 137"), std::string::npos) << r.output;  // SIGKILL
   EXPECT_NE(r.output.find("rank 0 exit 3"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("rank 2 exit 3"), std::string::npos) << r.output;
-  EXPECT_EQ(count(r.output, "allreduce failed"), 2) << r.output;
+  EXPECT_EQ(count_occurrences(r.output, "allreduce failed"), 2) << r.output;
 }
 
 TEST(Faults, WrongSecretIsRefused) {
   auto server = kolo::TcpStoreServer::start("127.0.0.1", 0);
   ASSERT_TRUE(server.ok()) << server.status().to_string();
-  ProcessRun r = run(by_hand(**server, 2, "--backend tcp", "another-secret"), 40);
+  ProcessRun r = run_command(by_hand(**server, 2, "--backend tcp", "another-secret"), 40);
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_EQ(count(r.output, "checks passed"), 0) << r.output;
+  EXPECT_EQ(count_occurrences(r.output, "checks passed"), 0) << r.output;
   EXPECT_NE(r.output.find("rank 0 exit 1"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("rank 1 exit 1"), std::string::npos) << r.output;
 }
@@ -117,31 +95,32 @@ TEST(Faults, WrongSecretIsRefused) {
 // ranks reach each other only through 10.231.0.1/2, as on a real two-host job.
 TEST(TwoNodes, NetworkNamespaces) {
   const std::string ns = "kolo" + std::to_string(getpid());
-  ProcessRun setup = run("ip netns add " + ns + "a && ip netns add " + ns + "b");
+  ProcessRun setup = run_command("ip netns add " + ns + "a && ip netns add " + ns + "b");
   if (setup.exit_code != 0) {
-    run("ip netns del " + ns + "a; ip netns del " + ns + "b");
+    run_command("ip netns del " + ns + "a; ip netns del " + ns + "b");
     GTEST_SKIP() << "cannot create network namespaces (needs root/CAP_SYS_ADMIN): " << setup.output;
   }
   const std::string a = "ip netns exec " + ns + "a ", b = "ip netns exec " + ns + "b ";
-  ProcessRun link = run("ip link add " + ns + "x netns " + ns + "a type veth peer name " + ns +
-                        "y netns " + ns + "b && " + a + "ip addr add 10.231.0.1/24 dev " + ns +
-                        "x && " + b + "ip addr add 10.231.0.2/24 dev " + ns + "y && " + a +
-                        "ip link set " + ns + "x up && " + b + "ip link set " + ns + "y up && " +
-                        a + "ip link set lo up && " + b + "ip link set lo up");
+  ProcessRun link = run_command(
+      "ip link add " + ns + "x netns " + ns + "a type veth peer name " + ns + "y netns " + ns +
+      "b && " + a + "ip addr add 10.231.0.1/24 dev " + ns + "x && " + b +
+      "ip addr add 10.231.0.2/24 dev " + ns + "y && " + a + "ip link set " + ns + "x up && " + b +
+      "ip link set " + ns + "y up && " + a + "ip link set lo up && " + b + "ip link set lo up");
   if (link.exit_code == 0) {
     const std::string job = std::string(KOLO_TEST_KOLORUN) +
                             " --nnodes 2 --rdzv 10.231.0.1:29731 --secret nodes -np 2 ";
     // The tcp backend publishes the address named by KOLO_TCP_HOST: each node's veth address.
-    ProcessRun r = run(a + "env KOLO_TCP_HOST=10.231.0.1 " + job + "--node-rank 0 " + kWorker +
-                           " --backend tcp & p=$!; " + b + "env KOLO_TCP_HOST=10.231.0.2 " + job +
-                           "--node-rank 1 " + kWorker +
-                           " --backend tcp; e=$?; wait $p; "
-                           "echo \"node exits $? $e\"",
-                       60);
+    ProcessRun r =
+        run_command(a + "env KOLO_TCP_HOST=10.231.0.1 " + job + "--node-rank 0 " + kWorker +
+                        " --backend tcp & p=$!; " + b + "env KOLO_TCP_HOST=10.231.0.2 " + job +
+                        "--node-rank 1 " + kWorker +
+                        " --backend tcp; e=$?; wait $p; "
+                        "echo \"node exits $? $e\"",
+                    60);
     EXPECT_NE(r.output.find("node exits 0 0"), std::string::npos) << r.output;
-    EXPECT_EQ(count(r.output, "checks passed"), 4) << r.output;
+    EXPECT_EQ(count_occurrences(r.output, "checks passed"), 4) << r.output;
   }
-  run("ip netns del " + ns + "a; ip netns del " + ns + "b");
+  run_command("ip netns del " + ns + "a; ip netns del " + ns + "b");
   ASSERT_EQ(link.exit_code, 0) << link.output;
 }
 

@@ -13,27 +13,11 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/run_command.h"
+
 namespace {
 
 namespace fs = std::filesystem;
-
-struct ProcessResult {
-  int exit_code = -1;
-  std::string output;
-};
-
-// Runs a shell command, capturing stdout and stderr together.
-ProcessResult run_command(const std::string& command) {
-  ProcessResult result;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return result;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) result.output.append(buffer, n);
-  int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return result;
-}
 
 class TrainingTest : public ::testing::Test {
  protected:
@@ -47,8 +31,10 @@ class TrainingTest : public ::testing::Test {
 
   // Starts the worker on `np` ranks; fails the test (with the output) unless it exits 0.
   std::string launch(int np, const std::string& args) {
-    ProcessResult r = run_command(std::string(KOLORUN_PATH) + " -np " + std::to_string(np) + " " +
-                TRAINING_WORKER_PATH + " " + args);
+    kolo::testing::ProcessRun r =
+        kolo::testing::run_command(std::string(KOLORUN_PATH) + " -np " + std::to_string(np) + " " +
+                                       TRAINING_WORKER_PATH + " " + args,
+                                   /*timeout_s=*/120);
     EXPECT_EQ(r.exit_code, 0) << r.output;
     return r.output;
   }
