@@ -258,63 +258,46 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
       fail("conv2d: bias shape " + shape_to_string(bias.shape()) + " does not match " +
            std::to_string(oc) + " output channels");
   }
-  const int64_t oh = geo.oh(), ow = geo.ow(), ohw = oh * ow, ckk = geo.c * geo.kh * geo.kw;
+  const int64_t oh = geo.oh(), ow = geo.ow();
   const Device d = x.device();
   Tensor y = Tensor::empty({n, oc, oh, ow}, d);
   if (d.is_cpu()) {
-    // One image at a time bounds the im2col buffer to [C*KH*KW, OH*OW].
-    std::vector<float> col(static_cast<size_t>(ckk * ohw));
-    const int64_t in_img = geo.c * geo.h * geo.w;
-    for (int64_t i = 0; i < n; ++i) {
-      kernels::cpu::im2col(geo, F(x) + i * in_img, col.data());
-      kernels::cpu::gemm(false, false, oc, ohw, ckk, 1.f, F(weight), col.data(), 0.f,
-                         F(y) + i * oc * ohw);
-    }
+    kernels::cpu::conv2d_fwd(n, geo, oc, F(x), F(weight), bias.defined() ? F(bias) : nullptr, F(y));
   } else {
 #ifdef KOLO_HAVE_CUDA
     kernels::cuda::set_device(d.index);
     kernels::cuda::conv2d_fwd(n, geo, oc, F(x), F(weight), F(y));
+    if (bias.defined()) kernels::cuda::add_channel_bias(n, oc, oh * ow, F(bias), F(y));
 #else
     kernels::throw_no_cuda("conv2d");
 #endif
   }
-  if (bias.defined()) KOLO_FW_CALL(d, add_channel_bias(n, oc, ohw, F(bias), F(y)));
   const bool gx = wants(x), gw = wants(weight), gb = wants(bias);
   attach(y, "Conv2d",
          [xd = x.detach(), wd = weight.detach(), geo, n, oc, gx, gw, gb](const Tensor& g) {
            std::vector<Tensor> r(3);
            const Device d = g.device();
-           const int64_t ohw = geo.oh() * geo.ow(), ckk = geo.c * geo.kh * geo.kw;
+           if (d.is_cpu()) {
+             // Every gradient is overwritten (see cpu_kernels.h), so no zero fill.
+             if (gx) r[0] = Tensor::empty(xd.shape(), d);
+             if (gw) r[1] = Tensor::empty(wd.shape(), d);
+             if (gb) r[2] = Tensor::empty({oc}, d);
+             kernels::cpu::conv2d_bwd(n, geo, oc, F(xd), F(wd), F(g), gx ? F(r[0]) : nullptr,
+                                      gw ? F(r[1]) : nullptr, gb ? F(r[2]) : nullptr);
+             return r;
+           }
+#ifdef KOLO_HAVE_CUDA
            Tensor gxt = gx ? Tensor::zeros(xd.shape(), d) : Tensor();
            Tensor gwt = Tensor::zeros(wd.shape(), d);
-           if (d.is_cpu()) {
-             std::vector<float> col(static_cast<size_t>(ckk * ohw));
-             std::vector<float> gcol(gx ? col.size() : 0);
-             const int64_t in_img = geo.c * geo.h * geo.w;
-             for (int64_t i = 0; i < n; ++i) {
-               const float* gyi = F(g) + i * oc * ohw;
-               if (gw) {
-                 kernels::cpu::im2col(geo, F(xd) + i * in_img, col.data());
-                 kernels::cpu::gemm(false, true, oc, ckk, ohw, 1.f, gyi, col.data(), 1.f, F(gwt));
-               }
-               if (gx) {
-                 kernels::cpu::gemm(true, false, ckk, ohw, oc, 1.f, F(wd), gyi, 0.f, gcol.data());
-                 kernels::cpu::col2im(geo, gcol.data(), F(gxt) + i * in_img);
-               }
-             }
-           } else {
-#ifdef KOLO_HAVE_CUDA
-             kernels::cuda::set_device(d.index);
-             kernels::cuda::conv2d_bwd(n, geo, oc, F(xd), F(wd), F(g), gx ? F(gxt) : nullptr,
-                                       F(gwt));
-#endif
-           }
+           kernels::cuda::set_device(d.index);
+           kernels::cuda::conv2d_bwd(n, geo, oc, F(xd), F(wd), F(g), gx ? F(gxt) : nullptr, F(gwt));
            r[0] = gxt;
            if (gw) r[1] = gwt;
            if (gb) {
              r[2] = Tensor::empty({oc}, d);
-             KOLO_FW_CALL(d, channel_sum(n, oc, ohw, F(g), 0.f, F(r[2])));
+             kernels::cuda::channel_sum(n, oc, geo.oh() * geo.ow(), F(g), 0.f, F(r[2]));
            }
+#endif
            return r;
          },
          {x, weight, bias});
@@ -342,9 +325,14 @@ Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride) {
   KOLO_FW_CALL(d, maxpool_fwd(geo, F(x), F(y), static_cast<int32_t*>(argmax.raw_data())));
   attach(y, "MaxPool2d",
          [geo, argmax, shape = x.shape()](const Tensor& g) {
+           const auto* am = static_cast<const int32_t*>(argmax.raw_data());
+           if (g.device().is_cpu()) {
+             Tensor gx = Tensor::empty(shape, g.device());
+             kernels::cpu::maxpool_bwd_overwrite(geo, F(g), am, F(gx));
+             return std::vector<Tensor>{gx};
+           }
            Tensor gx = Tensor::zeros(shape, g.device());
-           KOLO_FW_CALL(g.device(),
-                        maxpool_bwd(geo, F(g), static_cast<int32_t*>(argmax.raw_data()), F(gx)));
+           KOLO_FW_CALL(g.device(), maxpool_bwd(geo, F(g), am, F(gx)));
            return std::vector<Tensor>{gx};
          },
          {x});

@@ -1,5 +1,7 @@
 #include "framework/tensor.h"
 
+#include <malloc.h>
+
 #include <cmath>
 #include <cstring>
 #include <sstream>
@@ -92,8 +94,22 @@ int64_t shape_numel(const Shape& shape) {
 }
 
 // ---------------------------------------------------------------- Storage
+namespace {
+// glibc gives freed heap tops back to the OS and serves big blocks with fresh mmaps; a training
+// step frees all of its activations, so every step would page-fault them back in.
+void keep_freed_cpu_memory() {
+  static const bool once = [] {
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+    return true;
+  }();
+  (void)once;
+}
+}  // namespace
+
 Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
   if (device.is_cpu()) {
+    keep_freed_cpu_memory();
     // 64-byte alignment keeps AVX loads aligned and matches what OpenBLAS prefers.
     data_ = ::operator new(nbytes == 0 ? 64 : (nbytes + 63) / 64 * 64, std::align_val_t(64));
     return;

@@ -1,8 +1,9 @@
 // CPU kernels of the training stack: plain loops over contiguous float32 arrays (written so that
 // GCC vectorises them at -O3 -march=native) and OpenBLAS sgemm for matrix products.
 // The CUDA twins with identical signatures are in cuda_kernels.h (pointers there are device
-// pointers). Callers (functional.cc, tensor.cc) have checked shapes; these do no validation.
-// Thread-safety: pure functions of their arguments.
+// pointers); the few functions marked "CPU only" have none. Callers (functional.cc, tensor.cc) have
+// checked shapes; these do no validation. Thread-safety: pure functions of their arguments (scratch
+// buffers are local to each call).
 #pragma once
 
 #include <cstdint>
@@ -31,6 +32,9 @@ void f32_to_bf16(int64_t n, const float* x, uint16_t* y);
 void bf16_to_f32(int64_t n, const uint16_t* x, float* y);
 
 // ---- matrices, row-major ----
+// Name of the OpenBLAS kernel set in use (e.g. "Haswell", "SkylakeX"); OpenBLAS picks it when the
+// library loads, and OPENBLAS_CORETYPE overrides the choice. CPU only, for benchmark reports.
+const char* blas_core_name();
 // C[M,N] = alpha * op(A) * op(B) + beta * C, op(A) is [M,K], op(B) is [K,N].
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           const float* b, float beta, float* c);
@@ -56,6 +60,16 @@ void im2col(const ConvGeom& g, const float* img, float* col);
 // img += scatter of col (the adjoint of im2col); img must be zeroed by the caller.
 void col2im(const ConvGeom& g, const float* col, float* img);
 
+// ---- whole-batch convolution, CPU only (im2col + sgemm per image; see cpu_kernels.cc) ----
+// Unlike the CUDA twins these fuse the bias. x [n, C, H, W], w [oc, C, KH, KW], bias [oc] or
+// null -> y [n, oc, OH, OW], overwritten.
+void conv2d_fwd(int64_t n, const ConvGeom& g, int64_t oc, const float* x, const float* w,
+                const float* bias, float* y);
+// From gy [n, oc, OH, OW]: gx [n, C, H, W], gw [oc, C, KH, KW] and gb [oc]; each may be null
+// (not wanted) and each wanted one is overwritten, so none needs zeroing.
+void conv2d_bwd(int64_t n, const ConvGeom& g, int64_t oc, const float* x, const float* w,
+                const float* gy, float* gx, float* gw, float* gb);
+
 // ---- pooling over [N*C] planes of H x W, window k, stride s, no padding ----
 struct PoolGeom {
   int64_t planes, h, w, k, stride;
@@ -65,6 +79,9 @@ struct PoolGeom {
 void maxpool_fwd(const PoolGeom& g, const float* x, float* y, int32_t* argmax);
 void maxpool_bwd(const PoolGeom& g, const float* gy, const int32_t* argmax,
                  float* gx);  // gx zeroed
+// CPU only: the same gradient, but gx need not be zeroed (every element is written), which
+// saves a pass over the input-sized gradient when 2x2 stride-2 windows tile the plane.
+void maxpool_bwd_overwrite(const PoolGeom& g, const float* gy, const int32_t* argmax, float* gx);
 void avgpool_fwd(const PoolGeom& g, const float* x, float* y);
 void avgpool_bwd(const PoolGeom& g, const float* gy, float* gx);  // gx zeroed by caller
 
