@@ -301,6 +301,13 @@ int train(const TrainArgs& args) {
   if (root) {
     std::printf("final test accuracy %.4f (%lld/%lld)\n", test.accuracy(),
                 static_cast<long long>(test.correct), static_cast<long long>(test.total));
+    const fw::DistributedStats& stats = opt.stats();
+    if (stats.communication_window_seconds > 0) {
+      std::printf("communication hidden behind backward: %.0f%% (step() waited %.2f s of a "
+                  "%.2f s communication window)\n",
+                  100.0 * (1.0 - stats.exposed_wait_seconds / stats.communication_window_seconds),
+                  stats.exposed_wait_seconds, stats.communication_window_seconds);
+    }
   }
   int exit_code = 0;
   if (args.min_accuracy >= 0 && test.accuracy() < args.min_accuracy) {

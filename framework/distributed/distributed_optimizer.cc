@@ -88,6 +88,7 @@ void DistributedOptimizer::submit(size_t index) {
   if (param.submitted) return;
   param.submitted = true;
   if (size() == 1) return;  // nothing to exchange; step() still divides by the passes
+  if (!first_submit_) first_submit_ = std::chrono::steady_clock::now();
 
   Tensor grad = param.tensor.grad();
   if (!grad.defined()) {
@@ -136,6 +137,7 @@ void DistributedOptimizer::step() {
       ++stats_.submitted_at_step;
     }
   }
+  const auto wait_start = std::chrono::steady_clock::now();
   Status first_error;
   for (auto& param : params_) {
     if (!param.handle.valid()) continue;
@@ -145,6 +147,13 @@ void DistributedOptimizer::step() {
   if (count_handle_.valid()) {
     Status status = count_handle_.wait();
     if (!status.ok() && first_error.ok()) first_error = status;
+  }
+  if (first_submit_) {
+    const auto done = std::chrono::steady_clock::now();
+    stats_.communication_window_seconds +=
+        std::chrono::duration<double>(done - *first_submit_).count();
+    stats_.exposed_wait_seconds += std::chrono::duration<double>(done - wait_start).count();
+    first_submit_.reset();
   }
   // Reset before throwing so that the optimizer stays usable for the next step.
   const int64_t global_samples = global_samples_;

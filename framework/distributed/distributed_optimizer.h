@@ -33,7 +33,9 @@
 // Thread-safety: use from the training thread; hooks run inside backward() on that thread.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -60,6 +62,11 @@ struct DistributedStats {
   int64_t steps = 0;
   int64_t submitted_from_hooks = 0;  // allreduces started inside backward
   int64_t submitted_at_step = 0;     // unused parameters, reduced with zeros at step()
+  // Per step, the communication window runs from the first gradient's submission to the end of
+  // the last allreduce; the exposed part is what step() spent waiting for it. Summed here, so
+  // 1 - exposed / window is the share of communication hidden behind backward.
+  double communication_window_seconds = 0;
+  double exposed_wait_seconds = 0;
 };
 
 class DistributedOptimizer {
@@ -106,6 +113,7 @@ class DistributedOptimizer {
   int64_t global_samples_ = 0;  // the buffer of the count allreduce
   bool count_submitted_ = false;
   Handle count_handle_;
+  std::optional<std::chrono::steady_clock::time_point> first_submit_;  // this step's
   DistributedStats stats_;
 };
 
