@@ -18,6 +18,12 @@ struct RuntimeConfig {
   // Batching window: while work is pending, cycles start at most this often, so that
   // submissions arriving close together are negotiated (and fused) together.
   std::chrono::nanoseconds cycle_time = std::chrono::milliseconds(1);
+  // Piggy-back (Note [Piggy-back] in runtime.cc): small cached allreduces travel inside the
+  // negotiation message, saving the data round, up to this many bytes per rank and cycle.
+  // Only in jobs of at most piggyback_max_ranks ranks, where gathering every rank's message
+  // costs no more steps than allreducing it. 0 turns it off.
+  uint64_t piggyback_bytes = 1024;
+  int piggyback_max_ranks = 4;
   // Names remembered by the response cache (the bit vector has one byte per entry).
   uint64_t cache_capacity = 1024;
   std::string timeline_path;  // empty: no timeline at init

@@ -88,7 +88,10 @@ std::optional<std::string> Controller::mismatch(const std::string& name,
   if (auto m = check("operation", [](const Request& q) { return op_type_name(q.type); })) return m;
   if (auto m = check("dtype", [](const Request& q) { return std::string(dtype_name(q.dtype)); }))
     return m;
-  if (auto m = check("device", [](const Request& q) { return q.device.to_string(); })) return m;
+  // Only the kind must agree: each rank's tensor lives on its own GPU (cuda:<local rank>).
+  if (auto m = check("device type",
+                     [](const Request& q) { return std::string(q.device.is_cuda() ? "cuda" : "cpu"); }))
+    return m;
   switch (ref.type) {
     case OpType::kAllreduce:
     case OpType::kReducescatter:

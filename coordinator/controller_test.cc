@@ -54,6 +54,25 @@ TEST(ControllerTest, ShapeMismatchNamesTensorRanksAndValues) {
             "allreduce 'w': shape differs across ranks: ranks [0, 1] have [4, 3]; rank 2 has [4, 5]");
 }
 
+TEST(ControllerTest, DeviceKindMustAgreeButOrdinalsMayDiffer) {
+  // Each rank's tensor lives on its own GPU: cuda:0 on rank 0 and cuda:1 on rank 1 agree.
+  auto t = Clock::now();
+  ResponseCache cache(0);
+  Controller c(2, {});
+  Request q0 = ar("g", {2}), q1 = ar("g", {2}), q2 = ar("h", {2});
+  q0.device = Device::cuda(0);
+  q1.device = Device::cuda(1);
+  q2.device = Device::cuda(0);
+  c.add(0, list_of({q0, q2}), cache, t);
+  c.add(1, list_of({q1, ar("h", {2})}), cache, t);
+  auto out = c.respond(t);
+  ASSERT_EQ(out.responses.size(), 2u);
+  EXPECT_EQ(out.responses[0].kind, Response::Kind::kExecute);
+  EXPECT_EQ(out.responses[1].kind, Response::Kind::kError);
+  EXPECT_EQ(out.responses[1].error,
+            "allreduce 'h': device type differs across ranks: rank 0 has cuda; rank 1 has cpu");
+}
+
 TEST(ControllerTest, OtherMismatches) {
   auto t = Clock::now();
   ResponseCache cache(0);

@@ -91,9 +91,9 @@ Status Executor::run(const std::vector<BatchItem>& batch) {
     finish(batch, Status(head.error_code, head.error));
     return Status::Ok();
   }
+  // CPU tensors are ready by contract, so this span is empty for them; CUDA tensors' ready
+  // events are waited on by their staging copies (MEMCPY_D2H), on a copy stream.
   begin(batch, "WAIT_FOR_DATA");
-  // CPU tensors are ready by contract; CUDA ready events are rejected at submission in
-  // builds without CUDA, so there is nothing to wait for here.
   end(batch);
   Status st;
   switch (head.type) {
@@ -128,12 +128,16 @@ Status Executor::allreduce(const std::vector<BatchItem>& batch) {
   for (const auto& item : batch)
     for (const auto& shape : item.response->shapes) total += num_elements(shape);
   const size_t esize = dtype_size(head.dtype);
-  TimelineArgs args = {{"bytes", std::to_string(total * esize)},
+  const size_t total_bytes = static_cast<size_t>(total) * esize;
+  TimelineArgs args = {{"bytes", std::to_string(total_bytes)},
                        {"dtype", std::string(dtype_name(head.dtype))},
                        {"fused", std::to_string(batch.size())}};
+  // Every rank agrees on the device kind (the coordinator checks it), so the head's tells
+  // whether this rank's tensors of the batch are on a GPU.
+  const bool cuda = head.device.is_cuda();
 
-  // A single tensor of this rank: the backend works on the caller's memory, no copy.
-  if (batch.size() == 1 && batch[0].entry && head.shapes.size() == 1) {
+  // A single CPU tensor of this rank: the backend works on the caller's memory, no copy.
+  if (!cuda && batch.size() == 1 && batch[0].entry && head.shapes.size() == 1) {
     Entry& e = *batch[0].entry;
     begin(batch, op_span(OpType::kAllreduce), args);
     Status st = backend_.allreduce(e.inputs[0].data, e.outputs[0].data, total, head.dtype, opts);
@@ -142,18 +146,39 @@ Status Executor::allreduce(const std::vector<BatchItem>& batch) {
     return st;
   }
 
-  auto* buffer = static_cast<char*>(fusion_buffer_.get(static_cast<size_t>(total) * esize));
-  begin(batch, "MEMCPY_IN_FUSION");
+  // CUDA tensors copy straight into the pinned fusion buffer; the scale factors are then
+  // applied on the host copy.
+  auto* buffer = static_cast<char*>(cuda ? host_buffer(CudaStaging::Slot::kFusion, total_bytes)
+                                         : fusion_buffer_.get(total_bytes));
+  Status staged = Status::Ok();
+  begin(batch, cuda ? "MEMCPY_D2H" : "MEMCPY_IN_FUSION");
   int64_t offset = 0;
   for (const auto& item : batch) {
     for (size_t k = 0; k < item.response->shapes.size(); ++k) {
       int64_t n = num_elements(item.response->shapes[k]);
-      if (item.entry)
-        ops::scale_copy(head.dtype, buffer + offset * esize, item.entry->inputs[k].data, n,
-                        opts.prescale);
-      else
-        fill_identity(head.dtype, opts.op, buffer + offset * esize, n);
+      char* dst = buffer + offset * esize;
+      if (!item.entry) {
+        fill_identity(head.dtype, opts.op, dst, n);
+      } else if (cuda) {
+        if (staged.ok())
+          staged = staging_.copy_to_host(dst, item.entry->inputs[k], n * esize,
+                                            item.response->name);
+      } else {
+        ops::scale_copy(head.dtype, dst, item.entry->inputs[k].data, n, opts.prescale);
+      }
       offset += n;
+    }
+  }
+  if (cuda) {
+    Status synced = staging_.synchronize();
+    if (staged.ok()) staged = synced;
+    offset = 0;
+    for (const auto& item : batch) {
+      for (const auto& shape : item.response->shapes) {
+        int64_t n = num_elements(shape);
+        if (item.entry) ops::scale(head.dtype, buffer + offset * esize, n, opts.prescale);
+        offset += n;
+      }
     }
   }
   end(batch);
@@ -163,21 +188,31 @@ Status Executor::allreduce(const std::vector<BatchItem>& batch) {
   begin(batch, op_span(OpType::kAllreduce), args);
   Status st = backend_.allreduce(buffer, buffer, total, head.dtype, opts);
   end(batch);
-  if (st.ok()) {
-    begin(batch, "MEMCPY_OUT_FUSION");
+  if (st.ok() && staged.ok()) {
+    begin(batch, cuda ? "MEMCPY_H2D" : "MEMCPY_OUT_FUSION");
+    if (cuda) ops::scale(head.dtype, buffer, total, postscale);
     offset = 0;
     for (const auto& item : batch) {
       for (size_t k = 0; k < item.response->shapes.size(); ++k) {
         int64_t n = num_elements(item.response->shapes[k]);
-        if (item.entry)
-          ops::scale_copy(head.dtype, item.entry->outputs[k].data, buffer + offset * esize, n,
-                          postscale);
+        char* src = buffer + offset * esize;
+        if (item.entry && cuda) {
+          if (staged.ok())
+            staged = staging_.copy_to_device(item.entry->outputs[k], src, n * esize,
+                                             item.response->name);
+        } else if (item.entry) {
+          ops::scale_copy(head.dtype, item.entry->outputs[k].data, src, n, postscale);
+        }
         offset += n;
       }
     }
+    if (cuda) {
+      Status synced = staging_.synchronize();
+      if (staged.ok()) staged = synced;
+    }
     end(batch);
   }
-  finish(batch, st);
+  finish(batch, st.ok() ? staged : st);
   return st;
 }
 
@@ -197,24 +232,38 @@ Status Executor::allgather(const BatchItem& item) {
   Status alloc = Status::Ok();
   void* out = item.entry ? allocate_output(*item.entry, out_shape, p.dtype, alloc)
                          : scratch_.get(bytes);
-  const void* in = item.entry ? item.entry->inputs[0].data : nullptr;
-  std::vector<BatchItem> batch{item};
-  begin(batch, op_span(p.type), {{"bytes", std::to_string(bytes)}});
-  Status st = backend_.allgather(in, out, p.dtype, opts);
-  end(batch);
-  finish(batch, st.ok() ? alloc : st);
-  return st;
+  const size_t in_bytes = item.entry ? item.entry->inputs[0].num_bytes() : 0;
+  return run_single(item, in_bytes, out, bytes, alloc, {{"bytes", std::to_string(bytes)}},
+                    [&](const void* in, void* o) { return backend_.allgather(in, o, p.dtype, opts); });
 }
 
 Status Executor::broadcast(const BatchItem& item) {
   const Response& p = *item.response;
   const int64_t n = num_elements(p.shapes.at(0));
-  void* data = item.entry ? item.entry->inputs[0].data : scratch_.get(n * dtype_size(p.dtype));
+  const size_t bytes = static_cast<size_t>(n) * dtype_size(p.dtype);
+  Entry* e = item.entry;
   std::vector<BatchItem> batch{item};
-  begin(batch, op_span(p.type), {{"bytes", std::to_string(n * dtype_size(p.dtype))}});
+  const bool cuda = e && e->inputs[0].device.is_cuda();
+  const bool root = backend_.rank() == p.root;
+  void* data = e ? e->inputs[0].data : scratch_.get(bytes);
+  Status staged = Status::Ok();
+  if (cuda) {
+    data = host_buffer(CudaStaging::Slot::kInput, bytes);
+    if (root) {
+      begin(batch, "MEMCPY_D2H");
+      staged = stage_in(data, e->inputs[0], bytes, p.name);
+      end(batch);
+    }
+  }
+  begin(batch, op_span(p.type), {{"bytes", std::to_string(bytes)}});
   Status st = backend_.broadcast(data, n, p.dtype, BroadcastOptions{p.root});
   end(batch);
-  finish(batch, st);
+  if (cuda && !root && st.ok()) {
+    begin(batch, "MEMCPY_H2D");
+    staged = stage_out(e->inputs[0], data, bytes, p.name);
+    end(batch);
+  }
+  finish(batch, st.ok() ? staged : st);
   return st;
 }
 
@@ -238,12 +287,9 @@ Status Executor::alltoall(const BatchItem& item) {
   Status alloc = Status::Ok();
   void* out = allocate_output(*item.entry, out_shape, p.dtype, alloc);
   item.entry->state->set_received_splits(received);
-  std::vector<BatchItem> batch{item};
-  begin(batch, op_span(p.type));
-  Status st = backend_.alltoall(item.entry->inputs[0].data, out, p.dtype, opts);
-  end(batch);
-  finish(batch, st.ok() ? alloc : st);
-  return st;
+  const size_t out_bytes = static_cast<size_t>(rows * row) * dtype_size(p.dtype);
+  return run_single(item, item.entry->inputs[0].num_bytes(), out, out_bytes, alloc, {},
+                    [&](const void* in, void* o) { return backend_.alltoall(in, o, p.dtype, opts); });
 }
 
 Status Executor::reducescatter(const BatchItem& item) {
@@ -259,12 +305,38 @@ Status Executor::reducescatter(const BatchItem& item) {
   if (row == 0) out_shape[0] = shape[0] / size + (me < shape[0] % size ? 1 : 0);
   Status alloc = Status::Ok();
   void* out = allocate_output(*item.entry, out_shape, p.dtype, alloc);
+  const size_t out_bytes = static_cast<size_t>(opts.counts[me]) * dtype_size(p.dtype);
+  return run_single(item, item.entry->inputs[0].num_bytes(), out, out_bytes, alloc, {},
+                    [&](const void* in, void* o) {
+                      return backend_.reducescatter(in, o, p.dtype, opts);
+                    });
+}
+
+
+void Executor::reduce_gathered(const BatchItem& item, const std::vector<const void*>& inputs) {
+  const Response& p = *item.response;
+  const int64_t n = num_elements(p.shapes.at(0));
+  const size_t bytes = static_cast<size_t>(n) * dtype_size(p.dtype);
   std::vector<BatchItem> batch{item};
-  begin(batch, op_span(p.type));
-  Status st = backend_.reducescatter(item.entry->inputs[0].data, out, p.dtype, opts);
+  begin(batch, "PIGGYBACK_REDUCE", {{"bytes", std::to_string(bytes)}});
+  // The inputs were copied into the negotiation buffer, so the output may alias the input.
+  void* out = item.entry ? item.entry->outputs[0].data : scratch_.get(bytes);
+  ops::scale_copy(p.dtype, out, inputs[0], n, p.prescale);
+  for (size_t r = 1; r < inputs.size(); ++r) {
+    const void* in = inputs[r];
+    if (p.prescale != 1.0) {
+      void* scaled = prescaled_.get(bytes);
+      ops::scale_copy(p.dtype, scaled, in, n, p.prescale);
+      in = scaled;
+    }
+    ops::reduce_into(p.dtype, p.reduce_op, out, in, n);
+  }
+  // As the backends finish: the true division of kAverage, then the postscale.
+  if (p.reduce_op == ReduceOp::kAverage)
+    ops::divide(p.dtype, out, n, static_cast<double>(inputs.size()));
+  ops::scale(p.dtype, out, n, p.postscale);
   end(batch);
-  finish(batch, st.ok() ? alloc : st);
-  return st;
+  finish(batch, Status::Ok());
 }
 
 }  // namespace kolo::coord

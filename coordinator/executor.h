@@ -1,19 +1,28 @@
 // Executor: runs one fused batch of responses on the data backend and completes the handles.
 //
-// Per batch: wait for the data (CUDA ready events), copy into the persistent fusion buffer
-// with the prescale fused into the copy (skipped for a single tensor: the backend works on
-// the caller's memory directly), one backend call, copy out with the postscale fused in,
-// then every entry's callbacks. A rank that had joined has no entry for a response; it
-// contributes the reduction's identity (or zero rows) and discards the result.
-// Each phase is a timeline span on the tensor's track.
+// Per batch: copy into the persistent fusion buffer with the prescale fused into the copy
+// (skipped for a single tensor: the backend works on the caller's memory directly), one
+// backend call, copy out with the postscale fused in, then every entry's callbacks. A rank
+// that had joined has no entry for a response; it contributes the reduction's identity (or
+// zero rows) and discards the result. Each phase is a timeline span on the tensor's track.
+//
+// CUDA tensors (see cuda_staging.h) are copied, after their ready events, into pinned host
+// memory (a fused batch straight into the pinned fusion buffer), the backend runs on the host
+// copy and the result is copied back before the handle completes. A failed copy fails the
+// handles of its batch, but this rank still takes part in the backend call so that the other
+// ranks are not stranded. For a CUDA input, an OutputAllocator must return memory on the
+// input's device; without one the output is a HostTensor in host memory.
 //
 // Not thread-safe: the background thread's.
 #pragma once
 
+#include <array>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "backends/backend.h"
+#include "coordinator/cuda_staging.h"
 #include "coordinator/entry.h"
 #include "coordinator/message.h"
 #include "ops/collectives.h"
@@ -33,6 +42,10 @@ class Executor {
   // Runs the batch and completes each entry's handle. Returns a non-OK Status only when the
   // backend failed: the ranks may then be out of step, and the runtime must stop.
   Status run(const std::vector<BatchItem>& batch);
+  // Completes a single-tensor CPU allreduce whose every rank's input arrived with the
+  // negotiation (inputs[r]: rank r's bytes, 8-byte aligned): reduces them locally in rank
+  // order, so every rank computes the identical result, with the backend's scaling rules.
+  void reduce_gathered(const BatchItem& item, const std::vector<const void*>& inputs);
 
  private:
   Status allreduce(const std::vector<BatchItem>& batch);
@@ -51,10 +64,28 @@ class Executor {
                         Status& alloc_status);
   void finish(const std::vector<BatchItem>& batch, const Status& status);
 
+  // CUDA staging (executor_staging.cc).
+  // Host memory for a staging slot: pinned, or pageable when pinning fails (slower copies,
+  // same results).
+  void* host_buffer(CudaStaging::Slot slot, size_t bytes);
+  // Copies a CUDA tensor to host memory (or back) and waits for the copy.
+  Status stage_in(void* host, const TensorView& src, size_t bytes, const std::string& name);
+  Status stage_out(const TensorView& dst, const void* host, size_t bytes, const std::string& name);
+  // Runs `call(in, out)`, the backend op of a one-tensor item whose output `out` was
+  // allocated already (alloc: how that went), staging input and output through host memory
+  // when the entry's tensors are on a GPU, then completes the item.
+  using BackendCall = std::function<Status(const void* in, void* out)>;
+  Status run_single(const BatchItem& item, size_t in_bytes, void* out, size_t out_bytes,
+                    const Status& alloc, TimelineArgs args, const BackendCall& call);
+
   Backend& backend_;
   Timeline& timeline_;
   ops::Workspace fusion_buffer_;  // persistent: grows to the largest batch and stays
   ops::Workspace scratch_;        // joined ranks' stand-in buffers
+  ops::Workspace prescaled_;      // reduce_gathered: one rank's input times the prescale
+  CudaStaging staging_;           // pinned buffers and copy streams (idle for CPU tensors)
+  std::array<ops::Workspace, 3> pageable_;  // per slot, when pinned memory is unavailable
+  bool warned_pageable_ = false;
 };
 
 }  // namespace kolo::coord

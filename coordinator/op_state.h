@@ -3,6 +3,7 @@
 // Thread-safe: every method may be called from any thread.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -45,6 +46,7 @@ class OpState {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;                            // guarded by mu_
+  std::atomic<bool> done_flag_{false};           // done_, for wait()'s lock-free spin
   bool completing_ = false;                      // guarded by mu_: callbacks running
   Status status_;                                // guarded by mu_
   std::vector<Handle::Callback> callbacks_;      // guarded by mu_

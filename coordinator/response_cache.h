@@ -38,6 +38,9 @@ class ResponseCache {
   std::optional<size_t> slot_of(const std::string& name) const;
   const Response& response(size_t slot) const { return slots_[slot]->response; }
   const std::string* name_at(size_t slot) const;
+  // One past the highest slot ever used (identical on every rank): the bit vector only
+  // needs this many slots.
+  size_t slot_limit() const { return next_unused_slot_; }
 
   // Records an executed response with this rank's own request (nullopt for a rank that had
   // joined: its next request for the name misses). Refreshes LRU order. Returns the name

@@ -9,18 +9,23 @@
 // Note [Cycle]
 // Every rank's background thread runs the same sequence of cycles; each cycle is a fixed
 // series of control-plane collectives, so the ranks stay in step without a separate clock:
-//   1. allreduce(min) of a byte vector: byte 0 is 1 when this rank needs no slow path;
-//      byte 1+s is 1 when this rank has a pending request matching cache slot s.
+//   1. allreduce(min) of a byte vector: byte 0 is >= 1 when this rank needs no slow path;
+//      byte 1+s is 1 when this rank has a pending request matching cache slot s. (In small
+//      jobs an allgather of the vector instead, with small allreduces' data riding along:
+//      Note [Piggy-back] in piggyback.cc.)
 //   2. only when some byte 0 was 0: allgather of every rank's serialized RequestList, rank 0
 //      (the Controller) decides, broadcast of the serialized ResponseList.
 // Bits set on every rank are responses rebuilt from the (identical) caches; together with the
 // slow-path responses they form the ordered list every rank executes.
 // When does a rank enter a cycle? When it has pending work (at most once per cycle time,
-// the batching window), when a submission arrives while it was idle (at once: no fixed sleep
-// on the hot path), and at least once per heartbeat while idle. A rank with work blocks in
-// step 1 until every other rank enters; an idle rank sleeps on its condition variable, so
-// an idle job costs one tiny allreduce per heartbeat. The heartbeat keeps rank 0's stall
-// inspector and shutdown requests moving while some ranks have nothing to do.
+// the batching window; at once when the gathered step 1 showed a rank with nothing pending,
+// since that rank's next cycle starts with its next submission), when a submission arrives
+// while it was idle (at once: no fixed sleep on the hot path), and at least once per
+// heartbeat while idle. A rank with work blocks in step 1 until every other rank enters; an
+// idle rank first watches its queue for a few microseconds (a caller that waited on a handle
+// resubmits right away), then sleeps on its condition variable, so an idle job costs one tiny
+// collective per heartbeat. The heartbeat keeps rank 0's stall inspector and shutdown
+// requests moving while some ranks have nothing to do.
 
 namespace kolo::coord {
 
@@ -54,7 +59,9 @@ Runtime::Runtime(RuntimeConfig config, Topology topology, std::unique_ptr<Backen
       control_(std::move(control)),
       cache_(config_.cache_capacity),
       executor_(*data_, timeline_),
-      bits_(1 + config_.cache_capacity) {
+      bits_(1 + config_.cache_capacity),
+      gather_control_(config_.piggyback_bytes > 0 &&
+                      topology_.size <= config_.piggyback_max_ranks) {
   if (topology_.rank == 0)
     controller_ = std::make_unique<Controller>(
         topology_.size, StallConfig{config_.stall_check_time, config_.stall_shutdown_time});
@@ -91,7 +98,7 @@ Handle Runtime::submit(std::unique_ptr<Entry> entry) {
   const std::string& name = entry->request.name;
   const char* op = op_type_name(entry->request.type);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     Status reject;
     if (stopped_) {
       reject = final_status_;
@@ -114,7 +121,12 @@ Handle Runtime::submit(std::unique_ptr<Entry> entry) {
         timeline_.begin(name, "QUEUE");
       }
       queue_.push_back(std::move(entry));
+      queued_.store(queue_.size(), std::memory_order_release);
+      // A spinning or busy background thread sees the queue by itself; only a sleeping
+      // one needs the (system-call) wake-up.
+      if (!sleeping_) return handle;
     } else {
+      lock.unlock();
       state->complete(reject);
       return handle;
     }
@@ -164,19 +176,36 @@ void Runtime::fail_all(const Status& status) {
   for (auto& e : queued) e->state->complete(final_status_);
 }
 
+void Runtime::spin_for_submission() {
+  // A caller that waits on a handle typically submits its next operation a few
+  // microseconds after the completion wakes it (a training step's next gradient, a
+  // ping-pong); catching that without a sleep and a futex wake-up saves two scheduler hops.
+  // Yielding keeps the spin from taking the core from the very thread it waits for.
+  constexpr auto kSpin = std::chrono::microseconds(50);
+  const auto until = std::chrono::steady_clock::now() + kSpin;
+  while (queued_.load(std::memory_order_acquire) == 0 &&
+         std::chrono::steady_clock::now() < until)
+    std::this_thread::yield();
+}
+
 void Runtime::loop() {
   set_log_rank(topology_.rank);
   auto last_start = std::chrono::steady_clock::now() - config_.cycle_time;
   for (;;) {
     bool shutdown_requested;
+    if (pending_.empty()) spin_for_submission();
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (pending_.empty()) {
         // Idle: sleep until a submission (or shutdown), at most one heartbeat.
+        sleeping_ = true;
         cv_.wait_for(lock, config_.heartbeat,
                      [&] { return !queue_.empty() || shutdown_requested_; });
-      } else {
-        // Busy: the batching window, so close submissions share a cycle.
+        sleeping_ = false;
+      } else if (!idle_peer_) {
+        // Busy: the batching window, so close submissions share a cycle. (Skipped when a
+        // peer was idle last cycle: what is pending waits for that peer's next submission,
+        // and its cycle starts at once; see gather_bits.)
         cv_.wait_until(lock, last_start + config_.cycle_time, [&] { return shutdown_requested_; });
       }
       shutdown_requested = shutdown_requested_;
@@ -192,6 +221,7 @@ void Runtime::loop() {
         seq_[e->request.name] = next_seq_++;
         pending_[e->request.name] = std::move(e);
       }
+      queued_.store(0, std::memory_order_relaxed);
     }
     for (auto& [name, e] : pending_)
       if (e->traced && timeline_.active() && e->pending_since >= last_start) end_queue_span(*e);
@@ -212,16 +242,23 @@ Status Runtime::cycle(bool shutdown_requested, bool& stop) {
   const auto now = std::chrono::steady_clock::now();
   // Step 1: the bit vector. Requests that miss the cache, or whose bit has gone unanswered
   // for half the stall time (so rank 0 can name who is missing), take the slow path.
-  std::fill(bits_.begin(), bits_.end(), 0);
+  // Gathered messages only carry the slots in use; the allreduce keeps its fixed size.
+  const size_t nbits = gather_control_ ? 1 + cache_.slot_limit() : bits_.size();
+  std::fill(bits_.begin(), bits_.begin() + nbits, 0);
   std::vector<std::pair<uint64_t, Entry*>> slow;
+  cached_.clear();
   const bool joined_mode = !joined_ranks_.empty();
   for (auto& [name, e] : pending_) {
     if (e->sent_slow) continue;
     std::optional<size_t> slot = joined_mode ? std::nullopt : cache_.lookup(e->request);
     bool stale = config_.stall_check_time.count() > 0 &&
                  now - e->pending_since > config_.stall_check_time / 2;
-    if (slot && !stale) bits_[1 + *slot] = 1;
-    else slow.push_back({seq_[name], e.get()});
+    if (slot && !stale) {
+      bits_[1 + *slot] = 1;
+      cached_.push_back({*slot, e.get()});
+    } else {
+      slow.push_back({seq_[name], e.get()});
+    }
   }
   // Rank 0 also takes the slow path now and then while names wait in its table, so that the
   // stall inspector runs even when no rank has anything new to say.
@@ -230,13 +267,19 @@ Status Runtime::cycle(bool shutdown_requested, bool& stop) {
                        now - last_inspection_ >= config_.heartbeat;
   const bool need_slow =
       !slow.empty() || shutdown_requested || join_to_send_ || joined_mode || inspect;
-  bits_[0] = need_slow ? 0 : 1;
-  KOLO_RETURN_IF_ERROR(control_->allreduce(bits_.data(), bits_.data(),
-                                           static_cast<int64_t>(bits_.size()), DataType::kUInt8,
-                                           AllreduceOptions{ReduceOp::kMin, 1.0, 1.0})
-                           .with_context("negotiation (cache bit vector)"));
+  // Byte 0: 0 needs the slow path; otherwise 2 when this rank has nothing pending at all
+  // (see gather_bits), else 1.
+  bits_[0] = need_slow ? 0 : pending_.empty() ? 2 : 1;
+  if (gather_control_) {
+    KOLO_RETURN_IF_ERROR(gather_bits(nbits));
+  } else {
+    KOLO_RETURN_IF_ERROR(control_->allreduce(bits_.data(), bits_.data(),
+                                             static_cast<int64_t>(nbits), DataType::kUInt8,
+                                             AllreduceOptions{ReduceOp::kMin, 1.0, 1.0})
+                             .with_context("negotiation (cache bit vector)"));
+  }
   std::vector<Response> responses;
-  for (size_t s = 0; s + 1 < bits_.size(); ++s)
+  for (size_t s = 0; s + 1 < nbits; ++s)
     if (bits_[1 + s]) responses.push_back(cache_.response(s));
 
   ResponseList list;
@@ -313,37 +356,51 @@ Status Runtime::negotiate_slow(const RequestList& mine, ResponseList& out) {
   return Status::Ok();
 }
 
+std::vector<BatchItem> Runtime::claim(const std::vector<const Response*>& responses) {
+  std::vector<BatchItem> items;
+  items.reserve(responses.size());
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const Response* p : responses) {
+    auto it = pending_.find(p->name);
+    Entry* e = it == pending_.end() ? nullptr : it->second.get();
+    items.push_back({p, e});
+    // Free the name first: a callback (or a waiter) may resubmit it at once.
+    if (e) in_flight_.erase(p->name);
+    if (p->type == OpType::kJoin) joined_locally_ = false;
+  }
+  return items;
+}
+
+void Runtime::retire(const std::vector<BatchItem>& items) {
+  for (const auto& item : items) {
+    const Response& p = *item.response;
+    if (p.kind == Response::Kind::kExecute && p.joined.empty() && p.type != OpType::kJoin) {
+      cache_.put(p, item.entry ? std::optional<Request>(item.entry->request) : std::nullopt);
+    } else {
+      cache_.erase(p.name);
+    }
+    pending_.erase(p.name);
+    seq_.erase(p.name);
+  }
+}
+
+void Runtime::end_negotiate_spans(const std::vector<BatchItem>& items) {
+  if (!timeline_.active()) return;
+  for (auto& item : items)
+    if (item.entry && item.entry->traced) timeline_.end(item.response->name);  // NEGOTIATE
+}
+
 Status Runtime::execute(const std::vector<Response>& responses) {
   if (responses.empty()) return Status::Ok();
   auto batches = plan_fusion(responses, config_.fusion_threshold);
+  std::vector<const Response*> batch_responses;
   for (const auto& batch : batches) {
-    std::vector<BatchItem> items;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (size_t i : batch) {
-        const Response& p = responses[i];
-        auto it = pending_.find(p.name);
-        Entry* e = it == pending_.end() ? nullptr : it->second.get();
-        items.push_back({&p, e});
-        // Free the name first: a callback (or a waiter) may resubmit it at once.
-        if (e) in_flight_.erase(p.name);
-        if (p.type == OpType::kJoin) joined_locally_ = false;
-      }
-    }
-    for (auto& item : items)
-      if (item.entry && item.entry->traced && timeline_.active())
-        timeline_.end(item.response->name);  // NEGOTIATE
+    batch_responses.clear();
+    for (size_t i : batch) batch_responses.push_back(&responses[i]);
+    std::vector<BatchItem> items = claim(batch_responses);
+    end_negotiate_spans(items);
     Status st = executor_.run(items);
-    for (const auto& item : items) {
-      const Response& p = *item.response;
-      if (p.kind == Response::Kind::kExecute && p.joined.empty() && p.type != OpType::kJoin) {
-        cache_.put(p, item.entry ? std::optional<Request>(item.entry->request) : std::nullopt);
-      } else {
-        cache_.erase(p.name);
-      }
-      pending_.erase(p.name);
-      seq_.erase(p.name);
-    }
+    retire(items);
     KOLO_RETURN_IF_ERROR(st);
   }
   return Status::Ok();

@@ -9,6 +9,7 @@
 // the background thread touches the backends (ARCHITECTURE.md section 3).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -68,10 +69,22 @@ class Runtime {
   Runtime(RuntimeConfig config, Topology topology, std::unique_ptr<Backend> data,
           std::unique_ptr<Backend> control);
   void loop();
+  // Before sleeping idle: briefly watch for a submission (a quick resubmission then costs
+  // no wake-up).
+  void spin_for_submission();
   // One negotiation + execution cycle. A non-OK Status is fatal for this runtime.
   Status cycle(bool shutdown_requested, bool& stop);
   Status negotiate_slow(const RequestList& mine, ResponseList& out);
+  // Step 1 as an allgather with piggy-backed data (piggyback.cc, Note [Piggy-back]): leaves
+  // the element-wise minimum of every rank's bits in bits_[0, nbits) and has already run
+  // (and cleared the bits of) the allreduces whose data every rank sent along.
+  Status gather_bits(size_t nbits);
   Status execute(const std::vector<Response>& responses);
+  // The entries (null for a joined rank) of responses about to run; frees their names.
+  std::vector<BatchItem> claim(const std::vector<const Response*>& responses);
+  // After running: updates the response cache and forgets the entries.
+  void retire(const std::vector<BatchItem>& items);
+  void end_negotiate_spans(const std::vector<BatchItem>& items);
   void fail_all(const Status& status);
   void end_queue_span(Entry& entry);
 
@@ -90,6 +103,8 @@ class Runtime {
   Status final_status_;                       // guarded by mu_: why submissions now fail
   bool joined_locally_ = false;               // guarded by mu_
   std::vector<std::string> stall_warnings_;   // guarded by mu_
+  bool sleeping_ = false;                     // guarded by mu_: loop waits on cv_ for work
+  std::atomic<size_t> queued_{0};             // queue_.size(), readable without mu_
 
   // Background thread only.
   std::map<std::string, std::unique_ptr<Entry>> pending_;
@@ -102,6 +117,13 @@ class Runtime {
   std::chrono::steady_clock::time_point last_inspection_;
   Executor executor_;
   std::vector<uint8_t> bits_;
+  // Note [Piggy-back]: step 1 gathers every rank's bits and small data instead of
+  // allreducing the bits. Fixed at construction (every rank decides alike).
+  const bool gather_control_;
+  std::vector<std::pair<size_t, Entry*>> cached_;  // this cycle's cache hits: slot, entry
+  std::vector<uint64_t> gathered_;                 // every rank's message, 8-byte aligned
+  std::vector<int64_t> gather_counts_;
+  bool idle_peer_ = false;  // last gathered cycle: some rank had nothing pending
 
   std::thread thread_;
 };

@@ -1,82 +1,26 @@
-// Runtime tests with in-process ranks: one Runtime per rank, all in this process, connected
-// by thread channels (data and control planes) wrapped in ChannelBackends.
+// Runtime tests with in-process ranks (see test_cluster.h).
 #include "coordinator/runtime.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <numeric>
 #include <random>
 #include <thread>
 
-#include "backends/channel_backend.h"
-#include "coordinator/submit.h"
-#include "ops/thread_channel.h"
+#include "coordinator/test_cluster.h"
 
 namespace kolo::coord {
 namespace {
 
 using namespace std::chrono_literals;
-
-RuntimeConfig test_config() {
-  RuntimeConfig c;
-  c.heartbeat = 20ms;
-  c.cycle_time = 1ms;
-  c.stall_check_time = 0ns;
-  return c;
-}
-
-class Cluster {
- public:
-  explicit Cluster(int size, RuntimeConfig config = test_config(),
-                   std::chrono::milliseconds timeout = 20s, int start_ranks = -1) {
-    auto data = ops::make_thread_channels(size, timeout);
-    auto ctrl = ops::make_thread_channels(size, timeout);
-    if (start_ranks < 0) start_ranks = size;
-    for (int r = 0; r < start_ranks; ++r) {
-      Topology t;
-      t.rank = r;
-      t.size = size;
-      auto rt = Runtime::create(config, t,
-                                std::make_unique<ChannelBackend>("thread", std::move(data[r])),
-                                std::make_unique<ChannelBackend>("ctrl", std::move(ctrl[r])));
-      EXPECT_TRUE(rt.ok()) << rt.status().to_string();
-      runtimes_.push_back(std::move(*rt));
-    }
-    spare_.insert(spare_.end(), std::make_move_iterator(data.begin()),
-                  std::make_move_iterator(data.end()));
-  }
-  ~Cluster() {
-    // Every rank shuts down together, as a job's ranks do at exit.
-    std::vector<std::thread> ts;
-    for (auto& rt : runtimes_) ts.emplace_back([&rt] { (void)rt->shutdown(); });
-    for (auto& t : ts) t.join();
-  }
-  Runtime& operator[](int r) { return *runtimes_[r]; }
-  int size() const { return static_cast<int>(runtimes_.size()); }
-
-  // Runs fn(rank) on one thread per rank.
-  void each(const std::function<void(int)>& fn) {
-    std::vector<std::thread> ts;
-    for (int r = 0; r < size(); ++r) ts.emplace_back(fn, r);
-    for (auto& t : ts) t.join();
-  }
-
- private:
-  std::vector<std::unique_ptr<Runtime>> runtimes_;
-  std::vector<std::unique_ptr<ops::Channel>> spare_;
-};
-
-Handle submit(Runtime& rt, Result<std::unique_ptr<Entry>> e) {
-  EXPECT_TRUE(e.ok()) << e.status().to_string();
-  return rt.submit(std::move(*e));
-}
-
-Handle allreduce(Runtime& rt, const std::string& name, std::vector<float>& v,
-                 AllreduceOpts opts = {}) {
-  auto view = view_of(v.data(), {static_cast<int64_t>(v.size())});
-  return submit(rt, build_allreduce(name, view, view, opts));
-}
+using testkit::allreduce;
+using testkit::Cluster;
+using testkit::submit;
+using testkit::test_config;
 
 class RuntimeSizes : public ::testing::TestWithParam<int> {};
 
@@ -181,6 +125,52 @@ TEST(RuntimeTest, DifferentOrdersSeveralThreadsAndFusion) {
     }
   });
 }
+
+// Cached allreduces give the same exact results whether their data rides in the
+// negotiation (Note [Piggy-back]), partly (a 16-byte budget fits some, not others), or
+// never (0: the bit-vector allreduce and the data backend).
+class PiggybackBudget : public ::testing::TestWithParam<int> {};
+
+TEST_P(PiggybackBudget, CachedAllreducesGiveExactResults) {
+  const int P = 3;
+  RuntimeConfig config = test_config();
+  config.piggyback_bytes = static_cast<uint64_t>(GetParam());
+  Cluster c(P, config);
+  // Rank 0's timeline shows which path ran.
+  const std::string trace = ::testing::TempDir() + "piggyback_" + std::to_string(GetParam()) + ".json";
+  ASSERT_TRUE(c[0].timeline().start(trace, 0, false).ok());
+  c.each([&](int r) {
+    for (int step = 0; step < 4; ++step) {  // step 0 negotiates, later steps hit the cache
+      std::vector<int32_t> i32(3, r + step);
+      std::vector<double> f64(2, r + 1.0);
+      std::vector<float> avg(4, r + 1.0f), mx(1, r * 1.5f), big(600, r + 1.0f);
+      std::vector<int64_t> scalar(1, 7 * r);
+      std::vector<Handle> hs = {
+          allreduce(c[r], "big", big),  // 2400 bytes: never fits
+          submit(c[r], build_allreduce("i32", view_of(i32.data(), {3}), view_of(i32.data(), {3}), {})),
+          submit(c[r], build_allreduce("f64", view_of(f64.data(), {2}), view_of(f64.data(), {2}),
+                                       {ReduceOp::kProduct})),
+          allreduce(c[r], "avg", avg, {ReduceOp::kAverage, 2.0, 0.5}),
+          allreduce(c[r], "max", mx, {ReduceOp::kMax}),
+          submit(c[r], build_allreduce("scalar", view_of(scalar.data(), {}),
+                                       view_of(scalar.data(), {}), {ReduceOp::kMin}))};
+      for (auto& h : hs) ASSERT_TRUE(h.wait().ok()) << h.name() << ": " << h.wait().to_string();
+      EXPECT_EQ(i32, std::vector<int32_t>(3, 3 + 3 * step));
+      EXPECT_EQ(f64, std::vector<double>(2, 6.0));
+      EXPECT_EQ(avg, std::vector<float>(4, 2.0f));  // (1+2+3)*2/3*0.5
+      EXPECT_EQ(mx[0], 3.0f);
+      EXPECT_EQ(big[599], 6.0f);
+      EXPECT_EQ(scalar[0], 0);
+    }
+  });
+  c[0].timeline().stop();
+  std::ifstream in(trace);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text.find("PIGGYBACK_REDUCE") != std::string::npos, GetParam() > 0) << trace;
+  std::remove(trace.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Bytes, PiggybackBudget, ::testing::Values(0, 16, 1024));
 
 TEST(RuntimeTest, TenThousandSmallTensorsInOneStepTwice) {
   const int P = 2, N = 10000;

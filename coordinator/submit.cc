@@ -3,6 +3,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "coordinator/cuda_staging.h"
+
 namespace kolo::coord {
 
 namespace {
@@ -24,11 +26,8 @@ Status check_view(OpType type, const std::string& name, const char* arg, const T
   if (v.data == nullptr && v.num_elements() > 0)
     return Status::InvalidArgument(where + " data is null but shape " + shape_string(v.shape) +
                                    " has " + std::to_string(v.num_elements()) + " elements");
-  if (!v.device.is_cpu())
-    return Status::Unsupported(where + " is on " + v.device.to_string() +
-                               ", but this build of Kolo stages only CPU tensors "
-                               "(build with KOLO_WITH_CUDA=ON for GPU tensors)");
-  return Status::Ok();
+  // "allreduce input: tensor 'x' is on cuda:0 but this Kolo build has no CUDA support"
+  return check_device(std::string(op_type_name(type)) + " " + arg, name, v.device);
 }
 
 Status check_scale(OpType type, const std::string& name, double pre, double post) {

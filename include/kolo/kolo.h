@@ -18,6 +18,13 @@
 //   naming the tensor, the ranks and what differs. A dead peer or broken connection fails
 //   every pending and later operation with PeerFailure/IoError within KOLO_OP_TIMEOUT.
 // - Memory. Views are borrowed until the Handle completes.
+// - Devices. A view may live on a CUDA device (TensorView::device, with an optional ready
+//   event that Kolo orders its reads after). Until a GPU backend exists, such tensors are
+//   staged through pinned host memory for the CPU backend; the Handle completes once the
+//   result is back in device memory. Ranks must agree on the device kind (cpu or cuda), not on
+//   the ordinal. For a CUDA input, an OutputAllocator must return memory on the input's
+//   device; without an allocator the output is a HostTensor in host memory. In a build without
+//   CUDA, a CUDA view fails with Unsupported naming the tensor and device.
 // - Thread-safety. Every function may be called from any thread after init().
 //
 // Configuration is read from KOLO_* environment variables at init() (see README/config):

@@ -20,7 +20,8 @@ struct TensorView {
   DataType dtype = DataType::kFloat32;
   Device device = Device::cpu();
   // For CUDA tensors: a cudaEvent_t (passed as void* so this header needs no CUDA) that is
-  // recorded after the producer wrote the data; Kolo waits on it before reading. May be null.
+  // recorded after the producer wrote the data; Kolo orders its reads after it. May be null
+  // when the data is ready or was written on the legacy default stream.
   void* ready_event = nullptr;
 
   int64_t num_elements() const;

@@ -1,0 +1,62 @@
+// Executor: moving CUDA tensors through host memory around the CPU backend's calls.
+#include "common/logging.h"
+#include "coordinator/executor.h"
+
+namespace kolo::coord {
+
+void* Executor::host_buffer(CudaStaging::Slot slot, size_t bytes) {
+  Result<void*> pinned = staging_.host_buffer(slot, bytes);
+  if (pinned.ok()) return *pinned;
+  if (!warned_pageable_) {
+    warned_pageable_ = true;
+    KOLO_LOG_WARNING("CUDA tensors are staged through pageable memory (slower): "
+                     << pinned.status().to_string());
+  }
+  return pageable_[static_cast<size_t>(slot)].get(bytes);
+}
+
+Status Executor::stage_in(void* host, const TensorView& src, size_t bytes,
+                          const std::string& name) {
+  KOLO_RETURN_IF_ERROR(staging_.copy_to_host(host, src, bytes, name));
+  return staging_.synchronize();
+}
+
+Status Executor::stage_out(const TensorView& dst, const void* host, size_t bytes,
+                           const std::string& name) {
+  KOLO_RETURN_IF_ERROR(staging_.copy_to_device(dst, host, bytes, name));
+  return staging_.synchronize();
+}
+
+Status Executor::run_single(const BatchItem& item, size_t in_bytes, void* out, size_t out_bytes,
+                            const Status& alloc, TimelineArgs args, const BackendCall& call) {
+  const Response& p = *item.response;
+  Entry* e = item.entry;
+  std::vector<BatchItem> batch{item};
+  const void* in = e ? e->inputs[0].data : nullptr;
+  void* backend_out = out;
+  Status staged = Status::Ok();
+  const bool cuda = e && e->inputs[0].device.is_cuda();
+  if (cuda) {
+    void* host_in = host_buffer(CudaStaging::Slot::kInput, in_bytes);
+    begin(batch, "MEMCPY_D2H");
+    staged = stage_in(host_in, e->inputs[0], in_bytes, p.name);
+    end(batch);
+    in = host_in;
+    // The allocator's buffer is device memory; Kolo's own HostTensor is written directly.
+    if (e->allocator && alloc.ok()) backend_out = host_buffer(CudaStaging::Slot::kOutput, out_bytes);
+  }
+  begin(batch, op_span(p.type), std::move(args));
+  Status st = call(in, backend_out);
+  end(batch);
+  if (st.ok() && staged.ok() && backend_out != out) {
+    TensorView dst = e->inputs[0];
+    dst.data = out;
+    begin(batch, "MEMCPY_H2D");
+    staged = stage_out(dst, backend_out, out_bytes, p.name);
+    end(batch);
+  }
+  finish(batch, !st.ok() ? st : !alloc.ok() ? alloc : staged);
+  return st;
+}
+
+}  // namespace kolo::coord
