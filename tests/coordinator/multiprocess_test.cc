@@ -9,35 +9,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/support/run_command.h"
+
 namespace {
 
-struct ProcessRun {
-  int exit_code = -1;
-  std::string output;
-};
-
-ProcessRun run(const std::string& command, int timeout_s = 60) {
-  const std::string wrapped =
-      "timeout -k 5 " + std::to_string(timeout_s) + " bash -c '" + command + "' 2>&1";
-  ProcessRun r;
-  FILE* pipe = popen(wrapped.c_str(), "r");
-  if (pipe == nullptr) return r;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) r.output.append(buffer, n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-int count(const std::string& text, const std::string& what) {
-  int n = 0;
-  for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
-  return n;
-}
+using kolo::testing::count_occurrences;
+using kolo::testing::ProcessRun;
+using kolo::testing::run_command;
 
 ProcessRun job(int np, const std::string& args) {
-  return run(std::string(KOLO_TEST_KOLORUN) + " -np " + std::to_string(np) + " " +
+  return run_command(std::string(KOLO_TEST_KOLORUN) + " -np " + std::to_string(np) + " " +
              KOLO_TEST_WORKER + " " + args);
 }
 
@@ -46,26 +27,26 @@ class Ranks : public ::testing::TestWithParam<int> {};
 TEST_P(Ranks, EveryOperation) {
   auto r = job(GetParam(), "ops");
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_EQ(count(r.output, "ops passed"), GetParam()) << r.output;
+  EXPECT_EQ(count_occurrences(r.output, "ops passed"), GetParam()) << r.output;
 }
 INSTANTIATE_TEST_SUITE_P(Np, Ranks, ::testing::Values(1, 2, 3, 4));
 
 TEST(CoordinatorJob, DifferentOrdersAndThreads) {
   auto r = job(3, "orders");
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_EQ(count(r.output, "orders passed"), 3) << r.output;
+  EXPECT_EQ(count_occurrences(r.output, "orders passed"), 3) << r.output;
 }
 
 TEST(CoordinatorJob, TenThousandSmallTensors) {
   auto r = job(2, "many");
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_EQ(count(r.output, "many passed"), 2) << r.output;
+  EXPECT_EQ(count_occurrences(r.output, "many passed"), 2) << r.output;
 }
 
 TEST(CoordinatorJob, MismatchMessageOnEveryRank) {
   auto r = job(2, "mismatch");
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_EQ(count(r.output, "error: Mismatch: allreduce 'w': shape differs across ranks: rank 0 "
+  EXPECT_EQ(count_occurrences(r.output, "error: Mismatch: allreduce 'w': shape differs across ranks: rank 0 "
                             "has [3]; rank 1 has [5]"),
             2)
       << r.output;
@@ -96,12 +77,12 @@ TEST(CoordinatorJob, TimelineHasATrackPerRankAndEveryPhase) {
 // Under mpirun the world comes from MPI; the default backend is mpi, and tcp works too.
 TEST(CoordinatorJob, EveryOperationUnderMpirun) {
   for (const char* ops : {"mpi", "tcp"}) {
-    auto r = run("OMPI_MCA_btl_vader_single_copy_mechanism=none KOLO_CPU_OPERATIONS=" +
+    auto r = run_command("OMPI_MCA_btl_vader_single_copy_mechanism=none KOLO_CPU_OPERATIONS=" +
                  std::string(ops) + " " + KOLO_TEST_MPIRUN +
                  " --allow-run-as-root --oversubscribe -x KOLO_CPU_OPERATIONS -np 2 " +
                  KOLO_TEST_WORKER + " ops");
     EXPECT_EQ(r.exit_code, 0) << ops << "\n" << r.output;
-    EXPECT_EQ(count(r.output, "rank 0: ops passed") + count(r.output, "rank 1: ops passed"), 2)
+    EXPECT_EQ(count_occurrences(r.output, "rank 0: ops passed") + count_occurrences(r.output, "rank 1: ops passed"), 2)
         << ops << "\n" << r.output;
   }
 }
