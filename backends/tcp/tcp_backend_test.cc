@@ -112,5 +112,17 @@ TEST(TcpBackendTest, InvalidTuningEnvIsNamed) {
       << b.status().message();
 }
 
+TEST(TcpBackendTest, InvalidSpinAndUnixEnvAreNamed) {
+  MemoryStore store;
+  for (const char* name : {"KOLO_TCP_SPIN", "KOLO_TCP_UNIX"}) {
+    ::setenv(name, "2", 1);  // not a duration / not 0 or 1
+    Result<std::unique_ptr<Backend>> b = make_tcp_backend(context(store, 0, 1));
+    ::unsetenv(name);
+    ASSERT_FALSE(b.ok()) << name;
+    EXPECT_EQ(b.status().code(), StatusCode::kInvalidArgument) << name;
+    EXPECT_NE(b.status().message().find(name), std::string::npos) << b.status().message();
+  }
+}
+
 }  // namespace
 }  // namespace kolo

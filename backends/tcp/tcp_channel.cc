@@ -32,7 +32,7 @@ struct Transfer {
 struct TcpChannel::Link {
   int peer = -1;
   std::string address;
-  std::unique_ptr<asio::ip::tcp::socket> socket;
+  std::unique_ptr<StreamSocket> socket;
   Status failure;  // non-OK once the link broke; then it stays broken
   // The fronts are in flight; std::deque keeps references to them valid while others queue.
   std::deque<Transfer> sends;
@@ -236,7 +236,7 @@ void TcpChannel::fail(Link& link, const Status& status) {
   if (!link.failure.ok()) return;
   link.failure = status;
   error_code ignored;
-  link.socket->shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+  link.socket->shutdown(StreamSocket::shutdown_both, ignored);
   link.socket->close(ignored);
   auto sends = std::move(link.sends);
   auto recvs = std::move(link.recvs);
@@ -264,17 +264,26 @@ Status TcpChannel::wait(const ops::Request& request) {
   uint64_t seen = progress_;
   Clock::time_point idle_since = Clock::now();
   while (!completion->done()) {
-    // Run what is ready without blocking; block in the reactor only when nothing is.
+    // Run what is ready without blocking; block in the reactor only when nothing is ready and
+    // nothing has moved for options_.spin.
     if (io_->stopped()) io_->restart();
-    if (io_->poll() == 0 && !completion->done()) {
-      if (io_->stopped()) io_->restart();
-      io_->run_one_for(std::chrono::milliseconds(100));
-    }
-    const Clock::time_point now = Clock::now();
+    const size_t ran = io_->poll();
+    if (completion->done()) break;
+    Clock::time_point now = Clock::now();
     if (progress_ != seen) {
       seen = progress_;
       idle_since = now;
-    } else if (!completion->done() && now - idle_since >= options_.op_timeout) {
+    }
+    if (ran == 0 && now - idle_since >= options_.spin) {
+      if (io_->stopped()) io_->restart();
+      io_->run_one_for(std::chrono::milliseconds(100));
+      now = Clock::now();
+      if (progress_ != seen) {
+        seen = progress_;
+        idle_since = now;
+      }
+    }
+    if (!completion->done() && progress_ == seen && now - idle_since >= options_.op_timeout) {
       Link* link = link_of(completion.get());
       const std::string where = link ? link->name() : std::string("a peer");
       Status timeout = Status::Timeout(

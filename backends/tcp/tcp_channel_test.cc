@@ -155,7 +155,7 @@ struct RawPeer {
     auto s = std::make_unique<boost::asio::ip::tcp::socket>(*io);
     acceptor.accept(*s);
     std::vector<PeerSocket> peers;
-    peers.push_back(PeerSocket{1, "raw", std::move(s)});
+    peers.push_back(PeerSocket{1, "raw", std::make_unique<StreamSocket>(std::move(*s))});
     TcpChannelOptions o;
     o.op_timeout = milliseconds(5000);
     o.max_frame_bytes = max_frame;
@@ -234,6 +234,47 @@ TEST(TcpChannelTest, NoProgressTimesOutNamingThePeer) {
   EXPECT_EQ(s.code(), StatusCode::kTimeout);
   EXPECT_NE(s.message().find("rank 1"), std::string::npos) << s.message();
   EXPECT_EQ((*ch[0])->recv(1, &byte, 1).code(), StatusCode::kTimeout);  // stays broken
+}
+
+// A same-host pair switches to AF_UNIX only when both ranks allow it; any mix of settings still
+// connects, carries data, and (through the error text, which names the link) shows which kind
+// of socket it uses.
+TEST(TcpChannelTest, SameHostSocketSubstitutionFollowsBothRanksSettings) {
+  for (int mask = 0; mask < 4; ++mask) {
+    SCOPED_TRACE("rank 0 allows AF_UNIX: " + std::to_string(mask & 1) +
+                 ", rank 1: " + std::to_string(mask >> 1));
+    MemoryStore store;
+    std::vector<Result<std::unique_ptr<TcpChannel>>> ch;
+    for (int r = 0; r < 2; ++r) ch.emplace_back(Status::Internal("not run"));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r)
+      threads.emplace_back([&, r] {
+        BackendContext c = context(store, r, 2);
+        c.op_timeout = milliseconds(100);
+        ConnectOptions o;
+        o.same_host_unix = ((mask >> r) & 1) != 0;
+        ch[r] = connect_channel(c, o);
+      });
+    for (auto& t : threads) t.join();
+    ASSERT_TRUE(ch[0].ok()) << ch[0].status().to_string();
+    ASSERT_TRUE(ch[1].ok()) << ch[1].status().to_string();
+    const size_t n = size_t{1} << 20;
+    std::thread other([&] {
+      std::vector<uint8_t> in(n);
+      const auto out = pattern(n, 1);
+      EXPECT_TRUE((*ch[1])->sendrecv(0, out.data(), n, 0, in.data(), n).ok());
+      EXPECT_EQ(in, pattern(n, 0));
+    });
+    std::vector<uint8_t> in(n);
+    const auto out = pattern(n, 0);
+    EXPECT_TRUE((*ch[0])->sendrecv(1, out.data(), n, 1, in.data(), n).ok());
+    other.join();
+    EXPECT_EQ(in, pattern(n, 1));
+    uint8_t byte = 0;
+    Status s = (*ch[0])->recv(1, &byte, 1);  // rank 1 sends nothing more
+    ASSERT_EQ(s.code(), StatusCode::kTimeout) << s.to_string();
+    EXPECT_EQ(s.message().find("via AF_UNIX") != std::string::npos, mask == 3) << s.message();
+  }
 }
 
 TEST(TcpChannelTest, WrongSecretIsRefusedOnBothSides) {

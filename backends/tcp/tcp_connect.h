@@ -3,6 +3,7 @@
 // for the public contract; this header only exposes the knobs the factories read from the env.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <memory>
 
@@ -15,9 +16,13 @@ namespace kolo::tcp {
 struct ConnectOptions {
   size_t socket_buffer_bytes = size_t{4} << 20;  // SO_SNDBUF and SO_RCVBUF
   uint64_t max_frame_bytes = kDefaultMaxFrameBytes;
+  std::chrono::microseconds spin = TcpChannelOptions::kDefaultSpin;  // TcpChannelOptions::spin
+  // Replace the TCP connection to a peer on the same host by an AF_UNIX socket (tcp_connect.cc).
+  bool same_host_unix = true;
 };
 
-// Reads KOLO_TCP_SOCKET_BUFFER and KOLO_TCP_MAX_FRAME; InvalidArgument naming a bad one.
+// Reads KOLO_TCP_SOCKET_BUFFER, KOLO_TCP_MAX_FRAME, KOLO_TCP_SPIN and KOLO_TCP_UNIX;
+// InvalidArgument naming a bad one.
 Result<ConnectOptions> connect_options_from_env();
 
 // Connects this rank's TcpChannel (see tcp_backend.h for the protocol and the errors).
