@@ -19,7 +19,7 @@ TEST(TrainArgs, Defaults) {
   auto r = parse({});
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_EQ(r->model, ModelKind::kCnn);
-  EXPECT_EQ(r->epochs, 3);
+  EXPECT_EQ(r->epochs, 4);
   EXPECT_EQ(r->batch_size, 64);
   EXPECT_EQ(r->scaling, ScalingRule::kLinear);
   EXPECT_EQ(r->device, DeviceChoice::kAuto);
