@@ -12,9 +12,11 @@ namespace kolo::coord {
 
 struct RuntimeConfig {
   // Allreduce responses that agree in dtype, device and options are fused into one
-  // backend call up to this many bytes. 0 disables fusion. Measured default: see
-  // bench/coordinator_bench.cc (fusion); 64 MiB keeps a ResNet-50 step in 2 backend calls.
-  uint64_t fusion_threshold = uint64_t{64} << 20;
+  // backend call up to this many bytes. 0 disables fusion. Measured default (kolo-bench
+  // fusion, ResNet-50's gradients, 2 ranks, docs/benchmarks.md): 4 MiB was as fast as 16 and
+  // 64 MiB on tcp and 15-20x faster than 64 MiB on mpi, whose large-message path is slow here;
+  // 4 MiB buffers are already far past the size where per-call latency matters.
+  uint64_t fusion_threshold = uint64_t{4} << 20;
   // Batching window: while work is pending, cycles start at most this often, so that
   // submissions arriving close together are negotiated (and fused) together.
   std::chrono::nanoseconds cycle_time = std::chrono::milliseconds(1);

@@ -19,7 +19,7 @@ Result<RuntimeConfig> parse(std::map<std::string, std::string> env) {
 TEST(ConfigTest, DefaultsAndUnits) {
   auto c = parse({});
   ASSERT_TRUE(c.ok());
-  EXPECT_EQ(c->fusion_threshold, 64u << 20);
+  EXPECT_EQ(c->fusion_threshold, 4u << 20);
   EXPECT_EQ(c->cache_capacity, 1024u);
   c = parse({{"KOLO_FUSION_THRESHOLD", "1MiB"}, {"KOLO_CYCLE_TIME", "5ms"},
              {"KOLO_STALL_CHECK_TIME", "0"}, {"KOLO_CPU_OPERATIONS", "mpi"}});
