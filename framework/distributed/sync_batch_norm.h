@@ -3,7 +3,13 @@
 //
 // SyncBatchStatsReducer plugs into batch_norm_train (functional.h, BatchStatsReducer): in
 // forward it allreduces the per-channel sum, sum of squares and count; in backward the two
-// per-channel gradient sums. With one rank it changes nothing. Give each BatchNorm layer its
+// per-channel gradient sums. With one rank it changes nothing.
+//
+// Uneven local batches (Note [Exact averaging] in distributed_optimizer.h): each rank's
+// gradients come from the mean loss over its own n_r samples and are weighted by n_r / N later,
+// so the backward sums are combined as (1 / n_r) * sum_r' n_r' * s_r', i.e. in this rank's own
+// scale. With even batches that is the plain sum; with uneven ones P-rank training still equals
+// 1-rank training on the union of the batches. Give each BatchNorm layer its
 // own reducer with a distinct name (the allreduce names derive from it); use the same names
 // on every rank.
 //
@@ -25,6 +31,7 @@ class SyncBatchStatsReducer : public BatchStatsReducer {
 
  private:
   std::string name_;
+  int64_t local_count_ = 0;  // this rank's values per channel in the last forward
 };
 
 }  // namespace kolo::fw

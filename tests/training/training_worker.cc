@@ -13,8 +13,8 @@
 //   broadcast   every rank starts from different weights; after broadcast_parameters every
 //               rank writes its parameters to --out.<rank>.
 //   syncbn      the model gets a BatchNorm1d after fc1 whose statistics are synchronised
-//               across ranks (SyncBatchStatsReducer); the batch is shared evenly, and the
-//               result (running statistics included) equals 1-rank BatchNorm on the whole batch.
+//               across ranks (SyncBatchStatsReducer); the result (running statistics
+//               included) equals 1-rank BatchNorm on the whole batch, shared unevenly too.
 //   checkpoint  trains --steps, saving a checkpoint (rank 0) after --save-at steps to --ckpt;
 //               with --resume, loads --ckpt on every rank first and continues from there.
 #include <cstdio>
@@ -207,7 +207,7 @@ int main(int argc, char** argv) try {
     });
   }
 
-  const std::vector<int> share = shares(world, /*even=*/syncbn);
+  const std::vector<int> share = shares(world, /*even=*/false);
   int offset = 0;
   for (int r = 0; r < rank; ++r) offset += share[r];
   for (int step = first_step; step < args.steps; ++step) {
