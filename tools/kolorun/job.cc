@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <thread>
 
 #include "rendezvous/barrier.h"
 #include "rendezvous/world.h"
@@ -76,6 +78,11 @@ Result<Job> setup_job(const LaunchOptions& o) {
     if (eq != std::string::npos) base[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
   for (const auto& [k, v] : o.env) base[k] = v;
+  // N ranks that each start one compute thread per core would oversubscribe the node N-fold
+  // (OpenBLAS and OpenMP default to every core). Unless the user chose, share the cores out.
+  const std::string threads =
+      std::to_string(std::max(1u, std::thread::hardware_concurrency() / static_cast<unsigned>(o.np)));
+  for (const char* var : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"}) base.emplace(var, threads);
   base["KOLO_SIZE"] = std::to_string(o.np * o.nnodes);
   base["KOLO_LOCAL_SIZE"] = std::to_string(o.np);
   base["KOLO_CROSS_RANK"] = std::to_string(o.node_rank);

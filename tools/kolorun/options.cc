@@ -208,7 +208,8 @@ std::string usage() {
 Starts N copies of cmd on this node with KOLO_RANK, KOLO_SIZE, KOLO_LOCAL_RANK,
 KOLO_LOCAL_SIZE, KOLO_CROSS_RANK, KOLO_CROSS_SIZE, KOLO_STORE_ADDR and KOLO_SECRET set,
 serves the rendezvous store, prefixes each output line with "[rank] ", forwards SIGINT and
-SIGTERM, and stops every rank when one fails.
+SIGTERM, and stops every rank when one fails. OMP_NUM_THREADS and OPENBLAS_NUM_THREADS
+default to (cores / N) so that the ranks do not oversubscribe the node.
 
   -np N, -n N            processes on this node (required)
   --nnodes M             nodes in the job (default 1); run one kolorun per node
