@@ -80,8 +80,8 @@ Result<Job> setup_job(const LaunchOptions& o) {
   for (const auto& [k, v] : o.env) base[k] = v;
   // N ranks that each start one compute thread per core would oversubscribe the node N-fold
   // (OpenBLAS and OpenMP default to every core). Unless the user chose, share the cores out.
-  const std::string threads =
-      std::to_string(std::max(1u, std::thread::hardware_concurrency() / static_cast<unsigned>(o.np)));
+  const std::string threads = std::to_string(
+      std::max(1u, std::thread::hardware_concurrency() / static_cast<unsigned>(o.np)));
   for (const char* var : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"}) base.emplace(var, threads);
   base["KOLO_SIZE"] = std::to_string(o.np * o.nnodes);
   base["KOLO_LOCAL_SIZE"] = std::to_string(o.np);

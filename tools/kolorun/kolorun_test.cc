@@ -8,7 +8,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <regex>
@@ -268,6 +270,11 @@ TEST(Kolorun, SetsTheWorldEnvironmentForEachRank) {
     EXPECT_EQ(e["KOLO_CROSS_SIZE"], "1");
     EXPECT_EQ(e["EXTRA"], "hello");
     EXPECT_EQ(e["KOLO_FUSION_THRESHOLD"], "1MiB");
+    // Compute threads are shared out (cores / ranks) unless the caller chose.
+    const char* chosen = std::getenv("OPENBLAS_NUM_THREADS");
+    EXPECT_EQ(e["OPENBLAS_NUM_THREADS"],
+              chosen ? std::string(chosen)
+                     : std::to_string(std::max(1u, std::thread::hardware_concurrency() / 3)));
     EXPECT_TRUE(std::regex_match(e["KOLO_SECRET"], std::regex("[0-9a-f]{32}"))) << e["KOLO_SECRET"];
     EXPECT_TRUE(std::regex_match(e["KOLO_STORE_ADDR"], std::regex(R"(127\.0\.0\.1:\d+)")));
     secrets.insert(e["KOLO_SECRET"]);
@@ -283,7 +290,7 @@ TEST(Kolorun, SetsTheWorldEnvironmentForEachRank) {
     ++lines;
     EXPECT_TRUE(std::regex_search(l, std::regex(R"(^\[[0-2]\] )"))) << l;
   }
-  EXPECT_EQ(lines, 30);
+  EXPECT_EQ(lines, 33);  // 11 variables x 3 ranks
 }
 
 TEST(Kolorun, RanksBuildTheirWorldAndMeetThroughTheStore) {

@@ -1,7 +1,7 @@
 // A rank program for kolorun's end-to-end tests. Usage: kolorun_test_child MODE [ARG]
 // With READY_DIR set, the sleeping modes create READY_DIR/<KOLO_RANK> once they are set up, so
 // a test script can wait for them instead of guessing a delay.
-//   env          print the KOLO_* world variables as "name=value" lines
+//   env          print the KOLO_* world variables (and OPENBLAS_NUM_THREADS) as "name=value"
 //   exit N       exit with status N
 //   sleep        print "sleeping pid=P", then sleep until a signal (SIGTERM kills it)
 //   sleep-report print "ready", then on SIGTERM print "got SIGTERM" and exit 0
@@ -33,9 +33,9 @@ void mark_ready() {
 int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "env") {
-    for (const char* v :
-         {"KOLO_RANK", "KOLO_SIZE", "KOLO_LOCAL_RANK", "KOLO_LOCAL_SIZE", "KOLO_CROSS_RANK",
-          "KOLO_CROSS_SIZE", "KOLO_STORE_ADDR", "KOLO_SECRET", "KOLO_FUSION_THRESHOLD", "EXTRA"}) {
+    for (const char* v : {"KOLO_RANK", "KOLO_SIZE", "KOLO_LOCAL_RANK", "KOLO_LOCAL_SIZE",
+                          "KOLO_CROSS_RANK", "KOLO_CROSS_SIZE", "KOLO_STORE_ADDR", "KOLO_SECRET",
+                          "KOLO_FUSION_THRESHOLD", "EXTRA", "OPENBLAS_NUM_THREADS"}) {
       const char* val = std::getenv(v);
       std::printf("%s=%s\n", v, val ? val : "<unset>");
     }
