@@ -29,4 +29,18 @@ Result<std::unique_ptr<Backend>> create_backend(std::string_view name,
                                  "'; this build has: " + known);
 }
 
+BackendContext backend_context(const World& world, std::string store_prefix) {
+  BackendContext ctx;
+  ctx.rank = world.rank;
+  ctx.size = world.size;
+  ctx.local_rank = world.local_rank;
+  ctx.local_size = world.local_size;
+  ctx.cross_rank = world.cross_rank;
+  ctx.cross_size = world.cross_size;
+  ctx.store = world.store.get();
+  ctx.secret = world.secret;
+  ctx.store_prefix = std::move(store_prefix);
+  return ctx;
+}
+
 }  // namespace kolo

@@ -10,6 +10,7 @@
 #include "backends/backend.h"
 #include "kolo/status.h"
 #include "rendezvous/store.h"
+#include "rendezvous/world.h"
 
 namespace kolo {
 
@@ -30,6 +31,10 @@ struct BackendContext {
   std::chrono::milliseconds connect_timeout{30000};
   std::chrono::milliseconds op_timeout{60000};  // a transfer that makes no progress this long fails
 };
+
+// The context that connects `world`'s ranks under `store_prefix`: topology, store and secret
+// from the world (borrowed: world must outlive the factory call), default timeouts.
+BackendContext backend_context(const World& world, std::string store_prefix);
 
 using BackendFactory = Result<std::unique_ptr<Backend>> (*)(const BackendContext&);
 

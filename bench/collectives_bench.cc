@@ -66,16 +66,7 @@ bool is_reduction(Collective c) {
 
 Status run(const CollectiveOptions& o) {
   KOLO_ASSIGN_OR_RETURN(World world, make_bench_world());
-  BackendContext ctx;
-  ctx.rank = world.rank;
-  ctx.size = world.size;
-  ctx.local_rank = world.local_rank;
-  ctx.local_size = world.local_size;
-  ctx.cross_rank = world.cross_rank;
-  ctx.cross_size = world.cross_size;
-  ctx.store = world.store.get();
-  ctx.store_prefix = "kolo-bench";
-  ctx.secret = world.secret;
+  const BackendContext ctx = backend_context(world, "kolo-bench");
   KOLO_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, create_backend(o.backend, ctx));
   std::unique_ptr<RawMpi> mpi = make_raw_mpi();
   const int n = world.size, rank = world.rank;

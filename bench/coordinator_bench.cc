@@ -180,16 +180,7 @@ int kolo_bench_latency(int argc, char** argv) {
     std::fprintf(stderr, "latency: the raw backend comparison runs under kolorun only\n");
   }
   if (kolo::size() > 1 && world->size == kolo::size()) {
-    kolo::BackendContext ctx;
-    ctx.rank = world->rank;
-    ctx.size = world->size;
-    ctx.local_rank = world->local_rank;
-    ctx.local_size = world->local_size;
-    ctx.cross_rank = world->cross_rank;
-    ctx.cross_size = world->cross_size;
-    ctx.store = world->store.get();
-    ctx.secret = world->secret;
-    ctx.store_prefix = "kolo-bench/latency-raw";
+    const kolo::BackendContext ctx = kolo::backend_context(*world, "kolo-bench/latency-raw");
     auto backend = kolo::create_backend("tcp", ctx);
     if (!check(backend.status(), "raw backend")) return 1;
     std::vector<double> raw_us;

@@ -73,20 +73,11 @@ Status init() {
     data = solo_backend(config.cpu_operations.c_str());
     control = solo_backend("control");
   } else {
-    BackendContext ctx;
-    ctx.rank = world.rank;
-    ctx.size = world.size;
-    ctx.local_rank = world.local_rank;
-    ctx.local_size = world.local_size;
-    ctx.cross_rank = world.cross_rank;
-    ctx.cross_size = world.cross_size;
-    ctx.store = world.store.get();
-    ctx.secret = world.secret;
-    ctx.op_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(config.op_timeout);
     // Control and data planes are separate instances of the same backend, so small
     // negotiation messages never queue behind bulk data.
     const std::string ns = "kolo/s" + std::to_string(g.session);
-    ctx.store_prefix = ns + "/data";
+    BackendContext ctx = backend_context(world, ns + "/data");
+    ctx.op_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(config.op_timeout);
     KOLO_ASSIGN_OR_RETURN(data, create_backend(config.cpu_operations, ctx));
     ctx.store_prefix = ns + "/ctrl";
     KOLO_ASSIGN_OR_RETURN(control, create_backend(config.cpu_operations, ctx));

@@ -1,21 +1,15 @@
 #include "coordinator/executor.h"
 
-#include <cctype>
 #include <cstring>
 
 #include "coordinator/fusion.h"
 #include "coordinator/identity.h"
+#include "common/text.h"
 #include "ops/reduce.h"
 
 namespace kolo::coord {
 
 namespace {
-
-std::string upper(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  return out;
-}
 
 int64_t row_elements(const std::vector<int64_t>& shape) {
   int64_t n = 1;
@@ -26,7 +20,7 @@ int64_t row_elements(const std::vector<int64_t>& shape) {
 }  // namespace
 
 std::string Executor::op_span(OpType type) const {
-  return upper(backend_.name()) + "_" + upper(op_type_name(type));
+  return to_upper(backend_.name()) + "_" + to_upper(op_type_name(type));
 }
 
 void Executor::begin(const std::vector<BatchItem>& batch, const std::string& phase,

@@ -1,9 +1,9 @@
 #include "coordinator/runtime.h"
 
 #include <algorithm>
-#include <cctype>
 
 #include "common/logging.h"
+#include "common/text.h"
 #include "coordinator/fusion.h"
 
 // Note [Cycle]
@@ -28,16 +28,6 @@
 // requests moving while some ranks have nothing to do.
 
 namespace kolo::coord {
-
-namespace {
-
-std::string upper(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  return out;
-}
-
-}  // namespace
 
 std::string timeline_path_for_rank(const std::string& path, int rank, int size) {
   const std::string token = "{rank}";
@@ -117,7 +107,7 @@ Handle Runtime::submit(std::unique_ptr<Entry> entry) {
       entry->submitted = std::chrono::steady_clock::now();
       if (timeline_.active()) {
         entry->traced = true;
-        timeline_.begin(name, upper(op));
+        timeline_.begin(name, to_upper(op));
         timeline_.begin(name, "QUEUE");
       }
       queue_.push_back(std::move(entry));

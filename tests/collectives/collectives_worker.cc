@@ -61,15 +61,7 @@ int main(int argc, char** argv) {
   }
   auto world = kolo::testing::worker_world();
   if (!world.ok()) return fail(-1, "world", world.status(), 1);
-  kolo::BackendContext ctx;
-  ctx.rank = world->rank;
-  ctx.size = world->size;
-  ctx.local_rank = world->local_rank;
-  ctx.local_size = world->local_size;
-  ctx.cross_rank = world->cross_rank;
-  ctx.cross_size = world->cross_size;
-  ctx.store = world->store.get();
-  ctx.secret = world->secret;
+  kolo::BackendContext ctx = kolo::backend_context(*world, "kolo");
   // Short bounds: a test must fail within seconds, not hang for the 60 s default.
   ctx.connect_timeout = std::chrono::seconds(10);
   ctx.op_timeout = std::chrono::seconds(10);
