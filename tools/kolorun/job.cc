@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <thread>
+#include <vector>
 
 #include "rendezvous/barrier.h"
 #include "rendezvous/world.h"
@@ -79,10 +80,11 @@ Result<Job> setup_job(const LaunchOptions& o) {
   }
   for (const auto& [k, v] : o.env) base[k] = v;
   // N ranks that each start one compute thread per core would oversubscribe the node N-fold
-  // (OpenBLAS and OpenMP default to every core). Unless the user chose, share the cores out.
-  const std::string threads = std::to_string(
-      std::max(1u, std::thread::hardware_concurrency() / static_cast<unsigned>(o.np)));
-  for (const char* var : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"}) base.emplace(var, threads);
+  // (OpenBLAS and OpenMP default to every core). Unless the user chose, each rank gets as
+  // many threads as it has CPUs: its bound share, or an equal share of the unbound node.
+  const std::vector<int> cpus = allowed_cpus();
+  KOLO_ASSIGN_OR_RETURN(std::vector<std::vector<int>> binding,
+                        plan_binding(cpus, o.np, o.bind_to));
   base["KOLO_SIZE"] = std::to_string(o.np * o.nnodes);
   base["KOLO_LOCAL_SIZE"] = std::to_string(o.np);
   base["KOLO_CROSS_RANK"] = std::to_string(o.node_rank);
@@ -96,6 +98,11 @@ Result<Job> setup_job(const LaunchOptions& o) {
     spec.env = base;
     spec.env["KOLO_RANK"] = std::to_string(spec.rank);
     spec.env["KOLO_LOCAL_RANK"] = std::to_string(local);
+    spec.cpus = binding[static_cast<size_t>(local)];
+    const size_t share = spec.cpus.empty() ? cpus.size() / static_cast<size_t>(o.np)
+                                           : spec.cpus.size();
+    for (const char* var : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"})
+      spec.env.emplace(var, std::to_string(std::max<size_t>(1, share)));
     job.ranks.push_back(std::move(spec));
   }
   return job;

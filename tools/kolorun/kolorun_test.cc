@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "rendezvous/tcp_store.h"
+#include "tools/kolorun/cpu_binding.h"
 #include "tools/kolorun/line_prefixer.h"
 #include "tools/kolorun/options.h"
 
@@ -187,6 +188,8 @@ TEST(KolorunOptions, ParsesEveryFlag) {
                           "--secret",
                           "abc",
                           "--no-tag-output",
+                          "--bind-to",
+                          "none",
                           "-x",
                           "A=b=c",
                           "--fusion-threshold",
@@ -204,6 +207,8 @@ TEST(KolorunOptions, ParsesEveryFlag) {
   EXPECT_EQ(o->grace, 100ms);
   EXPECT_EQ(*o->secret, "abc");
   EXPECT_FALSE(o->tag_output);
+  EXPECT_EQ(o->bind_to, BindTo::kNone);
+  EXPECT_EQ(parse_options({"-np", "1", "p"})->bind_to, BindTo::kAuto);
   EXPECT_EQ(o->env.at("A"), "b=c");
   EXPECT_EQ(o->env.at("KOLO_FUSION_THRESHOLD"), "64MiB");
   EXPECT_EQ(o->env.at("KOLO_TIMELINE_MARK_CYCLES"), "1");
@@ -229,8 +234,46 @@ TEST(KolorunOptions, RejectsBadFlagsNamingFlagValueAndForm) {
             "--log-level loud is invalid: expected one of trace, debug, info, warning, error");
   EXPECT_EQ(parse_error({"-np", "2", "--fusion-threshold", "big", "p"}),
             "--fusion-threshold big is invalid: expected a size such as 64MiB or 1048576");
+  EXPECT_EQ(parse_error({"-np", "2", "--bind-to", "sockets", "p"}),
+            "--bind-to: expected auto, cores or none, got 'sockets'");
   EXPECT_NE(parse_error({"-np", "2", "--rdzv", "nohost", "p"}).find("expected HOST:PORT"),
             std::string::npos);
+}
+
+TEST(CpuBinding, SharesTheAllowedCpusOutInContiguousBlocks) {
+  using Plan = std::vector<std::vector<int>>;
+  const std::vector<int> five = {0, 1, 2, 3, 4};
+  EXPECT_EQ(plan_binding(five, 2, BindTo::kAuto).value(), (Plan{{0, 1, 2}, {3, 4}}));
+  EXPECT_EQ(plan_binding(five, 5, BindTo::kCores).value(), (Plan{{0}, {1}, {2}, {3}, {4}}));
+  EXPECT_EQ(plan_binding({2, 5, 7}, 2, BindTo::kAuto).value(), (Plan{{2, 5}, {7}}));
+  // More ranks than CPUs: auto leaves the scheduler free, cores refuses.
+  EXPECT_EQ(plan_binding(five, 6, BindTo::kAuto).value(), Plan(6));
+  EXPECT_EQ(plan_binding(five, 6, BindTo::kCores).status().message(),
+            "--bind-to cores needs a CPU per rank: -np 6 but kolorun may use 5 CPU(s) (0-4); use "
+            "--bind-to none to oversubscribe");
+  EXPECT_EQ(plan_binding(five, 2, BindTo::kNone).value(), Plan(2));
+  EXPECT_EQ(format_cpu_list({0, 1, 2, 5, 7, 8}), "0-2,5,7-8");
+}
+
+TEST(Kolorun, EachRankRunsOnItsShareOfTheCpus) {
+  const std::vector<int> cpus = allowed_cpus();
+  if (cpus.size() < 2) GTEST_SKIP() << "needs 2 CPUs to bind 2 ranks apart; this process has 1";
+  const auto plan = plan_binding(cpus, 2, BindTo::kAuto).value();
+  const std::string show = "grep '^Cpus_allowed_list' /proc/self/status";
+  Proc bound({kKolorun, "-np", "2", "sh", "-c", show});
+  ASSERT_EQ(exit_code(bound.finish()), 0) << bound.err();
+  for (int r = 0; r < 2; ++r)
+    EXPECT_NE(bound.out().find("[" + std::to_string(r) + "] Cpus_allowed_list:\t" +
+                               format_cpu_list(plan[r]) + "\n"),
+              std::string::npos)
+        << bound.out();
+  Proc free({kKolorun, "--bind-to", "none", "-np", "2", "sh", "-c", show});
+  ASSERT_EQ(exit_code(free.finish()), 0) << free.err();
+  for (int r = 0; r < 2; ++r)
+    EXPECT_NE(free.out().find("[" + std::to_string(r) + "] Cpus_allowed_list:\t" +
+                              format_cpu_list(cpus) + "\n"),
+              std::string::npos)
+        << free.out();
 }
 
 TEST(LinePrefixer, PrefixesWholeLinesAndHoldsPartialOnes) {
@@ -270,11 +313,12 @@ TEST(Kolorun, SetsTheWorldEnvironmentForEachRank) {
     EXPECT_EQ(e["KOLO_CROSS_SIZE"], "1");
     EXPECT_EQ(e["EXTRA"], "hello");
     EXPECT_EQ(e["KOLO_FUSION_THRESHOLD"], "1MiB");
-    // Compute threads are shared out (cores / ranks) unless the caller chose.
+    // Compute threads: as many as the rank's CPU share, unless the caller chose.
     const char* chosen = std::getenv("OPENBLAS_NUM_THREADS");
-    EXPECT_EQ(e["OPENBLAS_NUM_THREADS"],
-              chosen ? std::string(chosen)
-                     : std::to_string(std::max(1u, std::thread::hardware_concurrency() / 3)));
+    const std::vector<int> cpus = allowed_cpus();
+    const std::vector<int> mine = plan_binding(cpus, 3, BindTo::kAuto).value()[r];
+    const size_t share = mine.empty() ? std::max<size_t>(1, cpus.size() / 3) : mine.size();
+    EXPECT_EQ(e["OPENBLAS_NUM_THREADS"], chosen ? std::string(chosen) : std::to_string(share));
     EXPECT_TRUE(std::regex_match(e["KOLO_SECRET"], std::regex("[0-9a-f]{32}"))) << e["KOLO_SECRET"];
     EXPECT_TRUE(std::regex_match(e["KOLO_STORE_ADDR"], std::regex(R"(127\.0\.0\.1:\d+)")));
     secrets.insert(e["KOLO_SECRET"]);

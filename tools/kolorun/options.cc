@@ -148,6 +148,11 @@ Result<LaunchOptions> parse_options(const std::vector<std::string>& args) {
       KOLO_ASSIGN_OR_RETURN(o.grace, parse_ms("--grace", v));
       continue;
     }
+    KOLO_ASSIGN_OR_RETURN(m, take(a, "--bind-to", v));
+    if (m) {
+      KOLO_ASSIGN_OR_RETURN(o.bind_to, parse_bind_to(v));
+      continue;
+    }
     KOLO_ASSIGN_OR_RETURN(m, take(a, "--secret", v));
     if (m) {
       if (v.empty()) return bad("--secret", "\"\"", "a non-empty string, e.g. 32 hex digits");
@@ -208,8 +213,9 @@ std::string usage() {
 Starts N copies of cmd on this node with KOLO_RANK, KOLO_SIZE, KOLO_LOCAL_RANK,
 KOLO_LOCAL_SIZE, KOLO_CROSS_RANK, KOLO_CROSS_SIZE, KOLO_STORE_ADDR and KOLO_SECRET set,
 serves the rendezvous store, prefixes each output line with "[rank] ", forwards SIGINT and
-SIGTERM, and stops every rank when one fails. OMP_NUM_THREADS and OPENBLAS_NUM_THREADS
-default to (cores / N) so that the ranks do not oversubscribe the node.
+SIGTERM, and stops every rank when one fails. Each rank is bound to an equal share of
+the CPUs kolorun may use (see --bind-to), and OMP_NUM_THREADS and OPENBLAS_NUM_THREADS
+default to the size of that share, so that the ranks do not oversubscribe the node.
 
   -np N, -n N            processes on this node (required)
   --nnodes M             nodes in the job (default 1); run one kolorun per node
@@ -218,12 +224,16 @@ default to (cores / N) so that the ranks do not oversubscribe the node.
   --timeout DUR          how long nodes wait for each other (default 5min)
   --secret S             job secret (default: $KOLO_SECRET; one node: random 128-bit hex)
   --grace DUR            SIGTERM to SIGKILL delay when stopping ranks (default 3s)
+  --bind-to auto|cores|none
+                         auto (default): bind rank r to the r-th of N equal shares of the
+                         CPUs when there are at least N; cores: the same, an error when there
+                         are fewer CPUs than ranks; none: no binding
   --tag-output           prefix lines with "[rank] " (default)
   --no-tag-output        pass output through untouched
   -x VAR=VALUE, -x VAR   set VAR for every rank (VAR alone: this shell's value)
   --fusion-threshold SIZE, --cycle-time DUR, --cache-capacity N, --timeline PATH,
   --timeline-mark-cycles, --stall-check-time DUR, --stall-shutdown-time DUR,
-  --log-level LEVEL, --op-timeout DUR, --cpu-operations tcp|mpi|shm
+  --log-level LEVEL, --op-timeout DUR, --cpu-operations tcp|mpi
                          set the KOLO_* variable of the same name
   -h, --help             this text
 

@@ -10,6 +10,7 @@
 
 #include "kolo/status.h"
 #include "rendezvous/address.h"
+#include "tools/kolorun/cpu_binding.h"
 
 namespace kolo::kolorun {
 
@@ -22,6 +23,7 @@ struct LaunchOptions {
   std::chrono::milliseconds grace{3000};  // SIGTERM -> SIGKILL delay when stopping ranks
   std::optional<std::string> secret;      // --secret (KOLO_SECRET is consulted later)
   bool tag_output = true;
+  BindTo bind_to = BindTo::kAuto;         // --bind-to (cpu_binding.h)
   std::map<std::string, std::string> env;  // -x VAR=VALUE and the KOLO_* knob flags
   std::vector<std::string> command;        // cmd args...
   bool help = false;

@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 
+#include "tools/kolorun/cpu_binding.h"
 #include "tools/kolorun/line_prefixer.h"
 
 namespace kolo::kolorun {
@@ -94,6 +95,17 @@ Status spawn(const RankSpec& spec, bool tag, Child& child) {
   argv.push_back(nullptr);
   Envp envp(spec.env);
   pid_t pid = -1;
+  // The child inherits this thread's affinity mask at spawn (posix_spawn has no attribute
+  // for it); the guard restores ours afterwards.
+  ScopedThreadAffinity affinity(spec.cpus);
+  if (!affinity.status().ok()) {
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
+    if (tag) {
+      for (int fd : {out[0], out[1], err[0], err[1]}) ::close(fd);
+    }
+    return affinity.status().with_context("cannot bind rank " + std::to_string(spec.rank));
+  }
   int rc = posix_spawnp(&pid, argv[0], &fa, &attr, argv.data(), envp.ptrs.data());
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);

@@ -25,6 +25,7 @@ struct RankSpec {
   int rank = 0;                            // global rank, shown in prefixes and messages
   std::vector<std::string> argv;           // argv[0] is looked up in PATH
   std::map<std::string, std::string> env;  // the complete environment of the process
+  std::vector<int> cpus;                   // CPU affinity (cpu_binding.h); empty: inherit
 };
 
 struct SuperviseOptions {
