@@ -122,8 +122,7 @@ struct TestResult {
 };
 
 // Every rank classifies its shard (the loader's DistributedSampler) and the counts are summed.
-TestResult evaluate(const kolo::example::Model& model, fw::DataLoader& loader,
-                    kolo::Device device) {
+TestResult evaluate(kolo::example::Model& model, fw::DataLoader& loader, kolo::Device device) {
   fw::NoGradGuard no_grad;
   int64_t counts[2] = {0, 0};
   loader.start_epoch(0);
@@ -190,7 +189,7 @@ int train(const TrainArgs& args) {
   const int64_t test_n = subset_size("--test-subset", args.test_subset, test_set.size());
 
   auto model = kolo::example::make_model(args.model, args.seed, device);
-  const kolo::example::NamedParameters& params = model->named_parameters();
+  const kolo::example::NamedParameters params = model->named_parameters();
   fw::broadcast_parameters(params);
 
   const double lr = fw::scale_lr(args.lr, world, to_fw(args.scaling));
