@@ -6,6 +6,8 @@
 #include <map>
 #include <string_view>
 
+#include "common/units.h"
+
 namespace kolo::example {
 namespace {
 
@@ -69,6 +71,8 @@ std::string train_usage() {
          "  --resume                 continue from --checkpoint PATH\n"
          "  --min-accuracy X         exit 1 when the final test accuracy is below X\n"
          "  --device cpu|cuda        default: cuda when a GPU is visible, else cpu\n"
+         "  --bucket-size SIZE       gradient bucket, e.g. 1MiB; 0: an allreduce per parameter\n"
+         "                           (default 4MiB: one bucket for either model)\n"
          "Exit status: 0 ok, 1 training failed or accuracy below --min-accuracy, 2 bad usage,\n"
          "77 data set not installed.\n";
 }
@@ -144,6 +148,14 @@ Result<TrainArgs> parse_train_args(int argc, char** argv) {
          return Status::Ok();
        }},
       {"--min-accuracy", real_in(0, 1, "in [0, 1]", [&](double x) { a.min_accuracy = x; })},
+      {"--bucket-size",
+       [&](const std::string& flag, const std::string& v) -> Status {
+         auto bytes = parse_size(v);
+         if (!bytes.ok() || *bytes > (uint64_t{1} << 40))
+           return bad(flag, "a size such as 1MiB, 4096 or 0", v);
+         a.bucket_bytes = static_cast<int64_t>(*bytes);
+         return Status::Ok();
+       }},
       {"--device",
        [&](const std::string& flag, const std::string& v) -> Status {
          if (v == "cpu") {

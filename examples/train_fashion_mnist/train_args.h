@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "kolo/status.h"
@@ -32,6 +33,7 @@ struct TrainArgs {
   bool resume = false;
   double min_accuracy = -1;  // < 0: no check
   DeviceChoice device = DeviceChoice::kAuto;
+  std::optional<int64_t> bucket_bytes;  // unset: DistributedOptimizer's default
   bool help = false;
 };
 

@@ -26,6 +26,7 @@ TEST(TrainArgs, Defaults) {
   EXPECT_EQ(r->data_dir, "/usr/share/datasets/fashion-mnist");
   EXPECT_LT(r->min_accuracy, 0);
   EXPECT_FALSE(r->resume);
+  EXPECT_FALSE(r->bucket_bytes.has_value());
 }
 
 TEST(TrainArgs, BothValueForms) {
@@ -54,7 +55,8 @@ TEST(TrainArgs, BothValueForms) {
                   "--device",
                   "cpu",
                   "--data-dir",
-                  "/d"});
+                  "/d",
+                  "--bucket-size=1MiB"});
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_EQ(r->model, ModelKind::kMlp);
   EXPECT_EQ(r->epochs, 2);
@@ -71,6 +73,8 @@ TEST(TrainArgs, BothValueForms) {
   EXPECT_DOUBLE_EQ(r->min_accuracy, 0.75);
   EXPECT_EQ(r->device, DeviceChoice::kCpu);
   EXPECT_EQ(r->data_dir, "/d");
+  EXPECT_EQ(r->bucket_bytes, 1 << 20);
+  EXPECT_EQ(parse({"--bucket-size", "0"})->bucket_bytes, 0);
 }
 
 TEST(TrainArgs, RejectsBadValuesNamingTheFlag) {
@@ -87,6 +91,7 @@ TEST(TrainArgs, RejectsBadValuesNamingTheFlag) {
       {{"--min-accuracy", "1.5"}, "--min-accuracy: expected a number in [0, 1], got '1.5'"},
       {{"--lr", "nan"}, "--lr: expected a number in (0, 1000], got 'nan'"},
       {{"--device", "tpu"}, "--device: expected cpu or cuda, got 'tpu'"},
+      {{"--bucket-size", "-1"}, "--bucket-size: expected a size such as 1MiB, 4096 or 0, got '-1'"},
       {{"--epochs"}, "--epochs: missing value (see --help)"},
       {{"--bogus", "1"}, "unknown argument '--bogus' (see --help)"},
       {{"--resume"}, "--resume: needs --checkpoint PATH to resume from"},

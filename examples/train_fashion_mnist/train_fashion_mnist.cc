@@ -194,7 +194,9 @@ int train(const TrainArgs& args) {
 
   const double lr = fw::scale_lr(args.lr, world, to_fw(args.scaling));
   fw::SGD sgd(model->parameters(), {.lr = lr, .momentum = args.momentum});
-  fw::DistributedOptimizer opt(sgd, params);
+  fw::DistributedOptions distributed;
+  if (args.bucket_bytes) distributed.bucket_bytes = *args.bucket_bytes;
+  fw::DistributedOptimizer opt(sgd, params, distributed);
 
   // Padded shards: every rank takes the same number of steps per epoch.
   auto train_sampler = std::make_unique<fw::DistributedSampler>(

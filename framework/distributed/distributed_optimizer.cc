@@ -34,6 +34,8 @@ DistributedOptimizer::DistributedOptimizer(Optimizer& inner,
     fail("backward_passes_per_step must be >= 1, got " +
          std::to_string(options_.backward_passes_per_step));
   }
+  if (options_.bucket_bytes < 0)
+    fail("bucket_bytes must be >= 0, got " + std::to_string(options_.bucket_bytes));
   std::set<std::string> seen;
   params_.reserve(named_params.size());
   for (auto& [name, tensor] : named_params) {
@@ -45,6 +47,7 @@ DistributedOptimizer::DistributedOptimizer(Optimizer& inner,
     param.tensor = tensor;
     params_.push_back(std::move(param));
   }
+  build_buckets();
   // Hooks capture an index into params_, which no longer changes size.
   for (size_t i = 0; i < params_.size(); ++i) {
     params_[i].hook_id =
@@ -52,12 +55,44 @@ DistributedOptimizer::DistributedOptimizer(Optimizer& inner,
   }
 }
 
-DistributedOptimizer::~DistributedOptimizer() {
-  for (auto& param : params_) {
-    param.tensor.remove_grad_ready_hook(param.hook_id);
-    // Kolo borrows the gradient buffers until the handles complete.
-    if (param.handle.valid()) (void)param.handle.wait();
+void DistributedOptimizer::build_buckets() {
+  const DataType wire = wire_dtype(options_.compression);
+  const auto cap = static_cast<size_t>(options_.bucket_bytes);
+  size_t bytes = 0;
+  for (size_t i = params_.size(); i-- > 0;) {
+    const Tensor& t = params_[i].tensor;
+    const size_t size = static_cast<size_t>(t.numel()) * dtype_size(wire);
+    bool fresh = buckets_.empty() || bytes + size > cap;
+    if (!fresh) {
+      const Tensor& head = params_[buckets_.back().params.front()].tensor;
+      fresh = head.device() != t.device() || head.dtype() != t.dtype();
+    }
+    if (fresh) {
+      buckets_.emplace_back();
+      bytes = 0;
+    }
+    buckets_.back().params.push_back(i);
+    params_[i].bucket = buckets_.size() - 1;
+    bytes += size;
   }
+  for (size_t k = 0; k < buckets_.size(); ++k) {
+    Bucket& b = buckets_[k];
+    if (b.params.size() == 1) {
+      b.name = params_[b.params.front()].name;
+    } else {
+      const std::string prefix = options_.name_prefix + ".";
+      b.name = prefix + "bucket" + std::to_string(k) + "(" +
+               params_[b.params.front()].name.substr(prefix.size()) + ".." +
+               params_[b.params.back()].name.substr(prefix.size()) + ")";
+    }
+  }
+}
+
+DistributedOptimizer::~DistributedOptimizer() {
+  for (auto& param : params_) param.tensor.remove_grad_ready_hook(param.hook_id);
+  // Kolo borrows the gradient buffers until the handles complete.
+  for (auto& bucket : buckets_)
+    if (bucket.handle.valid()) (void)bucket.handle.wait();
   if (count_handle_.valid()) (void)count_handle_.wait();
 }
 
@@ -69,9 +104,15 @@ void DistributedOptimizer::set_local_batch_size(int64_t n) {
 
 void DistributedOptimizer::on_gradient_ready(size_t index) {
   Param& param = params_[index];
-  if (++param.passes_ready == options_.backward_passes_per_step) {
-    submit(index);
-    ++stats_.submitted_from_hooks;
+  if (++param.passes_ready != options_.backward_passes_per_step) return;
+  // The sample count is final once the last pass runs backward. Sent with the first final
+  // gradient, its (tiny) allreduce completes while backward still runs instead of adding a
+  // negotiation round after the last bucket.
+  if (options_.weight_by_sample_count && size() > 1) submit_sample_count();
+  Bucket& bucket = buckets_[param.bucket];
+  if (++bucket.ready == bucket.params.size()) {
+    submit(bucket);
+    stats_.submitted_from_hooks += static_cast<int64_t>(bucket.params.size());
   }
 }
 
@@ -83,43 +124,46 @@ void DistributedOptimizer::submit_sample_count() {
                                   view_of(&global_samples_, {}));
 }
 
-void DistributedOptimizer::submit(size_t index) {
-  Param& param = params_[index];
-  if (param.submitted) return;
-  param.submitted = true;
-  if (size() == 1) return;  // nothing to exchange; step() still divides by the passes
-  if (!first_submit_) first_submit_ = std::chrono::steady_clock::now();
-
+TensorView DistributedOptimizer::prepare_gradient(Param& param, double local_weight) {
   Tensor grad = param.tensor.grad();
   if (!grad.defined()) {
     // Unused on this rank in every pass: contribute zeros.
     param.tensor.set_grad(Tensor::zeros(param.tensor.shape(), param.tensor.device()));
     grad = param.tensor.grad();
   }
+  if (local_weight != 1.0) grad.mul_(static_cast<float>(local_weight));
+  if (options_.compression == Compression::kNone) return view_of_tensor(grad);
+  if (!param.wire.defined())
+    param.wire = Tensor::empty(grad.shape(), grad.device(), wire_dtype(options_.compression));
+  param.wire.copy_(grad);
+  return view_of_tensor(param.wire);
+}
+
+void DistributedOptimizer::submit(Bucket& bucket) {
+  if (bucket.submitted) return;
+  bucket.submitted = true;
+  if (size() == 1) return;  // nothing to exchange; step() still divides by the passes
+  if (!first_submit_) first_submit_ = std::chrono::steady_clock::now();
+
   // Kolo requires every rank to pass the same scale factors (a difference is reported as a
   // mismatch), so this rank's own weight is applied here and the reduction is a plain sum
   // (or average) with a common prescale.
   AllreduceOpts opts;
-  const double passes = options_.backward_passes_per_step;
   double local_weight = 1.0;
   if (options_.weight_by_sample_count) {
-    submit_sample_count();
     local_weight = count_given_ ? static_cast<double>(local_samples_) : 1.0;
     opts.op = ReduceOp::kSum;
   } else {
     opts.op = ReduceOp::kAverage;
   }
-  opts.prescale = 1.0 / passes;
-  if (local_weight != 1.0) grad.mul_(static_cast<float>(local_weight));
-  Tensor target = grad;
-  if (options_.compression != Compression::kNone) {
-    if (!param.wire.defined()) {
-      param.wire = Tensor::empty(grad.shape(), grad.device(), wire_dtype(options_.compression));
-    }
-    param.wire.copy_(grad);
-    target = param.wire;
-  }
-  param.handle = allreduce_async(param.name, view_of_tensor(target), opts);
+  opts.prescale = 1.0 / options_.backward_passes_per_step;
+  std::vector<TensorView> views;
+  views.reserve(bucket.params.size());
+  for (size_t i : bucket.params) views.push_back(prepare_gradient(params_[i], local_weight));
+  bucket.handle = views.size() == 1
+                      ? allreduce_async(bucket.name, views.front(), opts)
+                      : grouped_allreduce_async(bucket.name, std::move(views), opts);
+  if (options_.weight_by_sample_count) submit_sample_count();  // when no hook fired
 }
 
 void DistributedOptimizer::finish_gradient(Param& param, double scale) {
@@ -130,18 +174,18 @@ void DistributedOptimizer::finish_gradient(Param& param, double scale) {
 
 void DistributedOptimizer::step() {
   const bool distributed = size() > 1;
-  // Parameters whose gradient never became final in this step's passes.
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (!params_[i].submitted) {
-      submit(i);
-      ++stats_.submitted_at_step;
+  // Buckets holding a parameter whose gradient never became final in this step's passes.
+  for (auto& bucket : buckets_) {
+    if (!bucket.submitted) {
+      submit(bucket);
+      stats_.submitted_at_step += static_cast<int64_t>(bucket.params.size());
     }
   }
   const auto wait_start = std::chrono::steady_clock::now();
   Status first_error;
-  for (auto& param : params_) {
-    if (!param.handle.valid()) continue;
-    Status status = param.handle.wait();
+  for (auto& bucket : buckets_) {
+    if (!bucket.handle.valid()) continue;
+    Status status = bucket.handle.wait();
     if (!status.ok() && first_error.ok()) first_error = status;
   }
   if (count_handle_.valid()) {
@@ -158,15 +202,16 @@ void DistributedOptimizer::step() {
   // Reset before throwing so that the optimizer stays usable for the next step.
   const int64_t global_samples = global_samples_;
   const bool weighted = distributed && options_.weight_by_sample_count;
-  for (auto& param : params_) {
-    param.passes_ready = 0;
-    param.submitted = false;
+  for (auto& param : params_) param.passes_ready = 0;
+  for (auto& bucket : buckets_) {
+    bucket.ready = 0;
+    bucket.submitted = false;
   }
   local_samples_ = 0;
   count_given_ = false;
   count_submitted_ = false;
   if (!first_error.ok()) {
-    for (auto& param : params_) param.handle = Handle();
+    for (auto& bucket : buckets_) bucket.handle = Handle();
     count_handle_ = Handle();
     throw Error(first_error);
   }
@@ -179,10 +224,9 @@ void DistributedOptimizer::step() {
     // which no rank had a sample leaves the (zero) gradients as they are.
     scale = global_samples > 0 ? 1.0 / static_cast<double>(global_samples) : 1.0;
   }
-  for (auto& param : params_) {
+  for (auto& param : params_)
     if (param.tensor.grad().defined()) finish_gradient(param, scale);
-    param.handle = Handle();
-  }
+  for (auto& bucket : buckets_) bucket.handle = Handle();
   count_handle_ = Handle();
   inner_.step();
   ++stats_.steps;
@@ -190,10 +234,15 @@ void DistributedOptimizer::step() {
 
 std::vector<Handle> DistributedOptimizer::submitted_handles() const {
   std::vector<Handle> handles;
-  for (const auto& param : params_) {
-    if (param.handle.valid()) handles.push_back(param.handle);
-  }
+  for (const auto& bucket : buckets_)
+    if (bucket.handle.valid()) handles.push_back(bucket.handle);
   return handles;
+}
+
+std::vector<std::string> DistributedOptimizer::bucket_names() const {
+  std::vector<std::string> names;
+  for (const auto& bucket : buckets_) names.push_back(bucket.name);
+  return names;
 }
 
 }  // namespace kolo::fw

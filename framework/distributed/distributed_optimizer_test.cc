@@ -43,6 +43,10 @@ TEST(DistributedOptimizer, BadArgumentsAreNamed) {
               DistributedOptimizer(sgd, {{"u", Tensor()}});
             }).find("parameter 'u' is undefined"),
             std::string::npos);
+  EXPECT_NE(error_of([&] {
+              DistributedOptimizer(sgd, {{"w", w}}, {.bucket_bytes = -1});
+            }).find("bucket_bytes must be >= 0, got -1"),
+            std::string::npos);
   DistributedOptimizer opt(sgd, {{"w", w}});
   EXPECT_NE(
       error_of([&] { opt.set_local_batch_size(-4); }).find("local batch size must be >= 0, got -4"),
@@ -62,6 +66,30 @@ TEST(DistributedOptimizer, AccumulatedPassesAreAveragedOnOneRank) {
   EXPECT_EQ(w.to_vector(), (std::vector<float>{1.f - 0.5f * 3.f, 2.f - 0.5f * 6.f}));
   EXPECT_EQ(opt.stats().steps, 1);
   EXPECT_EQ(opt.stats().submitted_from_hooks, 1);  // after the second pass
+}
+
+TEST(DistributedOptimizer, BucketsPackParametersOutputFirstUpToTheCap) {
+  // float32 sizes: a 400 B, b 40 B, c 4000 B, d 40 B, e 400 B (registration = input first).
+  auto param = [](int64_t n) { return Tensor::zeros({n}).set_requires_grad(true); };
+  std::vector<std::pair<std::string, Tensor>> named = {
+      {"a", param(100)}, {"b", param(10)}, {"c", param(1000)}, {"d", param(10)}, {"e", param(100)}};
+  std::vector<Tensor> tensors;
+  for (auto& [name, t] : named) tensors.push_back(t);
+  SGD sgd(tensors, {.lr = 0.1});
+  // 500 B: e+d fit (440), c alone exceeds the cap, then b+a (440).
+  DistributedOptimizer capped(sgd, named, {.bucket_bytes = 500});
+  EXPECT_EQ(capped.bucket_names(),
+            (std::vector<std::string>{"grad.bucket0(e..d)", "grad.c", "grad.bucket2(b..a)"}));
+  // Compression halves the wire bytes: c (2000 B) now fits with e and d (2220 B).
+  DistributedOptimizer compressed(sgd, named,
+                                  {.compression = Compression::kFloat16, .bucket_bytes = 2230});
+  EXPECT_EQ(compressed.bucket_names(),
+            (std::vector<std::string>{"grad.bucket0(e..c)", "grad.bucket1(b..a)"}));
+  DistributedOptimizer per_param(sgd, named, {.name_prefix = "g", .bucket_bytes = 0});
+  EXPECT_EQ(per_param.bucket_names(),
+            (std::vector<std::string>{"g.e", "g.d", "g.c", "g.b", "g.a"}));
+  DistributedOptimizer whole(sgd, named);  // the 4 MiB default holds everything
+  EXPECT_EQ(whole.bucket_names(), (std::vector<std::string>{"grad.bucket0(e..a)"}));
 }
 
 }  // namespace

@@ -185,7 +185,11 @@ int main(int argc, char** argv) try {
   std::vector<fw::Tensor> params;
   for (auto& [name, t] : m.named()) params.push_back(t);
   fw::SGD sgd(params, {.lr = 0.1, .momentum = 0.9});
-  fw::DistributedOptimizer opt(sgd, m.named(), {.backward_passes_per_step = args.passes});
+  fw::DistributedOptions dist{.backward_passes_per_step = args.passes};
+  // overlap: one allreduce per gradient, so that fc2's are submitted before fc1's gradient is
+  // final (the default bucket would hold all four and start only after fc1's).
+  if (args.mode == "overlap") dist.bucket_bytes = 0;
+  fw::DistributedOptimizer opt(sgd, m.named(), dist);
 
   int first_step = 0;
   if (args.mode == "checkpoint" && args.resume) {
