@@ -10,6 +10,13 @@
 // rank with load_checkpoint (optim/serialize.h, shared file system) or with
 // load_checkpoint_from_root, which reads on the root and broadcasts.
 //
+// Checkpoint errors: when the root's save or load fails, every rank throws. The root throws
+// serialize.h's error (naming the file and the OS reason or the damage); the other ranks throw
+// an error with the same code, "checkpoint '<path>' could not be written|loaded on root rank
+// <root>: <the root's message>". The collective sequence stays in step, so the job may go on
+// (e.g. retry with another path). A failed load changes no rank's model or optimizer, since the
+// root checks the whole file before writing any tensor and the broadcasts are skipped.
+//
 // Errors: kolo::Error carrying Kolo's Status (or serialize.h's errors). Thread-safety: call
 // from one thread per rank, in the same order on every rank.
 #pragma once

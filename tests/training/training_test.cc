@@ -1,9 +1,11 @@
 // Data-parallel training through real processes (kolorun, TCP backend): P ranks with uneven
 // local batches give the parameters of 1 rank, communication progresses during backward,
-// broadcast makes replicas identical, and a checkpoint resumes exactly.
+// broadcast makes replicas identical, and a checkpoint resumes exactly. The checkpoint error
+// paths fail on every rank (no hang, nothing half-written or half-loaded) and the job goes on.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -18,6 +20,17 @@
 namespace {
 
 namespace fs = std::filesystem;
+
+// The line that rank `rank` printed starting with `what` (without the prefix), or "".
+std::string line_of(const std::string& output, int rank, const std::string& what) {
+  const std::string start = "[" + std::to_string(rank) + "] " + what;
+  std::istringstream lines(output);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind(start, 0) == 0) return line;
+  }
+  return "";
+}
 
 class TrainingTest : public ::testing::Test {
  protected:
@@ -40,8 +53,50 @@ class TrainingTest : public ::testing::Test {
   }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
 
+  // Runs the worker's ckpt-failure scenario (see training_worker.cc) and checks what every
+  // rank must print: its error, then that its state was untouched and the round trip worked.
+  // Rank r > 0's error carries rank 0's: "<Code>: checkpoint '<ckpt>' could not be <verb> on
+  // root rank 0: <rank 0's message>". Returns rank 0's error line without its prefix.
+  std::string launch_failure(int np, const std::string& fail, const std::string& ckpt,
+                             const std::string& verb) {
+    const std::string output = launch(np, "--mode ckpt-failure --fail " + fail + " --ckpt " + ckpt +
+                                              " --good " + path("good.kolo"));
+    for (int r = 0; r < np; ++r) {
+      const std::string tag = "[" + std::to_string(r) + "] ";
+      EXPECT_EQ(kolo::testing::count_occurrences(output, tag + fail + " failed: "), 1)
+          << "rank " << r << "\n"
+          << output;
+      EXPECT_EQ(kolo::testing::count_occurrences(output, tag + "state unchanged"), 1) << output;
+      EXPECT_EQ(kolo::testing::count_occurrences(output, tag + "round trip ok"), 1) << output;
+    }
+    const std::string root = line_of(output, 0, fail + " failed: ");
+    const std::string code_prefix = "[0] " + fail + " failed: IoError: ";
+    EXPECT_EQ(root.rfind(code_prefix, 0), 0u) << output;
+    const std::string root_message = root.substr(std::min(root.size(), code_prefix.size()));
+    for (int r = 1; r < np; ++r) {
+      EXPECT_EQ(line_of(output, r, fail + " failed: "),
+                "[" + std::to_string(r) + "] " + fail + " failed: IoError: checkpoint '" + ckpt +
+                    "' could not be " + verb + " on root rank 0: " + root_message)
+          << output;
+    }
+    return root_message;
+  }
+
   fs::path dir_;
 };
+
+bool contains(const std::string& text, const std::string& what) {
+  return text.find(what) != std::string::npos;
+}
+
+// Paths in `dir` whose name holds a temporary checkpoint's marker (".tmp-").
+std::vector<std::string> temporary_files(const fs::path& dir) {
+  std::vector<std::string> found;
+  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+    if (contains(entry.path().filename().string(), ".tmp-")) found.push_back(entry.path().string());
+  }
+  return found;
+}
 
 using Params = std::map<std::string, std::vector<double>>;
 
@@ -121,6 +176,68 @@ TEST_F(TrainingTest, CheckpointResumeContinuesExactly) {
   ASSERT_TRUE(fs::exists(ckpt));
   launch(2, "--mode checkpoint --steps 6 --resume --ckpt " + ckpt + " --out " + path("resumed"));
   expect_close(read_params(path("resumed")), read_params(path("full")), 0.0);
+}
+
+// The root cannot create the file (its directory does not exist): the root's error names the
+// path and the OS reason; the others learn it through the root's broadcast instead of waiting.
+// Nothing appears at the path.
+TEST_F(TrainingTest, SaveOnRootFailsOnEveryRankWhenTheDirectoryIsMissing) {
+  for (int np : {2, 3}) {
+    const std::string ckpt = path("no_such_dir_" + std::to_string(np)) + "/ckpt.kolo";
+    const std::string root = launch_failure(np, "save", ckpt, "written");
+    EXPECT_EQ(root.rfind("save_tensors: cannot create temporary file '" + ckpt + ".tmp-", 0), 0u)
+        << root;
+    EXPECT_TRUE(contains(root, "': No such file or directory")) << root;
+    EXPECT_FALSE(fs::exists(ckpt));
+    EXPECT_FALSE(fs::exists(fs::path(ckpt).parent_path()));
+  }
+}
+
+// The parent of the path is a regular file (root ignores permissions, this does not).
+TEST_F(TrainingTest, SaveOnRootFailsOnEveryRankWhenTheParentIsAFile) {
+  const std::string parent = path("plain_file");
+  std::ofstream(parent) << "not a directory\n";
+  const std::string ckpt = parent + "/ckpt.kolo";
+  const std::string root = launch_failure(2, "save", ckpt, "written");
+  EXPECT_EQ(root.rfind("save_tensors: cannot create temporary file '" + ckpt + ".tmp-", 0), 0u)
+      << root;
+  EXPECT_TRUE(contains(root, "': Not a directory")) << root;
+  EXPECT_TRUE(fs::is_regular_file(parent));
+}
+
+// The root writes the whole temporary file, then the rename onto the path fails (the path is
+// a directory): the temporary file is removed and the directory is left as it was.
+TEST_F(TrainingTest, SaveOnRootFailsOnEveryRankWhenTheRenameFails) {
+  const std::string ckpt = path("ckpt_is_a_dir");
+  fs::create_directory(ckpt);
+  const std::string root = launch_failure(3, "save", ckpt, "written");
+  EXPECT_EQ(root.rfind("save_tensors: cannot rename '" + ckpt + ".tmp-", 0), 0u) << root;
+  EXPECT_TRUE(contains(root, "' to '" + ckpt + "': Is a directory")) << root;
+  EXPECT_TRUE(fs::is_directory(ckpt));
+  EXPECT_TRUE(fs::is_empty(ckpt));
+  EXPECT_EQ(temporary_files(dir_), std::vector<std::string>{});
+}
+
+// Only the root reads; when the file is missing every rank fails naming it, and no rank's
+// model or optimizer state changes (checked bit for bit in the worker). 1 rank: the same
+// error, no peers to tell.
+TEST_F(TrainingTest, LoadFromRootOfAMissingFileFailsOnEveryRankAndChangesNothing) {
+  for (int np : {1, 2, 3}) {
+    const std::string ckpt = path("missing_" + std::to_string(np) + ".kolo");
+    EXPECT_EQ(launch_failure(np, "missing", ckpt, "loaded"),
+              "load_tensors: cannot open '" + ckpt + "': No such file or directory");
+  }
+}
+
+// A flipped payload byte passes the structural checks and is caught by the CRC on the root;
+// nothing of the damaged file reaches any rank's state.
+TEST_F(TrainingTest, LoadFromRootOfACorruptFileFailsOnEveryRankAndChangesNothing) {
+  for (int np : {2, 3}) {
+    const std::string ckpt = path("corrupt_" + std::to_string(np) + ".kolo");
+    const std::string root = launch_failure(np, "corrupt", ckpt, "loaded");
+    EXPECT_EQ(root.rfind("checkpoint '" + ckpt + "': checksum mismatch (stored 0x", 0), 0u) << root;
+    EXPECT_TRUE(contains(root, "): the file is truncated or corrupt")) << root;
+  }
 }
 
 }  // namespace

@@ -17,8 +17,21 @@
 //               included) equals 1-rank BatchNorm on the whole batch, shared unevenly too.
 //   checkpoint  trains --steps, saving a checkpoint (rank 0) after --save-at steps to --ckpt;
 //               with --resume, loads --ckpt on every rank first and continues from there.
+//   ckpt-failure  the error paths of save_checkpoint_on_root / load_checkpoint_from_root
+//               (no training). Every rank gives its model and optimizer state distinct values,
+//               then --fail picks what goes wrong:
+//                 save     save_checkpoint_on_root(--ckpt), a path the root cannot write;
+//                 missing  load_checkpoint_from_root(--ckpt), a file that does not exist;
+//                 corrupt  a good save to --ckpt first, rank 0 flips one payload byte, then
+//                          load_checkpoint_from_root(--ckpt) must fail its CRC check.
+//               Each rank must throw: it prints "<fail> failed: <status>" and carries on. It
+//               then checks its state is bit-identical to before ("state unchanged") and
+//               that the job still works: a save to --good plus a load on every rank from
+//               other values gives the root's state back bit-exactly ("round trip ok").
+//               A rank that does not fail or differs exits 1 with the reason.
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -45,6 +58,8 @@ struct Args {
   std::string mode = "train";
   std::string out;
   std::string ckpt;
+  std::string fail;  // ckpt-failure: save, missing or corrupt
+  std::string good;  // ckpt-failure: where the follow-up good checkpoint goes
   int steps = 5;
   int passes = 1;
   int save_at = -1;
@@ -67,6 +82,8 @@ Args parse(int argc, char** argv) {
     if (flag == "--mode") a.mode = value();
     else if (flag == "--out") a.out = value();
     else if (flag == "--ckpt") a.ckpt = value();
+    else if (flag == "--fail") a.fail = value();
+    else if (flag == "--good") a.good = value();
     else if (flag == "--steps") a.steps = std::stoi(value());
     else if (flag == "--passes") a.passes = std::stoi(value());
     else if (flag == "--save-at") a.save_at = std::stoi(value());
@@ -161,12 +178,123 @@ void check(const kolo::Status& s, const char* what) {
   if (!s.ok()) die(std::string(what) + ": " + s.to_string());
 }
 
+// ---- ckpt-failure mode ----
+
+// Overwrites every tensor of `state` (float32 parameters and momentum, int64 counters) with
+// values that depend only on `seed`, so a rank can recompute another rank's values.
+void fill_state(const fw::NamedTensors& state, uint64_t seed) {
+  fw::Generator gen(seed);
+  for (const auto& [name, t] : state) {
+    fw::Tensor handle = t;  // shares the storage of the model / optimizer
+    if (t.dtype() == kolo::DataType::kFloat32) {
+      handle.copy_(fw::Tensor::randn(t.shape(), 0.f, 1.f, &gen));
+    } else if (t.dtype() == kolo::DataType::kInt64) {
+      int64_t* p = handle.data<int64_t>();
+      for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<int64_t>(seed % 97) + i;
+    } else {
+      die("fill_state: unexpected dtype of " + name);
+    }
+  }
+}
+
+using Snapshot = std::vector<std::pair<std::string, std::vector<uint8_t>>>;
+
+Snapshot snapshot(const fw::NamedTensors& state) {
+  Snapshot out;
+  for (const auto& [name, t] : state) {
+    const auto* p = static_cast<const uint8_t*>(t.raw_data());
+    out.emplace_back(name, std::vector<uint8_t>(p, p + t.nbytes()));
+  }
+  return out;
+}
+
+// Dies naming the first tensor whose bytes differ.
+void expect_same(const Snapshot& actual, const Snapshot& expected, const std::string& what) {
+  if (actual.size() != expected.size()) die(what + ": tensor count changed");
+  for (size_t i = 0; i < actual.size(); ++i) {
+    if (actual[i].second != expected[i].second) {
+      die(what + ": tensor '" + actual[i].first + "' differs");
+    }
+  }
+}
+
+// Flips one bit of the byte just before the 4-byte CRC trailer: the last payload byte of the
+// last entry, so the structure still parses and only the checksum can catch it.
+void corrupt_last_payload_byte(const std::string& path) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  if (!f) die("cannot open " + path + " to corrupt it");
+  f.seekg(0, std::ios::end);
+  const std::streamoff size = f.tellg();
+  if (size < 32) die(path + " is too small to be a checkpoint");
+  char byte;
+  f.seekg(size - 5);
+  f.read(&byte, 1);
+  byte = static_cast<char>(byte ^ 0x10);
+  f.seekp(size - 5);
+  f.write(&byte, 1);
+  if (!f.flush()) die("cannot corrupt " + path);
+}
+
+void print_line(const std::string& line) {
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);  // kolorun prefixes whole lines; keep them in order with stderr
+}
+
+void run_ckpt_failure(const Args& args, int rank) {
+  if (args.ckpt.empty() || args.good.empty()) die("ckpt-failure needs --ckpt and --good");
+  Model m = make_model(7);
+  std::vector<fw::Tensor> params;
+  for (auto& [name, t] : m.named()) params.push_back(t);
+  fw::SGD sgd(params, {.lr = 0.1, .momentum = 0.9});
+  fw::NamedTensors state = m.named();
+  for (auto& entry : fw::optimizer_state(sgd)) state.push_back(entry);
+
+  if (args.fail == "corrupt") {
+    fill_state(state, 500);  // what the file holds: differs from every rank's values below
+    fw::save_checkpoint_on_root(args.ckpt, m.named(), &sgd);
+    if (rank == 0) corrupt_last_payload_byte(args.ckpt);
+  } else if (args.fail != "save" && args.fail != "missing") {
+    die("--fail must be save, missing or corrupt, got '" + args.fail + "'");
+  }
+
+  fill_state(state, 1000 + rank);
+  const Snapshot before = snapshot(state);
+  try {
+    if (args.fail == "save") {
+      fw::save_checkpoint_on_root(args.ckpt, m.named(), &sgd);
+    } else {
+      fw::load_checkpoint_from_root(args.ckpt, m.named(), &sgd);
+    }
+    die(args.fail + ": expected an error on rank " + std::to_string(rank) + ", got none");
+  } catch (const kolo::Error& e) {
+    print_line(args.fail + " failed: " + e.status().to_string());
+  }
+  expect_same(snapshot(state), before, "after the failed " + args.fail);
+  print_line("state unchanged");
+
+  // The collectives are still in step: the root saves its values, everyone scrambles theirs
+  // and loads them back from the root.
+  fw::save_checkpoint_on_root(args.good, m.named(), &sgd);
+  fill_state(state, 2000 + rank);
+  fw::load_checkpoint_from_root(args.good, m.named(), &sgd);
+  const Snapshot loaded = snapshot(state);
+  fill_state(state, 1000);  // rank 0's values
+  expect_same(loaded, snapshot(state), "after the round trip");
+  print_line("round trip ok");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
   const Args args = parse(argc, argv);
   check(kolo::init(), "init");
   const int rank = kolo::rank(), world = kolo::size();
+
+  if (args.mode == "ckpt-failure") {
+    run_ckpt_failure(args, rank);
+    check(kolo::shutdown(), "shutdown");
+    return 0;
+  }
 
   if (args.mode == "broadcast") {
     Model m = make_model(1000 + rank);  // different on every rank
