@@ -16,7 +16,10 @@
 // each submission that finds the background thread idle starts a negotiation cycle, a round of
 // messages and wake-ups on every rank; on a host with a core per rank those preempt the compute
 // threads. Measured on the 2-core VM (Fashion-MNIST CNN, 8 parameters, 0.8 MB, 2 ranks bound to
-// a core each; docs/benchmarks.md): 4 cycles per step cost ~4% of the throughput against one.
+// a core each; docs/benchmarks.md): one allreduce per parameter (4-5 cycles per step) gave 7%
+// fewer samples/s than one bucket (medians of 5 alternating runs: 9021 vs 9661), although it
+// hid 88% of the communication behind backward against ~40%: with a core per rank, overlap
+// saves latency but not the CPU that communication takes, and each cycle costs CPU.
 // bucket_bytes = 0 gives one bucket per parameter (the most overlap, the most cycles). The
 // default equals the coordinator's default fusion threshold, so one bucket is one fused
 // operation; models far larger than that still overlap bucket by bucket.
