@@ -138,6 +138,13 @@ TEST_F(TrainingTest, UnevenBatchesOnTwoAndThreeRanksMatchOneRank) {
   const Params one = read_params(path("p1"));
   expect_close(read_params(path("p2")), one, kTolerance);
   expect_close(read_params(path("p3")), one, kTolerance);
+  // The default puts all four gradients in one grouped bucket; one allreduce per gradient
+  // and two buckets (fc2's weight and bias with fc1's bias, 336 bytes, then fc1's weight)
+  // reduce the same.
+  launch(2, "--steps 5 --bucket-bytes 0 --out " + path("p2-per-gradient"));
+  launch(3, "--steps 5 --bucket-bytes 600 --out " + path("p3-two-buckets"));
+  expect_close(read_params(path("p2-per-gradient")), one, kTolerance);
+  expect_close(read_params(path("p3-two-buckets")), one, kTolerance);
 }
 
 TEST_F(TrainingTest, GradientAccumulationOverTwoPassesMatchesOnePass) {
@@ -147,9 +154,13 @@ TEST_F(TrainingTest, GradientAccumulationOverTwoPassesMatchesOnePass) {
 }
 
 TEST_F(TrainingTest, AllreducesCompleteWhileBackwardStillRuns) {
-  std::string output = launch(2, "--mode overlap --steps 3");
-  EXPECT_NE(output.find("[0] overlap ok: 3 steps"), std::string::npos) << output;
-  EXPECT_NE(output.find("[1] overlap ok: 3 steps"), std::string::npos) << output;
+  // One allreduce per gradient, then fc2's weight and bias as one grouped bucket (272 bytes).
+  for (const char* buckets : {"0", "272"}) {
+    const std::string output =
+        launch(2, std::string("--mode overlap --steps 3 --bucket-bytes ") + buckets);
+    EXPECT_NE(output.find("[0] overlap ok: 3 steps"), std::string::npos) << output;
+    EXPECT_NE(output.find("[1] overlap ok: 3 steps"), std::string::npos) << output;
+  }
 }
 
 TEST_F(TrainingTest, SyncBatchNormOnTwoAndThreeRanksMatchesOneRankBatchNorm) {
