@@ -56,12 +56,14 @@ DistributedOptimizer::DistributedOptimizer(Optimizer& inner,
 }
 
 void DistributedOptimizer::build_buckets() {
-  const DataType wire = wire_dtype(options_.compression);
   const auto cap = static_cast<size_t>(options_.bucket_bytes);
   size_t bytes = 0;
   for (size_t i = params_.size(); i-- > 0;) {
     const Tensor& t = params_[i].tensor;
-    const size_t size = static_cast<size_t>(t.numel()) * dtype_size(wire);
+    const size_t size = options_.compression == Compression::kNone
+                            ? t.nbytes()
+                            : static_cast<size_t>(t.numel()) *
+                                  dtype_size(wire_dtype(options_.compression));
     bool fresh = buckets_.empty() || bytes + size > cap;
     if (!fresh) {
       const Tensor& head = params_[buckets_.back().params.front()].tensor;
