@@ -31,8 +31,9 @@ struct RankSpec {
 struct SuperviseOptions {
   bool tag_output = true;
   std::chrono::milliseconds grace{3000};
-  // Multi-node (see failure_watch.h): called once with the first local failure's description
-  // (a failed rank, or kolorun itself interrupted), and a descriptor that turns readable, with a message, when another node reports one.
+  // Multi-node (see failure_watch.h): on_failure is called once with the first local
+  // failure's description (a failed rank, or kolorun itself interrupted); remote_failure_fd
+  // turns readable, with a message, when another node reports one.
   std::function<void(const std::string&)> on_failure;
   int remote_failure_fd = -1;
 };
