@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <thread>
 #include <vector>
 
 #include "rendezvous/barrier.h"

@@ -67,6 +67,11 @@ struct Envp {
 };
 
 Status spawn(const RankSpec& spec, bool tag, Child& child) {
+  // The child inherits this thread's affinity mask at spawn (posix_spawn has no attribute
+  // for it); the guard restores ours afterwards.
+  ScopedThreadAffinity affinity(spec.cpus);
+  if (!affinity.status().ok())
+    return affinity.status().with_context("cannot bind rank " + std::to_string(spec.rank));
   int out[2] = {-1, -1}, err[2] = {-1, -1};
   if (tag && (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0))
     return Status::IoError(std::string("kolorun: pipe: ") + strerror(errno));
@@ -95,17 +100,6 @@ Status spawn(const RankSpec& spec, bool tag, Child& child) {
   argv.push_back(nullptr);
   Envp envp(spec.env);
   pid_t pid = -1;
-  // The child inherits this thread's affinity mask at spawn (posix_spawn has no attribute
-  // for it); the guard restores ours afterwards.
-  ScopedThreadAffinity affinity(spec.cpus);
-  if (!affinity.status().ok()) {
-    posix_spawn_file_actions_destroy(&fa);
-    posix_spawnattr_destroy(&attr);
-    if (tag) {
-      for (int fd : {out[0], out[1], err[0], err[1]}) ::close(fd);
-    }
-    return affinity.status().with_context("cannot bind rank " + std::to_string(spec.rank));
-  }
   int rc = posix_spawnp(&pid, argv[0], &fa, &attr, argv.data(), envp.ptrs.data());
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
