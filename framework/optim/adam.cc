@@ -40,12 +40,7 @@ void Adam::update(int64_t index, Tensor& param, const Tensor& grad, double lr, d
   a.decoupled = decoupled_;
   a.step = count;
   std::vector<Tensor>& s = state(index);
-  if (param.device().is_cpu()) {
-    kernels::adam_update(param.data<float>(), grad.data<float>(), s[0].data<float>(),
-                         s[1].data<float>(), param.numel(), a);
-  } else {
-    update_on_device(param, grad, s[0], s[1], a);
-  }
+  apply_update(param, grad, s[0], s[1], a);
 }
 
 AdamW::AdamW(std::vector<Tensor> params, AdamOptions options)

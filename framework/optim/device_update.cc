@@ -9,7 +9,7 @@
 namespace kolo::fw {
 namespace {
 
-[[maybe_unused]] float* f32(const Tensor& t) { return static_cast<float*>(t.raw_data()); }
+float* f32(const Tensor& t) { return static_cast<float*>(t.raw_data()); }
 
 [[noreturn]] void unsupported(const Tensor& param) {
   throw Error(Status::Unsupported("optimizer: no update kernel for parameters on " +
@@ -18,7 +18,11 @@ namespace {
 
 }  // namespace
 
-void update_on_device(Tensor& param, const Tensor& grad, Tensor& buf, const kernels::SgdArgs& a) {
+void apply_update(Tensor& param, const Tensor& grad, Tensor& buf, const kernels::SgdArgs& a) {
+  if (param.device().is_cpu()) {
+    kernels::sgd_update(f32(param), f32(grad), f32(buf), param.numel(), a);
+    return;
+  }
 #ifdef KOLO_HAVE_CUDA
   if (param.device().is_cuda()) {
     optim_cuda::sgd_update(param.device().index, f32(param), f32(grad), f32(buf), param.numel(), a);
@@ -28,8 +32,12 @@ void update_on_device(Tensor& param, const Tensor& grad, Tensor& buf, const kern
   unsupported(param);
 }
 
-void update_on_device(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
-                      const kernels::AdamArgs& a) {
+void apply_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                  const kernels::AdamArgs& a) {
+  if (param.device().is_cpu()) {
+    kernels::adam_update(f32(param), f32(grad), f32(m), f32(v), param.numel(), a);
+    return;
+  }
 #ifdef KOLO_HAVE_CUDA
   if (param.device().is_cuda()) {
     optim_cuda::adam_update(param.device().index, f32(param), f32(grad), f32(m), f32(v),

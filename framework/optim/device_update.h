@@ -1,6 +1,6 @@
-// Dispatch of the optimizer updates for parameters that are not on the CPU. In a CUDA build
-// (KOLO_HAVE_CUDA) CUDA tensors go to the fused kernels of update_kernels_cuda.h; otherwise no
-// non-CPU tensor can exist and these throw kolo::Error(Unsupported) naming the device.
+// The optimizer updates on tensors, dispatched by device: CPU tensors go to update_kernels.h,
+// CUDA tensors (in a CUDA build, KOLO_HAVE_CUDA) to the fused kernels of update_kernels_cuda.h;
+// any other device throws kolo::Error(Unsupported) naming it.
 // Contract: all tensors float32, same shape and device (checked by Optimizer::step).
 #pragma once
 
@@ -9,8 +9,8 @@
 
 namespace kolo::fw {
 
-void update_on_device(Tensor& param, const Tensor& grad, Tensor& buf, const kernels::SgdArgs& a);
-void update_on_device(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
-                      const kernels::AdamArgs& a);
+void apply_update(Tensor& param, const Tensor& grad, Tensor& buf, const kernels::SgdArgs& a);
+void apply_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                  const kernels::AdamArgs& a);
 
 }  // namespace kolo::fw

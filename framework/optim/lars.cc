@@ -50,13 +50,7 @@ void LARS::update(int64_t index, Tensor& param, const Tensor& grad, double lr, d
   a.weight_decay = static_cast<float>(weight_decay);
   a.grad_scale = adapt ? static_cast<float>(trust_ratio(param, grad, weight_decay)) : 1.0f;
   a.first = count == 1;
-  Tensor& buf = state(index)[0];
-  if (param.device().is_cpu()) {
-    kernels::sgd_update(param.data<float>(), grad.data<float>(), buf.data<float>(), param.numel(),
-                        a);
-  } else {
-    update_on_device(param, grad, buf, a);
-  }
+  apply_update(param, grad, state(index)[0], a);
 }
 
 }  // namespace kolo::fw
