@@ -14,21 +14,10 @@
 namespace kolo::fw {
 namespace {
 
+using testing::expect_error;
 using testing::read_bytes;
 using testing::ScratchDir;
 using testing::write_bytes;
-
-// Runs fn, expects a kolo::Error with `code` whose message equals `message`.
-template <typename Fn>
-void expect_error(Fn fn, StatusCode code, const std::string& message) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error; expected: " << message;
-  } catch (const Error& e) {
-    EXPECT_EQ(e.status().code(), code) << e.what();
-    EXPECT_EQ(e.status().message(), message);
-  }
-}
 
 IdxArray small_images() {  // 3 images of 2x2
   IdxArray a;

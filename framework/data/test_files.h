@@ -1,5 +1,6 @@
-// Helpers for the data tests: a scratch directory removed at the end of the test, and raw file
-// writes for hand-made (including corrupt) inputs.
+// Helpers for the file-reading tests (data readers, checkpoints): a scratch directory removed at
+// the end of the test, raw file writes for hand-made (including corrupt) inputs, and a check of
+// the exact error a call throws.
 #pragma once
 
 #include <unistd.h>
@@ -9,6 +10,10 @@
 #include <fstream>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kolo/status.h"
 
 namespace kolo::fw::testing {
 
@@ -42,6 +47,18 @@ inline void write_bytes(const std::string& path, const std::vector<uint8_t>& byt
 inline std::vector<uint8_t> read_bytes(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
+}
+
+// Runs fn and expects a kolo::Error with `code` whose message equals `message`.
+template <typename Fn>
+void expect_error(Fn fn, StatusCode code, const std::string& message) {
+  try {
+    fn();
+    ADD_FAILURE() << "no error; expected: " << message;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status().code(), code) << e.what();
+    EXPECT_EQ(e.status().message(), message);
+  }
 }
 
 }  // namespace kolo::fw::testing

@@ -15,20 +15,10 @@
 namespace kolo::fw {
 namespace {
 
+using testing::expect_error;
 using testing::read_bytes;
 using testing::ScratchDir;
 using testing::write_bytes;
-
-template <typename Fn>
-void expect_error(Fn fn, StatusCode code, const std::string& message) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error; expected: " << message;
-  } catch (const Error& e) {
-    EXPECT_EQ(e.status().code(), code) << e.what();
-    EXPECT_EQ(e.status().message(), message);
-  }
-}
 
 struct TinyModel {
   Tensor w = Tensor::from_vector({1, 2, 3, 4, 5, 6}, {2, 3});
