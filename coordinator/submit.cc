@@ -37,6 +37,14 @@ Status check_scale(OpType type, const std::string& name, double pre, double post
   return Status::Ok();
 }
 
+// Allgather, alltoall and reducescatter split or join along the first dimension.
+Status check_has_rows(OpType type, const std::string& name, const TensorView& input) {
+  if (input.shape.empty())
+    return Status::InvalidArgument(prefix(type, name) +
+                                   ": input must have at least 1 dimension, got a scalar");
+  return Status::Ok();
+}
+
 Status check_name(const std::string& name) {
   if (name.empty()) return Status::InvalidArgument("operation name must not be empty");
   return Status::Ok();
@@ -114,8 +122,7 @@ Result<std::unique_ptr<Entry>> build_allgather(std::string name, TensorView inpu
   KOLO_RETURN_IF_ERROR(check_name(name));
   const OpType t = OpType::kAllgather;
   KOLO_RETURN_IF_ERROR(check_view(t, name, "input", input));
-  if (input.shape.empty())
-    return Status::InvalidArgument(prefix(t, name) + ": input must have at least 1 dimension, got a scalar");
+  KOLO_RETURN_IF_ERROR(check_has_rows(t, name, input));
   auto e = new_entry(std::move(name), t);
   describe(*e, input);
   e->allocator = std::move(opts.allocator);
@@ -141,8 +148,7 @@ Result<std::unique_ptr<Entry>> build_alltoall(std::string name, TensorView input
   KOLO_RETURN_IF_ERROR(check_name(name));
   const OpType t = OpType::kAlltoall;
   KOLO_RETURN_IF_ERROR(check_view(t, name, "input", input));
-  if (input.shape.empty())
-    return Status::InvalidArgument(prefix(t, name) + ": input must have at least 1 dimension, got a scalar");
+  KOLO_RETURN_IF_ERROR(check_has_rows(t, name, input));
   const int64_t rows = input.shape[0];
   if (opts.splits.empty()) {
     if (rows % size != 0)
@@ -173,8 +179,7 @@ Result<std::unique_ptr<Entry>> build_reducescatter(std::string name, TensorView 
   KOLO_RETURN_IF_ERROR(check_name(name));
   const OpType t = OpType::kReducescatter;
   KOLO_RETURN_IF_ERROR(check_view(t, name, "input", input));
-  if (input.shape.empty())
-    return Status::InvalidArgument(prefix(t, name) + ": input must have at least 1 dimension, got a scalar");
+  KOLO_RETURN_IF_ERROR(check_has_rows(t, name, input));
   if (!is_valid_reduce_op(static_cast<int>(opts.op)))
     return Status::InvalidArgument(prefix(t, name) + ": reduce op must be a kolo::ReduceOp, got " +
                                    std::to_string(static_cast<int>(opts.op)));
