@@ -2,10 +2,10 @@
 //
 // It registers a gradient-ready hook on every parameter (autograd.h, Note [Gradient-ready
 // hooks]) and groups the parameters into buckets (Note [Buckets]). The moment backward makes
-// the last gradient of a bucket final, the hook submits the bucket's allreduce to Kolo, so
-// communication of the last layers' gradients runs while backward still computes the first
-// layers'. step() waits for every allreduce, writes the averaged gradients back, then runs the
-// wrapped optimizer's step.
+// the last gradient of a bucket final, the hook submits the bucket's allreduce to Kolo, so in a
+// model of several buckets communication of the last layers' gradients runs while backward
+// still computes the first layers'. step() waits for every allreduce, writes the averaged
+// gradients back, then runs the wrapped optimizer's step.
 //
 // Note [Buckets]. Parameters are taken in reverse registration order (backward produces the
 // output layers' gradients first) and packed into buckets of at most bucket_bytes of wire
@@ -84,7 +84,7 @@ struct DistributedStats {
   // step() (it held a parameter that no pass used, which is reduced with zeros).
   int64_t submitted_from_hooks = 0;
   int64_t submitted_at_step = 0;
-  // Per step, the communication window runs from the first gradient's submission to the end of
+  // Per step, the communication window runs from the first bucket's submission to the end of
   // the last allreduce; the exposed part is what step() spent waiting for it. Summed here, so
   // 1 - exposed / window is the share of communication hidden behind backward.
   double communication_window_seconds = 0;
