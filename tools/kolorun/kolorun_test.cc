@@ -255,6 +255,22 @@ TEST(CpuBinding, SharesTheAllowedCpusOutInContiguousBlocks) {
   EXPECT_EQ(format_cpu_list({0, 1, 2, 5, 7, 8}), "0-2,5,7-8");
 }
 
+TEST(CpuBinding, AScopedMaskIsRestoredAndARefusedOneChangesNothing) {
+  const std::vector<int> before = allowed_cpus();
+  {
+    ScopedThreadAffinity one({before.front()});
+    ASSERT_TRUE(one.status().ok()) << one.status().to_string();
+    EXPECT_EQ(allowed_cpus(), std::vector<int>{before.front()});
+  }
+  EXPECT_EQ(allowed_cpus(), before);
+  {
+    ScopedThreadAffinity bad({1 << 20});  // beyond any cpu_set_t
+    EXPECT_EQ(bad.status().message(), "CPU 1048576 is out of range");
+    EXPECT_EQ(allowed_cpus(), before);
+  }
+  EXPECT_EQ(allowed_cpus(), before);
+}
+
 TEST(Kolorun, EachRankRunsOnItsShareOfTheCpus) {
   const std::vector<int> cpus = allowed_cpus();
   if (cpus.size() < 2) GTEST_SKIP() << "needs 2 CPUs to bind 2 ranks apart; this process has 1";
