@@ -28,3 +28,34 @@ function(kolo_test name)
   gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60
                        PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT} RUN_SERIAL ${serial})
 endfunction()
+
+# kolo_backend(NAME SOURCES ... [DEPS ...]): the library kolo_backend_<NAME> of one folder of
+# backends/, recorded in the build's list of backends (common/build_info.h, written at the end
+# of the top-level CMakeLists.txt). A folder whose requirements are missing returns before
+# calling it, and the backend is then not part of the build.
+function(kolo_backend name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  kolo_library(kolo_backend_${name} SOURCES ${ARG_SOURCES} DEPS ${ARG_DEPS})
+  set_property(GLOBAL APPEND PROPERTY KOLO_BUILT_BACKENDS ${name})
+endfunction()
+
+# Writes common/build_info.cc (see common/build_info.h) once every backend folder is configured.
+function(kolo_write_build_info)
+  get_property(backends GLOBAL PROPERTY KOLO_BUILT_BACKENDS)
+  list(SORT backends)
+  set(quoted)
+  foreach(b ${backends})
+    list(APPEND quoted "\"${b}\"")
+  endforeach()
+  list(JOIN quoted ", " KOLO_BUILT_BACKENDS_CXX)
+  foreach(c MPI CUDA NCCL)
+    if(KOLO_HAVE_${c})
+      set(KOLO_HAVE_${c}_CXX true)
+    else()
+      set(KOLO_HAVE_${c}_CXX false)
+    endif()
+  endforeach()
+  configure_file(${PROJECT_SOURCE_DIR}/cmake/build_info.cc.in
+                 ${PROJECT_BINARY_DIR}/generated/build_info.cc @ONLY)
+  set(KOLO_BUILT_BACKENDS ${backends} PARENT_SCOPE)
+endfunction()
