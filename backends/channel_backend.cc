@@ -3,7 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "common/units.h"
+#include "kolo/units.h"
 
 namespace kolo {
 

@@ -3,7 +3,7 @@
 #include <charconv>
 #include <string_view>
 
-#include "common/units.h"
+#include "kolo/units.h"
 
 namespace kolo::bench {
 

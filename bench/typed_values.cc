@@ -3,7 +3,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "common/float16.h"
+#include "kolo/float16.h"
 
 namespace kolo::bench {
 

@@ -1,20 +1,91 @@
-# kolo_library(NAME SOURCES ... [DEPS ...]): a static library whose headers are included as
-# "folder/file.h" from the source root and "kolo/..." from include/.
-function(kolo_library name)
-  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
-  add_library(${name} STATIC ${ARG_SOURCES})
-  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/include)
-  target_link_libraries(${name} PUBLIC ${ARG_DEPS})
+# Note [Include roots]. Kolo's headers are included by folder, "coordinator/runtime.h", and a
+# target sees a folder's headers only if it links that folder's component: each top-level
+# folder gets an include root <build>/include_roots/<folder>/ holding one symbolic link,
+# <folder> -> the source folder. A component adds its root PUBLIC (its dependents may include
+# its headers) or, with INTERNAL, PRIVATE. So an include against the layering (the framework
+# reaching into common/, anything into coordinator/) fails to compile, as does one of a
+# component that is not linked. The public API, include/kolo/, is visible to all.
+#
+# kolo_folder_root(OUT): the include root of the current source folder's top-level folder.
+function(kolo_folder_root out)
+  file(RELATIVE_PATH rel ${PROJECT_SOURCE_DIR} ${CMAKE_CURRENT_SOURCE_DIR})
+  string(REGEX REPLACE "/.*" "" folder "${rel}")
+  set(root ${PROJECT_BINARY_DIR}/include_roots/${folder})
+  if(NOT EXISTS ${root}/${folder})
+    file(MAKE_DIRECTORY ${root})
+    file(CREATE_LINK ${PROJECT_SOURCE_DIR}/${folder} ${root}/${folder} SYMBOLIC)
+  endif()
+  set(${out} ${root} PARENT_SCOPE)
 endfunction()
 
-# kolo_test(NAME SOURCES ... [DEPS ...] [LABELS ...] [TIMEOUT s] [RUN_SERIAL]): a GoogleTest
-# binary in build/bin, registered with CTest test by test. RUN_SERIAL keeps tests that start
-# several processes from running beside others on a small machine.
+# kolo_internal_includes(TARGET): TARGET (an executable or test of this folder) includes its own
+# folder's headers and the public API.
+function(kolo_internal_includes target)
+  kolo_folder_root(root)
+  target_include_directories(${target} PRIVATE ${root} ${PROJECT_SOURCE_DIR}/include)
+endfunction()
+
+# kolo_library(NAME SOURCES ... [DEPS ...] [INTERNAL] [EXPORT_ALL]): a static library of one
+# component. DEPS are public dependencies. INTERNAL: the folder's headers are for itself and its
+# tests only. The core's components are compiled with hidden visibility, so that libkolo.so
+# exports only the public API (Note [Visibility] in docs/architecture.md); EXPORT_ALL keeps
+# default visibility (the framework, whose headers are all its API).
+function(kolo_library name)
+  cmake_parse_arguments(ARG "INTERNAL;EXPORT_ALL" "" "SOURCES;DEPS" ${ARGN})
+  add_library(${name} STATIC ${ARG_SOURCES})
+  kolo_folder_root(root)
+  if(ARG_INTERNAL)
+    target_include_directories(${name} PRIVATE ${root})
+  else()
+    target_include_directories(${name} PUBLIC ${root})
+  endif()
+  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR}/include)
+  target_link_libraries(${name} PUBLIC ${ARG_DEPS})
+  if(NOT ARG_EXPORT_ALL)
+    set_target_properties(${name} PROPERTIES CXX_VISIBILITY_PRESET hidden
+                                             CUDA_VISIBILITY_PRESET hidden
+                                             VISIBILITY_INLINES_HIDDEN ON)
+  endif()
+endfunction()
+
+# kolo_umbrella_library(NAME PARTS ... [LINK ...]): one library (shared or static, by
+# BUILD_SHARED_LIBS) made of the object files of the component libraries PARTS, with the
+# project's version as its SONAME. LINK: what its objects need beyond each other (exported as
+# link-only dependencies of a static library; private to a shared one).
+function(kolo_umbrella_library name)
+  cmake_parse_arguments(ARG "" "" "PARTS;LINK" ${ARGN})
+  set(objects)
+  foreach(part ${ARG_PARTS})
+    list(APPEND objects $<TARGET_OBJECTS:${part}>)
+  endforeach()
+  add_library(${name} ${objects})
+  set_target_properties(${name} PROPERTIES VERSION ${PROJECT_VERSION}
+                        SOVERSION ${PROJECT_VERSION_MAJOR}.${PROJECT_VERSION_MINOR})
+  target_compile_features(${name} PUBLIC cxx_std_20)
+  target_link_libraries(${name} PRIVATE ${ARG_LINK})
+  if(BUILD_SHARED_LIBS)
+    # Every symbol the objects use must be resolved by the library's own dependencies.
+    target_link_options(${name} PRIVATE LINKER:--no-undefined)
+  endif()
+endfunction()
+
+# kolo_test(NAME SOURCES ... [DEPS ...] [DEFINITIONS ...] [DEPENDS ...] [LABELS ...] [TIMEOUT s]
+# [RUN_SERIAL]): a GoogleTest binary in build/bin, registered with CTest test by test, when
+# KOLO_BUILD_TESTS is on. DEFINITIONS: compile definitions (e.g. paths of the binaries a test
+# runs, which DEPENDS then builds first). RUN_SERIAL keeps tests that start several processes
+# from running beside others on a small machine.
 function(kolo_test name)
-  cmake_parse_arguments(ARG "RUN_SERIAL" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  if(NOT KOLO_BUILD_TESTS)
+    return()
+  endif()
+  cmake_parse_arguments(ARG "RUN_SERIAL" "TIMEOUT" "SOURCES;DEPS;DEFINITIONS;DEPENDS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
-  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/include)
+  kolo_internal_includes(${name})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main)
+  target_compile_definitions(${name} PRIVATE ${ARG_DEFINITIONS})
+  if(ARG_DEPENDS)
+    add_dependencies(${name} ${ARG_DEPENDS})
+  endif()
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 120)
   endif()

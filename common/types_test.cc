@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "common/float16.h"
+#include "kolo/float16.h"
 #include "kolo/status.h"
 #include "kolo/types.h"
 

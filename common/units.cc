@@ -1,4 +1,4 @@
-#include "common/units.h"
+#include "kolo/units.h"
 
 #include <array>
 #include <cctype>

@@ -4,7 +4,7 @@
 #include <cstdlib>
 
 #include "common/logging.h"
-#include "common/units.h"
+#include "kolo/units.h"
 
 namespace kolo::coord {
 

@@ -4,7 +4,7 @@
 #include <functional>
 #include <sstream>
 
-#include "common/units.h"
+#include "kolo/units.h"
 #include "kolo/tensor.h"
 
 namespace kolo::coord {

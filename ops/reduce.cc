@@ -8,7 +8,7 @@
 #include <cstring>
 #include <type_traits>
 
-#include "common/float16.h"
+#include "kolo/float16.h"
 
 #if defined(__F16C__)
 #include <immintrin.h>

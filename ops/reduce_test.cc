@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "common/float16.h"
+#include "kolo/float16.h"
 
 namespace kolo::ops {
 namespace {

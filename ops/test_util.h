@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/float16.h"
+#include "kolo/float16.h"
 #include "kolo/status.h"
 #include "kolo/types.h"
 #include "ops/thread_channel.h"

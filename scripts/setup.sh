@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what Kolo needs from Debian (only what is missing), then configures and builds.
 # Usage: scripts/setup.sh [build-dir]   (default: build). Extra CMake flags via KOLO_CMAKE_FLAGS.
+#        scripts/setup.sh --deps-only    installs the packages only.
 # Idempotent: a second run only rebuilds what changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +16,7 @@ packages=(
   libopenblas-dev zlib1g-dev            # CPU GEMM; gzip'd IDX files
   dataset-fashion-mnist                 # the main job's data
   iproute2                              # network namespaces in the two-node test
+  file                                  # cpack -G DEB (scripts/package-deb.sh)
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -28,6 +30,8 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends \
     "${missing[@]}" >/dev/null
 fi
+
+[[ "$build_dir" == "--deps-only" ]] && exit 0
 
 jobs="$(nproc)"
 # shellcheck disable=SC2086

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "backends/mpi/mpi_runtime.h"
-#include "common/float16.h"
+#include "kolo/float16.h"
 
 namespace kolo {
 

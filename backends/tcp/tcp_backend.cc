@@ -5,7 +5,7 @@
 
 #include "backends/channel_backend.h"
 #include "backends/tcp/tcp_connect.h"
-#include "common/units.h"
+#include "kolo/units.h"
 #include "ops/collectives.h"
 
 namespace kolo {

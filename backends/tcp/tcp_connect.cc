@@ -15,7 +15,7 @@
 #include "backends/tcp/auth.h"
 #include "backends/tcp/host_address.h"
 #include "common/logging.h"
-#include "common/units.h"
+#include "kolo/units.h"
 
 namespace kolo::tcp {
 

@@ -6,7 +6,7 @@
 #include <map>
 #include <string_view>
 
-#include "common/units.h"
+#include "kolo/units.h"
 
 namespace kolo::example {
 namespace {

@@ -8,7 +8,7 @@
 #include <limits>
 #include <vector>
 
-#include "common/float16.h"
+#include "kolo/float16.h"
 
 namespace kolo::fw::kernels::cpu {
 

@@ -18,11 +18,14 @@
 #include "kolo/status.h"
 #include "kolo/tensor.h"
 
-namespace kolo {
-
-namespace detail {
-class OpState;  // defined by the runtime (coordinator/op_state.h)
+namespace kolo::detail {
+class OpState;  // defined by the runtime (coordinator/op_state.h); not exported
 }
+
+// Exported from libkolo.so (Note [Visibility] in docs/architecture.md).
+#pragma GCC visibility push(default)
+
+namespace kolo {
 
 class Handle {
  public:
@@ -64,3 +67,4 @@ class Handle {
 };
 
 }  // namespace kolo
+#pragma GCC visibility pop

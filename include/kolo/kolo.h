@@ -44,6 +44,9 @@
 #include "kolo/tensor.h"
 #include "kolo/types.h"
 
+// Exported from libkolo.so (Note [Visibility] in docs/architecture.md).
+#pragma GCC visibility push(default)
+
 namespace kolo {
 
 // ---- Lifecycle -------------------------------------------------------------------------------
@@ -159,3 +162,4 @@ Status barrier(std::string name = "barrier");
 Status join();
 
 }  // namespace kolo
+#pragma GCC visibility pop

@@ -10,6 +10,9 @@
 #include <utility>
 #include <variant>
 
+// Exported from libkolo.so (Note [Visibility] in docs/architecture.md).
+#pragma GCC visibility push(default)
+
 namespace kolo {
 
 enum class StatusCode {
@@ -97,6 +100,7 @@ class Error : public std::exception {
 };
 
 }  // namespace kolo
+#pragma GCC visibility pop
 
 // Propagate a non-OK Status to the caller.
 #define KOLO_RETURN_IF_ERROR(expr)            \

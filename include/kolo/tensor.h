@@ -9,6 +9,9 @@
 
 #include "kolo/types.h"
 
+// Exported from libkolo.so (Note [Visibility] in docs/architecture.md).
+#pragma GCC visibility push(default)
+
 namespace kolo {
 
 // A borrowed, dense, row-major tensor: pointer + shape + dtype + device. Kolo never owns the
@@ -74,3 +77,4 @@ TensorView view_of(T* data, std::vector<int64_t> shape) {
 }
 
 }  // namespace kolo
+#pragma GCC visibility pop

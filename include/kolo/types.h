@@ -7,6 +7,9 @@
 #include <string>
 #include <string_view>
 
+// Exported from libkolo.so (Note [Visibility] in docs/architecture.md).
+#pragma GCC visibility push(default)
+
 namespace kolo {
 
 enum class DataType : uint8_t {
@@ -62,3 +65,4 @@ struct Device {
 };
 
 }  // namespace kolo
+#pragma GCC visibility pop

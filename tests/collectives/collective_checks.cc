@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "common/float16.h"
+#include "kolo/float16.h"
 
 namespace kolo::testing {
 

@@ -3,7 +3,7 @@
 #include <charconv>
 #include <cstdlib>
 
-#include "common/units.h"
+#include "kolo/units.h"
 
 namespace kolo::kolorun {
 namespace {

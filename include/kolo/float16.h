@@ -5,6 +5,9 @@
 #include <cstdint>
 #include <cstring>
 
+// Exported from libkolo.so (Note [Visibility] in docs/architecture.md).
+#pragma GCC visibility push(default)
+
 namespace kolo {
 
 inline float bits_to_float(uint32_t bits) {
@@ -56,3 +59,4 @@ inline uint16_t float_to_bfloat16(float value) {
 }
 
 }  // namespace kolo
+#pragma GCC visibility pop

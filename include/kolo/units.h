@@ -1,6 +1,7 @@
 // Parsing and printing of sizes and durations with units, as used by every KOLO_* variable and
 // command-line flag: "64MiB", "1.5GB", "4096" (bytes); "1ms", "2.5s", "500us", "60" (seconds).
-// Errors name the text and the accepted forms.
+// Public so that programs built on Kolo read sizes and times the way Kolo does (the training
+// example's --bucket-size). Errors name the text and the accepted forms. Thread-safe.
 #pragma once
 
 #include <chrono>
@@ -9,6 +10,9 @@
 #include <string_view>
 
 #include "kolo/status.h"
+
+// Exported from libkolo.so (Note [Visibility] in docs/architecture.md).
+#pragma GCC visibility push(default)
 
 namespace kolo {
 
@@ -25,3 +29,4 @@ std::string format_size(uint64_t bytes);
 std::string format_duration(std::chrono::nanoseconds d);
 
 }  // namespace kolo
+#pragma GCC visibility pop
