@@ -120,13 +120,21 @@ struct FusionResult {
 };
 
 // Initialises Kolo for the row, times its steps and shuts Kolo down.
-Result<FusionResult> run_fusion_mode(const FusionMode& mode, const FusionOptions& o,
+//
+// Note [Timeline row under KOLO_TIMELINE]: init() starts a timeline itself when KOLO_TIMELINE
+// is set, and the row's own start_timeline() would then fail with "already started". So when
+// the user set it, the timeline row records into the user's file through init() instead of
+// its own, and the other rows run with KOLO_TIMELINE unset, so that they still measure no
+// timeline.
+Result<FusionResult> run_fusion_mode(const FusionMode& mode, const std::string& user_timeline,
+                                     const FusionOptions& o,
                                      const std::vector<std::vector<int64_t>>& shapes) {
   set_env("KOLO_FUSION_THRESHOLD", mode.threshold);
+  set_env("KOLO_TIMELINE", mode.timeline ? user_timeline : "");
   KOLO_RETURN_IF_ERROR(kolo::init().with_context("init"));
   ShutdownOnExit shutdown_on_exit;
   const int ranks = kolo::size();
-  if (mode.timeline) {
+  if (mode.timeline && user_timeline.empty()) {
     const std::string trace =
         "/tmp/kolo-bench-fusion-rank" + std::to_string(kolo::rank()) + ".json";
     KOLO_RETURN_IF_ERROR(kolo::start_timeline(trace).with_context("start_timeline"));
@@ -151,7 +159,7 @@ Result<FusionResult> run_fusion_mode(const FusionMode& mode, const FusionOptions
     if (i >= o.warmup)
       times.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   }
-  if (mode.timeline) KOLO_RETURN_IF_ERROR(kolo::stop_timeline());
+  if (mode.timeline && user_timeline.empty()) KOLO_RETURN_IF_ERROR(kolo::stop_timeline());
   KOLO_RETURN_IF_ERROR(kolo::shutdown().with_context("shutdown"));
   return FusionResult{median(times), ranks};
 }
@@ -162,6 +170,8 @@ Status run_fusion(const FusionOptions& o) {
   for (const auto& s : shapes) total += elements(s);
   const char* env_threshold = std::getenv("KOLO_FUSION_THRESHOLD");
   const std::string threshold = env_threshold ? env_threshold : "";
+  const char* env_timeline = std::getenv("KOLO_TIMELINE");
+  const std::string user_timeline = env_timeline ? env_timeline : "";
   const char* env_rank = std::getenv("KOLO_RANK");  // only rank 0 prints; init comes later
   const bool root = env_rank == nullptr || std::string(env_rank) == "0";
   if (root) {
@@ -169,6 +179,10 @@ Status run_fusion(const FusionOptions& o) {
         "# ResNet-50 gradients: %zu float32 tensors, %lld elements (%.1f MB); median of %d "
         "steps\n",
         shapes.size(), static_cast<long long>(total), total * 4 / 1e6, o.iters);
+    if (!user_timeline.empty())
+      std::printf(
+          "# KOLO_TIMELINE=%s: the timeline row records there; the other rows run without it\n",
+          user_timeline.c_str());
     std::printf("%-28s %8s %12s %12s\n", "mode", "ranks", "step_ms", "algbw_GB/s");
   }
   const FusionMode modes[] = {{"fusion default", threshold, false, false},
@@ -177,7 +191,7 @@ Status run_fusion(const FusionOptions& o) {
                               {"fusion default + timeline", threshold, false, true}};
   nlohmann::json rows = nlohmann::json::array();
   for (const FusionMode& mode : modes) {
-    KOLO_ASSIGN_OR_RETURN(FusionResult r, run_fusion_mode(mode, o, shapes));
+    KOLO_ASSIGN_OR_RETURN(FusionResult r, run_fusion_mode(mode, user_timeline, o, shapes));
     const double algbw = total * 4.0 / (r.step_ms * 1e-3) / 1e9;
     if (root) {
       std::printf("%-28s %8d %12.3f %12.2f\n", mode.label, r.ranks, r.step_ms, algbw);
@@ -191,6 +205,7 @@ Status run_fusion(const FusionOptions& o) {
     }
   }
   set_env("KOLO_FUSION_THRESHOLD", threshold);
+  set_env("KOLO_TIMELINE", user_timeline);
   if (root && !o.json_path.empty()) return write_json_rows(o.json_path, rows);
   return Status::Ok();
 }
@@ -287,7 +302,9 @@ int run_fusion_bench(int argc, char** argv) {
   line.flags = {int_flag("--iters", "N", &o.iters, 1, kIntMax, "timed steps per row"),
                 int_flag("--warmup", "N", &o.warmup, 0, kIntMax, "untimed steps per row first"),
                 json_flag(&o.json_path)};
-  line.notes = "KOLO_FUSION_THRESHOLD, when set, is the default rows' threshold.\n";
+  line.notes =
+      "KOLO_FUSION_THRESHOLD, when set, is the default rows' threshold. With KOLO_TIMELINE set\n"
+      "the timeline row records into that file and the other rows run without a timeline.\n";
   return run_command(line, argc, argv, [&] { return run_fusion(o); });
 }
 
