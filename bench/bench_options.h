@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "bench/flags.h"
 #include "kolo/status.h"
 #include "kolo/types.h"
 
@@ -11,12 +12,13 @@ namespace kolo::bench {
 
 enum class Collective { kAllreduce, kAllgather, kBroadcast, kAlltoall, kReducescatter };
 
+// The initial values are the defaults.
 struct CollectiveOptions {
   Collective collective = Collective::kAllreduce;
   std::string backend = "tcp";          // --backend tcp|mpi
   uint64_t min_bytes = 4096;            // -b
   uint64_t max_bytes = 256ull << 20;    // -e
-  uint64_t factor = 2;                  // -f: each size is the previous one times this
+  int factor = 2;                       // -f: each size is the previous one times this
   int iters = 20;                       // -n: timed iterations per size
   int warmup = 5;                       // -w: untimed iterations per size first
   DataType dtype = DataType::kFloat32;  // -d
@@ -25,15 +27,12 @@ struct CollectiveOptions {
   std::string json_path;                // --json FILE: every row, written by rank 0
 };
 
-// "allreduce" -> kAllreduce, ...; nullptr-like failure as InvalidArgument listing the names.
+// "allreduce" -> kAllreduce, ...; InvalidArgument listing the names otherwise.
 Result<Collective> parse_collective(const std::string& name);
 const char* collective_name(Collective c);
 
-// Parses argv[1..] (argv[0] is the subcommand). InvalidArgument naming the flag, the value
-// and the accepted form; "--help" returns Aborted with the usage text as its message.
-Result<CollectiveOptions> parse_collective_options(Collective collective, int argc, char** argv);
-
-// The usage text for the collective subcommands.
-std::string collective_usage();
+// The command line of `options.collective`'s subcommand, filling `options` (which must outlive
+// the result); its check rejects -b > -e.
+CommandLine collective_command_line(CollectiveOptions& options);
 
 }  // namespace kolo::bench

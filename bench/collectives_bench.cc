@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -13,6 +12,7 @@
 #include "bench/bench_case.h"
 #include "bench/bench_check.h"
 #include "bench/bench_options.h"
+#include "bench/json_rows.h"
 #include "bench/mpi_support.h"
 
 namespace kolo::bench {
@@ -88,7 +88,8 @@ Status run(const CollectiveOptions& o) {
     if (mpi) std::printf(" %11s %9s", "mpi(us)", "kolo/mpi");
     std::printf("\n");
   }
-  for (uint64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.factor) {
+  const uint64_t factor = static_cast<uint64_t>(o.factor);
+  for (uint64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= factor) {
     BenchCase c;
     c.collective = o.collective;
     c.dtype = o.dtype;
@@ -151,35 +152,18 @@ Status run(const CollectiveOptions& o) {
       }
       rows.push_back(row);
     }
-    if (bytes > o.max_bytes / o.factor) break;  // the next size would overflow or exceed -e
+    if (bytes > o.max_bytes / factor) break;  // the next size would overflow or exceed -e
   }
-  if (rank == 0 && !o.json_path.empty()) {
-    std::ofstream out(o.json_path);
-    out << rows.dump(2) << "\n";
-    if (!out) return Status::IoError("--json: cannot write " + o.json_path);
-  }
+  if (rank == 0 && !o.json_path.empty()) KOLO_RETURN_IF_ERROR(write_json_rows(o.json_path, rows));
   return backend->barrier();
 }
 
 }  // namespace
 
 int run_collective_bench(Collective collective, int argc, char** argv) {
-  auto options = parse_collective_options(collective, argc, argv);
-  if (!options.ok()) {
-    if (options.status().code() == StatusCode::kAborted) {
-      std::printf("%s", options.status().message().c_str());
-      return 0;
-    }
-    std::fprintf(stderr, "kolo-bench: %s\n", options.status().message().c_str());
-    return 2;
-  }
-  Status status = run(*options);
-  if (!status.ok()) {
-    std::fprintf(stderr, "kolo-bench %s: %s\n", collective_name(collective),
-                 status.to_string().c_str());
-    return 1;
-  }
-  return 0;
+  CollectiveOptions options;
+  options.collective = collective;
+  return run_command(collective_command_line(options), argc, argv, [&] { return run(options); });
 }
 
 }  // namespace kolo::bench

@@ -13,17 +13,22 @@
 //   32 us raw (98-100 us before piggy-backing and the spin-before-sleep hand-offs).
 //
 // Run under kolorun, e.g.  kolorun -np 2 build/bin/kolo-bench fusion --iters 10
+// Both take the flags of bench/flags.h (--help lists them) and --json FILE.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "backends/registry.h"
+#include "bench/flags.h"
+#include "bench/json_rows.h"
 #include "kolo/kolo.h"
 #include "rendezvous/world.h"
 
+namespace kolo::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -62,160 +67,259 @@ int64_t elements(const std::vector<int64_t>& s) {
   return n;
 }
 
-int int_flag(int argc, char** argv, const char* flag, int fallback) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::string(argv[i]) == flag) return std::atoi(argv[i + 1]);
-  return fallback;
-}
-
-bool check(const kolo::Status& st, const char* what) {
-  if (st.ok()) return true;
-  std::fprintf(stderr, "kolo-bench: %s: %s\n", what, st.to_string().c_str());
-  return false;
-}
-
-// Median of per-iteration times in milliseconds.
-double median_ms(std::vector<double> v) {
+// Median of per-iteration times (in whatever unit they were taken).
+double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-// One step: every gradient submitted in backward order, then all waited.
-bool resnet_step(std::vector<std::vector<float>>& grads,
-                 const std::vector<std::vector<int64_t>>& shapes, int step) {
-  std::vector<kolo::Handle> hs;
-  hs.reserve(grads.size());
-  for (size_t k = grads.size(); k-- > 0;)
-    hs.push_back(kolo::allreduce_async("grad." + std::to_string(k),
-                                       kolo::view_of(grads[k].data(), shapes[k]),
-                                       {kolo::ReduceOp::kAverage}));
-  for (auto& h : hs)
-    if (!check(h.wait(), "resnet step")) return false;
-  return true;
+void set_env(const char* name, const std::string& value) {
+  if (value.empty())
+    unsetenv(name);
+  else
+    setenv(name, value.c_str(), 1);
 }
 
-// Re-initialises Kolo with KOLO_FUSION_THRESHOLD set (or unset) and times `iters` steps.
-bool run_mode(const char* label, const char* threshold, bool flat, bool timeline, int warmup,
-              int iters, const std::vector<std::vector<int64_t>>& shapes) {
-  if (threshold)
-    setenv("KOLO_FUSION_THRESHOLD", threshold, 1);
-  else
-    unsetenv("KOLO_FUSION_THRESHOLD");
-  if (!check(kolo::init(), "init")) return false;
-  std::string trace = "/tmp/kolo-bench-fusion-rank" + std::to_string(kolo::rank()) + ".json";
-  if (timeline && !check(kolo::start_timeline(trace), "start_timeline")) return false;
+// Shuts Kolo down when a row ends early on an error; the success path calls shutdown() itself
+// to see its status (shutdown is idempotent).
+struct ShutdownOnExit {
+  ~ShutdownOnExit() { (void)kolo::shutdown(); }
+};
+
+// ---- fusion ------------------------------------------------------------------------------------
+
+struct FusionOptions {
+  int iters = 10;
+  int warmup = 2;
+  std::string json_path;
+};
+
+// One row: how the gradients are submitted and which knobs are set around init().
+struct FusionMode {
+  const char* label;
+  std::string threshold;  // KOLO_FUSION_THRESHOLD; empty: unset
+  bool flat;              // one allreduce of all the bytes instead of the 161 tensors
+  bool timeline;          // record a timeline
+};
+
+// One step: every gradient submitted in backward order, then all waited.
+Status resnet_step(std::vector<std::vector<float>>& grads,
+                   const std::vector<std::vector<int64_t>>& shapes) {
+  std::vector<Handle> hs;
+  hs.reserve(grads.size());
+  for (size_t k = grads.size(); k-- > 0;)
+    hs.push_back(allreduce_async("grad." + std::to_string(k), view_of(grads[k].data(), shapes[k]),
+                                 {ReduceOp::kAverage}));
+  for (auto& h : hs) KOLO_RETURN_IF_ERROR(h.wait().with_context("resnet step"));
+  return Status::Ok();
+}
+
+struct FusionResult {
+  double step_ms = 0;  // median
+  int ranks = 0;
+};
+
+// Initialises Kolo for the row, times its steps and shuts Kolo down.
+//
+// Note [Timeline row under KOLO_TIMELINE]: init() starts a timeline itself when KOLO_TIMELINE
+// is set, and the row's own start_timeline() would then fail with "already started". So when
+// the user set it, the timeline row records into the user's file through init() instead of
+// its own, and the other rows run with KOLO_TIMELINE unset, so that they still measure no
+// timeline.
+Result<FusionResult> run_fusion_mode(const FusionMode& mode, const std::string& user_timeline,
+                                     const FusionOptions& o,
+                                     const std::vector<std::vector<int64_t>>& shapes) {
+  set_env("KOLO_FUSION_THRESHOLD", mode.threshold);
+  set_env("KOLO_TIMELINE", mode.timeline ? user_timeline : "");
+  KOLO_RETURN_IF_ERROR(kolo::init().with_context("init"));
+  ShutdownOnExit shutdown_on_exit;
+  const int ranks = kolo::size();
+  if (mode.timeline && user_timeline.empty()) {
+    const std::string trace =
+        "/tmp/kolo-bench-fusion-rank" + std::to_string(kolo::rank()) + ".json";
+    KOLO_RETURN_IF_ERROR(kolo::start_timeline(trace).with_context("start_timeline"));
+  }
   int64_t total = 0;
   for (const auto& s : shapes) total += elements(s);
   std::vector<std::vector<float>> grads;
   std::vector<float> flat_buffer;
-  if (flat)
+  if (mode.flat)
     flat_buffer.assign(total, 1.0f);
   else
     for (const auto& s : shapes) grads.emplace_back(elements(s), 1.0f);
   std::vector<double> times;
-  for (int i = 0; i < warmup + iters; ++i) {
+  for (int64_t i = 0; i < int64_t{o.warmup} + o.iters; ++i) {
     auto t0 = Clock::now();
-    bool ok = flat ? check(kolo::allreduce("flat", kolo::view_of(flat_buffer.data(), {total}),
-                                           {kolo::ReduceOp::kAverage}),
-                           "flat allreduce")
-                   : resnet_step(grads, shapes, i);
-    if (!ok) return false;
-    if (i >= warmup)
+    if (mode.flat)
+      KOLO_RETURN_IF_ERROR(
+          allreduce("flat", view_of(flat_buffer.data(), {total}), {ReduceOp::kAverage})
+              .with_context("flat allreduce"));
+    else
+      KOLO_RETURN_IF_ERROR(resnet_step(grads, shapes));
+    if (i >= o.warmup)
       times.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   }
-  if (kolo::rank() == 0) {
-    double ms = median_ms(times);
-    std::printf("%-28s %8d %12.3f %12.2f\n", label, kolo::size(), ms,
-                total * 4.0 / (ms * 1e-3) / 1e9);
-    std::fflush(stdout);
+  if (mode.timeline && user_timeline.empty()) KOLO_RETURN_IF_ERROR(kolo::stop_timeline());
+  KOLO_RETURN_IF_ERROR(kolo::shutdown().with_context("shutdown"));
+  return FusionResult{median(times), ranks};
+}
+
+Status run_fusion(const FusionOptions& o) {
+  const auto shapes = resnet50_shapes();
+  int64_t total = 0;
+  for (const auto& s : shapes) total += elements(s);
+  const char* env_threshold = std::getenv("KOLO_FUSION_THRESHOLD");
+  const std::string threshold = env_threshold ? env_threshold : "";
+  const char* env_timeline = std::getenv("KOLO_TIMELINE");
+  const std::string user_timeline = env_timeline ? env_timeline : "";
+  const char* env_rank = std::getenv("KOLO_RANK");  // only rank 0 prints; init comes later
+  const bool root = env_rank == nullptr || std::string(env_rank) == "0";
+  if (root) {
+    std::printf(
+        "# ResNet-50 gradients: %zu float32 tensors, %lld elements (%.1f MB); median of %d "
+        "steps\n",
+        shapes.size(), static_cast<long long>(total), total * 4 / 1e6, o.iters);
+    if (!user_timeline.empty())
+      std::printf(
+          "# KOLO_TIMELINE=%s: the timeline row records there; the other rows run without it\n",
+          user_timeline.c_str());
+    std::printf("%-28s %8s %12s %12s\n", "mode", "ranks", "step_ms", "algbw_GB/s");
   }
-  if (timeline) (void)kolo::stop_timeline();
-  return check(kolo::shutdown(), "shutdown");
+  const FusionMode modes[] = {{"fusion default", threshold, false, false},
+                              {"fusion off", "0", false, false},
+                              {"flat 102 MB allreduce", threshold, true, false},
+                              {"fusion default + timeline", threshold, false, true}};
+  nlohmann::json rows = nlohmann::json::array();
+  for (const FusionMode& mode : modes) {
+    KOLO_ASSIGN_OR_RETURN(FusionResult r, run_fusion_mode(mode, user_timeline, o, shapes));
+    const double algbw = total * 4.0 / (r.step_ms * 1e-3) / 1e9;
+    if (root) {
+      std::printf("%-28s %8d %12.3f %12.2f\n", mode.label, r.ranks, r.step_ms, algbw);
+      std::fflush(stdout);
+      rows.push_back({{"mode", mode.label},
+                      {"ranks", r.ranks},
+                      {"step_ms", r.step_ms},
+                      {"algbw_gbps", algbw},
+                      {"fusion_threshold", mode.threshold.empty() ? "default" : mode.threshold},
+                      {"timeline", mode.timeline}});
+    }
+  }
+  set_env("KOLO_FUSION_THRESHOLD", threshold);
+  set_env("KOLO_TIMELINE", user_timeline);
+  if (root && !o.json_path.empty()) return write_json_rows(o.json_path, rows);
+  return Status::Ok();
+}
+
+// ---- latency -----------------------------------------------------------------------------------
+
+// The rate step keeps a name, a handle and a float per tensor in memory at once.
+constexpr int kMaxTensors = 1000000;
+
+struct LatencyOptions {
+  int iters = 1000;
+  int warmup = 10;
+  int tensors = 10000;
+  std::string json_path;
+};
+
+// Median microseconds of `call` over o.iters calls after o.warmup untimed ones.
+template <typename Call>
+Result<double> median_us(const LatencyOptions& o, Call call) {
+  std::vector<double> us;
+  for (int64_t i = 0; i < int64_t{o.warmup} + o.iters; ++i) {
+    auto t0 = Clock::now();
+    KOLO_RETURN_IF_ERROR(call());
+    if (i >= o.warmup)
+      us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+  }
+  return median(us);
+}
+
+Status run_latency(const LatencyOptions& o) {
+  KOLO_RETURN_IF_ERROR(kolo::init().with_context("init"));
+  ShutdownOnExit shutdown_on_exit;
+  float x = 1.0f;
+  KOLO_ASSIGN_OR_RETURN(double coordinator_us, median_us(o, [&] {
+                          return allreduce("lat", view_of(&x, {1})).with_context("allreduce");
+                        }));
+  // The same call on a raw backend of its own, bypassing the coordinator.
+  double raw_us = -1;
+  // The raw comparison needs kolorun's store; under mpirun the world seen here has one rank.
+  KOLO_ASSIGN_OR_RETURN(World world, world_from_env());
+  if (kolo::size() > 1 && world.size != kolo::size() && kolo::rank() == 0)
+    std::fprintf(stderr, "latency: the raw backend comparison runs under kolorun only\n");
+  if (kolo::size() > 1 && world.size == kolo::size()) {
+    const BackendContext ctx = backend_context(world, "kolo-bench/latency-raw");
+    KOLO_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, create_backend("tcp", ctx));
+    KOLO_ASSIGN_OR_RETURN(raw_us, median_us(o, [&] {
+                            return backend->allreduce(&x, &x, 1, DataType::kFloat32, {})
+                                .with_context("raw allreduce");
+                          }));
+  }
+  // Rate of many tiny tensors in one step (twice: the second runs from the response cache).
+  std::vector<float> small(o.tensors, 1.0f);
+  double rate = 0;
+  for (int step = 0; step < 2; ++step) {
+    auto t0 = Clock::now();
+    std::vector<Handle> hs;
+    hs.reserve(o.tensors);
+    for (int i = 0; i < o.tensors; ++i)
+      hs.push_back(allreduce_async("tiny." + std::to_string(i), view_of(&small[i], {1})));
+    for (auto& h : hs) KOLO_RETURN_IF_ERROR(h.wait().with_context("tiny allreduce"));
+    rate = o.tensors / std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  if (kolo::rank() == 0) {
+    nlohmann::json rows = nlohmann::json::array();
+    auto row = [&](const std::string& measurement, const char* format, double value,
+                   const char* unit) {
+      std::printf("%-40s %8d ", measurement.c_str(), kolo::size());
+      std::printf(format, value);
+      std::printf("\n");
+      rows.push_back({{"measurement", measurement},
+                      {"ranks", kolo::size()},
+                      {"value", value},
+                      {"unit", unit}});
+    };
+    std::printf("%-40s %8s %12s\n", "measurement", "ranks", "value");
+    row("coordinator allreduce 4 B, median us", "%12.1f", coordinator_us, "us");
+    if (raw_us >= 0) row("raw tcp backend allreduce 4 B, median us", "%12.1f", raw_us, "us");
+    row(std::to_string(o.tensors) + " x 4 B tensors/s (cached step)", "%12.0f", rate, "tensors/s");
+    if (!o.json_path.empty()) KOLO_RETURN_IF_ERROR(write_json_rows(o.json_path, rows));
+  }
+  return kolo::shutdown().with_context("shutdown");
 }
 
 }  // namespace
 
-int kolo_bench_fusion(int argc, char** argv) {
-  const int iters = int_flag(argc, argv, "--iters", 10);
-  const int warmup = int_flag(argc, argv, "--warmup", 2);
-  auto shapes = resnet50_shapes();
-  int64_t total = 0;
-  for (const auto& s : shapes) total += elements(s);
-  const char* user_threshold = std::getenv("KOLO_FUSION_THRESHOLD");
-  std::string keep = user_threshold ? user_threshold : "";
-  const char* env_rank = std::getenv("KOLO_RANK");  // only rank 0 prints; init comes later
-  const bool root = env_rank == nullptr || std::string(env_rank) == "0";
-  if (root)
-    std::printf(
-      "# ResNet-50 gradients: %zu float32 tensors, %lld elements (%.1f MB); median of %d steps\n",
-      shapes.size(), static_cast<long long>(total), total * 4 / 1e6, iters);
-  if (root) std::printf("%-28s %8s %12s %12s\n", "mode", "ranks", "step_ms", "algbw_GB/s");
-  const char* def = keep.empty() ? nullptr : keep.c_str();
-  bool ok = run_mode("fusion default", def, false, false, warmup, iters, shapes) &&
-            run_mode("fusion off", "0", false, false, warmup, iters, shapes) &&
-            run_mode("flat 102 MB allreduce", def, true, false, warmup, iters, shapes) &&
-            run_mode("fusion default + timeline", def, false, true, warmup, iters, shapes);
-  return ok ? 0 : 1;
+int run_fusion_bench(int argc, char** argv) {
+  FusionOptions o;
+  CommandLine line;
+  line.command = "fusion";
+  line.about =
+      "Times one ResNet-50 training step's gradient allreduces (161 float32 tensors, 102 MB)\n"
+      "through the coordinator: default fusion threshold, fusion off, one flat allreduce of\n"
+      "the same bytes, and the default with a timeline recording.\n";
+  line.flags = {int_flag("--iters", "N", &o.iters, 1, kIntMax, "timed steps per row"),
+                int_flag("--warmup", "N", &o.warmup, 0, kIntMax, "untimed steps per row first"),
+                json_flag(&o.json_path)};
+  line.notes =
+      "KOLO_FUSION_THRESHOLD, when set, is the default rows' threshold. With KOLO_TIMELINE set\n"
+      "the timeline row records into that file and the other rows run without a timeline.\n";
+  return run_command(line, argc, argv, [&] { return run_fusion(o); });
 }
 
-int kolo_bench_latency(int argc, char** argv) {
-  const int iters = int_flag(argc, argv, "--iters", 1000);
-  const int many = int_flag(argc, argv, "--tensors", 10000);
-  if (!check(kolo::init(), "init")) return 1;
-  const bool root = kolo::rank() == 0;
-  float x = 1.0f;
-  std::vector<double> coord_us;
-  for (int i = 0; i < iters + 10; ++i) {
-    auto t0 = Clock::now();
-    if (!check(kolo::allreduce("lat", kolo::view_of(&x, {1})), "allreduce")) return 1;
-    if (i >= 10)
-      coord_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-  }
-  // The same call on a raw backend of its own, bypassing the coordinator.
-  double raw = -1;
-  // The raw comparison needs kolorun's store; under mpirun the world seen here has one rank.
-  auto world = kolo::world_from_env();
-  if (!check(world.status(), "world")) return 1;
-  if (kolo::size() > 1 && world->size != kolo::size() && kolo::rank() == 0) {
-    std::fprintf(stderr, "latency: the raw backend comparison runs under kolorun only\n");
-  }
-  if (kolo::size() > 1 && world->size == kolo::size()) {
-    const kolo::BackendContext ctx = kolo::backend_context(*world, "kolo-bench/latency-raw");
-    auto backend = kolo::create_backend("tcp", ctx);
-    if (!check(backend.status(), "raw backend")) return 1;
-    std::vector<double> raw_us;
-    for (int i = 0; i < iters + 10; ++i) {
-      auto t0 = Clock::now();
-      if (!check((*backend)->allreduce(&x, &x, 1, kolo::DataType::kFloat32, {}), "raw allreduce"))
-        return 1;
-      if (i >= 10)
-        raw_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-    }
-    raw = median_ms(raw_us);
-  }
-  // Rate of many tiny tensors in one step (twice: the second runs from the response cache).
-  std::vector<float> small(many, 1.0f);
-  double rate = 0;
-  for (int step = 0; step < 2; ++step) {
-    auto t0 = Clock::now();
-    std::vector<kolo::Handle> hs;
-    hs.reserve(many);
-    for (int i = 0; i < many; ++i)
-      hs.push_back(
-          kolo::allreduce_async("tiny." + std::to_string(i), kolo::view_of(&small[i], {1})));
-    for (auto& h : hs)
-      if (!check(h.wait(), "tiny allreduce")) return 1;
-    rate = many / std::chrono::duration<double>(Clock::now() - t0).count();
-  }
-  if (root) {
-    std::printf("%-40s %8s %12s\n", "measurement", "ranks", "value");
-    std::printf("%-40s %8d %12.1f\n", "coordinator allreduce 4 B, median us", kolo::size(),
-                median_ms(coord_us));
-    if (raw >= 0) {
-      std::printf("%-40s %8d %12.1f\n", "raw tcp backend allreduce 4 B, median us",
-                  kolo::size(), raw);
-    }
-    std::printf("%-40s %8d %12.0f\n", "10k x 4 B tensors/s (cached step)", kolo::size(), rate);
-  }
-  return check(kolo::shutdown(), "shutdown") ? 0 : 1;
+int run_latency_bench(int argc, char** argv) {
+  LatencyOptions o;
+  CommandLine line;
+  line.command = "latency";
+  line.about =
+      "Times a 4-byte allreduce through the coordinator and on a raw tcp backend (under\n"
+      "kolorun with 2+ ranks), and the rate of --tensors 4-byte tensors in one step.\n";
+  line.flags = {int_flag("--iters", "N", &o.iters, 1, kIntMax, "timed calls per measurement"),
+                int_flag("--warmup", "N", &o.warmup, 0, kIntMax, "untimed calls first"),
+                int_flag("--tensors", "N", &o.tensors, 1, kMaxTensors, "tensors in the rate step"),
+                json_flag(&o.json_path)};
+  return run_command(line, argc, argv, [&] { return run_latency(o); });
 }
+
+}  // namespace kolo::bench

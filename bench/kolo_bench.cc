@@ -1,51 +1,78 @@
 // kolo-bench: one binary for every Kolo benchmark, `kolo-bench <command> [options]`.
 // Collective commands live in collectives_bench.cc; fusion and latency (coordinator
-// benchmarks) in coordinator_bench.cc when that file is part of the build.
+// benchmarks) in coordinator_bench.cc when that file is part of the build. Every command
+// parses its options with bench/flags.h.
 #include <cstdio>
-#include <cstring>
 #include <string>
+#include <string_view>
 
 #include "bench/bench_options.h"
 
 namespace kolo::bench {
 int run_collective_bench(Collective collective, int argc, char** argv);
-}
-
 #ifdef KOLO_BENCH_COORDINATOR
-int kolo_bench_fusion(int argc, char** argv);
-int kolo_bench_latency(int argc, char** argv);
+int run_fusion_bench(int argc, char** argv);
+int run_latency_bench(int argc, char** argv);
 #endif
+}  // namespace kolo::bench
 
 namespace {
-void usage(FILE* out) {
-  std::fprintf(out,
-               "usage: kolo-bench <command> [options]   (kolo-bench <command> --help)\n"
-               "commands: allreduce allgather broadcast alltoall reducescatter"
-#ifdef KOLO_BENCH_COORDINATOR
-               " fusion latency"
-#endif
-               "\n");
+
+using kolo::bench::Collective;
+
+struct Subcommand {
+  std::string_view name;
+  std::string_view summary;
+  // Sees argv from the command's name on, as if it were argv[0].
+  int (*main)(int argc, char** argv);
+};
+
+template <Collective c>
+int collective_main(int argc, char** argv) {
+  return kolo::bench::run_collective_bench(c, argc, argv);
 }
+
+constexpr Subcommand kCommands[] = {
+    {"allreduce", "time a backend's allreduce over a range of sizes",
+     collective_main<Collective::kAllreduce>},
+    {"allgather", "time a backend's allgather", collective_main<Collective::kAllgather>},
+    {"broadcast", "time a backend's broadcast", collective_main<Collective::kBroadcast>},
+    {"alltoall", "time a backend's alltoall", collective_main<Collective::kAlltoall>},
+    {"reducescatter", "time a backend's reducescatter",
+     collective_main<Collective::kReducescatter>},
+#ifdef KOLO_BENCH_COORDINATOR
+    {"fusion", "a ResNet-50 step's gradients through the coordinator, fused and not",
+     kolo::bench::run_fusion_bench},
+    {"latency", "a 4-byte allreduce through the coordinator and the rate of tiny tensors",
+     kolo::bench::run_latency_bench},
+#endif
+};
+
+std::string tool_help() {
+  std::string out = "usage: kolo-bench <command> [options]\ncommands:\n";
+  for (const Subcommand& c : kCommands) {
+    std::string name(c.name);
+    out += "  " + name + std::string(15 - name.size(), ' ') + std::string(c.summary) + "\n";
+  }
+  return out +
+         "Every command takes --json FILE (its rows as JSON, written by rank 0) and --help.\n"
+         "Run `kolo-bench <command> --help` for its options.\n";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    usage(stderr);
+    std::fputs(tool_help().c_str(), stderr);
     return 2;
   }
-  const std::string command = argv[1];
+  const std::string_view command = argv[1];
   if (command == "-h" || command == "--help" || command == "help") {
-    usage(stdout);
+    std::fputs(tool_help().c_str(), stdout);
     return 0;
   }
-  // Each command sees argv from its own name on, as if it were argv[0].
-  auto collective = kolo::bench::parse_collective(command);
-  if (collective.ok()) return kolo::bench::run_collective_bench(*collective, argc - 1, argv + 1);
-#ifdef KOLO_BENCH_COORDINATOR
-  if (command == "fusion") return kolo_bench_fusion(argc - 1, argv + 1);
-  if (command == "latency") return kolo_bench_latency(argc - 1, argv + 1);
-#endif
-  std::fprintf(stderr, "kolo-bench: unknown command '%s'\n", command.c_str());
-  usage(stderr);
+  for (const Subcommand& c : kCommands)
+    if (c.name == command) return c.main(argc - 1, argv + 1);
+  std::fprintf(stderr, "kolo-bench: unknown command '%s'\n%s", argv[1], tool_help().c_str());
   return 2;
 }
