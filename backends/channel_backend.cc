@@ -1,24 +1,12 @@
 #include "backends/channel_backend.h"
 
-#include <cstdlib>
 #include <cstring>
 
-#include "kolo/units.h"
+#include "common/knobs.h"
 
 namespace kolo {
 
 namespace {
-
-Result<uint64_t> size_from_env(const char* var, uint64_t fallback) {
-  const char* text = std::getenv(var);
-  if (text == nullptr) return fallback;
-  Result<uint64_t> v = parse_size(text);
-  if (!v.ok())
-    return Status::InvalidArgument(std::string(var) + "='" + text +
-                                   "' is not a size; expected e.g. 65536, 64KiB, 1MiB (" +
-                                   v.status().message() + ")");
-  return v.value();
-}
 
 ops::ReduceSpec spec_of(DataType dtype, ReduceOp op, double prescale, double postscale) {
   return ops::ReduceSpec{dtype, op, prescale, postscale};
@@ -27,12 +15,10 @@ ops::ReduceSpec spec_of(DataType dtype, ReduceOp op, double prescale, double pos
 }  // namespace
 
 Result<ops::AllreduceTuning> allreduce_tuning_from_env(ops::AllreduceTuning base) {
-  KOLO_ASSIGN_OR_RETURN(uint64_t small,
-                        size_from_env("KOLO_SMALL_MESSAGE_BYTES", base.small_message_bytes));
-  KOLO_ASSIGN_OR_RETURN(uint64_t segment, size_from_env("KOLO_SEGMENT_BYTES", base.segment_bytes));
-  if (segment == 0) return Status::InvalidArgument("KOLO_SEGMENT_BYTES must be > 0, got 0");
-  base.small_message_bytes = small;
-  base.segment_bytes = segment;
+  KOLO_ASSIGN_OR_RETURN(KnobSet knobs, KnobSet::from_process_env());
+  if (knobs.is_set(KnobId::kRingThreshold))
+    base.small_message_bytes = knobs.size(KnobId::kRingThreshold);
+  if (knobs.is_set(KnobId::kRingSegment)) base.segment_bytes = knobs.size(KnobId::kRingSegment);
   return base;
 }
 

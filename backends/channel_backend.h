@@ -6,10 +6,10 @@
 // anything is sent. allreduce with input != output copies the input into the output first
 // and reduces there; kAverage is a sum divided by size(), then postscale.
 //
-// Tuning: the AllreduceTuning given to the constructor, overridden by the environment
-// variables KOLO_SMALL_MESSAGE_BYTES and KOLO_SEGMENT_BYTES (sizes with units, "64KiB").
-// An invalid value is reported as InvalidArgument, naming the variable, by every collective
-// (the constructor cannot fail), and by init_status().
+// Tuning: the AllreduceTuning given to the constructor, overridden by the knobs
+// KOLO_RING_THRESHOLD and KOLO_RING_SEGMENT when set (common/knob_table.cc). An invalid
+// KOLO_* value is reported as InvalidArgument, naming the variable, by every collective (the
+// constructor cannot fail), and by init_status().
 //
 // Thread-safety: one thread at a time (as every Backend). Owns the channel and a workspace
 // that is reused across calls, so steady state allocates no buffers.
@@ -62,8 +62,8 @@ class ChannelBackend : public Backend {
   ops::Workspace workspace_;
 };
 
-// Applies KOLO_SMALL_MESSAGE_BYTES and KOLO_SEGMENT_BYTES (when set) to `base`. Errors name
-// the variable, its value and the accepted forms; KOLO_SEGMENT_BYTES must be > 0.
+// Applies KOLO_RING_THRESHOLD and KOLO_RING_SEGMENT (when set) to `base`. Errors are
+// KnobSet::read's: any invalid KOLO_* variable, named with its value and the accepted form.
 Result<ops::AllreduceTuning> allreduce_tuning_from_env(ops::AllreduceTuning base);
 
 }  // namespace kolo

@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/knobs.h"
 #include "ops/thread_channel.h"
 
 namespace kolo {
@@ -119,28 +120,45 @@ TEST(ChannelBackendTest, PeerFailureIsReportedWithBackendName) {
 }
 
 TEST(ChannelBackendTest, TuningFromEnvironment) {
-  ::setenv("KOLO_SMALL_MESSAGE_BYTES", "1KiB", 1);
-  ::setenv("KOLO_SEGMENT_BYTES", "4096", 1);
+  ::setenv("KOLO_RING_THRESHOLD", "1KiB", 1);
+  ::setenv("KOLO_RING_SEGMENT", "4096", 1);
   auto t = allreduce_tuning_from_env({});
   ASSERT_TRUE(t.ok()) << t.status().to_string();
   EXPECT_EQ(t->small_message_bytes, 1024u);
   EXPECT_EQ(t->segment_bytes, 4096u);
+  // The merged pair's one rule: a threshold of 0 (always the ring) is fine, a segment of 0 not.
+  ::setenv("KOLO_RING_THRESHOLD", "0", 1);
+  t = allreduce_tuning_from_env({});
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  EXPECT_EQ(t->small_message_bytes, 0u);
 
-  ::setenv("KOLO_SEGMENT_BYTES", "lots", 1);
+  ::setenv("KOLO_RING_SEGMENT", "lots", 1);
   auto b = make_backends(1);
   EXPECT_EQ(b[0]->init_status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(b[0]->init_status().message().find("KOLO_SEGMENT_BYTES='lots'"), std::string::npos)
+  EXPECT_EQ(
+      b[0]->init_status().message().rfind("backend test: KOLO_RING_SEGMENT=lots is invalid", 0), 0u)
       << b[0]->init_status().message();
   float x = 1;
   EXPECT_EQ(b[0]->allreduce(&x, &x, 1, DataType::kFloat32, {}).code(),
             StatusCode::kInvalidArgument);
-  ::setenv("KOLO_SEGMENT_BYTES", "0", 1);
+  ::setenv("KOLO_RING_SEGMENT", "0", 1);
   EXPECT_FALSE(allreduce_tuning_from_env({}).ok());
-  ::unsetenv("KOLO_SMALL_MESSAGE_BYTES");
+  ::unsetenv("KOLO_RING_THRESHOLD");
+  ::unsetenv("KOLO_RING_SEGMENT");
+  ::setenv("KOLO_SEGMENT_BYTES", "4096", 1);
+  EXPECT_EQ(allreduce_tuning_from_env({}).status().message(),
+            "KOLO_SEGMENT_BYTES was renamed KOLO_RING_SEGMENT: set KOLO_RING_SEGMENT=4096 instead");
   ::unsetenv("KOLO_SEGMENT_BYTES");
   auto d = allreduce_tuning_from_env({});
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->segment_bytes, ops::AllreduceTuning{}.segment_bytes);
+}
+
+TEST(ChannelBackendTest, RegistryDefaultsAreTheAlgorithmsDefaults) {
+  Result<KnobSet> knobs = KnobSet::read({});
+  ASSERT_TRUE(knobs.ok());
+  EXPECT_EQ(knobs->size(KnobId::kRingThreshold), ops::AllreduceTuning{}.small_message_bytes);
+  EXPECT_EQ(knobs->size(KnobId::kRingSegment), ops::AllreduceTuning{}.segment_bytes);
 }
 
 }  // namespace

@@ -3,10 +3,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 #include <string_view>
+
+#include "common/knobs.h"
 
 namespace kolo {
 namespace {
@@ -14,17 +15,18 @@ namespace {
 std::atomic<int> g_level{-1};
 std::atomic<int> g_rank{-1};
 
+// A bad KOLO_LOG_LEVEL is reported by init() and kolorun (KnobSet::read); logging itself must
+// work before either, so it falls back to the default here.
 LogLevel level_from_env() {
-  const char* v = std::getenv("KOLO_LOG_LEVEL");
-  if (v == nullptr) return LogLevel::kWarning;
-  std::string_view s(v);
-  if (s == "trace") return LogLevel::kTrace;
-  if (s == "debug") return LogLevel::kDebug;
-  if (s == "info") return LogLevel::kInfo;
-  if (s == "warning" || s == "warn") return LogLevel::kWarning;
-  if (s == "error") return LogLevel::kError;
-  if (s == "off" || s == "none") return LogLevel::kOff;
-  return LogLevel::kWarning;
+  const Knob& k = knob(KnobId::kLogLevel);
+  const auto env = kolo_environment();
+  auto it = env.find(std::string(k.name));
+  Result<KnobValue> v =
+      parse_knob(k, it == env.end() || it->second.empty() ? k.default_text : it->second);
+  const std::string name = v.ok() ? std::get<std::string>(*v) : std::string(k.default_text);
+  const auto levels = k.choices();
+  const auto pos = std::find(levels.begin(), levels.end(), name) - levels.begin();
+  return static_cast<LogLevel>(pos);
 }
 
 }  // namespace

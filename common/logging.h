@@ -1,6 +1,7 @@
 // Leveled logging to stderr. Every line carries the level, rank, pid and thread id:
 //   [kolo W rank 1 pid 4242 tid 4250] message
-// KOLO_LOG_LEVEL (trace, debug, info, warning, error; default warning) is read once, lazily.
+// KOLO_LOG_LEVEL (trace, debug, info, warning, error, off; default warning; common/knobs.h) is
+// read once, lazily.
 // Thread-safe: one write(2) per line, so lines from threads and ranks do not interleave.
 #pragma once
 

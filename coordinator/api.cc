@@ -4,6 +4,7 @@
 
 #include "backends/channel_backend.h"
 #include "backends/registry.h"
+#include "common/knobs.h"
 #include "common/logging.h"
 #include "coordinator/runtime.h"
 #include "coordinator/submit.h"
@@ -50,6 +51,12 @@ Result<World> make_world(std::string& default_ops) {
   return world_from_env();  // a single rank with an in-process store
 }
 
+// NCCL-style: what the environment changed (at info) and likely typos (warnings), once per job.
+void log_knobs(const KnobSet& knobs) {
+  for (const std::string& w : knobs.warnings()) KOLO_LOG_WARNING(w);
+  for (const std::string& line : knobs.echo_lines()) KOLO_LOG_INFO(line);
+}
+
 // A backend for one rank alone: in-process channel, no sockets.
 std::unique_ptr<Backend> solo_backend(const char* name) {
   auto channels = ops::make_thread_channels(1);
@@ -62,10 +69,14 @@ Status init() {
   Global& g = global();
   std::lock_guard<std::mutex> lock(g.mu);
   if (g.runtime) return Status::PreconditionFailed("kolo::init(): already initialised");
+  // Every knob is validated before the rendezvous, so that a typo fails this rank at once
+  // instead of after (or while) its peers connect.
+  KOLO_ASSIGN_OR_RETURN(KnobSet knobs, KnobSet::from_process_env());
   std::string default_ops;
   KOLO_ASSIGN_OR_RETURN(World world, make_world(default_ops));
-  KOLO_ASSIGN_OR_RETURN(coord::RuntimeConfig config, coord::config_from_env(default_ops));
+  coord::RuntimeConfig config = coord::config_from_knobs(knobs, default_ops);
   set_log_rank(world.rank);
+  if (world.rank == 0) log_knobs(knobs);
   coord::Topology topo{world.rank,       world.size,       world.local_rank,
                        world.local_size, world.cross_rank, world.cross_size};
   std::unique_ptr<Backend> data, control;

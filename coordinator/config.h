@@ -1,11 +1,13 @@
-// RuntimeConfig: every KOLO_* knob the coordinator reads, parsed and validated once at init.
+// RuntimeConfig: the coordinator's typed view of its knobs (common/knobs.h), filled once at init.
+// The member defaults below are the registry's defaults (config_test checks that they agree);
+// tests that build a RuntimeConfig by hand start from them.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
-#include <functional>
 #include <string>
 
+#include "common/knobs.h"
 #include "kolo/status.h"
 
 namespace kolo::coord {
@@ -40,11 +42,10 @@ struct RuntimeConfig {
   std::chrono::nanoseconds heartbeat = std::chrono::milliseconds(200);
 };
 
-// Reads the KOLO_* variables through `getenv` (injectable for tests; std::getenv by
-// default). An invalid value returns InvalidArgument naming the variable, the value and
-// the accepted forms. `default_cpu_operations` is used when KOLO_CPU_OPERATIONS is unset.
-Result<RuntimeConfig> config_from_env(
-    const std::string& default_cpu_operations = "tcp",
-    const std::function<const char*(const char*)>& getenv = nullptr);
+// The coordinator's knobs from `knobs` (already validated by KnobSet::read).
+// `default_cpu_operations` replaces the registry's default when KOLO_CPU_OPERATIONS is unset
+// (init passes "mpi" under mpirun).
+RuntimeConfig config_from_knobs(const KnobSet& knobs,
+                                const std::string& default_cpu_operations = "tcp");
 
 }  // namespace kolo::coord

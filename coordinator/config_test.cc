@@ -9,35 +9,54 @@
 namespace kolo::coord {
 namespace {
 
-Result<RuntimeConfig> parse(std::map<std::string, std::string> env) {
-  return config_from_env("tcp", [env](const char* var) -> const char* {
-    auto it = env.find(var);
-    return it == env.end() ? nullptr : it->second.c_str();
-  });
+RuntimeConfig parse(const std::map<std::string, std::string>& env,
+                    const std::string& default_ops = "tcp") {
+  Result<KnobSet> knobs = KnobSet::read(env);
+  EXPECT_TRUE(knobs.ok()) << knobs.status().to_string();
+  return config_from_knobs(knobs.ok() ? *knobs : KnobSet::read({}).value(), default_ops);
 }
 
-TEST(ConfigTest, DefaultsAndUnits) {
-  auto c = parse({});
-  ASSERT_TRUE(c.ok());
-  EXPECT_EQ(c->fusion_threshold, 4u << 20);
-  EXPECT_EQ(c->cache_capacity, 1024u);
-  c = parse({{"KOLO_FUSION_THRESHOLD", "1MiB"}, {"KOLO_CYCLE_TIME", "5ms"},
-             {"KOLO_STALL_CHECK_TIME", "0"}, {"KOLO_CPU_OPERATIONS", "mpi"}});
-  ASSERT_TRUE(c.ok()) << c.status().to_string();
-  EXPECT_EQ(c->fusion_threshold, 1u << 20);
-  EXPECT_EQ(c->cycle_time, std::chrono::milliseconds(5));
-  EXPECT_EQ(c->stall_check_time.count(), 0);
-  EXPECT_EQ(c->cpu_operations, "mpi");
+TEST(ConfigTest, RegistryDefaultsAreRuntimeConfigsDefaults) {
+  const RuntimeConfig c = parse({});
+  const RuntimeConfig d;
+  EXPECT_EQ(c.fusion_threshold, d.fusion_threshold);
+  EXPECT_EQ(c.cycle_time, d.cycle_time);
+  EXPECT_EQ(c.cache_capacity, d.cache_capacity);
+  EXPECT_EQ(c.timeline_path, d.timeline_path);
+  EXPECT_EQ(c.timeline_mark_cycles, d.timeline_mark_cycles);
+  EXPECT_EQ(c.stall_check_time, d.stall_check_time);
+  EXPECT_EQ(c.stall_shutdown_time, d.stall_shutdown_time);
+  EXPECT_EQ(c.op_timeout, d.op_timeout);
+  EXPECT_EQ(c.cpu_operations, d.cpu_operations);
+  EXPECT_EQ(c.heartbeat, d.heartbeat);
 }
 
-TEST(ConfigTest, InvalidValuesNameTheVariableAndAcceptedForms) {
-  auto c = parse({{"KOLO_FUSION_THRESHOLD", "lots"}});
-  EXPECT_EQ(c.status().message(),
-            "KOLO_FUSION_THRESHOLD=lots is invalid: expected a size such as 64MiB, 1GB or 4096 (bytes)");
-  EXPECT_EQ(parse({{"KOLO_CPU_OPERATIONS", "gloo"}}).status().message(),
-            "KOLO_CPU_OPERATIONS=gloo is invalid: expected tcp or mpi");
-  EXPECT_EQ(parse({{"KOLO_CACHE_CAPACITY", "-1"}}).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(parse({{"KOLO_OP_TIMEOUT", "0"}}).status().code(), StatusCode::kInvalidArgument);
+TEST(ConfigTest, ReadsEveryKnobWithUnits) {
+  const RuntimeConfig c = parse({{"KOLO_FUSION_THRESHOLD", "1MiB"},
+                                 {"KOLO_CYCLE_TIME", "5ms"},
+                                 {"KOLO_CACHE_CAPACITY", "7"},
+                                 {"KOLO_TIMELINE", "/t/x.json"},
+                                 {"KOLO_TIMELINE_MARK_CYCLES", "yes"},
+                                 {"KOLO_STALL_CHECK_TIME", "0"},
+                                 {"KOLO_STALL_SHUTDOWN_TIME", "2min"},
+                                 {"KOLO_OP_TIMEOUT", "40ms"},
+                                 {"KOLO_CPU_OPERATIONS", "tcp"}},
+                                "mpi");
+  EXPECT_EQ(c.fusion_threshold, 1u << 20);
+  EXPECT_EQ(c.cycle_time, std::chrono::milliseconds(5));
+  EXPECT_EQ(c.cache_capacity, 7u);
+  EXPECT_EQ(c.timeline_path, "/t/x.json");
+  EXPECT_TRUE(c.timeline_mark_cycles);
+  EXPECT_EQ(c.stall_check_time.count(), 0);
+  EXPECT_EQ(c.stall_shutdown_time, std::chrono::minutes(2));
+  EXPECT_EQ(c.op_timeout, std::chrono::milliseconds(40));
+  EXPECT_EQ(c.cpu_operations, "tcp") << "a set KOLO_CPU_OPERATIONS wins over the launcher's";
+  EXPECT_EQ(c.heartbeat, std::chrono::milliseconds(10)) << "a quarter of the op timeout";
+}
+
+TEST(ConfigTest, UnsetCpuOperationsTakesTheCallersDefault) {
+  EXPECT_EQ(parse({}, "mpi").cpu_operations, "mpi");
+  EXPECT_EQ(parse({}).cpu_operations, "tcp");
 }
 
 TEST(ConfigTest, TimelinePathPerRank) {

@@ -20,10 +20,11 @@ struct World {
   std::unique_ptr<TcpStoreServer> server;  // when this process hosts the store
 };
 
-// True when KOLO_RANK is set, i.e. this process was started by kolorun (or by hand as if).
+// True when KOLO_RANK is set and not empty: this process was started by kolorun (or as if).
 bool launched_by_kolorun();
 
-// Reads the world from the environment that kolorun sets:
+// Reads the world from the environment that kolorun sets (through the knob registry, so every
+// other KOLO_* variable is validated too):
 //   KOLO_RANK, KOLO_SIZE               required together; 0 <= rank < size
 //   KOLO_LOCAL_RANK, KOLO_LOCAL_SIZE   default rank, size (one node); 0 <= local_rank < local_size
 //   KOLO_CROSS_RANK, KOLO_CROSS_SIZE   default 0, 1;                  0 <= cross_rank < cross_size
@@ -33,7 +34,7 @@ bool launched_by_kolorun();
 // an in-process MemoryStore and whose secret is random. With KOLO_STORE_ADDR it connects a
 // TcpStore (waiting up to 30 s for the server).
 // Errors: InvalidArgument naming the variable, its value and the accepted form, e.g.
-//   "KOLO_RANK=abc is invalid: expected an integer in [0, KOLO_SIZE)"; IoError from connecting.
+//   "KOLO_RANK=4 is invalid: expected an integer in [0, KOLO_SIZE=4)"; IoError from connecting.
 Result<World> world_from_env();
 
 // 32 lowercase hex digits from std::random_device (128 bits): a job secret.

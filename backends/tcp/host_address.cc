@@ -3,7 +3,6 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/host_name.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <cstdlib>
 
 #include "common/logging.h"
 
@@ -11,8 +10,8 @@ namespace kolo::tcp {
 
 namespace asio = boost::asio;
 
-std::string publish_host(int local_size, int size) {
-  if (const char* env = std::getenv("KOLO_TCP_HOST"); env != nullptr && *env != '\0') return env;
+std::string publish_host(const std::string& chosen, int local_size, int size) {
+  if (!chosen.empty()) return chosen;
   if (local_size >= size) return "127.0.0.1";
   boost::system::error_code ec;
   const std::string name = asio::ip::host_name(ec);

@@ -10,12 +10,12 @@
 namespace kolo::tcp {
 
 // The host this rank publishes, in order of preference:
-//   1. KOLO_TCP_HOST when set and non-empty (a name or an IP literal; the user knows best, e.g.
-//      the address of a fast interface);
+//   1. `chosen` when non-empty (KOLO_TCP_HOST: a name or an IP literal; the user knows best,
+//      e.g. the address of a fast interface);
 //   2. "127.0.0.1" when every rank runs on this host (local_size == size);
 //   3. the first non-loopback IPv4 address the host name resolves to;
 //   4. "127.0.0.1", with a warning, when that fails (single-host runs still work).
-std::string publish_host(int local_size, int size);
+std::string publish_host(const std::string& chosen, int local_size, int size);
 
 struct HostPortText {
   std::string host;

@@ -33,13 +33,10 @@ TEST(HostAddressTest, JoinsBracketingIpv6) {
   EXPECT_EQ(join_host_port("::1", 5), "[::1]:5");
 }
 
-TEST(HostAddressTest, PublishHostPrefersEnvThenLoopbackForLocalJobs) {
-  ::unsetenv("KOLO_TCP_HOST");
-  EXPECT_EQ(publish_host(4, 4), "127.0.0.1");
-  ::setenv("KOLO_TCP_HOST", "10.1.2.3", 1);
-  EXPECT_EQ(publish_host(1, 4), "10.1.2.3");
-  ::unsetenv("KOLO_TCP_HOST");
-  EXPECT_FALSE(publish_host(1, 4).empty());
+TEST(HostAddressTest, PublishHostPrefersTheChosenHostThenLoopbackForLocalJobs) {
+  EXPECT_EQ(publish_host("", 4, 4), "127.0.0.1");
+  EXPECT_EQ(publish_host("10.1.2.3", 1, 4), "10.1.2.3");
+  EXPECT_FALSE(publish_host("", 1, 4).empty());
 }
 
 }  // namespace

@@ -1,36 +1,10 @@
 #include "backends/tcp/tcp_backend.h"
 
-#include <cstdlib>
-#include <string>
-
 #include "backends/channel_backend.h"
 #include "backends/tcp/tcp_connect.h"
-#include "kolo/units.h"
 #include "ops/collectives.h"
 
 namespace kolo {
-namespace {
-
-// Overrides `field` from the size-valued variable `name` when it is set.
-Status size_override(const char* name, size_t& field) {
-  const char* text = std::getenv(name);
-  if (text == nullptr || *text == '\0') return Status::Ok();
-  Result<uint64_t> v = parse_size(text);
-  if (!v.ok()) return v.status().with_context(name);
-  if (*v == 0)
-    return Status::InvalidArgument(std::string(name) + " must be > 0 bytes, got '" + text + "'");
-  field = static_cast<size_t>(*v);
-  return Status::Ok();
-}
-
-Result<ops::AllreduceTuning> tuning_from_env() {
-  ops::AllreduceTuning tuning;
-  KOLO_RETURN_IF_ERROR(size_override("KOLO_TCP_SEGMENT", tuning.segment_bytes));
-  KOLO_RETURN_IF_ERROR(size_override("KOLO_TCP_SMALL_MESSAGE", tuning.small_message_bytes));
-  return tuning;
-}
-
-}  // namespace
 
 Result<std::unique_ptr<ops::Channel>> connect_tcp_channel(const BackendContext& context) {
   KOLO_ASSIGN_OR_RETURN(tcp::ConnectOptions options, tcp::connect_options_from_env());
@@ -40,10 +14,10 @@ Result<std::unique_ptr<ops::Channel>> connect_tcp_channel(const BackendContext& 
 }
 
 Result<std::unique_ptr<Backend>> make_tcp_backend(const BackendContext& context) {
-  KOLO_ASSIGN_OR_RETURN(ops::AllreduceTuning tuning, tuning_from_env());
   KOLO_ASSIGN_OR_RETURN(std::unique_ptr<ops::Channel> channel, connect_tcp_channel(context));
-  return std::unique_ptr<Backend>(
-      std::make_unique<ChannelBackend>("tcp", std::move(channel), tuning));
+  auto backend = std::make_unique<ChannelBackend>("tcp", std::move(channel));
+  KOLO_RETURN_IF_ERROR(backend->init_status());
+  return std::unique_ptr<Backend>(std::move(backend));
 }
 
 }  // namespace kolo

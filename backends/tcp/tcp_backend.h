@@ -21,17 +21,11 @@
 // behind gradients, connect a SECOND channel with a different store_prefix (e.g.
 // "<prefix>/control"): it has its own connections, and its wait() drives its own event loop.
 //
-// Environment (read by these factories; an invalid value is an InvalidArgument naming it):
-//   KOLO_TCP_HOST           address to publish (default: see host_address.h)
-//   KOLO_TCP_SOCKET_BUFFER  SO_SNDBUF/SO_RCVBUF per socket, e.g. "4MiB" (default 4 MiB)
-//   KOLO_TCP_MAX_FRAME      bound on one frame's payload, e.g. "1GiB" (default); larger messages
-//                           are split into several frames. Must match on every rank.
-//   KOLO_TCP_UNIX           1 (default): use AF_UNIX sockets for same-host peers; 0: TCP only.
-//                           A pair switches only when both of its ranks allow it.
-//   KOLO_TCP_SPIN           how long wait() polls before sleeping, e.g. "20us" (default 0; see
-//                           tcp_channel.h: spinning was slower on the shared 2-core VM)
-//   KOLO_TCP_SEGMENT        ring pipeline segment (default ops::AllreduceTuning's)
-//   KOLO_TCP_SMALL_MESSAGE  largest allreduce that uses recursive doubling (default: ops')
+// Knobs: the "tcp backend" and "channel backends" rows of the registry (common/knob_table.cc:
+// KOLO_TCP_HOST, KOLO_TCP_SOCKET_BUFFER, KOLO_TCP_MAX_FRAME, KOLO_TCP_UNIX, KOLO_TCP_SPIN,
+// KOLO_RING_THRESHOLD, KOLO_RING_SEGMENT), read by these factories. KOLO_TCP_MAX_FRAME must
+// match on every rank; KOLO_TCP_UNIX switches a pair to AF_UNIX only when both ranks allow it;
+// KOLO_TCP_SPIN defaults to 0 because spinning was slower on the shared 2-core VM.
 //
 // Errors: InvalidArgument for a bad context or environment value; Timeout when the peers do not
 // all connect within connect_timeout (the message lists the missing ranks and any rejected

@@ -7,6 +7,8 @@
 #include <thread>
 #include <vector>
 
+#include "backends/tcp/tcp_connect.h"
+#include "common/knobs.h"
 #include "rendezvous/memory_store.h"
 
 namespace kolo {
@@ -102,14 +104,40 @@ TEST(TcpBackendTest, ControlAndDataChannelsConnectSideBySide) {
   EXPECT_EQ(in, bulk);
 }
 
-TEST(TcpBackendTest, InvalidTuningEnvIsNamed) {
-  ::setenv("KOLO_TCP_SEGMENT", "lots", 1);
+TEST(TcpBackendTest, InvalidTuningEnvIsNamedBeforeConnecting) {
   MemoryStore store;
+  ::setenv("KOLO_RING_SEGMENT", "lots", 1);
   Result<std::unique_ptr<Backend>> b = make_tcp_backend(context(store, 0, 1));
+  ::unsetenv("KOLO_RING_SEGMENT");
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().message().rfind("KOLO_RING_SEGMENT=lots is invalid: expected a size", 0), 0u)
+      << b.status().message();
+  // The tcp-only name of the merged pair is retired, and says so.
+  ::setenv("KOLO_TCP_SEGMENT", "1MiB", 1);
+  b = make_tcp_backend(context(store, 0, 1));
   ::unsetenv("KOLO_TCP_SEGMENT");
   ASSERT_FALSE(b.ok());
-  EXPECT_NE(b.status().message().find("KOLO_TCP_SEGMENT"), std::string::npos)
-      << b.status().message();
+  EXPECT_EQ(b.status().message(),
+            "KOLO_TCP_SEGMENT was renamed KOLO_RING_SEGMENT: set KOLO_RING_SEGMENT=1MiB instead");
+}
+
+TEST(TcpBackendTest, ConnectOptionsDefaultsAreTheRegistrys) {
+  Result<KnobSet> knobs = KnobSet::read({});
+  ASSERT_TRUE(knobs.ok());
+  const tcp::ConnectOptions o;
+  EXPECT_EQ(o.host, knobs->text(KnobId::kTcpHost));
+  EXPECT_EQ(o.socket_buffer_bytes, knobs->size(KnobId::kTcpSocketBuffer));
+  EXPECT_EQ(o.max_frame_bytes, knobs->size(KnobId::kTcpMaxFrame));
+  EXPECT_EQ(o.spin, knobs->duration(KnobId::kTcpSpin));
+  EXPECT_EQ(o.same_host_unix, knobs->boolean(KnobId::kTcpUnix));
+  ::setenv("KOLO_TCP_SOCKET_BUFFER", "64KiB", 1);
+  ::setenv("KOLO_TCP_UNIX", "off", 1);
+  Result<tcp::ConnectOptions> set = tcp::connect_options_from_env();
+  ::unsetenv("KOLO_TCP_SOCKET_BUFFER");
+  ::unsetenv("KOLO_TCP_UNIX");
+  ASSERT_TRUE(set.ok()) << set.status().to_string();
+  EXPECT_EQ(set->socket_buffer_bytes, 64u << 10);
+  EXPECT_FALSE(set->same_host_unix);
 }
 
 TEST(TcpBackendTest, InvalidSpinAndUnixEnvAreNamed) {

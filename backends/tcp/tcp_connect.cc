@@ -6,7 +6,6 @@
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -14,8 +13,8 @@
 
 #include "backends/tcp/auth.h"
 #include "backends/tcp/host_address.h"
+#include "common/knobs.h"
 #include "common/logging.h"
-#include "kolo/units.h"
 
 namespace kolo::tcp {
 
@@ -185,7 +184,7 @@ class Bootstrap {
 
   Status listen() {
     if (ctx_.size == 1) return Status::Ok();
-    host_ = publish_host(ctx_.local_size, ctx_.size);
+    host_ = publish_host(options_.host, ctx_.local_size, ctx_.size);
     error_code ec;
     const asio::ip::address literal = asio::ip::make_address(host_, ec);
     asio::ip::address bind_address = asio::ip::address_v4::any();
@@ -487,45 +486,19 @@ class Bootstrap {
   std::string host_;
 };
 
-Result<uint64_t> size_from_env(const char* name, uint64_t fallback, uint64_t min, uint64_t max) {
-  const char* text = std::getenv(name);
-  if (text == nullptr || *text == '\0') return fallback;
-  Result<uint64_t> v = parse_size(text);
-  if (!v.ok()) return v.status().with_context(name);
-  if (*v < min || *v > max)
-    return Status::InvalidArgument(std::string(name) + " must be in [" + std::to_string(min) +
-                                   ", " + std::to_string(max) + "] bytes, got '" + text + "'");
-  return v;
-}
-
-Result<std::chrono::microseconds> spin_from_env(std::chrono::microseconds fallback) {
-  const char* text = std::getenv("KOLO_TCP_SPIN");
-  if (text == nullptr || *text == '\0') return fallback;
-  Result<std::chrono::nanoseconds> d = parse_duration(text);
-  if (!d.ok()) return d.status().with_context("KOLO_TCP_SPIN");
-  if (*d > std::chrono::seconds(1))
-    return Status::InvalidArgument(std::string("KOLO_TCP_SPIN must be in [0, 1s], got '") + text +
-                                   "'");
-  return std::chrono::duration_cast<std::chrono::microseconds>(*d);
-}
-
 }  // namespace
 
 Result<ConnectOptions> connect_options_from_env() {
+  KOLO_ASSIGN_OR_RETURN(KnobSet knobs, KnobSet::from_process_env());
   ConnectOptions o;
-  KOLO_ASSIGN_OR_RETURN(
-      uint64_t buffer,
-      size_from_env("KOLO_TCP_SOCKET_BUFFER", o.socket_buffer_bytes, 4096, uint64_t{1} << 30));
-  KOLO_ASSIGN_OR_RETURN(o.max_frame_bytes, size_from_env("KOLO_TCP_MAX_FRAME", o.max_frame_bytes, 1,
-                                                         uint64_t{1} << 40));
-  o.socket_buffer_bytes = buffer;
-  KOLO_ASSIGN_OR_RETURN(o.spin, spin_from_env(o.spin));
-  if (const char* u = std::getenv("KOLO_TCP_UNIX"); u != nullptr && *u != '\0') {
-    const std::string v = u;
-    if (v != "0" && v != "1")
-      return Status::InvalidArgument("KOLO_TCP_UNIX must be 0 or 1, got '" + v + "'");
-    o.same_host_unix = v == "1";
-  }
+  o.host = knobs.text(KnobId::kTcpHost);
+  if (knobs.is_set(KnobId::kTcpSocketBuffer))
+    o.socket_buffer_bytes = knobs.size(KnobId::kTcpSocketBuffer);
+  if (knobs.is_set(KnobId::kTcpMaxFrame)) o.max_frame_bytes = knobs.size(KnobId::kTcpMaxFrame);
+  if (knobs.is_set(KnobId::kTcpSpin))
+    o.spin =
+        std::chrono::duration_cast<std::chrono::microseconds>(knobs.duration(KnobId::kTcpSpin));
+  if (knobs.is_set(KnobId::kTcpUnix)) o.same_host_unix = knobs.boolean(KnobId::kTcpUnix);
   return o;
 }
 

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <string>
 
 #include "backends/registry.h"
 #include "backends/tcp/tcp_channel.h"
@@ -13,7 +14,10 @@
 
 namespace kolo::tcp {
 
+// The knobs of the tcp bootstrap; the member defaults are the registry's (tcp_backend_test
+// checks that they agree).
 struct ConnectOptions {
+  std::string host;                              // KOLO_TCP_HOST; empty: publish_host()'s choice
   size_t socket_buffer_bytes = size_t{4} << 20;  // SO_SNDBUF and SO_RCVBUF
   uint64_t max_frame_bytes = kDefaultMaxFrameBytes;
   std::chrono::microseconds spin = TcpChannelOptions::kDefaultSpin;  // TcpChannelOptions::spin
@@ -21,8 +25,8 @@ struct ConnectOptions {
   bool same_host_unix = true;
 };
 
-// Reads KOLO_TCP_SOCKET_BUFFER, KOLO_TCP_MAX_FRAME, KOLO_TCP_SPIN and KOLO_TCP_UNIX;
-// InvalidArgument naming a bad one.
+// Reads KOLO_TCP_HOST, KOLO_TCP_SOCKET_BUFFER, KOLO_TCP_MAX_FRAME, KOLO_TCP_SPIN and
+// KOLO_TCP_UNIX through the registry; InvalidArgument naming any invalid KOLO_* variable.
 Result<ConnectOptions> connect_options_from_env();
 
 // Connects this rank's TcpChannel (see tcp_backend.h for the protocol and the errors).

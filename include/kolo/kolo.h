@@ -27,11 +27,11 @@
 //   CUDA, a CUDA view fails with Unsupported naming the tensor and device.
 // - Thread-safety. Every function may be called from any thread after init().
 //
-// Configuration is read from KOLO_* environment variables at init() (see README/config):
-// KOLO_FUSION_THRESHOLD, KOLO_CYCLE_TIME, KOLO_CACHE_CAPACITY, KOLO_TIMELINE,
-// KOLO_TIMELINE_MARK_CYCLES, KOLO_STALL_CHECK_TIME, KOLO_STALL_SHUTDOWN_TIME, KOLO_OP_TIMEOUT,
-// KOLO_CPU_OPERATIONS. KOLO_TIMELINE=path writes one Chrome trace per rank: "{rank}" in the
-// path is replaced by the rank, else jobs of several ranks write path's stem + ".rankN.json".
+// Configuration is read from KOLO_* environment variables, every one validated at init(): the
+// registry in common/knob_table.cc declares them (README's "Configuration" table is generated
+// from it; `kolorun --print-config` shows the values). KOLO_TIMELINE=path writes one Chrome
+// trace per rank: "{rank}" in the path is replaced by the rank, else jobs of several ranks
+// write path's stem + ".rankN.json".
 #pragma once
 
 #include <cstdint>
@@ -54,9 +54,10 @@ namespace kolo {
 // Joins the job and starts the background thread. The world comes from kolorun's environment
 // (KOLO_RANK, ...), else from MPI when launched by mpirun in a build with MPI, else it is a
 // single rank. The CPU backend is KOLO_CPU_OPERATIONS: "tcp" (default) or "mpi" (the default
-// under mpirun in an MPI build). Errors: an invalid KOLO_* variable (named, with the accepted
-// forms), rendezvous or connection failures. PreconditionFailed when already initialised.
-// init() after shutdown() starts a new session.
+// under mpirun in an MPI build). Errors: an invalid KOLO_* variable or a retired name (named,
+// with the value and the accepted form; before any connection), rendezvous or connection
+// failures. At KOLO_LOG_LEVEL=info rank 0 logs each variable the environment set.
+// PreconditionFailed when already initialised. init() after shutdown() starts a new session.
 Status init();
 // Completes every pending operation of this rank with Aborted, tells the other ranks (their
 // pending operations fail too, naming this rank), stops the background thread and closes

@@ -73,6 +73,43 @@ TEST(CoordinatorJob, TimelineHasATrackPerRankAndEveryPhase) {
   }
 }
 
+// NCCL-style echo: at info, rank 0 (only) logs each variable the environment set, once; a
+// near miss of a real name is a warning from kolorun (before start) and from rank 0 (at init).
+TEST(CoordinatorJob, InfoLevelEchoesTheSetVariablesOnceOnRankZero) {
+  auto r = run_command("KOLO_LOG_LEVEL=info KOLO_FUSION_THRESHOLD=8MiB KOLO_CYCLETIME=2ms " +
+                       std::string(KOLO_TEST_KOLORUN) + " -np 2 --cycle-time 3ms " +
+                       KOLO_TEST_WORKER + " ops");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(count_occurrences(r.output, "ops passed"), 2) << r.output;
+  EXPECT_EQ(count_occurrences(r.output, "KOLO_FUSION_THRESHOLD set by environment to 8MiB"), 1)
+      << r.output;
+  EXPECT_EQ(count_occurrences(r.output, "KOLO_LOG_LEVEL set by environment to info"), 1)
+      << r.output;
+  // A kolorun flag reaches the ranks through their environment.
+  EXPECT_EQ(count_occurrences(r.output, "KOLO_CYCLE_TIME set by environment to 3ms"), 1)
+      << r.output;
+  EXPECT_EQ(count_occurrences(r.output, "[kolo I rank 0 "), 3) << r.output;
+  EXPECT_EQ(count_occurrences(r.output, "[kolo I rank 1 "), 0) << r.output;
+  const std::string warning =
+      "KOLO_CYCLETIME is not a Kolo variable and is ignored; did you mean KOLO_CYCLE_TIME?";
+  EXPECT_EQ(count_occurrences(r.output, "kolorun: warning: " + warning), 1) << r.output;
+  EXPECT_EQ(count_occurrences(r.output, warning), 2) << r.output;
+}
+
+// init() validates every knob before the rendezvous: with a store address nobody serves, a bad
+// value is the error at once (not a 30 s connect timeout).
+TEST(CoordinatorJob, InitRejectsABadValueBeforeConnecting) {
+  auto r = run_command(
+      "KOLO_RANK=0 KOLO_SIZE=2 KOLO_SECRET=s KOLO_STORE_ADDR=127.0.0.1:1 KOLO_OP_TIMEOUT=0 " +
+          std::string(KOLO_TEST_WORKER) + " ops",
+      20);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("init: InvalidArgument: KOLO_OP_TIMEOUT=0 is invalid: expected a "
+                          "duration with an optional unit"),
+            std::string::npos)
+      << r.output;
+}
+
 #ifdef KOLO_TEST_MPIRUN
 // Under mpirun the world comes from MPI; the default backend is mpi, and tcp works too.
 TEST(CoordinatorJob, EveryOperationUnderMpirun) {

@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <vector>
 
 #include "rendezvous/barrier.h"
@@ -14,9 +13,9 @@ extern char** environ;
 namespace kolo::kolorun {
 namespace {
 
-Result<std::string> choose_secret(const LaunchOptions& o) {
+Result<std::string> choose_secret(const LaunchOptions& o, const KnobSet& knobs) {
   if (o.secret) return *o.secret;
-  if (const char* s = std::getenv("KOLO_SECRET"); s && *s) return std::string(s);
+  if (knobs.is_set(KnobId::kSecret)) return knobs.text(KnobId::kSecret);
   if (o.nnodes == 1) return random_secret();
   return Status::InvalidArgument(
       "--nnodes " + std::to_string(o.nnodes) +
@@ -51,9 +50,9 @@ Status gather_nodes(Store& store, const LaunchOptions& o) {
 
 }  // namespace
 
-Result<Job> setup_job(const LaunchOptions& o) {
+Result<Job> setup_job(const LaunchOptions& o, const KnobSet& knobs) {
   Job job;
-  KOLO_ASSIGN_OR_RETURN(std::string secret, choose_secret(o));
+  KOLO_ASSIGN_OR_RETURN(std::string secret, choose_secret(o, knobs));
   HostPort addr;
   if (o.nnodes == 1 && !o.rdzv) {
     KOLO_ASSIGN_OR_RETURN(job.server, TcpStoreServer::start("127.0.0.1", 0));
@@ -78,6 +77,7 @@ Result<Job> setup_job(const LaunchOptions& o) {
     if (eq != std::string::npos) base[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
   for (const auto& [k, v] : o.env) base[k] = v;
+  for (const auto& [k, v] : o.knob_flags) base[k] = v;
   // N ranks that each start one compute thread per core would oversubscribe the node N-fold
   // (OpenBLAS and OpenMP default to every core). Unless the user chose, each rank gets as
   // many threads as it has CPUs: its bound share, or an equal share of the unbound node.

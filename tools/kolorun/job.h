@@ -26,10 +26,10 @@ struct Job {
 // started with the same --nnodes and -np, and waits (--timeout) until every node rank has
 // arrived; the Timeout error names the node ranks that never did. Multi-node jobs also get a
 // FailureWatch, so a failure on any node stops the ranks on every node.
-// Secret: --secret, else $KOLO_SECRET, else (one node only) random 128-bit hex.
-// Each rank's environment is this process's environment, then options.env (-x and knob
-// flags), then the KOLO_* world variables.
-Result<Job> setup_job(const LaunchOptions& options);
+// Secret: --secret, else KOLO_SECRET (from `knobs`), else (one node only) random 128-bit hex.
+// Each rank's environment is this process's environment, then options.env (-x), then the knob
+// flags, then the KOLO_* world variables. `knobs` is knobs_for_ranks(options), already checked.
+Result<Job> setup_job(const LaunchOptions& options, const KnobSet& knobs);
 
 // After this node's ranks have exited. Multi-node: marks this node done; node 0 then keeps
 // serving the store until every node is done (at most --timeout), because ranks elsewhere may

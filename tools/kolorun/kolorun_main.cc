@@ -18,7 +18,22 @@ int main(int argc, char** argv) {
     std::cout << usage();
     return 0;
   }
-  auto job = setup_job(*options);
+  if (options->print_config == PrintConfig::kMarkdown) {
+    std::cout << kolo::knobs_markdown();
+    return 0;
+  }
+  // Every knob is checked here, so that a bad value stops the job before any rank starts.
+  auto knobs = knobs_for_ranks(*options);
+  if (!knobs.ok()) {
+    std::cerr << "kolorun: " << knobs.status().message() << "\n";
+    return 2;
+  }
+  for (const std::string& w : knobs->warnings()) std::cerr << "kolorun: warning: " << w << "\n";
+  if (options->print_config == PrintConfig::kValues) {
+    std::cout << knobs->describe();
+    return 0;
+  }
+  auto job = setup_job(*options, *knobs);
   if (!job.ok()) {
     std::cerr << "kolorun: " << job.status().message() << "\n";
     return 1;

@@ -13,11 +13,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
 #include <thread>
 
+#include "common/knobs.h"
 #include "rendezvous/tcp_store.h"
 #include "tools/kolorun/cpu_binding.h"
 #include "tools/kolorun/line_prefixer.h"
@@ -210,8 +212,9 @@ TEST(KolorunOptions, ParsesEveryFlag) {
   EXPECT_EQ(o->bind_to, BindTo::kNone);
   EXPECT_EQ(parse_options({"-np", "1", "p"})->bind_to, BindTo::kAuto);
   EXPECT_EQ(o->env.at("A"), "b=c");
-  EXPECT_EQ(o->env.at("KOLO_FUSION_THRESHOLD"), "64MiB");
-  EXPECT_EQ(o->env.at("KOLO_TIMELINE_MARK_CYCLES"), "1");
+  EXPECT_EQ(o->knob_flags.at("KOLO_FUSION_THRESHOLD"), "64MiB");
+  EXPECT_EQ(o->knob_flags.at("KOLO_TIMELINE_MARK_CYCLES"), "1");
+  EXPECT_EQ(o->print_config, PrintConfig::kNo);
   EXPECT_EQ(o->command, (std::vector<std::string>{"prog", "-np", "9"}));
 }
 
@@ -231,13 +234,44 @@ TEST(KolorunOptions, RejectsBadFlagsNamingFlagValueAndForm) {
             "--nnodes 2 needs --rdzv HOST:PORT: the address node 0 serves the store on and the "
             "other nodes connect to");
   EXPECT_EQ(parse_error({"-np", "2", "--log-level", "loud", "p"}),
-            "--log-level loud is invalid: expected one of trace, debug, info, warning, error");
+            "--log-level loud is invalid: expected one of trace, debug, info, warning, error, off");
   EXPECT_EQ(parse_error({"-np", "2", "--fusion-threshold", "big", "p"}),
-            "--fusion-threshold big is invalid: expected a size such as 64MiB or 1048576");
+            "--fusion-threshold big is invalid: expected a size with an optional unit (B, KB, "
+            "KiB, MB, MiB, GB, GiB, TB, TiB), e.g. 64MiB");
+  EXPECT_EQ(parse_error({"-np", "2", "--tcp-unix=2", "p"}),
+            "--tcp-unix 2 is invalid: expected 1/true/yes/on or 0/false/no/off");
+  EXPECT_EQ(parse_error({"-np", "2", "--cpu-operations", "shm", "p"})
+                .rfind("--cpu-operations shm is invalid: expected one of ", 0),
+            0u);
   EXPECT_EQ(parse_error({"-np", "2", "--bind-to", "sockets", "p"}),
             "--bind-to: expected auto, cores or none, got 'sockets'");
   EXPECT_NE(parse_error({"-np", "2", "--rdzv", "nohost", "p"}).find("expected HOST:PORT"),
             std::string::npos);
+}
+
+TEST(KolorunOptions, EveryUserKnobIsAFlagAndBoolFlagsNeedNoValue) {
+  for (const Knob& k : all_knobs()) {
+    if (k.category == KnobCategory::kLauncher) continue;
+    const std::string value = k.default_text.empty() ? "x" : std::string(k.default_text);
+    auto o = parse_options({"-np", "1", flag_name(k) + "=" + value, "prog"});
+    ASSERT_TRUE(o.ok()) << k.name << ": " << o.status().to_string();
+    EXPECT_EQ(o->knob_flags.at(std::string(k.name)), value);
+    EXPECT_NE(usage().find("  " + flag_name(k)), std::string::npos) << k.name;
+  }
+  auto o = parse_options({"-np", "1", "--tcp-unix", "--tcp-spin", "5us", "prog", "--tcp-unix"});
+  ASSERT_TRUE(o.ok()) << o.status().to_string();
+  EXPECT_EQ(o->knob_flags.at("KOLO_TCP_UNIX"), "1");
+  EXPECT_EQ(o->knob_flags.at("KOLO_TCP_SPIN"), "5us");
+  EXPECT_EQ(o->command, (std::vector<std::string>{"prog", "--tcp-unix"}));
+  EXPECT_EQ(parse_error({"-np", "1", "--rank", "3", "prog"}),
+            "unknown option --rank (kolorun --help lists the options)");
+}
+
+TEST(KolorunOptions, PrintConfigNeedsNoCommand) {
+  auto o = parse_options({"--print-config", "--cycle-time=2ms"});
+  ASSERT_TRUE(o.ok()) << o.status().to_string();
+  EXPECT_EQ(o->print_config, PrintConfig::kValues);
+  EXPECT_EQ(parse_options({"--print-config=markdown"})->print_config, PrintConfig::kMarkdown);
 }
 
 TEST(CpuBinding, SharesTheAllowedCpusOutInContiguousBlocks) {
@@ -428,6 +462,83 @@ TEST(Kolorun, SigtermIsForwardedToEveryRank) {
   EXPECT_NE(p.out().find("[1] got SIGTERM\n"), std::string::npos) << p.out();
   EXPECT_NE(p.err().find("kolorun: got SIGTERM; forwarding it to 2 rank(s)"), std::string::npos)
       << p.err();
+}
+
+// Sets environment variables for the kolorun processes a test starts; restores them after.
+class ScopedEnv {
+ public:
+  ScopedEnv(std::initializer_list<std::pair<std::string, std::string>> vars) {
+    for (const auto& [k, v] : vars) {
+      const char* old = std::getenv(k.c_str());
+      saved_[k] = old ? std::optional<std::string>(old) : std::nullopt;
+      ::setenv(k.c_str(), v.c_str(), 1);
+    }
+  }
+  ~ScopedEnv() {
+    for (const auto& [k, v] : saved_)
+      v ? ::setenv(k.c_str(), v->c_str(), 1) : ::unsetenv(k.c_str());
+  }
+
+ private:
+  std::map<std::string, std::optional<std::string>> saved_;
+};
+
+// A bad knob, from kolorun's environment, -x or a flag: exit 2 naming it, and no rank starts.
+TEST(Kolorun, ABadKnobValueStartsNothing) {
+  TempDir dir;
+  const std::string marker = dir.path + "/started";
+  const std::vector<std::string> job = {"sh", "-c", "touch " + marker};
+  auto run = [&](std::vector<std::string> flags) {
+    std::vector<std::string> args = {kKolorun, "-np", "2"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    args.insert(args.end(), job.begin(), job.end());
+    Proc p(args);
+    EXPECT_EQ(exit_code(p.finish()), 2) << p.err();
+    EXPECT_FALSE(std::filesystem::exists(marker)) << "a rank started";
+    return p.err();
+  };
+  {
+    ScopedEnv env({{"KOLO_STALL_CHECK_TIME", "forever"}});
+    EXPECT_EQ(run({}),
+              "kolorun: KOLO_STALL_CHECK_TIME=forever is invalid: expected a duration with an "
+              "optional unit (ns, us, ms, s, min, h; none: seconds), e.g. 5ms\n");
+  }
+  {
+    ScopedEnv env({{"KOLO_TCP_SEGMENT", "1MiB"}});
+    EXPECT_EQ(run({}),
+              "kolorun: KOLO_TCP_SEGMENT was renamed KOLO_RING_SEGMENT: set "
+              "KOLO_RING_SEGMENT=1MiB instead\n");
+  }
+  EXPECT_EQ(run({"-x", "KOLO_CACHE_CAPACITY=-5"}),
+            "kolorun: KOLO_CACHE_CAPACITY=-5 is invalid: expected an integer in [0, 16777216]\n");
+  EXPECT_EQ(run({"--op-timeout", "0"})
+                .rfind("kolorun: --op-timeout 0 is invalid: expected a "
+                       "duration",
+                       0),
+            0u);
+}
+
+TEST(Kolorun, PrintConfigShowsEachValueAndItsSourceAndStartsNothing) {
+  ScopedEnv env({{"KOLO_FUSION_THRESHOLD", "8MiB"}, {"KOLO_CYCLETIME", "1ms"}});
+  Proc p({kKolorun, "--print-config", "--cycle-time", "3ms"});
+  ASSERT_EQ(exit_code(p.finish()), 0) << p.err();
+  Result<KnobSet> expected =
+      KnobSet::read({{"KOLO_FUSION_THRESHOLD", "8MiB"}}, {{"KOLO_CYCLE_TIME", "3ms"}});
+  ASSERT_TRUE(expected.ok());
+  EXPECT_EQ(p.out(), expected->describe());
+  EXPECT_NE(p.out().find("KOLO_FUSION_THRESHOLD     8MiB          environment\n"),
+            std::string::npos)
+      << p.out();
+  EXPECT_NE(p.out().find("KOLO_CYCLE_TIME           3ms           flag --cycle-time\n"),
+            std::string::npos)
+      << p.out();
+  EXPECT_EQ(p.err(),
+            "kolorun: warning: KOLO_CYCLETIME is not a Kolo variable and is ignored; did you mean "
+            "KOLO_CYCLE_TIME?\n");
+
+  Proc md({kKolorun, "--print-config=markdown"});
+  ASSERT_EQ(exit_code(md.finish()), 0) << md.err();
+  EXPECT_EQ(md.out(), knobs_markdown());
 }
 
 TEST(Kolorun, AMissingCommandIsReported) {

@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cstdlib>
+#include <sstream>
 
 #include "kolo/units.h"
 
@@ -27,49 +28,34 @@ Result<std::chrono::milliseconds> parse_ms(const std::string& flag, const std::s
   return std::chrono::duration_cast<std::chrono::milliseconds>(*d);
 }
 
-// The KOLO_* knobs that kolorun also accepts as flags, with how each value is checked.
-enum class Kind { kSize, kDuration, kCount, kText, kLevel, kOps, kBool };
-struct Knob {
-  const char* flag;
-  const char* var;
-  Kind kind;
-};
-constexpr Knob kKnobs[] = {
-    {"--fusion-threshold", "KOLO_FUSION_THRESHOLD", Kind::kSize},
-    {"--cycle-time", "KOLO_CYCLE_TIME", Kind::kDuration},
-    {"--cache-capacity", "KOLO_CACHE_CAPACITY", Kind::kCount},
-    {"--timeline", "KOLO_TIMELINE", Kind::kText},
-    {"--timeline-mark-cycles", "KOLO_TIMELINE_MARK_CYCLES", Kind::kBool},
-    {"--stall-check-time", "KOLO_STALL_CHECK_TIME", Kind::kDuration},
-    {"--stall-shutdown-time", "KOLO_STALL_SHUTDOWN_TIME", Kind::kDuration},
-    {"--log-level", "KOLO_LOG_LEVEL", Kind::kLevel},
-    {"--op-timeout", "KOLO_OP_TIMEOUT", Kind::kDuration},
-    {"--cpu-operations", "KOLO_CPU_OPERATIONS", Kind::kOps},
-};
-
-Status check_knob(const Knob& k, const std::string& v) {
+// "SIZE", "DUR", ...: the value a knob flag takes, in --help.
+std::string metavar(const Knob& k) {
   switch (k.kind) {
-    case Kind::kSize:
-      if (!parse_size(v).ok()) return bad(k.flag, v, "a size such as 64MiB or 1048576");
-      break;
-    case Kind::kDuration:
-      if (!parse_duration(v).ok()) return bad(k.flag, v, "a duration such as 1ms or 60s");
-      break;
-    case Kind::kCount:
-      return parse_int(k.flag, v, 0).status();
-    case Kind::kLevel:
-      for (const char* l : {"trace", "debug", "info", "warning", "error"})
-        if (v == l) return Status::Ok();
-      return bad(k.flag, v, "one of trace, debug, info, warning, error");
-    case Kind::kOps:
-      for (const char* l : {"tcp", "mpi", "shm"})
-        if (v == l) return Status::Ok();
-      return bad(k.flag, v, "one of tcp, mpi, shm");
-    case Kind::kText:
-    case Kind::kBool:
-      break;
+    case KnobKind::kSize:
+      return "SIZE";
+    case KnobKind::kDuration:
+      return "DUR";
+    case KnobKind::kInteger:
+      return "N";
+    case KnobKind::kBool:
+      return "[=0|1]";
+    case KnobKind::kChoice: {
+      std::string names;
+      for (std::string_view n : k.choices()) names += (names.empty() ? "" : "|") + std::string(n);
+      return names;
+    }
+    case KnobKind::kText:
+      return "TEXT";
   }
-  return Status::Ok();
+  return "";
+}
+
+// The knob whose flag `arg` is ("--cycle-time" or "--cycle-time=5ms"), or nullptr.
+const Knob* knob_of_flag(const std::string& arg) {
+  const std::string name = arg.substr(0, arg.find('='));
+  for (const Knob& k : all_knobs())
+    if (!flag_name(k).empty() && flag_name(k) == name) return &k;
+  return nullptr;
 }
 
 }  // namespace
@@ -172,25 +158,25 @@ Result<LaunchOptions> parse_options(const std::vector<std::string>& args) {
       }
       continue;
     }
-    bool knob_found = false;
-    for (const Knob& k : kKnobs) {
-      if (k.kind == Kind::kBool && a == k.flag) {
-        o.env[k.var] = "1";
-        knob_found = true;
-        break;
-      }
-      KOLO_ASSIGN_OR_RETURN(m, take(a, k.flag, v));
-      if (m) {
-        KOLO_RETURN_IF_ERROR(check_knob(k, v));
-        o.env[k.var] = v;
-        knob_found = true;
-        break;
-      }
+    if (a == "--print-config" || a == "--print-config=markdown") {
+      o.print_config = a == "--print-config" ? PrintConfig::kValues : PrintConfig::kMarkdown;
+      continue;
     }
-    if (knob_found) continue;
+    if (const Knob* k = knob_of_flag(a)) {
+      // A bool flag alone means 1; it takes no separate value, which would be the command.
+      if (k->kind == KnobKind::kBool && a == flag_name(*k)) {
+        v = "1";
+      } else {
+        KOLO_ASSIGN_OR_RETURN(m, take(a, flag_name(*k), v));
+      }
+      KOLO_RETURN_IF_ERROR(parse_knob(*k, v, flag_name(*k)).status());
+      o.knob_flags[std::string(k->name)] = v;
+      continue;
+    }
     return Status::InvalidArgument("unknown option " + a + " (kolorun --help lists the options)");
   }
   o.command.assign(args.begin() + static_cast<long>(i), args.end());
+  if (o.print_config != PrintConfig::kNo) return o;
   if (!have_np)
     return Status::InvalidArgument("-np N is required: the number of processes on this node");
   if (o.command.empty())
@@ -206,6 +192,40 @@ Result<LaunchOptions> parse_options(const std::vector<std::string>& args) {
     return bad("--rdzv", o.rdzv->to_string(), "HOST:PORT with a fixed port when --nnodes > 1");
   return o;
 }
+
+namespace {
+
+// One entry per knob flag: "  --cycle-time DUR" then its help and default, wrapped to the
+// width of the rest of --help.
+std::string knob_help() {
+  constexpr size_t kIndent = 25, kWidth = 95;
+  std::string out;
+  for (const Knob& k : all_knobs()) {
+    const std::string flag = flag_name(k);
+    if (flag.empty()) continue;
+    std::string line = "  " + flag + (k.kind == KnobKind::kBool ? "" : " ") + metavar(k);
+    std::istringstream words(std::string(k.help) +
+                             " [default: " + std::string(documented_default(k)) + "]");
+    bool first = true;
+    for (std::string w; words >> w; first = false) {
+      if (first || line.size() + 1 + w.size() > kWidth) {
+        if (line.size() + 1 > kIndent) {
+          out += line + "\n";
+          line.clear();
+        }
+        line.resize(kIndent, ' ');
+      } else {
+        line += ' ';
+      }
+      line += w;
+    }
+    out += line + "\n";
+  }
+  std::erase(out, '`');  // the registry's texts are markdown
+  return out;
+}
+
+}  // namespace
 
 std::string usage() {
   return R"(usage: kolorun [options] -np N cmd args...
@@ -231,15 +251,27 @@ default to the size of that share, so that the ranks do not oversubscribe the no
   --tag-output           prefix lines with "[rank] " (default)
   --no-tag-output        pass output through untouched
   -x VAR=VALUE, -x VAR   set VAR for every rank (VAR alone: this shell's value)
-  --fusion-threshold SIZE, --cycle-time DUR, --cache-capacity N, --timeline PATH,
-  --timeline-mark-cycles, --stall-check-time DUR, --stall-shutdown-time DUR,
-  --log-level LEVEL, --op-timeout DUR, --cpu-operations tcp|mpi
-                         set the KOLO_* variable of the same name
+  --print-config         print every KOLO_* knob, its value and where it came from (default,
+                         environment or flag), then exit without starting anything
+  --print-config=markdown  print README's configuration table, generated from the registry
   -h, --help             this text
 
-Exit status: 0 when every rank exits 0; otherwise the failed rank's exit status (128+signal
-when it was killed by a signal), or 128+signal when kolorun itself was interrupted.
+Knobs: each flag sets the KOLO_* variable of the same name for every rank. Before starting
+any rank, kolorun checks every KOLO_* value, from these flags and from its environment (and
+-x), and warns about unknown KOLO_* names that are near misses of real ones.
+)" + knob_help() +
+         R"(
+Exit status: 0 when every rank exits 0; 2 for a bad flag or KOLO_* value; otherwise the failed
+rank's exit status (128+signal when it was killed by a signal), or 128+signal when kolorun
+itself was interrupted.
 )";
+}
+
+Result<KnobSet> knobs_for_ranks(const LaunchOptions& o) {
+  std::map<std::string, std::string> env = kolo_environment();
+  for (const auto& [name, value] : o.env)
+    if (name.rfind("KOLO_", 0) == 0) env[name] = value;
+  return KnobSet::read(env, o.knob_flags);
 }
 
 }  // namespace kolo::kolorun

@@ -8,11 +8,15 @@
 #include <string>
 #include <vector>
 
+#include "common/knobs.h"
 #include "kolo/status.h"
 #include "rendezvous/address.h"
 #include "tools/kolorun/cpu_binding.h"
 
 namespace kolo::kolorun {
+
+// --print-config: the knobs' values and sources, or (=markdown) README's configuration table.
+enum class PrintConfig { kNo, kValues, kMarkdown };
 
 struct LaunchOptions {
   int np = 0;                    // processes on this node (required, >= 1)
@@ -24,13 +28,21 @@ struct LaunchOptions {
   std::optional<std::string> secret;      // --secret (KOLO_SECRET is consulted later)
   bool tag_output = true;
   BindTo bind_to = BindTo::kAuto;         // --bind-to (cpu_binding.h)
-  std::map<std::string, std::string> env;  // -x VAR=VALUE and the KOLO_* knob flags
-  std::vector<std::string> command;        // cmd args...
+  std::map<std::string, std::string> env;         // -x VAR=VALUE
+  std::map<std::string, std::string> knob_flags;  // KOLO_* name -> value, from the knob flags
+  std::vector<std::string> command;               // cmd args...
   bool help = false;
+  PrintConfig print_config = PrintConfig::kNo;
 };
 
-// Parses argv[1..]. InvalidArgument naming the flag, the value and the accepted form.
+// Parses argv[1..]. InvalidArgument naming the flag, the value and the accepted form. With
+// --help or --print-config, -np and the command are not required.
 Result<LaunchOptions> parse_options(const std::vector<std::string>& args);
+
+// Every knob as the ranks will see it: kolorun's own KOLO_* environment, then -x, then the knob
+// flags (common/knobs.h). Errors: KnobSet::read's, naming the variable or the flag; kolorun
+// reports them before it starts anything.
+Result<KnobSet> knobs_for_ranks(const LaunchOptions& options);
 
 // The --help text.
 std::string usage();

@@ -1,0 +1,223 @@
+// Every KOLO_* knob, declared once. Adding a knob: a KnobId in knobs.h, a row here in the same
+// place, a reader (RuntimeConfig, a backend's options), and `kolorun --print-config=markdown`
+// into README.md (a unit test compares them).
+#include <climits>
+
+#include "common/build_info.h"
+#include "common/knobs.h"
+
+namespace kolo {
+namespace {
+
+// In LogLevel's order: logging.cc maps a name to the level by its position.
+std::span<const std::string_view> log_levels() {
+  static constexpr std::string_view kNames[] = {"trace",   "debug", "info",
+                                                "warning", "error", "off"};
+  return kNames;
+}
+
+constexpr int64_t kKiB = 1024, kMiB = kKiB << 10, kGiB = kMiB << 10, kTiB = kGiB << 10;
+constexpr int64_t kNsPerSecond = 1'000'000'000;
+
+using enum KnobKind;
+using enum KnobCategory;
+using enum KnobChange;
+
+constexpr std::array<Knob, kKnobCount> kTable = {{
+    {.id = KnobId::kCpuOperations,
+     .name = "KOLO_CPU_OPERATIONS",
+     .kind = kChoice,
+     .category = kCore,
+     .default_text = "tcp",
+     .default_doc = "`tcp` (`mpi` under `mpirun`)",
+     .choices = &built_backends,
+     .help = "backend for CPU tensors: one of the backends of this build"},
+    {.id = KnobId::kFusionThreshold,
+     .name = "KOLO_FUSION_THRESHOLD",
+     .kind = kSize,
+     .category = kCore,
+     .change = kTunableAtRuntime,
+     .default_text = "4MiB",
+     .help = "largest fused allreduce buffer; `0` turns fusion off"},
+    {.id = KnobId::kCycleTime,
+     .name = "KOLO_CYCLE_TIME",
+     .kind = kDuration,
+     .category = kCore,
+     .change = kTunableAtRuntime,
+     .default_text = "1ms",
+     .help = "batching window of the background thread"},
+    {.id = KnobId::kCacheCapacity,
+     .name = "KOLO_CACHE_CAPACITY",
+     .kind = kInteger,
+     .category = kCore,
+     .default_text = "1024",
+     .max = 1 << 24,
+     .help = "response-cache entries; `0` disables the cache"},
+    {.id = KnobId::kTimeline,
+     .name = "KOLO_TIMELINE",
+     .kind = kText,
+     .category = kCore,
+     .default_doc = "off",
+     .help =
+         "write a Chrome trace (JSON) per rank to this path (`{rank}` is replaced by the rank)"},
+    {.id = KnobId::kTimelineMarkCycles,
+     .name = "KOLO_TIMELINE_MARK_CYCLES",
+     .kind = kBool,
+     .category = kCore,
+     .default_text = "0",
+     .help = "add a marker per background cycle to the timeline"},
+    {.id = KnobId::kStallCheckTime,
+     .name = "KOLO_STALL_CHECK_TIME",
+     .kind = kDuration,
+     .category = kCore,
+     .default_text = "60s",
+     .help = "warn about tensors some ranks never submitted after this long; `0` turns it off"},
+    {.id = KnobId::kStallShutdownTime,
+     .name = "KOLO_STALL_SHUTDOWN_TIME",
+     .kind = kDuration,
+     .category = kCore,
+     .default_text = "0",
+     .default_doc = "off",
+     .help = "fail the job after a stall this long; `0` turns it off"},
+    {.id = KnobId::kOpTimeout,
+     .name = "KOLO_OP_TIMEOUT",
+     .kind = kDuration,
+     .category = kCore,
+     .default_text = "60s",
+     .min = 1,
+     .help = "a transfer that makes no progress this long fails"},
+    {.id = KnobId::kLogLevel,
+     .name = "KOLO_LOG_LEVEL",
+     .kind = kChoice,
+     .category = kCore,
+     .default_text = "warning",
+     .choices = &log_levels,
+     .help = "least severe log lines printed; `info` also echoes the variables set"},
+    // Channel backends. The one rule of the merged pair: the segment is > 0 bytes; the
+    // threshold may be 0 (every non-empty allreduce takes the ring).
+    {.id = KnobId::kRingThreshold,
+     .name = "KOLO_RING_THRESHOLD",
+     .kind = kSize,
+     .category = kChannelBackend,
+     .default_text = "64KiB",
+     .help =
+         "allreduces up to this size use recursive doubling, larger ones the ring; `0`: always the "
+         "ring"},
+    {.id = KnobId::kRingSegment,
+     .name = "KOLO_RING_SEGMENT",
+     .kind = kSize,
+     .category = kChannelBackend,
+     .default_text = "256KiB",
+     .min = 1,
+     .help = "the ring pipelines each chunk in segments of this size (reduce one while sending "
+             "the next)"},
+    // tcp backend
+    {.id = KnobId::kTcpHost,
+     .name = "KOLO_TCP_HOST",
+     .kind = kText,
+     .category = kTcpBackend,
+     .default_doc = "127.0.0.1 on one host, else the first non-loopback IPv4 address",
+     .help = "address the tcp backend publishes to its peers"},
+    {.id = KnobId::kTcpSocketBuffer,
+     .name = "KOLO_TCP_SOCKET_BUFFER",
+     .kind = kSize,
+     .category = kTcpBackend,
+     .default_text = "4MiB",
+     .min = 4 * kKiB,
+     .max = kGiB,
+     .help = "SO_SNDBUF and SO_RCVBUF of each tcp socket"},
+    {.id = KnobId::kTcpMaxFrame,
+     .name = "KOLO_TCP_MAX_FRAME",
+     .kind = kSize,
+     .category = kTcpBackend,
+     .default_text = "1GiB",
+     .min = 1,
+     .max = kTiB,
+     .help = "largest frame payload; larger messages are split (must match on all ranks)"},
+    {.id = KnobId::kTcpUnix,
+     .name = "KOLO_TCP_UNIX",
+     .kind = kBool,
+     .category = kTcpBackend,
+     .default_text = "1",
+     .help = "same-host peers carry data over an AF_UNIX socket after the TCP handshake (`0`: "
+             "TCP only)"},
+    {.id = KnobId::kTcpSpin,
+     .name = "KOLO_TCP_SPIN",
+     .kind = kDuration,
+     .category = kTcpBackend,
+     .default_text = "0",
+     .max = kNsPerSecond,
+     .help = "how long a waiting rank polls its sockets before sleeping"},
+    // Set by kolorun for each rank (world.h says how they relate).
+    {.id = KnobId::kRank,
+     .name = "KOLO_RANK",
+     .kind = kInteger,
+     .category = kLauncher,
+     .max = INT_MAX,
+     .help = "this process's rank"},
+    {.id = KnobId::kSize,
+     .name = "KOLO_SIZE",
+     .kind = kInteger,
+     .category = kLauncher,
+     .min = 1,
+     .max = INT_MAX,
+     .help = "ranks in the job"},
+    {.id = KnobId::kLocalRank,
+     .name = "KOLO_LOCAL_RANK",
+     .kind = kInteger,
+     .category = kLauncher,
+     .max = INT_MAX,
+     .help = "rank on this node"},
+    {.id = KnobId::kLocalSize,
+     .name = "KOLO_LOCAL_SIZE",
+     .kind = kInteger,
+     .category = kLauncher,
+     .min = 1,
+     .max = INT_MAX,
+     .help = "ranks on this node"},
+    {.id = KnobId::kCrossRank,
+     .name = "KOLO_CROSS_RANK",
+     .kind = kInteger,
+     .category = kLauncher,
+     .max = INT_MAX,
+     .help = "this node's rank"},
+    {.id = KnobId::kCrossSize,
+     .name = "KOLO_CROSS_SIZE",
+     .kind = kInteger,
+     .category = kLauncher,
+     .min = 1,
+     .max = INT_MAX,
+     .help = "nodes in the job"},
+    {.id = KnobId::kStoreAddr,
+     .name = "KOLO_STORE_ADDR",
+     .kind = kText,
+     .category = kLauncher,
+     .help = "HOST:PORT of the rendezvous store"},
+    {.id = KnobId::kSecret,
+     .name = "KOLO_SECRET",
+     .kind = kText,
+     .category = kLauncher,
+     .help = "the job's shared secret"},
+}};
+
+constexpr bool in_id_order() {
+  for (size_t i = 0; i < kTable.size(); ++i)
+    if (static_cast<size_t>(kTable[i].id) != i) return false;
+  return true;
+}
+static_assert(in_id_order(), "knob_table.cc's rows must follow KnobId's order");
+
+// The pairs that two parsers used to read with different rules; merged into the ring knobs.
+constexpr RetiredKnob kRetired[] = {
+    {"KOLO_SEGMENT_BYTES", KnobId::kRingSegment},
+    {"KOLO_TCP_SEGMENT", KnobId::kRingSegment},
+    {"KOLO_SMALL_MESSAGE_BYTES", KnobId::kRingThreshold},
+    {"KOLO_TCP_SMALL_MESSAGE", KnobId::kRingThreshold},
+};
+
+}  // namespace
+
+std::span<const Knob> all_knobs() { return kTable; }
+std::span<const RetiredKnob> retired_knobs() { return kRetired; }
+
+}  // namespace kolo

@@ -1,0 +1,323 @@
+#include "common/knobs.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <sstream>
+
+#include "common/enforce.h"
+#include "kolo/units.h"
+
+extern char** environ;
+
+namespace kolo {
+namespace {
+
+constexpr std::string_view kPrefix = "KOLO_";
+
+std::string join(std::span<const std::string_view> names, std::string_view sep) {
+  std::string out;
+  for (std::string_view n : names) {
+    if (!out.empty()) out += sep;
+    out += n;
+  }
+  return out;
+}
+
+// " in [lo, hi]", " >= lo", " > 0" or "" for the bounds of a numeric knob, written with `fmt`.
+template <typename Format>
+std::string range_text(const Knob& k, int64_t unbounded_max, Format fmt) {
+  const bool has_max = k.max < unbounded_max;
+  if (k.min == 0 && !has_max) return "";
+  if (!has_max) return k.min == 1 ? " > 0" : " >= " + fmt(k.min);
+  return " in [" + fmt(k.min) + ", " + fmt(k.max) + "]";
+}
+
+Result<int64_t> parse_integer(std::string_view text) {
+  int64_t out = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size())
+    return Status::InvalidArgument("not an integer");
+  return out;
+}
+
+Result<bool> parse_bool(std::string_view text) {
+  for (std::string_view t : {"1", "true", "yes", "on"})
+    if (text == t) return true;
+  for (std::string_view f : {"0", "false", "no", "off"})
+    if (text == f) return false;
+  return Status::InvalidArgument("not a bool");
+}
+
+}  // namespace
+
+const Knob& knob(KnobId id) {
+  KOLO_ENFORCE(id != KnobId::kCount);
+  return all_knobs()[static_cast<size_t>(id)];
+}
+
+const Knob* find_knob(std::string_view name) {
+  for (const Knob& k : all_knobs())
+    if (k.name == name) return &k;
+  return nullptr;
+}
+
+std::string flag_name(const Knob& k) {
+  if (k.category == KnobCategory::kLauncher) return "";
+  std::string flag = "--";
+  for (char c : k.name.substr(kPrefix.size()))
+    flag += c == '_' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return flag;
+}
+
+std::string accepted_form(const Knob& k) {
+  switch (k.kind) {
+    case KnobKind::kSize:
+      return "a size with an optional unit (B, KB, KiB, MB, MiB, GB, GiB, TB, TiB)" +
+             range_text(k, INT64_MAX,
+                        [](int64_t v) { return format_size(static_cast<uint64_t>(v)); }) +
+             ", e.g. 64MiB";
+    case KnobKind::kDuration:
+      return "a duration with an optional unit (ns, us, ms, s, min, h; none: seconds)" +
+             range_text(k, INT64_MAX,
+                        [](int64_t v) { return format_duration(std::chrono::nanoseconds(v)); }) +
+             ", e.g. 5ms";
+    case KnobKind::kInteger: {
+      const std::string r = range_text(k, INT32_MAX, [](int64_t v) { return std::to_string(v); });
+      return "an integer" + (r.empty() ? " >= 0" : r);
+    }
+    case KnobKind::kBool:
+      return "1/true/yes/on or 0/false/no/off";
+    case KnobKind::kChoice:
+      return "one of " + join(k.choices(), ", ");
+    case KnobKind::kText:
+      return "any text";
+  }
+  return "";
+}
+
+std::string_view documented_default(const Knob& k) {
+  if (!k.default_doc.empty()) return k.default_doc;
+  if (!k.default_text.empty()) return k.default_text;
+  return "unset";
+}
+
+std::string_view category_name(KnobCategory c) {
+  switch (c) {
+    case KnobCategory::kCore:
+      return "core";
+    case KnobCategory::kChannelBackend:
+      return "channel backends";
+    case KnobCategory::kTcpBackend:
+      return "tcp backend";
+    case KnobCategory::kLauncher:
+      return "set by the launcher";
+  }
+  return "";
+}
+
+Result<KnobValue> parse_knob(const Knob& k, std::string_view text, std::string_view label) {
+  auto bad = [&]() {
+    std::string where = label.empty() ? std::string(k.name) + "=" : std::string(label) + " ";
+    return Status::InvalidArgument(where + std::string(text) + " is invalid: expected " +
+                                   accepted_form(k));
+  };
+  auto in_range = [&](int64_t v) { return v >= k.min && v <= k.max; };
+  switch (k.kind) {
+    case KnobKind::kSize: {
+      Result<uint64_t> v = parse_size(text);
+      if (!v.ok() || *v > static_cast<uint64_t>(INT64_MAX) || !in_range(static_cast<int64_t>(*v)))
+        return bad();
+      return KnobValue(*v);
+    }
+    case KnobKind::kDuration: {
+      Result<std::chrono::nanoseconds> v = parse_duration(text);
+      if (!v.ok() || !in_range(v->count())) return bad();
+      return KnobValue(*v);
+    }
+    case KnobKind::kInteger: {
+      Result<int64_t> v = parse_integer(text);
+      if (!v.ok() || !in_range(*v)) return bad();
+      return KnobValue(*v);
+    }
+    case KnobKind::kBool: {
+      Result<bool> v = parse_bool(text);
+      if (!v.ok()) return bad();
+      return KnobValue(*v);
+    }
+    case KnobKind::kChoice: {
+      std::span<const std::string_view> names = k.choices();
+      if (std::find(names.begin(), names.end(), text) == names.end()) return bad();
+      return KnobValue(std::string(text));
+    }
+    case KnobKind::kText:
+      return KnobValue(std::string(text));
+  }
+  return bad();
+}
+
+std::map<std::string, std::string> kolo_environment() {
+  std::map<std::string, std::string> out;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string_view kv(*e);
+    if (kv.substr(0, kPrefix.size()) != kPrefix) continue;
+    const size_t eq = kv.find('=');
+    if (eq == std::string_view::npos) continue;
+    out.emplace(kv.substr(0, eq), kv.substr(eq + 1));
+  }
+  return out;
+}
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+Result<KnobSet> KnobSet::read(const std::map<std::string, std::string>& env,
+                              const std::map<std::string, std::string>& flags) {
+  KnobSet set;
+  std::vector<std::string> errors;
+  for (const RetiredKnob& r : retired_knobs()) {
+    auto it = env.find(std::string(r.name));
+    if (it == env.end() || it->second.empty()) continue;
+    const std::string_view now = knob(r.replacement).name;
+    errors.push_back(std::string(r.name) + " was renamed " + std::string(now) + ": set " +
+                     std::string(now) + "=" + it->second + " instead");
+  }
+  for (const Knob& k : all_knobs()) {
+    Entry& e = set.entries_[static_cast<size_t>(k.id)];
+    const std::string name(k.name);
+    std::string label;
+    if (auto f = flags.find(name); f != flags.end()) {
+      e.text = f->second;
+      e.source = KnobSource::kFlag;
+      label = flag_name(k);
+    } else if (auto v = env.find(name); v != env.end() && !v->second.empty()) {
+      e.text = v->second;
+      e.source = KnobSource::kEnvironment;
+    } else {
+      e.text = std::string(k.default_text);
+      if (e.text.empty() && k.kind != KnobKind::kText) continue;  // no value: check is_set()
+    }
+    Result<KnobValue> value = parse_knob(k, e.text, label);
+    if (value.ok()) {
+      e.value = std::move(*value);
+      e.has_value = true;
+    } else {
+      errors.push_back(value.status().message());
+    }
+  }
+  if (!errors.empty()) {
+    std::string message;
+    for (const std::string& m : errors) message += (message.empty() ? "" : "; ") + m;
+    return Status::InvalidArgument(message);
+  }
+  for (const auto& [name, value] : env) {
+    if (name.substr(0, kPrefix.size()) != kPrefix || find_knob(name) != nullptr) continue;
+    bool retired = false;
+    for (const RetiredKnob& r : retired_knobs()) retired |= r.name == name;
+    if (retired) continue;
+    const Knob* nearest = nullptr;
+    size_t best = 3;  // a near miss is within edit distance 2
+    for (const Knob& k : all_knobs()) {
+      const size_t d = edit_distance(name, k.name);
+      if (d < best) {
+        best = d;
+        nearest = &k;
+      }
+    }
+    if (nearest != nullptr)
+      set.warnings_.push_back(name + " is not a Kolo variable and is ignored; did you mean " +
+                              std::string(nearest->name) + "?");
+  }
+  return set;
+}
+
+Result<KnobSet> KnobSet::from_process_env() { return read(kolo_environment()); }
+
+const KnobValue& KnobSet::value_of(KnobId id, KnobKind kind) const {
+  const Knob& k = knob(id);
+  KOLO_ENFORCE(k.kind == kind || (kind == KnobKind::kText && k.kind == KnobKind::kChoice),
+               k.name << " is not read with this accessor");
+  KOLO_ENFORCE(entry(id).has_value, k.name << " is unset and has no default: ask is_set() first");
+  return entry(id).value;
+}
+
+uint64_t KnobSet::size(KnobId id) const {
+  return std::get<uint64_t>(value_of(id, KnobKind::kSize));
+}
+std::chrono::nanoseconds KnobSet::duration(KnobId id) const {
+  return std::get<std::chrono::nanoseconds>(value_of(id, KnobKind::kDuration));
+}
+int64_t KnobSet::integer(KnobId id) const {
+  return std::get<int64_t>(value_of(id, KnobKind::kInteger));
+}
+bool KnobSet::boolean(KnobId id) const { return std::get<bool>(value_of(id, KnobKind::kBool)); }
+const std::string& KnobSet::text(KnobId id) const {
+  return std::get<std::string>(value_of(id, KnobKind::kText));
+}
+
+std::vector<std::string> KnobSet::echo_lines() const {
+  std::vector<std::string> lines;
+  for (const Knob& k : all_knobs())
+    if (k.category != KnobCategory::kLauncher && source(k.id) == KnobSource::kEnvironment)
+      lines.push_back(std::string(k.name) + " set by environment to " + raw(k.id));
+  return lines;
+}
+
+std::string KnobSet::describe() const {
+  std::ostringstream out;
+  std::string launcher;
+  std::string_view category;
+  for (const Knob& k : all_knobs()) {
+    if (k.category == KnobCategory::kLauncher) {
+      launcher += (launcher.empty() ? "" : ", ") + std::string(k.name);
+      continue;
+    }
+    if (category_name(k.category) != category) {
+      category = category_name(k.category);
+      out << (out.tellp() > 0 ? "\n" : "") << "# " << category << "\n";
+    }
+    std::string from = "default";
+    if (source(k.id) == KnobSource::kEnvironment) from = "environment";
+    if (source(k.id) == KnobSource::kFlag) from = "flag " + flag_name(k);
+    const std::string value = raw(k.id).empty() ? "(unset)" : raw(k.id);
+    out << k.name << std::string(k.name.size() < 26 ? 26 - k.name.size() : 1, ' ') << value
+        << std::string(value.size() < 14 ? 14 - value.size() : 1, ' ') << from << "\n";
+  }
+  out << "\n# set by the launcher for each rank: " << launcher << "\n";
+  return out.str();
+}
+
+std::string knobs_markdown() {
+  std::string out = "| variable | meaning | default |\n|---|---|---|\n";
+  std::string launcher;
+  for (const Knob& k : all_knobs()) {
+    // (append, not "`" + ...: GCC 12 warns falsely about the latter, -Wrestrict)
+    const std::string name = std::string("`").append(k.name).append("`");
+    if (k.category == KnobCategory::kLauncher) {
+      launcher += (launcher.empty() ? "" : ", ") + name;
+      continue;
+    }
+    const std::string def = k.default_doc.empty()
+                                ? std::string("`").append(k.default_text).append("`")
+                                : std::string(k.default_doc);
+    const std::string_view tunable =
+        k.change == KnobChange::kTunableAtRuntime ? " (may change while the job runs)" : "";
+    out += "| " + name + " | " + std::string(k.help) + std::string(tunable) + " | " + def + " |\n";
+  }
+  return out + "\n`kolorun` sets " + launcher +
+         " for each rank; set them by hand only to start ranks without it.\n";
+}
+
+}  // namespace kolo

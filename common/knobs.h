@@ -1,0 +1,190 @@
+// The registry of KOLO_* knobs, NCCL-style: every environment variable Kolo reads is declared
+// once in knob_table.cc (name, kind of value, default, accepted range, help, category, whether
+// it may change while the job runs) and parsed by the one parser of its kind here. kolo::init,
+// the backends, the launcher and the README's configuration table all read this registry, so a
+// knob cannot be accepted by one and rejected by another.
+//
+// Values are read from a snapshot of the environment (KnobSet), validated all at once: an error
+// names the variable (or kolorun flag), the value and the accepted form. A retired name set in
+// the environment is an error naming its replacement; an unknown KOLO_* variable within edit
+// distance 2 of a real one is a warning naming the real one.
+//
+// Thread-safety: the registry is constant; a KnobSet is an immutable value once read.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "kolo/status.h"
+
+namespace kolo {
+
+// One per row of knob_table.cc, in the same order (checked at compile time there).
+enum class KnobId : int {
+  // core
+  kCpuOperations,
+  kFusionThreshold,
+  kCycleTime,
+  kCacheCapacity,
+  kTimeline,
+  kTimelineMarkCycles,
+  kStallCheckTime,
+  kStallShutdownTime,
+  kOpTimeout,
+  kLogLevel,
+  // channel backends (tcp, and every backend that runs the ops/ algorithms over a channel)
+  kRingThreshold,
+  kRingSegment,
+  // tcp backend
+  kTcpHost,
+  kTcpSocketBuffer,
+  kTcpMaxFrame,
+  kTcpUnix,
+  kTcpSpin,
+  // set by the launcher
+  kRank,
+  kSize,
+  kLocalRank,
+  kLocalSize,
+  kCrossRank,
+  kCrossSize,
+  kStoreAddr,
+  kSecret,
+  kCount
+};
+inline constexpr size_t kKnobCount = static_cast<size_t>(KnobId::kCount);
+
+// How a value is written, and so which parser reads it:
+//   kSize      bytes with an optional unit (common/units.h): "64MiB", "4096"
+//   kDuration  a time with an optional unit (common/units.h): "5ms", "60" (seconds)
+//   kInteger   a decimal integer
+//   kBool      1/true/yes/on or 0/false/no/off
+//   kChoice    one of a list of names (Knob::choices)
+//   kText      any string (a path, a host name, a secret, a HOST:PORT checked by its reader)
+enum class KnobKind { kSize, kDuration, kInteger, kBool, kChoice, kText };
+
+enum class KnobCategory { kCore, kChannelBackend, kTcpBackend, kLauncher };
+
+// Whether a knob may change while the job runs. kFixedAtInit knobs are read once by init();
+// kTunableAtRuntime ones are only the initial value: the coordinator may change them later (the
+// autotuner), so their readers must not cache them in places that cannot be updated.
+enum class KnobChange { kFixedAtInit, kTunableAtRuntime };
+
+struct Knob {
+  KnobId id;
+  std::string_view name;  // "KOLO_FUSION_THRESHOLD"
+  KnobKind kind;
+  KnobCategory category;
+  KnobChange change = KnobChange::kFixedAtInit;
+  // The value when unset, in the knob's own syntax; parsed like a set value. Empty: no value
+  // (kText), or, for kLauncher knobs, "required when launched" (the reader decides).
+  std::string_view default_text = {};
+  // The default as documented, when it is not simply default_text (e.g. chosen at run time).
+  std::string_view default_doc = {};
+  // Inclusive bounds in the knob's unit (bytes, nanoseconds, integer) for kSize, kDuration and
+  // kInteger.
+  int64_t min = 0;
+  int64_t max = INT64_MAX;
+  // The accepted names of a kChoice knob (a function, so that it may be the build's list).
+  std::span<const std::string_view> (*choices)() = nullptr;
+  std::string_view help = {};  // one line: what it does, and what 0 or empty means
+};
+
+// The registry, in KnobId order.
+std::span<const Knob> all_knobs();
+const Knob& knob(KnobId id);
+// The knob named `name` ("KOLO_CYCLE_TIME"), or nullptr.
+const Knob* find_knob(std::string_view name);
+
+// A retired name and the knob that replaced it.
+struct RetiredKnob {
+  std::string_view name;
+  KnobId replacement;
+};
+std::span<const RetiredKnob> retired_knobs();
+
+// "--fusion-threshold" for KOLO_FUSION_THRESHOLD; empty for kLauncher knobs, which have none.
+std::string flag_name(const Knob& k);
+// How a value is written, for error messages and help: "a size with an optional unit ... in
+// [1 B, 1 GiB], e.g. 4MiB", "one of tcp, mpi".
+std::string accepted_form(const Knob& k);
+// The default as documented: default_doc, else default_text, else "unset".
+std::string_view documented_default(const Knob& k);
+std::string_view category_name(KnobCategory c);
+
+using KnobValue =
+    std::variant<uint64_t /* size */, std::chrono::nanoseconds, int64_t, bool, std::string>;
+
+// Parses `text` as a value of `k`. InvalidArgument "<label> <text> is invalid: expected <form>"
+// where label is "NAME=" (the default) or a flag name ("--cycle-time ").
+Result<KnobValue> parse_knob(const Knob& k, std::string_view text, std::string_view label = {});
+
+enum class KnobSource { kDefault, kEnvironment, kFlag };
+
+// The KOLO_* variables of this process's environment, by name.
+std::map<std::string, std::string> kolo_environment();
+
+// Every knob's value, read once from an environment snapshot and validated.
+class KnobSet {
+ public:
+  // `env`: KOLO_* variables by name (others are ignored); an empty value counts as unset.
+  // `flags`: knob values from kolorun's flags, by variable name; they win over `env` and their
+  // errors name the flag. Errors (InvalidArgument, every bad value in registry order, joined by
+  // "; "): a bad value; a retired name set in `env`.
+  static Result<KnobSet> read(const std::map<std::string, std::string>& env,
+                              const std::map<std::string, std::string>& flags = {});
+  // read(kolo_environment()).
+  static Result<KnobSet> from_process_env();
+
+  // The typed value (set or default). Calling the accessor of another kind is a bug (ENFORCE).
+  uint64_t size(KnobId id) const;
+  std::chrono::nanoseconds duration(KnobId id) const;
+  int64_t integer(KnobId id) const;
+  bool boolean(KnobId id) const;
+  const std::string& text(KnobId id) const;  // kChoice and kText
+
+  bool is_set(KnobId id) const { return entry(id).source != KnobSource::kDefault; }
+  KnobSource source(KnobId id) const { return entry(id).source; }
+  // The text the value was parsed from (as given, or default_text).
+  const std::string& raw(KnobId id) const { return entry(id).text; }
+
+  // "KOLO_SEGMNT=... is not a Kolo variable; did you mean KOLO_RING_SEGMENT?" for every unknown
+  // KOLO_* name within edit distance 2 of a registered one.
+  const std::vector<std::string>& warnings() const { return warnings_; }
+  // "KOLO_FUSION_THRESHOLD set by environment to 8MiB" for every non-launcher knob that the
+  // environment set (NCCL's echo), in registry order.
+  std::vector<std::string> echo_lines() const;
+  // Every knob but the launcher-set ones, one per line under its category: name, value and
+  // where it came from (default, environment, flag --name); then the launcher-set names.
+  // This is `kolorun --print-config`.
+  std::string describe() const;
+
+ private:
+  struct Entry {
+    std::string text;
+    KnobSource source = KnobSource::kDefault;
+    KnobValue value;
+    bool has_value = false;  // false: unset with an empty default (a launcher-set knob)
+  };
+  const Entry& entry(KnobId id) const { return entries_[static_cast<size_t>(id)]; }
+  const KnobValue& value_of(KnobId id, KnobKind kind) const;
+
+  std::array<Entry, kKnobCount> entries_;
+  std::vector<std::string> warnings_;
+};
+
+// Levenshtein distance, for the near-miss warnings.
+size_t edit_distance(std::string_view a, std::string_view b);
+
+// The README's configuration section body: a markdown table of every user-facing knob (name,
+// meaning, default) and a sentence listing the launcher-set ones.
+std::string knobs_markdown();
+
+}  // namespace kolo

@@ -1,0 +1,260 @@
+#include "common/knobs.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "common/build_info.h"
+
+namespace kolo {
+namespace {
+
+using Env = std::map<std::string, std::string>;
+using namespace std::chrono_literals;
+
+std::string error_of(const Env& env, const Env& flags = {}) {
+  Result<KnobSet> r = KnobSet::read(env, flags);
+  EXPECT_FALSE(r.ok());
+  if (r.ok()) return "";
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  return r.status().message();
+}
+
+TEST(Knobs, TableIsWellFormedAndEveryDefaultParses) {
+  ASSERT_EQ(all_knobs().size(), kKnobCount);
+  std::set<std::string_view> names;
+  for (const Knob& k : all_knobs()) {
+    EXPECT_TRUE(names.insert(k.name).second) << k.name;
+    EXPECT_EQ(k.name.rfind("KOLO_", 0), 0u) << k.name;
+    EXPECT_FALSE(k.help.empty()) << k.name;
+    EXPECT_EQ(&knob(k.id), &k);
+    EXPECT_EQ(find_knob(k.name), &k);
+    EXPECT_EQ(k.kind == KnobKind::kChoice, k.choices != nullptr) << k.name;
+    if (!k.default_text.empty()) {
+      EXPECT_TRUE(parse_knob(k, k.default_text).ok()) << k.name;
+    }
+  }
+  EXPECT_EQ(find_knob("KOLO_NOPE"), nullptr);
+  Result<KnobSet> set = KnobSet::read({});
+  ASSERT_TRUE(set.ok()) << set.status().to_string();
+  EXPECT_EQ(set->size(KnobId::kFusionThreshold), 4u << 20);
+  EXPECT_EQ(set->duration(KnobId::kCycleTime), 1ms);
+  EXPECT_EQ(set->integer(KnobId::kCacheCapacity), 1024);
+  EXPECT_FALSE(set->boolean(KnobId::kTimelineMarkCycles));
+  EXPECT_TRUE(set->boolean(KnobId::kTcpUnix));
+  EXPECT_EQ(set->text(KnobId::kCpuOperations), "tcp");
+  EXPECT_EQ(set->text(KnobId::kTimeline), "");
+  EXPECT_EQ(set->size(KnobId::kRingSegment), 256u << 10);
+  EXPECT_FALSE(set->is_set(KnobId::kRank));
+  EXPECT_EQ(set->source(KnobId::kCycleTime), KnobSource::kDefault);
+  EXPECT_TRUE(set->warnings().empty());
+  EXPECT_TRUE(set->echo_lines().empty());
+}
+
+TEST(Knobs, OnlyFusionThresholdAndCycleTimeMayChangeWhileTheJobRuns) {
+  std::vector<std::string_view> tunable;
+  for (const Knob& k : all_knobs())
+    if (k.change == KnobChange::kTunableAtRuntime) tunable.push_back(k.name);
+  EXPECT_EQ(tunable, (std::vector<std::string_view>{"KOLO_FUSION_THRESHOLD", "KOLO_CYCLE_TIME"}));
+}
+
+TEST(Knobs, FlagNamesDeriveFromTheVariableAndLauncherKnobsHaveNone) {
+  EXPECT_EQ(flag_name(knob(KnobId::kFusionThreshold)), "--fusion-threshold");
+  EXPECT_EQ(flag_name(knob(KnobId::kTcpSocketBuffer)), "--tcp-socket-buffer");
+  EXPECT_EQ(flag_name(knob(KnobId::kRank)), "");
+  EXPECT_EQ(flag_name(knob(KnobId::kSecret)), "");
+}
+
+TEST(Knobs, EachKindParsesItsValues) {
+  auto value = [](KnobId id, std::string_view text) {
+    Result<KnobValue> v = parse_knob(knob(id), text);
+    EXPECT_TRUE(v.ok()) << v.status().to_string();
+    return v.ok() ? *v : KnobValue{};
+  };
+  EXPECT_EQ(std::get<uint64_t>(value(KnobId::kFusionThreshold, "8MiB")), 8u << 20);
+  EXPECT_EQ(std::get<uint64_t>(value(KnobId::kFusionThreshold, "0")), 0u);
+  EXPECT_EQ(std::get<uint64_t>(value(KnobId::kTcpSocketBuffer, "4KiB")), 4096u);
+  EXPECT_EQ(std::get<uint64_t>(value(KnobId::kTcpSocketBuffer, "1GiB")), 1u << 30);
+  EXPECT_EQ(std::get<std::chrono::nanoseconds>(value(KnobId::kCycleTime, "2.5ms")), 2500us);
+  EXPECT_EQ(std::get<std::chrono::nanoseconds>(value(KnobId::kTcpSpin, "1s")), 1s);
+  EXPECT_EQ(std::get<int64_t>(value(KnobId::kCacheCapacity, "16777216")), 16777216);
+  for (const char* t : {"1", "true", "yes", "on"})
+    EXPECT_TRUE(std::get<bool>(value(KnobId::kTcpUnix, t))) << t;
+  for (const char* f : {"0", "false", "no", "off"})
+    EXPECT_FALSE(std::get<bool>(value(KnobId::kTcpUnix, f))) << f;
+  EXPECT_EQ(std::get<std::string>(value(KnobId::kLogLevel, "info")), "info");
+  EXPECT_EQ(std::get<std::string>(value(KnobId::kTimeline, "/t/{rank}.json")), "/t/{rank}.json");
+  for (std::string_view backend : built_backends())
+    EXPECT_EQ(std::get<std::string>(value(KnobId::kCpuOperations, backend)), backend);
+}
+
+TEST(Knobs, EachKindsErrorNamesTheVariableTheValueAndTheAcceptedForm) {
+  auto error = [](KnobId id, std::string_view text, std::string_view label = {}) {
+    Result<KnobValue> v = parse_knob(knob(id), text, label);
+    EXPECT_FALSE(v.ok()) << text;
+    return v.ok() ? "" : v.status().message();
+  };
+  const std::string size = "a size with an optional unit (B, KB, KiB, MB, MiB, GB, GiB, TB, TiB)";
+  const std::string duration =
+      "a duration with an optional unit (ns, us, ms, s, min, h; none: seconds)";
+  EXPECT_EQ(error(KnobId::kFusionThreshold, "lots"),
+            "KOLO_FUSION_THRESHOLD=lots is invalid: expected " + size + ", e.g. 64MiB");
+  EXPECT_EQ(error(KnobId::kFusionThreshold, "-1"),
+            "KOLO_FUSION_THRESHOLD=-1 is invalid: expected " + size + ", e.g. 64MiB");
+  EXPECT_EQ(error(KnobId::kRingSegment, "0"),
+            "KOLO_RING_SEGMENT=0 is invalid: expected " + size + " > 0, e.g. 64MiB");
+  EXPECT_EQ(error(KnobId::kTcpSocketBuffer, "1000"),
+            "KOLO_TCP_SOCKET_BUFFER=1000 is invalid: expected " + size +
+                " in [4 KiB, 1 GiB], e.g. 64MiB");
+  EXPECT_EQ(error(KnobId::kTcpSocketBuffer, "2GiB"),
+            "KOLO_TCP_SOCKET_BUFFER=2GiB is invalid: expected " + size +
+                " in [4 KiB, 1 GiB], e.g. 64MiB");
+  EXPECT_EQ(error(KnobId::kCycleTime, "soon"),
+            "KOLO_CYCLE_TIME=soon is invalid: expected " + duration + ", e.g. 5ms");
+  EXPECT_EQ(error(KnobId::kOpTimeout, "0"),
+            "KOLO_OP_TIMEOUT=0 is invalid: expected " + duration + " > 0, e.g. 5ms");
+  EXPECT_EQ(error(KnobId::kTcpSpin, "2s"),
+            "KOLO_TCP_SPIN=2s is invalid: expected " + duration + " in [0 ns, 1.0 s], e.g. 5ms");
+  EXPECT_EQ(error(KnobId::kCacheCapacity, "-1"),
+            "KOLO_CACHE_CAPACITY=-1 is invalid: expected an integer in [0, 16777216]");
+  EXPECT_EQ(error(KnobId::kCacheCapacity, "12x"),
+            "KOLO_CACHE_CAPACITY=12x is invalid: expected an integer in [0, 16777216]");
+  EXPECT_EQ(error(KnobId::kRank, "abc"), "KOLO_RANK=abc is invalid: expected an integer >= 0");
+  EXPECT_EQ(error(KnobId::kSize, "0"), "KOLO_SIZE=0 is invalid: expected an integer > 0");
+  EXPECT_EQ(error(KnobId::kTcpUnix, "2"),
+            "KOLO_TCP_UNIX=2 is invalid: expected 1/true/yes/on or 0/false/no/off");
+  EXPECT_EQ(error(KnobId::kLogLevel, "loud"),
+            "KOLO_LOG_LEVEL=loud is invalid: expected one of trace, debug, info, warning, error, "
+            "off");
+  EXPECT_EQ(error(KnobId::kCycleTime, "soon", "--cycle-time"),
+            "--cycle-time soon is invalid: expected " + duration + ", e.g. 5ms");
+}
+
+TEST(Knobs, CpuOperationsAcceptsExactlyTheBackendsOfThisBuild) {
+  std::string names;
+  for (std::string_view b : built_backends()) names += (names.empty() ? "" : ", ") + std::string(b);
+  EXPECT_EQ(error_of({{"KOLO_CPU_OPERATIONS", "shm"}}),
+            "KOLO_CPU_OPERATIONS=shm is invalid: expected one of " + names);
+}
+
+TEST(Knobs, FlagsWinOverTheEnvironmentAndTheirErrorsNameTheFlag) {
+  Result<KnobSet> set = KnobSet::read(
+      {{"KOLO_CYCLE_TIME", "5ms"}, {"KOLO_FUSION_THRESHOLD", "1MiB"}, {"KOLO_TIMELINE", ""}},
+      {{"KOLO_FUSION_THRESHOLD", "8MiB"}});
+  ASSERT_TRUE(set.ok()) << set.status().to_string();
+  EXPECT_EQ(set->duration(KnobId::kCycleTime), 5ms);
+  EXPECT_EQ(set->source(KnobId::kCycleTime), KnobSource::kEnvironment);
+  EXPECT_EQ(set->size(KnobId::kFusionThreshold), 8u << 20);
+  EXPECT_EQ(set->source(KnobId::kFusionThreshold), KnobSource::kFlag);
+  EXPECT_EQ(set->raw(KnobId::kFusionThreshold), "8MiB");
+  EXPECT_FALSE(set->is_set(KnobId::kTimeline)) << "an empty value counts as unset";
+  EXPECT_EQ(error_of({}, {{"KOLO_CACHE_CAPACITY", "many"}}),
+            "--cache-capacity many is invalid: expected an integer in [0, 16777216]");
+}
+
+TEST(Knobs, EveryBadValueIsReportedAtOnce) {
+  EXPECT_EQ(error_of({{"KOLO_CACHE_CAPACITY", "x"}, {"KOLO_TCP_UNIX", "maybe"}}),
+            "KOLO_CACHE_CAPACITY=x is invalid: expected an integer in [0, 16777216]; "
+            "KOLO_TCP_UNIX=maybe is invalid: expected 1/true/yes/on or 0/false/no/off");
+}
+
+TEST(Knobs, RetiredNamesAreErrorsNamingTheirReplacement) {
+  EXPECT_EQ(error_of({{"KOLO_SEGMENT_BYTES", "4096"}}),
+            "KOLO_SEGMENT_BYTES was renamed KOLO_RING_SEGMENT: set KOLO_RING_SEGMENT=4096 instead");
+  EXPECT_EQ(error_of({{"KOLO_TCP_SEGMENT", "1MiB"}}),
+            "KOLO_TCP_SEGMENT was renamed KOLO_RING_SEGMENT: set KOLO_RING_SEGMENT=1MiB instead");
+  EXPECT_EQ(error_of({{"KOLO_SMALL_MESSAGE_BYTES", "0"}}),
+            "KOLO_SMALL_MESSAGE_BYTES was renamed KOLO_RING_THRESHOLD: set KOLO_RING_THRESHOLD=0 "
+            "instead");
+  EXPECT_EQ(error_of({{"KOLO_TCP_SMALL_MESSAGE", "1KiB"}}),
+            "KOLO_TCP_SMALL_MESSAGE was renamed KOLO_RING_THRESHOLD: set KOLO_RING_THRESHOLD=1KiB "
+            "instead");
+  // The merged pair's one rule: the segment must be > 0, the threshold may be 0.
+  Result<KnobSet> zero = KnobSet::read({{"KOLO_RING_THRESHOLD", "0"}});
+  ASSERT_TRUE(zero.ok()) << zero.status().to_string();
+  EXPECT_EQ(zero->size(KnobId::kRingThreshold), 0u);
+  EXPECT_NE(error_of({{"KOLO_RING_SEGMENT", "0"}}).find("KOLO_RING_SEGMENT=0 is invalid"),
+            std::string::npos);
+}
+
+TEST(Knobs, NearMissesOfRealNamesAreWarningsAndOtherNamesAreIgnored) {
+  Result<KnobSet> set = KnobSet::read({{"KOLO_FUSION_TRESHOLD", "8MiB"},
+                                       {"KOLO_CYCLETIME", "1ms"},
+                                       {"KOLO_TCP_SPINS", "1us"},
+                                       {"KOLO_MY_OWN_SETTING", "1"},
+                                       {"KOLO_RANK", "0"}});
+  ASSERT_TRUE(set.ok()) << set.status().to_string();
+  EXPECT_EQ(set->warnings(),
+            (std::vector<std::string>{
+                "KOLO_CYCLETIME is not a Kolo variable and is ignored; did you mean "
+                "KOLO_CYCLE_TIME?",
+                "KOLO_FUSION_TRESHOLD is not a Kolo variable and is ignored; did you mean "
+                "KOLO_FUSION_THRESHOLD?",
+                "KOLO_TCP_SPINS is not a Kolo variable and is ignored; did you mean "
+                "KOLO_TCP_SPIN?"}));
+  EXPECT_EQ(edit_distance("KOLO_SIZE", "KOLO_SIZE"), 0u);
+  EXPECT_EQ(edit_distance("KOLO_CYCLETIME", "KOLO_CYCLE_TIME"), 1u);
+  EXPECT_EQ(edit_distance("abc", "acb"), 2u);
+  EXPECT_EQ(edit_distance("", "abc"), 3u);
+  // Real names are far enough apart that a near miss names one knob unambiguously.
+  for (const Knob& a : all_knobs())
+    for (const Knob& b : all_knobs())
+      if (&a != &b) {
+        EXPECT_GT(edit_distance(a.name, b.name), 2u) << a.name << " " << b.name;
+      }
+}
+
+TEST(Knobs, EchoListsWhatTheEnvironmentSetButNotTheLauncher) {
+  Result<KnobSet> set =
+      KnobSet::read({{"KOLO_FUSION_THRESHOLD", "8MiB"}, {"KOLO_RANK", "1"}, {"KOLO_TCP_UNIX", "0"}},
+                    {{"KOLO_CYCLE_TIME", "2ms"}});
+  ASSERT_TRUE(set.ok()) << set.status().to_string();
+  EXPECT_EQ(set->echo_lines(),
+            (std::vector<std::string>{"KOLO_FUSION_THRESHOLD set by environment to 8MiB",
+                                      "KOLO_TCP_UNIX set by environment to 0"}));
+}
+
+TEST(Knobs, DescribeShowsEveryValueAndWhereItCameFrom) {
+  Result<KnobSet> set =
+      KnobSet::read({{"KOLO_FUSION_THRESHOLD", "8MiB"}}, {{"KOLO_CYCLE_TIME", "2ms"}});
+  ASSERT_TRUE(set.ok()) << set.status().to_string();
+  const std::string text = set->describe();
+  EXPECT_EQ(text.rfind("# core\nKOLO_CPU_OPERATIONS       tcp           default\n", 0), 0u) << text;
+  for (const char* line : {"KOLO_FUSION_THRESHOLD     8MiB          environment\n",
+                           "KOLO_CYCLE_TIME           2ms           flag --cycle-time\n",
+                           "KOLO_TIMELINE             (unset)       default\n",
+                           "\n# tcp backend\nKOLO_TCP_HOST             (unset)       default\n"})
+    EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
+  EXPECT_NE(text.find("\n# set by the launcher for each rank: KOLO_RANK, KOLO_SIZE, "
+                      "KOLO_LOCAL_RANK, KOLO_LOCAL_SIZE, KOLO_CROSS_RANK, KOLO_CROSS_SIZE, "
+                      "KOLO_STORE_ADDR, KOLO_SECRET\n"),
+            std::string::npos)
+      << text;
+  size_t lines = 0;
+  for (char c : text) lines += c == '\n';
+  // One line per knob but the 8 launcher-set ones, 3 headers, 3 blank lines, the launcher line.
+  EXPECT_EQ(lines, kKnobCount - 8 + 3 + 3 + 1);
+}
+
+TEST(Knobs, ReadmeConfigurationTableIsTheRegistrys) {
+  std::ifstream in(KOLO_README_PATH);
+  ASSERT_TRUE(in) << "cannot read " << KOLO_README_PATH;
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string readme = buffer.str();
+  const std::string begin_marker = "<!-- knobs:begin";
+  const std::string end_marker = "<!-- knobs:end -->";
+  const size_t begin = readme.find(begin_marker);
+  const size_t end = readme.find(end_marker);
+  ASSERT_NE(begin, std::string::npos) << "README.md lacks " << begin_marker;
+  ASSERT_NE(end, std::string::npos) << "README.md lacks " << end_marker;
+  const size_t body = readme.find('\n', begin) + 1;
+  EXPECT_EQ(readme.substr(body, end - body), knobs_markdown())
+      << "README.md's configuration table differs from the registry: paste the output of "
+         "`kolorun --print-config=markdown` between the knobs markers";
+}
+
+}  // namespace
+}  // namespace kolo
