@@ -46,4 +46,12 @@ Result<std::unique_ptr<Backend>> make_tcp_backend(const BackendContext& context)
       std::make_unique<ChannelBackend>("tcp", std::move(channel), tuning));
 }
 
+BackendEntry backend_entry_tcp() {
+  BackendEntry entry;
+  entry.name = "tcp";
+  entry.factory = &make_tcp_backend;
+  entry.devices = {DeviceKind::kCpu};
+  return entry;
+}
+
 }  // namespace kolo
