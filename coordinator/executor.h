@@ -15,7 +15,9 @@
 // this rank still takes part in the backend call so that the other ranks are not stranded. A
 // tensor that can go neither way fails with Unsupported on every rank, with no backend call.
 // For a staged CUDA input, an OutputAllocator must return memory on the input's device;
-// without one the output is a HostTensor in host memory.
+// without one the output is a HostTensor in host memory. A backend that takes device buffers
+// writes allgather/alltoall/reducescatter results straight into the allocator's memory, so it
+// needs one (a HostTensor is host memory); the executor does not check this yet.
 //
 // Not thread-safe: the background thread's.
 #pragma once
