@@ -1,12 +1,14 @@
 // Backend: one transport's implementation of the collectives. The coordinator talks only to
-// this interface. Each backend lives in its own folder and is added to the table in
-// backends/registry.cc, which is all it takes to make it selectable.
+// this interface. Each backend lives in its own folder and has one line in backends/registry.cc
+// (see registry.h), which is all it takes to make it selectable.
 //
 // Contract for every collective:
 // - All ranks of the backend's group call it in the same order with consistent arguments.
 // - Arguments are validated first (see validate_* below): an invalid one returns
 //   InvalidArgument naming the argument, the expected and the actual value, and nothing is sent.
-// - Buffers are host memory unless supports(device) says otherwise, borrowed for the call only.
+// - Buffers are on a device the backend supports (supports()), borrowed for the call only. The
+//   executor passes tensors on such a device as they are and stages the others through host
+//   memory where it can (coordinator/executor.h).
 // - Blocking: returns when this rank's part is done. Errors: transport failures return IoError
 //   or PeerFailure naming the peer; an op the backend lacks returns Unsupported with the
 //   message "backend <name> does not support <op>".
@@ -59,7 +61,9 @@ class Backend {
   virtual std::string_view name() const = 0;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  // Whether buffers on this device can be passed directly. CPU backends: cpu only.
+  // Whether buffers on this device can be passed directly. Depends on device.kind only (every
+  // rank must answer alike for its own ordinal) and equals the kinds of the backend's registry
+  // entry (create_backend checks). CPU backends: cpu only.
   virtual bool supports(Device device) const { return device.is_cpu(); }
 
   // input == output is in-place. count elements of dtype.

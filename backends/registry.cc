@@ -1,32 +1,103 @@
 #include "backends/registry.h"
 
-#include "backends/tcp/tcp_backend.h"
-#if KOLO_HAVE_MPI
-#include "backends/mpi/mpi_backend.h"
-#endif
+#include <algorithm>
+
+// backend_entry_<name>() of every folder of backends/ (written by backends/CMakeLists.txt).
+#include "backends/backend_entries.h"
 
 namespace kolo {
 
+namespace {
+
+// Device kinds whose Device with ordinal 0 the supports() check below tries.
+constexpr DeviceKind kDeviceKinds[] = {DeviceKind::kCpu, DeviceKind::kCuda};
+
+std::string kind_list(const std::vector<DeviceKind>& kinds) {
+  std::string out;
+  for (DeviceKind k : kinds) {
+    out += out.empty() ? "" : ", ";
+    out += Device{k, 0}.to_string();
+  }
+  return out.empty() ? "none" : out;
+}
+
+}  // namespace
+
+bool BackendEntry::handles(Device device) const {
+  return std::find(devices.begin(), devices.end(), device.kind) != devices.end();
+}
+
 const std::vector<BackendEntry>& registered_backends() {
-  static const std::vector<BackendEntry> kBackends = {
-      {"tcp", &make_tcp_backend},
-#if KOLO_HAVE_MPI
-      {"mpi", &make_mpi_backend},
-#endif
-  };
+  // One line per backend, in order of preference for CPU tensors. A folder that this build did
+  // not configure has an empty entry, which is left out.
+  static const std::vector<BackendEntry> kBackends = [] {
+    std::vector<BackendEntry> entries = {
+        backend_entry_tcp(),
+        backend_entry_mpi(),
+    };
+    std::erase_if(entries, [](const BackendEntry& e) { return e.name.empty(); });
+    return entries;
+  }();
   return kBackends;
 }
 
-Result<std::unique_ptr<Backend>> create_backend(std::string_view name,
-                                                const BackendContext& context) {
+Result<const BackendEntry*> find_backend(std::string_view name) {
   std::string known;
   for (const auto& entry : registered_backends()) {
-    if (entry.name == name) return entry.factory(context);
+    if (entry.name == name) return &entry;
     known += known.empty() ? "" : ", ";
     known += entry.name;
   }
   return Status::InvalidArgument("unknown backend '" + std::string(name) +
                                  "'; this build has: " + known);
+}
+
+Result<std::unique_ptr<Backend>> create_backend(std::string_view name,
+                                                const BackendContext& context) {
+  KOLO_ASSIGN_OR_RETURN(const BackendEntry* entry, find_backend(name));
+  KOLO_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, entry->factory(context));
+  KOLO_RETURN_IF_ERROR(check_devices(*entry, *backend));
+  return backend;
+}
+
+Status check_devices(const BackendEntry& entry, const Backend& backend) {
+  // The executor trusts supports() with raw pointers, and callers plan with the entry before a
+  // backend exists: the two must not disagree.
+  for (DeviceKind kind : kDeviceKinds) {
+    const Device device{kind, 0};
+    if (backend.supports(device) != entry.handles(device))
+      return Status::Internal("backend " + std::string(entry.name) + ": supports(" +
+                              device.to_string() + ") is " +
+                              (backend.supports(device) ? "true" : "false") +
+                              " but its registry entry lists devices: " + kind_list(entry.devices));
+  }
+  return Status::Ok();
+}
+
+Result<LaunchedWorld> launched_world() {
+  LaunchedWorld out;
+  for (const auto& entry : registered_backends()) {
+    if (entry.handles(Device::cpu())) {
+      out.default_backend = entry.name;
+      break;
+    }
+  }
+  if (launched_by_kolorun()) {
+    out.launcher = "kolorun";
+    KOLO_ASSIGN_OR_RETURN(out.world, world_from_env());
+    return out;
+  }
+  for (const auto& entry : registered_backends()) {
+    const BackendLauncher& l = entry.launcher;
+    if (l.detect == nullptr || !l.detect()) continue;
+    out.launcher = l.name;
+    if (l.default_backend) out.default_backend = entry.name;
+    KOLO_ASSIGN_OR_RETURN(out.world, l.world());
+    return out;
+  }
+  out.launcher = "none";
+  KOLO_ASSIGN_OR_RETURN(out.world, world_from_env());  // a single rank, in-process store
+  return out;
 }
 
 BackendContext backend_context(const World& world, std::string store_prefix) {

@@ -1,4 +1,14 @@
-// The table of backends. A backend is made selectable by one line in registry.cc.
+// The table of backends: what each backend of this build is, as data. The coordinator asks it
+// which backend to create, which devices that backend takes, and which launcher started the job.
+//
+// Adding a backend is one folder plus one line (README "Layout"):
+// - backends/<name>/CMakeLists.txt calls kolo_backend(<name> ...) when its requirements are met
+//   (cmake/kolo_helpers.cmake), and the folder defines `BackendEntry backend_entry_<name>()`.
+// - registry.cc's table gets the line `backend_entry_<name>(),`, in order of preference.
+// A folder that the build did not configure (e.g. mpi without MPI) keeps its line: CMake
+// declares an empty entry for it (generated/backends/backend_entries.h), which the table skips.
+//
+// Thread-safety: everything here may be called from any thread; the table is built once.
 #pragma once
 
 #include <chrono>
@@ -9,6 +19,7 @@
 
 #include "backends/backend.h"
 #include "kolo/status.h"
+#include "kolo/types.h"
 #include "rendezvous/store.h"
 #include "rendezvous/world.h"
 
@@ -23,11 +34,11 @@ struct BackendContext {
   int local_size = 1;
   int cross_rank = 0;
   int cross_size = 1;
-  Store* store = nullptr;    // rendezvous; keys are namespaced by the backend
+  Store* store = nullptr;  // rendezvous; keys are namespaced by the backend
   // Prefix for every store key this instance uses, so that several instances of one backend
   // (e.g. the coordinator's control plane beside its data plane) connect independently.
   std::string store_prefix = "kolo";
-  std::string secret;        // the job's shared secret: peers must prove they know it
+  std::string secret;  // the job's shared secret: peers must prove they know it
   std::chrono::milliseconds connect_timeout{30000};
   std::chrono::milliseconds op_timeout{60000};  // a transfer that makes no progress this long fails
 };
@@ -38,15 +49,58 @@ BackendContext backend_context(const World& world, std::string store_prefix);
 
 using BackendFactory = Result<std::unique_ptr<Backend>> (*)(const BackendContext&);
 
-struct BackendEntry {
-  std::string_view name;
-  BackendFactory factory;
+// A launcher other than kolorun that a backend knows how to read (mpirun for mpi).
+struct BackendLauncher {
+  std::string_view name;  // for messages, e.g. "mpirun"
+  // Whether this process was started by the launcher. Cheap, no side effects (reads the
+  // environment).
+  bool (*detect)() = nullptr;
+  // The World the launcher describes. Collective: every rank of the job calls it once.
+  Result<World> (*world)() = nullptr;
+  // Whether the backend is the default for CPU tensors in jobs this launcher started.
+  bool default_backend = false;
 };
 
-// The backends compiled into this build, in order of preference for CPU tensors.
+struct BackendEntry {
+  std::string_view name;  // what KOLO_CPU_OPERATIONS names; equals the folder's name
+  BackendFactory factory = nullptr;
+  // The device kinds whose buffers the backend's collectives take directly. The created
+  // Backend's supports(device) is true exactly for these kinds (create_backend checks it).
+  std::vector<DeviceKind> devices = {DeviceKind::kCpu};
+  BackendLauncher launcher;  // detect == nullptr: the backend knows no launcher
+
+  bool handles(Device device) const;
+};
+
+// The backends compiled into this build, in order of preference for CPU tensors. Their names
+// are those of kolo::built_backends() (common/build_info.h).
 const std::vector<BackendEntry>& registered_backends();
-// Creates the named backend; InvalidArgument listing the known names when it is unknown.
+
+// The entry named `name`. Errors: InvalidArgument "unknown backend 'x'; this build has: tcp, mpi"
+// when the build has no such backend.
+Result<const BackendEntry*> find_backend(std::string_view name);
+
+// OK when `backend.supports()` agrees with `entry.devices` for every device kind; otherwise
+// Internal naming the backend, the device and both answers.
+Status check_devices(const BackendEntry& entry, const Backend& backend);
+
+// Creates the named backend with its factory. Errors: find_backend's for an unknown name; the
+// factory's; check_devices' when the created backend disagrees with its entry.
 Result<std::unique_ptr<Backend>> create_backend(std::string_view name,
                                                 const BackendContext& context);
+
+// The job this process belongs to, and who said so.
+struct LaunchedWorld {
+  World world;
+  std::string launcher;         // "kolorun", "mpirun", ... or "none" for a single rank
+  std::string default_backend;  // the backend for CPU tensors unless KOLO_CPU_OPERATIONS is set
+};
+
+// Finds the job: kolorun's environment (KOLO_RANK, ...; rendezvous/world.h) first; else the
+// first registered backend whose launcher detects this process builds the World (collective,
+// see BackendLauncher::world); else a single rank with an in-process store. The default backend
+// is the launcher's backend when its entry says so, otherwise the first registered backend that
+// handles CPU tensors. Errors: those of world_from_env() or of the launcher's world().
+Result<LaunchedWorld> launched_world();
 
 }  // namespace kolo

@@ -103,9 +103,15 @@ endfunction()
 # kolo_backend(NAME SOURCES ... [DEPS ...]): the library kolo_backend_<NAME> of one folder of
 # backends/, recorded in the build's list of backends (common/build_info.h, written at the end
 # of the top-level CMakeLists.txt). A folder whose requirements are missing returns before
-# calling it, and the backend is then not part of the build.
+# calling it, and the backend is then not part of the build. NAME must be the folder's name:
+# the registry's line for the backend names backend_entry_<folder>() (backends/registry.h).
 function(kolo_backend name)
   cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  get_filename_component(folder ${CMAKE_CURRENT_SOURCE_DIR} NAME)
+  if(NOT name STREQUAL folder)
+    message(FATAL_ERROR "kolo_backend(${name}) in backends/${folder}: the name must be the "
+                        "folder's name, '${folder}'")
+  endif()
   kolo_library(kolo_backend_${name} SOURCES ${ARG_SOURCES} DEPS ${ARG_DEPS})
   set_property(GLOBAL APPEND PROPERTY KOLO_BUILT_BACKENDS ${name})
 endfunction()

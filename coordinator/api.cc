@@ -2,27 +2,23 @@
 #include <atomic>
 #include <mutex>
 
-#include "backends/channel_backend.h"
+#include "backends/local_backend.h"
 #include "backends/registry.h"
 #include "common/knobs.h"
 #include "common/logging.h"
 #include "coordinator/runtime.h"
 #include "coordinator/submit.h"
 #include "kolo/kolo.h"
-#include "ops/thread_channel.h"
 #include "rendezvous/world.h"
-#ifdef KOLO_HAVE_MPI
-#include "backends/mpi/mpi_world.h"
-#endif
 
 namespace kolo {
 
 namespace {
 
 struct Global {
-  std::mutex mu;  // serialises init/shutdown
+  std::mutex mu;                            // serialises init/shutdown
   std::shared_ptr<coord::Runtime> runtime;  // set while initialised
-  World world;                                // outlives the runtime's backends
+  World world;                              // outlives the runtime's backends
   bool was_shut_down = false;
   // init() after shutdown() must not meet the previous session's rendezvous keys (a store
   // never deletes keys), so every session namespaces them; all ranks count alike.
@@ -39,28 +35,10 @@ std::shared_ptr<coord::Runtime> current() {
   return global().runtime;
 }
 
-Result<World> make_world(std::string& default_ops) {
-  default_ops = "tcp";
-  if (launched_by_kolorun()) return world_from_env();
-#ifdef KOLO_HAVE_MPI
-  if (launched_by_mpirun()) {
-    default_ops = "mpi";
-    return world_from_mpi();
-  }
-#endif
-  return world_from_env();  // a single rank with an in-process store
-}
-
 // NCCL-style: what the environment changed (at info) and likely typos (warnings), once per job.
 void log_knobs(const KnobSet& knobs) {
   for (const std::string& w : knobs.warnings()) KOLO_LOG_WARNING(w);
   for (const std::string& line : knobs.echo_lines()) KOLO_LOG_INFO(line);
-}
-
-// A backend for one rank alone: in-process channel, no sockets.
-std::unique_ptr<Backend> solo_backend(const char* name) {
-  auto channels = ops::make_thread_channels(1);
-  return std::make_unique<ChannelBackend>(name, std::move(channels[0]));
 }
 
 }  // namespace
@@ -70,19 +48,21 @@ Status init() {
   std::lock_guard<std::mutex> lock(g.mu);
   if (g.runtime) return Status::PreconditionFailed("kolo::init(): already initialised");
   // Every knob is validated before the rendezvous, so that a typo fails this rank at once
-  // instead of after (or while) its peers connect.
+  // instead of after (or while) its peers connect. KOLO_CPU_OPERATIONS accepts only this
+  // build's backends.
   KOLO_ASSIGN_OR_RETURN(KnobSet knobs, KnobSet::from_process_env());
-  std::string default_ops;
-  KOLO_ASSIGN_OR_RETURN(World world, make_world(default_ops));
-  coord::RuntimeConfig config = coord::config_from_knobs(knobs, default_ops);
+  // kolorun's environment, else a launcher a backend knows (mpirun), else one rank.
+  KOLO_ASSIGN_OR_RETURN(LaunchedWorld launched, launched_world());
+  World& world = launched.world;
+  coord::RuntimeConfig config = coord::config_from_knobs(knobs, launched.default_backend);
   set_log_rank(world.rank);
   if (world.rank == 0) log_knobs(knobs);
   coord::Topology topo{world.rank,       world.size,       world.local_rank,
                        world.local_size, world.cross_rank, world.cross_size};
   std::unique_ptr<Backend> data, control;
   if (world.size == 1) {
-    data = solo_backend(config.cpu_operations.c_str());
-    control = solo_backend("control");
+    data = make_local_backend(config.cpu_operations);
+    control = make_local_backend("control");
   } else {
     // Control and data planes are separate instances of the same backend, so small
     // negotiation messages never queue behind bulk data.
@@ -93,9 +73,9 @@ Status init() {
     ctx.store_prefix = ns + "/ctrl";
     KOLO_ASSIGN_OR_RETURN(control, create_backend(config.cpu_operations, ctx));
   }
-  KOLO_ASSIGN_OR_RETURN(std::unique_ptr<coord::Runtime> rt,
-                        coord::Runtime::create(std::move(config), topo, std::move(data),
-                                               std::move(control)));
+  KOLO_ASSIGN_OR_RETURN(
+      std::unique_ptr<coord::Runtime> rt,
+      coord::Runtime::create(std::move(config), topo, std::move(data), std::move(control)));
   g.world = std::move(world);
   g.runtime = std::move(rt);
   g.was_shut_down = false;
@@ -122,10 +102,10 @@ Status shutdown() {
 
 bool is_initialized() { return current() != nullptr; }
 
-#define KOLO_TOPOLOGY_GETTER(field, fallback)       \
-  int field() {                                     \
-    auto rt = current();                            \
-    return rt ? rt->topology().field : (fallback);  \
+#define KOLO_TOPOLOGY_GETTER(field, fallback)      \
+  int field() {                                    \
+    auto rt = current();                           \
+    return rt ? rt->topology().field : (fallback); \
   }
 KOLO_TOPOLOGY_GETTER(rank, 0)
 KOLO_TOPOLOGY_GETTER(size, 1)
@@ -137,13 +117,15 @@ KOLO_TOPOLOGY_GETTER(cross_size, 1)
 
 Status start_timeline(const std::string& path, bool mark_cycles) {
   auto rt = current();
-  if (!rt) return Status::PreconditionFailed("kolo::start_timeline(): kolo::init() has not been called");
+  if (!rt)
+    return Status::PreconditionFailed("kolo::start_timeline(): kolo::init() has not been called");
   return rt->timeline().start(path, rt->topology().rank, mark_cycles);
 }
 
 Status stop_timeline() {
   auto rt = current();
-  if (!rt) return Status::PreconditionFailed("kolo::stop_timeline(): kolo::init() has not been called");
+  if (!rt)
+    return Status::PreconditionFailed("kolo::stop_timeline(): kolo::init() has not been called");
   rt->timeline().stop();
   return Status::Ok();
 }

@@ -126,15 +126,25 @@ Status Executor::allreduce(const std::vector<BatchItem>& batch) {
   TimelineArgs args = {{"bytes", std::to_string(total_bytes)},
                        {"dtype", std::string(dtype_name(head.dtype))},
                        {"fused", std::to_string(batch.size())}};
-  // Every rank agrees on the device kind (the coordinator checks it), so the head's tells
-  // whether this rank's tensors of the batch are on a GPU.
-  const bool cuda = head.device.is_cuda();
+  Result<bool> via_host = through_host(head);
+  if (!via_host.ok()) {
+    finish(batch, via_host.status());  // every rank fails it alike, before any backend call
+    return Status::Ok();
+  }
+  const bool cuda = *via_host;  // CUDA tensors the backend does not take
 
-  // A single CPU tensor of this rank: the backend works on the caller's memory, no copy.
-  if (!cuda && batch.size() == 1 && batch[0].entry && head.shapes.size() == 1) {
-    Entry& e = *batch[0].entry;
+  // The backend works on the caller's memory, no copy: a single tensor, or tensors on a
+  // device other than the host, which the host fusion buffer cannot hold (one call each).
+  if (!cuda &&
+      (!head.device.is_cpu() || (batch.size() == 1 && batch[0].entry && head.shapes.size() == 1))) {
     begin(batch, op_span(OpType::kAllreduce), args);
-    Status st = backend_.allreduce(e.inputs[0].data, e.outputs[0].data, total, head.dtype, opts);
+    Status st;
+    for (const auto& item : batch) {
+      const Entry& e = *item.entry;  // through_host() refused batches that a rank joined
+      for (size_t k = 0; st.ok() && k < item.response->shapes.size(); ++k)
+        st = backend_.allreduce(e.inputs[k].data, e.outputs[k].data,
+                                num_elements(item.response->shapes[k]), head.dtype, opts);
+    }
     end(batch);
     finish(batch, st);
     return st;
@@ -237,7 +247,12 @@ Status Executor::broadcast(const BatchItem& item) {
   const size_t bytes = static_cast<size_t>(n) * dtype_size(p.dtype);
   Entry* e = item.entry;
   std::vector<BatchItem> batch{item};
-  const bool cuda = e && e->inputs[0].device.is_cuda();
+  Result<bool> via_host = through_host(p);
+  if (!via_host.ok()) {
+    finish(batch, via_host.status());
+    return Status::Ok();
+  }
+  const bool cuda = e && *via_host;
   const bool root = backend_.rank() == p.root;
   void* data = e ? e->inputs[0].data : scratch_.get(bytes);
   Status staged = Status::Ok();

@@ -6,12 +6,18 @@
 // that had joined has no entry for a response; it contributes the reduction's identity (or
 // zero rows) and discards the result. Each phase is a timeline span on the tensor's track.
 //
-// CUDA tensors (see cuda_staging.h) are copied, after their ready events, into pinned host
-// memory (a fused batch straight into the pinned fusion buffer), the backend runs on the host
-// copy and the result is copied back before the handle completes. A failed copy fails the
-// handles of its batch, but this rank still takes part in the backend call so that the other
-// ranks are not stranded. For a CUDA input, an OutputAllocator must return memory on the
-// input's device; without one the output is a HostTensor in host memory.
+// Devices. The backend gets the caller's buffers when it supports their device
+// (Backend::supports). A batch on a device other than the host that the backend takes is not
+// fused: each tensor is its own backend call. CUDA tensors that the backend does not take (see
+// cuda_staging.h) are copied, after their ready events, into pinned host memory (a fused batch
+// straight into the pinned fusion buffer), the backend runs on the host copy and the result is
+// copied back before the handle completes. A failed copy fails the handles of its batch, but
+// this rank still takes part in the backend call so that the other ranks are not stranded. A
+// tensor that can go neither way fails with Unsupported on every rank, with no backend call.
+// For a staged CUDA input, an OutputAllocator must return memory on the input's device;
+// without one the output is a HostTensor in host memory. A backend that takes device buffers
+// writes allgather/alltoall/reducescatter results straight into the allocator's memory, so it
+// needs one (a HostTensor is host memory); the executor does not check this yet.
 //
 // Not thread-safe: the background thread's.
 #pragma once
@@ -65,6 +71,13 @@ class Executor {
   void finish(const std::vector<BatchItem>& batch, const Status& status);
 
   // CUDA staging (executor_staging.cc).
+  // Whether the response's tensors go to the backend through host memory: false when the
+  // backend takes their device (backend_.supports), true for CUDA tensors that a backend
+  // taking host memory does not take. Unsupported, naming the op, tensor, backend and device,
+  // when neither works, or when a rank joined a batch the backend takes on a device (a joined
+  // rank has only host memory to offer). Depends only on what every rank sees alike (the
+  // response and the backend), so every rank decides the same.
+  Result<bool> through_host(const Response& p) const;
   // Host memory for a staging slot: pinned, or pageable when pinning fails (slower copies,
   // same results).
   void* host_buffer(CudaStaging::Slot slot, size_t bytes);

@@ -27,15 +27,41 @@ Status Executor::stage_out(const TensorView& dst, const void* host, size_t bytes
   return staging_.synchronize();
 }
 
+Result<bool> Executor::through_host(const Response& p) const {
+  auto what = [&] {
+    return std::string(op_type_name(p.type)) + " '" + p.name + "': backend " +
+           std::string(backend_.name());
+  };
+  if (backend_.supports(p.device)) {
+    // A rank that joined stands in with host memory (scratch_), which a backend taking device
+    // buffers cannot use.
+    if (!p.device.is_cpu() && !p.joined.empty())
+      return Status::Unsupported(what() + " takes " + p.device.to_string() +
+                                 " tensors directly, and a rank that joined has no device "
+                                 "buffer to contribute (joined ranks: " +
+                                 std::to_string(p.joined.size()) + ")");
+    return false;
+  }
+  if (p.device.is_cuda() && backend_.supports(Device::cpu())) return true;
+  return Status::Unsupported(what() + " does not take " + p.device.to_string() +
+                             " tensors, and they cannot be staged: the executor stages only "
+                             "CUDA tensors, through host memory, for a backend that takes it");
+}
+
 Status Executor::run_single(const BatchItem& item, size_t in_bytes, void* out, size_t out_bytes,
                             const Status& alloc, TimelineArgs args, const BackendCall& call) {
   const Response& p = *item.response;
   Entry* e = item.entry;
   std::vector<BatchItem> batch{item};
+  Result<bool> via_host = through_host(p);
+  if (!via_host.ok()) {
+    finish(batch, via_host.status());  // every rank fails it alike, before any backend call
+    return Status::Ok();
+  }
   const void* in = e ? e->inputs[0].data : nullptr;
   void* backend_out = out;
   Status staged = Status::Ok();
-  const bool cuda = e && e->inputs[0].device.is_cuda();
+  const bool cuda = e && *via_host;
   if (cuda) {
     void* host_in = host_buffer(CudaStaging::Slot::kInput, in_bytes);
     begin(batch, "MEMCPY_D2H");
@@ -43,7 +69,8 @@ Status Executor::run_single(const BatchItem& item, size_t in_bytes, void* out, s
     end(batch);
     in = host_in;
     // The allocator's buffer is device memory; Kolo's own HostTensor is written directly.
-    if (e->allocator && alloc.ok()) backend_out = host_buffer(CudaStaging::Slot::kOutput, out_bytes);
+    if (e->allocator && alloc.ok())
+      backend_out = host_buffer(CudaStaging::Slot::kOutput, out_bytes);
   }
   begin(batch, op_span(p.type), std::move(args));
   Status st = call(in, backend_out);

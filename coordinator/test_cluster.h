@@ -27,10 +27,18 @@ inline RuntimeConfig test_config() {
   return c;
 }
 
+// The data backend of one rank around its thread channel.
+using MakeDataBackend = std::function<std::unique_ptr<Backend>(std::unique_ptr<ops::Channel>)>;
+
+inline std::unique_ptr<Backend> thread_backend(std::unique_ptr<ops::Channel> channel) {
+  return std::make_unique<ChannelBackend>("thread", std::move(channel));
+}
+
 class Cluster {
  public:
   explicit Cluster(int size, RuntimeConfig config = test_config(),
-                   std::chrono::milliseconds timeout = 20s, int start_ranks = -1) {
+                   std::chrono::milliseconds timeout = 20s, int start_ranks = -1,
+                   const MakeDataBackend& make_data = thread_backend) {
     auto data = ops::make_thread_channels(size, timeout);
     auto ctrl = ops::make_thread_channels(size, timeout);
     if (start_ranks < 0) start_ranks = size;
@@ -38,8 +46,7 @@ class Cluster {
       Topology t;
       t.rank = r;
       t.size = size;
-      auto rt = Runtime::create(config, t,
-                                std::make_unique<ChannelBackend>("thread", std::move(data[r])),
+      auto rt = Runtime::create(config, t, make_data(std::move(data[r])),
                                 std::make_unique<ChannelBackend>("ctrl", std::move(ctrl[r])));
       EXPECT_TRUE(rt.ok()) << rt.status().to_string();
       runtimes_.push_back(std::move(*rt));
@@ -74,7 +81,7 @@ inline Handle submit(Runtime& rt, Result<std::unique_ptr<Entry>> e) {
 }
 
 inline Handle allreduce(Runtime& rt, const std::string& name, std::vector<float>& v,
-                 AllreduceOpts opts = {}) {
+                        AllreduceOpts opts = {}) {
   auto view = view_of(v.data(), {static_cast<int64_t>(v.size())});
   return submit(rt, build_allreduce(name, view, view, opts));
 }

@@ -10,6 +10,7 @@
 
 #include "backends/mpi/mpi_runtime.h"
 #include "backends/mpi/mpi_types.h"
+#include "backends/mpi/mpi_world.h"
 
 namespace kolo {
 
@@ -192,6 +193,16 @@ Result<std::unique_ptr<Backend>> make_mpi_backend(const BackendContext& context)
   // Errors come back as codes that we turn into Status, instead of aborting the process.
   MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
   return std::unique_ptr<Backend>(new MpiBackend(comm, rank, size));
+}
+
+BackendEntry backend_entry_mpi() {
+  BackendEntry entry;
+  entry.name = "mpi";
+  entry.factory = &make_mpi_backend;
+  entry.devices = {DeviceKind::kCpu};
+  // Under mpirun the job is MPI's: its ranks, and MPI's own collectives by default.
+  entry.launcher = {"mpirun", &launched_by_mpirun, &world_from_mpi, /*default_backend=*/true};
+  return entry;
 }
 
 }  // namespace kolo

@@ -31,4 +31,8 @@ namespace kolo {
 // and secret of the context are not used: MPI bootstraps itself.
 Result<std::unique_ptr<Backend>> make_mpi_backend(const BackendContext& context);
 
+// The registry's entry (backends/registry.h): CPU buffers; launcher mpirun (mpi_world.h), under
+// which mpi is the default backend.
+BackendEntry backend_entry_mpi();
+
 }  // namespace kolo

@@ -20,4 +20,12 @@ Result<std::unique_ptr<Backend>> make_tcp_backend(const BackendContext& context)
   return std::unique_ptr<Backend>(std::move(backend));
 }
 
+BackendEntry backend_entry_tcp() {
+  BackendEntry entry;
+  entry.name = "tcp";
+  entry.factory = &make_tcp_backend;
+  entry.devices = {DeviceKind::kCpu};
+  return entry;
+}
+
 }  // namespace kolo

@@ -47,6 +47,10 @@ namespace kolo {
 // The tcp Backend ("tcp") for this rank, connected to every other rank of the group.
 Result<std::unique_ptr<Backend>> make_tcp_backend(const BackendContext& context);
 
+// The registry's entry (backends/registry.h): CPU buffers; no launcher of its own (it runs
+// under kolorun and, through the store mpi_world sets up, under mpirun).
+BackendEntry backend_entry_tcp();
+
 // This rank's TcpChannel, connected and authenticated to every other rank. Several channels per
 // group may exist at once if each uses its own context.store_prefix.
 Result<std::unique_ptr<ops::Channel>> connect_tcp_channel(const BackendContext& context);

@@ -16,7 +16,6 @@
 
 #include "backends/registry.h"
 #include "tests/collectives/collective_checks.h"
-#include "tests/collectives/worker_world.h"
 
 namespace {
 
@@ -59,9 +58,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: collectives_worker --backend tcp|mpi [--mode checks|kill]\n");
     return 2;
   }
-  auto world = kolo::testing::worker_world();
-  if (!world.ok()) return fail(-1, "world", world.status(), 1);
-  kolo::BackendContext ctx = kolo::backend_context(*world, "kolo");
+  // kolorun's environment, or mpirun's through the mpi backend's registry entry.
+  auto launched = kolo::launched_world();
+  if (!launched.ok()) return fail(-1, "world", launched.status(), 1);
+  kolo::BackendContext ctx = kolo::backend_context(launched->world, "kolo");
   // Short bounds: a test must fail within seconds, not hang for the 60 s default.
   ctx.connect_timeout = std::chrono::seconds(10);
   ctx.op_timeout = std::chrono::seconds(10);

@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <string>
@@ -122,6 +123,30 @@ TEST(CoordinatorJob, EveryOperationUnderMpirun) {
     EXPECT_EQ(count_occurrences(r.output, "rank 0: ops passed") + count_occurrences(r.output, "rank 1: ops passed"), 2)
         << ops << "\n" << r.output;
   }
+}
+
+// The World and the default backend come from the mpi backend's registry entry: without
+// KOLO_CPU_OPERATIONS the backend's spans in the timeline are mpi's.
+TEST(CoordinatorJob, MpiIsTheDefaultBackendUnderMpirun) {
+  char dir[] = "/tmp/kolo-coord-mpirun-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  auto r =
+      run_command("env -u KOLO_CPU_OPERATIONS OMPI_MCA_btl_vader_single_copy_mechanism=none " +
+                  std::string(KOLO_TEST_MPIRUN) + " --allow-run-as-root --oversubscribe -np 2 " +
+                  KOLO_TEST_WORKER + " timeline " + dir);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (int rank = 0; rank < 2; ++rank) {
+    std::ifstream in(std::string(dir) + "/trace." + std::to_string(rank) + ".json");
+    ASSERT_TRUE(in.good()) << "rank " << rank;
+    nlohmann::json trace = nlohmann::json::parse(in);
+    auto events = trace.is_array() ? trace : trace["traceEvents"];
+    std::set<std::string> names;
+    for (const auto& e : events)
+      if (e.contains("name")) names.insert(e["name"].get<std::string>());
+    EXPECT_TRUE(names.count("MPI_ALLREDUCE")) << "rank " << rank;
+    EXPECT_FALSE(names.count("TCP_ALLREDUCE")) << "rank " << rank;
+  }
+  std::filesystem::remove_all(dir);
 }
 #endif
 
