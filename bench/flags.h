@@ -2,7 +2,7 @@
 // (kind, accepted range or names, help) bound to the fields of its options struct, whose
 // initial values are the defaults; the parser fills the fields, writes the help text and names
 // the flag, the value and the accepted form in every error. Sizes are read by parse_size
-// (common/units.h), so "64MiB" means the same here as in every KOLO_* variable.
+// (kolo/units.h), so "64MiB" means the same here as in every KOLO_* variable.
 //
 // Not thread-safe; a Flag holds pointers into the options it fills, which must outlive it.
 #pragma once

@@ -62,8 +62,8 @@ enum class KnobId : int {
 inline constexpr size_t kKnobCount = static_cast<size_t>(KnobId::kCount);
 
 // How a value is written, and so which parser reads it:
-//   kSize      bytes with an optional unit (common/units.h): "64MiB", "4096"
-//   kDuration  a time with an optional unit (common/units.h): "5ms", "60" (seconds)
+//   kSize      bytes with an optional unit (kolo/units.h): "64MiB", "4096"
+//   kDuration  a time with an optional unit (kolo/units.h): "5ms", "60" (seconds)
 //   kInteger   a decimal integer
 //   kBool      1/true/yes/on or 0/false/no/off
 //   kChoice    one of a list of names (Knob::choices)

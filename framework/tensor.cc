@@ -304,7 +304,7 @@ Tensor Tensor::to(DataType target) const {
                                     " -> " + std::string(dtype_name(target)) +
                                     " is not supported (float32 <-> float16/bfloat16 only)"));
   // Converted on the host: compression happens once per gradient bucket, and a host round trip
-  // keeps one implementation of the rounding rules (common/float16.h).
+  // keeps one implementation of the rounding rules (kolo/float16.h).
   Tensor host = to(Device::cpu());
   Tensor out = make(shape(), Device::cpu(), target);
   const int64_t n = numel();

@@ -2,7 +2,7 @@
 //
 // Open MPI 4.1 has no half-precision types, so float16 and bfloat16 are 2-byte contiguous
 // datatypes (MPI_Type_contiguous(2, MPI_BYTE)) reduced by user operations (MPI_Op_create) that
-// widen to float, combine and round back (common/float16.h). Those types and operations are
+// widen to float, combine and round back (kolo/float16.h). Those types and operations are
 // created once per process, on first use after MPI is initialised, and live until
 // MPI_Finalize frees them.
 //
