@@ -2,14 +2,14 @@
 // point-to-point ops::Channel. The tcp and shm backends (and tests, over thread channels) are
 // a ChannelBackend around their own Channel.
 //
-// Every collective validates its arguments with the validate_* helpers of backend.h before
-// anything is sent. allreduce with input != output copies the input into the output first
-// and reduces there; kAverage is a sum divided by size(), then postscale.
+// Backend validates the arguments before any do_* runs, so the algorithms get valid ones
+// only. allreduce with input != output copies the input into the output first and reduces
+// there.
 //
 // Tuning: the AllreduceTuning given to the constructor, overridden by the environment
 // variables KOLO_SMALL_MESSAGE_BYTES and KOLO_SEGMENT_BYTES (sizes with units, "64KiB").
-// An invalid value is reported as InvalidArgument, naming the variable, by every collective
-// (the constructor cannot fail), and by init_status().
+// An invalid value (or a segment size of 0) is reported as InvalidArgument, naming the
+// variable, by every collective (the constructor cannot fail), and by init_status().
 //
 // Thread-safety: one thread at a time (as every Backend). Owns the channel and a workspace
 // that is reused across calls, so steady state allocates no buffers.
@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "backends/backend.h"
 #include "ops/channel.h"
@@ -34,22 +35,23 @@ class ChannelBackend : public Backend {
   int rank() const override { return channel_->rank(); }
   int size() const override { return channel_->size(); }
 
-  Status allreduce(const void* input, void* output, int64_t count, DataType dtype,
-                   const AllreduceOptions& options) override;
-  Status allgather(const void* input, void* output, DataType dtype,
-                   const AllgatherOptions& options) override;
-  Status broadcast(void* data, int64_t count, DataType dtype,
-                   const BroadcastOptions& options) override;
-  Status alltoall(const void* input, void* output, DataType dtype,
-                  const AlltoallOptions& options) override;
-  Status reducescatter(const void* input, void* output, DataType dtype,
-                       const ReducescatterOptions& options) override;
-  Status barrier() override;
-
   // OK, or the error from reading the tuning variables.
   const Status& init_status() const { return init_status_; }
   const ops::AllreduceTuning& tuning() const { return tuning_; }
   ops::Channel& channel() { return *channel_; }
+
+ protected:
+  Status do_allreduce(const void* input, void* output, int64_t count, DataType dtype,
+                      const Reduction& reduction) override;
+  Status do_allgather(const void* input, void* output, DataType dtype,
+                      const std::vector<int64_t>& counts) override;
+  Status do_broadcast(void* data, int64_t count, DataType dtype, int root) override;
+  Status do_alltoall(const void* input, void* output, DataType dtype,
+                     const std::vector<int64_t>& send_counts,
+                     const std::vector<int64_t>& recv_counts) override;
+  Status do_reducescatter(const void* input, void* output, DataType dtype,
+                          const Reduction& reduction, const std::vector<int64_t>& counts) override;
+  Status do_barrier() override;
 
  private:
   // Adds the backend's name to an error from the algorithms.
@@ -63,7 +65,7 @@ class ChannelBackend : public Backend {
 };
 
 // Applies KOLO_SMALL_MESSAGE_BYTES and KOLO_SEGMENT_BYTES (when set) to `base`. Errors name
-// the variable, its value and the accepted forms; KOLO_SEGMENT_BYTES must be > 0.
+// the variable, its value and the accepted forms; the resulting segment size must be > 0.
 Result<ops::AllreduceTuning> allreduce_tuning_from_env(ops::AllreduceTuning base);
 
 }  // namespace kolo
