@@ -71,16 +71,19 @@ Result<std::unique_ptr<Runtime>> Runtime::create(RuntimeConfig config, Topology 
         std::to_string(control->size()));
   std::unique_ptr<Runtime> rt(
       new Runtime(std::move(config), topology, std::move(data), std::move(control)));
-  if (!rt->config_.timeline_path.empty()) {
-    KOLO_RETURN_IF_ERROR(rt->timeline_.start(
-        timeline_path_for_rank(rt->config_.timeline_path, topology.rank, topology.size),
-        topology.rank, rt->config_.timeline_mark_cycles));
-  }
+  if (!rt->config_.timeline_path.empty())
+    KOLO_RETURN_IF_ERROR(
+        rt->start_timeline(rt->config_.timeline_path, rt->config_.timeline_mark_cycles));
   rt->thread_ = std::thread([r = rt.get()] { r->loop(); });
   return rt;
 }
 
 Runtime::~Runtime() { (void)shutdown(); }
+
+Status Runtime::start_timeline(const std::string& path, bool mark_cycles) {
+  return timeline_.start(timeline_path_for_rank(path, topology_.rank, topology_.size),
+                         topology_.rank, mark_cycles);
+}
 
 Handle Runtime::submit(std::unique_ptr<Entry> entry) {
   auto state = entry->state;

@@ -370,6 +370,33 @@ TEST(RuntimeTest, JoinedAverageDividesBeforeThePostscale) {
   });
 }
 
+// kolo::start_timeline's file rule (KOLO_TIMELINE's): "{rank}" becomes the rank, else each
+// rank of several writes "<stem>.rank<r>.json"; a second start while recording fails.
+TEST(RuntimeTest, StartTimelineWritesOneFilePerRank) {
+  Cluster c(2);
+  const std::string dir = ::testing::TempDir();
+  for (const std::string& path : {dir + "tl_rule.json", dir + "tl_rule_{rank}.json"}) {
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_TRUE(c[r].start_timeline(path, false).ok());
+      EXPECT_EQ(c[r].start_timeline(path, false).code(), StatusCode::kPreconditionFailed);
+    }
+    c.each([&](int r) {
+      std::vector<float> v(1, 1.0f);
+      EXPECT_TRUE(allreduce(c[r], "traced", v).wait().ok());
+    });
+    for (int r = 0; r < 2; ++r) c[r].timeline().stop();
+  }
+  for (const std::string& file : {dir + "tl_rule.rank0.json", dir + "tl_rule.rank1.json",
+                                  dir + "tl_rule_0.json", dir + "tl_rule_1.json"}) {
+    std::ifstream in(file);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find("\"traced\""), std::string::npos) << file << ": " << text;
+    std::remove(file.c_str());
+  }
+  std::ifstream shared(dir + "tl_rule.json");
+  EXPECT_FALSE(shared.good()) << "no rank may write the path itself in a job of 2";
+}
+
 TEST(RuntimeTest, StallInspectorNamesTheMissingRank) {
   RuntimeConfig config = test_config();
   config.stall_check_time = 100ms;

@@ -69,8 +69,10 @@ int local_size();
 int cross_rank();
 int cross_size();
 
-// Starts/stops recording a Chrome trace of this rank's operations to `path` (KOLO_TIMELINE
-// does the same at init()). PreconditionFailed before init or when already recording.
+// Starts/stops recording a Chrome trace of this rank's operations to `path`, with the file
+// rule of KOLO_TIMELINE (which does the same at init()): "{rank}" in the path is replaced by
+// the rank, else jobs of several ranks write path's stem + ".rankN.json", so every rank may
+// pass the same path. PreconditionFailed before init or when already recording.
 Status start_timeline(const std::string& path, bool mark_cycles = false);
 Status stop_timeline();
 
