@@ -102,8 +102,10 @@ bool run_mode(const char* label, const char* threshold, bool flat, bool timeline
   else
     unsetenv("KOLO_FUSION_THRESHOLD");
   if (!check(kolo::init(), "init")) return false;
-  std::string trace = "/tmp/kolo-bench-fusion-rank" + std::to_string(kolo::rank()) + ".json";
-  if (timeline && !check(kolo::start_timeline(trace), "start_timeline")) return false;
+  // start_timeline replaces {rank}: one file per rank.
+  if (timeline &&
+      !check(kolo::start_timeline("/tmp/kolo-bench-fusion-rank{rank}.json"), "start_timeline"))
+    return false;
   int64_t total = 0;
   for (const auto& s : shapes) total += elements(s);
   std::vector<std::vector<float>> grads;
