@@ -1,118 +1,147 @@
 #include "backends/backend.h"
 
+#include <cmath>
 #include <numeric>
 #include <string>
 
 namespace kolo {
 
 namespace {
+
 std::string s(std::string_view v) { return std::string(v); }
+
+int64_t total(const std::vector<int64_t>& v) {
+  return std::accumulate(v.begin(), v.end(), int64_t{0});
+}
+
 }  // namespace
+
+Status Backend::allreduce(const void* input, void* output, int64_t count, DataType dtype,
+                          const Reduction& reduction) {
+  KOLO_RETURN_IF_ERROR(validate_dtype("allreduce", dtype));
+  KOLO_RETURN_IF_ERROR(validate_reduction("allreduce", reduction));
+  KOLO_RETURN_IF_ERROR(validate_buffer("allreduce", "input", input, count));
+  KOLO_RETURN_IF_ERROR(validate_buffer("allreduce", "output", output, count));
+  return do_allreduce(input, output, count, dtype, reduction);
+}
+
+Status Backend::allgather(const void* input, void* output, DataType dtype,
+                          const std::vector<int64_t>& counts) {
+  KOLO_RETURN_IF_ERROR(validate_dtype("allgather", dtype));
+  KOLO_RETURN_IF_ERROR(validate_counts("allgather", "counts", counts, size()));
+  KOLO_RETURN_IF_ERROR(validate_buffer("allgather", "input", input, counts[rank()]));
+  KOLO_RETURN_IF_ERROR(validate_buffer("allgather", "output", output, total(counts)));
+  return do_allgather(input, output, dtype, counts);
+}
+
+Status Backend::broadcast(void* data, int64_t count, DataType dtype, int root) {
+  KOLO_RETURN_IF_ERROR(validate_dtype("broadcast", dtype));
+  KOLO_RETURN_IF_ERROR(validate_root("broadcast", root, size()));
+  KOLO_RETURN_IF_ERROR(validate_buffer("broadcast", "data", data, count));
+  return do_broadcast(data, count, dtype, root);
+}
+
+Status Backend::alltoall(const void* input, void* output, DataType dtype,
+                         const std::vector<int64_t>& send_counts,
+                         const std::vector<int64_t>& recv_counts) {
+  KOLO_RETURN_IF_ERROR(validate_dtype("alltoall", dtype));
+  KOLO_RETURN_IF_ERROR(validate_counts("alltoall", "send_counts", send_counts, size()));
+  KOLO_RETURN_IF_ERROR(validate_counts("alltoall", "recv_counts", recv_counts, size()));
+  const int r = rank();
+  if (send_counts[r] != recv_counts[r])
+    return Status::InvalidArgument(
+        "alltoall: send_counts[" + std::to_string(r) + "] (what rank " + std::to_string(r) +
+        " keeps for itself) must equal recv_counts[" + std::to_string(r) +
+        "] = " + std::to_string(recv_counts[r]) + ", got " + std::to_string(send_counts[r]));
+  KOLO_RETURN_IF_ERROR(validate_buffer("alltoall", "input", input, total(send_counts)));
+  KOLO_RETURN_IF_ERROR(validate_buffer("alltoall", "output", output, total(recv_counts)));
+  return do_alltoall(input, output, dtype, send_counts, recv_counts);
+}
+
+Status Backend::reducescatter(const void* input, void* output, DataType dtype,
+                              const Reduction& reduction, const std::vector<int64_t>& counts) {
+  KOLO_RETURN_IF_ERROR(validate_dtype("reducescatter", dtype));
+  KOLO_RETURN_IF_ERROR(validate_reduction("reducescatter", reduction));
+  KOLO_RETURN_IF_ERROR(validate_counts("reducescatter", "counts", counts, size()));
+  KOLO_RETURN_IF_ERROR(validate_buffer("reducescatter", "input", input, total(counts)));
+  KOLO_RETURN_IF_ERROR(validate_buffer("reducescatter", "output", output, counts[rank()]));
+  return do_reducescatter(input, output, dtype, reduction, counts);
+}
 
 Status Backend::unsupported(std::string_view op) const {
   return Status::Unsupported("backend " + s(name()) + " does not support " + s(op));
 }
 
-Status Backend::allreduce(const void*, void*, int64_t, DataType, const AllreduceOptions&) {
+Status Backend::do_allreduce(const void*, void*, int64_t, DataType, const Reduction&) {
   return unsupported("allreduce");
 }
-Status Backend::allgather(const void*, void*, DataType, const AllgatherOptions&) {
+Status Backend::do_allgather(const void*, void*, DataType, const std::vector<int64_t>&) {
   return unsupported("allgather");
 }
-Status Backend::broadcast(void*, int64_t, DataType, const BroadcastOptions&) {
-  return unsupported("broadcast");
-}
-Status Backend::alltoall(const void*, void*, DataType, const AlltoallOptions&) {
+Status Backend::do_broadcast(void*, int64_t, DataType, int) { return unsupported("broadcast"); }
+Status Backend::do_alltoall(const void*, void*, DataType, const std::vector<int64_t>&,
+                            const std::vector<int64_t>&) {
   return unsupported("alltoall");
 }
-Status Backend::reducescatter(const void*, void*, DataType, const ReducescatterOptions&) {
+Status Backend::do_reducescatter(const void*, void*, DataType, const Reduction&,
+                                 const std::vector<int64_t>&) {
   return unsupported("reducescatter");
 }
-Status Backend::barrier() { return unsupported("barrier"); }
+Status Backend::do_barrier() { return unsupported("barrier"); }
 
-Status validate_dtype(std::string_view op, DataType dtype) {
+Status validate_dtype(std::string_view context, DataType dtype) {
   if (is_valid_dtype(static_cast<int>(dtype))) return Status::Ok();
-  return Status::InvalidArgument(s(op) + ": dtype must be one of uint8, int8, int32, int64, "
+  return Status::InvalidArgument(s(context) +
+                                 ": dtype must be one of uint8, int8, int32, int64, "
                                  "float16, bfloat16, float32, float64, got enum value " +
                                  std::to_string(static_cast<int>(dtype)));
 }
 
-Status validate_reduce_op(std::string_view op, ReduceOp reduce) {
-  if (is_valid_reduce_op(static_cast<int>(reduce))) return Status::Ok();
-  return Status::InvalidArgument(s(op) + ": reduce op must be one of sum, average, min, max, "
-                                 "product, got enum value " +
-                                 std::to_string(static_cast<int>(reduce)));
+Status validate_reduction(std::string_view context, const Reduction& reduction) {
+  if (!is_valid_reduce_op(static_cast<int>(reduction.op)))
+    return Status::InvalidArgument(s(context) +
+                                   ": reduce op must be one of sum, average, min, "
+                                   "max, product, got enum value " +
+                                   std::to_string(static_cast<int>(reduction.op)));
+  if (!std::isfinite(reduction.prescale))
+    return Status::InvalidArgument(s(context) + ": prescale must be finite, got " +
+                                   std::to_string(reduction.prescale));
+  if (!std::isfinite(reduction.postscale))
+    return Status::InvalidArgument(s(context) + ": postscale must be finite, got " +
+                                   std::to_string(reduction.postscale));
+  return Status::Ok();
 }
 
-Status validate_buffer(std::string_view op, std::string_view arg, const void* data,
+Status validate_buffer(std::string_view context, std::string_view arg, const void* data,
                        int64_t count) {
   if (count < 0)
-    return Status::InvalidArgument(s(op) + ": count of " + s(arg) + " must be >= 0, got " +
+    return Status::InvalidArgument(s(context) + ": count of " + s(arg) + " must be >= 0, got " +
                                    std::to_string(count));
   if (data == nullptr && count > 0)
-    return Status::InvalidArgument(s(op) + ": " + s(arg) + " is null but its count is " +
+    return Status::InvalidArgument(s(context) + ": " + s(arg) +
+                                   " must be non-null when its count is > 0, got null with "
+                                   "count " +
                                    std::to_string(count));
   return Status::Ok();
 }
 
-Status validate_counts(std::string_view op, std::string_view arg,
+Status validate_counts(std::string_view context, std::string_view arg,
                        const std::vector<int64_t>& counts, int size) {
-  if (static_cast<int>(counts.size()) != size)
-    return Status::InvalidArgument(s(op) + ": " + s(arg) + " must have one entry per rank (" +
+  if (static_cast<int64_t>(counts.size()) != size)
+    return Status::InvalidArgument(s(context) + ": " + s(arg) + " must have one entry per rank (" +
                                    std::to_string(size) + "), got " +
                                    std::to_string(counts.size()));
   for (size_t i = 0; i < counts.size(); ++i)
     if (counts[i] < 0)
-      return Status::InvalidArgument(s(op) + ": " + s(arg) + "[" + std::to_string(i) +
+      return Status::InvalidArgument(s(context) + ": " + s(arg) + "[" + std::to_string(i) +
                                      "] must be >= 0, got " + std::to_string(counts[i]));
   return Status::Ok();
 }
 
-static int64_t total(const std::vector<int64_t>& v) {
-  return std::accumulate(v.begin(), v.end(), int64_t{0});
-}
-
-Status validate_allreduce(int, const void* input, const void* output, int64_t count,
-                          DataType dtype, const AllreduceOptions& options) {
-  KOLO_RETURN_IF_ERROR(validate_dtype("allreduce", dtype));
-  KOLO_RETURN_IF_ERROR(validate_reduce_op("allreduce", options.op));
-  KOLO_RETURN_IF_ERROR(validate_buffer("allreduce", "input", input, count));
-  return validate_buffer("allreduce", "output", output, count);
-}
-
-Status validate_allgather(int rank, int size, const void* input, const void* output,
-                          DataType dtype, const AllgatherOptions& options) {
-  KOLO_RETURN_IF_ERROR(validate_dtype("allgather", dtype));
-  KOLO_RETURN_IF_ERROR(validate_counts("allgather", "counts", options.counts, size));
-  KOLO_RETURN_IF_ERROR(validate_buffer("allgather", "input", input, options.counts[rank]));
-  return validate_buffer("allgather", "output", output, total(options.counts));
-}
-
-Status validate_broadcast(int size, const void* data, int64_t count, DataType dtype,
-                          const BroadcastOptions& options) {
-  KOLO_RETURN_IF_ERROR(validate_dtype("broadcast", dtype));
-  if (options.root < 0 || options.root >= size)
-    return Status::InvalidArgument("broadcast: root must be in [0, " + std::to_string(size) +
-                                   "), got " + std::to_string(options.root));
-  return validate_buffer("broadcast", "data", data, count);
-}
-
-Status validate_alltoall(int size, const void* input, const void* output, DataType dtype,
-                         const AlltoallOptions& options) {
-  KOLO_RETURN_IF_ERROR(validate_dtype("alltoall", dtype));
-  KOLO_RETURN_IF_ERROR(validate_counts("alltoall", "send_counts", options.send_counts, size));
-  KOLO_RETURN_IF_ERROR(validate_counts("alltoall", "recv_counts", options.recv_counts, size));
-  KOLO_RETURN_IF_ERROR(validate_buffer("alltoall", "input", input, total(options.send_counts)));
-  return validate_buffer("alltoall", "output", output, total(options.recv_counts));
-}
-
-Status validate_reducescatter(int rank, int size, const void* input, const void* output,
-                              DataType dtype, const ReducescatterOptions& options) {
-  KOLO_RETURN_IF_ERROR(validate_dtype("reducescatter", dtype));
-  KOLO_RETURN_IF_ERROR(validate_reduce_op("reducescatter", options.op));
-  KOLO_RETURN_IF_ERROR(validate_counts("reducescatter", "counts", options.counts, size));
-  KOLO_RETURN_IF_ERROR(validate_buffer("reducescatter", "input", input, total(options.counts)));
-  return validate_buffer("reducescatter", "output", output, options.counts[rank]);
+Status validate_root(std::string_view context, int root, int size) {
+  if (root >= 0 && root < size) return Status::Ok();
+  return Status::InvalidArgument(s(context) + ": root must be in [0, " + std::to_string(size) +
+                                 "), got " + std::to_string(root));
 }
 
 }  // namespace kolo

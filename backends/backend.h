@@ -4,8 +4,11 @@
 //
 // Contract for every collective:
 // - All ranks of the backend's group call it in the same order with consistent arguments.
-// - Arguments are validated first (see validate_* below): an invalid one returns
-//   InvalidArgument naming the argument, the expected and the actual value, and nothing is sent.
+// - Arguments are validated here, once, for every backend and every caller: the public
+//   methods are non-virtual, check their arguments with the validate_* functions below and
+//   only then call the protected virtual do_* implementation. An invalid argument returns
+//   InvalidArgument naming the argument, the expected and the actual value, and nothing is
+//   sent. The do_* methods may rely on valid arguments and never check them again.
 // - Buffers are on a device the backend supports (supports()), borrowed for the call only. The
 //   executor passes tensors on such a device as they are and stages the others through host
 //   memory where it can (coordinator/executor.h).
@@ -13,6 +16,11 @@
 //   or PeerFailure naming the peer; an op the backend lacks returns Unsupported with the
 //   message "backend <name> does not support <op>".
 // - Thread-safety: one thread at a time (the coordinator's background thread).
+//
+// Counts are in elements of dtype. Per-rank counts are vectors of size() element counts: a
+// backend moves flat buffers, so it takes elements per rank, where the public API (kolo.h)
+// speaks of a tensor's rows and derives these counts from its shape; the reduction is the one
+// public kolo::Reduction.
 #pragma once
 
 #include <cstdint>
@@ -24,34 +32,6 @@
 #include "kolo/types.h"
 
 namespace kolo {
-
-struct AllreduceOptions {
-  ReduceOp op = ReduceOp::kSum;
-  double prescale = 1.0;   // applied to each rank's input before the reduction
-  double postscale = 1.0;  // applied to the result after (and after the 1/size of kAverage)
-};
-
-struct AllgatherOptions {
-  // Elements contributed by each rank (size() entries). Output holds sum(counts) elements.
-  std::vector<int64_t> counts;
-};
-
-struct BroadcastOptions {
-  int root = 0;
-};
-
-struct AlltoallOptions {
-  std::vector<int64_t> send_counts;  // elements sent to each rank, taken in order from input
-  std::vector<int64_t> recv_counts;  // elements received from each rank, stored in order
-};
-
-struct ReducescatterOptions {
-  ReduceOp op = ReduceOp::kSum;
-  double prescale = 1.0;
-  double postscale = 1.0;
-  // Elements of the result each rank receives. Input holds sum(counts) elements on every rank.
-  std::vector<int64_t> counts;
-};
 
 class Backend {
  public:
@@ -66,43 +46,59 @@ class Backend {
   // entry (create_backend checks). CPU backends: cpu only.
   virtual bool supports(Device device) const { return device.is_cpu(); }
 
-  // input == output is in-place. count elements of dtype.
-  virtual Status allreduce(const void* input, void* output, int64_t count, DataType dtype,
-                           const AllreduceOptions& options);
-  // input holds options.counts[rank()] elements.
-  virtual Status allgather(const void* input, void* output, DataType dtype,
-                           const AllgatherOptions& options);
-  virtual Status broadcast(void* data, int64_t count, DataType dtype,
-                           const BroadcastOptions& options);
-  virtual Status alltoall(const void* input, void* output, DataType dtype,
-                          const AlltoallOptions& options);
-  virtual Status reducescatter(const void* input, void* output, DataType dtype,
-                               const ReducescatterOptions& options);
-  virtual Status barrier();
+  // input == output is in-place.
+  Status allreduce(const void* input, void* output, int64_t count, DataType dtype,
+                   const Reduction& reduction);
+  // input holds counts[rank()] elements (it may be this rank's slot of output); output holds
+  // sum(counts), every rank's input in rank order.
+  Status allgather(const void* input, void* output, DataType dtype,
+                   const std::vector<int64_t>& counts);
+  Status broadcast(void* data, int64_t count, DataType dtype, int root);
+  // Sends send_counts[j] elements (taken in order from input) to rank j and receives
+  // recv_counts[j] from rank j (stored in order in output). send_counts[rank()] must equal
+  // recv_counts[rank()]; what peers send is checked against recv_counts by the transfer.
+  Status alltoall(const void* input, void* output, DataType dtype,
+                  const std::vector<int64_t>& send_counts, const std::vector<int64_t>& recv_counts);
+  // input holds sum(counts) elements on every rank; output receives the reduced block of
+  // counts[rank()] elements that starts at sum(counts[0..rank())).
+  Status reducescatter(const void* input, void* output, DataType dtype, const Reduction& reduction,
+                       const std::vector<int64_t>& counts);
+  Status barrier() { return do_barrier(); }
 
  protected:
+  // The implementations, called with validated arguments only. The defaults return
+  // unsupported(<op>).
+  virtual Status do_allreduce(const void* input, void* output, int64_t count, DataType dtype,
+                              const Reduction& reduction);
+  virtual Status do_allgather(const void* input, void* output, DataType dtype,
+                              const std::vector<int64_t>& counts);
+  virtual Status do_broadcast(void* data, int64_t count, DataType dtype, int root);
+  virtual Status do_alltoall(const void* input, void* output, DataType dtype,
+                             const std::vector<int64_t>& send_counts,
+                             const std::vector<int64_t>& recv_counts);
+  virtual Status do_reducescatter(const void* input, void* output, DataType dtype,
+                                  const Reduction& reduction, const std::vector<int64_t>& counts);
+  virtual Status do_barrier();
+
   // The uniform "backend <name> does not support <op>" error.
   Status unsupported(std::string_view op) const;
 };
 
-// Argument checks shared by every backend. Each returns OK or InvalidArgument naming the
-// argument, what was expected and what was given, e.g.
-// "allreduce: count must be >= 0, got -3".
-Status validate_dtype(std::string_view op, DataType dtype);
-Status validate_reduce_op(std::string_view op, ReduceOp reduce);
-Status validate_buffer(std::string_view op, std::string_view arg, const void* data,
+// The argument checks, each implemented once. Backend's methods run them; the coordinator
+// runs the same functions on what a caller submits (with the tensor's name as context), so a
+// bad reduce op reads alike wherever it is caught. Each returns OK or InvalidArgument
+// "<context>: <what> must be <expected>, got <actual>", e.g.
+// "allreduce: count of input must be >= 0, got -3".
+Status validate_dtype(std::string_view context, DataType dtype);
+// op is a ReduceOp enumerator; prescale and postscale are finite.
+Status validate_reduction(std::string_view context, const Reduction& reduction);
+// count >= 0, and data non-null when count > 0.
+Status validate_buffer(std::string_view context, std::string_view arg, const void* data,
                        int64_t count);
-Status validate_counts(std::string_view op, std::string_view arg,
+// One non-negative entry per rank.
+Status validate_counts(std::string_view context, std::string_view arg,
                        const std::vector<int64_t>& counts, int size);
-Status validate_allreduce(int size, const void* input, const void* output, int64_t count,
-                          DataType dtype, const AllreduceOptions& options);
-Status validate_allgather(int rank, int size, const void* input, const void* output,
-                          DataType dtype, const AllgatherOptions& options);
-Status validate_broadcast(int size, const void* data, int64_t count, DataType dtype,
-                          const BroadcastOptions& options);
-Status validate_alltoall(int size, const void* input, const void* output, DataType dtype,
-                         const AlltoallOptions& options);
-Status validate_reducescatter(int rank, int size, const void* input, const void* output,
-                              DataType dtype, const ReducescatterOptions& options);
+// 0 <= root < size.
+Status validate_root(std::string_view context, int root, int size);
 
 }  // namespace kolo

@@ -6,19 +6,15 @@
 
 namespace kolo {
 
-namespace {
-
-ops::ReduceSpec spec_of(DataType dtype, ReduceOp op, double prescale, double postscale) {
-  return ops::ReduceSpec{dtype, op, prescale, postscale};
-}
-
-}  // namespace
-
 Result<ops::AllreduceTuning> allreduce_tuning_from_env(ops::AllreduceTuning base) {
   KOLO_ASSIGN_OR_RETURN(KnobSet knobs, KnobSet::from_process_env());
   if (knobs.is_set(KnobId::kRingThreshold))
     base.small_message_bytes = knobs.size(KnobId::kRingThreshold);
   if (knobs.is_set(KnobId::kRingSegment)) base.segment_bytes = knobs.size(KnobId::kRingSegment);
+  // The knob accepts no 0, but the caller's tuning might hold one: the ring needs segments of
+  // at least one byte.
+  if (base.segment_bytes == 0)
+    return Status::InvalidArgument("the backend's tuning.segment_bytes must be > 0, got 0");
   return base;
 }
 
@@ -33,53 +29,44 @@ ChannelBackend::ChannelBackend(std::string name, std::unique_ptr<ops::Channel> c
 }
 
 Status ChannelBackend::tag(Status status) const {
-  if (status.ok() || status.code() == StatusCode::kInvalidArgument) return status;
+  if (status.ok()) return status;
   return status.with_context("backend " + name_);
 }
 
-Status ChannelBackend::allreduce(const void* input, void* output, int64_t count, DataType dtype,
-                                 const AllreduceOptions& options) {
+Status ChannelBackend::do_allreduce(const void* input, void* output, int64_t count, DataType dtype,
+                                    const Reduction& reduction) {
   KOLO_RETURN_IF_ERROR(init_status_);
-  KOLO_RETURN_IF_ERROR(validate_allreduce(size(), input, output, count, dtype, options));
   if (count > 0 && input != output)
     std::memcpy(output, input, static_cast<size_t>(count) * dtype_size(dtype));
-  return tag(ops::allreduce(*channel_, output, count,
-                            spec_of(dtype, options.op, options.prescale, options.postscale),
-                            workspace_, tuning_));
+  return tag(ops::allreduce(*channel_, output, count, dtype, reduction, workspace_, tuning_));
 }
 
-Status ChannelBackend::allgather(const void* input, void* output, DataType dtype,
-                                 const AllgatherOptions& options) {
+Status ChannelBackend::do_allgather(const void* input, void* output, DataType dtype,
+                                    const std::vector<int64_t>& counts) {
   KOLO_RETURN_IF_ERROR(init_status_);
-  KOLO_RETURN_IF_ERROR(validate_allgather(rank(), size(), input, output, dtype, options));
-  return tag(ops::allgatherv(*channel_, input, output, options.counts, dtype));
+  return tag(ops::allgatherv(*channel_, input, output, counts, dtype));
 }
 
-Status ChannelBackend::broadcast(void* data, int64_t count, DataType dtype,
-                                 const BroadcastOptions& options) {
+Status ChannelBackend::do_broadcast(void* data, int64_t count, DataType dtype, int root) {
   KOLO_RETURN_IF_ERROR(init_status_);
-  KOLO_RETURN_IF_ERROR(validate_broadcast(size(), data, count, dtype, options));
-  return tag(ops::broadcast(*channel_, data, count, dtype, options.root));
+  return tag(ops::broadcast(*channel_, data, count, dtype, root));
 }
 
-Status ChannelBackend::alltoall(const void* input, void* output, DataType dtype,
-                                const AlltoallOptions& options) {
+Status ChannelBackend::do_alltoall(const void* input, void* output, DataType dtype,
+                                   const std::vector<int64_t>& send_counts,
+                                   const std::vector<int64_t>& recv_counts) {
   KOLO_RETURN_IF_ERROR(init_status_);
-  KOLO_RETURN_IF_ERROR(validate_alltoall(size(), input, output, dtype, options));
-  return tag(
-      ops::alltoallv(*channel_, input, options.send_counts, output, options.recv_counts, dtype));
+  return tag(ops::alltoallv(*channel_, input, send_counts, output, recv_counts, dtype));
 }
 
-Status ChannelBackend::reducescatter(const void* input, void* output, DataType dtype,
-                                     const ReducescatterOptions& options) {
+Status ChannelBackend::do_reducescatter(const void* input, void* output, DataType dtype,
+                                        const Reduction& reduction,
+                                        const std::vector<int64_t>& counts) {
   KOLO_RETURN_IF_ERROR(init_status_);
-  KOLO_RETURN_IF_ERROR(validate_reducescatter(rank(), size(), input, output, dtype, options));
-  return tag(ops::reducescatter(*channel_, input, output, options.counts,
-                                spec_of(dtype, options.op, options.prescale, options.postscale),
-                                workspace_));
+  return tag(ops::reducescatter(*channel_, input, output, counts, dtype, reduction, workspace_));
 }
 
-Status ChannelBackend::barrier() {
+Status ChannelBackend::do_barrier() {
   KOLO_RETURN_IF_ERROR(init_status_);
   return tag(ops::barrier(*channel_));
 }

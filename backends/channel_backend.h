@@ -2,14 +2,15 @@
 // point-to-point ops::Channel. The tcp and shm backends (and tests, over thread channels) are
 // a ChannelBackend around their own Channel.
 //
-// Every collective validates its arguments with the validate_* helpers of backend.h before
-// anything is sent. allreduce with input != output copies the input into the output first
-// and reduces there; kAverage is a sum divided by size(), then postscale.
+// Backend validates the arguments before any do_* runs, so the algorithms get valid ones
+// only. allreduce with input != output copies the input into the output first and reduces
+// there.
 //
 // Tuning: the AllreduceTuning given to the constructor, overridden by the knobs
 // KOLO_RING_THRESHOLD and KOLO_RING_SEGMENT when set (common/knob_table.cc). An invalid
-// KOLO_* value is reported as InvalidArgument, naming the variable, by every collective (the
-// constructor cannot fail), and by init_status().
+// KOLO_* value, or a segment size of 0 given to the constructor, is reported as
+// InvalidArgument, naming it, by every collective (the constructor cannot fail), and by
+// init_status().
 //
 // Thread-safety: one thread at a time (as every Backend). Owns the channel and a workspace
 // that is reused across calls, so steady state allocates no buffers.
@@ -18,6 +19,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "backends/backend.h"
 #include "ops/channel.h"
@@ -34,22 +36,23 @@ class ChannelBackend : public Backend {
   int rank() const override { return channel_->rank(); }
   int size() const override { return channel_->size(); }
 
-  Status allreduce(const void* input, void* output, int64_t count, DataType dtype,
-                   const AllreduceOptions& options) override;
-  Status allgather(const void* input, void* output, DataType dtype,
-                   const AllgatherOptions& options) override;
-  Status broadcast(void* data, int64_t count, DataType dtype,
-                   const BroadcastOptions& options) override;
-  Status alltoall(const void* input, void* output, DataType dtype,
-                  const AlltoallOptions& options) override;
-  Status reducescatter(const void* input, void* output, DataType dtype,
-                       const ReducescatterOptions& options) override;
-  Status barrier() override;
-
   // OK, or the error from reading the tuning variables.
   const Status& init_status() const { return init_status_; }
   const ops::AllreduceTuning& tuning() const { return tuning_; }
   ops::Channel& channel() { return *channel_; }
+
+ protected:
+  Status do_allreduce(const void* input, void* output, int64_t count, DataType dtype,
+                      const Reduction& reduction) override;
+  Status do_allgather(const void* input, void* output, DataType dtype,
+                      const std::vector<int64_t>& counts) override;
+  Status do_broadcast(void* data, int64_t count, DataType dtype, int root) override;
+  Status do_alltoall(const void* input, void* output, DataType dtype,
+                     const std::vector<int64_t>& send_counts,
+                     const std::vector<int64_t>& recv_counts) override;
+  Status do_reducescatter(const void* input, void* output, DataType dtype,
+                          const Reduction& reduction, const std::vector<int64_t>& counts) override;
+  Status do_barrier() override;
 
  private:
   // Adds the backend's name to an error from the algorithms.

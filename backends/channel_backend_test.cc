@@ -4,8 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -41,12 +43,8 @@ TEST(ChannelBackendTest, AllreduceOutOfPlaceAverageAndScaling) {
         out[r].assign(count, -1);
       }
       auto st = run(b, [&](Backend& be) {
-        AllreduceOptions o;
-        o.op = ReduceOp::kAverage;
-        o.prescale = 2.0;
-        o.postscale = 0.5;
         return be.allreduce(in[be.rank()].data(), out[be.rank()].data(), count, DataType::kFloat32,
-                            o);
+                            {.op = ReduceOp::kAverage, .prescale = 2.0, .postscale = 0.5});
       });
       const float want = static_cast<float>(p + 1) / 2;  // mean of 1..p (times 2, times 0.5)
       for (int r = 0; r < p; ++r) {
@@ -65,23 +63,22 @@ TEST(ChannelBackendTest, AllgatherBroadcastAlltoallReducescatterBarrier) {
     const int r = be.rank();
     // allgather with counts {1, 0, 2}
     std::vector<int32_t> in(2, r * 10), out(3, -1);
-    KOLO_RETURN_IF_ERROR(be.allgather(in.data(), out.data(), DataType::kInt32, {{1, 0, 2}}));
+    KOLO_RETURN_IF_ERROR(be.allgather(in.data(), out.data(), DataType::kInt32, {1, 0, 2}));
     if (out != std::vector<int32_t>{0, 20, 20}) return Status::Internal("allgather result");
     // broadcast from root 2
     std::vector<int64_t> d(7, r == 2 ? 42 : 0);
-    KOLO_RETURN_IF_ERROR(be.broadcast(d.data(), 7, DataType::kInt64, {2}));
+    KOLO_RETURN_IF_ERROR(be.broadcast(d.data(), 7, DataType::kInt64, 2));
     for (auto v : d)
       if (v != 42) return Status::Internal("broadcast result");
     // alltoall: one element to every rank, value r*10+j
     std::vector<int32_t> s = {r * 10, r * 10 + 1, r * 10 + 2}, g(3, -1);
-    KOLO_RETURN_IF_ERROR(be.alltoall(s.data(), g.data(), DataType::kInt32, {{1, 1, 1}, {1, 1, 1}}));
+    KOLO_RETURN_IF_ERROR(be.alltoall(s.data(), g.data(), DataType::kInt32, {1, 1, 1}, {1, 1, 1}));
     for (int j = 0; j < p; ++j)
       if (g[j] != j * 10 + r) return Status::Internal("alltoall result");
     // reducescatter sum, counts {2, 1, 0}
     std::vector<double> rs_in = {1, 2, 3}, rs_out(2, -1);
-    ReducescatterOptions ro;
-    ro.counts = {2, 1, 0};
-    KOLO_RETURN_IF_ERROR(be.reducescatter(rs_in.data(), rs_out.data(), DataType::kFloat64, ro));
+    KOLO_RETURN_IF_ERROR(
+        be.reducescatter(rs_in.data(), rs_out.data(), DataType::kFloat64, {}, {2, 1, 0}));
     if (r == 0 && (rs_out[0] != 3 || rs_out[1] != 6)) return Status::Internal("reducescatter r0");
     if (r == 1 && rs_out[0] != 9) return Status::Internal("reducescatter r1");
     return be.barrier();
@@ -89,25 +86,85 @@ TEST(ChannelBackendTest, AllgatherBroadcastAlltoallReducescatterBarrier) {
   for (auto& s : st) EXPECT_TRUE(s.ok()) << s.to_string();
 }
 
+// Backend's public methods are the one place that checks arguments (the algorithms below trust
+// them): every check, with its exact message, and nothing sent.
 TEST(ChannelBackendTest, InvalidArgumentsAreReportedBeforeSending) {
   auto b = make_backends(2);
   Backend& be = *b[0];
-  float x[2] = {1, 2};
-  Status s = be.allreduce(x, x, -3, DataType::kFloat32, {});
-  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("-3"), std::string::npos) << s.message();
-  s = be.broadcast(x, 2, DataType::kFloat32, {5});
-  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
-  s = be.allgather(x, x, DataType::kFloat32, {{1}});
-  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
-  s = be.allreduce(nullptr, x, 2, DataType::kFloat32, {});
-  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+  float x[4] = {1, 2, 3, 4};
+  const DataType f32 = DataType::kFloat32;
+  const DataType bad_dtype = static_cast<DataType>(42);
+  const Reduction bad_op{static_cast<ReduceOp>(9)};
+  struct Case {
+    Status status;
+    std::string want;
+  };
+  const Case cases[] = {
+      {be.allreduce(x, x, -3, f32, {}), "allreduce: count of input must be >= 0, got -3"},
+      {be.allreduce(nullptr, x, 3, f32, {}),
+       "allreduce: input must be non-null when its count is > 0, got null with count 3"},
+      {be.allreduce(x, nullptr, 3, f32, {}),
+       "allreduce: output must be non-null when its count is > 0, got null with count 3"},
+      {be.allreduce(x, x, 4, bad_dtype, {}),
+       "allreduce: dtype must be one of uint8, int8, int32, int64, float16, bfloat16, float32, "
+       "float64, got enum value 42"},
+      {be.allreduce(x, x, 4, f32, bad_op),
+       "allreduce: reduce op must be one of sum, average, min, max, product, got enum value 9"},
+      {be.allreduce(x, x, 4, f32, {ReduceOp::kSum, HUGE_VAL, 1.0}),
+       "allreduce: prescale must be finite, got inf"},
+      {be.allreduce(x, x, 4, f32, {ReduceOp::kSum, 1.0, std::nan("")}),
+       "allreduce: postscale must be finite, got nan"},
+      {be.reducescatter(x, x, f32, {}, {1}),
+       "reducescatter: counts must have one entry per rank (2), got 1"},
+      {be.reducescatter(x, x, f32, {}, {1, -2}), "reducescatter: counts[1] must be >= 0, got -2"},
+      {be.reducescatter(x, x, f32, bad_op, {1, 1}), "reducescatter: reduce op must be one of"},
+      {be.reducescatter(x, nullptr, f32, {}, {1, 1}), "reducescatter: output must be non-null"},
+      {be.reducescatter(x, x, bad_dtype, {}, {1, 1}), "reducescatter: dtype must be one of"},
+      {be.allgather(nullptr, x, f32, {1, 1}), "allgather: input must be non-null"},
+      {be.allgather(x, x, f32, {1}), "allgather: counts must have one entry per rank (2), got 1"},
+      {be.allgather(x, x, bad_dtype, {1, 1}), "allgather: dtype must be one of"},
+      {be.broadcast(x, 4, f32, 2), "broadcast: root must be in [0, 2), got 2"},
+      {be.broadcast(x, 4, f32, -1), "broadcast: root must be in [0, 2), got -1"},
+      {be.broadcast(x, -1, f32, 0), "broadcast: count of data must be >= 0, got -1"},
+      {be.broadcast(x, 4, bad_dtype, 0), "broadcast: dtype must be one of"},
+      {be.alltoall(x, x, f32, {1, 1}, {2, 1}),
+       "alltoall: send_counts[0] (what rank 0 keeps for itself) must equal recv_counts[0] = 2, "
+       "got 1"},
+      {be.alltoall(x, x, f32, {1, 1, 1}, {1, 1}),
+       "alltoall: send_counts must have one entry per rank (2), got 3"},
+      {be.alltoall(x, x, f32, {1, 1}, {1, -1}), "alltoall: recv_counts[1] must be >= 0, got -1"},
+      {be.alltoall(x, nullptr, f32, {1, 1}, {1, 1}), "alltoall: output must be non-null"},
+      {be.alltoall(x, x, bad_dtype, {1, 1}, {1, 1}), "alltoall: dtype must be one of"},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(c.status.code(), StatusCode::kInvalidArgument) << c.status.to_string();
+    EXPECT_NE(c.status.message().find(c.want), std::string::npos) << c.status.message();
+  }
   // Nothing reached rank 1.
   char c;
   ops::Request r = b[1]->channel().irecv(0, &c, 1);
   EXPECT_FALSE(r.done());
   b[0]->channel().send(1, "k", 1).ok();
   EXPECT_TRUE(b[1]->channel().wait(r).ok());
+}
+
+// Issue 15: an average is divided by the ranks before the postscale, so an integer result is
+// exact (multiplying by 13 / 3.0 would give 116.99..., truncated to 116).
+TEST(ChannelBackendTest, AverageDividesBeforeThePostscale) {
+  auto b = make_backends(3);
+  std::vector<std::vector<int32_t>> out(3, std::vector<int32_t>(2, -1));
+  std::vector<int32_t> rs_out(3, -1);
+  auto st = run(b, [&](Backend& be) -> Status {
+    const Reduction avg{ReduceOp::kAverage, 1.0, 13.0};
+    const int32_t in[3] = {9, 9, 9};
+    KOLO_RETURN_IF_ERROR(be.allreduce(in, out[be.rank()].data(), 2, DataType::kInt32, avg));
+    return be.reducescatter(in, &rs_out[be.rank()], DataType::kInt32, avg, {1, 1, 1});
+  });
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(st[r].ok()) << st[r].to_string();
+    EXPECT_EQ(out[r], (std::vector<int32_t>{117, 117}));
+    EXPECT_EQ(rs_out[r], 117);
+  }
 }
 
 TEST(ChannelBackendTest, PeerFailureIsReportedWithBackendName) {
@@ -152,6 +209,11 @@ TEST(ChannelBackendTest, TuningFromEnvironment) {
   auto d = allreduce_tuning_from_env({});
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->segment_bytes, ops::AllreduceTuning{}.segment_bytes);
+  // A zero segment from the constructor's tuning is refused too (the ring needs segments).
+  ChannelBackend zero("test", std::move(ops::make_thread_channels(1, std::chrono::seconds(20))[0]),
+                      {64, 0});
+  EXPECT_EQ(zero.init_status().message(),
+            "backend test: the backend's tuning.segment_bytes must be > 0, got 0");
 }
 
 TEST(ChannelBackendTest, RegistryDefaultsAreTheAlgorithmsDefaults) {

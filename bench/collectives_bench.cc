@@ -21,16 +21,15 @@ Status run_backend_case(Backend& b, const BenchCase& c) {
   const std::vector<int64_t> blocks(c.ranks, c.block);
   switch (c.collective) {
     case Collective::kAllreduce:
-      return b.allreduce(c.input, c.output, c.count, c.dtype, AllreduceOptions{c.op});
+      return b.allreduce(c.input, c.output, c.count, c.dtype, Reduction{c.op});
     case Collective::kAllgather:
-      return b.allgather(c.input, c.output, c.dtype, AllgatherOptions{blocks});
+      return b.allgather(c.input, c.output, c.dtype, blocks);
     case Collective::kBroadcast:
-      return b.broadcast(c.output, c.count, c.dtype, BroadcastOptions{0});
+      return b.broadcast(c.output, c.count, c.dtype, 0);
     case Collective::kAlltoall:
-      return b.alltoall(c.input, c.output, c.dtype, AlltoallOptions{blocks, blocks});
+      return b.alltoall(c.input, c.output, c.dtype, blocks, blocks);
     case Collective::kReducescatter:
-      return b.reducescatter(c.input, c.output, c.dtype,
-                             ReducescatterOptions{c.op, 1.0, 1.0, blocks});
+      return b.reducescatter(c.input, c.output, c.dtype, Reduction{c.op}, blocks);
   }
   return Status::Internal("unknown collective");
 }
@@ -109,10 +108,9 @@ Status run(const CollectiveOptions& o) {
                               [&] { return backend->barrier(); }));
     double time = mean;
     KOLO_RETURN_IF_ERROR(
-        backend->allreduce(&mean, &time, 1, DataType::kFloat64, AllreduceOptions{ReduceOp::kMax}));
+        backend->allreduce(&mean, &time, 1, DataType::kFloat64, Reduction{ReduceOp::kMax}));
     int64_t wrong = o.check ? count_wrong(c, rank) : 0;
-    KOLO_RETURN_IF_ERROR(
-        backend->allreduce(&wrong, &wrong, 1, DataType::kInt64, AllreduceOptions{}));
+    KOLO_RETURN_IF_ERROR(backend->allreduce(&wrong, &wrong, 1, DataType::kInt64, Reduction{}));
     double mpi_time = 0;
     if (mpi) {
       KOLO_ASSIGN_OR_RETURN(double m, time_calls(

@@ -135,9 +135,9 @@ Result<FusionResult> run_fusion_mode(const FusionMode& mode, const std::string& 
   ShutdownOnExit shutdown_on_exit;
   const int ranks = kolo::size();
   if (mode.timeline && user_timeline.empty()) {
-    const std::string trace =
-        "/tmp/kolo-bench-fusion-rank" + std::to_string(kolo::rank()) + ".json";
-    KOLO_RETURN_IF_ERROR(kolo::start_timeline(trace).with_context("start_timeline"));
+    // start_timeline replaces {rank}: one file per rank.
+    KOLO_RETURN_IF_ERROR(kolo::start_timeline("/tmp/kolo-bench-fusion-rank{rank}.json")
+                             .with_context("start_timeline"));
   }
   int64_t total = 0;
   for (const auto& s : shapes) total += elements(s);

@@ -119,7 +119,7 @@ Status start_timeline(const std::string& path, bool mark_cycles) {
   auto rt = current();
   if (!rt)
     return Status::PreconditionFailed("kolo::start_timeline(): kolo::init() has not been called");
-  return rt->timeline().start(path, rt->topology().rank, mark_cycles);
+  return rt->start_timeline(path, mark_cycles);
 }
 
 Status stop_timeline() {

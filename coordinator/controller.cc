@@ -95,11 +95,14 @@ std::optional<std::string> Controller::mismatch(const std::string& name,
   switch (ref.type) {
     case OpType::kAllreduce:
     case OpType::kReducescatter:
-      if (auto m = check("reduce op",
-                         [](const Request& q) { return std::string(reduce_op_name(q.reduce_op)); }))
+      if (auto m = check("reduce op", [](const Request& q) {
+            return std::string(reduce_op_name(q.reduction.op));
+          }))
         return m;
-      if (auto m = check("prescale", [](const Request& q) { return number(q.prescale); })) return m;
-      if (auto m = check("postscale", [](const Request& q) { return number(q.postscale); }))
+      if (auto m = check("prescale", [](const Request& q) { return number(q.reduction.prescale); }))
+        return m;
+      if (auto m =
+              check("postscale", [](const Request& q) { return number(q.reduction.postscale); }))
         return m;
       if (auto m = check("shape", [](const Request& q) { return shapes_string(q.shapes); })) return m;
       break;
@@ -137,9 +140,7 @@ Response Controller::build(const std::string& name, const Entry& entry) const {
   p.type = ref.type;
   p.dtype = ref.dtype;
   p.device = ref.device;
-  p.reduce_op = ref.reduce_op;
-  p.prescale = ref.prescale;
-  p.postscale = ref.postscale;
+  p.reduction = ref.reduction;
   p.root = ref.root;
   p.shapes = ref.shapes;
   for (int r : joined_)

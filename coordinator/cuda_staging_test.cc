@@ -101,7 +101,7 @@ std::vector<float> values(int rank, size_t n, float base) {
 TEST_F(CudaRuntimeTest, AllreduceMatchesCpu) {
   Cluster c(2);
   c.each([&](int r) {
-    const AllreduceOpts avg{ReduceOp::kAverage, 2.0, 0.5};
+    const AllreduceOptions avg{ReduceOp::kAverage, 2.0, 0.5};
     std::vector<std::vector<float>> cpu = {values(r, 5, 1), values(r, 1000, 2), values(r, 3, 3),
                                            values(r, 33, 4)};
     std::vector<std::unique_ptr<DeviceBuffer>> gpu;
@@ -156,7 +156,7 @@ TEST_F(CudaRuntimeTest, AllgatherAndBroadcastMatchCpu) {
     auto cpu_h = submit(c[r], build_allgather("ag.cpu", view_of(in.data(), shape), {}));
     auto host_out = submit(c[r], build_allgather("ag.gpu.host", cuda_view(din.data(), shape), {}));
     std::unique_ptr<DeviceBuffer> dout;
-    AllgatherOpts to_device;
+    AllgatherOptions to_device;
     to_device.allocator = [&](const std::vector<int64_t>& s, DataType dt) {
       dout = std::make_unique<DeviceBuffer>(s[0] * s[1] * dtype_size(dt));
       return dout->data();

@@ -111,13 +111,13 @@ Status Executor::run(const std::vector<BatchItem>& batch) {
 
 Status Executor::allreduce(const std::vector<BatchItem>& batch) {
   const Response& head = *batch.front().response;
+  const Reduction& reduction = head.reduction;
+  // kAverage divides by the ranks that contributed, not by those that joined: then the
+  // backend sums and this rank divides, by the rule of ops::finish_reduction (divide, then
+  // postscale; multiplying by postscale / active would round the quotient).
   const int active = backend_.size() - static_cast<int>(head.joined.size());
-  AllreduceOptions opts{head.reduce_op, head.prescale, head.postscale};
-  // kAverage divides by the ranks that contributed, not by those that joined.
-  if (head.reduce_op == ReduceOp::kAverage && !head.joined.empty()) {
-    opts.op = ReduceOp::kSum;
-    opts.postscale = head.postscale / active;
-  }
+  const bool divide_here = reduction.op == ReduceOp::kAverage && !head.joined.empty();
+  const ReduceOp backend_op = divide_here ? ReduceOp::kSum : reduction.op;
   int64_t total = 0;
   for (const auto& item : batch)
     for (const auto& shape : item.response->shapes) total += num_elements(shape);
@@ -138,12 +138,17 @@ Status Executor::allreduce(const std::vector<BatchItem>& batch) {
   if (!cuda &&
       (!head.device.is_cpu() || (batch.size() == 1 && batch[0].entry && head.shapes.size() == 1))) {
     begin(batch, op_span(OpType::kAllreduce), args);
+    const Reduction per_call{backend_op, reduction.prescale,
+                             divide_here ? 1.0 : reduction.postscale};
     Status st;
     for (const auto& item : batch) {
       const Entry& e = *item.entry;  // through_host() refused batches that a rank joined
-      for (size_t k = 0; st.ok() && k < item.response->shapes.size(); ++k)
-        st = backend_.allreduce(e.inputs[k].data, e.outputs[k].data,
-                                num_elements(item.response->shapes[k]), head.dtype, opts);
+      for (size_t k = 0; st.ok() && k < item.response->shapes.size(); ++k) {
+        const int64_t n = num_elements(item.response->shapes[k]);
+        st = backend_.allreduce(e.inputs[k].data, e.outputs[k].data, n, head.dtype, per_call);
+        if (st.ok() && divide_here)
+          ops::finish_reduction(head.dtype, reduction, e.outputs[k].data, n, active);
+      }
     }
     end(batch);
     finish(batch, st);
@@ -162,13 +167,13 @@ Status Executor::allreduce(const std::vector<BatchItem>& batch) {
       int64_t n = num_elements(item.response->shapes[k]);
       char* dst = buffer + offset * esize;
       if (!item.entry) {
-        fill_identity(head.dtype, opts.op, dst, n);
+        fill_identity(head.dtype, backend_op, dst, n);
       } else if (cuda) {
         if (staged.ok())
           staged = staging_.copy_to_host(dst, item.entry->inputs[k], n * esize,
                                             item.response->name);
       } else {
-        ops::scale_copy(head.dtype, dst, item.entry->inputs[k].data, n, opts.prescale);
+        ops::scale_copy(head.dtype, dst, item.entry->inputs[k].data, n, reduction.prescale);
       }
       offset += n;
     }
@@ -180,21 +185,20 @@ Status Executor::allreduce(const std::vector<BatchItem>& batch) {
     for (const auto& item : batch) {
       for (const auto& shape : item.response->shapes) {
         int64_t n = num_elements(shape);
-        if (item.entry) ops::scale(head.dtype, buffer + offset * esize, n, opts.prescale);
+        if (item.entry) ops::scale(head.dtype, buffer + offset * esize, n, reduction.prescale);
         offset += n;
       }
     }
   }
   end(batch);
-  const double postscale = opts.postscale;
-  opts.prescale = 1.0;  // applied in the copy-in
-  opts.postscale = 1.0;  // applied in the copy-out
+  // The prescale was applied in the copy-in, the postscale is applied in the copy-out.
   begin(batch, op_span(OpType::kAllreduce), args);
-  Status st = backend_.allreduce(buffer, buffer, total, head.dtype, opts);
+  Status st = backend_.allreduce(buffer, buffer, total, head.dtype, {backend_op});
   end(batch);
   if (st.ok() && staged.ok()) {
     begin(batch, cuda ? "MEMCPY_H2D" : "MEMCPY_OUT_FUSION");
-    if (cuda) ops::scale(head.dtype, buffer, total, postscale);
+    if (divide_here) ops::divide(head.dtype, buffer, total, active);  // then the postscale
+    if (cuda) ops::scale(head.dtype, buffer, total, reduction.postscale);
     offset = 0;
     for (const auto& item : batch) {
       for (size_t k = 0; k < item.response->shapes.size(); ++k) {
@@ -205,7 +209,7 @@ Status Executor::allreduce(const std::vector<BatchItem>& batch) {
             staged = staging_.copy_to_device(item.entry->outputs[k], src, n * esize,
                                              item.response->name);
         } else if (item.entry) {
-          ops::scale_copy(head.dtype, item.entry->outputs[k].data, src, n, postscale);
+          ops::scale_copy(head.dtype, item.entry->outputs[k].data, src, n, reduction.postscale);
         }
         offset += n;
       }
@@ -224,10 +228,10 @@ Status Executor::allgather(const BatchItem& item) {
   const Response& p = *item.response;
   const auto& shape = p.shapes.at(0);
   const int64_t row = row_elements(shape);
-  AllgatherOptions opts;
+  std::vector<int64_t> counts;
   int64_t rows = 0;
   for (int64_t d : p.rank_dims) {
-    opts.counts.push_back(d * row);
+    counts.push_back(d * row);
     rows += d;
   }
   std::vector<int64_t> out_shape = shape;
@@ -237,8 +241,9 @@ Status Executor::allgather(const BatchItem& item) {
   void* out = item.entry ? allocate_output(*item.entry, out_shape, p.dtype, alloc)
                          : scratch_.get(bytes);
   const size_t in_bytes = item.entry ? item.entry->inputs[0].num_bytes() : 0;
-  return run_single(item, in_bytes, out, bytes, alloc, {{"bytes", std::to_string(bytes)}},
-                    [&](const void* in, void* o) { return backend_.allgather(in, o, p.dtype, opts); });
+  return run_single(
+      item, in_bytes, out, bytes, alloc, {{"bytes", std::to_string(bytes)}},
+      [&](const void* in, void* o) { return backend_.allgather(in, o, p.dtype, counts); });
 }
 
 Status Executor::broadcast(const BatchItem& item) {
@@ -265,7 +270,7 @@ Status Executor::broadcast(const BatchItem& item) {
     }
   }
   begin(batch, op_span(p.type), {{"bytes", std::to_string(bytes)}});
-  Status st = backend_.broadcast(data, n, p.dtype, BroadcastOptions{p.root});
+  Status st = backend_.broadcast(data, n, p.dtype, p.root);
   end(batch);
   if (cuda && !root && st.ok()) {
     begin(batch, "MEMCPY_H2D");
@@ -281,14 +286,13 @@ Status Executor::alltoall(const BatchItem& item) {
   const int size = backend_.size(), me = backend_.rank();
   const auto& shape = p.shapes.at(0);
   const int64_t row = row_elements(shape);
-  AlltoallOptions opts;
-  std::vector<int64_t> received;
+  std::vector<int64_t> send_counts, recv_counts, received;
   int64_t rows = 0;
   for (int j = 0; j < size; ++j) {
-    opts.send_counts.push_back(p.rank_dims.at(static_cast<size_t>(me) * size + j) * row);
+    send_counts.push_back(p.rank_dims.at(static_cast<size_t>(me) * size + j) * row);
     int64_t r = p.rank_dims.at(static_cast<size_t>(j) * size + me);
     received.push_back(r);
-    opts.recv_counts.push_back(r * row);
+    recv_counts.push_back(r * row);
     rows += r;
   }
   std::vector<int64_t> out_shape = shape;
@@ -298,7 +302,9 @@ Status Executor::alltoall(const BatchItem& item) {
   item.entry->state->set_received_splits(received);
   const size_t out_bytes = static_cast<size_t>(rows * row) * dtype_size(p.dtype);
   return run_single(item, item.entry->inputs[0].num_bytes(), out, out_bytes, alloc, {},
-                    [&](const void* in, void* o) { return backend_.alltoall(in, o, p.dtype, opts); });
+                    [&](const void* in, void* o) {
+                      return backend_.alltoall(in, o, p.dtype, send_counts, recv_counts);
+                    });
 }
 
 Status Executor::reducescatter(const BatchItem& item) {
@@ -306,18 +312,18 @@ Status Executor::reducescatter(const BatchItem& item) {
   const int size = backend_.size(), me = backend_.rank();
   const auto& shape = p.shapes.at(0);
   const int64_t row = row_elements(shape);
-  ReducescatterOptions opts{p.reduce_op, p.prescale, p.postscale, {}};
+  std::vector<int64_t> counts;
   for (int r = 0; r < size; ++r)
-    opts.counts.push_back((shape[0] / size + (r < shape[0] % size ? 1 : 0)) * row);
+    counts.push_back((shape[0] / size + (r < shape[0] % size ? 1 : 0)) * row);
   std::vector<int64_t> out_shape = shape;
-  out_shape[0] = opts.counts[me] / (row == 0 ? 1 : row);
+  out_shape[0] = counts[me] / (row == 0 ? 1 : row);
   if (row == 0) out_shape[0] = shape[0] / size + (me < shape[0] % size ? 1 : 0);
   Status alloc = Status::Ok();
   void* out = allocate_output(*item.entry, out_shape, p.dtype, alloc);
-  const size_t out_bytes = static_cast<size_t>(opts.counts[me]) * dtype_size(p.dtype);
+  const size_t out_bytes = static_cast<size_t>(counts[me]) * dtype_size(p.dtype);
   return run_single(item, item.entry->inputs[0].num_bytes(), out, out_bytes, alloc, {},
                     [&](const void* in, void* o) {
-                      return backend_.reducescatter(in, o, p.dtype, opts);
+                      return backend_.reducescatter(in, o, p.dtype, p.reduction, counts);
                     });
 }
 
@@ -330,20 +336,18 @@ void Executor::reduce_gathered(const BatchItem& item, const std::vector<const vo
   begin(batch, "PIGGYBACK_REDUCE", {{"bytes", std::to_string(bytes)}});
   // The inputs were copied into the negotiation buffer, so the output may alias the input.
   void* out = item.entry ? item.entry->outputs[0].data : scratch_.get(bytes);
-  ops::scale_copy(p.dtype, out, inputs[0], n, p.prescale);
+  const Reduction& reduction = p.reduction;
+  ops::scale_copy(p.dtype, out, inputs[0], n, reduction.prescale);
   for (size_t r = 1; r < inputs.size(); ++r) {
     const void* in = inputs[r];
-    if (p.prescale != 1.0) {
+    if (reduction.prescale != 1.0) {
       void* scaled = prescaled_.get(bytes);
-      ops::scale_copy(p.dtype, scaled, in, n, p.prescale);
+      ops::scale_copy(p.dtype, scaled, in, n, reduction.prescale);
       in = scaled;
     }
-    ops::reduce_into(p.dtype, p.reduce_op, out, in, n);
+    ops::reduce_into(p.dtype, reduction.op, out, in, n);
   }
-  // As the backends finish: the true division of kAverage, then the postscale.
-  if (p.reduce_op == ReduceOp::kAverage)
-    ops::divide(p.dtype, out, n, static_cast<double>(inputs.size()));
-  ops::scale(p.dtype, out, n, p.postscale);
+  ops::finish_reduction(p.dtype, reduction, out, n, static_cast<int>(inputs.size()));
   end(batch);
   finish(batch, Status::Ok());
 }

@@ -11,8 +11,7 @@ uint64_t response_bytes(const Response& response) {
 bool fusable(const Response& a, const Response& b) {
   return a.kind == Response::Kind::kExecute && b.kind == Response::Kind::kExecute &&
          a.type == OpType::kAllreduce && b.type == OpType::kAllreduce && a.dtype == b.dtype &&
-         a.device == b.device && a.reduce_op == b.reduce_op && a.prescale == b.prescale &&
-         a.postscale == b.postscale && a.joined == b.joined;
+         a.device == b.device && a.reduction == b.reduction && a.joined == b.joined;
 }
 
 std::vector<std::vector<size_t>> plan_fusion(const std::vector<Response>& responses,

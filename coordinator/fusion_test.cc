@@ -11,7 +11,7 @@ Response ar(const std::string& name, int64_t n, DataType dt = DataType::kFloat32
   p.name = name;
   p.type = OpType::kAllreduce;
   p.dtype = dt;
-  p.reduce_op = op;
+  p.reduction.op = op;
   p.shapes = {{n}};
   return p;
 }
@@ -52,7 +52,7 @@ TEST(FusionTest, ErrorsAndDifferentScalesDoNotFuse) {
   Response err = ar("e", 1);
   err.kind = Response::Kind::kError;
   Response scaled = ar("s", 1);
-  scaled.postscale = 0.5;
+  scaled.reduction.postscale = 0.5;
   std::vector<Response> rs = {ar("a", 1), err, scaled, ar("b", 1)};
   auto plan = plan_fusion(rs, 1 << 20);
   ASSERT_EQ(plan.size(), 3u);

@@ -33,9 +33,7 @@ struct Request {
   OpType type = OpType::kAllreduce;
   DataType dtype = DataType::kFloat32;
   Device device;
-  ReduceOp reduce_op = ReduceOp::kSum;
-  double prescale = 1.0;
-  double postscale = 1.0;
+  Reduction reduction;  // allreduce, reducescatter
   int32_t root = 0;
   // One shape per tensor: several for a grouped allreduce, none for barrier/join.
   std::vector<std::vector<int64_t>> shapes;
@@ -52,9 +50,7 @@ struct Response {
   OpType type = OpType::kAllreduce;
   DataType dtype = DataType::kFloat32;
   Device device;
-  ReduceOp reduce_op = ReduceOp::kSum;
-  double prescale = 1.0;
-  double postscale = 1.0;
+  Reduction reduction;
   int32_t root = 0;
   std::vector<std::vector<int64_t>> shapes;  // from a rank that submitted (joined ranks need it)
   // allgather: each rank's first dimension (0 for joined ranks).

@@ -13,8 +13,8 @@ TEST(MessageTest, RequestListRoundTrips) {
   q.type = OpType::kAlltoall;
   q.dtype = DataType::kBFloat16;
   q.device = Device::cuda(1);
-  q.reduce_op = ReduceOp::kMax;
-  q.prescale = 0.5;
+  q.reduction.op = ReduceOp::kMax;
+  q.reduction.prescale = 0.5;
   q.root = 3;
   q.shapes = {{4, 3}, {}};
   q.splits = {1, 3};

@@ -62,8 +62,7 @@ Status Runtime::gather_bits(size_t nbits) {
     used += align8(bytes);
   }
 
-  KOLO_RETURN_IF_ERROR(control_->allgather(mine, all, DataType::kUInt8,
-                                           AllgatherOptions{gather_counts_})
+  KOLO_RETURN_IF_ERROR(control_->allgather(mine, all, DataType::kUInt8, gather_counts_)
                            .with_context("negotiation (cache bits and piggy-backed data)"));
   for (size_t i = 0; i < nbits; ++i) {
     uint8_t m = all[i];

@@ -71,16 +71,19 @@ Result<std::unique_ptr<Runtime>> Runtime::create(RuntimeConfig config, Topology 
         std::to_string(control->size()));
   std::unique_ptr<Runtime> rt(
       new Runtime(std::move(config), topology, std::move(data), std::move(control)));
-  if (!rt->config_.timeline_path.empty()) {
-    KOLO_RETURN_IF_ERROR(rt->timeline_.start(
-        timeline_path_for_rank(rt->config_.timeline_path, topology.rank, topology.size),
-        topology.rank, rt->config_.timeline_mark_cycles));
-  }
+  if (!rt->config_.timeline_path.empty())
+    KOLO_RETURN_IF_ERROR(
+        rt->start_timeline(rt->config_.timeline_path, rt->config_.timeline_mark_cycles));
   rt->thread_ = std::thread([r = rt.get()] { r->loop(); });
   return rt;
 }
 
 Runtime::~Runtime() { (void)shutdown(); }
+
+Status Runtime::start_timeline(const std::string& path, bool mark_cycles) {
+  return timeline_.start(timeline_path_for_rank(path, topology_.rank, topology_.size),
+                         topology_.rank, mark_cycles);
+}
 
 Handle Runtime::submit(std::unique_ptr<Entry> entry) {
   auto state = entry->state;
@@ -263,9 +266,9 @@ Status Runtime::cycle(bool shutdown_requested, bool& stop) {
   if (gather_control_) {
     KOLO_RETURN_IF_ERROR(gather_bits(nbits));
   } else {
-    KOLO_RETURN_IF_ERROR(control_->allreduce(bits_.data(), bits_.data(),
-                                             static_cast<int64_t>(nbits), DataType::kUInt8,
-                                             AllreduceOptions{ReduceOp::kMin, 1.0, 1.0})
+    KOLO_RETURN_IF_ERROR(control_
+                             ->allreduce(bits_.data(), bits_.data(), static_cast<int64_t>(nbits),
+                                         DataType::kUInt8, Reduction{ReduceOp::kMin})
                              .with_context("negotiation (cache bit vector)"));
   }
   std::vector<Response> responses;
@@ -304,14 +307,13 @@ Status Runtime::negotiate_slow(const RequestList& mine, ResponseList& out) {
   std::string bytes = serialize(mine);
   int64_t length = static_cast<int64_t>(bytes.size());
   std::vector<int64_t> lengths(size);
-  KOLO_RETURN_IF_ERROR(control_->allgather(&length, lengths.data(), DataType::kInt64,
-                                           AllgatherOptions{std::vector<int64_t>(size, 1)})
-                           .with_context("negotiation (request sizes)"));
+  KOLO_RETURN_IF_ERROR(
+      control_->allgather(&length, lengths.data(), DataType::kInt64, std::vector<int64_t>(size, 1))
+          .with_context("negotiation (request sizes)"));
   int64_t total = 0;
   for (int64_t l : lengths) total += l;
   std::string all(static_cast<size_t>(total), '\0');
-  KOLO_RETURN_IF_ERROR(control_->allgather(bytes.data(), all.data(), DataType::kUInt8,
-                                           AllgatherOptions{lengths})
+  KOLO_RETURN_IF_ERROR(control_->allgather(bytes.data(), all.data(), DataType::kUInt8, lengths)
                            .with_context("negotiation (requests)"));
   std::string reply;
   int64_t reply_length = 0;
@@ -334,11 +336,10 @@ Status Runtime::negotiate_slow(const RequestList& mine, ResponseList& out) {
     reply = serialize(out);
     reply_length = static_cast<int64_t>(reply.size());
   }
-  KOLO_RETURN_IF_ERROR(control_->broadcast(&reply_length, 1, DataType::kInt64, BroadcastOptions{0})
+  KOLO_RETURN_IF_ERROR(control_->broadcast(&reply_length, 1, DataType::kInt64, 0)
                            .with_context("negotiation (response size)"));
   reply.resize(static_cast<size_t>(reply_length));
-  KOLO_RETURN_IF_ERROR(control_->broadcast(reply.data(), reply_length, DataType::kUInt8,
-                                           BroadcastOptions{0})
+  KOLO_RETURN_IF_ERROR(control_->broadcast(reply.data(), reply_length, DataType::kUInt8, 0)
                            .with_context("negotiation (responses)"));
   if (topology_.rank != 0) {
     KOLO_ASSIGN_OR_RETURN(out, parse_response_list(reply));

@@ -58,6 +58,11 @@ class Runtime {
   // See kolo::shutdown(). Idempotent.
   Status shutdown();
 
+  // Starts recording this rank's timeline at timeline_path_for_rank(path, rank, size): the
+  // file rule of KOLO_TIMELINE, applied here for create() and kolo::start_timeline() alike.
+  // Errors as Timeline::start (PreconditionFailed when already recording).
+  Status start_timeline(const std::string& path, bool mark_cycles);
+
   const Topology& topology() const { return topology_; }
   const RuntimeConfig& config() const { return config_; }
   Timeline& timeline() { return timeline_; }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -30,11 +31,12 @@ TEST_P(RuntimeSizes, AllreduceEveryReduceOp) {
   c.each([&](int r) {
     std::vector<float> sum(5, r + 1.0f), avg(5, r + 1.0f), mn(5, r + 1.0f), mx(5, r + 1.0f),
         prod(5, r + 1.0f), scaled(5, r + 1.0f);
-    std::vector<Handle> hs = {
-        allreduce(c[r], "sum", sum), allreduce(c[r], "avg", avg, {ReduceOp::kAverage}),
-        allreduce(c[r], "min", mn, {ReduceOp::kMin}), allreduce(c[r], "max", mx, {ReduceOp::kMax}),
-        allreduce(c[r], "prod", prod, {ReduceOp::kProduct}),
-        allreduce(c[r], "scaled", scaled, {ReduceOp::kSum, 2.0, 0.25})};
+    std::vector<Handle> hs = {allreduce(c[r], "sum", sum),
+                              allreduce(c[r], "avg", avg, {ReduceOp::kAverage}),
+                              allreduce(c[r], "min", mn, {ReduceOp::kMin}),
+                              allreduce(c[r], "max", mx, {ReduceOp::kMax}),
+                              allreduce(c[r], "prod", prod, {ReduceOp::kProduct}),
+                              allreduce(c[r], "scaled", scaled, {ReduceOp::kSum, 2.0, 0.25})};
     for (auto& h : hs) ASSERT_TRUE(h.wait().ok()) << h.wait().to_string();
     float total = P * (P + 1) / 2.0f, product = 1;
     for (int i = 1; i <= P; ++i) product *= i;
@@ -137,7 +139,8 @@ TEST_P(PiggybackBudget, CachedAllreducesGiveExactResults) {
   config.piggyback_bytes = static_cast<uint64_t>(GetParam());
   Cluster c(P, config);
   // Rank 0's timeline shows which path ran.
-  const std::string trace = ::testing::TempDir() + "piggyback_" + std::to_string(GetParam()) + ".json";
+  const std::string trace =
+      ::testing::TempDir() + "piggyback_" + std::to_string(GetParam()) + ".json";
   ASSERT_TRUE(c[0].timeline().start(trace, 0, false).ok());
   c.each([&](int r) {
     for (int step = 0; step < 4; ++step) {  // step 0 negotiates, later steps hit the cache
@@ -147,7 +150,8 @@ TEST_P(PiggybackBudget, CachedAllreducesGiveExactResults) {
       std::vector<int64_t> scalar(1, 7 * r);
       std::vector<Handle> hs = {
           allreduce(c[r], "big", big),  // 2400 bytes: never fits
-          submit(c[r], build_allreduce("i32", view_of(i32.data(), {3}), view_of(i32.data(), {3}), {})),
+          submit(c[r],
+                 build_allreduce("i32", view_of(i32.data(), {3}), view_of(i32.data(), {3}), {})),
           submit(c[r], build_allreduce("f64", view_of(f64.data(), {2}), view_of(f64.data(), {2}),
                                        {ReduceOp::kProduct})),
           allreduce(c[r], "avg", avg, {ReduceOp::kAverage, 2.0, 0.5}),
@@ -236,14 +240,62 @@ TEST(RuntimeTest, DuplicateInFlightNameIsRejectedOnThatRank) {
   EXPECT_EQ(a[0], 2.0f);
 }
 
+// Every check of the builders, with its message naming the operation, tensor and argument.
+// dtype, reduction, root and splits are checked by the validate_* functions that backends use.
 TEST(RuntimeTest, BadArgumentsAreRejectedAtSubmission) {
   std::vector<float> v(4);
-  auto e = build_allreduce("x", view_of(v.data(), {-4}), view_of(v.data(), {-4}), {});
-  EXPECT_EQ(e.status().message(), "allreduce 'x': input dimension 0 must be >= 0, got -4 in shape [-4]");
-  auto b = build_broadcast("y", view_of(v.data(), {4}), {5}, 2);
-  EXPECT_EQ(b.status().message(), "broadcast 'y': root must be in [0, 2), got 5");
-  auto a = build_alltoall("z", view_of(v.data(), {4}), {{1, 2}, {}}, 2);
-  EXPECT_EQ(a.status().message(), "alltoall 'z': splits must sum to shape[0] = 4, got 3");
+  std::vector<double> d(4);
+  const TensorView ok = view_of(v.data(), {4});
+  TensorView bad_dtype = ok;
+  bad_dtype.dtype = static_cast<DataType>(42);
+  TensorView null_data = ok;
+  null_data.data = nullptr;
+  const Reduction bad_op{static_cast<ReduceOp>(9)};
+  auto message = [](const Result<std::unique_ptr<Entry>>& r) {
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().to_string();
+    return r.status().message();
+  };
+  EXPECT_EQ(message(build_allreduce("", ok, ok, {})), "operation name must not be empty");
+  EXPECT_EQ(message(build_allreduce("x", view_of(v.data(), {-4}), view_of(v.data(), {-4}), {})),
+            "allreduce 'x': input dimension 0 must be >= 0, got -4 in shape [-4]");
+  EXPECT_EQ(message(build_allreduce("x", bad_dtype, ok, {})),
+            "allreduce 'x': input: dtype must be one of uint8, int8, int32, int64, float16, "
+            "bfloat16, float32, float64, got enum value 42");
+  EXPECT_EQ(message(build_allreduce("x", null_data, null_data, {})),
+            "allreduce 'x': input data is null but shape [4] has 4 elements");
+  EXPECT_EQ(message(build_allreduce("x", ok, view_of(d.data(), {4}), {})),
+            "allreduce 'x': output must match input: expected [4] float32 on cpu, got [4] "
+            "float64 on cpu");
+  EXPECT_EQ(message(build_allreduce("x", ok, ok, bad_op)),
+            "allreduce 'x': reduce op must be one of sum, average, min, max, product, got enum "
+            "value 9");
+  EXPECT_EQ(message(build_allreduce("x", ok, ok, {.prescale = HUGE_VAL})),
+            "allreduce 'x': prescale must be finite, got inf");
+  EXPECT_EQ(message(build_allreduce("x", ok, ok, {.postscale = std::nan("")})),
+            "allreduce 'x': postscale must be finite, got nan");
+  EXPECT_EQ(message(build_grouped_allreduce("g", {}, {})),
+            "allreduce 'g': a grouped allreduce needs >= 1 tensor, got 0");
+  EXPECT_EQ(message(build_grouped_allreduce("g", {ok, view_of(d.data(), {4})}, {})),
+            "allreduce 'g[1]': every tensor of a group must have dtype float32 on cpu, got "
+            "float64 on cpu");
+  EXPECT_EQ(message(build_allgather("a", view_of(v.data(), {}), {})),
+            "allgather 'a': input must have at least 1 dimension, got a scalar");
+  EXPECT_EQ(message(build_broadcast("y", ok, {5}, 2)),
+            "broadcast 'y': root must be in [0, 2), got 5");
+  EXPECT_EQ(message(build_alltoall("z", ok, {{1, 2}, {}}, 2)),
+            "alltoall 'z': splits must sum to shape[0] = 4, got 3");
+  EXPECT_EQ(message(build_alltoall("z", ok, {{1, 2, 1}, {}}, 2)),
+            "alltoall 'z': splits must have one entry per rank (2), got 3");
+  EXPECT_EQ(message(build_alltoall("z", ok, {{5, -1}, {}}, 2)),
+            "alltoall 'z': splits[1] must be >= 0, got -1");
+  EXPECT_EQ(message(build_alltoall("z", ok, {}, 3)),
+            "alltoall 'z': without splits, shape[0] must divide by 3 ranks, got 4");
+  EXPECT_EQ(message(build_reducescatter("r", ok, {.reduction = bad_op})),
+            "reducescatter 'r': reduce op must be one of sum, average, min, max, product, got "
+            "enum value 9");
+  EXPECT_EQ(message(build_reducescatter("r", ok, {.reduction = {.prescale = -HUGE_VAL}})),
+            "reducescatter 'r': prescale must be finite, got -inf");
+  EXPECT_EQ(message(build_barrier("")), "operation name must not be empty");
 }
 
 TEST(RuntimeTest, ShutdownFailsPendingOperationsOnEveryRank) {
@@ -290,6 +342,59 @@ TEST(RuntimeTest, JoinedRankContributesIdentity) {
     EXPECT_EQ(mn[1], 1.0f);
     EXPECT_TRUE(submit(c[r], build_join()).wait().ok());
   });
+}
+
+// Issue 15: with a rank joined, kAverage divides by the 3 ranks that contributed and then
+// applies the postscale, exactly: 27 / 3 * 13 = 117 (27 * (13 / 3.0) truncates to 116). Both
+// the direct path (one tensor) and the fusion buffer (a group) divide on this rank.
+TEST(RuntimeTest, JoinedAverageDividesBeforeThePostscale) {
+  Cluster c(4);
+  c.each([&](int r) {
+    if (r == 3) {
+      EXPECT_TRUE(submit(c[r], build_join()).wait().ok());
+      return;
+    }
+    const AllreduceOptions avg{.op = ReduceOp::kAverage, .postscale = 13.0};
+    std::vector<int32_t> one(3, 9), a(2, 9), b(5, 9);
+    // One after the other, so that the single tensor is not fused with the group.
+    auto single = submit(
+        c[r], build_allreduce("one", view_of(one.data(), {3}), view_of(one.data(), {3}), avg));
+    EXPECT_TRUE(single.wait().ok()) << single.wait().to_string();
+    auto group = submit(c[r], build_grouped_allreduce(
+                                  "group", {view_of(a.data(), {2}), view_of(b.data(), {5})}, avg));
+    EXPECT_TRUE(group.wait().ok()) << group.wait().to_string();
+    EXPECT_EQ(one, std::vector<int32_t>(3, 117));
+    EXPECT_EQ(a, std::vector<int32_t>(2, 117));
+    EXPECT_EQ(b, std::vector<int32_t>(5, 117));
+    EXPECT_TRUE(submit(c[r], build_join()).wait().ok());
+  });
+}
+
+// kolo::start_timeline's file rule (KOLO_TIMELINE's): "{rank}" becomes the rank, else each
+// rank of several writes "<stem>.rank<r>.json"; a second start while recording fails.
+TEST(RuntimeTest, StartTimelineWritesOneFilePerRank) {
+  Cluster c(2);
+  const std::string dir = ::testing::TempDir();
+  for (const std::string& path : {dir + "tl_rule.json", dir + "tl_rule_{rank}.json"}) {
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_TRUE(c[r].start_timeline(path, false).ok());
+      EXPECT_EQ(c[r].start_timeline(path, false).code(), StatusCode::kPreconditionFailed);
+    }
+    c.each([&](int r) {
+      std::vector<float> v(1, 1.0f);
+      EXPECT_TRUE(allreduce(c[r], "traced", v).wait().ok());
+    });
+    for (int r = 0; r < 2; ++r) c[r].timeline().stop();
+  }
+  for (const std::string& file : {dir + "tl_rule.rank0.json", dir + "tl_rule.rank1.json",
+                                  dir + "tl_rule_0.json", dir + "tl_rule_1.json"}) {
+    std::ifstream in(file);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find("\"traced\""), std::string::npos) << file << ": " << text;
+    std::remove(file.c_str());
+  }
+  std::ifstream shared(dir + "tl_rule.json");
+  EXPECT_FALSE(shared.good()) << "no rank may write the path itself in a job of 2";
 }
 
 TEST(RuntimeTest, StallInspectorNamesTheMissingRank) {

@@ -1,8 +1,8 @@
 #include "coordinator/submit.h"
 
-#include <cmath>
 #include <numeric>
 
+#include "backends/backend.h"
 #include "coordinator/cuda_staging.h"
 
 namespace kolo::coord {
@@ -15,9 +15,7 @@ std::string prefix(OpType type, const std::string& name) {
 
 Status check_view(OpType type, const std::string& name, const char* arg, const TensorView& v) {
   const std::string where = prefix(type, name) + ": " + arg;
-  if (!is_valid_dtype(static_cast<int>(v.dtype)))
-    return Status::InvalidArgument(where + " dtype must be a kolo::DataType, got enum value " +
-                                   std::to_string(static_cast<int>(v.dtype)));
+  KOLO_RETURN_IF_ERROR(validate_dtype(where, v.dtype));
   for (size_t i = 0; i < v.shape.size(); ++i)
     if (v.shape[i] < 0)
       return Status::InvalidArgument(where + " dimension " + std::to_string(i) +
@@ -28,13 +26,6 @@ Status check_view(OpType type, const std::string& name, const char* arg, const T
                                    " has " + std::to_string(v.num_elements()) + " elements");
   // "allreduce input: tensor 'x' is on cuda:0 but this Kolo build has no CUDA support"
   return check_device(std::string(op_type_name(type)) + " " + arg, name, v.device);
-}
-
-Status check_scale(OpType type, const std::string& name, double pre, double post) {
-  if (!std::isfinite(pre) || !std::isfinite(post))
-    return Status::InvalidArgument(prefix(type, name) + ": prescale and postscale must be finite, got " +
-                                   std::to_string(pre) + " and " + std::to_string(post));
-  return Status::Ok();
 }
 
 // Allgather, alltoall and reducescatter split or join along the first dimension.
@@ -68,46 +59,42 @@ void describe(Entry& e, const TensorView& v) {
 }  // namespace
 
 Result<std::unique_ptr<Entry>> build_allreduce(std::string name, TensorView input,
-                                               TensorView output, const AllreduceOpts& opts) {
+                                               TensorView output, const AllreduceOptions& opts) {
   KOLO_RETURN_IF_ERROR(check_name(name));
   const OpType t = OpType::kAllreduce;
   KOLO_RETURN_IF_ERROR(check_view(t, name, "input", input));
   KOLO_RETURN_IF_ERROR(check_view(t, name, "output", output));
   if (output.shape != input.shape || output.dtype != input.dtype || output.device != input.device)
     return Status::InvalidArgument(
-        prefix(t, name) + ": output must match input: expected " + shape_string(input.shape) +
-        " " + std::string(dtype_name(input.dtype)) + " on " + input.device.to_string() +
-        ", got " + shape_string(output.shape) + " " + std::string(dtype_name(output.dtype)) +
-        " on " + output.device.to_string());
-  if (!is_valid_reduce_op(static_cast<int>(opts.op)))
-    return Status::InvalidArgument(prefix(t, name) + ": reduce op must be a kolo::ReduceOp, got " +
-                                   std::to_string(static_cast<int>(opts.op)));
-  KOLO_RETURN_IF_ERROR(check_scale(t, name, opts.prescale, opts.postscale));
+        prefix(t, name) + ": output must match input: expected " + shape_string(input.shape) + " " +
+        std::string(dtype_name(input.dtype)) + " on " + input.device.to_string() + ", got " +
+        shape_string(output.shape) + " " + std::string(dtype_name(output.dtype)) + " on " +
+        output.device.to_string());
+  KOLO_RETURN_IF_ERROR(validate_reduction(prefix(t, name), opts));
   auto e = new_entry(std::move(name), t);
   describe(*e, input);
   e->outputs = {output};
-  e->request.reduce_op = opts.op;
-  e->request.prescale = opts.prescale;
-  e->request.postscale = opts.postscale;
+  e->request.reduction = opts;
   return e;
 }
 
 Result<std::unique_ptr<Entry>> build_grouped_allreduce(std::string name,
                                                        std::vector<TensorView> tensors,
-                                                       const AllreduceOpts& opts) {
+                                                       const AllreduceOptions& opts) {
   KOLO_RETURN_IF_ERROR(check_name(name));
   const OpType t = OpType::kAllreduce;
   if (tensors.empty())
-    return Status::InvalidArgument(prefix(t, name) + ": a grouped allreduce needs >= 1 tensor, got 0");
+    return Status::InvalidArgument(prefix(t, name) +
+                                   ": a grouped allreduce needs >= 1 tensor, got 0");
   for (size_t i = 0; i < tensors.size(); ++i) {
     std::string member = name + "[" + std::to_string(i) + "]";
     KOLO_RETURN_IF_ERROR(check_view(t, member, "tensor", tensors[i]));
     if (tensors[i].dtype != tensors[0].dtype || tensors[i].device != tensors[0].device)
-      return Status::InvalidArgument(prefix(t, member) + ": every tensor of a group must have dtype " +
-                                     std::string(dtype_name(tensors[0].dtype)) + " on " +
-                                     tensors[0].device.to_string() + ", got " +
-                                     std::string(dtype_name(tensors[i].dtype)) + " on " +
-                                     tensors[i].device.to_string());
+      return Status::InvalidArgument(
+          prefix(t, member) + ": every tensor of a group must have dtype " +
+          std::string(dtype_name(tensors[0].dtype)) + " on " + tensors[0].device.to_string() +
+          ", got " + std::string(dtype_name(tensors[i].dtype)) + " on " +
+          tensors[i].device.to_string());
   }
   KOLO_ASSIGN_OR_RETURN(auto e, build_allreduce(name, tensors[0], tensors[0], opts));
   e->request.shapes.clear();
@@ -118,7 +105,7 @@ Result<std::unique_ptr<Entry>> build_grouped_allreduce(std::string name,
 }
 
 Result<std::unique_ptr<Entry>> build_allgather(std::string name, TensorView input,
-                                               AllgatherOpts opts) {
+                                               AllgatherOptions opts) {
   KOLO_RETURN_IF_ERROR(check_name(name));
   const OpType t = OpType::kAllgather;
   KOLO_RETURN_IF_ERROR(check_view(t, name, "input", input));
@@ -130,13 +117,11 @@ Result<std::unique_ptr<Entry>> build_allgather(std::string name, TensorView inpu
 }
 
 Result<std::unique_ptr<Entry>> build_broadcast(std::string name, TensorView tensor,
-                                               const BroadcastOpts& opts, int size) {
+                                               const BroadcastOptions& opts, int size) {
   KOLO_RETURN_IF_ERROR(check_name(name));
   const OpType t = OpType::kBroadcast;
   KOLO_RETURN_IF_ERROR(check_view(t, name, "tensor", tensor));
-  if (opts.root < 0 || opts.root >= size)
-    return Status::InvalidArgument(prefix(t, name) + ": root must be in [0, " + std::to_string(size) +
-                                   "), got " + std::to_string(opts.root));
+  KOLO_RETURN_IF_ERROR(validate_root(prefix(t, name), opts.root, size));
   auto e = new_entry(std::move(name), t);
   describe(*e, tensor);
   e->request.root = opts.root;
@@ -144,7 +129,7 @@ Result<std::unique_ptr<Entry>> build_broadcast(std::string name, TensorView tens
 }
 
 Result<std::unique_ptr<Entry>> build_alltoall(std::string name, TensorView input,
-                                              AlltoallOpts opts, int size) {
+                                              AlltoallOptions opts, int size) {
   KOLO_RETURN_IF_ERROR(check_name(name));
   const OpType t = OpType::kAlltoall;
   KOLO_RETURN_IF_ERROR(check_view(t, name, "input", input));
@@ -152,17 +137,12 @@ Result<std::unique_ptr<Entry>> build_alltoall(std::string name, TensorView input
   const int64_t rows = input.shape[0];
   if (opts.splits.empty()) {
     if (rows % size != 0)
-      return Status::InvalidArgument(prefix(t, name) + ": without splits, shape[0] must divide by " +
+      return Status::InvalidArgument(prefix(t, name) +
+                                     ": without splits, shape[0] must divide by " +
                                      std::to_string(size) + " ranks, got " + std::to_string(rows));
     opts.splits.assign(size, rows / size);
   }
-  if (static_cast<int>(opts.splits.size()) != size)
-    return Status::InvalidArgument(prefix(t, name) + ": splits must have " + std::to_string(size) +
-                                   " entries (one per rank), got " + std::to_string(opts.splits.size()));
-  for (size_t i = 0; i < opts.splits.size(); ++i)
-    if (opts.splits[i] < 0)
-      return Status::InvalidArgument(prefix(t, name) + ": splits[" + std::to_string(i) +
-                                     "] must be >= 0, got " + std::to_string(opts.splits[i]));
+  KOLO_RETURN_IF_ERROR(validate_counts(prefix(t, name), "splits", opts.splits, size));
   int64_t sum = std::accumulate(opts.splits.begin(), opts.splits.end(), int64_t{0});
   if (sum != rows)
     return Status::InvalidArgument(prefix(t, name) + ": splits must sum to shape[0] = " +
@@ -175,20 +155,15 @@ Result<std::unique_ptr<Entry>> build_alltoall(std::string name, TensorView input
 }
 
 Result<std::unique_ptr<Entry>> build_reducescatter(std::string name, TensorView input,
-                                                   ReducescatterOpts opts) {
+                                                   ReducescatterOptions opts) {
   KOLO_RETURN_IF_ERROR(check_name(name));
   const OpType t = OpType::kReducescatter;
   KOLO_RETURN_IF_ERROR(check_view(t, name, "input", input));
   KOLO_RETURN_IF_ERROR(check_has_rows(t, name, input));
-  if (!is_valid_reduce_op(static_cast<int>(opts.op)))
-    return Status::InvalidArgument(prefix(t, name) + ": reduce op must be a kolo::ReduceOp, got " +
-                                   std::to_string(static_cast<int>(opts.op)));
-  KOLO_RETURN_IF_ERROR(check_scale(t, name, opts.prescale, opts.postscale));
+  KOLO_RETURN_IF_ERROR(validate_reduction(prefix(t, name), opts.reduction));
   auto e = new_entry(std::move(name), t);
   describe(*e, input);
-  e->request.reduce_op = opts.op;
-  e->request.prescale = opts.prescale;
-  e->request.postscale = opts.postscale;
+  e->request.reduction = opts.reduction;
   e->allocator = std::move(opts.allocator);
   return e;
 }
@@ -206,32 +181,33 @@ namespace kolo {
 
 using coord::submit_global;
 
-Handle allreduce_async(std::string name, TensorView tensor, AllreduceOpts opts) {
+Handle allreduce_async(std::string name, TensorView tensor, AllreduceOptions opts) {
   return allreduce_async(std::move(name), tensor, tensor, opts);
 }
 Handle allreduce_async(std::string name, TensorView input, TensorView output,
-                       AllreduceOpts opts) {
+                       AllreduceOptions opts) {
   std::string n = name;
   return submit_global(coord::build_allreduce(std::move(name), input, output, opts), n);
 }
 Handle grouped_allreduce_async(std::string name, std::vector<TensorView> tensors,
-                               AllreduceOpts opts) {
+                               AllreduceOptions opts) {
   std::string n = name;
-  return submit_global(coord::build_grouped_allreduce(std::move(name), std::move(tensors), opts), n);
+  return submit_global(coord::build_grouped_allreduce(std::move(name), std::move(tensors), opts),
+                       n);
 }
-Handle allgather_async(std::string name, TensorView input, AllgatherOpts opts) {
+Handle allgather_async(std::string name, TensorView input, AllgatherOptions opts) {
   std::string n = name;
   return submit_global(coord::build_allgather(std::move(name), input, std::move(opts)), n);
 }
-Handle broadcast_async(std::string name, TensorView tensor, BroadcastOpts opts) {
+Handle broadcast_async(std::string name, TensorView tensor, BroadcastOptions opts) {
   std::string n = name;
   return submit_global(coord::build_broadcast(std::move(name), tensor, opts, size()), n);
 }
-Handle alltoall_async(std::string name, TensorView input, AlltoallOpts opts) {
+Handle alltoall_async(std::string name, TensorView input, AlltoallOptions opts) {
   std::string n = name;
   return submit_global(coord::build_alltoall(std::move(name), input, std::move(opts), size()), n);
 }
-Handle reducescatter_async(std::string name, TensorView input, ReducescatterOpts opts) {
+Handle reducescatter_async(std::string name, TensorView input, ReducescatterOptions opts) {
   std::string n = name;
   return submit_global(coord::build_reducescatter(std::move(name), input, std::move(opts)), n);
 }
@@ -248,22 +224,22 @@ Result<HostTensor> output_of(const Handle& h) {
 }
 }  // namespace
 
-Status allreduce(std::string name, TensorView tensor, AllreduceOpts opts) {
+Status allreduce(std::string name, TensorView tensor, AllreduceOptions opts) {
   return allreduce_async(std::move(name), tensor, opts).wait();
 }
-Status grouped_allreduce(std::string name, std::vector<TensorView> tensors, AllreduceOpts opts) {
+Status grouped_allreduce(std::string name, std::vector<TensorView> tensors, AllreduceOptions opts) {
   return grouped_allreduce_async(std::move(name), std::move(tensors), opts).wait();
 }
 Result<HostTensor> allgather(std::string name, TensorView input) {
   return output_of(allgather_async(std::move(name), input));
 }
 Status broadcast(std::string name, TensorView tensor, int root) {
-  return broadcast_async(std::move(name), tensor, BroadcastOpts{root}).wait();
+  return broadcast_async(std::move(name), tensor, BroadcastOptions{root}).wait();
 }
 Result<HostTensor> alltoall(std::string name, TensorView input, std::vector<int64_t> splits) {
-  return output_of(alltoall_async(std::move(name), input, AlltoallOpts{std::move(splits), {}}));
+  return output_of(alltoall_async(std::move(name), input, AlltoallOptions{std::move(splits), {}}));
 }
-Result<HostTensor> reducescatter(std::string name, TensorView input, ReducescatterOpts opts) {
+Result<HostTensor> reducescatter(std::string name, TensorView input, ReducescatterOptions opts) {
   return output_of(reducescatter_async(std::move(name), input, std::move(opts)));
 }
 Status barrier(std::string name) { return barrier_async(std::move(name)).wait(); }

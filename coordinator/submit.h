@@ -1,6 +1,9 @@
 // Building validated Entries from the public API's arguments. Each builder checks the
 // caller's arguments on this rank (cross-rank agreement is the Controller's job) and returns
-// InvalidArgument naming the tensor, the argument, the expected and the given value.
+// InvalidArgument naming the tensor, the argument, the expected and the given value. What
+// exists only at the tensor level is checked here (names, views, shapes, rows, splits,
+// devices); the checks a backend makes too (dtype, reduction, root, per-rank counts) are the
+// same validate_* functions of backends/backend.h, with the tensor's name as context.
 // Runtime tests submit these entries to their own Runtime objects; kolo::*_async submit them
 // to the global one.
 #pragma once
@@ -15,18 +18,18 @@
 namespace kolo::coord {
 
 Result<std::unique_ptr<Entry>> build_allreduce(std::string name, TensorView input,
-                                               TensorView output, const AllreduceOpts& opts);
+                                               TensorView output, const AllreduceOptions& opts);
 Result<std::unique_ptr<Entry>> build_grouped_allreduce(std::string name,
                                                        std::vector<TensorView> tensors,
-                                                       const AllreduceOpts& opts);
+                                                       const AllreduceOptions& opts);
 Result<std::unique_ptr<Entry>> build_allgather(std::string name, TensorView input,
-                                               AllgatherOpts opts);
+                                               AllgatherOptions opts);
 Result<std::unique_ptr<Entry>> build_broadcast(std::string name, TensorView tensor,
-                                               const BroadcastOpts& opts, int size);
+                                               const BroadcastOptions& opts, int size);
 Result<std::unique_ptr<Entry>> build_alltoall(std::string name, TensorView input,
-                                              AlltoallOpts opts, int size);
+                                              AlltoallOptions opts, int size);
 Result<std::unique_ptr<Entry>> build_reducescatter(std::string name, TensorView input,
-                                                   ReducescatterOpts opts);
+                                                   ReducescatterOptions opts);
 Result<std::unique_ptr<Entry>> build_barrier(std::string name);
 Result<std::unique_ptr<Entry>> build_join();
 

@@ -81,7 +81,7 @@ inline Handle submit(Runtime& rt, Result<std::unique_ptr<Entry>> e) {
 }
 
 inline Handle allreduce(Runtime& rt, const std::string& name, std::vector<float>& v,
-                        AllreduceOpts opts = {}) {
+                        AllreduceOptions opts = {}) {
   auto view = view_of(v.data(), {static_cast<int64_t>(v.size())});
   return submit(rt, build_allreduce(name, view, view, opts));
 }

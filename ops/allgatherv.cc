@@ -3,7 +3,6 @@
 #include "ops/collectives.h"
 #include "ops/detail.h"
 #include "ops/ring.h"
-#include "ops/validate.h"
 
 namespace kolo::ops {
 
@@ -12,11 +11,9 @@ Status allgatherv(Channel& channel, const void* input, void* output,
   constexpr const char* kOp = "allgatherv";
   const int p = channel.size();
   const int r = channel.rank();
-  KOLO_RETURN_IF_ERROR(check_dtype(kOp, dtype));
-  KOLO_RETURN_IF_ERROR(check_counts(kOp, "counts", counts, p));
-  KOLO_RETURN_IF_ERROR(check_buffer(kOp, "input", input, counts[r]));
+  KOLO_ENFORCE(static_cast<int>(counts.size()) == p, "counts.size() " << counts.size());
   const int64_t total = sum_of(counts);
-  KOLO_RETURN_IF_ERROR(check_buffer(kOp, "output", output, total));
+  KOLO_ENFORCE((input != nullptr || counts[r] == 0) && (output != nullptr || total == 0));
   if (total == 0) return Status::Ok();
 
   const size_t es = dtype_size(dtype);

@@ -9,21 +9,19 @@
 #include "ops/collectives.h"
 #include "ops/detail.h"
 #include "ops/reduce.h"
-#include "ops/validate.h"
 
 namespace kolo::ops {
 
-Status allreduce_recursive_doubling(Channel& channel, void* data, int64_t count,
-                                    const ReduceSpec& spec, Workspace& workspace) {
+Status allreduce_recursive_doubling(Channel& channel, void* data, int64_t count, DataType dtype,
+                                    const Reduction& reduction, Workspace& workspace) {
   constexpr const char* kOp = "allreduce_recursive_doubling";
-  KOLO_RETURN_IF_ERROR(check_spec(kOp, spec));
-  KOLO_RETURN_IF_ERROR(check_buffer(kOp, "data", data, count));
+  KOLO_ENFORCE(count >= 0 && (data != nullptr || count == 0), "count " << count);
   if (count == 0) return Status::Ok();
   const int p = channel.size();
   const int r = channel.rank();
-  const size_t bytes = static_cast<size_t>(count) * dtype_size(spec.dtype);
+  const size_t bytes = static_cast<size_t>(count) * dtype_size(dtype);
 
-  apply_prescale(spec, data, count);
+  scale(dtype, data, count, reduction.prescale);
   if (p > 1) {
     void* tmp = workspace.get(bytes);
     int p2 = 1;
@@ -38,7 +36,7 @@ Status allreduce_recursive_doubling(Channel& channel, void* data, int64_t count,
       } else {
         KOLO_RETURN_IF_ERROR(
             with_peer(channel.recv(r - 1, tmp, bytes), kOp, "receive from", r - 1));
-        reduce_into(spec.dtype, spec.op, data, tmp, count);
+        reduce_into(dtype, reduction.op, data, tmp, count);
         new_rank = r / 2;
       }
     } else {
@@ -51,7 +49,7 @@ Status allreduce_recursive_doubling(Channel& channel, void* data, int64_t count,
         const int peer = partner_new < rem ? partner_new * 2 + 1 : partner_new + rem;
         KOLO_RETURN_IF_ERROR(with_peer(channel.sendrecv(peer, data, bytes, peer, tmp, bytes), kOp,
                                        "exchange with", peer));
-        reduce_into(spec.dtype, spec.op, data, tmp, count);
+        reduce_into(dtype, reduction.op, data, tmp, count);
       }
     }
 
@@ -64,7 +62,7 @@ Status allreduce_recursive_doubling(Channel& channel, void* data, int64_t count,
       }
     }
   }
-  finish_reduction(spec, data, count, p);
+  finish_reduction(dtype, reduction, data, count, p);
   return Status::Ok();
 }
 

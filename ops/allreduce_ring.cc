@@ -4,23 +4,21 @@
 
 #include "ops/collectives.h"
 #include "ops/detail.h"
+#include "ops/reduce.h"
 #include "ops/ring.h"
-#include "ops/validate.h"
 
 namespace kolo::ops {
 
-Status allreduce_ring(Channel& channel, void* data, int64_t count, const ReduceSpec& spec,
-                      Workspace& workspace, size_t segment_bytes) {
+Status allreduce_ring(Channel& channel, void* data, int64_t count, DataType dtype,
+                      const Reduction& reduction, Workspace& workspace, size_t segment_bytes) {
   constexpr const char* kOp = "allreduce_ring";
-  KOLO_RETURN_IF_ERROR(check_spec(kOp, spec));
-  KOLO_RETURN_IF_ERROR(check_buffer(kOp, "data", data, count));
-  if (segment_bytes == 0)
-    return Status::InvalidArgument("allreduce_ring: segment_bytes must be > 0, got 0");
+  KOLO_ENFORCE(count >= 0 && (data != nullptr || count == 0), "count " << count);
+  KOLO_ENFORCE(segment_bytes > 0);
   if (count == 0) return Status::Ok();
   const int p = channel.size();
-  const size_t es = dtype_size(spec.dtype);
+  const size_t es = dtype_size(dtype);
 
-  apply_prescale(spec, data, count);
+  scale(dtype, data, count, reduction.prescale);
   if (p > 1) {
     const std::vector<int64_t> counts = split_evenly(count, p);
     const std::vector<int64_t> offsets = offsets_of(counts);
@@ -29,11 +27,11 @@ Status allreduce_ring(Channel& channel, void* data, int64_t count, const ReduceS
         std::min(segment_elems(segment_bytes, es), std::max<int64_t>(counts[0], 1));
     char* scratch = static_cast<char*>(workspace.get(2 * static_cast<size_t>(segment) * es));
     char* buf = static_cast<char*>(data);
-    KOLO_RETURN_IF_ERROR(
-        ring_reduce_scatter(channel, buf, offsets, counts, spec, scratch, segment, kOp));
+    KOLO_RETURN_IF_ERROR(ring_reduce_scatter(channel, buf, offsets, counts, dtype, reduction.op,
+                                             scratch, segment, kOp));
     KOLO_RETURN_IF_ERROR(ring_allgather(channel, buf, offsets, counts, es, segment, kOp));
   }
-  finish_reduction(spec, data, count, p);
+  finish_reduction(dtype, reduction, data, count, p);
   return Status::Ok();
 }
 

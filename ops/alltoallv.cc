@@ -11,7 +11,6 @@
 
 #include "ops/collectives.h"
 #include "ops/detail.h"
-#include "ops/validate.h"
 
 namespace kolo::ops {
 
@@ -34,16 +33,14 @@ Status alltoallv(Channel& channel, const void* input, const std::vector<int64_t>
                  void* output, const std::vector<int64_t>& recv_counts, DataType dtype) {
   const int p = channel.size();
   const int r = channel.rank();
-  KOLO_RETURN_IF_ERROR(check_dtype(kOp, dtype));
-  KOLO_RETURN_IF_ERROR(check_counts(kOp, "send_counts", send_counts, p));
-  KOLO_RETURN_IF_ERROR(check_counts(kOp, "recv_counts", recv_counts, p));
-  KOLO_RETURN_IF_ERROR(check_buffer(kOp, "input", input, sum_of(send_counts)));
-  KOLO_RETURN_IF_ERROR(check_buffer(kOp, "output", output, sum_of(recv_counts)));
-  if (send_counts[r] != recv_counts[r])
-    return Status::InvalidArgument(
-        "alltoallv: send_counts[" + std::to_string(r) + "] (what rank " + std::to_string(r) +
-        " keeps for itself) must equal recv_counts[" + std::to_string(r) +
-        "] = " + std::to_string(recv_counts[r]) + ", got " + std::to_string(send_counts[r]));
+  KOLO_ENFORCE(
+      static_cast<int>(send_counts.size()) == p && static_cast<int>(recv_counts.size()) == p,
+      "send_counts.size() " << send_counts.size() << ", recv_counts.size() " << recv_counts.size());
+  KOLO_ENFORCE(send_counts[r] == recv_counts[r], "send_counts[" << r << "] " << send_counts[r]
+                                                                << ", recv_counts[" << r << "] "
+                                                                << recv_counts[r]);
+  KOLO_ENFORCE((input != nullptr || sum_of(send_counts) == 0) &&
+               (output != nullptr || sum_of(recv_counts) == 0));
 
   const size_t es = dtype_size(dtype);
   const std::vector<int64_t> send_off = offsets_of(send_counts);

@@ -2,7 +2,7 @@
 // ceil(log2 P) rounds every rank has (transitively) heard from every other, so none can leave
 // before all have entered. Works for any P, not only powers of two.
 #include "ops/collectives.h"
-#include "ops/validate.h"
+#include "ops/detail.h"
 
 namespace kolo::ops {
 

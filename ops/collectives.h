@@ -3,9 +3,14 @@
 //
 // Common contract:
 // - Every rank of the channel calls the same function with matching arguments (same count,
-//   dtype, spec, root, and consistent per-rank counts). Arguments are validated before any
-//   byte is sent: a bad argument returns InvalidArgument naming it, with nothing sent.
-// - Counts are in elements of `dtype`. Per-rank count vectors have channel.size() entries.
+//   dtype, reduction, root, and consistent per-rank counts).
+// - Preconditions: the arguments are valid as Backend's public methods check them
+//   (backends/backend.h validates once, before calling these): a valid dtype and reduction,
+//   counts >= 0, per-rank count vectors of channel.size() non-negative entries, non-null
+//   buffers where a count is > 0, 0 <= root < size. The algorithms do not return errors for
+//   these; the cheap ones are KOLO_ENFORCE'd (a violation is a bug in the caller: Error
+//   (Internal) thrown before any byte is sent).
+// - Counts are in elements of `dtype`.
 // - Buffers are borrowed for the duration of the call only.
 // - `workspace` is scratch memory owned by the caller and reused across calls so that steady
 //   state allocates nothing. It is not thread-safe: one call at a time per workspace.
@@ -22,16 +27,6 @@
 #include "ops/channel.h"
 
 namespace kolo::ops {
-
-// How a reduction combines values. kAverage reduces as a sum and then divides by the group
-// size. prescale multiplies each rank's input before reduction, postscale the result after.
-// Integer types apply scale factors by multiplying in double and truncating toward zero.
-struct ReduceSpec {
-  DataType dtype = DataType::kFloat32;
-  ReduceOp op = ReduceOp::kSum;
-  double prescale = 1.0;
-  double postscale = 1.0;
-};
 
 // Grows on demand and keeps its memory. Aligned to 64 bytes.
 class Workspace {
@@ -60,21 +55,22 @@ struct AllreduceTuning {
 
 // In-place allreduce: on entry `data` holds this rank's `count` elements, on success the
 // reduced result. Chooses the algorithm by message size.
-Status allreduce(Channel& channel, void* data, int64_t count, const ReduceSpec& spec,
-                 Workspace& workspace, const AllreduceTuning& tuning = {});
+Status allreduce(Channel& channel, void* data, int64_t count, DataType dtype,
+                 const Reduction& reduction, Workspace& workspace,
+                 const AllreduceTuning& tuning = {});
 // Bandwidth-optimal: a segmented, pipelined ring reduce-scatter followed by a ring allgather.
 // Each rank sends 2(P-1)/P of the data.
-Status allreduce_ring(Channel& channel, void* data, int64_t count, const ReduceSpec& spec,
-                      Workspace& workspace, size_t segment_bytes);
+Status allreduce_ring(Channel& channel, void* data, int64_t count, DataType dtype,
+                      const Reduction& reduction, Workspace& workspace, size_t segment_bytes);
 // Latency-optimal: log2(P) exchange rounds of the whole message (non-powers of two fold
 // the extra ranks in first and out last).
-Status allreduce_recursive_doubling(Channel& channel, void* data, int64_t count,
-                                    const ReduceSpec& spec, Workspace& workspace);
+Status allreduce_recursive_doubling(Channel& channel, void* data, int64_t count, DataType dtype,
+                                    const Reduction& reduction, Workspace& workspace);
 
 // Reduce-scatter: `input` holds sum(counts) elements on every rank; on success `output`
 // holds the reduced block of counts[rank] elements that starts at sum(counts[0..rank)).
 Status reducescatter(Channel& channel, const void* input, void* output,
-                     const std::vector<int64_t>& counts, const ReduceSpec& spec,
+                     const std::vector<int64_t>& counts, DataType dtype, const Reduction& reduction,
                      Workspace& workspace);
 
 // Allgather with per-rank sizes: `input` holds counts[rank] elements; on success `output`

@@ -1,7 +1,7 @@
 #include "ops/detail.h"
 
-#include "ops/reduce.h"
-#include "ops/validate.h"
+#include <numeric>
+#include <string>
 
 namespace kolo::ops {
 
@@ -38,13 +38,14 @@ std::vector<int64_t> offsets_of(const std::vector<int64_t>& counts) {
   return out;
 }
 
-void apply_prescale(const ReduceSpec& spec, void* data, int64_t count) {
-  scale(spec.dtype, data, count, spec.prescale);
+int64_t sum_of(const std::vector<int64_t>& counts) {
+  return std::accumulate(counts.begin(), counts.end(), int64_t{0});
 }
 
-void finish_reduction(const ReduceSpec& spec, void* data, int64_t count, int group_size) {
-  if (spec.op == ReduceOp::kAverage) divide(spec.dtype, data, count, group_size);
-  scale(spec.dtype, data, count, spec.postscale);
+Status with_peer(Status status, std::string_view op, std::string_view verb, int peer) {
+  if (status.ok()) return status;
+  return status.with_context(std::string(op) + ": " + std::string(verb) + " rank " +
+                             std::to_string(peer));
 }
 
 }  // namespace kolo::ops

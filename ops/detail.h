@@ -5,6 +5,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/enforce.h"
 #include "kolo/status.h"
 #include "ops/channel.h"
 #include "ops/collectives.h"
@@ -49,11 +50,10 @@ inline int64_t segment_elems(size_t segment_bytes, size_t elem_size) {
   return n == 0 ? 1 : static_cast<int64_t>(n);
 }
 
-// Applies spec.prescale to this rank's contribution.
-void apply_prescale(const ReduceSpec& spec, void* data, int64_t count);
-// Completes a reduction over `group_size` ranks: divides by it for kAverage, then applies
-// spec.postscale.
-void finish_reduction(const ReduceSpec& spec, void* data, int64_t count, int group_size);
+int64_t sum_of(const std::vector<int64_t>& counts);
+
+// Adds "<op>: <verb> rank <peer>" to a transport error so that it names the peer.
+Status with_peer(Status status, std::string_view op, std::string_view verb, int peer);
 
 // Default segment size for the algorithms whose signature carries no tuning.
 inline constexpr size_t kDefaultSegmentBytes = AllreduceTuning{}.segment_bytes;

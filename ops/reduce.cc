@@ -268,6 +268,12 @@ void divide(DataType dtype, void* data, int64_t count, double divisor) {
   map(dtype, data, data, count, 1.0, divisor);
 }
 
+void finish_reduction(DataType dtype, const Reduction& reduction, void* data, int64_t count,
+                      int contributors) {
+  if (reduction.op == ReduceOp::kAverage) divide(dtype, data, count, contributors);
+  scale(dtype, data, count, reduction.postscale);
+}
+
 void scale_copy(DataType dtype, void* dst, const void* src, int64_t count, double factor) {
   if (count <= 0) return;
   if (factor == 1.0) {

@@ -25,6 +25,12 @@ void scale(DataType dtype, void* data, int64_t count, double factor);
 // values whose sum divides evenly is exact). Integers divide in double and truncate toward zero.
 void divide(DataType dtype, void* data, int64_t count, double divisor);
 
+// Completes a reduction that `contributors` ranks took part in, by kolo::Reduction's rule
+// (the one implementation of it): kAverage divides by contributors, then every op multiplies
+// by reduction.postscale. The prescale and the combining are the caller's.
+void finish_reduction(DataType dtype, const Reduction& reduction, void* data, int64_t count,
+                      int contributors);
+
 // Copies count elements from src to dst multiplying by factor on the way (a fused copy+scale
 // for fusion buffers). factor 1 is a plain memcpy.
 void scale_copy(DataType dtype, void* dst, const void* src, int64_t count, double factor);

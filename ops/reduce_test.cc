@@ -160,5 +160,19 @@ TEST(ReduceTest, ScaleDivideAndScaleCopy) {
   EXPECT_EQ(f[0], 1.5f);
 }
 
+// kolo::Reduction's rule: divide by the contributors, then the postscale (issue 15: 81 / 3 * 13
+// = 351 exactly, where 81 * (13 / 3.0) truncates to 350). Other ops only scale.
+TEST(ReduceTest, FinishReductionDividesThenScales) {
+  std::vector<int32_t> i = {81, 27, -27};
+  finish_reduction(DataType::kInt32, {ReduceOp::kAverage, 1.0, 13.0}, i.data(), 3, 3);
+  EXPECT_EQ(i, (std::vector<int32_t>{351, 117, -117}));
+  std::vector<int32_t> s = {81};
+  finish_reduction(DataType::kInt32, {ReduceOp::kSum, 5.0, 0.5}, s.data(), 1, 3);
+  EXPECT_EQ(s[0], 40);  // the prescale is the caller's; 40.5 truncates toward zero
+  std::vector<double> d = {1.0};
+  finish_reduction(DataType::kFloat64, {ReduceOp::kAverage, 1.0, 3.0}, d.data(), 1, 3);
+  EXPECT_EQ(d[0], 1.0);
+}
+
 }  // namespace
 }  // namespace kolo::ops

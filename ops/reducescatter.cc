@@ -7,35 +7,32 @@
 #include "ops/detail.h"
 #include "ops/reduce.h"
 #include "ops/ring.h"
-#include "ops/validate.h"
 
 namespace kolo::ops {
 
 Status reducescatter(Channel& channel, const void* input, void* output,
-                     const std::vector<int64_t>& counts, const ReduceSpec& spec,
+                     const std::vector<int64_t>& counts, DataType dtype, const Reduction& reduction,
                      Workspace& workspace) {
   constexpr const char* kOp = "reducescatter";
   const int p = channel.size();
   const int r = channel.rank();
-  KOLO_RETURN_IF_ERROR(check_spec(kOp, spec));
-  KOLO_RETURN_IF_ERROR(check_counts(kOp, "counts", counts, p));
+  KOLO_ENFORCE(static_cast<int>(counts.size()) == p, "counts.size() " << counts.size());
   const int64_t total = sum_of(counts);
-  KOLO_RETURN_IF_ERROR(check_buffer(kOp, "input", input, total));
-  KOLO_RETURN_IF_ERROR(check_buffer(kOp, "output", output, counts[r]));
+  KOLO_ENFORCE((input != nullptr || total == 0) && (output != nullptr || counts[r] == 0));
   if (total == 0) return Status::Ok();
 
-  const size_t es = dtype_size(spec.dtype);
+  const size_t es = dtype_size(dtype);
   const std::vector<int64_t> offsets = offsets_of(counts);
   const int64_t largest = *std::max_element(counts.begin(), counts.end());
   const int64_t segment = std::min(segment_elems(kDefaultSegmentBytes, es), largest);
   const size_t copy_bytes = static_cast<size_t>(total) * es;
   char* buf = static_cast<char*>(workspace.get(copy_bytes + 2 * static_cast<size_t>(segment) * es));
-  scale_copy(spec.dtype, buf, input, total, spec.prescale);
-  KOLO_RETURN_IF_ERROR(
-      ring_reduce_scatter(channel, buf, offsets, counts, spec, buf + copy_bytes, segment, kOp));
+  scale_copy(dtype, buf, input, total, reduction.prescale);
+  KOLO_RETURN_IF_ERROR(ring_reduce_scatter(channel, buf, offsets, counts, dtype, reduction.op,
+                                           buf + copy_bytes, segment, kOp));
   if (counts[r] > 0)
     std::memcpy(output, buf + offsets[r] * es, static_cast<size_t>(counts[r]) * es);
-  finish_reduction(spec, output, counts[r], p);
+  finish_reduction(dtype, reduction, output, counts[r], p);
   return Status::Ok();
 }
 

@@ -25,14 +25,14 @@ int mod(int a, int p) { return ((a % p) + p) % p; }
 }  // namespace
 
 Status ring_reduce_scatter(Channel& channel, char* buf, const std::vector<int64_t>& offsets,
-                           const std::vector<int64_t>& counts, const ReduceSpec& spec,
-                           char* scratch, int64_t segment, std::string_view op) {
+                           const std::vector<int64_t>& counts, DataType dtype, ReduceOp op,
+                           char* scratch, int64_t segment, std::string_view what) {
   const int p = channel.size();
   const int r = channel.rank();
   if (p == 1) return Status::Ok();
   const int left = mod(r - 1, p);
   const int right = mod(r + 1, p);
-  const size_t es = dtype_size(spec.dtype);
+  const size_t es = dtype_size(dtype);
   char* slot[2] = {scratch, scratch + static_cast<size_t>(segment) * es};
 
   Pending sends(channel);
@@ -55,18 +55,18 @@ Status ring_reduce_scatter(Channel& channel, char* buf, const std::vector<int64_
       // whose previous contents were reduced in the last iteration.
       if (k + 1 < nseg)
         next = channel.irecv(left, slot[(k + 1) % 2], static_cast<size_t>(seg_len(k + 1)) * es);
-      Status st = wait_for(channel, current, op, "receive from", left);
+      Status st = wait_for(channel, current, what, "receive from", left);
       if (!st.ok()) {
         if (next.completion()) (void)channel.wait(next);
         return st;
       }
       const int64_t m = seg_len(k);
       char* dst = block + k * segment * es;
-      reduce_into(spec.dtype, spec.op, dst, slot[k % 2], m);
+      reduce_into(dtype, op, dst, slot[k % 2], m);
       if (s < p - 2) sends.add(channel.isend(right, dst, static_cast<size_t>(m) * es));
     }
   }
-  return sends.wait_all(op, "send to", right);
+  return sends.wait_all(what, "send to", right);
 }
 
 Status ring_allgather(Channel& channel, char* buf, const std::vector<int64_t>& offsets,

@@ -7,17 +7,18 @@
 #include <vector>
 
 #include "kolo/status.h"
+#include "kolo/types.h"
 #include "ops/channel.h"
 #include "ops/collectives.h"
 
 namespace kolo::ops {
 
 // Ring reduce-scatter in place. On entry `buf` holds this rank's contribution to every block;
-// on success block rank() holds the reduction (spec.op, no scaling) over all ranks. Other
+// on success block rank() holds the reduction (op, no scaling) over all ranks. Other
 // blocks hold partial results. `scratch` must hold 2 * segment elements.
 Status ring_reduce_scatter(Channel& channel, char* buf, const std::vector<int64_t>& offsets,
-                           const std::vector<int64_t>& counts, const ReduceSpec& spec,
-                           char* scratch, int64_t segment, std::string_view op);
+                           const std::vector<int64_t>& counts, DataType dtype, ReduceOp op,
+                           char* scratch, int64_t segment, std::string_view what);
 
 // Ring allgather in place. On entry block rank() of `buf` is valid; on success every block
 // holds its owner's data.

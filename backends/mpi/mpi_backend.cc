@@ -39,18 +39,18 @@ class MpiBackend final : public Backend {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
-  Status allreduce(const void* input, void* output, int64_t count, DataType dtype,
-                   const AllreduceOptions& options) override {
-    KOLO_RETURN_IF_ERROR(validate_allreduce(size_, input, output, count, dtype, options));
+ protected:
+  Status do_allreduce(const void* input, void* output, int64_t count, DataType dtype,
+                      const Reduction& reduction) override {
     if (count == 0) return Status::Ok();
     KOLO_ASSIGN_OR_RETURN(MPI_Datatype type, mpi_datatype(dtype));
-    KOLO_ASSIGN_OR_RETURN(MPI_Op op, mpi_op(dtype, options.op));
+    KOLO_ASSIGN_OR_RETURN(MPI_Op op, mpi_op(dtype, reduction.op));
     const size_t element = dtype_size(dtype);
     // The prescale needs a scaled copy of the input, and output is the natural place for it:
     // then the reduction runs in place and needs no scratch memory.
     bool in_place = input == output;
-    if (options.prescale != 1.0) {
-      scale_copy_host(dtype, output, input, count, options.prescale);
+    if (reduction.prescale != 1.0) {
+      scale_copy_host(dtype, output, input, count, reduction.prescale);
       in_place = true;
     }
     for (int64_t offset = 0; offset < count; offset += kMaxPiece) {
@@ -60,14 +60,13 @@ class MpiBackend final : public Backend {
           mpi_status(MPI_Allreduce(send, byte_ptr(output, offset, element), n, type, op, comm_),
                      "mpi allreduce: MPI_Allreduce"));
     }
-    scale_host(dtype, output, count, postscale(options.op, options.postscale));
+    finish_reduction_host(dtype, reduction, output, count, size_);
     return Status::Ok();
   }
 
-  Status allgather(const void* input, void* output, DataType dtype,
-                   const AllgatherOptions& options) override {
-    KOLO_RETURN_IF_ERROR(validate_allgather(rank_, size_, input, output, dtype, options));
-    KOLO_RETURN_IF_ERROR(to_int_layout("allgather", "counts", options.counts, counts_, displs_));
+  Status do_allgather(const void* input, void* output, DataType dtype,
+                      const std::vector<int64_t>& counts) override {
+    KOLO_RETURN_IF_ERROR(to_int_layout("allgather", "counts", counts, counts_, displs_));
     KOLO_ASSIGN_OR_RETURN(MPI_Datatype type, mpi_datatype(dtype));
     // The contract lets input alias this rank's slot of output; MPI forbids aliasing, but
     // MPI_IN_PLACE means exactly that layout.
@@ -78,47 +77,42 @@ class MpiBackend final : public Backend {
                       "mpi allgather: MPI_Allgatherv");
   }
 
-  Status broadcast(void* data, int64_t count, DataType dtype,
-                   const BroadcastOptions& options) override {
-    KOLO_RETURN_IF_ERROR(validate_broadcast(size_, data, count, dtype, options));
+  Status do_broadcast(void* data, int64_t count, DataType dtype, int root) override {
     KOLO_ASSIGN_OR_RETURN(MPI_Datatype type, mpi_datatype(dtype));
     const size_t element = dtype_size(dtype);
     for (int64_t offset = 0; offset < count; offset += kMaxPiece) {
       const int n = static_cast<int>(std::min(kMaxPiece, count - offset));
       KOLO_RETURN_IF_ERROR(
-          mpi_status(MPI_Bcast(byte_ptr(data, offset, element), n, type, options.root, comm_),
+          mpi_status(MPI_Bcast(byte_ptr(data, offset, element), n, type, root, comm_),
                      "mpi broadcast: MPI_Bcast"));
     }
     return Status::Ok();
   }
 
-  Status alltoall(const void* input, void* output, DataType dtype,
-                  const AlltoallOptions& options) override {
-    KOLO_RETURN_IF_ERROR(validate_alltoall(size_, input, output, dtype, options));
+  Status do_alltoall(const void* input, void* output, DataType dtype,
+                     const std::vector<int64_t>& send_counts,
+                     const std::vector<int64_t>& recv_counts) override {
+    KOLO_RETURN_IF_ERROR(to_int_layout("alltoall", "send_counts", send_counts, counts_, displs_));
     KOLO_RETURN_IF_ERROR(
-        to_int_layout("alltoall", "send_counts", options.send_counts, counts_, displs_));
-    KOLO_RETURN_IF_ERROR(
-        to_int_layout("alltoall", "recv_counts", options.recv_counts, recv_counts_, recv_displs_));
+        to_int_layout("alltoall", "recv_counts", recv_counts, recv_counts_, recv_displs_));
     KOLO_ASSIGN_OR_RETURN(MPI_Datatype type, mpi_datatype(dtype));
     return mpi_status(MPI_Alltoallv(input, counts_.data(), displs_.data(), type, output,
                                     recv_counts_.data(), recv_displs_.data(), type, comm_),
                       "mpi alltoall: MPI_Alltoallv");
   }
 
-  Status reducescatter(const void* input, void* output, DataType dtype,
-                       const ReducescatterOptions& options) override {
-    KOLO_RETURN_IF_ERROR(validate_reducescatter(rank_, size_, input, output, dtype, options));
-    KOLO_RETURN_IF_ERROR(
-        to_int_layout("reducescatter", "counts", options.counts, counts_, displs_));
+  Status do_reducescatter(const void* input, void* output, DataType dtype,
+                          const Reduction& reduction, const std::vector<int64_t>& counts) override {
+    KOLO_RETURN_IF_ERROR(to_int_layout("reducescatter", "counts", counts, counts_, displs_));
     KOLO_ASSIGN_OR_RETURN(MPI_Datatype type, mpi_datatype(dtype));
-    KOLO_ASSIGN_OR_RETURN(MPI_Op op, mpi_op(dtype, options.op));
+    KOLO_ASSIGN_OR_RETURN(MPI_Op op, mpi_op(dtype, reduction.op));
     const int64_t total = static_cast<int64_t>(displs_.back()) + counts_.back();
     const void* send = input;
-    if (options.prescale != 1.0) {
+    if (reduction.prescale != 1.0) {
       // Unlike allreduce the output is too small to hold the scaled input: use scratch, which
       // is kept so that steady state allocates nothing.
       scratch_.resize(std::max(scratch_.size(), static_cast<size_t>(total) * dtype_size(dtype)));
-      scale_copy_host(dtype, scratch_.data(), input, total, options.prescale);
+      scale_copy_host(dtype, scratch_.data(), input, total, reduction.prescale);
       send = scratch_.data();
     } else if (input == output && total > 0) {
       // In-place MPI_Reduce_scatter reads the input from recvbuf and leaves this rank's block
@@ -128,17 +122,15 @@ class MpiBackend final : public Backend {
     KOLO_RETURN_IF_ERROR(
         mpi_status(MPI_Reduce_scatter(send, output, counts_.data(), type, op, comm_),
                    "mpi reducescatter: MPI_Reduce_scatter"));
-    scale_host(dtype, output, options.counts[rank_], postscale(options.op, options.postscale));
+    finish_reduction_host(dtype, reduction, output, counts[rank_], size_);
     return Status::Ok();
   }
 
-  Status barrier() override { return mpi_status(MPI_Barrier(comm_), "mpi barrier: MPI_Barrier"); }
-
- private:
-  double postscale(ReduceOp op, double postscale) const {
-    return op == ReduceOp::kAverage ? postscale / size_ : postscale;
+  Status do_barrier() override {
+    return mpi_status(MPI_Barrier(comm_), "mpi barrier: MPI_Barrier");
   }
 
+ private:
   // Converts per-rank element counts to MPI's int counts and displacements, refusing what an
   // int cannot hold (MPI 3.1 has no large-count collectives).
   static Status to_int_layout(const char* op, const char* arg, const std::vector<int64_t>& in,

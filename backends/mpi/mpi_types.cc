@@ -97,21 +97,51 @@ int op_index(ReduceOp op) {
   return -1;
 }
 
+// dst[i] = src[i] * mul / div, with the arithmetic of ops/reduce.h: floats in their own
+// precision, integers in double truncated toward zero.
 template <typename T>
-void scale_copy_typed(T* dst, const T* src, int64_t count, double factor) {
+void map_typed(T* dst, const T* src, int64_t count, double mul, double div) {
   if constexpr (std::is_floating_point_v<T>) {
-    const T f = static_cast<T>(factor);
-    for (int64_t i = 0; i < count; ++i) dst[i] = src[i] * f;
+    const T m = static_cast<T>(mul);
+    const T d = static_cast<T>(div);
+    for (int64_t i = 0; i < count; ++i) dst[i] = src[i] * m / d;
   } else {
     for (int64_t i = 0; i < count; ++i)
-      dst[i] = static_cast<T>(std::trunc(static_cast<double>(src[i]) * factor));
+      dst[i] = static_cast<T>(std::trunc(static_cast<double>(src[i]) * mul / div));
   }
 }
 
 template <typename Format>
-void scale_copy_16(uint16_t* dst, const uint16_t* src, int64_t count, double factor) {
-  const float f = static_cast<float>(factor);
-  for (int64_t i = 0; i < count; ++i) dst[i] = Format::store(Format::load(src[i]) * f);
+void map_16(uint16_t* dst, const uint16_t* src, int64_t count, double mul, double div) {
+  const float m = static_cast<float>(mul);
+  const float d = static_cast<float>(div);
+  for (int64_t i = 0; i < count; ++i) dst[i] = Format::store(Format::load(src[i]) * m / d);
+}
+
+void map_host(DataType dtype, void* dst, const void* src, int64_t count, double mul, double div) {
+  switch (dtype) {
+    case DataType::kUInt8:
+      return map_typed(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), count, mul,
+                       div);
+    case DataType::kInt8:
+      return map_typed(static_cast<int8_t*>(dst), static_cast<const int8_t*>(src), count, mul, div);
+    case DataType::kInt32:
+      return map_typed(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src), count, mul,
+                       div);
+    case DataType::kInt64:
+      return map_typed(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), count, mul,
+                       div);
+    case DataType::kFloat32:
+      return map_typed(static_cast<float*>(dst), static_cast<const float*>(src), count, mul, div);
+    case DataType::kFloat64:
+      return map_typed(static_cast<double*>(dst), static_cast<const double*>(src), count, mul, div);
+    case DataType::kFloat16:
+      return map_16<Half>(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count,
+                          mul, div);
+    case DataType::kBFloat16:
+      return map_16<BFloat>(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count,
+                            mul, div);
+  }
 }
 
 }  // namespace
@@ -137,15 +167,16 @@ Result<MPI_Datatype> mpi_datatype(DataType dtype) {
       return dtype == DataType::kFloat16 ? t.half.type : t.bfloat.type;
     }
   }
-  return Status::InvalidArgument("mpi: dtype must be a valid DataType, got enum value " +
-                                 std::to_string(static_cast<int>(dtype)));
+  // Unreachable: Backend validates the dtype before any mpi collective runs.
+  return Status::Internal("mpi: dtype enum value " + std::to_string(static_cast<int>(dtype)) +
+                          " reached mpi_datatype unvalidated");
 }
 
 Result<MPI_Op> mpi_op(DataType dtype, ReduceOp op) {
   const int index = op_index(op);
   if (index < 0)
-    return Status::InvalidArgument("mpi: reduce op must be a valid ReduceOp, got enum value " +
-                                   std::to_string(static_cast<int>(op)));
+    return Status::Internal("mpi: reduce op enum value " + std::to_string(static_cast<int>(op)) +
+                            " reached mpi_op unvalidated");  // Backend validates it first
   if (dtype == DataType::kFloat16 || dtype == DataType::kBFloat16) {
     const Tables& t = tables();
     if (!t.status.ok()) return t.status;
@@ -156,42 +187,22 @@ Result<MPI_Op> mpi_op(DataType dtype, ReduceOp op) {
 }
 
 void scale_copy_host(DataType dtype, void* dst, const void* src, int64_t count, double factor) {
+  if (count <= 0) return;
   if (factor == 1.0) {
-    if (dst != src && count > 0)
-      std::memcpy(dst, src, static_cast<size_t>(count) * dtype_size(dtype));
+    if (dst != src) std::memcpy(dst, src, static_cast<size_t>(count) * dtype_size(dtype));
     return;
   }
-  switch (dtype) {
-    case DataType::kUInt8:
-      return scale_copy_typed(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), count,
-                              factor);
-    case DataType::kInt8:
-      return scale_copy_typed(static_cast<int8_t*>(dst), static_cast<const int8_t*>(src), count,
-                              factor);
-    case DataType::kInt32:
-      return scale_copy_typed(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src), count,
-                              factor);
-    case DataType::kInt64:
-      return scale_copy_typed(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), count,
-                              factor);
-    case DataType::kFloat32:
-      return scale_copy_typed(static_cast<float*>(dst), static_cast<const float*>(src), count,
-                              factor);
-    case DataType::kFloat64:
-      return scale_copy_typed(static_cast<double*>(dst), static_cast<const double*>(src), count,
-                              factor);
-    case DataType::kFloat16:
-      return scale_copy_16<Half>(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src),
-                                 count, factor);
-    case DataType::kBFloat16:
-      return scale_copy_16<BFloat>(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src),
-                                   count, factor);
-  }
+  map_host(dtype, dst, src, count, factor, 1.0);
 }
 
-void scale_host(DataType dtype, void* data, int64_t count, double factor) {
-  // Element-wise in place is safe: each element is read before it is written.
-  scale_copy_host(dtype, data, data, count, factor);
+void finish_reduction_host(DataType dtype, const Reduction& reduction, void* data, int64_t count,
+                           int contributors) {
+  if (count <= 0) return;
+  // Divide, then scale: multiplying by postscale / contributors instead rounds the quotient
+  // (3 ranks averaging 27 with postscale 13 must give 117, not 116).
+  if (reduction.op == ReduceOp::kAverage && contributors != 1)
+    map_host(dtype, data, data, count, 1.0, contributors);
+  if (reduction.postscale != 1.0) map_host(dtype, data, data, count, reduction.postscale, 1.0);
 }
 
 }  // namespace kolo

@@ -45,7 +45,7 @@ void run_allreduce(int size, int64_t count) {
       data[r].resize(count);
       for (int64_t i = 0; i < count; ++i) data[r][i] = static_cast<float>(r + 1 + i % 1000);
       status[r] = (*backend)->allreduce(data[r].data(), data[r].data(), count, DataType::kFloat32,
-                                        AllreduceOptions{});
+                                        Reduction{});
     });
   }
   for (auto& t : threads) t.join();

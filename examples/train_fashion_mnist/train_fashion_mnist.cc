@@ -64,16 +64,6 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Rank r of a multi-rank job writes "<stem>.rank<r><ext>", so that ranks never share a file
-// and `kolo-trace merge` finds them side by side.
-std::string timeline_path_for_rank(const std::string& path, int rank, int size) {
-  if (size == 1) return path;
-  std::filesystem::path p(path);
-  std::string ext = p.extension().string();
-  std::string stem = ext.empty() ? path : path.substr(0, path.size() - ext.size());
-  return stem + ".rank" + std::to_string(rank) + ext;
-}
-
 kolo::Device choose_device(const TrainArgs& args) {
   const int gpus = fw::cuda_device_count();
   using kolo::example::DeviceChoice;
@@ -173,7 +163,7 @@ int train(const TrainArgs& args) {
   const int world = kolo::size();
   const bool root = rank == 0;
   if (!args.timeline.empty()) {
-    throw_if_error(kolo::start_timeline(timeline_path_for_rank(args.timeline, rank, world)));
+    throw_if_error(kolo::start_timeline(args.timeline));  // one file per rank
   }
   const kolo::Device device = choose_device(args);
 

@@ -150,7 +150,7 @@ void DistributedOptimizer::submit(Bucket& bucket) {
   // Kolo requires every rank to pass the same scale factors (a difference is reported as a
   // mismatch), so this rank's own weight is applied here and the reduction is a plain sum
   // (or average) with a common prescale.
-  AllreduceOpts opts;
+  AllreduceOptions opts;
   double local_weight = 1.0;
   if (options_.weight_by_sample_count) {
     local_weight = count_given_ ? static_cast<double>(local_samples_) : 1.0;

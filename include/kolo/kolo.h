@@ -73,72 +73,75 @@ int local_size();
 int cross_rank();
 int cross_size();
 
-// Starts/stops recording a Chrome trace of this rank's operations to `path` (KOLO_TIMELINE
-// does the same at init()). PreconditionFailed before init or when already recording.
+// Starts/stops recording a Chrome trace of this rank's operations to `path`, with the file
+// rule of KOLO_TIMELINE (which does the same at init()): "{rank}" in the path is replaced by
+// the rank, else jobs of several ranks write path's stem + ".rankN.json", so every rank may
+// pass the same path. PreconditionFailed before init or when already recording.
 Status start_timeline(const std::string& path, bool mark_cycles = false);
 Status stop_timeline();
 
 // ---- Operation options -------------------------------------------------------------------------
-// (The backend-level structs of the same concepts are AllreduceOptions etc. in backends/.)
+// One type per concept. The Reduction inside allreduce and reducescatter options is the very
+// type the Backend interface and the ops/ algorithms take, so nothing converts between
+// copies; the other options are about tensors (rows, output memory), from which Kolo derives
+// the per-rank element counts that backends take. Designated initializers read well:
+// allreduce_async(name, view, {.op = kolo::ReduceOp::kAverage}). Every member has a default
+// initializer, so that designated initializers that leave some out compile without
+// -Wmissing-field-initializers warnings.
 
-struct AllreduceOpts {
-  ReduceOp op = ReduceOp::kSum;
-  double prescale = 1.0;   // multiplies each rank's input before the reduction
-  double postscale = 1.0;  // multiplies the result (after the 1/n of kAverage)
-};
+// An allreduce is described entirely by its reduction (kolo/types.h): op, prescale, postscale.
+using AllreduceOptions = Reduction;
 
 // Called on the background thread with the output's shape once it is known; must return a
 // buffer of at least product(shape) * dtype_size(dtype) bytes that stays valid until the
 // Handle completes, or null (the operation then fails with InvalidArgument).
 using OutputAllocator = std::function<void*(const std::vector<int64_t>& shape, DataType dtype)>;
 
-struct AllgatherOpts {
-  OutputAllocator allocator;  // empty: Kolo allocates a HostTensor (Handle::take_output)
+struct AllgatherOptions {
+  OutputAllocator allocator = {};  // empty: Kolo allocates a HostTensor (Handle::take_output)
 };
 
-struct BroadcastOpts {
+struct BroadcastOptions {
   int root = 0;
 };
 
-struct AlltoallOpts {
+struct AlltoallOptions {
   // Rows (first-dimension slices) sent to each rank, size() entries summing to shape[0].
   // Empty: shape[0] must divide evenly by size() and every rank gets the same number.
-  std::vector<int64_t> splits;
-  OutputAllocator allocator;
+  std::vector<int64_t> splits = {};
+  OutputAllocator allocator = {};
 };
 
-struct ReducescatterOpts {
-  ReduceOp op = ReduceOp::kSum;
-  double prescale = 1.0;
-  double postscale = 1.0;
-  // The first dimension is split across ranks in order: rank r receives
-  // shape[0] / size() rows, plus one when r < shape[0] % size().
-  OutputAllocator allocator;
+// The first dimension is split across ranks in order: rank r receives shape[0] / size() rows,
+// plus one when r < shape[0] % size(). E.g. {.reduction = {.op = kolo::ReduceOp::kAverage}}.
+struct ReducescatterOptions {
+  Reduction reduction = {};
+  OutputAllocator allocator = {};
 };
 
 // ---- Asynchronous operations ------------------------------------------------------------------
 
 // In-place allreduce of `tensor`.
-Handle allreduce_async(std::string name, TensorView tensor, AllreduceOpts opts = {});
+Handle allreduce_async(std::string name, TensorView tensor, AllreduceOptions opts = {});
 // Out-of-place: `output` must have the shape, dtype and device of `input`.
 Handle allreduce_async(std::string name, TensorView input, TensorView output,
-                       AllreduceOpts opts = {});
+                       AllreduceOptions opts = {});
 // Allreduces a list of tensors (in place) as one unit: negotiated together and executed in
 // one fused step, whatever the fusion threshold. Every rank passes the same number of
 // tensors with matching shapes. The member tensors are named "<name>[i]" in messages.
 Handle grouped_allreduce_async(std::string name, std::vector<TensorView> tensors,
-                               AllreduceOpts opts = {});
+                               AllreduceOptions opts = {});
 // Concatenates every rank's `input` along the first dimension, in rank order. The first
 // dimension may differ between ranks; the others must agree.
-Handle allgather_async(std::string name, TensorView input, AllgatherOpts opts = {});
+Handle allgather_async(std::string name, TensorView input, AllgatherOptions opts = {});
 // Copies root's `tensor` into `tensor` on every other rank.
-Handle broadcast_async(std::string name, TensorView tensor, BroadcastOpts opts = {});
+Handle broadcast_async(std::string name, TensorView tensor, BroadcastOptions opts = {});
 // Sends opts.splits[j] rows of `input` to rank j; the output concatenates the rows received
 // from each rank in rank order (Handle::received_splits tells how many came from each).
-Handle alltoall_async(std::string name, TensorView input, AlltoallOpts opts = {});
+Handle alltoall_async(std::string name, TensorView input, AlltoallOptions opts = {});
 // Reduces `input` (the same shape on every rank) and leaves rank r's share of the first
 // dimension in the output.
-Handle reducescatter_async(std::string name, TensorView input, ReducescatterOpts opts = {});
+Handle reducescatter_async(std::string name, TensorView input, ReducescatterOptions opts = {});
 // Completes once every rank has submitted a barrier of this name.
 Handle barrier_async(std::string name = "barrier");
 // Declares that this rank has no more data for now: until every rank has joined, the other
@@ -149,16 +152,16 @@ Handle barrier_async(std::string name = "barrier");
 // until then (InvalidArgument). Alltoall and reducescatter fail while a rank has joined.
 Handle join_async();
 
-// ---- Blocking wrappers (submit and wait; same errors as the Handle's) ----------------------------
+// ---- Blocking wrappers (submit and wait; same errors as the Handle's) -----------------------
 
-Status allreduce(std::string name, TensorView tensor, AllreduceOpts opts = {});
+Status allreduce(std::string name, TensorView tensor, AllreduceOptions opts = {});
 Status grouped_allreduce(std::string name, std::vector<TensorView> tensors,
-                         AllreduceOpts opts = {});
+                         AllreduceOptions opts = {});
 Result<HostTensor> allgather(std::string name, TensorView input);
 Status broadcast(std::string name, TensorView tensor, int root = 0);
-Result<HostTensor> alltoall(std::string name, TensorView input,
-                            std::vector<int64_t> splits = {});
-Result<HostTensor> reducescatter(std::string name, TensorView input, ReducescatterOpts opts = {});
+Result<HostTensor> alltoall(std::string name, TensorView input, std::vector<int64_t> splits = {});
+Result<HostTensor> reducescatter(std::string name, TensorView input,
+                                 ReducescatterOptions opts = {});
 Status barrier(std::string name = "barrier");
 Status join();
 

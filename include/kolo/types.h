@@ -49,6 +49,25 @@ std::string_view reduce_op_name(ReduceOp op);
 std::optional<ReduceOp> parse_reduce_op(std::string_view name);
 bool is_valid_reduce_op(int value);
 
+// How an allreduce or a reducescatter combines the ranks' values; the one description of a
+// reduction, shared by the public API (AllreduceOptions, ReducescatterOptions), the Backend
+// interface and the ops/ algorithms. Each rank's input is multiplied by prescale, the inputs
+// are combined with op, and the result is multiplied by postscale. kAverage combines as a sum
+// and divides by the number of contributing ranks before the postscale: a true division, so
+// an average whose sum divides evenly is exact, integers included (ops::finish_reduction is
+// the one implementation). Integer types apply scale factors by multiplying in double and
+// truncating toward zero.
+// Valid when op is a ReduceOp enumerator and both factors are finite. Kolo checks that once,
+// where it receives a Reduction (InvalidArgument naming the tensor or call, the argument and
+// the value); the layers below rely on it.
+struct Reduction {
+  ReduceOp op = ReduceOp::kSum;
+  double prescale = 1.0;
+  double postscale = 1.0;
+
+  bool operator==(const Reduction&) const = default;
+};
+
 enum class DeviceKind : uint8_t { kCpu, kCuda };
 
 struct Device {

@@ -1,5 +1,6 @@
 #include "tests/collectives/collective_checks.h"
 
+#include <cmath>
 #include <cstring>
 #include <numeric>
 #include <sstream>
@@ -182,7 +183,7 @@ struct Checker {
     const std::vector<double> expected = reduced(op, dtype, size, count);
     const std::vector<char> in = encode(dtype, inputs(op, dtype, rank, size, count));
     std::vector<char> out(in.size() + 1);
-    AllreduceOptions opts{op};
+    Reduction opts{op};
     KOLO_RETURN_IF_ERROR(expect(label("allreduce", op, count, "out of place"),
                                 b.allreduce(in.data(), out.data(), count, dtype, opts), dtype,
                                 out.data(), expected));
@@ -236,17 +237,16 @@ struct Checker {
                              expected.begin() + displs[rank] + counts[rank]);
     const std::vector<char> in = encode(dtype, mine);
     std::vector<char> out(expected.size() * dtype_size(dtype) + 1);
-    AllgatherOptions opts{counts};
     const std::string what = describe("allgather", counts);
     KOLO_RETURN_IF_ERROR(expect(what + " (out of place)",
-                                b.allgather(in.data(), out.data(), dtype, opts), dtype, out.data(),
-                                expected));
+                                b.allgather(in.data(), out.data(), dtype, counts), dtype,
+                                out.data(), expected));
     // In place: the input already sits in this rank's slot of the output.
     std::vector<char> io(out.size(), 0);
     char* slot = io.data() + displs[rank] * dtype_size(dtype);
     if (!in.empty()) std::memcpy(slot, in.data(), in.size());
-    return expect(what + " (in place)", b.allgather(slot, io.data(), dtype, opts), dtype, io.data(),
-                  expected);
+    return expect(what + " (in place)", b.allgather(slot, io.data(), dtype, counts), dtype,
+                  io.data(), expected);
   }
 
   Status broadcast(DataType dtype, int64_t count, int root) {
@@ -255,8 +255,7 @@ struct Checker {
     std::vector<char> data =
         rank == root ? encode(dtype, expected) : std::vector<char>(count * dtype_size(dtype), 0);
     return expect("broadcast count " + std::to_string(count) + " root " + std::to_string(root),
-                  b.broadcast(data.data(), count, dtype, BroadcastOptions{root}), dtype,
-                  data.data(), expected);
+                  b.broadcast(data.data(), count, dtype, root), dtype, data.data(), expected);
   }
 
   Status alltoall(DataType dtype, int pattern) {
@@ -276,18 +275,19 @@ struct Checker {
     auto value = [](int from, int to, int64_t k) -> double {
       return (from * 17 + to * 5 + k) % 100;
     };
-    AlltoallOptions opts;
+    std::vector<int64_t> send_counts, recv_counts;
     std::vector<double> send, expected;
     for (int j = 0; j < size; ++j) {
-      opts.send_counts.push_back(split(rank, j));
-      opts.recv_counts.push_back(split(j, rank));
+      send_counts.push_back(split(rank, j));
+      recv_counts.push_back(split(j, rank));
       for (int64_t k = 0; k < split(rank, j); ++k) send.push_back(value(rank, j, k));
       for (int64_t k = 0; k < split(j, rank); ++k) expected.push_back(value(j, rank, k));
     }
     const std::vector<char> in = encode(dtype, send);
     std::vector<char> out(expected.size() * dtype_size(dtype) + 1);
-    return expect(describe("alltoall", opts.send_counts) + " pattern " + std::to_string(pattern),
-                  b.alltoall(in.data(), out.data(), dtype, opts), dtype, out.data(), expected);
+    return expect(describe("alltoall", send_counts) + " pattern " + std::to_string(pattern),
+                  b.alltoall(in.data(), out.data(), dtype, send_counts, recv_counts), dtype,
+                  out.data(), expected);
   }
 
   Status reducescatter(DataType dtype, ReduceOp op, const std::vector<int64_t>& counts) {
@@ -297,17 +297,17 @@ struct Checker {
     const std::vector<double> expected(all.begin() + offset, all.begin() + offset + counts[rank]);
     const std::vector<char> in = encode(dtype, inputs(op, dtype, rank, size, total));
     std::vector<char> out(counts[rank] * dtype_size(dtype) + 1);
-    ReducescatterOptions opts{op, 1.0, 1.0, counts};
+    Reduction opts{op};
     const std::string what =
         describe("reducescatter", counts) + " op " + std::string(reduce_op_name(op));
-    KOLO_RETURN_IF_ERROR(expect(what, b.reducescatter(in.data(), out.data(), dtype, opts), dtype,
-                                out.data(), expected));
+    KOLO_RETURN_IF_ERROR(expect(what, b.reducescatter(in.data(), out.data(), dtype, opts, counts),
+                                dtype, out.data(), expected));
     if (op == ReduceOp::kSum || op == ReduceOp::kAverage) {
       opts.prescale = 2.0;
       opts.postscale = 0.5;
       KOLO_RETURN_IF_ERROR(expect(what + " prescale 2 postscale 0.5",
-                                  b.reducescatter(in.data(), out.data(), dtype, opts), dtype,
-                                  out.data(), expected));
+                                  b.reducescatter(in.data(), out.data(), dtype, opts, counts),
+                                  dtype, out.data(), expected));
     }
     return Status::Ok();
   }
@@ -323,24 +323,46 @@ struct Checker {
       ++passed;
       return Status::Ok();
     };
-    KOLO_RETURN_IF_ERROR(expect_invalid(
-        "allreduce count -3", b.allreduce(&x, &x, -3, DataType::kFloat32, AllreduceOptions{})));
+    KOLO_RETURN_IF_ERROR(
+        expect_invalid("allreduce count -3", b.allreduce(&x, &x, -3, DataType::kFloat32, {})));
     KOLO_RETURN_IF_ERROR(expect_invalid("allreduce null input",
                                         b.allreduce(nullptr, &x, 1, DataType::kFloat32, {})));
     KOLO_RETURN_IF_ERROR(expect_invalid("allreduce bad dtype",
                                         b.allreduce(&x, &x, 1, static_cast<DataType>(99), {})));
     KOLO_RETURN_IF_ERROR(
-        expect_invalid("broadcast root out of range",
-                       b.broadcast(&x, 1, DataType::kFloat32, BroadcastOptions{size})));
+        expect_invalid("allreduce bad reduce op",
+                       b.allreduce(&x, &x, 1, DataType::kFloat32, {static_cast<ReduceOp>(42)})));
+    KOLO_RETURN_IF_ERROR(expect_invalid(
+        "allreduce infinite postscale",
+        b.allreduce(&x, &x, 1, DataType::kFloat32, {ReduceOp::kSum, 1.0, HUGE_VAL})));
+    KOLO_RETURN_IF_ERROR(expect_invalid("broadcast root out of range",
+                                        b.broadcast(&x, 1, DataType::kFloat32, size)));
     KOLO_RETURN_IF_ERROR(
         expect_invalid("allgather counts of wrong length",
-                       b.allgather(&x, &x, DataType::kFloat32,
-                                   AllgatherOptions{std::vector<int64_t>(size + 1, 1)})));
-    AlltoallOptions bad;
-    bad.send_counts.assign(size, 1);
-    bad.recv_counts.assign(size, -1);
+                       b.allgather(&x, &x, DataType::kFloat32, std::vector<int64_t>(size + 1, 1))));
+    KOLO_RETURN_IF_ERROR(expect_invalid(
+        "reducescatter NaN prescale",
+        b.reducescatter(&x, &x, DataType::kFloat32, {ReduceOp::kSum, std::nan(""), 1.0},
+                        std::vector<int64_t>(size, 0))));
     return expect_invalid("alltoall negative recv count",
-                          b.alltoall(&x, &x, DataType::kFloat32, bad));
+                          b.alltoall(&x, &x, DataType::kFloat32, std::vector<int64_t>(size, 1),
+                                     std::vector<int64_t>(size, -1)));
+  }
+
+  // Issue 15: kAverage divides by the ranks and then applies the postscale. Multiplying by
+  // postscale / size instead gives 27 * (13 / 3.0) = 116.99..., truncated to 116, with 3 ranks.
+  Status average_then_postscale() {
+    const Reduction avg{ReduceOp::kAverage, 1.0, 13.0};
+    std::vector<int32_t> in(3, 9), out(3, -1);
+    KOLO_RETURN_IF_ERROR(expect("allreduce int32 9 average postscale 13",
+                                b.allreduce(in.data(), out.data(), 3, DataType::kInt32, avg),
+                                DataType::kInt32, out.data(), {117, 117, 117}));
+    const std::vector<int64_t> counts(size, 1);
+    std::vector<int32_t> rs_in(size, 9);
+    int32_t rs_out = -1;
+    return expect("reducescatter int32 9 average postscale 13",
+                  b.reducescatter(rs_in.data(), &rs_out, DataType::kInt32, avg, counts),
+                  DataType::kInt32, &rs_out, {117});
   }
 };
 
@@ -349,6 +371,7 @@ struct Checker {
 Result<int> run_collective_checks(Backend& backend) {
   Checker c{backend};
   KOLO_RETURN_IF_ERROR(c.invalid_arguments());
+  KOLO_RETURN_IF_ERROR(c.average_then_postscale());
   for (DataType dtype : kDtypes) {
     for (ReduceOp op : kOps)
       for (int64_t count : kCounts) KOLO_RETURN_IF_ERROR(c.allreduce(dtype, op, count));

@@ -37,7 +37,7 @@ int kill_mode(kolo::Backend& backend) {
   std::vector<float> data(8 << 20, 1.0f);
   for (int i = 0; i < 2000; ++i) {
     kolo::Status s = backend.allreduce(data.data(), data.data(), static_cast<int64_t>(data.size()),
-                                       kolo::DataType::kFloat32, kolo::AllreduceOptions{});
+                                       kolo::DataType::kFloat32, kolo::Reduction{});
     if (!s.ok()) return fail(rank, "allreduce failed after " + std::to_string(i) + " calls", s, 3);
   }
   std::fprintf(stderr, "collectives_worker rank %d: no failure seen after rank 1 died\n", rank);

@@ -102,8 +102,8 @@ void mismatch() {
 }
 
 void timeline(const std::string& dir) {
-  std::string path = dir + "/trace." + std::to_string(kolo::rank()) + ".json";
-  ok(kolo::start_timeline(path, true), "start_timeline");
+  // Every rank passes the same path: start_timeline replaces "{rank}" (trace.0.json, ...).
+  ok(kolo::start_timeline(dir + "/trace.{rank}.json", true), "start_timeline");
   std::vector<float> a(4, 1.0f), b(4, 1.0f);
   auto h1 = kolo::allreduce_async("ta", kolo::view_of(a.data(), {4}));
   auto h2 = kolo::allreduce_async("tb", kolo::view_of(b.data(), {4}));
