@@ -25,20 +25,20 @@ TEST(LocalBackendTest, EveryCollectiveOfOneRank) {
   EXPECT_EQ(out, (std::vector<float>{1, 2, 3}));  // (x * 2) / 1 * 0.5
 
   std::vector<int32_t> g = {7, 8}, gathered(2, 0);
-  ASSERT_TRUE(b->allgather(g.data(), gathered.data(), DataType::kInt32, {{2}}).ok());
+  ASSERT_TRUE(b->allgather(g.data(), gathered.data(), DataType::kInt32, {2}).ok());
   EXPECT_EQ(gathered, g);
 
   std::vector<double> bc = {4, 5};
-  ASSERT_TRUE(b->broadcast(bc.data(), 2, DataType::kFloat64, {0}).ok());
+  ASSERT_TRUE(b->broadcast(bc.data(), 2, DataType::kFloat64, 0).ok());
   EXPECT_EQ(bc, (std::vector<double>{4, 5}));
 
   std::vector<int64_t> a2a = {9, 10, 11}, a2a_out(3, 0);
-  ASSERT_TRUE(b->alltoall(a2a.data(), a2a_out.data(), DataType::kInt64, {{3}, {3}}).ok());
+  ASSERT_TRUE(b->alltoall(a2a.data(), a2a_out.data(), DataType::kInt64, {3}, {3}).ok());
   EXPECT_EQ(a2a_out, a2a);
 
   std::vector<float> rs = {1, 2}, rs_out(2, 0);
   ASSERT_TRUE(b->reducescatter(rs.data(), rs_out.data(), DataType::kFloat32,
-                               {ReduceOp::kSum, 3.0, 1.0, {2}})
+                               {ReduceOp::kSum, 3.0, 1.0}, {2})
                   .ok());
   EXPECT_EQ(rs_out, (std::vector<float>{3, 6}));
 
@@ -52,7 +52,7 @@ TEST(LocalBackendTest, BadArgumentsAreNamed) {
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(st.message(), "allreduce: count of input must be >= 0, got -3");
   // Rank 0 of 1 has no rank 1 to broadcast from.
-  st = b->broadcast(v.data(), 2, DataType::kFloat32, {1});
+  st = b->broadcast(v.data(), 2, DataType::kFloat32, 1);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(st.message(), "broadcast: root must be in [0, 1), got 1");
 }

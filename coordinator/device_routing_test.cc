@@ -29,21 +29,24 @@ class RecordingBackend : public ChannelBackend {
   bool supports(Device device) const override {
     return std::find(kinds_.begin(), kinds_.end(), device.kind) != kinds_.end();
   }
-  Status allreduce(const void* input, void* output, int64_t count, DataType dtype,
-                   const AllreduceOptions& options) override {
+
+ protected:
+  Status do_allreduce(const void* input, void* output, int64_t count, DataType dtype,
+                      const Reduction& reduction) override {
     record("allreduce", input, output);
-    return ChannelBackend::allreduce(input, output, count, dtype, options);
+    return ChannelBackend::do_allreduce(input, output, count, dtype, reduction);
   }
-  Status allgather(const void* input, void* output, DataType dtype,
-                   const AllgatherOptions& options) override {
+  Status do_allgather(const void* input, void* output, DataType dtype,
+                      const std::vector<int64_t>& counts) override {
     record("allgather", input, output);
-    return ChannelBackend::allgather(input, output, dtype, options);
+    return ChannelBackend::do_allgather(input, output, dtype, counts);
   }
-  Status broadcast(void* data, int64_t count, DataType dtype,
-                   const BroadcastOptions& options) override {
+  Status do_broadcast(void* data, int64_t count, DataType dtype, int root) override {
     record("broadcast", data, data);
-    return ChannelBackend::broadcast(data, count, dtype, options);
+    return ChannelBackend::do_broadcast(data, count, dtype, root);
   }
+
+ public:
 
   struct Call {
     std::string op;
