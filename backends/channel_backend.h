@@ -1,6 +1,6 @@
 // ChannelBackend: a Backend whose collectives are the ops/ algorithms run over one
-// point-to-point ops::Channel. The tcp and shm backends (and tests, over thread channels) are
-// a ChannelBackend around their own Channel.
+// point-to-point ops::Channel. The tcp backend (and tests, over thread channels) is
+// a ChannelBackend around its own Channel.
 //
 // Backend validates the arguments before any do_* runs, so the algorithms get valid ones
 // only. allreduce with input != output copies the input into the output first and reduces

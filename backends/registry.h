@@ -65,7 +65,8 @@ struct BackendEntry {
   std::string_view name;  // what KOLO_CPU_OPERATIONS names; equals the folder's name
   BackendFactory factory = nullptr;
   // The device kinds whose buffers the backend's collectives take directly. The created
-  // Backend's supports(device) is true exactly for these kinds (create_backend checks it).
+  // Backend's supports(device) is true exactly for these kinds (create_backend checks it
+  // for ordinal 0 of each kind).
   std::vector<DeviceKind> devices = {DeviceKind::kCpu};
   BackendLauncher launcher;  // detect == nullptr: the backend knows no launcher
 

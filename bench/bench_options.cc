@@ -1,8 +1,10 @@
 #include "bench/bench_options.h"
 
+#include <algorithm>
 #include <string_view>
 
 #include "bench/json_rows.h"
+#include "common/build_info.h"
 
 namespace kolo::bench {
 
@@ -15,14 +17,6 @@ constexpr const char* kNames[] = {"allreduce", "allgather", "broadcast", "alltoa
 
 const char* collective_name(Collective c) { return kNames[static_cast<int>(c)]; }
 
-Result<Collective> parse_collective(const std::string& name) {
-  for (int i = 0; i < 5; ++i)
-    if (name == kNames[i]) return static_cast<Collective>(i);
-  return Status::InvalidArgument("unknown collective '" + name +
-                                 "': expected allreduce, allgather, broadcast, alltoall or "
-                                 "reducescatter");
-}
-
 CommandLine collective_command_line(CollectiveOptions& o) {
   std::vector<std::string> dtypes, ops;
   for (int i = 0; i < kNumDataTypes; ++i) dtypes.emplace_back(dtype_name(static_cast<DataType>(i)));
@@ -33,11 +27,12 @@ CommandLine collective_command_line(CollectiveOptions& o) {
   line.about =
       "Times the collective through one Kolo backend at sizes -b, -b x -f, ... up to -e and\n"
       "prints nccl-tests' columns (size, count, type, redop, time, algbw, busbw, #wrong).\n";
+  const std::vector<std::string> backends(built_backends().begin(), built_backends().end());
   line.flags = {
       choice_flag(
-          "--backend", "NAME", {"tcp", "mpi"},
-          [&o](std::string_view v) {
-            if (v != "tcp" && v != "mpi") return false;
+          "--backend", "NAME", backends,
+          [&o, backends](std::string_view v) {
+            if (std::find(backends.begin(), backends.end(), v) == backends.end()) return false;
             o.backend = std::string(v);
             return true;
           },

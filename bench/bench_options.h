@@ -27,8 +27,6 @@ struct CollectiveOptions {
   std::string json_path;                // --json FILE: every row, written by rank 0
 };
 
-// "allreduce" -> kAllreduce, ...; InvalidArgument listing the names otherwise.
-Result<Collective> parse_collective(const std::string& name);
 const char* collective_name(Collective c);
 
 // The command line of `options.collective`'s subcommand, filling `options` (which must outlive

@@ -64,7 +64,9 @@ bool is_reduction(Collective c) {
 }
 
 Status run(const CollectiveOptions& o) {
-  KOLO_ASSIGN_OR_RETURN(World world, make_bench_world());
+  // kolorun's environment, else mpirun (in an MPI build), else one rank: as kolo::init() does.
+  KOLO_ASSIGN_OR_RETURN(LaunchedWorld launched, launched_world());
+  const World& world = launched.world;
   const BackendContext ctx = backend_context(world, "kolo-bench");
   KOLO_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, create_backend(o.backend, ctx));
   std::unique_ptr<RawMpi> mpi = make_raw_mpi();

@@ -9,9 +9,18 @@
 
 #include "bench/bench_options.h"
 #include "bench/json_rows.h"
+#include "common/build_info.h"
 
 namespace kolo::bench {
 namespace {
+
+// The backends of this build, as the --backend flag lists them ("mpi, tcp").
+std::string backend_names() {
+  std::string out;
+  for (std::string_view b : kolo::built_backends())
+    out += (out.empty() ? "" : ", ") + std::string(b);
+  return out;
+}
 
 // Owns the words of a command line as parse_flags() sees them (after the subcommand's name).
 class Args {
@@ -242,7 +251,8 @@ TEST(CollectiveOptions, BadValuesAndAnInvertedRangeAreErrors) {
   EXPECT_EQ(error({"-n", "0"}), "-n '0' is invalid: expected an integer >= 1");
   EXPECT_EQ(error({"-w", "-1"}), "-w '-1' is invalid: expected an integer >= 0");
   EXPECT_EQ(error({"-f", "1"}), "-f '1' is invalid: expected an integer >= 2");
-  EXPECT_EQ(error({"--backend", "shm"}), "--backend 'shm' is invalid: expected one of tcp, mpi");
+  EXPECT_EQ(error({"--backend", "gloo"}),
+            "--backend 'gloo' is invalid: expected one of " + backend_names());
   EXPECT_EQ(error({"-d", "float33"}),
             "-d 'float33' is invalid: expected one of uint8, int8, int32, int64, float16, "
             "bfloat16, float32, float64");
@@ -258,24 +268,25 @@ TEST(CollectiveOptions, HelpNamesTheCommandEveryFlagAndItsDefault) {
   o.collective = Collective::kAlltoall;
   const std::string help = command_help(collective_command_line(o));
   EXPECT_EQ(help.rfind("usage: kolo-bench alltoall [options]\n", 0), 0u) << help;
-  for (const char* line :
-       {"  --backend NAME  backend to time (one of tcp, mpi); default tcp\n",
-        "  -b SIZE         smallest message (a size such as 4096, 64KiB or 1.5MB, at least 1 B)\n"
-        "                  default 4 KiB\n",
-        "  -e SIZE         largest message (a size such as 4096, 64KiB or 1.5MB, at least 1 B)\n"
-        "                  default 256 MiB\n",
-        "  -d DTYPE        element type\n"
-        "                  (one of uint8, int8, int32, int64, float16, bfloat16, float32, "
-        "float64)\n"
-        "                  default float32\n",
-        "  -o OP           reduction, allreduce and reducescatter only\n"
-        "                  (one of sum, average, min, max, product); default sum\n",
-        "  -f N            size multiplier between rows (an integer >= 2); default 2\n",
-        "  -n N            timed iterations per size (an integer >= 1); default 20\n",
-        "  -w N            warm-up iterations per size (an integer >= 0); default 5\n",
-        "  --check         deterministic inputs; count wrong output elements\n",
-        "  --json FILE     write every row as a JSON array of objects (rank 0)\n",
-        "  -h, --help      print this help and exit without running\n"})
+  for (const std::string& line : std::vector<std::string>{
+           "  --backend NAME  backend to time (one of " + backend_names() + "); default tcp\n",
+           "  -b SIZE         smallest message (a size such as 4096, 64KiB or 1.5MB, at least 1 "
+           "B)\n"
+           "                  default 4 KiB\n",
+           "  -e SIZE         largest message (a size such as 4096, 64KiB or 1.5MB, at least 1 B)\n"
+           "                  default 256 MiB\n",
+           "  -d DTYPE        element type\n"
+           "                  (one of uint8, int8, int32, int64, float16, bfloat16, float32, "
+           "float64)\n"
+           "                  default float32\n",
+           "  -o OP           reduction, allreduce and reducescatter only\n"
+           "                  (one of sum, average, min, max, product); default sum\n",
+           "  -f N            size multiplier between rows (an integer >= 2); default 2\n",
+           "  -n N            timed iterations per size (an integer >= 1); default 20\n",
+           "  -w N            warm-up iterations per size (an integer >= 0); default 5\n",
+           "  --check         deterministic inputs; count wrong output elements\n",
+           "  --json FILE     write every row as a JSON array of objects (rank 0)\n",
+           "  -h, --help      print this help and exit without running\n"})
     EXPECT_NE(help.find(line), std::string::npos) << line << "\n" << help;
   std::istringstream lines(help);
   for (std::string line; std::getline(lines, line);) EXPECT_LE(line.size(), 100u) << line;

@@ -52,7 +52,8 @@ std::string tool_help() {
   std::string out = "usage: kolo-bench <command> [options]\ncommands:\n";
   for (const Subcommand& c : kCommands) {
     std::string name(c.name);
-    out += "  " + name + std::string(15 - name.size(), ' ') + std::string(c.summary) + "\n";
+    out += "  " + name + std::string(name.size() < 15 ? 15 - name.size() : 1, ' ') +
+           std::string(c.summary) + "\n";
   }
   return out +
          "Every command takes --json FILE (its rows as JSON, written by rank 0) and --help.\n"

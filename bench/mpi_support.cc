@@ -58,11 +58,6 @@ class RawMpiImpl final : public RawMpi {
 
 }  // namespace
 
-Result<World> make_bench_world() {
-  if (launched_by_mpirun()) return world_from_mpi();
-  return world_from_env();
-}
-
 std::unique_ptr<RawMpi> make_raw_mpi() {
   if (!launched_by_mpirun() || !ensure_mpi().ok()) return nullptr;
   MPI_Comm comm = MPI_COMM_NULL;

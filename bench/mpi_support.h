@@ -6,13 +6,8 @@
 
 #include "bench/bench_case.h"
 #include "kolo/status.h"
-#include "rendezvous/world.h"
 
 namespace kolo::bench {
-
-// Under mpirun (in an MPI build): world_from_mpi(). Otherwise world_from_env() (kolorun, or
-// a 1-rank world when started alone).
-Result<World> make_bench_world();
 
 // The same collectives through raw MPI calls (MPI_Allreduce, MPI_Allgather, MPI_Bcast,
 // MPI_Alltoall, MPI_Reduce_scatter_block) on MPI_COMM_WORLD's duplicate: the reference each

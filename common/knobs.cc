@@ -312,9 +312,7 @@ std::string knobs_markdown() {
     const std::string def = k.default_doc.empty()
                                 ? std::string("`").append(k.default_text).append("`")
                                 : std::string(k.default_doc);
-    const std::string_view tunable =
-        k.change == KnobChange::kTunableAtRuntime ? " (may change while the job runs)" : "";
-    out += "| " + name + " | " + std::string(k.help) + std::string(tunable) + " | " + def + " |\n";
+    out += "| " + name + " | " + std::string(k.help) + " | " + def + " |\n";
   }
   return out + "\n`kolorun` sets " + launcher +
          " for each rank; set them by hand only to start ranks without it.\n";

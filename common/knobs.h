@@ -72,9 +72,10 @@ enum class KnobKind { kSize, kDuration, kInteger, kBool, kChoice, kText };
 
 enum class KnobCategory { kCore, kChannelBackend, kTcpBackend, kLauncher };
 
-// Whether a knob may change while the job runs. kFixedAtInit knobs are read once by init();
-// kTunableAtRuntime ones are only the initial value: the coordinator may change them later (the
-// autotuner), so their readers must not cache them in places that cannot be updated.
+// Whether a knob may change while the job runs. kFixedAtInit knobs are read once, when the
+// component that uses them starts (init, a backend's factory). kTunableAtRuntime ones are the
+// initial value of what an autotuner may change later (issue 11 builds it; today nothing does),
+// so their readers must not cache them where a change could not reach.
 enum class KnobChange { kFixedAtInit, kTunableAtRuntime };
 
 struct Knob {
@@ -136,7 +137,8 @@ class KnobSet {
  public:
   // `env`: KOLO_* variables by name (others are ignored); an empty value counts as unset.
   // `flags`: knob values from kolorun's flags, by variable name; they win over `env` and their
-  // errors name the flag. Errors (InvalidArgument, every bad value in registry order, joined by
+  // errors name the flag. A flag value counts as set even when empty; names in `flags` that are
+  // not knobs are ignored (kolorun only passes registry names). Errors (InvalidArgument, every bad value in registry order, joined by
   // "; "): a bad value; a retired name set in `env`.
   static Result<KnobSet> read(const std::map<std::string, std::string>& env,
                               const std::map<std::string, std::string>& flags = {});
@@ -155,8 +157,8 @@ class KnobSet {
   // The text the value was parsed from (as given, or default_text).
   const std::string& raw(KnobId id) const { return entry(id).text; }
 
-  // "KOLO_SEGMNT=... is not a Kolo variable; did you mean KOLO_RING_SEGMENT?" for every unknown
-  // KOLO_* name within edit distance 2 of a registered one.
+  // "KOLO_CYCLETIME is not a Kolo variable and is ignored; did you mean KOLO_CYCLE_TIME?" for
+  // every unknown KOLO_* name within edit distance 2 of a registered one.
   const std::vector<std::string>& warnings() const { return warnings_; }
   // "KOLO_FUSION_THRESHOLD set by environment to 8MiB" for every non-launcher knob that the
   // environment set (NCCL's echo), in registry order.

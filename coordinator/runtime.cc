@@ -60,15 +60,15 @@ Runtime::Runtime(RuntimeConfig config, Topology topology, std::unique_ptr<Backen
 Result<std::unique_ptr<Runtime>> Runtime::create(RuntimeConfig config, Topology topology,
                                                  std::unique_ptr<Backend> data,
                                                  std::unique_ptr<Backend> control) {
-  if (!data || !control) return Status::InvalidArgument("Runtime: data and control backends are required");
+  if (!data || !control)
+    return Status::InvalidArgument("Runtime: data and control backends are required");
   if (data->size() != topology.size || control->size() != topology.size ||
       data->rank() != topology.rank || control->rank() != topology.rank)
     return Status::InvalidArgument(
-        "Runtime: backends must span the topology: rank " + std::to_string(topology.rank) +
-        " of " + std::to_string(topology.size) + ", data backend has rank " +
-        std::to_string(data->rank()) + " of " + std::to_string(data->size()) +
-        ", control backend rank " + std::to_string(control->rank()) + " of " +
-        std::to_string(control->size()));
+        "Runtime: backends must span the topology: rank " + std::to_string(topology.rank) + " of " +
+        std::to_string(topology.size) + ", data backend has rank " + std::to_string(data->rank()) +
+        " of " + std::to_string(data->size()) + ", control backend rank " +
+        std::to_string(control->rank()) + " of " + std::to_string(control->size()));
   std::unique_ptr<Runtime> rt(
       new Runtime(std::move(config), topology, std::move(data), std::move(control)));
   if (!rt->config_.timeline_path.empty())
@@ -176,8 +176,7 @@ void Runtime::spin_for_submission() {
   // Yielding keeps the spin from taking the core from the very thread it waits for.
   constexpr auto kSpin = std::chrono::microseconds(50);
   const auto until = std::chrono::steady_clock::now() + kSpin;
-  while (queued_.load(std::memory_order_acquire) == 0 &&
-         std::chrono::steady_clock::now() < until)
+  while (queued_.load(std::memory_order_acquire) == 0 && std::chrono::steady_clock::now() < until)
     std::this_thread::yield();
 }
 
@@ -220,7 +219,14 @@ void Runtime::loop() {
       if (e->traced && timeline_.active() && e->pending_since >= last_start) end_queue_span(*e);
     last_start = std::chrono::steady_clock::now();
     bool stop = false;
-    Status st = cycle(shutdown_requested, stop);
+    Status st;
+    try {
+      st = cycle(shutdown_requested, stop);
+    } catch (const Error& e) {
+      // A broken invariant (KOLO_ENFORCE), i.e. a bug in Kolo. The ranks may be out of step,
+      // so the runtime stops as after a backend failure and every handle gets the error.
+      st = e.status();
+    }
     if (!st.ok()) {
       KOLO_LOG_ERROR("kolo background loop stopped: " << st.to_string());
       fail_all(st);
@@ -322,8 +328,7 @@ Status Runtime::negotiate_slow(const RequestList& mine, ResponseList& out) {
     last_inspection_ = now;
     int64_t offset = 0;
     for (int r = 0; r < size; ++r) {
-      KOLO_ASSIGN_OR_RETURN(RequestList theirs,
-                            parse_request_list(all.substr(offset, lengths[r])));
+      KOLO_ASSIGN_OR_RETURN(RequestList theirs, parse_request_list(all.substr(offset, lengths[r])));
       offset += lengths[r];
       controller_->add(r, theirs, cache_, now);
     }

@@ -11,6 +11,7 @@
 #include "backends/mpi/mpi_runtime.h"
 #include "backends/mpi/mpi_types.h"
 #include "backends/mpi/mpi_world.h"
+#include "ops/reduce.h"
 
 namespace kolo {
 
@@ -50,7 +51,7 @@ class MpiBackend final : public Backend {
     // then the reduction runs in place and needs no scratch memory.
     bool in_place = input == output;
     if (reduction.prescale != 1.0) {
-      scale_copy_host(dtype, output, input, count, reduction.prescale);
+      ops::scale_copy(dtype, output, input, count, reduction.prescale);
       in_place = true;
     }
     for (int64_t offset = 0; offset < count; offset += kMaxPiece) {
@@ -60,7 +61,7 @@ class MpiBackend final : public Backend {
           mpi_status(MPI_Allreduce(send, byte_ptr(output, offset, element), n, type, op, comm_),
                      "mpi allreduce: MPI_Allreduce"));
     }
-    finish_reduction_host(dtype, reduction, output, count, size_);
+    ops::finish_reduction(dtype, reduction, output, count, size_);
     return Status::Ok();
   }
 
@@ -112,7 +113,7 @@ class MpiBackend final : public Backend {
       // Unlike allreduce the output is too small to hold the scaled input: use scratch, which
       // is kept so that steady state allocates nothing.
       scratch_.resize(std::max(scratch_.size(), static_cast<size_t>(total) * dtype_size(dtype)));
-      scale_copy_host(dtype, scratch_.data(), input, total, reduction.prescale);
+      ops::scale_copy(dtype, scratch_.data(), input, total, reduction.prescale);
       send = scratch_.data();
     } else if (input == output && total > 0) {
       // In-place MPI_Reduce_scatter reads the input from recvbuf and leaves this rank's block
@@ -122,7 +123,7 @@ class MpiBackend final : public Backend {
     KOLO_RETURN_IF_ERROR(
         mpi_status(MPI_Reduce_scatter(send, output, counts_.data(), type, op, comm_),
                    "mpi reducescatter: MPI_Reduce_scatter"));
-    finish_reduction_host(dtype, reduction, output, counts[rank_], size_);
+    ops::finish_reduction(dtype, reduction, output, counts[rank_], size_);
     return Status::Ok();
   }
 

@@ -97,53 +97,6 @@ int op_index(ReduceOp op) {
   return -1;
 }
 
-// dst[i] = src[i] * mul / div, with the arithmetic of ops/reduce.h: floats in their own
-// precision, integers in double truncated toward zero.
-template <typename T>
-void map_typed(T* dst, const T* src, int64_t count, double mul, double div) {
-  if constexpr (std::is_floating_point_v<T>) {
-    const T m = static_cast<T>(mul);
-    const T d = static_cast<T>(div);
-    for (int64_t i = 0; i < count; ++i) dst[i] = src[i] * m / d;
-  } else {
-    for (int64_t i = 0; i < count; ++i)
-      dst[i] = static_cast<T>(std::trunc(static_cast<double>(src[i]) * mul / div));
-  }
-}
-
-template <typename Format>
-void map_16(uint16_t* dst, const uint16_t* src, int64_t count, double mul, double div) {
-  const float m = static_cast<float>(mul);
-  const float d = static_cast<float>(div);
-  for (int64_t i = 0; i < count; ++i) dst[i] = Format::store(Format::load(src[i]) * m / d);
-}
-
-void map_host(DataType dtype, void* dst, const void* src, int64_t count, double mul, double div) {
-  switch (dtype) {
-    case DataType::kUInt8:
-      return map_typed(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), count, mul,
-                       div);
-    case DataType::kInt8:
-      return map_typed(static_cast<int8_t*>(dst), static_cast<const int8_t*>(src), count, mul, div);
-    case DataType::kInt32:
-      return map_typed(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src), count, mul,
-                       div);
-    case DataType::kInt64:
-      return map_typed(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), count, mul,
-                       div);
-    case DataType::kFloat32:
-      return map_typed(static_cast<float*>(dst), static_cast<const float*>(src), count, mul, div);
-    case DataType::kFloat64:
-      return map_typed(static_cast<double*>(dst), static_cast<const double*>(src), count, mul, div);
-    case DataType::kFloat16:
-      return map_16<Half>(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count,
-                          mul, div);
-    case DataType::kBFloat16:
-      return map_16<BFloat>(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count,
-                            mul, div);
-  }
-}
-
 }  // namespace
 
 Result<MPI_Datatype> mpi_datatype(DataType dtype) {
@@ -184,25 +137,6 @@ Result<MPI_Op> mpi_op(DataType dtype, ReduceOp op) {
   }
   static const MPI_Op kNative[4] = {MPI_SUM, MPI_MIN, MPI_MAX, MPI_PROD};
   return kNative[index];
-}
-
-void scale_copy_host(DataType dtype, void* dst, const void* src, int64_t count, double factor) {
-  if (count <= 0) return;
-  if (factor == 1.0) {
-    if (dst != src) std::memcpy(dst, src, static_cast<size_t>(count) * dtype_size(dtype));
-    return;
-  }
-  map_host(dtype, dst, src, count, factor, 1.0);
-}
-
-void finish_reduction_host(DataType dtype, const Reduction& reduction, void* data, int64_t count,
-                           int contributors) {
-  if (count <= 0) return;
-  // Divide, then scale: multiplying by postscale / contributors instead rounds the quotient
-  // (3 ranks averaging 27 with postscale 13 must give 117, not 116).
-  if (reduction.op == ReduceOp::kAverage && contributors != 1)
-    map_host(dtype, data, data, count, 1.0, contributors);
-  if (reduction.postscale != 1.0) map_host(dtype, data, data, count, reduction.postscale, 1.0);
 }
 
 }  // namespace kolo

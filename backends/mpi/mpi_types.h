@@ -25,13 +25,4 @@ Result<MPI_Datatype> mpi_datatype(DataType dtype);
 // caller divides afterwards. op must be valid (Internal if not).
 Result<MPI_Op> mpi_op(DataType dtype, ReduceOp op);
 
-// The host arithmetic of ops/reduce.h (this library does not link ops/): half types widen to
-// float, integers compute in double and truncate toward zero.
-// dst[i] = src[i] * factor; factor 1 is a plain copy. dst and src must not overlap.
-void scale_copy_host(DataType dtype, void* dst, const void* src, int64_t count, double factor);
-// Completes a reduction over `contributors` ranks by kolo::Reduction's rule, as
-// ops::finish_reduction does: kAverage divides by contributors, then postscale multiplies.
-void finish_reduction_host(DataType dtype, const Reduction& reduction, void* data, int64_t count,
-                           int contributors);
-
 }  // namespace kolo

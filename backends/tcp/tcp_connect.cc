@@ -495,9 +495,9 @@ Result<ConnectOptions> connect_options_from_env() {
   if (knobs.is_set(KnobId::kTcpSocketBuffer))
     o.socket_buffer_bytes = knobs.size(KnobId::kTcpSocketBuffer);
   if (knobs.is_set(KnobId::kTcpMaxFrame)) o.max_frame_bytes = knobs.size(KnobId::kTcpMaxFrame);
+  // Rounded up, so that a spin below 1 us (e.g. "500ns") still spins rather than turning off.
   if (knobs.is_set(KnobId::kTcpSpin))
-    o.spin =
-        std::chrono::duration_cast<std::chrono::microseconds>(knobs.duration(KnobId::kTcpSpin));
+    o.spin = std::chrono::ceil<std::chrono::microseconds>(knobs.duration(KnobId::kTcpSpin));
   if (knobs.is_set(KnobId::kTcpUnix)) o.same_host_unix = knobs.boolean(KnobId::kTcpUnix);
   return o;
 }

@@ -31,7 +31,7 @@
 // registry in common/knob_table.cc declares them (README's "Configuration" table is generated
 // from it; `kolorun --print-config` shows the values). KOLO_TIMELINE=path writes one Chrome
 // trace per rank: "{rank}" in the path is replaced by the rank, else jobs of several ranks
-// write path's stem + ".rankN.json".
+// write "<stem>.rank<N>.json" for a path ending in .json and "<path>.rank<N>" otherwise.
 #pragma once
 
 #include <cstdint>
@@ -53,8 +53,8 @@ namespace kolo {
 
 // Joins the job and starts the background thread. The world comes from kolorun's environment
 // (KOLO_RANK, ...), else from MPI when launched by mpirun in a build with MPI, else it is a
-// single rank. The CPU backend is KOLO_CPU_OPERATIONS: "tcp" (default) or "mpi" (the default
-// under mpirun in an MPI build). Errors: an invalid KOLO_* variable or a retired name (named,
+// single rank. The CPU backend is KOLO_CPU_OPERATIONS, any backend of this build ("tcp" by
+// default, "mpi" under mpirun). Errors: an invalid KOLO_* variable or a retired name (named,
 // with the value and the accepted form; before any connection), rendezvous or connection
 // failures. At KOLO_LOG_LEVEL=info rank 0 logs each variable the environment set.
 // PreconditionFailed when already initialised. init() after shutdown() starts a new session.
@@ -75,8 +75,8 @@ int cross_size();
 
 // Starts/stops recording a Chrome trace of this rank's operations to `path`, with the file
 // rule of KOLO_TIMELINE (which does the same at init()): "{rank}" in the path is replaced by
-// the rank, else jobs of several ranks write path's stem + ".rankN.json", so every rank may
-// pass the same path. PreconditionFailed before init or when already recording.
+// the rank, else jobs of several ranks write "<stem>.rank<N>.json" (or "<path>.rank<N>" for a
+// path not ending in .json), so every rank may pass the same path. PreconditionFailed before init or when already recording.
 Status start_timeline(const std::string& path, bool mark_cycles = false);
 Status stop_timeline();
 

@@ -57,9 +57,10 @@ bool is_valid_reduce_op(int value);
 // an average whose sum divides evenly is exact, integers included (ops::finish_reduction is
 // the one implementation). Integer types apply scale factors by multiplying in double and
 // truncating toward zero.
-// Valid when op is a ReduceOp enumerator and both factors are finite. Kolo checks that once,
-// where it receives a Reduction (InvalidArgument naming the tensor or call, the argument and
-// the value); the layers below rely on it.
+// Valid when op is a ReduceOp enumerator and both factors are finite. One function checks it
+// (validate_reduction, backends/backend.h), where a Reduction enters Kolo: at submission
+// (naming the tensor) and at the Backend interface (for direct callers); the ops/ algorithms
+// below rely on it.
 struct Reduction {
   ReduceOp op = ReduceOp::kSum;
   double prescale = 1.0;
