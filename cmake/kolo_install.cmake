@@ -73,6 +73,10 @@ set(KOLO_PC_FRAMEWORK_CFLAGS "")
 if(KOLO_HAVE_CUDA)
   set(KOLO_PC_FRAMEWORK_CFLAGS "-DKOLO_HAVE_CUDA=1")
 endif()
+# The files find the prefix from their own place, so that an install can move: two folders up
+# from lib/pkgconfig, three from Debian's lib/x86_64-linux-gnu/pkgconfig.
+file(RELATIVE_PATH KOLO_PC_UP_TO_PREFIX ${CMAKE_INSTALL_FULL_LIBDIR}/pkgconfig
+     ${CMAKE_INSTALL_PREFIX})
 foreach(pc kolo kolo-framework)
   configure_file(${PROJECT_SOURCE_DIR}/cmake/${pc}.pc.in ${PROJECT_BINARY_DIR}/package/${pc}.pc
                  @ONLY)

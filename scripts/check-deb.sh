@@ -21,6 +21,18 @@ cmake -S examples/consumer -B "$stage/consumer" -DCMAKE_PREFIX_PATH="$stage/pkg/
       -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$stage/consumer" >/dev/null
 
+# pkg-config's files find the package's headers and libraries wherever it is unpacked.
+pc_dir=$(dirname "$(find "$stage/pkg" -name kolo.pc)")
+pc_flags=$(PKG_CONFIG_PATH=$pc_dir pkg-config --cflags --libs kolo-framework)
+for flag in $pc_flags; do
+  case $flag in
+    -I* | -L*)
+      dir=$(realpath -m "${flag:2}")
+      [[ -d $dir && $dir == "$stage/pkg/usr/"* ]] ||
+        { echo "check-deb: pkg-config names $dir, not a folder of the package" >&2; exit 1; } ;;
+  esac
+done
+
 cp "$deb" "$root/tmp/"
 cp "$stage/consumer/consumer" "$root/tmp/consumer"
 cp /etc/resolv.conf "$root/etc/resolv.conf"
