@@ -1,5 +1,6 @@
 // kolorun: the launcher. See `kolorun --help` and Note [kolorun supervision] in supervisor.h.
 #include <iostream>
+#include <string>
 
 #include "tools/kolorun/job.h"
 #include "tools/kolorun/options.h"
@@ -7,6 +8,8 @@
 
 int main(int argc, char** argv) {
   using namespace kolo::kolorun;
+  // How each rank starts (Note [Ranks die with kolorun] in supervisor.h).
+  if (argc > 1 && std::string(argv[1]) == kExecRankFlag) return exec_rank_main(argc, argv);
   std::vector<std::string> args(argv + 1, argv + argc);
   auto options = parse_options(args);
   if (!options.ok()) {

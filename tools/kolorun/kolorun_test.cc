@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <regex>
@@ -453,6 +454,37 @@ TEST(Kolorun, ARankIgnoringSigtermIsKilledAfterTheGrace) {
       << p.err();
 }
 
+// Whether process `pid` has ended: gone, or a zombie that nobody has reaped yet.
+bool has_ended(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return true;
+  const size_t close = line.rfind(')');  // the state follows the command name in parentheses
+  return close != std::string::npos && close + 2 < line.size() &&
+         (line[close + 2] == 'Z' || line[close + 2] == 'X');
+}
+
+// Note [Ranks die with kolorun]: SIGKILL of kolorun, which can forward nothing, still ends
+// every rank (before, they ran on under init).
+TEST(Kolorun, RanksDieWhenKolorunIsKilled) {
+  Proc p({kKolorun, "-np", "2", kChild, "sleep"});
+  ASSERT_TRUE(p.wait_for_stdout("sleeping pid=", 2, 20s)) << p.out() << p.err();
+  std::vector<pid_t> ranks;
+  for (size_t at = p.out().find("pid="); at != std::string::npos; at = p.out().find("pid=", at + 1))
+    ranks.push_back(static_cast<pid_t>(std::atol(p.out().c_str() + at + 4)));
+  ASSERT_EQ(ranks.size(), 2u) << p.out();
+  for (pid_t pid : ranks) ASSERT_FALSE(has_ended(pid)) << pid;
+  p.signal(SIGKILL);
+  EXPECT_EQ(exit_code(p.finish(20s)), -SIGKILL);
+  // The kernel delivers the signal as kolorun exits; 10 s only bounds a broken machine.
+  const auto deadline = Clock::now() + 10s;
+  for (pid_t pid : ranks) {
+    while (!has_ended(pid) && Clock::now() < deadline) std::this_thread::sleep_for(20ms);
+    EXPECT_TRUE(has_ended(pid)) << "rank pid " << pid << " outlived kolorun";
+    if (!has_ended(pid)) ::kill(pid, SIGKILL);
+  }
+}
+
 TEST(Kolorun, SigtermIsForwardedToEveryRank) {
   Proc p({kKolorun, "-np", "2", kChild, "sleep-report"});
   ASSERT_TRUE(p.wait_for_stdout("] ready\n", 2, 20s)) << p.out() << p.err();
@@ -543,7 +575,7 @@ TEST(Kolorun, PrintConfigShowsEachValueAndItsSourceAndStartsNothing) {
 
 TEST(Kolorun, AMissingCommandIsReported) {
   Proc p({kKolorun, "-np", "2", "/nonexistent/kolo-program"});
-  EXPECT_EQ(exit_code(p.finish()), 1);
+  EXPECT_EQ(exit_code(p.finish()), 127);  // as a shell does for a command it cannot run
   EXPECT_NE(
       p.err().find("cannot start rank 0: /nonexistent/kolo-program: No such file or directory"),
       std::string::npos)

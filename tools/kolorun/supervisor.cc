@@ -5,11 +5,14 @@
 #include <signal.h>
 #include <spawn.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 
@@ -95,12 +98,23 @@ Status spawn(const RankSpec& spec, bool tag, Child& child) {
   posix_spawnattr_setpgroup(&attr, 0);
   posix_spawnattr_setflags(&attr,
                            POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
-  std::vector<char*> argv;
+  // Note [Ranks die with kolorun]: this binary again, in its rank-starting mode.
+  static const std::string self = [] {
+    std::string path(4096, '\0');
+    ssize_t n = ::readlink("/proc/self/exe", path.data(), path.size());
+    return n > 0 ? path.substr(0, static_cast<size_t>(n)) : std::string();
+  }();
+  if (self.empty())
+    return Status::IoError(std::string("kolorun: cannot find its own executable: ") +
+                           strerror(errno));
+  const std::string rank = std::to_string(spec.rank), parent = std::to_string(::getpid());
+  std::vector<char*> argv = {const_cast<char*>(self.c_str()), const_cast<char*>(kExecRankFlag),
+                             const_cast<char*>(rank.c_str()), const_cast<char*>(parent.c_str())};
   for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   Envp envp(spec.env);
   pid_t pid = -1;
-  int rc = posix_spawnp(&pid, argv[0], &fa, &attr, argv.data(), envp.ptrs.data());
+  int rc = posix_spawn(&pid, argv[0], &fa, &attr, argv.data(), envp.ptrs.data());
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
   if (tag) {
@@ -312,6 +326,20 @@ Result<int> supervise(const std::vector<RankSpec>& ranks, const SuperviseOptions
   if (interrupted_by) return 128 + interrupted_by;
   if (remote_failure) return 1;
   return 0;
+}
+
+int exec_rank_main(int argc, char** argv) {
+  if (argc < 5) {
+    std::fprintf(stderr, "kolorun: usage: kolorun %s RANK PPID cmd args...\n", kExecRankFlag);
+    return 2;
+  }
+  const pid_t parent = static_cast<pid_t>(std::atol(argv[3]));
+  // Asked before the check, so that a parent dying in between is seen by one or the other.
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != parent) return 128 + SIGKILL;
+  ::execvp(argv[4], argv + 4);
+  std::fprintf(stderr, "kolorun: cannot start rank %s: %s: %s\n", argv[2], argv[4],
+               strerror(errno));
+  return 127;
 }
 
 }  // namespace kolo::kolorun

@@ -38,12 +38,28 @@ struct SuperviseOptions {
   int remote_failure_fd = -1;
 };
 
+// Note [Ranks die with kolorun]
+// A rank must not outlive its launcher: killed with SIGKILL, kolorun cannot forward anything,
+// and its ranks would run on unsupervised, re-parented to init. So each rank starts as
+// `kolorun --exec-rank R PPID cmd args...` (exec_rank_main below), which asks the kernel for
+// SIGKILL when its parent dies (PR_SET_PDEATHSIG, kept across exec), checks that the parent is
+// still PPID (it may have died before the request), and execs cmd in place: same pid, same
+// process group and CPU mask. The signal follows the parent *thread* that spawned the rank, so
+// supervise() must run on a thread that lives as long as kolorun (its main thread does).
+
 // Runs the ranks to completion and returns kolorun's exit status: 0 when all exit 0; the
 // first failed rank's exit status (128 + signal if it was killed); 1 when another node
-// reported a failure; 128 + signal when kolorun was interrupted. IoError when a process cannot be
-// started (the ones already started are stopped first). Call once per process: it installs signal
-// handlers.
+// reported a failure; 128 + signal when kolorun was interrupted. A command that cannot be run
+// is such a failed rank, with status 127 and "kolorun: cannot start rank R: cmd: <reason>" on
+// its stderr. IoError when no process can be created (the ones already started are stopped
+// first). Call once per process: it installs signal handlers.
 Result<int> supervise(const std::vector<RankSpec>& ranks, const SuperviseOptions& options);
+
+// The first argument of kolorun's rank-starting mode, and that mode's main: argv is
+// {kolorun, kExecRankFlag, R, PPID, cmd, args...}. Does not return unless exec fails, when it
+// prints "kolorun: cannot start rank R: cmd: <reason>" and returns 127.
+inline constexpr const char* kExecRankFlag = "--exec-rank";
+int exec_rank_main(int argc, char** argv);
 
 // "SIGKILL" for 9; "signal 64" style text for numbers without a name.
 std::string signal_name(int sig);
