@@ -82,14 +82,20 @@ Result<TrainArgs> parse_train_args(int argc, char** argv) {
   TrainArgs a;
   // Each flag that takes a value maps to a setter returning a Status.
   using Setter = std::function<Status(const std::string& flag, const std::string& v)>;
-  auto int_at_least = [](int64_t lo, auto assign) {
-    return [lo, assign](const std::string& flag, const std::string& v) -> Status {
+  auto int_in = [](int64_t lo, int64_t hi, auto assign) {
+    return [lo, hi, assign](const std::string& flag, const std::string& v) -> Status {
       int64_t x = 0;
-      if (!parse_int(v, x) || x < lo) return bad(flag, "an integer >= " + std::to_string(lo), v);
+      if (!parse_int(v, x) || x < lo || x > hi)
+        return bad(flag,
+                   hi == INT64_MAX
+                       ? "an integer >= " + std::to_string(lo)
+                       : "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]",
+                   v);
       assign(x);
       return Status::Ok();
     };
   };
+  auto int_at_least = [&](int64_t lo, auto assign) { return int_in(lo, INT64_MAX, assign); };
   auto real_in = [](double lo, double hi, std::string range, auto assign) {
     return [=](const std::string& flag, const std::string& v) -> Status {
       double x = 0;
@@ -110,7 +116,8 @@ Result<TrainArgs> parse_train_args(int argc, char** argv) {
          }
          return Status::Ok();
        }},
-      {"--epochs", int_at_least(1, [&](int64_t x) { a.epochs = static_cast<int>(x); })},
+      // Bounded so that the value fits the int it is stored in (4294967296 trained 0 epochs).
+      {"--epochs", int_in(1, 1'000'000, [&](int64_t x) { a.epochs = static_cast<int>(x); })},
       {"--batch-size", int_at_least(1, [&](int64_t x) { a.batch_size = x; })},
       {"--lr", real_in(1e-12, 1e3, "in (0, 1000]", [&](double x) { a.lr = x; })},
       {"--lr-scaling",

@@ -83,8 +83,10 @@ TEST(TrainArgs, RejectsBadValuesNamingTheFlag) {
     std::string message;
   };
   const std::vector<Case> cases = {
-      {{"--epochs", "0"}, "--epochs: expected an integer >= 1, got '0'"},
-      {{"--epochs", "3x"}, "--epochs: expected an integer >= 1, got '3x'"},
+      {{"--epochs", "0"}, "--epochs: expected an integer in [1, 1000000], got '0'"},
+      {{"--epochs", "3x"}, "--epochs: expected an integer in [1, 1000000], got '3x'"},
+      {{"--epochs", "4294967296"},
+       "--epochs: expected an integer in [1, 1000000], got '4294967296'"},
       {{"--batch-size", "-4"}, "--batch-size: expected an integer >= 1, got '-4'"},
       {{"--model", "resnet"}, "--model: expected mlp or cnn, got 'resnet'"},
       {{"--lr-scaling", "cubic"}, "--lr-scaling: expected linear, sqrt or none, got 'cubic'"},

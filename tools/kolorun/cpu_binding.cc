@@ -19,8 +19,8 @@ Status set_thread_cpus(const std::vector<int>& cpus) {
     CPU_SET(c, &set);
   }
   if (::sched_setaffinity(0, sizeof set, &set) != 0)
-    return Status::IoError("sched_setaffinity(" + format_cpu_list(cpus) + "): " +
-                           std::strerror(errno));
+    return Status::IoError("sched_setaffinity(" + format_cpu_list(cpus) +
+                           "): " + std::strerror(errno));
   return Status::Ok();
 }
 

@@ -82,8 +82,7 @@ Result<Job> setup_job(const LaunchOptions& o, const KnobSet& knobs) {
   // (OpenBLAS and OpenMP default to every core). Unless the user chose, each rank gets as
   // many threads as it has CPUs: its bound share, or an equal share of the unbound node.
   const std::vector<int> cpus = allowed_cpus();
-  KOLO_ASSIGN_OR_RETURN(std::vector<std::vector<int>> binding,
-                        plan_binding(cpus, o.np, o.bind_to));
+  KOLO_ASSIGN_OR_RETURN(std::vector<std::vector<int>> binding, plan_binding(cpus, o.np, o.bind_to));
   base["KOLO_SIZE"] = std::to_string(o.np * o.nnodes);
   base["KOLO_LOCAL_SIZE"] = std::to_string(o.np);
   base["KOLO_CROSS_RANK"] = std::to_string(o.node_rank);
@@ -98,8 +97,8 @@ Result<Job> setup_job(const LaunchOptions& o, const KnobSet& knobs) {
     spec.env["KOLO_RANK"] = std::to_string(spec.rank);
     spec.env["KOLO_LOCAL_RANK"] = std::to_string(local);
     spec.cpus = binding[static_cast<size_t>(local)];
-    const size_t share = spec.cpus.empty() ? cpus.size() / static_cast<size_t>(o.np)
-                                           : spec.cpus.size();
+    const size_t share =
+        spec.cpus.empty() ? cpus.size() / static_cast<size_t>(o.np) : spec.cpus.size();
     for (const char* var : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"})
       spec.env.emplace(var, std::to_string(std::max<size_t>(1, share)));
     job.ranks.push_back(std::move(spec));

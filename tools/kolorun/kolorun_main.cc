@@ -36,6 +36,10 @@ int main(int argc, char** argv) {
     std::cout << knobs->describe();
     return 0;
   }
+  if (kolo::Status s = check_node_capacity(options->np, options->tag_output); !s.ok()) {
+    std::cerr << "kolorun: " << s.message() << "\n";
+    return 2;
+  }
   auto job = setup_job(*options, *knobs);
   if (!job.ok()) {
     std::cerr << "kolorun: " << job.status().message() << "\n";

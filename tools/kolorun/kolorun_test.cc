@@ -25,6 +25,7 @@
 #include "tools/kolorun/cpu_binding.h"
 #include "tools/kolorun/line_prefixer.h"
 #include "tools/kolorun/options.h"
+#include "tools/kolorun/supervisor.h"
 
 extern char** environ;
 
@@ -485,6 +486,17 @@ TEST(Kolorun, RanksDieWhenKolorunIsKilled) {
   }
 }
 
+// A count the node cannot hold is refused before anything starts (it used to spawn hundreds of
+// ranks before failing on "pipe: Too many open files").
+TEST(Kolorun, ARankCountTheNodeCannotHoldIsRefusedBeforeStarting) {
+  Proc p({kKolorun, "-np", "100000", kChild, "sleep"});
+  EXPECT_EQ(exit_code(p.finish(20s)), 2);
+  EXPECT_EQ(p.out(), "");
+  EXPECT_EQ(p.err().rfind("kolorun: -np 100000 ", 0), 0u) << p.err();
+  EXPECT_TRUE(check_node_capacity(2, true).ok());
+  EXPECT_EQ(check_node_capacity(1 << 30, false).code(), StatusCode::kInvalidArgument);
+}
+
 TEST(Kolorun, SigtermIsForwardedToEveryRank) {
   Proc p({kKolorun, "-np", "2", kChild, "sleep-report"});
   ASSERT_TRUE(p.wait_for_stdout("] ready\n", 2, 20s)) << p.out() << p.err();
@@ -575,7 +587,7 @@ TEST(Kolorun, PrintConfigShowsEachValueAndItsSourceAndStartsNothing) {
 
 TEST(Kolorun, AMissingCommandIsReported) {
   Proc p({kKolorun, "-np", "2", "/nonexistent/kolo-program"});
-  EXPECT_EQ(exit_code(p.finish()), 127);  // as a shell does for a command it cannot run
+  EXPECT_EQ(exit_code(p.finish()), 1);
   EXPECT_NE(
       p.err().find("cannot start rank 0: /nonexistent/kolo-program: No such file or directory"),
       std::string::npos)

@@ -27,7 +27,7 @@ struct LaunchOptions {
   std::chrono::milliseconds grace{3000};  // SIGTERM -> SIGKILL delay when stopping ranks
   std::optional<std::string> secret;      // --secret (KOLO_SECRET is consulted later)
   bool tag_output = true;
-  BindTo bind_to = BindTo::kAuto;         // --bind-to (cpu_binding.h)
+  BindTo bind_to = BindTo::kAuto;                 // --bind-to (cpu_binding.h)
   std::map<std::string, std::string> env;         // -x VAR=VALUE
   std::map<std::string, std::string> knob_flags;  // KOLO_* name -> value, from the knob flags
   std::vector<std::string> command;               // cmd args...

@@ -6,6 +6,7 @@
 #include <spawn.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <optional>
 
@@ -69,7 +71,31 @@ struct Envp {
   }
 };
 
+// Whether the rank's command can be executed, searched like execvp does (in the rank's own
+// PATH), so that a missing program fails before anything starts, naming rank and command.
+Status check_runnable(const RankSpec& spec) {
+  const std::string& cmd = spec.argv.at(0);
+  auto fail = [&](int err) {
+    return Status::IoError("cannot start rank " + std::to_string(spec.rank) + ": " + cmd + ": " +
+                           strerror(err));
+  };
+  if (cmd.find('/') != std::string::npos)
+    return ::access(cmd.c_str(), X_OK) == 0 ? Status::Ok() : fail(errno);
+  auto path = spec.env.find("PATH");
+  std::string dirs = path != spec.env.end() ? path->second : "/usr/local/bin:/usr/bin:/bin";
+  for (size_t begin = 0; begin <= dirs.size();) {
+    size_t end = dirs.find(':', begin);
+    if (end == std::string::npos) end = dirs.size();
+    std::string dir = dirs.substr(begin, end - begin);
+    if (dir.empty()) dir = ".";
+    if (::access((dir + "/" + cmd).c_str(), X_OK) == 0) return Status::Ok();
+    begin = end + 1;
+  }
+  return fail(ENOENT);
+}
+
 Status spawn(const RankSpec& spec, bool tag, Child& child) {
+  KOLO_RETURN_IF_ERROR(check_runnable(spec));
   // The child inherits this thread's affinity mask at spawn (posix_spawn has no attribute
   // for it); the guard restores ours afterwards.
   ScopedThreadAffinity affinity(spec.cpus);
@@ -326,6 +352,32 @@ Result<int> supervise(const std::vector<RankSpec>& ranks, const SuperviseOptions
   if (interrupted_by) return 128 + interrupted_by;
   if (remote_failure) return 1;
   return 0;
+}
+
+Status check_node_capacity(int ranks, bool tag_output) {
+  const std::string np = "-np " + std::to_string(ranks);
+  // Descriptors kolorun holds besides the pipes: stdio, the signal pipe, the store's sockets.
+  constexpr uint64_t kMargin = 64;
+  rlimit files{}, procs{};
+  if (tag_output && ::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY) {
+    const uint64_t needed = 2 * static_cast<uint64_t>(ranks) + kMargin;
+    if (needed > files.rlim_cur)
+      return Status::InvalidArgument(
+          np + " needs about " + std::to_string(needed) +
+          " file descriptors for the ranks' output, but kolorun may open " +
+          std::to_string(files.rlim_cur) + " (ulimit -n); use fewer ranks, raise the limit, or " +
+          "pass --no-tag-output");
+  }
+  if (::getrlimit(RLIMIT_NPROC, &procs) == 0 && procs.rlim_cur != RLIM_INFINITY &&
+      static_cast<uint64_t>(ranks) >= procs.rlim_cur)
+    return Status::InvalidArgument(np + " is more processes than this user may run (" +
+                                   std::to_string(procs.rlim_cur) + ", ulimit -u)");
+  std::ifstream pid_max_file("/proc/sys/kernel/pid_max");
+  uint64_t pid_max = 0;
+  if (pid_max_file >> pid_max && static_cast<uint64_t>(ranks) >= pid_max)
+    return Status::InvalidArgument(np + " is more processes than this machine can number (" +
+                                   "pid_max " + std::to_string(pid_max) + ")");
+  return Status::Ok();
 }
 
 int exec_rank_main(int argc, char** argv) {

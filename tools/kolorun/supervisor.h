@@ -49,11 +49,17 @@ struct SuperviseOptions {
 
 // Runs the ranks to completion and returns kolorun's exit status: 0 when all exit 0; the
 // first failed rank's exit status (128 + signal if it was killed); 1 when another node
-// reported a failure; 128 + signal when kolorun was interrupted. A command that cannot be run
-// is such a failed rank, with status 127 and "kolorun: cannot start rank R: cmd: <reason>" on
-// its stderr. IoError when no process can be created (the ones already started are stopped
-// first). Call once per process: it installs signal handlers.
+// reported a failure; 128 + signal when kolorun was interrupted. IoError "cannot start rank R:
+// cmd: <reason>" when a rank's command is not found or not executable in its PATH, or a process
+// cannot be created (the ones already started are stopped first). Call once per process: it
+// installs signal handlers.
 Result<int> supervise(const std::vector<RankSpec>& ranks, const SuperviseOptions& options);
+
+// OK when this node can hold `ranks` processes: the descriptors their output pipes need (two per
+// rank when tagging, plus a margin for the store) within RLIMIT_NOFILE, and the processes within
+// RLIMIT_NPROC and the kernel's pid_max. Otherwise InvalidArgument naming -np, what it needs
+// and the limit, checked before anything starts (instead of failing half-way through spawning).
+Status check_node_capacity(int ranks, bool tag_output);
 
 // The first argument of kolorun's rank-starting mode, and that mode's main: argv is
 // {kolorun, kExecRankFlag, R, PPID, cmd, args...}. Does not return unless exec fails, when it
