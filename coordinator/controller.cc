@@ -185,7 +185,7 @@ ResponseList Controller::respond(Clock::time_point now) {
   }
   if (static_cast<int>(joined_.size()) == size_) {
     Response done;
-    done.name = "join";
+    done.name = std::string(kJoinName);
     done.type = OpType::kJoin;
     out.responses.push_back(done);
     joined_.clear();

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kolo/status.h"
@@ -25,6 +26,12 @@ enum class OpType : uint8_t {
   kJoin,
 };
 inline constexpr int kNumOpTypes = 7;
+
+// Names of Kolo's own operations start with this prefix, which no user submission may use
+// (check at submission), so that a user's tensor can never be taken for one of them.
+inline constexpr std::string_view kInternalNamePrefix = "kolo:";
+// The name of join()'s operation.
+inline constexpr std::string_view kJoinName = "kolo:join";
 // "allreduce", "allgather", ...
 const char* op_type_name(OpType type);
 

@@ -358,7 +358,9 @@ std::vector<BatchItem> Runtime::claim(const std::vector<const Response*>& respon
   std::lock_guard<std::mutex> lock(mu_);
   for (const Response* p : responses) {
     auto it = pending_.find(p->name);
-    Entry* e = it == pending_.end() ? nullptr : it->second.get();
+    // By type too: a response is this rank's entry only if it is the same operation.
+    Entry* e =
+        it == pending_.end() || it->second->request.type != p->type ? nullptr : it->second.get();
     items.push_back({p, e});
     // Free the name first: a callback (or a waiter) may resubmit it at once.
     if (e) in_flight_.erase(p->name);
@@ -375,8 +377,10 @@ void Runtime::retire(const std::vector<BatchItem>& items) {
     } else {
       cache_.erase(p.name);
     }
-    pending_.erase(p.name);
-    seq_.erase(p.name);
+    if (item.entry) {  // else a joined rank's stand-in: any pending entry of that name is another
+      pending_.erase(p.name);
+      seq_.erase(p.name);
+    }
   }
 }
 

@@ -344,6 +344,29 @@ TEST(RuntimeTest, JoinedRankContributesIdentity) {
   });
 }
 
+// Issue 15: a user tensor named like join()'s operation ("join") on one rank while another has
+// joined used to be matched to the join entry by name and crash the joined rank. Kolo's own
+// operations now have reserved names, and a response is matched by name and type.
+TEST(RuntimeTest, AUserTensorNamedJoinIsNotTheJoin) {
+  Cluster c(2);
+  c.each([&](int r) {
+    if (r == 1) {
+      EXPECT_TRUE(submit(c[r], build_join()).wait().ok());
+      return;
+    }
+    std::vector<float> v(3, 2.0f);
+    auto h = allreduce(c[r], "join", v);
+    EXPECT_TRUE(h.wait().ok()) << h.wait().to_string();
+    EXPECT_EQ(v, std::vector<float>(3, 2.0f));  // rank 1 contributed 0
+    std::vector<float> w(1);
+    TensorView wv = view_of(w.data(), {1});
+    EXPECT_EQ(build_allreduce("kolo:join", wv, wv, {}).status().message(),
+              "operation name 'kolo:join': names starting with 'kolo:' are reserved for Kolo's "
+              "own operations");
+    EXPECT_TRUE(submit(c[r], build_join()).wait().ok());
+  });
+}
+
 // Issue 15: with a rank joined, kAverage divides by the 3 ranks that contributed and then
 // applies the postscale, exactly: 27 / 3 * 13 = 117 (27 * (13 / 3.0) truncates to 116). Both
 // the direct path (one tensor) and the fusion buffer (a group) divide on this rank.

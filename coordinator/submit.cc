@@ -38,6 +38,10 @@ Status check_has_rows(OpType type, const std::string& name, const TensorView& in
 
 Status check_name(const std::string& name) {
   if (name.empty()) return Status::InvalidArgument("operation name must not be empty");
+  if (name.starts_with(kInternalNamePrefix))
+    return Status::InvalidArgument("operation name '" + name + "': names starting with '" +
+                                   std::string(kInternalNamePrefix) +
+                                   "' are reserved for Kolo's own operations");
   return Status::Ok();
 }
 
@@ -173,7 +177,9 @@ Result<std::unique_ptr<Entry>> build_barrier(std::string name) {
   return new_entry(std::move(name), OpType::kBarrier);
 }
 
-Result<std::unique_ptr<Entry>> build_join() { return new_entry("join", OpType::kJoin); }
+Result<std::unique_ptr<Entry>> build_join() {
+  return new_entry(std::string(kJoinName), OpType::kJoin);
+}
 
 }  // namespace kolo::coord
 
@@ -215,7 +221,7 @@ Handle barrier_async(std::string name) {
   std::string n = name;
   return submit_global(coord::build_barrier(std::move(name)), n);
 }
-Handle join_async() { return submit_global(coord::build_join(), "join"); }
+Handle join_async() { return submit_global(coord::build_join(), std::string(coord::kJoinName)); }
 
 namespace {
 Result<HostTensor> output_of(const Handle& h) {
