@@ -31,7 +31,10 @@ constexpr int kSamplesPerRank = 256;
 constexpr float kRadius = 1.2f;
 
 [[noreturn]] void fail(const std::string& why) {
-  std::fprintf(stderr, "consumer (rank %d): %s\n", kolo::rank(), why.c_str());
+  if (kolo::is_initialized())
+    std::fprintf(stderr, "consumer (rank %d): %s\n", kolo::rank(), why.c_str());
+  else
+    std::fprintf(stderr, "consumer: %s\n", why.c_str());
   std::exit(1);
 }
 

@@ -297,11 +297,12 @@ int train(const TrainArgs& args) {
       // With one bucket (the default for both models) communication starts when backward
       // ends, so little of it can hide; --bucket-size 0 overlaps more at a higher CPU cost.
       const size_t buckets = opt.bucket_names().size();
-      std::printf("communication hidden behind backward: %.0f%% (step() waited %.2f s of a "
-                  "%.2f s communication window; %zu gradient bucket%s per step)\n",
-                  100.0 * (1.0 - stats.exposed_wait_seconds / stats.communication_window_seconds),
-                  stats.exposed_wait_seconds, stats.communication_window_seconds, buckets,
-                  buckets == 1 ? "" : "s");
+      std::printf(
+          "communication hidden behind backward: %.0f%% (step() waited %.2f s of a "
+          "%.2f s communication window; %zu gradient bucket%s per step)\n",
+          100.0 * (1.0 - stats.exposed_wait_seconds / stats.communication_window_seconds),
+          stats.exposed_wait_seconds, stats.communication_window_seconds, buckets,
+          buckets == 1 ? "" : "s");
     }
   }
   int exit_code = 0;
@@ -353,7 +354,12 @@ int main(int argc, char** argv) {
   try {
     return train(args);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "train_fashion_mnist: rank %d: %s\n", kolo::rank(), e.what());
+    // Before init completes this process has no rank (kolo::rank() would say 0; kolorun's
+    // "[r]" prefix tells which it is).
+    if (kolo::is_initialized())
+      std::fprintf(stderr, "train_fashion_mnist: rank %d: %s\n", kolo::rank(), e.what());
+    else
+      std::fprintf(stderr, "train_fashion_mnist: %s\n", e.what());
     // Tells the other ranks at once, instead of leaving them to time out.
     (void)kolo::shutdown();
     return 1;
