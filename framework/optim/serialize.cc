@@ -15,6 +15,24 @@
 namespace kolo::fw {
 namespace {
 
+// A name read from a file, fit for an error message: the file is not trusted, so bytes outside
+// printable ASCII appear as \xHH and a long name is cut at 120 characters.
+std::string printable(std::string_view name) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : name.substr(0, 120)) {
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  if (name.size() > 120) out += "... (" + std::to_string(name.size()) + " bytes)";
+  return out;
+}
+
 static_assert(std::endian::native == std::endian::little,
               "the checkpoint format is little-endian; add byte swapping for this host");
 
@@ -249,7 +267,7 @@ NamedTensors load_tensors(const std::string& path) {
     const auto* p = reinterpret_cast<const char*>(
         r.take(len, std::to_string(len) + " bytes of name of " + which));
     std::string name(p, len);
-    const std::string what = which + " '" + name + "'";
+    const std::string what = which + " '" + printable(name) + "'";
     if (!names.insert(name).second) r.bad(name_at, "duplicate name in " + what);
     const size_t dtype_at = r.pos();
     const auto dtype_code = r.value<uint8_t>("dtype of " + what);
@@ -343,7 +361,7 @@ void load_tensors_into(const std::string& path, const NamedTensors& targets) {
   }
   for (const auto& [name, t] : loaded) {
     if (!wanted.count(name)) {
-      fail(StatusCode::kMismatch, file + " has an unexpected entry '" + name +
+      fail(StatusCode::kMismatch, file + " has an unexpected entry '" + printable(name) +
                                       "' that nothing in the model or optimizer takes");
     }
   }

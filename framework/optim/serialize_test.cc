@@ -185,6 +185,18 @@ TEST(Serialize, LoadErrorsLeaveTargetsUnchanged) {
                file + " has no entry 'optim/step' (3 entries in the file)");
 }
 
+// Issue 15: names read from a file reach error messages escaped, never as raw bytes.
+TEST(Serialize, NamesFromTheFileAreEscapedInErrors) {
+  ScratchDir dir("ckpt");
+  const std::string path = dir.file("odd.kolo");
+  const std::string odd = std::string("w\x01\xff\\") + std::string(200, 'n');
+  save_tensors(path, {{odd, Tensor::zeros({1})}});
+  expect_error([&] { load_tensors_into(path, {}); }, StatusCode::kMismatch,
+               "checkpoint '" + path + "' has an unexpected entry 'w\\x01\\xff\\x5c" +
+                   std::string(116, 'n') +
+                   "... (204 bytes)' that nothing in the model or optimizer takes");
+}
+
 TEST(Serialize, MalformedFiles) {
   ScratchDir dir("ckpt");
   const std::string path = dir.file("c.kolo");

@@ -52,9 +52,15 @@ int main(int argc, char** argv) {
     struct sigaction sa = {};
     sa.sa_handler = on_term;
     ::sigaction(SIGTERM, &sa, nullptr);
+    // SIGTERM stays blocked except inside sigsuspend: with pause(), a signal arriving between
+    // the check of g_term and the call would be waited for forever.
+    sigset_t term, unblocked;
+    sigemptyset(&term);
+    sigaddset(&term, SIGTERM);
+    ::sigprocmask(SIG_BLOCK, &term, &unblocked);
     std::printf("ready\n");
     std::fflush(stdout);
-    while (!g_term) ::pause();
+    while (!g_term) ::sigsuspend(&unblocked);
     std::printf("got SIGTERM\n");
     return 0;
   }
