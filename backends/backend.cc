@@ -89,19 +89,33 @@ Status Backend::do_reducescatter(const void*, void*, DataType, const Reduction&,
 }
 Status Backend::do_barrier() { return unsupported("barrier"); }
 
+namespace {
+
+// "uint8, int8, ..." and "sum, average, ...": the names of kolo/types.h, so that the messages
+// follow when an enumerator is added.
+template <typename Enum>
+std::string enum_names(int count, std::string_view (*name)(Enum)) {
+  std::string out;
+  for (int i = 0; i < count; ++i) {
+    out += i == 0 ? "" : ", ";
+    out += name(static_cast<Enum>(i));
+  }
+  return out;
+}
+
+}  // namespace
+
 Status validate_dtype(std::string_view context, DataType dtype) {
   if (is_valid_dtype(static_cast<int>(dtype))) return Status::Ok();
-  return Status::InvalidArgument(s(context) +
-                                 ": dtype must be one of uint8, int8, int32, int64, "
-                                 "float16, bfloat16, float32, float64, got enum value " +
+  return Status::InvalidArgument(s(context) + ": dtype must be one of " +
+                                 enum_names(kNumDataTypes, dtype_name) + ", got enum value " +
                                  std::to_string(static_cast<int>(dtype)));
 }
 
 Status validate_reduction(std::string_view context, const Reduction& reduction) {
   if (!is_valid_reduce_op(static_cast<int>(reduction.op)))
-    return Status::InvalidArgument(s(context) +
-                                   ": reduce op must be one of sum, average, min, "
-                                   "max, product, got enum value " +
+    return Status::InvalidArgument(s(context) + ": reduce op must be one of " +
+                                   enum_names(kNumReduceOps, reduce_op_name) + ", got enum value " +
                                    std::to_string(static_cast<int>(reduction.op)));
   if (!std::isfinite(reduction.prescale))
     return Status::InvalidArgument(s(context) + ": prescale must be finite, got " +
