@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -103,8 +104,11 @@ Result<std::string> FileStore::key_path(std::string_view op, const std::string& 
 
 Status FileStore::write_atomically(const std::string& path, const std::string& value) {
   // The temporary name is unique per process and call, so concurrent writers never share one.
+  // The counter is process-wide: several FileStores of one process may share a folder (a
+  // per-store counter let two of them write the same temporary, and one rename then failed).
+  static std::atomic<uint64_t> counter{0};
   std::string tmp =
-      dir_ + "/t_" + std::to_string(::getpid()) + "_" + std::to_string(tmp_counter_.fetch_add(1));
+      dir_ + "/t_" + std::to_string(::getpid()) + "_" + std::to_string(counter.fetch_add(1));
   Fd f{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
   if (f.fd < 0) return io_error("cannot create", tmp);
   size_t off = 0;

@@ -8,7 +8,6 @@
 // systems limit a name to 255 bytes). File system failures are IoError naming the path.
 #pragma once
 
-#include <atomic>
 #include <memory>
 #include <string>
 
@@ -35,7 +34,6 @@ class FileStore : public Store {
   Status write_atomically(const std::string& path, const std::string& value);
 
   const std::string dir_;
-  std::atomic<uint64_t> tmp_counter_{0};  // unique temporary names within this process
 };
 
 }  // namespace kolo
