@@ -130,6 +130,18 @@ Status stop_timeline() {
   return Status::Ok();
 }
 
+Status mark_step() {
+  auto rt = current();
+  if (!rt) return Status::PreconditionFailed("kolo::mark_step(): kolo::init() has not been called");
+  rt->mark_step();
+  return Status::Ok();
+}
+
+int64_t steps_marked() {
+  auto rt = current();
+  return rt ? rt->steps_marked() : 0;
+}
+
 namespace coord {
 
 // Used by the *_async functions in submit.cc.

@@ -63,6 +63,10 @@ class Runtime {
   // Errors as Timeline::start (PreconditionFailed when already recording).
   Status start_timeline(const std::string& path, bool mark_cycles);
 
+  // See kolo::mark_step(). Any thread.
+  void mark_step() { steps_marked_.fetch_add(1, std::memory_order_relaxed); }
+  int64_t steps_marked() const { return steps_marked_.load(std::memory_order_relaxed); }
+
   const Topology& topology() const { return topology_; }
   const RuntimeConfig& config() const { return config_; }
   Timeline& timeline() { return timeline_; }
@@ -110,6 +114,7 @@ class Runtime {
   std::vector<std::string> stall_warnings_;   // guarded by mu_
   bool sleeping_ = false;                     // guarded by mu_: loop waits on cv_ for work
   std::atomic<size_t> queued_{0};             // queue_.size(), readable without mu_
+  std::atomic<int64_t> steps_marked_{0};      // kolo::mark_step() calls so far
 
   // Background thread only.
   std::map<std::string, std::unique_ptr<Entry>> pending_;

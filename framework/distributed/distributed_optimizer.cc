@@ -232,6 +232,7 @@ void DistributedOptimizer::step() {
   count_handle_ = Handle();
   inner_.step();
   ++stats_.steps;
+  if (is_initialized()) (void)mark_step();
 }
 
 std::vector<Handle> DistributedOptimizer::submitted_handles() const {

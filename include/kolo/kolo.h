@@ -80,6 +80,15 @@ int cross_size();
 Status start_timeline(const std::string& path, bool mark_cycles = false);
 Status stop_timeline();
 
+// Marks the end of one training step on this rank. Kolo's step-based features (the autotuner,
+// timeline recording windows) count steps through this call; DistributedOptimizer::step()
+// makes it, so only programs with their own optimizer loop need to. Every rank should mark
+// the same number of steps. Cheap (no communication); thread-safe. PreconditionFailed before
+// init.
+Status mark_step();
+// The number of steps this rank has marked since init(); 0 before init.
+int64_t steps_marked();
+
 // ---- Operation options -------------------------------------------------------------------------
 // One type per concept. The Reduction inside allreduce and reducescatter options is the very
 // type the Backend interface and the ops/ algorithms take, so nothing converts between

@@ -125,7 +125,14 @@ int main(int argc, char** argv) {
   std::vector<float> early(1);
   kolo::Status before = kolo::allreduce("early", kolo::view_of(early.data(), {1}));
   CHECK(before.code() == kolo::StatusCode::kPreconditionFailed);
+  CHECK(kolo::mark_step().code() == kolo::StatusCode::kPreconditionFailed);
+  CHECK(kolo::steps_marked() == 0);
   if (!ok(kolo::init(), "init")) return 1;
+  // Steps count from init, on each rank alone.
+  CHECK(kolo::steps_marked() == 0);
+  ok(kolo::mark_step(), "mark_step");
+  ok(kolo::mark_step(), "mark_step");
+  CHECK(kolo::steps_marked() == 2);
   const int my_rank = kolo::rank();  // rank() reads 0 again after shutdown()
   if (scenario == "ops") every_op();
   else if (scenario == "orders") orders();
