@@ -19,15 +19,27 @@ FailureWatch::FailureWatch(Store& store, int node_rank) : store_(store), node_ra
 FailureWatch::~FailureWatch() {
   stop_ = true;
   thread_.join();  // the thread checks stop_ at least every poll interval
+  if (reporter_.joinable()) reporter_.join();
   for (int fd : pipe_)
     if (fd >= 0) ::close(fd);
 }
 
 void FailureWatch::publish(const std::string& what) {
+  if (reporter_.joinable()) return;
+  reporter_ = std::thread([this, what] { send_report(what); });
+}
+
+void FailureWatch::send_report(const std::string& what) {
+  if (store_lost_) return;
   // The counter makes the first report the one everybody sees, even if two nodes fail at once.
   auto claim = store_.add(kClaimKey, 1);
-  if (claim.ok() && *claim == 1)
-    (void)store_.set(kAbortKey, "node " + std::to_string(node_rank_) + ": " + what);
+  if (!claim.ok()) {
+    store_lost_ = true;
+    return;
+  }
+  if (*claim == 1 &&
+      !store_.set(kAbortKey, "node " + std::to_string(node_rank_) + ": " + what).ok())
+    store_lost_ = true;
 }
 
 void FailureWatch::run() {
@@ -39,7 +51,10 @@ void FailureWatch::run() {
       if (v->rfind(mine, 0) != 0 && pipe_[1] >= 0) write_all(pipe_[1], *v);
       return;
     }
-    if (v.status().code() != StatusCode::kTimeout) return;  // store gone: nothing to watch
+    if (v.status().code() != StatusCode::kTimeout) {  // store gone: nothing to watch
+      store_lost_ = true;
+      return;
+    }
   }
 }
 

@@ -13,6 +13,11 @@ extern char** environ;
 namespace kolo::kolorun {
 namespace {
 
+// How long kolorun waits on node 0's store once the ranks run: to reconnect, for a reply, and
+// (node 0, after a failure) for the other nodes to finish. Node 0 gone or cut off then costs
+// seconds, not --timeout (which only bounds the nodes' gathering at start).
+constexpr std::chrono::seconds kStoreLossBound{3};
+
 Result<std::string> choose_secret(const LaunchOptions& o, const KnobSet& knobs) {
   if (o.secret) return *o.secret;
   if (knobs.is_set(KnobId::kSecret)) return knobs.text(KnobId::kSecret);
@@ -66,6 +71,7 @@ Result<Job> setup_job(const LaunchOptions& o, const KnobSet& knobs) {
     if (o.nnodes > 1) {
       KOLO_ASSIGN_OR_RETURN(job.store, TcpStore::connect(addr, o.timeout));
       KOLO_RETURN_IF_ERROR(gather_nodes(*job.store, o));
+      KOLO_ASSIGN_OR_RETURN(job.store, TcpStore::connect(addr, kStoreLossBound, kStoreLossBound));
       job.watch = std::make_unique<FailureWatch>(*job.store, o.node_rank);
     }
   }
@@ -106,16 +112,22 @@ Result<Job> setup_job(const LaunchOptions& o, const KnobSet& knobs) {
   return job;
 }
 
-Status finish_job(Job& job, const LaunchOptions& o) {
+Status finish_job(Job& job, const LaunchOptions& o, bool failed) {
+  const bool store_lost = job.watch && job.watch->store_lost();
   job.watch.reset();
   if (!job.store) return Status::Ok();
   if (o.node_rank != 0) {
     // Only node 0's store matters to the others: say we are done and leave. A lost store just
     // means node 0 has already gone.
-    (void)job.store->set("kolorun/done/arrived/" + std::to_string(o.node_rank), "1");
+    if (!store_lost) (void)job.store->set("kolorun/done/arrived/" + std::to_string(o.node_rank), "1");
     return Status::Ok();
   }
-  return rendezvous_barrier(*job.store, "kolorun/done", 0, o.nnodes, o.timeout, "node ranks")
+  // After a failure the others learn of it within a poll of their FailureWatch and stop their
+  // ranks within the grace period; waiting longer would only delay this exit.
+  const std::chrono::milliseconds bound =
+      failed ? std::min<std::chrono::milliseconds>(o.timeout, o.grace + kStoreLossBound)
+             : o.timeout;
+  return rendezvous_barrier(*job.store, "kolorun/done", 0, o.nnodes, bound, "node ranks")
       .with_context("waiting for the other nodes to finish");
 }
 

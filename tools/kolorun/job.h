@@ -24,16 +24,19 @@ struct Job {
 // Single node without --rdzv: serves the store on 127.0.0.1 at an ephemeral port.
 // Otherwise node 0 serves at --rdzv and every node connects there, checks that all nodes were
 // started with the same --nnodes and -np, and waits (--timeout) until every node rank has
-// arrived; the Timeout error names the node ranks that never did. Multi-node jobs also get a
-// FailureWatch, so a failure on any node stops the ranks on every node.
+// arrived (--timeout); the Timeout error names the node ranks that never did. Multi-node jobs
+// also get a FailureWatch, so a failure on any node stops the ranks on every node.
 // Secret: --secret, else KOLO_SECRET (from `knobs`), else (one node only) random 128-bit hex.
 // Each rank's environment is this process's environment, then options.env (-x), then the knob
 // flags, then the KOLO_* world variables. `knobs` is knobs_for_ranks(options), already checked.
 Result<Job> setup_job(const LaunchOptions& options, const KnobSet& knobs);
 
-// After this node's ranks have exited. Multi-node: marks this node done; node 0 then keeps
-// serving the store until every node is done (at most --timeout), because ranks elsewhere may
-// still use it. Returns the Timeout naming the nodes that never finished, for a warning.
-Status finish_job(Job& job, const LaunchOptions& options);
+// After this node's ranks have exited (`failed`: the job did not succeed). Multi-node: marks
+// this node done; node 0 then keeps serving the store until every node is done, because ranks
+// elsewhere may still use it: at most --timeout after a success, a few seconds past the grace
+// period after a failure. Once the ranks run, kolorun's store client gives up on an unreachable
+// store within seconds, so a lost node 0 costs no more. Returns the Timeout naming the nodes
+// that never finished, for a warning.
+Status finish_job(Job& job, const LaunchOptions& options, bool failed);
 
 }  // namespace kolo::kolorun

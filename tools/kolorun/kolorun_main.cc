@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
     std::cerr << "kolorun: " << code.status().message() << "\n";
     return 1;
   }
-  if (kolo::Status s = finish_job(*job, *options); !s.ok())
+  if (kolo::Status s = finish_job(*job, *options, *code != 0); !s.ok())
     std::cerr << "kolorun: warning: " << s.message() << "\n";
   return *code;
 }

@@ -673,6 +673,54 @@ TEST(Kolorun, AFailureOnOneNodeStopsTheRanksOfTheOther) {
       << n0.err();
 }
 
+// Node 0's kolorun (and with it the store) is gone when a rank of node 1 fails: node 1's
+// kolorun reports the failure and exits within seconds, not after --timeout (it used to retry
+// the lost store for the whole --timeout, once to publish the failure and once to say "done").
+TEST(Kolorun, ANodeOutlivingNodeZeroExitsWithinSeconds) {
+  std::string rdzv = "127.0.0.1:" + std::to_string(free_port());
+  auto node = [&](int k, std::vector<std::string> command) {
+    std::vector<std::string> args{kKolorun, "--nnodes", "2",       "--node-rank", std::to_string(k),
+                                  "--rdzv", rdzv,       "--secret", "s",          "--timeout",
+                                  "60s",    "-np",      "1"};
+    args.insert(args.end(), command.begin(), command.end());
+    return args;
+  };
+  Proc n0(node(0, {kChild, "sleep"}));
+  Proc n1(node(1, {"sh", "-c", "sleep 2; exit 5"}));
+  ASSERT_TRUE(n0.wait_for_stdout("sleeping pid=", 1, 20s)) << n0.out() << n0.err();
+  n0.signal(SIGKILL);
+  EXPECT_EQ(exit_code(n0.finish(20s)), -SIGKILL);
+  const auto start = Clock::now();
+  EXPECT_EQ(exit_code(n1.finish(30s)), 5) << n1.err();
+  EXPECT_LT(Clock::now() - start, 8s) << n1.err();
+  EXPECT_TRUE(std::regex_search(n1.err(),
+                                std::regex(R"(kolorun: rank 1 \(pid \d+\) exited with status 5)")))
+      << n1.err();
+}
+
+// Node 0's ranks are done and it waits (up to --timeout) for node 1 to finish: SIGINT still
+// ends it at once (it used to be ignored once the ranks had exited).
+TEST(Kolorun, NodeZeroWaitingForTheOthersObeysSigint) {
+  std::string rdzv = "127.0.0.1:" + std::to_string(free_port());
+  auto node = [&](int k, std::vector<std::string> command) {
+    std::vector<std::string> args{kKolorun, "--nnodes", "2",       "--node-rank", std::to_string(k),
+                                  "--rdzv", rdzv,       "--secret", "s",          "--timeout",
+                                  "60s",    "-np",      "1"};
+    args.insert(args.end(), command.begin(), command.end());
+    return args;
+  };
+  Proc n0(node(0, {"sh", "-c", "echo finished"}));
+  Proc n1(node(1, {kChild, "sleep"}));
+  ASSERT_TRUE(n0.wait_for_stdout("finished", 1, 20s)) << n0.out() << n0.err();
+  std::this_thread::sleep_for(300ms);  // into finish_job's wait for node 1
+  n0.signal(SIGINT);
+  const auto start = Clock::now();
+  EXPECT_EQ(exit_code(n0.finish(30s)), -SIGINT) << n0.err();
+  EXPECT_LT(Clock::now() - start, 5s);
+  n1.signal(SIGTERM);
+  n1.finish(20s);
+}
+
 TEST(Kolorun, AMissingNodeTimesOutNamingIt) {
   std::string rdzv = "127.0.0.1:" + std::to_string(free_port());
   Proc p({kKolorun, "--nnodes", "3", "--node-rank", "0", "--rdzv", rdzv, "--secret", "s",

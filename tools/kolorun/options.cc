@@ -241,7 +241,8 @@ default to the size of that share, so that the ranks do not oversubscribe the no
   --nnodes M             nodes in the job (default 1); run one kolorun per node
   --node-rank K          this node's rank in [0, M) (default 0); global rank = K*N + local rank
   --rdzv HOST:PORT       store address: node 0 serves it, the others connect (required if M > 1)
-  --timeout DUR          how long nodes wait for each other (default 5min)
+  --timeout DUR          how long nodes wait for each other at start and after a success
+                         (default 5min); once ranks run, a lost node 0 costs seconds
   --secret S             job secret (default: $KOLO_SECRET; one node: random 128-bit hex)
   --grace DUR            SIGTERM to SIGKILL delay when stopping ranks (default 3s)
   --bind-to auto|cores|none

@@ -346,6 +346,9 @@ Result<int> supervise(const std::vector<RankSpec>& ranks, const SuperviseOptions
     }
   }
 
+  // No rank is left to forward a signal to: from here on SIGINT/SIGTERM end kolorun itself,
+  // whatever it does next (node 0 waiting for the other nodes, say).
+  for (int s : {SIGINT, SIGTERM, SIGHUP}) ::signal(s, SIG_DFL);
   ::close(g_signal_pipe[0]);
   ::close(g_signal_pipe[1]);
   if (first_failure) return exit_code_of(children[*first_failure].status);
