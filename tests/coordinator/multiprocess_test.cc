@@ -125,6 +125,26 @@ TEST(CoordinatorJob, EveryOperationUnderMpirun) {
   }
 }
 
+// A rank whose configuration is invalid fails before it joins the job; mpirun then ends the
+// others at once, and the output names the variable (rank 0 used to tear down the store after
+// joining, leaving the others 30 s in "cannot connect to rank 0's rendezvous store").
+TEST(CoordinatorJob, AnInvalidValueOnOneRankEndsTheJobUnderMpirunNamingIt) {
+  for (const char* failing : {"0", "1"}) {
+    auto r = run_command(
+        "OMPI_MCA_btl_vader_single_copy_mechanism=none " + std::string(KOLO_TEST_MPIRUN) +
+            " --allow-run-as-root --oversubscribe -np 2 sh -c \"if [ \\$OMPI_COMM_WORLD_RANK = " +
+            failing + " ]; then export KOLO_OP_TIMEOUT=0; fi; exec " + KOLO_TEST_WORKER + " ops\"",
+        20);
+    EXPECT_NE(r.exit_code, 0) << failing << "\n" << r.output;
+    EXPECT_NE(r.exit_code, 124) << "the job outlived the failing rank " << failing << "\n"
+                                << r.output;
+    EXPECT_NE(r.output.find("init: InvalidArgument: KOLO_OP_TIMEOUT=0 is invalid"),
+              std::string::npos)
+        << r.output;
+    EXPECT_EQ(r.output.find("rendezvous store"), std::string::npos) << r.output;
+  }
+}
+
 // The World and the default backend come from the mpi backend's registry entry: without
 // KOLO_CPU_OPERATIONS the backend's spans in the timeline are mpi's.
 TEST(CoordinatorJob, MpiIsTheDefaultBackendUnderMpirun) {
