@@ -78,7 +78,8 @@ constexpr std::array<Knob, kKnobCount> kTable = {{
      .category = kCore,
      .default_text = "0",
      .default_doc = "off",
-     .help = "fail the job after a stall this long; `0` turns it off"},
+     .help = "fail the job after a stall this long: tensors some ranks never submitted, or a "
+             "frozen rank; `0` turns it off"},
     {.id = KnobId::kOpTimeout,
      .name = "KOLO_OP_TIMEOUT",
      .kind = kDuration,

@@ -1,4 +1,5 @@
 // The global entry points of kolo/kolo.h: one process-wide Runtime built by init().
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 
@@ -71,6 +72,13 @@ Status init() {
     ctx.op_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(config.op_timeout);
     KOLO_ASSIGN_OR_RETURN(data, create_backend(config.cpu_operations, ctx));
     ctx.store_prefix = ns + "/ctrl";
+    // Every rank takes part in a control round at least every heartbeat, so a control wait
+    // longer than the stall shutdown time means a frozen rank (stopped, or stuck outside
+    // Kolo's thread): rank 0's stall inspector cannot see it from inside that wait, so the
+    // wait itself is bounded.
+    if (config.stall_shutdown_time.count() > 0)
+      ctx.op_timeout = std::min(ctx.op_timeout, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                    config.stall_shutdown_time));
     KOLO_ASSIGN_OR_RETURN(control, create_backend(config.cpu_operations, ctx));
   }
   KOLO_ASSIGN_OR_RETURN(

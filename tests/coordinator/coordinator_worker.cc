@@ -1,5 +1,7 @@
 // One rank of a coordinator multi-process test: `coordinator_worker <scenario> [dir]`.
 // Prints "rank R: <scenario> passed" on success; failures print what differed and exit 1.
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <numeric>
 #include <string>
@@ -101,6 +103,26 @@ void mismatch() {
   CHECK(st.code() == kolo::StatusCode::kMismatch);
 }
 
+// Rank 1 stops itself (SIGSTOP) after one allreduce; rank 0 keeps submitting and reports how
+// long its first failure took and what it said.
+void freeze() {
+  std::vector<float> v(4, 1.0f);
+  ok(kolo::allreduce("f0", kolo::view_of(v.data(), {4})), "f0");
+  if (kolo::rank() == 1) ::raise(SIGSTOP);
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 1;; ++i) {
+    kolo::Status st = kolo::allreduce("f" + std::to_string(i), kolo::view_of(v.data(), {4}));
+    if (st.ok()) continue;
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - start);
+    std::printf("rank 0 failed after %lld ms: %s\n", static_cast<long long>(ms.count()),
+                st.to_string().c_str());
+    std::fflush(stdout);
+    ++failures;
+    return;
+  }
+}
+
 void timeline(const std::string& dir) {
   // Every rank passes the same path: start_timeline replaces "{rank}" (trace.0.json, ...).
   ok(kolo::start_timeline(dir + "/trace.{rank}.json", true), "start_timeline");
@@ -138,6 +160,7 @@ int main(int argc, char** argv) {
   else if (scenario == "orders") orders();
   else if (scenario == "many") many();
   else if (scenario == "mismatch") mismatch();
+  else if (scenario == "freeze") freeze();
   else if (scenario == "timeline") timeline(argc > 2 ? argv[2] : "/tmp");
   ok(kolo::shutdown(), "shutdown");
   kolo::Status after = kolo::allreduce("late", kolo::view_of(early.data(), {1}));
