@@ -119,7 +119,8 @@ Status finish_job(Job& job, const LaunchOptions& o, bool failed) {
   if (o.node_rank != 0) {
     // Only node 0's store matters to the others: say we are done and leave. A lost store just
     // means node 0 has already gone.
-    if (!store_lost) (void)job.store->set("kolorun/done/arrived/" + std::to_string(o.node_rank), "1");
+    if (!store_lost)
+      (void)job.store->set("kolorun/done/arrived/" + std::to_string(o.node_rank), "1");
     return Status::Ok();
   }
   // After a failure the others learn of it within a poll of their FailureWatch and stop their

@@ -26,6 +26,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Note [Which failure kolorun reports] (supervise).
+constexpr std::chrono::milliseconds kSettle{250};
+
 int g_signal_pipe[2] = {-1, -1};  // written by signal handlers, read by the poll loop
 
 void on_signal(int sig) {
@@ -218,7 +221,9 @@ Result<int> supervise(const std::vector<RankSpec>& ranks, const SuperviseOptions
     }
   }
 
-  std::optional<size_t> first_failure;       // index into children
+  std::optional<size_t> first_failure;  // index into children
+  std::optional<size_t> suspect;        // a failure not reported yet (kSettle)
+  std::optional<Clock::time_point> report_at;
   int interrupted_by = 0;                    // the signal kolorun received, if any
   std::optional<Clock::time_point> kill_at;  // when SIGKILL follows the SIGTERM
   bool killed = false;
@@ -245,16 +250,28 @@ Result<int> supervise(const std::vector<RankSpec>& ranks, const SuperviseOptions
       if (r != c.pid) continue;
       c.alive = false;
       c.status = status;
-      if (!failed(status)) continue;
-      if (!first_failure && !interrupted_by && !remote_failure) {
-        first_failure = i;
-        say(describe_exit(c));
-        if (options.on_failure) options.on_failure(describe_exit(c));
-        if (alive_count() > 0) {
-          say("stopping the other ranks (SIGTERM, then SIGKILL after " +
-              std::to_string(options.grace.count()) + "ms)");
-          stop_others(SIGTERM);
-        }
+      if (!failed(status) || first_failure || interrupted_by || remote_failure) continue;
+      // Note [Which failure kolorun reports]: a rank killed by a signal is reported at once. A
+      // rank that exited with an error is often the consequence of a peer's death (its
+      // connections broke a few milliseconds after the peer died, and the kernel may let it
+      // be reaped first), so it is held for kSettle, during which a rank found killed by a
+      // signal is reported instead.
+      const bool signaled = WIFSIGNALED(status);
+      if (!suspect || (signaled && !WIFSIGNALED(children[*suspect].status))) {
+        suspect = i;
+        report_at = Clock::now() + (signaled ? Clock::duration::zero() : kSettle);
+      }
+    }
+    if (suspect && (Clock::now() >= *report_at || alive_count() == 0)) {
+      first_failure = suspect;
+      suspect.reset();
+      Child& c = children[*first_failure];
+      say(describe_exit(c));
+      if (options.on_failure) options.on_failure(describe_exit(c));
+      if (alive_count() > 0) {
+        say("stopping the other ranks (SIGTERM, then SIGKILL after " +
+            std::to_string(options.grace.count()) + "ms)");
+        stop_others(SIGTERM);
       }
     }
     int alive = alive_count();

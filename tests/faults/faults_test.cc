@@ -1,0 +1,276 @@
+// The fault-injection suite (label "faults"): real jobs of fault_worker, started by kolorun
+// (one or two nodes) or mpirun, and a real fault injected mid-training: SIGKILL or SIGSTOP of
+// a rank or of a launcher, node 0 and its store dying, the network link going down. Each test
+// asserts Kolo's promise for that fault (docs/reliability.md): every surviving rank fails
+// naming the peer within its bound, every launcher exits within seconds after that, no process
+// is left, and no rank reports success or a wrong result.
+//
+// The bounds are generous multiples of the configured timeouts: they separate "detected" from
+// "waited out a default timeout" (minutes), not fast from slow.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+
+#include "launch.h"
+#include "rendezvous/tcp_store.h"
+#include "tests/support/run_command.h"
+
+namespace kolo::faults {
+namespace {
+
+using namespace std::chrono_literals;
+
+const std::string kKolorun = KOLO_TEST_KOLORUN;
+const std::string kWorker = KOLO_TEST_FAULT_WORKER;
+
+int exit_code(int status) {
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+int free_port() { return TcpStoreServer::start("127.0.0.1", 0).value()->port(); }
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// Checks `observed` against `bound` and prints the pair, for docs/reliability.md's table.
+void expect_within(const std::string& what, Clock::duration observed, double bound_s,
+                   const Launch& job) {
+  std::printf("[fault] %s: %.2f s (bound %.1f s)\n", what.c_str(), seconds(observed), bound_s);
+  EXPECT_LT(seconds(observed), bound_s) << what << "\n" << job.output();
+}
+
+// Whatever the fault, no rank may claim success or compute a wrong number.
+void expect_no_false_success(const Launch& job) {
+  EXPECT_EQ(job.output().find("WRONG RESULT"), std::string::npos) << job.output();
+  EXPECT_EQ(job.output().find(" done"), std::string::npos) << job.output();
+}
+
+void expect_every_rank_gone(const Launch& job, std::chrono::milliseconds bound) {
+  const auto deadline = Clock::now() + bound;
+  for (const auto& [rank, pid] : job.rank_pids()) {
+    while (!has_ended(pid) && Clock::now() < deadline) std::this_thread::sleep_for(20ms);
+    EXPECT_TRUE(has_ended(pid)) << "rank " << rank << " (pid " << pid << ") was left running";
+  }
+}
+
+// A kolorun job of `np` ranks on one node, each running until an error.
+std::string kolorun_job(int np, const std::string& env = "") {
+  return env + " exec " + kKolorun + " -np " + std::to_string(np) + " --grace 1s " + kWorker + " 0";
+}
+
+// ---- One node, kolorun ---------------------------------------------------------------------
+
+// SIGKILL of a rank: the survivors see their connections break and fail at once, naming it;
+// kolorun reports it and exits after its grace period.
+TEST(Faults, ARankKilledMidTrainingFailsTheOthersNamingIt) {
+  Launch job(kolorun_job(3, "FAULT_SURVIVE_SIGTERM=1 KOLO_OP_TIMEOUT=30s"));
+  ASSERT_TRUE(job.wait_for("rank 2 step 50", 1, 30s)) << job.output();
+  const pid_t victim = job.rank_pids().at(1);
+  const auto killed = Clock::now();
+  ::kill(victim, SIGKILL);
+  // Each survivor names the first broken link it saw: rank 1's, or that of a survivor which
+  // stopped a moment earlier (docs/reliability.md: the launcher names the rank that died).
+  auto failed = job.wait_for(R"(rank [02] failed .*PeerFailure: .*rank [12])", 2, 10s);
+  ASSERT_TRUE(failed) << job.output();
+  expect_within("rank SIGKILLed (tcp): survivors fail", *failed - killed, 5.0, job);
+  auto status = job.finish(20s);
+  ASSERT_TRUE(status) << job.output();
+  EXPECT_EQ(exit_code(*status), 128 + SIGKILL) << job.output();
+  expect_within("rank SIGKILLed (tcp): kolorun exits", job.ended() - killed, 1.0 /* grace */ + 5.0,
+                job);
+  EXPECT_NE(job.output().find("kolorun: rank 1 (pid " + std::to_string(victim) +
+                              ") was killed by signal 9 (SIGKILL)"),
+            std::string::npos)
+      << job.output();
+  expect_every_rank_gone(job, 5s);
+  expect_no_false_success(job);
+}
+
+// SIGSTOP of a rank: nothing breaks, the peer just stops answering. The survivors fail within
+// KOLO_OP_TIMEOUT naming it; kolorun then stops the job, SIGKILL included for the stopped rank.
+TEST(Faults, AFrozenRankFailsTheOthersWithinTheOpTimeout) {
+  Launch job(kolorun_job(3, "KOLO_OP_TIMEOUT=3s"));
+  ASSERT_TRUE(job.wait_for("rank 2 step 50", 1, 30s)) << job.output();
+  const auto stopped = Clock::now();
+  ::kill(job.rank_pids().at(1), SIGSTOP);
+  auto failed = job.wait_for(R"(rank [02] failed .*rank 1)", 1, 20s);
+  ASSERT_TRUE(failed) << job.output();
+  expect_within("rank SIGSTOPped (tcp, op timeout 3s): a survivor fails", *failed - stopped,
+                3.0 + 3.0, job);
+  auto status = job.finish(20s);
+  ASSERT_TRUE(status) << job.output();
+  EXPECT_EQ(exit_code(*status), 3) << job.output();  // the first rank to fail exits 3
+  expect_within("rank SIGSTOPped: kolorun exits after the failure", job.ended() - *failed,
+                1.0 /* grace */ + 3.0, job);
+  expect_every_rank_gone(job, 5s);
+  expect_no_false_success(job);
+}
+
+// SIGKILL of kolorun: it can forward nothing, yet every rank dies with it (PR_SET_PDEATHSIG).
+TEST(Faults, KillingKolorunEndsEveryRank) {
+  Launch job(kolorun_job(2));
+  ASSERT_TRUE(job.wait_for("rank 1 step 50", 1, 30s)) << job.output();
+  job.signal(SIGKILL);
+  auto status = job.finish(10s);
+  ASSERT_TRUE(status);
+  EXPECT_EQ(exit_code(*status), 128 + SIGKILL);
+  expect_every_rank_gone(job, 5s);
+  expect_no_false_success(job);
+}
+
+// SIGSTOP of kolorun pauses only its output: after SIGCONT the job completes, every rank
+// computing every step right.
+TEST(Faults, StoppingKolorunLosesNothing) {
+  Launch job("exec " + kKolorun + " -np 2 " + kWorker + " 1500");
+  ASSERT_TRUE(job.wait_for("rank 1 step 50", 1, 30s)) << job.output();
+  job.signal(SIGSTOP);
+  std::this_thread::sleep_for(2s);
+  job.signal(SIGCONT);
+  auto status = job.finish(60s);
+  ASSERT_TRUE(status) << job.output();
+  EXPECT_EQ(exit_code(*status), 0) << job.output();
+  EXPECT_NE(job.output().find("rank 0 done"), std::string::npos) << job.output();
+  EXPECT_NE(job.output().find("rank 1 done"), std::string::npos) << job.output();
+  EXPECT_EQ(job.output().find("WRONG RESULT"), std::string::npos) << job.output();
+}
+
+// ---- Two nodes on localhost, one kolorun each -------------------------------------------------
+
+std::string node_job(int node, const std::string& rdzv, const std::string& env = "") {
+  return env + " exec " + kKolorun + " --nnodes 2 --node-rank " + std::to_string(node) +
+         " --rdzv " + rdzv + " --secret faults --grace 1s -np 2 " + kWorker + " 0";
+}
+
+// A rank of node 1 killed: node 1's kolorun reports it, node 0's hears of it through the store
+// and stops its ranks; both exit within seconds.
+TEST(Faults, TwoNodesARankKilledEndsBothNodes) {
+  const std::string rdzv = "127.0.0.1:" + std::to_string(free_port());
+  Launch n0(node_job(0, rdzv)), n1(node_job(1, rdzv));
+  ASSERT_TRUE(n1.wait_for("rank 3 step 50", 1, 30s)) << n0.output() << n1.output();
+  const auto killed = Clock::now();
+  ::kill(n1.rank_pids().at(3), SIGKILL);
+  auto s1 = n1.finish(20s);
+  auto s0 = n0.finish(20s);
+  ASSERT_TRUE(s0 && s1) << n0.output() << n1.output();
+  EXPECT_EQ(exit_code(*s1), 128 + SIGKILL) << n1.output();
+  EXPECT_NE(exit_code(*s0), 0) << n0.output();
+  expect_within("two nodes, rank SIGKILLed: node 0's kolorun exits", n0.ended() - killed, 1.0 + 5.0,
+                n0);
+  expect_within("two nodes, rank SIGKILLed: node 1's kolorun exits", n1.ended() - killed, 1.0 + 5.0,
+                n1);
+  EXPECT_NE(n1.output().find("kolorun: rank 3 (pid"), std::string::npos) << n1.output();
+  expect_every_rank_gone(n0, 5s);
+  expect_every_rank_gone(n1, 5s);
+  expect_no_false_success(n0);
+  expect_no_false_success(n1);
+}
+
+// Node 0's kolorun, which serves the store, killed mid-training: its ranks die with it; node 1's
+// ranks fail naming a peer of node 0, and node 1's kolorun exits within seconds (not --timeout).
+TEST(Faults, TwoNodesNodeZeroKilledEndsNodeOneWithinSeconds) {
+  const std::string rdzv = "127.0.0.1:" + std::to_string(free_port());
+  Launch n0(node_job(0, rdzv)), n1(node_job(1, rdzv, "FAULT_SURVIVE_SIGTERM=1"));
+  ASSERT_TRUE(n1.wait_for("rank 3 step 50", 1, 30s)) << n0.output() << n1.output();
+  const auto killed = Clock::now();
+  n0.signal(SIGKILL);
+  auto failed = n1.wait_for(R"(rank [23] failed .*rank [01])", 1, 10s);
+  EXPECT_TRUE(failed) << n1.output();
+  auto s1 = n1.finish(20s);
+  ASSERT_TRUE(s1) << n1.output();
+  EXPECT_EQ(exit_code(*s1), 3) << n1.output();
+  expect_within("two nodes, node 0's kolorun SIGKILLed: node 1's kolorun exits",
+                n1.ended() - killed, 1.0 + 5.0, n1);
+  n0.finish(5s);
+  expect_every_rank_gone(n0, 5s);
+  expect_every_rank_gone(n1, 5s);
+  expect_no_false_success(n1);
+}
+
+// The store's host dies during the rendezvous: a node waiting there fails at once naming it.
+TEST(Faults, TheStoreDyingDuringRendezvousFailsTheWaitingNode) {
+  const std::string rdzv = "127.0.0.1:" + std::to_string(free_port());
+  auto node = [&](int k) {
+    return "exec " + kKolorun + " --nnodes 3 --node-rank " + std::to_string(k) + " --rdzv " + rdzv +
+           " --secret faults --timeout 60s -np 1 " + kWorker + " 0";
+  };
+  Launch n0(node(0)), n1(node(1));
+  std::this_thread::sleep_for(1s);  // both are in the gathering, waiting for node 2
+  const auto killed = Clock::now();
+  n0.signal(SIGKILL);
+  auto s1 = n1.finish(20s);
+  ASSERT_TRUE(s1) << n1.output();
+  EXPECT_EQ(exit_code(*s1), 1) << n1.output();
+  expect_within("store killed during rendezvous: waiting node exits", n1.ended() - killed, 5.0, n1);
+  EXPECT_NE(n1.output().find(rdzv), std::string::npos) << n1.output();
+  EXPECT_EQ(n1.output().find("ready"), std::string::npos) << n1.output();
+}
+
+// ---- mpirun
+// ---------------------------------------------------------------------------------------
+#ifdef KOLO_TEST_MPIRUN
+// SIGKILL of a rank under mpirun with the mpi backend: Open MPI ends the job; nothing is left.
+TEST(Faults, MpirunARankKilledEndsTheJob) {
+  Launch job("OMPI_MCA_btl_vader_single_copy_mechanism=none exec " + std::string(KOLO_TEST_MPIRUN) +
+             " --allow-run-as-root --oversubscribe -np 3 " + kWorker + " 0");
+  ASSERT_TRUE(job.wait_for("rank 2 step 50", 1, 30s)) << job.output();
+  const auto killed = Clock::now();
+  ::kill(job.rank_pids().at(1), SIGKILL);
+  auto status = job.finish(30s);
+  ASSERT_TRUE(status) << job.output();
+  EXPECT_NE(exit_code(*status), 0) << job.output();
+  expect_within("rank SIGKILLed (mpirun, mpi): mpirun exits", job.ended() - killed, 10.0, job);
+  expect_every_rank_gone(job, 5s);
+  expect_no_false_success(job);
+}
+#endif
+
+// ---- Two network namespaces, the link taken down --------------------------------------------
+
+// Two nodes of one rank each in their own network namespace; the veth link goes down
+// mid-training, so nothing breaks, packets just vanish. Both ranks fail within the op timeout
+// naming the other; both launchers exit. Needs root (CAP_SYS_ADMIN); skips otherwise.
+TEST(Faults, ALinkDownMidTrainingFailsBothNodesWithinTheOpTimeout) {
+  using kolo::testing::run_command;
+  const std::string ns = "kf" + std::to_string(::getpid());
+  auto setup = run_command("ip netns add " + ns + "a && ip netns add " + ns + "b");
+  if (setup.exit_code != 0) {
+    run_command("ip netns del " + ns + "a; ip netns del " + ns + "b");
+    GTEST_SKIP() << "cannot create network namespaces (needs root): " << setup.output;
+  }
+  const std::string a = "ip netns exec " + ns + "a ", b = "ip netns exec " + ns + "b ";
+  auto link = run_command("ip link add " + ns + "x netns " + ns + "a type veth peer name " + ns +
+                          "y netns " + ns + "b && " + a + "ip addr add 10.232.0.1/24 dev " + ns +
+                          "x && " + b + "ip addr add 10.232.0.2/24 dev " + ns + "y && " + a +
+                          "ip link set " + ns + "x up && " + b + "ip link set " + ns + "y up && " +
+                          a + "ip link set lo up && " + b + "ip link set lo up");
+  ASSERT_EQ(link.exit_code, 0) << link.output;
+  {
+    auto node = [&](int k) {
+      const std::string host = "10.232.0." + std::to_string(k + 1);
+      return (k == 0 ? a : b) +
+             "env FAULT_SURVIVE_SIGTERM=1 KOLO_OP_TIMEOUT=3s KOLO_TCP_HOST=" + host + " " +
+             kKolorun + " --nnodes 2 --node-rank " + std::to_string(k) +
+             " --rdzv 10.232.0.1:29741 --secret faults --grace 1s -np 1 " + kWorker + " 0";
+    };
+    Launch n0(node(0)), n1(node(1));
+    ASSERT_TRUE(n1.wait_for("rank 1 step 50", 1, 30s)) << n0.output() << n1.output();
+    const auto down = Clock::now();
+    ASSERT_EQ(run_command(a + "ip link set " + ns + "x down").exit_code, 0);
+    auto f0 = n0.wait_for(R"(rank 0 failed .*rank 1)", 1, 20s);
+    auto f1 = n1.wait_for(R"(rank 1 failed .*rank 0)", 1, 20s);
+    ASSERT_TRUE(f0 && f1) << n0.output() << n1.output();
+    expect_within("link down (op timeout 3s): node 0's rank fails", *f0 - down, 3.0 + 3.0, n0);
+    expect_within("link down (op timeout 3s): node 1's rank fails", *f1 - down, 3.0 + 3.0, n1);
+    // Node 1 cannot reach node 0's store any more: its kolorun must not wait --timeout for it.
+    auto s0 = n0.finish(20s), s1 = n1.finish(20s);
+    ASSERT_TRUE(s0 && s1) << n0.output() << n1.output();
+    expect_within("link down: node 1's kolorun exits after its rank failed", n1.ended() - *f1,
+                  1.0 + 6.0, n1);
+    expect_no_false_success(n0);
+    expect_no_false_success(n1);
+  }
+  run_command("ip netns del " + ns + "a; ip netns del " + ns + "b");
+}
+
+}  // namespace
+}  // namespace kolo::faults
