@@ -8,7 +8,7 @@ namespace kolo::detail {
 bool OpState::complete(Status status) {
   std::vector<Handle::Callback> callbacks;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (done_ || completing_) return false;
     completing_ = true;
     status_ = status;
@@ -17,7 +17,7 @@ bool OpState::complete(Status status) {
   // Callbacks run before waiters wake, so that wait() returning means they have run.
   for (auto& cb : callbacks) cb(status);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     done_ = true;
     done_flag_.store(true, std::memory_order_release);
   }
@@ -34,10 +34,10 @@ Status OpState::wait(std::optional<std::chrono::milliseconds> timeout) {
   const auto until = std::chrono::steady_clock::now() + spin;
   while (!done_flag_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until)
     std::this_thread::yield();
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (!timeout) {
-    cv_.wait(lock, [&] { return done_; });
-  } else if (!cv_.wait_for(lock, *timeout, [&] { return done_; })) {
+    cv_.wait(lock.native(), [&]() KOLO_REQUIRES(mu_) { return done_; });
+  } else if (!cv_.wait_for(lock.native(), *timeout, [&]() KOLO_REQUIRES(mu_) { return done_; })) {
     return Status::Timeout("operation '" + name_ + "' did not complete within " +
                            std::to_string(timeout->count()) + " ms (it continues)");
   }
@@ -45,12 +45,12 @@ Status OpState::wait(std::optional<std::chrono::milliseconds> timeout) {
 }
 
 bool OpState::done() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return done_;
 }
 
 Status OpState::status() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (!done_) return Status::PreconditionFailed("operation '" + name_ + "' is still pending");
   return status_;
 }
@@ -58,7 +58,7 @@ Status OpState::status() const {
 void OpState::then(Handle::Callback callback) {
   Status status;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!done_ && !completing_) {
       callbacks_.push_back(std::move(callback));
       return;
@@ -69,35 +69,35 @@ void OpState::then(Handle::Callback callback) {
 }
 
 void OpState::set_output(std::vector<int64_t> shape, void* data) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   output_shape_ = std::move(shape);
   output_data_ = data;
 }
 
 void OpState::set_owned_output(HostTensor tensor) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   owned_ = std::move(tensor);
   output_shape_ = owned_.shape;
   output_data_ = owned_.bytes.data();
 }
 
 void OpState::set_received_splits(std::vector<int64_t> splits) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   received_splits_ = std::move(splits);
 }
 
 std::vector<int64_t> OpState::output_shape() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return output_shape_;
 }
 
 void* OpState::output_data() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return output_data_;
 }
 
 HostTensor OpState::take_output() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   HostTensor out = std::move(owned_);
   owned_ = HostTensor{};
   if (output_data_ == static_cast<void*>(out.bytes.data())) output_data_ = nullptr;
@@ -105,7 +105,7 @@ HostTensor OpState::take_output() {
 }
 
 std::vector<int64_t> OpState::received_splits() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return received_splits_;
 }
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/thread_annotations.h"
 #include "kolo/handle.h"
 #include "kolo/status.h"
 #include "kolo/tensor.h"
@@ -43,17 +44,17 @@ class OpState {
 
  private:
   const std::string name_;
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable cv_;
-  bool done_ = false;                            // guarded by mu_
-  std::atomic<bool> done_flag_{false};           // done_, for wait()'s lock-free spin
-  bool completing_ = false;                      // guarded by mu_: callbacks running
-  Status status_;                                // guarded by mu_
-  std::vector<Handle::Callback> callbacks_;      // guarded by mu_
-  std::vector<int64_t> output_shape_;            // guarded by mu_
-  void* output_data_ = nullptr;                  // guarded by mu_
-  HostTensor owned_;                             // guarded by mu_
-  std::vector<int64_t> received_splits_;         // guarded by mu_
+  bool done_ KOLO_GUARDED_BY(mu_) = false;
+  std::atomic<bool> done_flag_{false};            // done_, for wait()'s lock-free spin
+  bool completing_ KOLO_GUARDED_BY(mu_) = false;  // callbacks running
+  Status status_ KOLO_GUARDED_BY(mu_);
+  std::vector<Handle::Callback> callbacks_ KOLO_GUARDED_BY(mu_);
+  std::vector<int64_t> output_shape_ KOLO_GUARDED_BY(mu_);
+  void* output_data_ KOLO_GUARDED_BY(mu_) = nullptr;
+  HostTensor owned_ KOLO_GUARDED_BY(mu_);
+  std::vector<int64_t> received_splits_ KOLO_GUARDED_BY(mu_);
 };
 
 }  // namespace kolo::detail

@@ -6,7 +6,7 @@ namespace kolo::ops {
 
 void Completion::complete(Status status) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (done_) return;
     done_ = true;
     status_ = std::move(status);
@@ -15,14 +15,14 @@ void Completion::complete(Status status) {
 }
 
 Status Completion::wait_until(std::chrono::steady_clock::time_point deadline, const char* what) {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (!cv_.wait_until(lock, deadline, [&] { return done_; }))
+  MutexLock lock(mu_);
+  if (!cv_.wait_until(lock.native(), deadline, [&]() KOLO_REQUIRES(mu_) { return done_; }))
     return Status::Timeout(std::string(what) + " did not complete within the channel timeout");
   return status_;
 }
 
 bool Completion::done() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return done_;
 }
 

@@ -24,6 +24,7 @@
 #include <memory>
 #include <mutex>
 
+#include "common/thread_annotations.h"
 #include "kolo/status.h"
 
 namespace kolo::ops {
@@ -39,10 +40,10 @@ class Completion {
   bool done() const;
 
  private:
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable cv_;
-  bool done_ = false;  // guarded by mu_
-  Status status_;      // guarded by mu_
+  bool done_ KOLO_GUARDED_BY(mu_) = false;
+  Status status_ KOLO_GUARDED_BY(mu_);
 };
 
 class Request {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/enforce.h"
+#include "common/thread_annotations.h"
 
 namespace kolo::ops {
 
@@ -23,15 +24,15 @@ struct Stream {
     std::shared_ptr<Completion> completion;
   };
 
-  std::mutex mu;
-  std::deque<std::vector<char>> chunks;  // guarded by mu
-  size_t front_offset = 0;               // guarded by mu: consumed bytes of chunks.front()
-  std::deque<PendingRecv> recvs;         // guarded by mu
-  bool broken = false;                   // guarded by mu
-  std::string broken_reason;             // guarded by mu
+  Mutex mu;
+  std::deque<std::vector<char>> chunks KOLO_GUARDED_BY(mu);
+  size_t front_offset KOLO_GUARDED_BY(mu) = 0;  // consumed bytes of chunks.front()
+  std::deque<PendingRecv> recvs KOLO_GUARDED_BY(mu);
+  bool broken KOLO_GUARDED_BY(mu) = false;
+  std::string broken_reason KOLO_GUARDED_BY(mu);
 
-  // Moves up to `bytes` buffered bytes into `out`; returns how many. Requires mu.
-  size_t take(char* out, size_t bytes) {
+  // Moves up to `bytes` buffered bytes into `out`; returns how many.
+  size_t take(char* out, size_t bytes) KOLO_REQUIRES(mu) {
     size_t done = 0;
     while (done < bytes && !chunks.empty()) {
       std::vector<char>& c = chunks.front();
@@ -78,7 +79,7 @@ Status ThreadChannel::check_peer(const char* what, int peer) const {
 Request ThreadChannel::isend(int peer, const void* data, size_t bytes) {
   if (Status s = check_peer("isend", peer); !s.ok()) return Request::failed(s);
   Stream& st = group_->stream(rank_, peer);
-  std::lock_guard<std::mutex> lock(st.mu);
+  MutexLock lock(st.mu);
   if (st.broken) return Request::failed(Status::PeerFailure(st.broken_reason));
   const char* src = static_cast<const char*>(data);
   size_t left = bytes;
@@ -101,7 +102,7 @@ Request ThreadChannel::isend(int peer, const void* data, size_t bytes) {
 Request ThreadChannel::irecv(int peer, void* data, size_t bytes) {
   if (Status s = check_peer("irecv", peer); !s.ok()) return Request::failed(s);
   Stream& st = group_->stream(peer, rank_);
-  std::lock_guard<std::mutex> lock(st.mu);
+  MutexLock lock(st.mu);
   char* out = static_cast<char*>(data);
   // Earlier receives still waiting means nothing is buffered: this one queues behind them.
   const size_t got = st.recvs.empty() ? st.take(out, bytes) : 0;
@@ -123,7 +124,7 @@ void ThreadChannel::close() {
     if (peer == rank_) continue;
     for (auto [from, to] : {std::pair{rank_, peer}, std::pair{peer, rank_}}) {
       Stream& st = group_->stream(from, to);
-      std::lock_guard<std::mutex> lock(st.mu);
+      MutexLock lock(st.mu);
       if (st.broken) continue;
       st.broken = true;
       st.broken_reason = "thread channel: the link between rank " + std::to_string(rank_) +

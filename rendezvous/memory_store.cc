@@ -10,7 +10,7 @@ Status MemoryStore::set(const std::string& key, const std::string& value) {
   KOLO_RETURN_IF_ERROR(validate_key("store set", key));
   KOLO_RETURN_IF_ERROR(validate_value("store set", key, value));
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     data_[key] = value;
   }
   changed_.notify_all();
@@ -20,8 +20,9 @@ Status MemoryStore::set(const std::string& key, const std::string& value) {
 Result<std::string> MemoryStore::get(const std::string& key, std::chrono::milliseconds timeout) {
   KOLO_RETURN_IF_ERROR(validate_key("store get", key));
   KOLO_RETURN_IF_ERROR(validate_timeout("store get", timeout));
-  std::unique_lock<std::mutex> lock(mu_);
-  if (!changed_.wait_for(lock, timeout, [&] { return data_.count(key) > 0; }))
+  MutexLock lock(mu_);
+  if (!changed_.wait_for(lock.native(), timeout,
+                         [&]() KOLO_REQUIRES(mu_) { return data_.count(key) > 0; }))
     return missing_keys_timeout("get", timeout, {key});
   return data_.at(key);
 }
@@ -29,13 +30,13 @@ Result<std::string> MemoryStore::get(const std::string& key, std::chrono::millis
 Status MemoryStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   for (const auto& k : keys) KOLO_RETURN_IF_ERROR(validate_key("store wait", k));
   KOLO_RETURN_IF_ERROR(validate_timeout("store wait", timeout));
-  auto all_present = [&] {
+  auto all_present = [&]() KOLO_REQUIRES(mu_) {
     for (const auto& k : keys)
       if (!data_.count(k)) return false;
     return true;
   };
-  std::unique_lock<std::mutex> lock(mu_);
-  if (changed_.wait_for(lock, timeout, all_present)) return Status::Ok();
+  MutexLock lock(mu_);
+  if (changed_.wait_for(lock.native(), timeout, all_present)) return Status::Ok();
   std::vector<std::string> missing;
   for (const auto& k : keys)
     if (!data_.count(k)) missing.push_back(k);
@@ -46,7 +47,7 @@ Result<int64_t> MemoryStore::add(const std::string& key, int64_t delta) {
   KOLO_RETURN_IF_ERROR(validate_key("store add", key));
   int64_t next = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     int64_t current = 0;
     auto it = data_.find(key);
     if (it != data_.end()) {
@@ -61,7 +62,7 @@ Result<int64_t> MemoryStore::add(const std::string& key, int64_t delta) {
 
 Result<bool> MemoryStore::check(const std::string& key) {
   KOLO_RETURN_IF_ERROR(validate_key("store check", key));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return data_.count(key) > 0;
 }
 

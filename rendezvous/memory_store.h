@@ -8,6 +8,7 @@
 #include <mutex>
 #include <string>
 
+#include "common/thread_annotations.h"
 #include "rendezvous/store.h"
 
 namespace kolo {
@@ -21,9 +22,9 @@ class MemoryStore : public Store {
   Result<bool> check(const std::string& key) override;
 
  private:
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable changed_;
-  std::map<std::string, std::string> data_;  // guarded by mu_
+  std::map<std::string, std::string> data_ KOLO_GUARDED_BY(mu_);
 };
 
 }  // namespace kolo
