@@ -63,8 +63,9 @@ function(kolo_umbrella_library name)
                         SOVERSION ${PROJECT_VERSION_MAJOR}.${PROJECT_VERSION_MINOR})
   target_compile_features(${name} PUBLIC cxx_std_20)
   target_link_libraries(${name} PRIVATE ${ARG_LINK})
-  if(BUILD_SHARED_LIBS)
-    # Every symbol the objects use must be resolved by the library's own dependencies.
+  if(BUILD_SHARED_LIBS AND NOT KOLO_SANITIZE AND NOT KOLO_FUZZ)
+    # Every symbol the objects use must be resolved by the library's own dependencies (the
+    # sanitizers' runtimes are linked into executables only, hence the exception).
     target_link_options(${name} PRIVATE LINKER:--no-undefined)
   endif()
 endfunction()

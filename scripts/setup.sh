@@ -17,6 +17,7 @@ packages=(
   dataset-fashion-mnist                 # the main job's data
   iproute2                              # network namespaces in the two-node test
   file                                  # cpack -G DEB (scripts/package-deb.sh)
+  clang libclang-rt-14-dev              # checking builds: sanitizers, libFuzzer (run-checks.sh)
 )
 missing=()
 for p in "${packages[@]}"; do

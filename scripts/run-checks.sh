@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The checking builds (cmake/kolo_checks.cmake), each in its own build tree, Clang throughout:
+#   asan  AddressSanitizer + UndefinedBehaviorSanitizer over the unit and multi-process tests;
+#         the whole tree compiled with Clang's thread-safety analysis as errors
+#   fuzz  every libFuzzer target of tests/fuzz for KOLO_FUZZ_SECONDS (default 20) each, from its
+#         seed corpus; a finding fails and is kept in build-asan/fuzz-findings/<target>/
+#   tsan  ThreadSanitizer over the coordinator, ops and backend tests, compiled with Clang's
+#         thread-safety analysis as errors
+# Usage: scripts/run-checks.sh [asan] [fuzz] [tsan]   (none: all three, in that order)
+# scripts/run-tests.sh runs all three after the main suite; CI runs that.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+checks=("$@")
+((${#checks[@]})) || checks=(asan fuzz tsan)
+jobs="$(nproc)"
+
+configure() {  # configure DIR CMAKE-FLAGS...
+  local dir="$1"
+  shift
+  CC=clang CXX=clang++ cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DKOLO_WITH_CUDA=OFF -DBUILD_SHARED_LIBS=OFF -DKOLO_BUILD_EXAMPLES=OFF "$@" >/dev/null
+}
+
+# Open MPI's own allocations are not Kolo's leaks; everything else is an error.
+export LSAN_OPTIONS="suppressions=$PWD/tests/sanitizers/lsan.supp:print_suppressions=0"
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/sanitizers/tsan.supp"
+
+fuzz_targets=(fuzz_units fuzz_negotiation fuzz_store_protocol fuzz_tcp_wire fuzz_data_files)
+
+for check in "${checks[@]}"; do
+  start=$SECONDS
+  case "$check" in
+    asan)
+      configure build-asan -DKOLO_SANITIZE=address,undefined -DKOLO_FUZZ=ON -DKOLO_THREAD_SAFETY=ON
+      cmake --build build-asan -j "$jobs"
+      ctest --test-dir build-asan --output-on-failure --timeout 600 -j "$jobs" -L 'unit|multiprocess'
+      ;;
+    fuzz)
+      configure build-asan -DKOLO_SANITIZE=address,undefined -DKOLO_FUZZ=ON -DKOLO_THREAD_SAFETY=ON
+      cmake --build build-asan -j "$jobs" --target "${fuzz_targets[@]}"
+      for target in "${fuzz_targets[@]}"; do
+        corpus="build-asan/fuzz-corpus/$target" findings="build-asan/fuzz-findings/$target"
+        rm -rf "$corpus" && mkdir -p "$corpus" "$findings"
+        cp tests/fuzz/corpus/"$target"/* "$corpus"/
+        echo "fuzz: $target for ${KOLO_FUZZ_SECONDS:-20}s"
+        if ! build-asan/bin/"$target" -max_total_time="${KOLO_FUZZ_SECONDS:-20}" -timeout=10 \
+             -rss_limit_mb=2048 -artifact_prefix="$findings/" -print_final_stats=1 \
+             "$corpus" >"$findings/log" 2>&1; then
+          tail -40 "$findings/log"
+          echo "fuzz: $target found a failing input, saved in $findings/" >&2
+          exit 1
+        fi
+        grep -E "stat::number_of_executed_units|stat::new_units_added" "$findings/log" | tr '\n' ' '
+        echo
+      done
+      ;;
+    tsan)
+      configure build-tsan -DKOLO_SANITIZE=thread -DKOLO_THREAD_SAFETY=ON -DKOLO_WITH_MPI=OFF
+      tsan_tests=(coordinator_test ops_test channel_backend_test registry_test tcp_test
+                  rendezvous_test)
+      cmake --build build-tsan -j "$jobs" --target "${tsan_tests[@]}"
+      for t in "${tsan_tests[@]}"; do
+        echo "tsan: $t"
+        build-tsan/bin/"$t" --gtest_brief=1
+      done
+      ;;
+    *)
+      echo "run-checks: unknown check '$check' (expected asan, fuzz or tsan)" >&2
+      exit 2
+      ;;
+  esac
+  echo "run-checks: $check passed in $((SECONDS - start))s"
+done
