@@ -183,9 +183,9 @@ struct SecretFile {
 // The arguments of node k of a two-node job on this host, then `tail` (the command).
 std::vector<std::string> node_args(int k, const std::string& rdzv, const std::string& secret_path,
                                    int np, std::vector<std::string> tail) {
-  std::vector<std::string> args{kKolorun, "--nnodes",      "2",         "--node-rank",
-                                std::to_string(k), "--rdzv", rdzv,    "--secret-file",
-                                secret_path,       "-np",    std::to_string(np)};
+  std::vector<std::string> args{
+      kKolorun, "--nnodes",      "2",         "--node-rank", std::to_string(k), "--rdzv",
+      rdzv,     "--secret-file", secret_path, "-np",         std::to_string(np)};
   args.insert(args.end(), tail.begin(), tail.end());
   return args;
 }
