@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
 #include <vector>
 
 namespace kolo::tcp {
@@ -126,6 +127,25 @@ TEST(AuthTest, DecodersRejectGarbage) {
   ASSERT_FALSE(other.ok());
   EXPECT_NE(other.status().message().find("version 9"), std::string::npos);
   EXPECT_FALSE(decode_challenge(encode(make_hello())).ok());  // wrong message kind
+}
+
+TEST(AuthTest, DecodersNeverCrashOnRandomBytes) {
+  std::mt19937 rng(16);
+  int accepted = 0, hello_shaped = 0;
+  for (int i = 0; i < 5000; ++i) {
+    std::vector<uint8_t> bytes(rng() % 64);
+    for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
+    if (bytes.size() >= 8 && i % 2) {  // a valid magic and version, random fields
+      const auto real = encode(make_hello());
+      std::copy_n(real.begin(), 8, bytes.begin());
+      hello_shaped += bytes.size() >= kHelloBytes;
+    }
+    accepted += decode_hello(bytes).ok() + decode_challenge(bytes).ok() + decode_proof(bytes).ok() +
+                decode_verdict(bytes).ok();
+  }
+  // Exactly the hello-shaped ones of full length decode, and only as a hello.
+  EXPECT_GT(hello_shaped, 0);
+  EXPECT_EQ(accepted, hello_shaped);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <boost/asio/connect.hpp>
 #include <boost/asio/write.hpp>
 #include <numeric>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -327,7 +328,7 @@ TEST(TcpChannelTest, AnIntruderDoesNotStopTheRightPeer) {
 
 // Issue 16: rank 0 authenticated one connection at a time with 10 s for each, so 3-4 idle
 // sockets used up the connect timeout and the job never started. Handshakes now run at once.
-TEST(TcpChannelTest, IdleAndHalfSentConnectionsDoNotStarveTheRealPeer) {
+TEST(TcpChannelTest, IdleHalfSentAndRandomConnectionsDoNotStarveTheRealPeer) {
   MemoryStore store;
   BackendContext c0 = context(store, 0, 2), c1 = context(store, 1, 2);
   c0.connect_timeout = c1.connect_timeout = milliseconds(5000);
@@ -336,14 +337,21 @@ TEST(TcpChannelTest, IdleAndHalfSentConnectionsDoNotStarveTheRealPeer) {
   Result<HostPortText> hp = published_address(store, 0);
   ASSERT_TRUE(hp.ok()) << hp.status().to_string();
   boost::asio::io_context io;
+  std::mt19937 rng(16);
   std::vector<boost::asio::ip::tcp::socket> idle;
   for (int i = 0; i < 100; ++i) {
     idle.emplace_back(io);
     idle.back().connect(
         {boost::asio::ip::make_address(hp->host), static_cast<unsigned short>(hp->port)});
-    if (i % 2 == 0) {  // half of them send the start of a hello, then nothing
+    if (i % 3 == 1) {  // the start of a hello, then nothing
       const std::array<uint8_t, 8> start{'K', 'H', 'H', 'L', 2, 0, 0, 0};
       boost::asio::write(idle.back(), boost::asio::buffer(start));
+    } else if (i % 3 == 2) {  // a hello with the right magic and random fields, or random bytes
+      std::vector<uint8_t> junk(rng() % 100);
+      for (uint8_t& b : junk) b = static_cast<uint8_t>(rng());
+      if (junk.size() >= 8 && rng() % 2) std::copy_n("KHHL\x02\0\0\0", 8, junk.begin());
+      boost::system::error_code ignored;
+      boost::asio::write(idle.back(), boost::asio::buffer(junk), ignored);
     }
   }
   Result<std::unique_ptr<TcpChannel>> rank1 = connect_channel(c1, {});
