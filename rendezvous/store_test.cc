@@ -62,12 +62,12 @@ struct FileBacking {
 struct TcpBacking {
   std::unique_ptr<TcpStoreServer> server;
   TcpBacking() {
-    auto s = TcpStoreServer::start("127.0.0.1", 0);
+    auto s = TcpStoreServer::start("127.0.0.1", 0, "store-test");
     EXPECT_TRUE(s.ok()) << s.status().to_string();
     server = std::move(s).value();
   }
   std::unique_ptr<Store> client() {
-    auto c = TcpStore::connect({"127.0.0.1", server->port()}, 5s);
+    auto c = TcpStore::connect({"127.0.0.1", server->port()}, "store-test", 5s);
     EXPECT_TRUE(c.ok()) << c.status().to_string();
     return std::move(c).value();
   }

@@ -1,9 +1,25 @@
 // TcpStore: the rendezvous store over TCP. kolorun (or rank 0 under mpirun) runs a
 // TcpStoreServer; every worker talks to it through a TcpStore client.
 //
+// Note [TcpStore authentication]
+// Every connection proves the job secret before any command, both ways, and then protects every
+// frame; the secret itself never crosses the wire (common/mac.h is the MAC):
+//   client -> server  hello:     "KSA1", nonce_c (16 bytes)
+//   server -> client  challenge: nonce_s, MAC(K, "kolo-store server" | nonce_c | nonce_s)
+//   client -> server  proof:     MAC(K, "kolo-store client" | nonce_c | nonce_s)
+//   server -> client  verdict:   1 byte, 1 = accepted (0, then close: wrong secret)
+// K is derived from the job secret. The client checks the server's tag too, so an impostor
+// server cannot feed it addresses. Then each frame's body is followed by a 16-byte tag over its
+// direction, its sequence number on the connection and the body, under a key derived from K and
+// both nonces (tcp_store::FrameMac); a frame whose tag does not match closes the connection.
+// A connection that has not authenticated within tcp_store::kAuthLimit is dropped, and so is
+// the oldest of them when tcp_store::kMaxUnauthenticated are open, so idle sockets cannot
+// crowd real clients out; its buffers have fixed sizes. docs/security.md has the threat model.
+//
 // Note [TcpStore wire format]
-// Every message is a frame: a 4-byte big-endian body length, then the body. Integers are
-// big-endian; a string is a u32 length followed by that many bytes.
+// After the handshake every message is a frame: a 4-byte big-endian length of what follows,
+// the body, then the body's 16-byte tag. Integers are big-endian; a string is a u32 length
+// followed by that many bytes.
 //   request body:  u8 op, then
 //     1 set:   str key, str value
 //     2 get:   u64 timeout_ms, str key
@@ -15,20 +31,21 @@
 //     1 timeout: u32 n, n x str missing key   (get/wait only; the server ran the timeout)
 //     2 error:   u8 kolo::StatusCode, str message   (e.g. an invalid key or counter)
 // A connection carries one request at a time: the client sends a request and reads its reply.
-// The server bounds every length before it allocates (a body is at most
-// tcp_store::kMaxFrameBytes, a wait names at most kMaxWaitKeys keys); a frame that breaks the
-// format closes that connection only. Keys and values obey the limits in store.h.
-// There is no authentication: the store carries addresses, not data, and backends authenticate
-// their own connections with the job secret.
+// The server bounds every length before it reads (a frame is at most tcp_store::kMaxFrameBytes,
+// a wait names at most kMaxWaitKeys keys) and grows a body's buffer with the bytes that have
+// arrived, not with the announced length; a frame that breaks the format closes that connection
+// only. Keys and values obey the limits in store.h.
 #pragma once
 
 #include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
+#include "common/mac.h"
 #include "kolo/status.h"
 #include "rendezvous/address.h"
 #include "rendezvous/store.h"
@@ -46,9 +63,11 @@ struct Response;
 class TcpStoreServer {
  public:
   // Binds host:port (port 0 picks an ephemeral port; read it back with port()) and starts
-  // serving. IoError naming the address when the host does not resolve or the bind fails
+  // serving the clients that prove `secret` (the job secret, non-empty: InvalidArgument
+  // otherwise). IoError naming the address when the host does not resolve or the bind fails
   // (e.g. the port is in use).
-  static Result<std::unique_ptr<TcpStoreServer>> start(const std::string& host, int port);
+  static Result<std::unique_ptr<TcpStoreServer>> start(const std::string& host, int port,
+                                                       std::string_view secret);
   ~TcpStoreServer();
   TcpStoreServer(const TcpStoreServer&) = delete;
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;
@@ -80,10 +99,13 @@ class TcpStoreServer {
 // should the server stop answering, the client gives up io_timeout after that.
 class TcpStore : public Store {
  public:
-  // Connects to address, retrying refused connections until connect_timeout passes (the
-  // server may still be starting). IoError naming the address and the last error otherwise.
+  // Connects to address and authenticates with `secret` (the job secret, non-empty), retrying
+  // refused connections until connect_timeout passes (the server may still be starting).
+  // PeerFailure when the server and this process know different secrets (the message says
+  // which side refused); IoError naming the address and the last error otherwise.
   static Result<std::unique_ptr<TcpStore>> connect(
-      const HostPort& address, std::chrono::milliseconds connect_timeout = std::chrono::seconds(30),
+      const HostPort& address, std::string_view secret,
+      std::chrono::milliseconds connect_timeout = std::chrono::seconds(30),
       std::chrono::milliseconds io_timeout = std::chrono::seconds(30));
   ~TcpStore() override;
 
@@ -98,7 +120,7 @@ class TcpStore : public Store {
   struct Connection;
 
  private:
-  TcpStore(HostPort address, std::chrono::milliseconds connect_timeout,
+  TcpStore(HostPort address, std::string_view secret, std::chrono::milliseconds connect_timeout,
            std::chrono::milliseconds io_timeout);
   Result<std::unique_ptr<Connection>> acquire();
   void release(std::unique_ptr<Connection> c);
@@ -108,6 +130,7 @@ class TcpStore : public Store {
 
   // Constant after construction.
   const HostPort address_;
+  const AuthKey key_;
   const std::chrono::milliseconds connect_timeout_;
   const std::chrono::milliseconds io_timeout_;
 

@@ -4,6 +4,9 @@
 // because its stream position is unknown.
 #include <fcntl.h>
 
+#include <algorithm>
+#include <array>
+#include <optional>
 #include <thread>
 
 #include "rendezvous/asio.h"
@@ -21,9 +24,33 @@ using namespace tcp_store;
 struct TcpStore::Connection {
   asio::io_context io;
   tcp::socket socket{io};
+  std::optional<FrameMac> mac;  // set by authenticate()
 };
 
 namespace {
+
+// Reads or writes exactly n bytes before deadline; timed_out (and a closed socket) after it.
+boost::system::error_code transfer(TcpStore::Connection& c, bool write, void* data, size_t n,
+                                   Clock::time_point deadline) {
+  boost::system::error_code ec;
+  bool done = false;
+  auto handler = [&](boost::system::error_code e, size_t) {
+    ec = e;
+    done = true;
+  };
+  c.io.restart();
+  if (write)
+    asio::async_write(c.socket, asio::buffer(data, n), handler);
+  else
+    asio::async_read(c.socket, asio::buffer(data, n), handler);
+  c.io.run_until(deadline);
+  if (done) return ec;
+  boost::system::error_code ignored;
+  c.socket.close(ignored);
+  c.io.restart();
+  c.io.run();  // let the cancelled handler run before the locals it captured go away
+  return asio::error::timed_out;
+}
 
 // One connection attempt to any resolved endpoint, bounded by deadline.
 boost::system::error_code connect_once(TcpStore::Connection& c, const HostPort& addr,
@@ -52,21 +79,61 @@ boost::system::error_code connect_once(TcpStore::Connection& c, const HostPort& 
   return ec;
 }
 
+// The client side of Note [TcpStore authentication]. An I/O error is worth another connection
+// (the server may have dropped this one to make room); a refused secret is not (PeerFailure).
+Status authenticate(TcpStore::Connection& c, const AuthKey& key, const HostPort& addr,
+                    Clock::time_point deadline) {
+  const std::string where = "store at " + addr.to_string();
+  const Nonce mine = random_nonce();
+  auto hello = encode_hello(mine);
+  std::array<uint8_t, kChallengeBytes> challenge{};
+  boost::system::error_code ec = transfer(c, true, hello.data(), hello.size(), deadline);
+  if (!ec) ec = transfer(c, false, challenge.data(), challenge.size(), deadline);
+  if (ec) return Status::IoError(where + ": authentication failed: " + ec.message());
+  Nonce theirs{};
+  Tag tag{};
+  std::copy(challenge.begin(), challenge.begin() + kNonceBytes, theirs.begin());
+  std::copy(challenge.begin() + kNonceBytes, challenge.end(), tag.begin());
+  if (!tags_equal(tag, server_tag(key, mine, theirs)))
+    return Status::PeerFailure(where +
+                               " does not know this job's secret: it is another job's store, or "
+                               "KOLO_SECRET differs from the one its kolorun was given");
+  Tag proof = client_tag(key, mine, theirs);
+  std::array<uint8_t, kVerdictBytes> verdict{};
+  ec = transfer(c, true, proof.data(), proof.size(), deadline);
+  if (!ec) ec = transfer(c, false, verdict.data(), verdict.size(), deadline);
+  // The server closes right after refusing, so a refusal can also arrive as an end of stream.
+  if (ec && ec != asio::error::eof)
+    return Status::IoError(where + ": authentication failed: " + ec.message());
+  if (ec || verdict[0] != 1)
+    return Status::PeerFailure(where +
+                               " refused this process's proof of the job secret: KOLO_SECRET "
+                               "differs from the one its kolorun was given");
+  c.mac.emplace(key, mine, theirs, /*server_side=*/false);
+  return Status::Ok();
+}
+
 }  // namespace
 
-TcpStore::TcpStore(HostPort address, std::chrono::milliseconds connect_timeout,
-                   std::chrono::milliseconds io_timeout)
-    : address_(std::move(address)), connect_timeout_(connect_timeout), io_timeout_(io_timeout) {}
+TcpStore::TcpStore(HostPort address, std::string_view secret,
+                   std::chrono::milliseconds connect_timeout, std::chrono::milliseconds io_timeout)
+    : address_(std::move(address)),
+      key_(derive_auth_key(secret)),
+      connect_timeout_(connect_timeout),
+      io_timeout_(io_timeout) {}
 
 TcpStore::~TcpStore() = default;
 
 Result<std::unique_ptr<TcpStore>> TcpStore::connect(const HostPort& address,
+                                                    std::string_view secret,
                                                     std::chrono::milliseconds connect_timeout,
                                                     std::chrono::milliseconds io_timeout) {
   if (address.port <= 0 || address.port > 65535)
     return Status::InvalidArgument("TcpStore::connect: port must be in 1..65535, got " +
                                    std::to_string(address.port));
-  std::unique_ptr<TcpStore> store(new TcpStore(address, connect_timeout, io_timeout));
+  if (secret.empty())
+    return Status::InvalidArgument("TcpStore::connect: the job secret must not be empty");
+  std::unique_ptr<TcpStore> store(new TcpStore(address, secret, connect_timeout, io_timeout));
   KOLO_ASSIGN_OR_RETURN(auto first, store->acquire());
   store->release(std::move(first));
   return store;
@@ -85,17 +152,24 @@ Result<std::unique_ptr<TcpStore::Connection>> TcpStore::acquire() {
   // refused or failed attempts with a growing pause until connect_timeout.
   auto deadline = Clock::now() + connect_timeout_;
   auto pause = std::chrono::milliseconds(20);
-  boost::system::error_code ec;
+  std::string last_error;
   while (true) {
     auto c = std::make_unique<Connection>();
-    ec = connect_once(*c, address_, deadline);
-    if (!ec) return c;
+    boost::system::error_code ec = connect_once(*c, address_, deadline);
+    if (!ec) {
+      Status st = authenticate(*c, key_, address_, deadline);
+      if (st.ok()) return c;
+      if (st.code() == StatusCode::kPeerFailure) return st;
+      last_error = st.message();
+    } else {
+      last_error = ec.message();
+    }
     if (Clock::now() + pause >= deadline) break;
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::milliseconds(500));
   }
   return Status::IoError("store: cannot connect to " + address_.to_string() + " within " +
-                         store_internal::format_ms(connect_timeout_) + ": " + ec.message() +
+                         store_internal::format_ms(connect_timeout_) + ": " + last_error +
                          " (is kolorun's store server running at KOLO_STORE_ADDR?)");
 }
 
@@ -106,49 +180,31 @@ void TcpStore::release(std::unique_ptr<Connection> c) {
 
 namespace {
 
-// Sends one request and reads its reply within deadline.
+// Sends one request and reads its reply within deadline. The reply's buffer grows with the
+// bytes that arrive, like the server's (tcp_store_server.cc).
 Result<Response> roundtrip(TcpStore::Connection& c, const HostPort& addr, const Request& req,
                            Clock::time_point deadline) {
-  std::string out = encode_request(req);
+  const std::string where = "store at " + addr.to_string();
+  std::string out = c.mac->seal(encode_request(req));
   unsigned char header[4];
+  boost::system::error_code ec = transfer(c, true, out.data(), out.size(), deadline);
+  if (!ec) ec = transfer(c, false, header, sizeof header, deadline);
+  uint32_t want = ec ? 0 : decode_length(header);
+  if (!ec && (want <= kTagBytes || want > kMaxFrameBytes))
+    return Status::IoError(where + ": reply frame has an invalid length");
   std::string body;
-  boost::system::error_code ec;
-  bool done = false;
-  bool bad_length = false;
-  c.io.restart();
-  asio::async_write(c.socket, asio::buffer(out), [&](boost::system::error_code e, size_t) {
-    if (e) {
-      ec = e;
-      done = true;
-      return;
-    }
-    asio::async_read(c.socket, asio::buffer(header), [&](boost::system::error_code e2, size_t) {
-      uint32_t n = e2 ? 0 : decode_length(header);
-      if (e2 || n == 0 || n > kMaxFrameBytes) {
-        ec = e2;
-        bad_length = !e2;
-        done = true;
-        return;
-      }
-      body.resize(n);
-      asio::async_read(c.socket, asio::buffer(body), [&](boost::system::error_code e3, size_t) {
-        ec = e3;
-        done = true;
-      });
-    });
-  });
-  c.io.run_until(deadline);
-  std::string where = "store at " + addr.to_string();
-  if (!done) {
-    boost::system::error_code ignored;
-    c.socket.close(ignored);
-    c.io.restart();
-    c.io.run();
+  while (!ec && body.size() < want) {
+    const size_t have = body.size();
+    const size_t step = std::min<size_t>(want - have, std::max<size_t>(have, 4096));
+    body.resize(have + step);
+    ec = transfer(c, false, body.data() + have, step, deadline);
+  }
+  if (ec == asio::error::timed_out)
     return Status::IoError(where + ": no reply to the request for key \"" + req.keys.front() +
                            "\" before the I/O deadline; the server may be stuck or gone");
-  }
   if (ec) return Status::IoError(where + ": connection failed: " + ec.message());
-  if (bad_length) return Status::IoError(where + ": reply frame has an invalid length");
+  if (!c.mac->open(body))
+    return Status::IoError(where + ": a reply failed its integrity check (altered on the way?)");
   auto resp = decode_response(req.op, body);
   if (!resp) return Status::IoError(where + ": malformed reply frame");
   return std::move(*resp);

@@ -1,5 +1,6 @@
 #include "rendezvous/tcp_store_protocol.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace kolo::tcp_store {
@@ -195,6 +196,75 @@ std::optional<Response> decode_response(Op op, const std::string& body) {
   }
   if (!rd.done()) return std::nullopt;
   return r;
+}
+
+namespace {
+constexpr uint8_t kHelloMagic[4] = {'K', 'S', 'A', '1'};
+
+Tag handshake_tag(const AuthKey& job, std::string_view label, const Nonce& client,
+                  const Nonce& server) {
+  std::vector<uint8_t> m(label.begin(), label.end());
+  m.insert(m.end(), client.begin(), client.end());
+  m.insert(m.end(), server.begin(), server.end());
+  return auth_tag(job, m);
+}
+}  // namespace
+
+std::array<uint8_t, kHelloBytes> encode_hello(const Nonce& client) {
+  std::array<uint8_t, kHelloBytes> b{};
+  std::copy(std::begin(kHelloMagic), std::end(kHelloMagic), b.begin());
+  std::copy(client.begin(), client.end(), b.begin() + 4);
+  return b;
+}
+
+std::optional<Nonce> decode_hello(std::span<const uint8_t> bytes) {
+  if (bytes.size() != kHelloBytes || !std::equal(bytes.begin(), bytes.begin() + 4, kHelloMagic))
+    return std::nullopt;
+  Nonce n{};
+  std::copy(bytes.begin() + 4, bytes.end(), n.begin());
+  return n;
+}
+
+// Different labels: a server's tag is never a valid client proof (no reflection).
+Tag server_tag(const AuthKey& job, const Nonce& client, const Nonce& server) {
+  return handshake_tag(job, "kolo-store server", client, server);
+}
+Tag client_tag(const AuthKey& job, const Nonce& client, const Nonce& server) {
+  return handshake_tag(job, "kolo-store client", client, server);
+}
+
+FrameMac::FrameMac(const AuthKey& job, const Nonce& client, const Nonce& server, bool server_side)
+    : key_(derive_session_key(job, "kolo-store frames", client, server)),
+      server_side_(server_side) {}
+
+Tag FrameMac::tag(uint8_t direction, uint64_t sequence, std::string_view body) const {
+  std::vector<uint8_t> m;
+  m.reserve(9 + body.size());
+  m.push_back(direction);
+  for (int s = 56; s >= 0; s -= 8) m.push_back(static_cast<uint8_t>(sequence >> s));
+  m.insert(m.end(), body.begin(), body.end());
+  return auth_tag(key_, m);
+}
+
+std::string FrameMac::seal(std::string frame) {
+  // Direction 0: client to server; 1: server to client.
+  const Tag t = tag(server_side_ ? 1 : 0, sent_++, std::string_view(frame).substr(4));
+  frame.append(reinterpret_cast<const char*>(t.data()), t.size());
+  const uint32_t n = static_cast<uint32_t>(frame.size() - 4);
+  for (int i = 0; i < 4; ++i) frame[i] = static_cast<char>((n >> (24 - 8 * i)) & 0xff);
+  return frame;
+}
+
+bool FrameMac::open(std::string& body) {
+  if (body.size() < kTagBytes) return false;
+  const size_t n = body.size() - kTagBytes;
+  Tag got{};
+  std::copy(body.begin() + static_cast<std::ptrdiff_t>(n), body.end(), got.begin());
+  if (!tags_equal(got, tag(server_side_ ? 0 : 1, received_, std::string_view(body).substr(0, n))))
+    return false;
+  ++received_;
+  body.resize(n);
+  return true;
 }
 
 }  // namespace kolo::tcp_store

@@ -105,7 +105,7 @@ Result<World> world_from_env() {
   if (hp.port == 0)
     return Status::InvalidArgument("KOLO_STORE_ADDR=" + addr +
                                    " is invalid: expected HOST:PORT with a port in 1..65535");
-  KOLO_ASSIGN_OR_RETURN(auto store, TcpStore::connect(hp, std::chrono::seconds(30)));
+  KOLO_ASSIGN_OR_RETURN(auto store, TcpStore::connect(hp, w.secret, std::chrono::seconds(30)));
   w.store = std::move(store);
   return w;
 }

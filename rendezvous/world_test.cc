@@ -66,7 +66,7 @@ TEST(WorldFromEnv, WithoutKoloRankIsASingleRankWorldWithAStore) {
 }
 
 TEST(WorldFromEnv, ReadsEveryVariableAndConnectsTheStore) {
-  auto server = TcpStoreServer::start("127.0.0.1", 0).value();
+  auto server = TcpStoreServer::start("127.0.0.1", 0, "00112233445566778899aabbccddeeff").value();
   ScopedEnv env({{"KOLO_RANK", "3"},
                  {"KOLO_SIZE", "4"},
                  {"KOLO_LOCAL_RANK", "1"},
@@ -87,7 +87,9 @@ TEST(WorldFromEnv, ReadsEveryVariableAndConnectsTheStore) {
   EXPECT_EQ(w->secret, "00112233445566778899aabbccddeeff");
   EXPECT_EQ(w->server, nullptr);
   ASSERT_TRUE(w->store->set("from/world", "x").ok());
-  auto direct = TcpStore::connect({"127.0.0.1", server->port()}, 1s).value();
+  auto direct =
+      TcpStore::connect({"127.0.0.1", server->port()}, "00112233445566778899aabbccddeeff", 1s)
+          .value();
   EXPECT_EQ(direct->get("from/world", 1s).value(), "x");
 }
 

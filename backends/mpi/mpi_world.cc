@@ -56,12 +56,13 @@ std::string announce(bool all_local, std::unique_ptr<TcpStoreServer>& server) {
       return "error mpi world: rank 0 found no non-loopback IPv4 interface to host the "
              "rendezvous store on, but the job spans several nodes";
   }
-  auto started = TcpStoreServer::start(bind, 0);
+  const std::string secret = random_secret();
+  auto started = TcpStoreServer::start(bind, 0, secret);
   if (!started.ok())
     return "error mpi world: rank 0 could not start the rendezvous store: " +
            started.status().to_string();
   server = std::move(started).value();
-  return "ok " + HostPort{advertised, server->port()}.to_string() + " " + random_secret();
+  return "ok " + HostPort{advertised, server->port()}.to_string() + " " + secret;
 }
 
 }  // namespace
@@ -103,7 +104,7 @@ Result<World> world_from_mpi() {
   KOLO_ASSIGN_OR_RETURN(HostPort address,
                         parse_host_port(text.substr(3, space - 3), "rank 0's store address"));
   world.secret = text.substr(space + 1);
-  auto store = TcpStore::connect(address);
+  auto store = TcpStore::connect(address, world.secret);
   if (!store.ok())
     return store.status().with_context("mpi world: rank " + std::to_string(world.rank) +
                                        " connecting to rank 0's rendezvous store");

@@ -1,6 +1,5 @@
 #include "backends/tcp/auth.h"
 
-#include <random>
 #include <string>
 #include <vector>
 
@@ -11,7 +10,7 @@ constexpr uint32_t kHelloMagic = 0x4c48484b;      // "KHHL"
 constexpr uint32_t kChallengeMagic = 0x4c43484b;  // "KHCL"
 constexpr uint32_t kProofMagic = 0x4c50484b;      // "KHPL"
 constexpr uint32_t kVerdictMagic = 0x4c56484b;    // "KHVL"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: the transcript binds the endpoints and the job
 
 void put_u32(uint8_t* p, uint32_t v) {
   for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
@@ -41,10 +40,15 @@ Status check_version(std::span<const uint8_t> bytes, const char* what) {
   return Status::Ok();
 }
 
-// "label | hello | acceptor rank, size, nonce": the transcript both tags cover.
-std::vector<uint8_t> transcript(std::string_view label, const Hello& hello,
-                                const Challenge& challenge) {
+// "label | binding | hello | acceptor rank, size, nonce": the transcript both tags cover. The
+// binding's length goes first, so that no two (label, binding) pairs give the same bytes.
+std::vector<uint8_t> transcript(std::string_view label, std::string_view binding,
+                                const Hello& hello, const Challenge& challenge) {
   std::vector<uint8_t> t(label.begin(), label.end());
+  uint8_t n[4];
+  put_u32(n, static_cast<uint32_t>(binding.size()));
+  t.insert(t.end(), n, n + 4);
+  t.insert(t.end(), binding.begin(), binding.end());
   const auto h = encode(hello);
   t.insert(t.end(), h.begin(), h.end());
   Challenge untagged = challenge;
@@ -55,41 +59,6 @@ std::vector<uint8_t> transcript(std::string_view label, const Hello& hello,
 }
 
 }  // namespace
-
-AuthKey derive_auth_key(std::string_view secret) {
-  // Four fixed, unrelated keys turn the secret into 256 bits of MAC key material.
-  const std::span<const uint8_t> s(reinterpret_cast<const uint8_t*>(secret.data()), secret.size());
-  AuthKey k;
-  k.a.k0 = siphash24({0x6b6f6c6f2d6b6579ULL, 0x0000000000000001ULL}, s);
-  k.a.k1 = siphash24({0x6b6f6c6f2d6b6579ULL, 0x0000000000000002ULL}, s);
-  k.b.k0 = siphash24({0x6b6f6c6f2d6b6579ULL, 0x0000000000000003ULL}, s);
-  k.b.k1 = siphash24({0x6b6f6c6f2d6b6579ULL, 0x0000000000000004ULL}, s);
-  return k;
-}
-
-Tag auth_tag(const AuthKey& key, std::span<const uint8_t> message) {
-  const uint64_t a = siphash24(key.a, message);
-  const uint64_t b = siphash24(key.b, message);
-  Tag t{};
-  for (int i = 0; i < 8; ++i) {
-    t[i] = static_cast<uint8_t>(a >> (8 * i));
-    t[8 + i] = static_cast<uint8_t>(b >> (8 * i));
-  }
-  return t;
-}
-
-bool tags_equal(const Tag& x, const Tag& y) {
-  uint8_t diff = 0;
-  for (size_t i = 0; i < kTagBytes; ++i) diff |= static_cast<uint8_t>(x[i] ^ y[i]);
-  return diff == 0;
-}
-
-Nonce random_nonce() {
-  std::random_device rd;
-  Nonce n{};
-  for (size_t i = 0; i < kNonceBytes; i += 4) put_u32(n.data() + i, rd());
-  return n;
-}
 
 std::array<uint8_t, kHelloBytes> encode(const Hello& m) {
   std::array<uint8_t, kHelloBytes> b{};
@@ -163,14 +132,18 @@ Result<Verdict> decode_verdict(std::span<const uint8_t> bytes) {
   return m;
 }
 
-Tag acceptor_tag(const AuthKey& key, const Hello& hello, const Challenge& challenge) {
-  const auto t = transcript("kolo-tcp acceptor", hello, challenge);
-  return auth_tag(key, t);
+Tag acceptor_tag(const AuthKey& key, std::string_view binding, const Hello& hello,
+                 const Challenge& challenge) {
+  return auth_tag(key, transcript("kolo-tcp acceptor", binding, hello, challenge));
 }
 
-Tag connector_tag(const AuthKey& key, const Hello& hello, const Challenge& challenge) {
-  const auto t = transcript("kolo-tcp connector", hello, challenge);
-  return auth_tag(key, t);
+Tag connector_tag(const AuthKey& key, std::string_view binding, const Hello& hello,
+                  const Challenge& challenge) {
+  return auth_tag(key, transcript("kolo-tcp connector", binding, hello, challenge));
+}
+
+AuthKey session_key(const AuthKey& key, const Hello& hello, const Challenge& challenge) {
+  return derive_session_key(key, "kolo-tcp session", hello.nonce, challenge.nonce);
 }
 
 }  // namespace kolo::tcp

@@ -6,18 +6,20 @@
 //   connector -> acceptor  Proof     {magic, accept, tag_c}
 //   acceptor  -> connector Verdict   {magic, accept}
 //
-// tag_a = MAC(secret, "acceptor" | Hello | acceptor's rank, size, nonce_a) and
+// tag_a = MAC(secret, "acceptor" | binding | Hello | acceptor's rank, size, nonce_a) and
 // tag_c = MAC(secret, "connector" | the same transcript). Each side checks the other's tag, so
 // each proves it knows the secret without sending it, and the fresh nonces on both sides mean an
 // old transcript cannot be replayed. The role labels stop a tag from being reflected back.
 //
-// The MAC is a 128-bit tag built from two SipHash-2-4 computations under keys derived from the
-// secret. Threat model (documented on purpose): this defends against accidental cross-job
-// connections (two jobs on one host, a stale address in the store) and casual misuse (a port
-// scanner, a curious user). It is NOT a vetted cryptographic protocol: the traffic is neither
-// encrypted nor integrity-protected after the handshake, so a determined attacker on the network
-// path can read or hijack a connection. Use network isolation for that.
+// Channel binding: `binding` is what each side believes about the connection, computed by each
+// side on its own and never sent: the store prefix (which job, which plane) and the TCP
+// endpoints of the connector and the acceptor as this side's socket reports them. A relay that
+// passes the messages through unchanged holds two connections with other endpoints, so the two
+// ranks compute different bindings and each rejects the other's tag. The transcript also yields
+// the connection's session key (session_key()), which authenticates what follows the handshake
+// (the same-host offer in tcp_connect.cc).
 //
+// The MAC and the nonces are common/mac.h's; docs/security.md states the threat model.
 // Pure functions (no I/O), unit-tested in auth_test.cc.
 #pragma once
 
@@ -27,29 +29,10 @@
 #include <span>
 #include <string_view>
 
-#include "backends/tcp/siphash.h"
+#include "common/mac.h"
 #include "kolo/status.h"
 
 namespace kolo::tcp {
-
-inline constexpr size_t kNonceBytes = 16;
-inline constexpr size_t kTagBytes = 16;
-using Nonce = std::array<uint8_t, kNonceBytes>;
-using Tag = std::array<uint8_t, kTagBytes>;
-
-struct AuthKey {
-  SipKey a;
-  SipKey b;
-};
-
-// Derives the MAC keys from the job secret (any bytes, possibly empty).
-AuthKey derive_auth_key(std::string_view secret);
-// The 128-bit tag of `message` under `key`.
-Tag auth_tag(const AuthKey& key, std::span<const uint8_t> message);
-// Compares tags in time independent of where they differ.
-bool tags_equal(const Tag& x, const Tag& y);
-// A fresh nonce from std::random_device.
-Nonce random_nonce();
 
 struct Hello {
   int32_t rank = 0;
@@ -87,9 +70,13 @@ Result<Challenge> decode_challenge(std::span<const uint8_t> bytes);
 Result<Proof> decode_proof(std::span<const uint8_t> bytes);
 Result<Verdict> decode_verdict(std::span<const uint8_t> bytes);
 
-// The acceptor's tag over the Hello it received and its own rank, size and nonce.
-Tag acceptor_tag(const AuthKey& key, const Hello& hello, const Challenge& challenge);
+// The acceptor's tag over the binding, the Hello it received and its own rank, size and nonce.
+Tag acceptor_tag(const AuthKey& key, std::string_view binding, const Hello& hello,
+                 const Challenge& challenge);
 // The connector's tag over the same transcript (challenge.tag is not part of it).
-Tag connector_tag(const AuthKey& key, const Hello& hello, const Challenge& challenge);
+Tag connector_tag(const AuthKey& key, std::string_view binding, const Hello& hello,
+                  const Challenge& challenge);
+// The key of one authenticated connection: fresh for each, known only to its two ends.
+AuthKey session_key(const AuthKey& key, const Hello& hello, const Challenge& challenge);
 
 }  // namespace kolo::tcp

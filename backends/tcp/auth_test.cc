@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
 #include <vector>
 
 namespace kolo::tcp {
@@ -21,10 +22,12 @@ TEST(SipHashTest, MatchesReferenceVectors) {
   EXPECT_EQ(reference_vector(15), 0xa129ca6149be45e5ULL);  // the paper's worked example
 }
 
+constexpr char kBinding[] = "test|127.0.0.1:40000|127.0.0.1:50000";
+
 Hello make_hello() { return Hello{3, 4, random_nonce()}; }
 Challenge make_challenge(const AuthKey& key, const Hello& h) {
   Challenge c{1, 4, random_nonce(), {}};
-  c.tag = acceptor_tag(key, h, c);
+  c.tag = acceptor_tag(key, kBinding, h, c);
   return c;
 }
 
@@ -33,8 +36,8 @@ TEST(AuthTest, SameSecretVerifiesBothWays) {
   const AuthKey b = derive_auth_key("job-secret");
   const Hello h = make_hello();
   const Challenge c = make_challenge(a, h);
-  EXPECT_TRUE(tags_equal(c.tag, acceptor_tag(b, h, c)));
-  EXPECT_TRUE(tags_equal(connector_tag(a, h, c), connector_tag(b, h, c)));
+  EXPECT_TRUE(tags_equal(c.tag, acceptor_tag(b, kBinding, h, c)));
+  EXPECT_TRUE(tags_equal(connector_tag(a, kBinding, h, c), connector_tag(b, kBinding, h, c)));
 }
 
 TEST(AuthTest, DifferentSecretFails) {
@@ -42,8 +45,8 @@ TEST(AuthTest, DifferentSecretFails) {
   const AuthKey b = derive_auth_key("job-secreT");
   const Hello h = make_hello();
   const Challenge c = make_challenge(a, h);
-  EXPECT_FALSE(tags_equal(c.tag, acceptor_tag(b, h, c)));
-  EXPECT_FALSE(tags_equal(connector_tag(a, h, c), connector_tag(b, h, c)));
+  EXPECT_FALSE(tags_equal(c.tag, acceptor_tag(b, kBinding, h, c)));
+  EXPECT_FALSE(tags_equal(connector_tag(a, kBinding, h, c), connector_tag(b, kBinding, h, c)));
 }
 
 TEST(AuthTest, TagsBindNoncesRanksAndRole) {
@@ -51,17 +54,40 @@ TEST(AuthTest, TagsBindNoncesRanksAndRole) {
   const Hello h = make_hello();
   const Challenge c = make_challenge(k, h);
   // A connector tag is not the acceptor tag reflected back.
-  EXPECT_FALSE(tags_equal(acceptor_tag(k, h, c), connector_tag(k, h, c)));
+  EXPECT_FALSE(tags_equal(acceptor_tag(k, kBinding, h, c), connector_tag(k, kBinding, h, c)));
   Hello h2 = h;
   h2.nonce[0] ^= 1;
-  EXPECT_FALSE(tags_equal(acceptor_tag(k, h, c), acceptor_tag(k, h2, c)));
+  EXPECT_FALSE(tags_equal(acceptor_tag(k, kBinding, h, c), acceptor_tag(k, kBinding, h2, c)));
   Challenge c2 = c;
   c2.rank = 2;
-  EXPECT_FALSE(tags_equal(connector_tag(k, h, c), connector_tag(k, h, c2)));
+  EXPECT_FALSE(tags_equal(connector_tag(k, kBinding, h, c), connector_tag(k, kBinding, h, c2)));
   // The tag field itself is not part of the transcript.
   Challenge c3 = c;
   c3.tag[0] ^= 1;
-  EXPECT_TRUE(tags_equal(connector_tag(k, h, c), connector_tag(k, h, c3)));
+  EXPECT_TRUE(tags_equal(connector_tag(k, kBinding, h, c), connector_tag(k, kBinding, h, c3)));
+}
+
+// What each side sees of the connection is part of the transcript: a relay in between makes the
+// two ranks see different endpoints, and a connection of another job or plane another prefix.
+TEST(AuthTest, TagsBindWhatEachSideSeesOfTheConnection) {
+  const AuthKey k = derive_auth_key("s");
+  const Hello h = make_hello();
+  const Challenge c = make_challenge(k, h);
+  for (const char* other : {"test|127.0.0.1:40000|127.0.0.1:50001",  // dialed a relay's port
+                            "test|127.0.0.1:40001|127.0.0.1:50000",  // accepted from a relay
+                            "tesT|127.0.0.1:40000|127.0.0.1:50000",  // another job or plane
+                            ""}) {
+    EXPECT_FALSE(tags_equal(c.tag, acceptor_tag(k, other, h, c))) << other;
+    EXPECT_FALSE(tags_equal(connector_tag(k, kBinding, h, c), connector_tag(k, other, h, c)))
+        << other;
+  }
+  // Both sides derive one session key, and every connection gets its own.
+  Challenge c2 = c;
+  c2.nonce[5] ^= 1;
+  const AuthKey s1 = session_key(k, h, c), s2 = session_key(k, h, c2);
+  EXPECT_EQ(session_key(derive_auth_key("s"), h, c).a.k0, s1.a.k0);
+  EXPECT_NE(s1.a.k0, s2.a.k0);
+  EXPECT_NE(s1.b.k1, s2.b.k1);
 }
 
 TEST(AuthTest, NoncesDiffer) { EXPECT_NE(random_nonce(), random_nonce()); }
@@ -101,6 +127,25 @@ TEST(AuthTest, DecodersRejectGarbage) {
   ASSERT_FALSE(other.ok());
   EXPECT_NE(other.status().message().find("version 9"), std::string::npos);
   EXPECT_FALSE(decode_challenge(encode(make_hello())).ok());  // wrong message kind
+}
+
+TEST(AuthTest, DecodersNeverCrashOnRandomBytes) {
+  std::mt19937 rng(16);
+  int accepted = 0, hello_shaped = 0;
+  for (int i = 0; i < 5000; ++i) {
+    std::vector<uint8_t> bytes(rng() % 64);
+    for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
+    if (bytes.size() >= 8 && i % 2) {  // a valid magic and version, random fields
+      const auto real = encode(make_hello());
+      std::copy_n(real.begin(), 8, bytes.begin());
+      hello_shaped += bytes.size() >= kHelloBytes;
+    }
+    accepted += decode_hello(bytes).ok() + decode_challenge(bytes).ok() + decode_proof(bytes).ok() +
+                decode_verdict(bytes).ok();
+  }
+  // Exactly the hello-shaped ones of full length decode, and only as a hello.
+  EXPECT_GT(hello_shaped, 0);
+  EXPECT_EQ(accepted, hello_shaped);
 }
 
 }  // namespace

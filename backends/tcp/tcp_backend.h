@@ -5,11 +5,12 @@
 // `<store_prefix>/tcp/addr/<rank>`; each rank then connects to every lower rank (retrying until
 // connect_timeout while that rank is not listening yet) and accepts every higher one. Each new
 // connection is authenticated with the job secret before it carries data (auth.h: mutual
-// challenge/response; defends against accidental cross-job connections and casual misuse, not
-// against a determined attacker). Sockets get TCP_NODELAY and large kernel buffers.
+// challenge/response bound to the endpoints each side sees, so a relay cannot complete it; the
+// data that follows is not MAC'd: docs/security.md). Incoming handshakes run concurrently
+// (accept_peers.h). Sockets get TCP_NODELAY and large kernel buffers.
 // Same-host peers: once authenticated, a connection whose two ends have the same IP address is
-// replaced by an AF_UNIX stream socket (abstract name and one-time token exchanged over the
-// authenticated TCP connection; see tcp_connect.cc). Same bytes, same framing, but no TCP/IP
+// replaced by an AF_UNIX stream socket (abstract name offered under the connection's session
+// key, token derived from it; see tcp_connect.cc). Same bytes, same framing, but no TCP/IP
 // stack per segment: on the 2-core development VM a 2-rank 16-256 MiB allreduce went from
 // ~0.3-0.8 to ~1.1-3 GB/s busbw (docs/benchmarks.md). Error messages name such a link
 // "rank R (host:port via AF_UNIX)".

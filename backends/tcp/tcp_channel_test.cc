@@ -2,13 +2,18 @@
 #include "backends/tcp/tcp_channel.h"
 
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 
+#include <array>
+#include <atomic>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/write.hpp>
 #include <numeric>
+#include <random>
 #include <thread>
 #include <vector>
 
+#include "backends/tcp/auth.h"
 #include "backends/tcp/host_address.h"
 #include "backends/tcp/tcp_backend.h"
 #include "backends/tcp/tcp_connect.h"
@@ -48,6 +53,13 @@ std::vector<Result<std::unique_ptr<TcpChannel>>> connect_group(
   }
   for (auto& t : threads) t.join();
   return out;
+}
+
+// The address `rank` publishes once it listens (under context()'s store prefix).
+Result<HostPortText> published_address(Store& store, int rank) {
+  KOLO_ASSIGN_OR_RETURN(std::string addr,
+                        store.get("test/tcp/addr/" + std::to_string(rank), milliseconds(5000)));
+  return split_host_port(addr, "addr");
 }
 
 std::vector<uint8_t> pattern(size_t n, int seed) {
@@ -295,10 +307,8 @@ TEST(TcpChannelTest, AnIntruderDoesNotStopTheRightPeer) {
   MemoryStore store;
   Result<std::unique_ptr<TcpChannel>> rank0 = Status::Internal("not run");
   std::thread t0([&] { rank0 = connect_channel(context(store, 0, 2), {}); });
-  Result<std::string> addr = store.get("test/tcp/addr/0", milliseconds(5000));
-  ASSERT_TRUE(addr.ok());
-  Result<HostPortText> hp = split_host_port(*addr, "addr");
-  ASSERT_TRUE(hp.ok());
+  Result<HostPortText> hp = published_address(store, 0);
+  ASSERT_TRUE(hp.ok()) << hp.status().to_string();
   {
     boost::asio::io_context io;
     boost::asio::ip::tcp::socket s(io);
@@ -314,6 +324,127 @@ TEST(TcpChannelTest, AnIntruderDoesNotStopTheRightPeer) {
   ASSERT_TRUE((*rank1)->send(0, &v, sizeof v).ok());
   ASSERT_TRUE((*rank0)->recv(1, &got, sizeof got).ok());
   EXPECT_EQ(got, 42);
+}
+
+// Issue 16: rank 0 authenticated one connection at a time with 10 s for each, so 3-4 idle
+// sockets used up the connect timeout and the job never started. Handshakes now run at once.
+TEST(TcpChannelTest, IdleHalfSentAndRandomConnectionsDoNotStarveTheRealPeer) {
+  MemoryStore store;
+  BackendContext c0 = context(store, 0, 2), c1 = context(store, 1, 2);
+  c0.connect_timeout = c1.connect_timeout = milliseconds(5000);
+  Result<std::unique_ptr<TcpChannel>> rank0 = Status::Internal("not run");
+  std::thread t0([&] { rank0 = connect_channel(c0, {}); });
+  Result<HostPortText> hp = published_address(store, 0);
+  ASSERT_TRUE(hp.ok()) << hp.status().to_string();
+  boost::asio::io_context io;
+  std::mt19937 rng(16);
+  std::vector<boost::asio::ip::tcp::socket> idle;
+  for (int i = 0; i < 100; ++i) {
+    idle.emplace_back(io);
+    idle.back().connect(
+        {boost::asio::ip::make_address(hp->host), static_cast<unsigned short>(hp->port)});
+    if (i % 3 == 1) {  // the start of a hello, then nothing
+      const std::array<uint8_t, 8> start{'K', 'H', 'H', 'L', 2, 0, 0, 0};
+      boost::asio::write(idle.back(), boost::asio::buffer(start));
+    } else if (i % 3 == 2) {  // a hello with the right magic and random fields, or random bytes
+      std::vector<uint8_t> junk(rng() % 100);
+      for (uint8_t& b : junk) b = static_cast<uint8_t>(rng());
+      if (junk.size() >= 8 && rng() % 2) std::copy_n("KHHL\x02\0\0\0", 8, junk.begin());
+      boost::system::error_code ignored;
+      boost::asio::write(idle.back(), boost::asio::buffer(junk), ignored);
+    }
+  }
+  Result<std::unique_ptr<TcpChannel>> rank1 = connect_channel(c1, {});
+  t0.join();
+  ASSERT_TRUE(rank0.ok()) << rank0.status().to_string();
+  ASSERT_TRUE(rank1.ok()) << rank1.status().to_string();
+  int v = 7, got = 0;
+  ASSERT_TRUE((*rank1)->send(0, &v, sizeof v).ok());
+  ASSERT_TRUE((*rank0)->recv(1, &got, sizeof got).ok());
+  EXPECT_EQ(got, 7);
+}
+
+// A man in the middle on loopback: accepts one connection, connects to `target` and passes the
+// bytes through unchanged both ways, counting them.
+class Relay {
+ public:
+  Relay(const std::string& host, int port)
+      : acceptor_(io_, {boost::asio::ip::make_address("127.0.0.1"), 0}),
+        thread_([this, host, port] { run(host, port); }) {}
+  // shutdown(), unlike close(), wakes a thread blocked on the socket.
+  ~Relay() {
+    boost::system::error_code ignored;
+    ::shutdown(acceptor_.native_handle(), SHUT_RDWR);
+    client_.shutdown(boost::asio::ip::tcp::socket::shutdown_both, ignored);
+    server_.shutdown(boost::asio::ip::tcp::socket::shutdown_both, ignored);
+    thread_.join();
+  }
+  std::string address() const {
+    return "127.0.0.1:" + std::to_string(acceptor_.local_endpoint().port());
+  }
+  size_t forwarded() const { return forwarded_; }
+
+ private:
+  void run(const std::string& host, int port) {
+    boost::system::error_code ec;
+    acceptor_.accept(client_, ec);
+    if (!ec)
+      server_.connect({boost::asio::ip::make_address(host), static_cast<unsigned short>(port)}, ec);
+    if (ec) return;
+    std::thread back([this] { pump(server_, client_); });
+    pump(client_, server_);
+    back.join();
+  }
+  void pump(boost::asio::ip::tcp::socket& from, boost::asio::ip::tcp::socket& to) {
+    char buf[4096];
+    boost::system::error_code ec;
+    while (true) {
+      const size_t n = from.read_some(boost::asio::buffer(buf), ec);
+      if (ec) break;
+      boost::asio::write(to, boost::asio::buffer(buf, n), ec);
+      if (ec) break;
+      forwarded_ += n;
+    }
+    boost::system::error_code ignored;
+    to.shutdown(boost::asio::ip::tcp::socket::shutdown_send, ignored);
+  }
+  boost::asio::io_context io_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  boost::asio::ip::tcp::socket client_{io_};
+  boost::asio::ip::tcp::socket server_{io_};
+  std::atomic<size_t> forwarded_{0};
+  std::thread thread_;
+};
+
+// Issue 16: an outsider who could rewrite rank 0's address put a relay between the ranks; it
+// passed the challenge and the response through and both ranks accepted each other. Now each
+// side binds the endpoints it sees into the handshake, so neither accepts.
+TEST(TcpChannelTest, ARelayBetweenTheRanksCannotCompleteTheHandshake) {
+  MemoryStore store;
+  BackendContext c0 = context(store, 0, 2), c1 = context(store, 1, 2);
+  c0.connect_timeout = c1.connect_timeout = milliseconds(1500);
+  Result<std::unique_ptr<TcpChannel>> rank0 = Status::Internal("not run");
+  std::thread t0([&] { rank0 = connect_channel(c0, {}); });
+  Result<HostPortText> hp = published_address(store, 0);
+  ASSERT_TRUE(hp.ok()) << hp.status().to_string();
+  auto relay = std::make_unique<Relay>(hp->host, hp->port);
+  ASSERT_TRUE(store.set("test/tcp/addr/0", relay->address()).ok());
+  Result<std::unique_ptr<TcpChannel>> rank1 = connect_channel(c1, {});
+  t0.join();
+  // The relay carried the hello, the challenge and the (refused) proof.
+  EXPECT_GE(relay->forwarded(), kHelloBytes + kChallengeBytes + kProofBytes);
+  relay.reset();
+  ASSERT_FALSE(rank1.ok());
+  EXPECT_EQ(rank1.status().code(), StatusCode::kPeerFailure);
+  EXPECT_NE(rank1.status().message().find("authentication of rank 0"), std::string::npos)
+      << rank1.status().message();
+  EXPECT_NE(rank1.status().message().find("or a relay sits between the two ranks"),
+            std::string::npos)
+      << rank1.status().message();
+  ASSERT_FALSE(rank0.ok());
+  EXPECT_EQ(rank0.status().code(), StatusCode::kTimeout);
+  EXPECT_NE(rank0.status().message().find("rejected this rank's proof"), std::string::npos)
+      << rank0.status().message();
 }
 
 TEST(TcpChannelTest, SingleRankNeedsNoStore) {

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "backends/tcp/accept_peers.h"
 #include "backends/tcp/auth.h"
 #include "backends/tcp/host_address.h"
 #include "common/knobs.h"
@@ -25,9 +26,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// How long one accepted connection may take to authenticate, so that a silent intruder (a port
-// scanner) cannot hold up the real peers for the whole connect timeout.
-constexpr std::chrono::seconds kHandshakeLimit{10};
 // How long one connect attempt may take before it is retried.
 constexpr std::chrono::seconds kConnectAttemptLimit{3};
 
@@ -49,20 +47,36 @@ Status check_context(const BackendContext& c) {
   return Status::Ok();
 }
 
-// A connected, authenticated TCP link before the same-host substitution (see finish()).
-struct TcpPeer {
-  int rank = -1;
-  std::string address;
-  std::unique_ptr<tcp::socket> socket;
-};
-
 // The same-host offer, sent by the lower rank of a pair over the authenticated TCP connection:
-// [0] 1 = offer, 0 = none; [1..37] abstract AF_UNIX socket name; [38..53] token that the
-// connecting side must send first on the AF_UNIX socket. The name is visible to every process on
-// the host (/proc/net/unix) but the token only travels over the authenticated connection.
+// [0] 1 = offer, 0 = none; [1..37] abstract AF_UNIX socket name; [38..53] its MAC under the
+// connection's session key. The answer is [0] 1 or 0 and its MAC. The connecting side then sends
+// the token MAC(session, "token" | name) first on the AF_UNIX socket: the name is visible to
+// every process on the host (/proc/net/unix), the token is never sent anywhere but there.
 constexpr size_t kUnixNameBytes = 37;  // "kolo-" + 32 hex digits
-constexpr size_t kOfferBytes = 1 + kUnixNameBytes + kNonceBytes;
+constexpr size_t kOfferBytes = 1 + kUnixNameBytes + kTagBytes;
+constexpr size_t kAnswerBytes = 1 + kTagBytes;
 using Offer = std::array<uint8_t, kOfferBytes>;
+using Answer = std::array<uint8_t, kAnswerBytes>;
+
+// MAC(session, label | bytes): offers, answers and tokens of the same-host substitution.
+Tag upgrade_tag(const AuthKey& session, std::string_view label, std::span<const uint8_t> bytes) {
+  std::vector<uint8_t> m(label.begin(), label.end());
+  m.insert(m.end(), bytes.begin(), bytes.end());
+  return auth_tag(session, m);
+}
+// Seals the first N - kTagBytes bytes of `m` with a tag in its last kTagBytes, or checks them.
+template <size_t N>
+void seal(const AuthKey& session, std::string_view label, std::array<uint8_t, N>& m) {
+  const Tag t = upgrade_tag(session, label, std::span<const uint8_t>(m.data(), N - kTagBytes));
+  std::copy(t.begin(), t.end(), m.end() - kTagBytes);
+}
+template <size_t N>
+bool sealed(const AuthKey& session, std::string_view label, const std::array<uint8_t, N>& m) {
+  Tag got{};
+  std::copy(m.end() - kTagBytes, m.end(), got.begin());
+  return tags_equal(got,
+                    upgrade_tag(session, label, std::span<const uint8_t>(m.data(), N - kTagBytes)));
+}
 
 // Connects one rank: owns the listening socket while the mesh is being built.
 class Bootstrap {
@@ -83,21 +97,9 @@ class Bootstrap {
       KOLO_ASSIGN_OR_RETURN(TcpPeer p, connect_to(peer));
       peers.push_back(std::move(p));
     }
-    std::vector<bool> connected(ctx_.size, false);
-    std::vector<std::string> rejected;
-    for (int remaining = ctx_.size - 1 - ctx_.rank; remaining > 0;) {
-      Result<TcpPeer> p = accept_one(connected);
-      if (p.ok()) {
-        connected[p->rank] = true;
-        peers.push_back(std::move(p.value()));
-        --remaining;
-        continue;
-      }
-      if (Clock::now() >= deadline_) return accept_timeout(connected, rejected);
-      // A rejected connection is not fatal: the right peer may still come.
-      KOLO_LOG_ERROR(p.status().message());
-      rejected.push_back(p.status().message());
-    }
+    AcceptSpec spec{ctx_.rank, ctx_.size, ctx_.store_prefix, key_, deadline_, ctx_.connect_timeout};
+    KOLO_ASSIGN_OR_RETURN(std::vector<TcpPeer> accepted, accept_peers(io_, acceptor_, spec));
+    for (TcpPeer& p : accepted) peers.push_back(std::move(p));
     error_code ignored;
     acceptor_.close(ignored);
     // Pairs settle the same-host substitution one at a time, each rank in increasing peer
@@ -254,6 +256,12 @@ class Bootstrap {
                              " ms (connect_timeout); last error: " + last_error);
 
     // Handshake as the connector (auth.h).
+    error_code e1, e2;
+    const std::string bound =
+        channel_binding(ctx_.store_prefix, socket->local_endpoint(e1), socket->remote_endpoint(e2));
+    if (e1 || e2)
+      return Status::IoError(me() + ": the connection to " + name +
+                             " has no endpoints: " + (e1 ? e1 : e2).message());
     Hello hello{ctx_.rank, ctx_.size, random_nonce()};
     KOLO_RETURN_IF_ERROR(
         send(*socket, encode(hello), deadline_, me() + " sending hello to " + name));
@@ -269,13 +277,13 @@ class Bootstrap {
           me() + ": the process at " + *address + " is rank " + std::to_string(challenge->rank) +
           " of " + std::to_string(challenge->size) + ", expected rank " + std::to_string(peer) +
           " of " + std::to_string(ctx_.size) + " (a stale address from another job?)");
-    if (!tags_equal(challenge->tag, acceptor_tag(key_, hello, *challenge))) {
+    if (!tags_equal(challenge->tag, acceptor_tag(key_, bound, hello, *challenge))) {
       (void)send(*socket, encode(Proof{false, {}}), deadline_, "rejecting");
       return Status::PeerFailure(me() + ": authentication of " + name +
-                                 " failed: it does not know this job's secret (KOLO_SECRET "
-                                 "differs; is it another job's process?)");
+                                 " failed: " + secret_not_proven(bound));
     }
-    KOLO_RETURN_IF_ERROR(send(*socket, encode(Proof{true, connector_tag(key_, hello, *challenge)}),
+    KOLO_RETURN_IF_ERROR(send(*socket,
+                              encode(Proof{true, connector_tag(key_, bound, hello, *challenge)}),
                               deadline_, me() + " sending its proof to " + name));
     std::array<uint8_t, kVerdictBytes> vbytes{};
     KOLO_RETURN_IF_ERROR(transfer(*socket, false, vbytes.data(), vbytes.size(), deadline_,
@@ -285,63 +293,8 @@ class Bootstrap {
     if (!verdict->accept)
       return Status::PeerFailure(me() + ": " + name +
                                  " rejected this rank's proof of the job secret (KOLO_SECRET "
-                                 "differs between the ranks)");
-    return TcpPeer{peer, *address, std::move(socket)};
-  }
-
-  // Accepts and authenticates one connection. Any error but the deadline is the connecting
-  // process's fault and only costs that connection.
-  Result<TcpPeer> accept_one(const std::vector<bool>& connected) {
-    auto socket = std::make_unique<tcp::socket>(io_);
-    tcp::endpoint remote;
-    bool done = false;
-    error_code ec;
-    acceptor_.async_accept(*socket, remote, [&](const error_code& e) {
-      ec = e;
-      done = true;
-    });
-    if (!run_until(done, deadline_, [&] {
-          error_code ignored;
-          acceptor_.cancel(ignored);
-        }))
-      return Status::Timeout(me() + " timed out accepting connections");
-    if (ec) return Status::IoError(me() + ": accept failed: " + ec.message());
-    const std::string from = remote.address().to_string() + ":" + std::to_string(remote.port());
-    const Clock::time_point limit = std::min(deadline_, Clock::now() + kHandshakeLimit);
-
-    std::array<uint8_t, kHelloBytes> hbytes{};
-    KOLO_RETURN_IF_ERROR(transfer(*socket, false, hbytes.data(), hbytes.size(), limit,
-                                  me() + " reading the hello of a connection from " + from));
-    Result<Hello> hello = decode_hello(hbytes);
-    if (!hello.ok())
-      return hello.status().with_context(me() + ": rejected a connection from " + from);
-    const int peer = hello->rank;
-    const std::string name = "rank " + std::to_string(peer) + " (connecting from " + from + ")";
-    if (hello->size != ctx_.size || peer <= ctx_.rank || peer >= ctx_.size || connected[peer])
-      return Status::PeerFailure(
-          me() + ": rejected a connection from " + from + " that claims rank " +
-          std::to_string(peer) + " of " + std::to_string(hello->size) +
-          "; expected a not yet connected rank in (" + std::to_string(ctx_.rank) + ", " +
-          std::to_string(ctx_.size) + ") of " + std::to_string(ctx_.size));
-    Challenge challenge{ctx_.rank, ctx_.size, random_nonce(), {}};
-    challenge.tag = acceptor_tag(key_, *hello, challenge);
-    KOLO_RETURN_IF_ERROR(send(*socket, encode(challenge), limit, me() + " challenging " + name));
-    std::array<uint8_t, kProofBytes> pbytes{};
-    KOLO_RETURN_IF_ERROR(transfer(*socket, false, pbytes.data(), pbytes.size(), limit,
-                                  me() + " reading the proof of " + name));
-    KOLO_ASSIGN_OR_RETURN(Proof proof, decode_proof(pbytes));
-    if (!proof.accept)
-      return Status::PeerFailure(me() + ": authentication with " + name +
-                                 " failed: it rejected this rank's proof, so the two know "
-                                 "different secrets (KOLO_SECRET differs; another job?)");
-    if (!tags_equal(proof.tag, connector_tag(key_, *hello, challenge))) {
-      (void)send(*socket, encode(Verdict{false}), limit, "rejecting");
-      return Status::PeerFailure(me() + ": authentication of " + name +
-                                 " failed: it does not know this job's secret (KOLO_SECRET "
-                                 "differs; is it another job's process?)");
-    }
-    KOLO_RETURN_IF_ERROR(send(*socket, encode(Verdict{true}), limit, me() + " accepting " + name));
-    return TcpPeer{peer, from, std::move(socket)};
+                                 "differs between the ranks, or a relay sits between them)");
+    return TcpPeer{peer, *address, std::move(socket), session_key(key_, hello, *challenge)};
   }
 
   // Same-host substitution. Both ends of a connection whose local and remote addresses are equal
@@ -366,7 +319,6 @@ class Bootstrap {
     if (ctx_.rank < p.rank) {
       Offer offer{};
       asio::local::stream_protocol::acceptor listener(io_);
-      const Nonce token = random_nonce();
       std::string path;
       if (same_host) {
         path = unix_name();
@@ -378,16 +330,21 @@ class Bootstrap {
         if (!ec) {
           offer[0] = 1;
           std::memcpy(offer.data() + 1, path.data(), kUnixNameBytes);
-          std::memcpy(offer.data() + 1 + kUnixNameBytes, token.data(), kNonceBytes);
         }
       }
+      seal(p.session, "offer", offer);
       KOLO_RETURN_IF_ERROR(
           send(*p.socket, offer, limit, me() + " sending the same-host offer to " + name));
       if (offer[0] == 0) return keep_tcp();
-      std::array<uint8_t, 1> answer{};
-      KOLO_RETURN_IF_ERROR(transfer(*p.socket, false, answer.data(), 1, limit,
+      Answer answer{};
+      KOLO_RETURN_IF_ERROR(transfer(*p.socket, false, answer.data(), answer.size(), limit,
                                     me() + " reading the same-host answer of " + name));
+      if (!sealed(p.session, "answer", answer))
+        return Status::PeerFailure(me() + ": the same-host answer of " + name +
+                                   " failed its MAC (altered on the way?)");
       if (answer[0] == 0) return keep_tcp();
+      const Nonce token = upgrade_tag(p.session, "token",
+                                      std::span<const uint8_t>(offer.data() + 1, kUnixNameBytes));
       while (true) {
         auto u = std::make_unique<asio::local::stream_protocol::socket>(io_);
         bool done = false;
@@ -411,7 +368,7 @@ class Bootstrap {
             std::min(limit, Clock::now() + std::chrono::seconds(2));
         Status st = transfer(*u, false, got.data(), got.size(), token_limit,
                              me() + " reading the same-host token of " + name);
-        if (st.ok() && tags_equal_bytes(got, token)) {
+        if (st.ok() && tags_equal(got, token)) {
           set_buffers(*u);
           return PeerSocket{p.rank, p.address + " via AF_UNIX",
                             std::make_unique<StreamSocket>(std::move(*u))};
@@ -426,7 +383,10 @@ class Bootstrap {
     Offer offer{};
     KOLO_RETURN_IF_ERROR(transfer(*p.socket, false, offer.data(), offer.size(), limit,
                                   me() + " reading the same-host offer of " + name));
-    std::array<uint8_t, 1> answer{0};
+    if (!sealed(p.session, "offer", offer))
+      return Status::PeerFailure(me() + ": the same-host offer of " + name +
+                                 " failed its MAC (altered on the way?)");
+    Answer answer{};
     auto u = std::make_unique<asio::local::stream_protocol::socket>(io_);
     if (offer[0] == 1 && same_host) {
       const std::string path(reinterpret_cast<const char*>(offer.data() + 1), kUnixNameBytes);
@@ -436,11 +396,12 @@ class Bootstrap {
       if (!ec) answer[0] = 1;
     }
     if (offer[0] == 0) return keep_tcp();  // no offer: the offerer expects no answer
+    seal(p.session, "answer", answer);
     KOLO_RETURN_IF_ERROR(
         send(*p.socket, answer, limit, me() + " answering the same-host offer of " + name));
     if (answer[0] == 0) return keep_tcp();
-    Nonce token{};
-    std::memcpy(token.data(), offer.data() + 1 + kUnixNameBytes, kNonceBytes);
+    const Nonce token =
+        upgrade_tag(p.session, "token", std::span<const uint8_t>(offer.data() + 1, kUnixNameBytes));
     KOLO_RETURN_IF_ERROR(send(*u, token, limit, me() + " sending the same-host token to " + name));
     set_buffers(*u);
     return PeerSocket{p.rank, p.address + " via AF_UNIX",
@@ -456,25 +417,6 @@ class Bootstrap {
       name += kHex[b & 15];
     }
     return name;
-  }
-  static bool tags_equal_bytes(const Nonce& a, const Nonce& b) {
-    uint8_t diff = 0;  // constant time, like tags_equal
-    for (size_t i = 0; i < a.size(); ++i) diff |= a[i] ^ b[i];
-    return diff == 0;
-  }
-
-  Status accept_timeout(const std::vector<bool>& connected,
-                        const std::vector<std::string>& rejected) const {
-    std::string missing;
-    for (int r = ctx_.rank + 1; r < ctx_.size; ++r)
-      if (!connected[r]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-    std::string msg = me() + " timed out after " + std::to_string(ctx_.connect_timeout.count()) +
-                      " ms (connect_timeout) waiting for connections from ranks [" + missing + "]";
-    if (!rejected.empty()) {
-      msg += "; rejected " + std::to_string(rejected.size()) +
-             " connection(s), last: " + rejected.back();
-    }
-    return Status::Timeout(msg);
   }
 
   const BackendContext& ctx_;

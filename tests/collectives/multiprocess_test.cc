@@ -71,7 +71,7 @@ std::string by_hand(const kolo::TcpStoreServer& server, int size, const std::str
 }
 
 TEST(Faults, RankKilledMidAllreduceFailsTheOthers) {
-  auto server = kolo::TcpStoreServer::start("127.0.0.1", 0);
+  auto server = kolo::TcpStoreServer::start("127.0.0.1", 0, "s3cret");
   ASSERT_TRUE(server.ok()) << server.status().to_string();
   ProcessRun r = run_command(by_hand(**server, 3, "--backend tcp --mode kill"), 40);
   EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -82,13 +82,15 @@ TEST(Faults, RankKilledMidAllreduceFailsTheOthers) {
 }
 
 TEST(Faults, WrongSecretIsRefused) {
-  auto server = kolo::TcpStoreServer::start("127.0.0.1", 0);
+  auto server = kolo::TcpStoreServer::start("127.0.0.1", 0, "s3cret");
   ASSERT_TRUE(server.ok()) << server.status().to_string();
   ProcessRun r = run_command(by_hand(**server, 2, "--backend tcp", "another-secret"), 40);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(count_occurrences(r.output, "checks passed"), 0) << r.output;
   EXPECT_NE(r.output.find("rank 0 exit 1"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("rank 1 exit 1"), std::string::npos) << r.output;
+  // Rank 1 is already turned away by the store: the server does not prove rank 1's secret.
+  EXPECT_NE(r.output.find("does not know this job's secret"), std::string::npos) << r.output;
 }
 
 // Two nodes of two ranks each, one network namespace per node joined by a veth pair: the

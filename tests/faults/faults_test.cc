@@ -28,7 +28,7 @@ int exit_code(int status) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-int free_port() { return TcpStoreServer::start("127.0.0.1", 0).value()->port(); }
+int free_port() { return TcpStoreServer::start("127.0.0.1", 0, "port-finder").value()->port(); }
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -137,8 +137,8 @@ TEST(Faults, StoppingKolorunLosesNothing) {
 // ---- Two nodes on localhost, one kolorun each -------------------------------------------------
 
 std::string node_job(int node, const std::string& rdzv, const std::string& env = "") {
-  return env + " exec " + kKolorun + " --nnodes 2 --node-rank " + std::to_string(node) +
-         " --rdzv " + rdzv + " --secret faults --grace 1s -np 2 " + kWorker + " 0";
+  return "KOLO_SECRET=faults " + env + " exec " + kKolorun + " --nnodes 2 --node-rank " +
+         std::to_string(node) + " --rdzv " + rdzv + " --grace 1s -np 2 " + kWorker + " 0";
 }
 
 // A rank of node 1 killed: node 1's kolorun reports it, node 0's hears of it through the store
@@ -190,8 +190,8 @@ TEST(Faults, TwoNodesNodeZeroKilledEndsNodeOneWithinSeconds) {
 TEST(Faults, TheStoreDyingDuringRendezvousFailsTheWaitingNode) {
   const std::string rdzv = "127.0.0.1:" + std::to_string(free_port());
   auto node = [&](int k) {
-    return "exec " + kKolorun + " --nnodes 3 --node-rank " + std::to_string(k) + " --rdzv " + rdzv +
-           " --secret faults --timeout 60s -np 1 " + kWorker + " 0";
+    return "KOLO_SECRET=faults exec " + kKolorun + " --nnodes 3 --node-rank " + std::to_string(k) +
+           " --rdzv " + rdzv + " --timeout 60s -np 1 " + kWorker + " 0";
   };
   Launch n0(node(0)), n1(node(1));
   std::this_thread::sleep_for(1s);  // both are in the gathering, waiting for node 2
@@ -248,9 +248,9 @@ TEST(Faults, ALinkDownMidTrainingFailsBothNodesWithinTheOpTimeout) {
     auto node = [&](int k) {
       const std::string host = "10.232.0." + std::to_string(k + 1);
       return (k == 0 ? a : b) +
-             "env FAULT_SURVIVE_SIGTERM=1 KOLO_OP_TIMEOUT=3s KOLO_TCP_HOST=" + host + " " +
-             kKolorun + " --nnodes 2 --node-rank " + std::to_string(k) +
-             " --rdzv 10.232.0.1:29741 --secret faults --grace 1s -np 1 " + kWorker + " 0";
+             "env KOLO_SECRET=faults FAULT_SURVIVE_SIGTERM=1 KOLO_OP_TIMEOUT=3s KOLO_TCP_HOST=" +
+             host + " " + kKolorun + " --nnodes 2 --node-rank " + std::to_string(k) +
+             " --rdzv 10.232.0.1:29741 --grace 1s -np 1 " + kWorker + " 0";
     };
     Launch n0(node(0)), n1(node(1));
     ASSERT_TRUE(n1.wait_for("rank 1 step 50", 1, 30s)) << n0.output() << n1.output();

@@ -107,6 +107,10 @@ class Launch {
     }
     status_ = status;
     ended_ = Clock::now();
+    // The launcher is gone; give the reader a moment to take in its last lines (the pipe ends
+    // when the ranks' copies of it close too).
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::seconds(2), [&] { return eof_; });
     return status;
   }
   Clock::time_point ended() const { return ended_; }
@@ -151,6 +155,9 @@ class Launch {
       cv_.notify_all();
     }
     ::close(fd);
+    std::lock_guard<std::mutex> lock(mu_);
+    eof_ = true;
+    cv_.notify_all();
   }
 
   pid_t pid_ = -1;
@@ -159,6 +166,7 @@ class Launch {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::pair<Clock::time_point, std::string>> lines_;  // guarded by mu_
+  bool eof_ = false;                                              // guarded by mu_
   std::atomic<bool> stop_{false};
   std::thread reader_;
 };

@@ -95,6 +95,7 @@ void store_protocol() {
   requests[1].timeout_ms = 1000;
   requests[2].timeout_ms = 5;
   requests[3].delta = -3;
+  write_seed("fuzz_store_protocol", "hello", to_string(encode_hello(random_nonce())));
   int n = 0;
   for (const Request& r : requests)
     write_seed("fuzz_store_protocol", "request" + std::to_string(n++), encode_request(r).substr(4));
@@ -114,9 +115,9 @@ void store_protocol() {
 
 void tcp_wire() {
   write_seed("fuzz_tcp_wire", "frame-header", to_string(tcp::encode_frame_header(4096)));
-  tcp::Hello hello{.rank = 1, .size = 4, .nonce = tcp::random_nonce()};
+  tcp::Hello hello{.rank = 1, .size = 4, .nonce = random_nonce()};
   write_seed("fuzz_tcp_wire", "hello", to_string(tcp::encode(hello)));
-  tcp::Challenge challenge{.rank = 0, .size = 4, .nonce = tcp::random_nonce()};
+  tcp::Challenge challenge{.rank = 0, .size = 4, .nonce = random_nonce()};
   write_seed("fuzz_tcp_wire", "challenge", to_string(tcp::encode(challenge)));
   write_seed("fuzz_tcp_wire", "proof", to_string(tcp::encode(tcp::Proof{.accept = true})));
   write_seed("fuzz_tcp_wire", "verdict", to_string(tcp::encode(tcp::Verdict{.accept = true})));

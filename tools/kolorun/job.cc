@@ -1,8 +1,15 @@
 #include "tools/kolorun/job.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 #include <vector>
 
 #include "rendezvous/barrier.h"
@@ -16,16 +23,49 @@ namespace {
 // How long kolorun waits on node 0's store once the ranks run: to reconnect, for a reply, and
 // (node 0, after a failure) for the other nodes to finish. Node 0 gone or cut off then costs
 // seconds, not --timeout (which only bounds the nodes' gathering at start).
-constexpr std::chrono::seconds kStoreLossBound{3};
+constexpr std::chrono::seconds kStoreLossBound{2};
+
+// The secret must not be readable by other users: a file that is would leak it as surely as
+// the command line does.
+Result<std::string> read_secret_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    return Status::InvalidArgument("--secret-file " + path + ": " + std::strerror(errno));
+  if ((st.st_mode & 077) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return Status::InvalidArgument("--secret-file " + path + " has mode " + mode +
+                                   ": other users may read it; make it private with chmod 600 " +
+                                   path);
+  }
+  std::ifstream in(path, std::ios::binary);
+  std::string secret((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof())
+    return Status::InvalidArgument("--secret-file " + path + ": cannot read it");
+  while (!secret.empty() && std::isspace(static_cast<unsigned char>(secret.back())))
+    secret.pop_back();  // the newline of `echo S > file`
+  if (secret.empty())
+    return Status::InvalidArgument("--secret-file " + path + " is empty: expected the job secret");
+  return secret;
+}
 
 Result<std::string> choose_secret(const LaunchOptions& o, const KnobSet& knobs) {
-  if (o.secret) return *o.secret;
+  if (o.secret && o.secret_file)
+    return Status::InvalidArgument("--secret and --secret-file are both given: pass one");
+  if (o.secret_file) return read_secret_file(*o.secret_file);
+  if (o.secret) {
+    std::fprintf(stderr,
+                 "kolorun: warning: --secret puts the job secret in the process list, where "
+                 "every user of this host can read it; use --secret-file PATH or KOLO_SECRET\n");
+    return *o.secret;
+  }
   if (knobs.is_set(KnobId::kSecret)) return knobs.text(KnobId::kSecret);
   if (o.nnodes == 1) return random_secret();
   return Status::InvalidArgument(
       "--nnodes " + std::to_string(o.nnodes) +
-      " needs a secret shared by every node: pass the same --secret S (or set KOLO_SECRET) on "
-      "each node, e.g. S=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \\n')");
+      " needs a secret shared by every node: give each node the same one in a private file "
+      "(--secret-file PATH) or in KOLO_SECRET, e.g. (umask 077; od -An -tx1 -N16 /dev/urandom "
+      "| tr -d ' \\n' > PATH)");
 }
 
 // Every node checks that it was started like node 0, then all wait for each other.
@@ -60,18 +100,19 @@ Result<Job> setup_job(const LaunchOptions& o, const KnobSet& knobs) {
   KOLO_ASSIGN_OR_RETURN(std::string secret, choose_secret(o, knobs));
   HostPort addr;
   if (o.nnodes == 1 && !o.rdzv) {
-    KOLO_ASSIGN_OR_RETURN(job.server, TcpStoreServer::start("127.0.0.1", 0));
+    KOLO_ASSIGN_OR_RETURN(job.server, TcpStoreServer::start("127.0.0.1", 0, secret));
     addr = {"127.0.0.1", job.server->port()};
   } else {
     addr = *o.rdzv;
     if (o.node_rank == 0) {
-      KOLO_ASSIGN_OR_RETURN(job.server, TcpStoreServer::start(addr.host, addr.port));
+      KOLO_ASSIGN_OR_RETURN(job.server, TcpStoreServer::start(addr.host, addr.port, secret));
       addr.port = job.server->port();
     }
     if (o.nnodes > 1) {
-      KOLO_ASSIGN_OR_RETURN(job.store, TcpStore::connect(addr, o.timeout));
+      KOLO_ASSIGN_OR_RETURN(job.store, TcpStore::connect(addr, secret, o.timeout));
       KOLO_RETURN_IF_ERROR(gather_nodes(*job.store, o));
-      KOLO_ASSIGN_OR_RETURN(job.store, TcpStore::connect(addr, kStoreLossBound, kStoreLossBound));
+      KOLO_ASSIGN_OR_RETURN(job.store,
+                            TcpStore::connect(addr, secret, kStoreLossBound, kStoreLossBound));
       job.watch = std::make_unique<FailureWatch>(*job.store, o.node_rank);
     }
   }

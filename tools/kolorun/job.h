@@ -26,7 +26,9 @@ struct Job {
 // started with the same --nnodes and -np, and waits (--timeout) until every node rank has
 // arrived (--timeout); the Timeout error names the node ranks that never did. Multi-node jobs
 // also get a FailureWatch, so a failure on any node stops the ranks on every node.
-// Secret: --secret, else KOLO_SECRET (from `knobs`), else (one node only) random 128-bit hex.
+// Secret: --secret-file (refused unless private to its owner: mode 600 or stricter), else
+// --secret (with a warning: it shows in the process list), else KOLO_SECRET (from `knobs`),
+// else (one node only) random 128-bit hex.
 // Each rank's environment is this process's environment, then options.env (-x), then the knob
 // flags, then the KOLO_* world variables. `knobs` is knobs_for_ranks(options), already checked.
 Result<Job> setup_job(const LaunchOptions& options, const KnobSet& knobs);

@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,7 +22,9 @@
 #include <thread>
 
 #include "common/knobs.h"
+#include "rendezvous/asio.h"
 #include "rendezvous/tcp_store.h"
+#include "rendezvous/tcp_store_protocol.h"
 #include "tools/kolorun/cpu_binding.h"
 #include "tools/kolorun/line_prefixer.h"
 #include "tools/kolorun/options.h"
@@ -167,7 +170,40 @@ std::string wait_ready(const std::string& dir, std::initializer_list<int> ranks)
   return "while " + cond + "; do sleep 0.02; done; ";
 }
 
-int free_port() { return TcpStoreServer::start("127.0.0.1", 0).value()->port(); }
+// A file holding `secret`, readable by its owner only (what --secret-file accepts).
+struct SecretFile {
+  TempDir dir;
+  std::string path = dir.path + "/secret";
+  explicit SecretFile(const std::string& secret, mode_t mode = 0600) {
+    std::ofstream(path) << secret << "\n";
+    ::chmod(path.c_str(), mode);
+  }
+};
+
+// The arguments of node k of a two-node job on this host, then `tail` (the command).
+std::vector<std::string> node_args(int k, const std::string& rdzv, const std::string& secret_path,
+                                   int np, std::vector<std::string> tail) {
+  std::vector<std::string> args{
+      kKolorun, "--nnodes",      "2",         "--node-rank", std::to_string(k), "--rdzv",
+      rdzv,     "--secret-file", secret_path, "-np",         std::to_string(np)};
+  args.insert(args.end(), tail.begin(), tail.end());
+  return args;
+}
+
+int free_port() { return TcpStoreServer::start("127.0.0.1", 0, "port-finder").value()->port(); }
+
+// Connects to 127.0.0.1:port and writes `bytes` (no handshake), then waits for the close.
+void asio_raw_send(int port, const std::string& bytes) {
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::socket sock(io);
+  boost::system::error_code ec;
+  sock.connect({boost::asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)}, ec);
+  ASSERT_FALSE(ec) << ec.message();
+  boost::asio::write(sock, boost::asio::buffer(bytes), ec);
+  char c;
+  EXPECT_EQ(sock.read_some(boost::asio::buffer(&c, 1), ec), 0u);  // closed, nothing answered
+  EXPECT_TRUE(ec);
+}
 
 // ---- pure parts ----
 
@@ -595,23 +631,10 @@ TEST(Kolorun, AMissingCommandIsReported) {
 }
 
 TEST(Kolorun, TwoNodesOnLocalhostFormOneWorld) {
+  SecretFile secret("0123456789abcdef");
   std::string rdzv = "127.0.0.1:" + std::to_string(free_port());
   auto node = [&](int k, const char* mode) {
-    return std::vector<std::string>{kKolorun,
-                                    "--nnodes",
-                                    "2",
-                                    "--node-rank",
-                                    std::to_string(k),
-                                    "--rdzv",
-                                    rdzv,
-                                    "--secret",
-                                    "0123456789abcdef",
-                                    "--timeout",
-                                    "20s",
-                                    "-np",
-                                    "2",
-                                    kChild,
-                                    mode};
+    return node_args(k, rdzv, secret.path, 2, {"--timeout", "20s", kChild, mode});
   };
   // Node 1 first: it must wait for node 0's store to appear.
   Proc n1(node(1, "env"));
@@ -637,13 +660,9 @@ TEST(Kolorun, TwoNodesOnLocalhostFormOneWorld) {
 }
 
 TEST(Kolorun, TwoNodesRanksMeetThroughNodeZerosStore) {
+  SecretFile secret("s3cret");
   std::string rdzv = "127.0.0.1:" + std::to_string(free_port());
-  auto node = [&](int k) {
-    return std::vector<std::string>{
-        kKolorun, "--nnodes", "2",        "--node-rank", std::to_string(k),
-        "--rdzv", rdzv,       "--secret", "s3cret",      "-np",
-        "2",      kChild,     "world"};
-  };
+  auto node = [&](int k) { return node_args(k, rdzv, secret.path, 2, {kChild, "world"}); };
   Proc n0(node(0));
   Proc n1(node(1));
   ASSERT_EQ(exit_code(n0.finish()), 0) << n0.err();
@@ -653,14 +672,10 @@ TEST(Kolorun, TwoNodesRanksMeetThroughNodeZerosStore) {
 }
 
 TEST(Kolorun, AFailureOnOneNodeStopsTheRanksOfTheOther) {
+  SecretFile secret("s");
   std::string rdzv = "127.0.0.1:" + std::to_string(free_port());
   std::string script = "if [ \"$KOLO_RANK\" = 3 ]; then exit 7; fi; exec " + kChild + " sleep";
-  auto node = [&](int k) {
-    return std::vector<std::string>{
-        kKolorun, "--nnodes", "2",        "--node-rank", std::to_string(k),
-        "--rdzv", rdzv,       "--secret", "s",           "-np",
-        "2",      "sh",       "-c",       script};
-  };
+  auto node = [&](int k) { return node_args(k, rdzv, secret.path, 2, {"sh", "-c", script}); };
   Proc n0(node(0));
   Proc n1(node(1));
   EXPECT_EQ(exit_code(n1.finish(20s)), 7);
@@ -721,14 +736,67 @@ TEST(Kolorun, NodeZeroWaitingForTheOthersObeysSigint) {
   n1.finish(20s);
 }
 
+// Issue 16: an outsider on the host writes kolorun/abort into a healthy two-node job's store.
+// Without the secret it cannot: the forged key is refused and the job finishes normally.
+TEST(Kolorun, AForgedAbortFromAnOutsiderIsIgnored) {
+  const int port = free_port();
+  const std::string rdzv = "127.0.0.1:" + std::to_string(port);
+  auto node = [&](int k) {
+    return std::vector<std::string>{kKolorun, "--nnodes", "2",   "--node-rank", std::to_string(k),
+                                    "--rdzv", rdzv,       "-np", "1",           "sh",
+                                    "-c",     "sleep 1.5"};
+  };
+  ::setenv("KOLO_SECRET", "the-real-secret", 1);
+  Proc n0(node(0));
+  Proc n1(node(1));
+  ::unsetenv("KOLO_SECRET");
+  // The outsider guesses a secret: the store does not prove it back, so the client gives up.
+  auto guess = TcpStore::connect({"127.0.0.1", port}, "a-guess", 10s);
+  ASSERT_FALSE(guess.ok());
+  EXPECT_EQ(guess.status().code(), StatusCode::kPeerFailure) << guess.status().to_string();
+  // Or it skips the handshake and sends the request as the old protocol had it.
+  asio_raw_send(port, tcp_store::encode_request(
+                          {tcp_store::Op::kSet, {"kolorun/abort"}, "node 1: forged", 0, 0}));
+  EXPECT_EQ(exit_code(n0.finish(20s)), 0) << n0.err();
+  EXPECT_EQ(exit_code(n1.finish(20s)), 0) << n1.err();
+  EXPECT_EQ(n0.err(), "");
+  EXPECT_EQ(n1.err(), "");
+}
+
 TEST(Kolorun, AMissingNodeTimesOutNamingIt) {
   std::string rdzv = "127.0.0.1:" + std::to_string(free_port());
-  Proc p({kKolorun, "--nnodes", "3", "--node-rank", "0", "--rdzv", rdzv, "--secret", "s",
-          "--timeout", "300ms", "-np", "1", kChild, "env"});
+  SecretFile secret("s");
+  Proc p({kKolorun, "--nnodes", "3", "--node-rank", "0", "--rdzv", rdzv, "--secret-file",
+          secret.path, "--timeout", "300ms", "-np", "1", kChild, "env"});
   EXPECT_EQ(exit_code(p.finish()), 1);
   EXPECT_EQ(p.err(),
             "kolorun: rendezvous timed out after 300ms: node ranks 1, 2 of 3 never arrived\n");
   EXPECT_EQ(p.out(), "");
+}
+
+// Issue 16: the secret stays off the command line, and out of files others can read.
+TEST(Kolorun, TheSecretComesFromAPrivateFileAndTheCommandLineOneIsWarnedAbout) {
+  SecretFile secret("from-the-file");
+  Proc from_file({kKolorun, "--secret-file", secret.path, "-np", "1", kChild, "env"});
+  ASSERT_EQ(exit_code(from_file.finish()), 0) << from_file.err();
+  EXPECT_EQ(from_file.err(), "");
+  EXPECT_EQ(parse_env_lines(from_file.out()).at(0)["KOLO_SECRET"], "from-the-file");
+
+  SecretFile shared("from-the-file", 0640);
+  Proc refused({kKolorun, "--secret-file", shared.path, "-np", "1", kChild, "env"});
+  EXPECT_EQ(exit_code(refused.finish()), 1);
+  EXPECT_EQ(refused.err(), "kolorun: --secret-file " + shared.path +
+                               " has mode 0640: other users may read it; make it private with "
+                               "chmod 600 " +
+                               shared.path + "\n");
+  EXPECT_EQ(refused.out(), "");
+
+  Proc on_command_line({kKolorun, "--secret", "visible", "-np", "1", kChild, "env"});
+  ASSERT_EQ(exit_code(on_command_line.finish()), 0) << on_command_line.err();
+  EXPECT_EQ(on_command_line.err(),
+            "kolorun: warning: --secret puts the job secret in the process list, where every "
+            "user of this host can read it; use --secret-file PATH or KOLO_SECRET\n");
+  EXPECT_EQ(parse_env_lines(on_command_line.out()).at(0)["KOLO_SECRET"], "visible");
 }
 
 TEST(Kolorun, MultiNodeWithoutASecretIsRefused) {

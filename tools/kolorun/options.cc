@@ -145,6 +145,12 @@ Result<LaunchOptions> parse_options(const std::vector<std::string>& args) {
       o.secret = v;
       continue;
     }
+    KOLO_ASSIGN_OR_RETURN(m, take(a, "--secret-file", v));
+    if (m) {
+      if (v.empty()) return bad("--secret-file", "\"\"", "the path of a file only you can read");
+      o.secret_file = v;
+      continue;
+    }
     KOLO_ASSIGN_OR_RETURN(m, take(a, "-x", v));
     if (m) {
       size_t eq = v.find('=');
@@ -243,7 +249,10 @@ default to the size of that share, so that the ranks do not oversubscribe the no
   --rdzv HOST:PORT       store address: node 0 serves it, the others connect (required if M > 1)
   --timeout DUR          how long nodes wait for each other at start and after a success
                          (default 5min); once ranks run, a lost node 0 costs seconds
-  --secret S             job secret (default: $KOLO_SECRET; one node: random 128-bit hex)
+  --secret-file PATH     read the job secret from PATH (mode 600: others must not read it)
+  --secret S             job secret on the command line, visible to every user in the process
+                         list: prefer --secret-file or $KOLO_SECRET (default: $KOLO_SECRET;
+                         one node: random 128-bit hex)
   --grace DUR            SIGTERM to SIGKILL delay when stopping ranks (default 3s)
   --bind-to auto|cores|none
                          auto (default): bind rank r to the r-th of N equal shares of the

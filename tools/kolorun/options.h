@@ -24,8 +24,9 @@ struct LaunchOptions {
   int node_rank = 0;             // this node, in [0, nnodes)
   std::optional<HostPort> rdzv;  // store address; required when nnodes > 1
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // node rendezvous
-  std::chrono::milliseconds grace{3000};  // SIGTERM -> SIGKILL delay when stopping ranks
-  std::optional<std::string> secret;      // --secret (KOLO_SECRET is consulted later)
+  std::chrono::milliseconds grace{3000};   // SIGTERM -> SIGKILL delay when stopping ranks
+  std::optional<std::string> secret;       // --secret (KOLO_SECRET is consulted later)
+  std::optional<std::string> secret_file;  // --secret-file PATH (read by setup_job)
   bool tag_output = true;
   BindTo bind_to = BindTo::kAuto;                 // --bind-to (cpu_binding.h)
   std::map<std::string, std::string> env;         // -x VAR=VALUE

@@ -1,8 +1,8 @@
-#include "backends/tcp/siphash.h"
+#include "common/siphash.h"
 
 #include <bit>
 
-namespace kolo::tcp {
+namespace kolo {
 namespace {
 
 struct State {
@@ -55,4 +55,4 @@ uint64_t siphash24(const SipKey& key, std::span<const uint8_t> data) {
   return s.v0 ^ s.v1 ^ s.v2 ^ s.v3;
 }
 
-}  // namespace kolo::tcp
+}  // namespace kolo
