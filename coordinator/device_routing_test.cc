@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/thread_annotations.h"
 #include "coordinator/test_cluster.h"
 
 namespace kolo::coord {
@@ -47,26 +48,25 @@ class RecordingBackend : public ChannelBackend {
   }
 
  public:
-
   struct Call {
     std::string op;
     const void* input;
     const void* output;
   };
   std::vector<Call> calls() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return calls_;
   }
 
  private:
   void record(std::string op, const void* input, const void* output) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     calls_.push_back({std::move(op), input, output});
   }
 
   const std::vector<DeviceKind> kinds_;
-  mutable std::mutex mu_;
-  std::vector<Call> calls_;  // guarded by mu_
+  mutable Mutex mu_;
+  std::vector<Call> calls_ KOLO_GUARDED_BY(mu_);
 };
 
 // A cluster whose data backends are RecordingBackends taking `kinds`; backends[r] is rank r's.

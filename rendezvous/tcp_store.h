@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "common/mac.h"
+#include "common/thread_annotations.h"
 #include "kolo/status.h"
 #include "rendezvous/address.h"
 #include "rendezvous/store.h"
@@ -134,8 +135,8 @@ class TcpStore : public Store {
   const std::chrono::milliseconds connect_timeout_;
   const std::chrono::milliseconds io_timeout_;
 
-  std::mutex mu_;
-  std::vector<std::unique_ptr<Connection>> idle_;  // guarded by mu_
+  Mutex mu_;
+  std::vector<std::unique_ptr<Connection>> idle_ KOLO_GUARDED_BY(mu_);
 };
 
 }  // namespace kolo

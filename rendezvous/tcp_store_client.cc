@@ -141,7 +141,7 @@ Result<std::unique_ptr<TcpStore>> TcpStore::connect(const HostPort& address,
 
 Result<std::unique_ptr<TcpStore::Connection>> TcpStore::acquire() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!idle_.empty()) {
       auto c = std::move(idle_.back());
       idle_.pop_back();
@@ -174,7 +174,7 @@ Result<std::unique_ptr<TcpStore::Connection>> TcpStore::acquire() {
 }
 
 void TcpStore::release(std::unique_ptr<Connection> c) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   idle_.push_back(std::move(c));
 }
 

@@ -24,6 +24,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/thread_annotations.h"
+
 namespace kolo::faults {
 
 using Clock = std::chrono::steady_clock;
@@ -77,9 +79,9 @@ class Launch {
   std::optional<Clock::time_point> wait_for(const std::string& pattern, int count,
                                             std::chrono::milliseconds bound) {
     const std::regex re(pattern);
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     std::optional<Clock::time_point> at;
-    cv_.wait_for(lock, bound, [&] {
+    cv_.wait_for(lock.native(), bound, [&]() KOLO_REQUIRES(mu_) {
       int seen = 0;
       for (const auto& [time, line] : lines_)
         if (std::regex_search(line, re) && ++seen == count) {
@@ -109,8 +111,8 @@ class Launch {
     ended_ = Clock::now();
     // The launcher is gone; give the reader a moment to take in its last lines (the pipe ends
     // when the ranks' copies of it close too).
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, std::chrono::seconds(2), [&] { return eof_; });
+    MutexLock lock(mu_);
+    cv_.wait_for(lock.native(), std::chrono::seconds(2), [&]() KOLO_REQUIRES(mu_) { return eof_; });
     return status;
   }
   Clock::time_point ended() const { return ended_; }
@@ -119,7 +121,7 @@ class Launch {
   std::map<int, pid_t> rank_pids() const {
     std::map<int, pid_t> pids;
     const std::regex re(R"(rank (\d+) pid (\d+) ready)");
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (const auto& [time, line] : lines_) {
       std::smatch m;
       if (std::regex_search(line, m, re)) pids[std::stoi(m[1])] = std::stoi(m[2]);
@@ -128,7 +130,7 @@ class Launch {
   }
 
   std::string output() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     std::string all;
     for (const auto& [time, line] : lines_) all += line + "\n";
     return all;
@@ -147,7 +149,7 @@ class Launch {
       if (n <= 0) break;
       partial.append(buf, static_cast<size_t>(n));
       size_t nl;
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       while ((nl = partial.find('\n')) != std::string::npos) {
         lines_.emplace_back(Clock::now(), partial.substr(0, nl));
         partial.erase(0, nl + 1);
@@ -155,7 +157,7 @@ class Launch {
       cv_.notify_all();
     }
     ::close(fd);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     eof_ = true;
     cv_.notify_all();
   }
@@ -163,10 +165,10 @@ class Launch {
   pid_t pid_ = -1;
   std::optional<int> status_;
   Clock::time_point ended_;
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable cv_;
-  std::vector<std::pair<Clock::time_point, std::string>> lines_;  // guarded by mu_
-  bool eof_ = false;                                              // guarded by mu_
+  std::vector<std::pair<Clock::time_point, std::string>> lines_ KOLO_GUARDED_BY(mu_);
+  bool eof_ KOLO_GUARDED_BY(mu_) = false;
   std::atomic<bool> stop_{false};
   std::thread reader_;
 };
