@@ -33,6 +33,7 @@ const std::vector<BackendEntry>& registered_backends() {
   static const std::vector<BackendEntry> kBackends = [] {
     std::vector<BackendEntry> entries = {
         backend_entry_tcp(),
+        backend_entry_shm(),
         backend_entry_mpi(),
     };
     std::erase_if(entries, [](const BackendEntry& e) { return e.name.empty(); });

@@ -57,9 +57,9 @@ TEST(RegistryTest, EveryEntryIsComplete) {
 TEST(RegistryTest, UnknownNameListsTheRegisteredOnes) {
   std::string known;
   for (const auto& name : registered_names()) known += (known.empty() ? "" : ", ") + name;
-  const std::string expected = "unknown backend 'shm'; this build has: " + known;
+  const std::string expected = "unknown backend 'gloo'; this build has: " + known;
 
-  auto found = find_backend("shm");
+  auto found = find_backend("gloo");
   ASSERT_FALSE(found.ok());
   EXPECT_EQ(found.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(found.status().message(), expected);
@@ -67,7 +67,7 @@ TEST(RegistryTest, UnknownNameListsTheRegisteredOnes) {
   MemoryStore store;
   BackendContext ctx;
   ctx.store = &store;
-  auto created = create_backend("shm", ctx);
+  auto created = create_backend("gloo", ctx);
   ASSERT_FALSE(created.ok());
   EXPECT_EQ(created.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(created.status().message(), expected);

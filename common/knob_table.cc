@@ -148,6 +148,24 @@ constexpr std::array<Knob, kKnobCount> kTable = {{
      .default_text = "0",
      .max = kNsPerSecond,
      .help = "how long a waiting rank polls its sockets before sleeping"},
+    // shm backend (rank 0's values are the job's)
+    {.id = KnobId::kShmChunk,
+     .name = "KOLO_SHM_CHUNK",
+     .kind = kSize,
+     .category = kShmBackend,
+     .default_text = "512KiB",
+     .min = 4 * kKiB,
+     .max = kGiB,
+     .help = "bytes of each of a rank's two staging buffers in the shm segment; larger "
+             "collectives run in chunks of this size"},
+    {.id = KnobId::kShmThreshold,
+     .name = "KOLO_SHM_THRESHOLD",
+     .kind = kSize,
+     .category = kShmBackend,
+     .default_text = "32KiB",
+     .max = kGiB,
+     .help = "shm allreduces up to this size reduce in one round straight out of every rank's "
+             "buffer, larger ones by reduce-scatter + allgather"},
     // Set by kolorun for each rank (world.h says how they relate).
     {.id = KnobId::kRank,
      .name = "KOLO_RANK",

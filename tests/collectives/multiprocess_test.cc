@@ -31,6 +31,30 @@ TEST_P(Kolorun, EveryCollectiveTcp) {
 }
 INSTANTIATE_TEST_SUITE_P(Np, Kolorun, ::testing::Values(1, 2, 3, 4));
 
+// shm with 4 KiB buffers and a 1 KiB one-round threshold, so that the checks cross the
+// one-round/chunked switch and several chunk and region boundaries: counts 0, 1, P-1, P+1, a
+// few chunks (1031) and more (3001).
+class KolorunShm : public ::testing::TestWithParam<int> {};
+
+TEST_P(KolorunShm, EveryCollectiveShm) {
+  const int np = GetParam();
+  ProcessRun r = run_command("KOLO_SHM_CHUNK=4KiB KOLO_SHM_THRESHOLD=1KiB " +
+                             std::string(KOLO_TEST_KOLORUN) + " -np " + std::to_string(np) + " " +
+                             kWorker + " --backend shm --counts 0,1," + std::to_string(np - 1) +
+                             "," + std::to_string(np + 1) + ",1031,3001");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(count_occurrences(r.output, "checks passed"), np) << r.output;
+}
+INSTANTIATE_TEST_SUITE_P(Np, KolorunShm, ::testing::Values(1, 2, 3, 4, 5, 6, 7, 8));
+
+// The defaults (512 KiB buffers, 32 KiB threshold) on the standard counts.
+TEST(KolorunShmDefaults, EveryCollectiveShm) {
+  ProcessRun r = run_command(std::string(KOLO_TEST_KOLORUN) + " -np 3 " + kWorker +
+                             " --backend shm --counts 0,1,7,1031,9000");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(count_occurrences(r.output, "checks passed"), 3) << r.output;
+}
+
 #ifdef KOLO_TEST_MPIRUN
 std::string mpirun(int np) {
   return "OMPI_MCA_btl_vader_single_copy_mechanism=none " + std::string(KOLO_TEST_MPIRUN) +
@@ -79,6 +103,57 @@ TEST(Faults, RankKilledMidAllreduceFailsTheOthers) {
   EXPECT_NE(r.output.find("rank 0 exit 3"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("rank 2 exit 3"), std::string::npos) << r.output;
   EXPECT_EQ(count_occurrences(r.output, "allreduce failed"), 2) << r.output;
+}
+
+// The survivors notice the death itself (a pidfd), not a timeout, and name the dead rank.
+TEST(Faults, RankKilledMidAllreduceFailsTheOthersShm) {
+  auto server = kolo::TcpStoreServer::start("127.0.0.1", 0);
+  ASSERT_TRUE(server.ok()) << server.status().to_string();
+  ProcessRun r = run_command(by_hand(**server, 3, "--backend shm --mode kill"), 40);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("rank 1 exit 137"), std::string::npos) << r.output;  // SIGKILL
+  EXPECT_NE(r.output.find("rank 0 exit 3"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 2 exit 3"), std::string::npos) << r.output;
+  EXPECT_EQ(count_occurrences(r.output, "allreduce failed"), 2) << r.output;
+  EXPECT_EQ(count_occurrences(r.output, "shm allreduce: rank 1 (pid "), 2) << r.output;
+}
+
+TEST(Faults, DisagreeingCountsFailEveryRankShm) {
+  ProcessRun r = run_command(std::string(KOLO_TEST_KOLORUN) + " -np 3 " + kWorker +
+                             " --backend shm --mode mismatch");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_EQ(count_occurrences(r.output, "allreduce failed"), 3) << r.output;
+  EXPECT_NE(r.output.find("rank 0 runs allreduce of 10 float32 (sum)"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("rank 2 runs allreduce of 12 float32 (sum)"), std::string::npos)
+      << r.output;
+}
+
+// The segment is an anonymous memfd: nothing appears in /dev/shm, and once the job is over
+// (here after a rank was SIGKILLed) no process maps it.
+TEST(Faults, NoSegmentLeftShm) {
+  ProcessRun before = run_command("ls -A /dev/shm");
+  auto server = kolo::TcpStoreServer::start("127.0.0.1", 0);
+  ASSERT_TRUE(server.ok()) << server.status().to_string();
+  ProcessRun job = run_command(by_hand(**server, 3, "--backend shm --mode kill"), 40);
+  EXPECT_NE(job.output.find("rank 0 exit 3"), std::string::npos) << job.output;
+  ProcessRun normal = run_command(std::string(KOLO_TEST_KOLORUN) + " -np 2 " + kWorker +
+                                  " --backend shm --counts 1");
+  EXPECT_EQ(normal.exit_code, 0) << normal.output;
+  EXPECT_EQ(run_command("ls -A /dev/shm").output, before.output);
+  ProcessRun maps = run_command("grep -l memfd:kolo-shm /proc/[0-9]*/maps 2>/dev/null");
+  EXPECT_EQ(maps.output, "") << maps.output;
+}
+
+TEST(Faults, WrongSecretIsRefusedShm) {
+  auto server = kolo::TcpStoreServer::start("127.0.0.1", 0);
+  ASSERT_TRUE(server.ok()) << server.status().to_string();
+  ProcessRun r = run_command(by_hand(**server, 2, "--backend shm", "another-secret"), 40);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(count_occurrences(r.output, "checks passed"), 0) << r.output;
+  EXPECT_NE(r.output.find("rank 0 exit 1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 1 exit 1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("failed authentication"), std::string::npos) << r.output;
 }
 
 TEST(Faults, WrongSecretIsRefused) {
