@@ -509,6 +509,7 @@ BackendEntry backend_entry_shm() {
   entry.name = "shm";
   entry.factory = &make_shm_backend;
   entry.devices = {DeviceKind::kCpu};
+  entry.one_host = true;
   return entry;
 }
 

@@ -54,7 +54,8 @@ namespace kolo {
 // InvalidArgument for an invalid KOLO_* variable.
 Result<std::unique_ptr<Backend>> make_shm_backend(const BackendContext& context);
 
-// The registry's entry: CPU buffers; no launcher of its own.
+// The registry's entry: CPU buffers; no launcher of its own; one_host, and first in the
+// registry, so that it is the default CPU backend of a job whose ranks all share one host.
 BackendEntry backend_entry_shm();
 
 }  // namespace kolo

@@ -82,8 +82,9 @@ TEST(CoordinatorJob, TimelineHasATrackPerRankAndEveryPhase) {
       if (e.contains("pid")) EXPECT_EQ(e["pid"].get<int>(), rank);
       if (e.contains("name")) names.insert(e["name"].get<std::string>());
     }
+    // Both ranks on this host: the default CPU backend is shm.
     for (const char* phase : {"ALLREDUCE", "QUEUE", "NEGOTIATE", "WAIT_FOR_DATA",
-                              "MEMCPY_IN_FUSION", "TCP_ALLREDUCE", "MEMCPY_OUT_FUSION", "CALLBACK"})
+                              "MEMCPY_IN_FUSION", "SHM_ALLREDUCE", "MEMCPY_OUT_FUSION", "CALLBACK"})
       EXPECT_TRUE(names.count(phase)) << "rank " << rank << " lacks " << phase;
   }
 }
@@ -159,6 +160,7 @@ TEST(CoordinatorJob, MpiIsTheDefaultBackendUnderMpirun) {
       if (e.contains("name")) names.insert(e["name"].get<std::string>());
     EXPECT_TRUE(names.count("MPI_ALLREDUCE")) << "rank " << rank;
     EXPECT_FALSE(names.count("TCP_ALLREDUCE")) << "rank " << rank;
+    EXPECT_FALSE(names.count("SHM_ALLREDUCE")) << "rank " << rank;
   }
   std::filesystem::remove_all(dir);
 }
