@@ -113,6 +113,24 @@ std::string random_name() {
   return name;
 }
 
+// One SCM_RIGHTS message: a 64-bit payload (the segment's size) and one file descriptor; the
+// same buffers serve sendmsg and recvmsg.
+struct FdMessage {
+  FdMessage() {
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+  }
+  FdMessage(const FdMessage&) = delete;
+  FdMessage& operator=(const FdMessage&) = delete;
+
+  uint64_t payload = 0;
+  iovec iov{&payload, sizeof payload};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+};
+
 // Rank 0's side: accepts, authenticates and serves the peers.
 class Host {
  public:
@@ -215,19 +233,14 @@ class Host {
 
   Status send_fd(int sock, int fd, uint64_t total, int rank) {
     KOLO_RETURN_IF_ERROR(wait_ready(sock, POLLOUT, deadline_, "sending the segment"));
-    iovec iov{&total, sizeof total};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    FdMessage m;
+    m.payload = total;
+    cmsghdr* c = CMSG_FIRSTHDR(&m.msg);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
     c->cmsg_len = CMSG_LEN(sizeof(int));
     std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
-    if (::sendmsg(sock, &msg, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof total))
+    if (::sendmsg(sock, &m.msg, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof m.payload))
       return Status::IoError(errno_text("shm: sending the segment to rank " +
                                         std::to_string(rank)));
     return Status::Ok();
@@ -277,16 +290,10 @@ Result<std::unique_ptr<Segment>> join(const BackendContext& ctx, Clock::time_poi
                                ": rank 0 refused this rank's proof (wrong job secret?)");
 
   KOLO_RETURN_IF_ERROR(wait_ready(sock.get(), POLLIN, deadline, "waiting for the segment"));
-  uint64_t total = 0;
-  iovec iov{&total, sizeof total};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  const ssize_t n = ::recvmsg(sock.get(), &msg, MSG_CMSG_CLOEXEC);
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  FdMessage m;
+  const ssize_t n = ::recvmsg(sock.get(), &m.msg, MSG_CMSG_CLOEXEC);
+  const uint64_t total = m.payload;
+  cmsghdr* c = CMSG_FIRSTHDR(&m.msg);
   if (n != static_cast<ssize_t>(sizeof total) || c == nullptr || c->cmsg_level != SOL_SOCKET ||
       c->cmsg_type != SCM_RIGHTS || c->cmsg_len != CMSG_LEN(sizeof(int)))
     return Status::PeerFailure("shm rank " + std::to_string(ctx.rank) +
@@ -305,7 +312,8 @@ Result<std::unique_ptr<Segment>> join(const BackendContext& ctx, Clock::time_poi
   auto segment = std::make_unique<Segment>(base, total);
   const SegmentHeader& h = segment->header();
   if (h.magic != kSegmentMagic || h.size != ctx.size || h.total_bytes != total ||
-      h.chunk_bytes % kLine != 0 || h.chunk_bytes == 0 ||
+      h.chunk_bytes % kLine != 0 ||
+      h.chunk_bytes < sizeof(int64_t) * static_cast<uint64_t>(ctx.size) ||
       Segment::bytes_for(ctx.size, h.chunk_bytes) != total)
     return Status::PeerFailure("shm rank " + std::to_string(ctx.rank) +
                                ": the segment's header does not describe a job of " +
