@@ -28,10 +28,11 @@ bool BackendEntry::handles(Device device) const {
 }
 
 const std::vector<BackendEntry>& registered_backends() {
-  // One line per backend, in order of preference for CPU tensors. A folder that this build did
-  // not configure has an empty entry, which is left out.
+  // One line per backend, in order of preference for CPU tensors (see launched_world()). A
+  // folder that this build did not configure has an empty entry, which is left out.
   static const std::vector<BackendEntry> kBackends = [] {
     std::vector<BackendEntry> entries = {
+        backend_entry_shm(),  // one_host: only where every rank shares the host
         backend_entry_tcp(),
         backend_entry_mpi(),
     };
@@ -74,29 +75,34 @@ Status check_devices(const BackendEntry& entry, const Backend& backend) {
   return Status::Ok();
 }
 
+std::string default_cpu_backend(const World& world) {
+  const bool one_host = world.size > 1 && world.local_size == world.size;
+  for (const auto& entry : registered_backends())
+    if (entry.handles(Device::cpu()) && (!entry.one_host || one_host))
+      return std::string(entry.name);
+  return "";
+}
+
 Result<LaunchedWorld> launched_world() {
   LaunchedWorld out;
-  for (const auto& entry : registered_backends()) {
-    if (entry.handles(Device::cpu())) {
-      out.default_backend = entry.name;
-      break;
-    }
-  }
   if (launched_by_kolorun()) {
     out.launcher = "kolorun";
     KOLO_ASSIGN_OR_RETURN(out.world, world_from_env());
+    out.default_backend = default_cpu_backend(out.world);
     return out;
   }
   for (const auto& entry : registered_backends()) {
     const BackendLauncher& l = entry.launcher;
     if (l.detect == nullptr || !l.detect()) continue;
     out.launcher = l.name;
-    if (l.default_backend) out.default_backend = entry.name;
     KOLO_ASSIGN_OR_RETURN(out.world, l.world());
+    out.default_backend = l.default_backend ? std::string(entry.name)
+                                            : default_cpu_backend(out.world);
     return out;
   }
   out.launcher = "none";
   KOLO_ASSIGN_OR_RETURN(out.world, world_from_env());  // a single rank, in-process store
+  out.default_backend = default_cpu_backend(out.world);
   return out;
 }
 

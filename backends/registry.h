@@ -69,6 +69,9 @@ struct BackendEntry {
   // for ordinal 0 of each kind).
   std::vector<DeviceKind> devices = {DeviceKind::kCpu};
   BackendLauncher launcher;  // detect == nullptr: the backend knows no launcher
+  // The backend connects only ranks that share one host (shm): it is the default only for jobs
+  // of several ranks that all run on one host (local_size == size > 1), and skipped otherwise.
+  bool one_host = false;
 
   bool handles(Device device) const;
 };
@@ -90,6 +93,10 @@ Status check_devices(const BackendEntry& entry, const Backend& backend);
 Result<std::unique_ptr<Backend>> create_backend(std::string_view name,
                                                 const BackendContext& context);
 
+// The first registered backend for CPU tensors that can connect `world`'s ranks
+// (BackendEntry::one_host): shm when they all share one host, else tcp.
+std::string default_cpu_backend(const World& world);
+
 // The job this process belongs to, and who said so.
 struct LaunchedWorld {
   World world;
@@ -101,7 +108,8 @@ struct LaunchedWorld {
 // first registered backend whose launcher detects this process builds the World (collective,
 // see BackendLauncher::world); else a single rank with an in-process store. The default backend
 // is the launcher's backend when its entry says so, otherwise the first registered backend that
-// handles CPU tensors. Errors: those of world_from_env() or of the launcher's world().
+// handles CPU tensors and fits the world (BackendEntry::one_host). Errors: those of
+// world_from_env() or of the launcher's world().
 Result<LaunchedWorld> launched_world();
 
 }  // namespace kolo

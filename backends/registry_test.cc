@@ -8,11 +8,13 @@
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "backends/local_backend.h"
 #include "common/build_info.h"
 #include "rendezvous/memory_store.h"
+#include "rendezvous/tcp_store.h"
 
 namespace kolo {
 namespace {
@@ -28,9 +30,12 @@ TEST(RegistryTest, NamesAreTheBackendsOfTheBuild) {
   std::vector<std::string> built(built_backends().begin(), built_backends().end());
   std::sort(registered.begin(), registered.end());
   EXPECT_EQ(registered, built);
-  // tcp is always built and is the first choice for CPU tensors.
-  ASSERT_FALSE(registered_backends().empty());
-  EXPECT_EQ(registered_backends().front().name, "tcp");
+  // shm comes first (for jobs on one host), then tcp, which is always built.
+  ASSERT_GE(registered_backends().size(), 2u);
+  EXPECT_EQ(registered_backends()[0].name, "shm");
+  EXPECT_TRUE(registered_backends()[0].one_host);
+  EXPECT_EQ(registered_backends()[1].name, "tcp");
+  EXPECT_FALSE(registered_backends()[1].one_host);
 }
 
 TEST(RegistryTest, EveryEntryIsComplete) {
@@ -57,9 +62,9 @@ TEST(RegistryTest, EveryEntryIsComplete) {
 TEST(RegistryTest, UnknownNameListsTheRegisteredOnes) {
   std::string known;
   for (const auto& name : registered_names()) known += (known.empty() ? "" : ", ") + name;
-  const std::string expected = "unknown backend 'shm'; this build has: " + known;
+  const std::string expected = "unknown backend 'gloo'; this build has: " + known;
 
-  auto found = find_backend("shm");
+  auto found = find_backend("gloo");
   ASSERT_FALSE(found.ok());
   EXPECT_EQ(found.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(found.status().message(), expected);
@@ -67,7 +72,7 @@ TEST(RegistryTest, UnknownNameListsTheRegisteredOnes) {
   MemoryStore store;
   BackendContext ctx;
   ctx.store = &store;
-  auto created = create_backend("shm", ctx);
+  auto created = create_backend("gloo", ctx);
   ASSERT_FALSE(created.ok());
   EXPECT_EQ(created.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(created.status().message(), expected);
@@ -156,7 +161,7 @@ class ScopedEnv {
   std::vector<Saved> saved_;
 };
 
-TEST(RegistryTest, WithoutALauncherTheJobIsOneRankOnTheFirstBackend) {
+TEST(RegistryTest, WithoutALauncherTheJobIsOneRankOnTheFirstBackendThatFits) {
   ScopedEnv env;
   for (const char* v :
        {"KOLO_RANK", "KOLO_SIZE", "KOLO_LOCAL_RANK", "KOLO_LOCAL_SIZE", "KOLO_CROSS_RANK",
@@ -183,6 +188,27 @@ TEST(RegistryTest, KolorunsEnvironmentComesBeforeOtherLaunchers) {
   EXPECT_EQ(launched->launcher, "kolorun");
   EXPECT_EQ(launched->default_backend, "tcp");
   EXPECT_EQ(launched->world.size, 1);
+}
+
+// shm is the default exactly when several ranks share one host.
+TEST(RegistryTest, ShmIsTheDefaultWhenEveryRankIsOnOneHost) {
+  auto server = TcpStoreServer::start("127.0.0.1", 0, "s");
+  ASSERT_TRUE(server.ok()) << server.status().to_string();
+  for (const auto& [local_size, expected] :
+       std::vector<std::pair<const char*, const char*>>{{"2", "shm"}, {"1", "tcp"}}) {
+    ScopedEnv env;
+    env.set("KOLO_RANK", "1");
+    env.set("KOLO_SIZE", "2");
+    env.set("KOLO_LOCAL_RANK", "0");
+    env.set("KOLO_LOCAL_SIZE", local_size);
+    env.set("KOLO_CROSS_RANK", local_size[0] == '2' ? "0" : "1");
+    env.set("KOLO_CROSS_SIZE", local_size[0] == '2' ? "1" : "2");
+    env.set("KOLO_STORE_ADDR", (*server)->address().c_str());
+    env.set("KOLO_SECRET", "s");
+    auto launched = launched_world();
+    ASSERT_TRUE(launched.ok()) << launched.status().to_string();
+    EXPECT_EQ(launched->default_backend, expected) << "local size " << local_size;
+  }
 }
 
 TEST(RegistryTest, KolorunsBadEnvironmentIsReported) {

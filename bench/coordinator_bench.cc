@@ -5,7 +5,7 @@
 //   hook would. Rows: default fusion threshold, fusion off, one flat 102 MB allreduce of the
 //   same bytes through the coordinator, and the default with the timeline recording.
 // latency: a 4-byte allreduce through the coordinator (submit + negotiate + execute) versus
-//   the same call on a raw backend, and the rate of 10,000 four-byte tensors in one step.
+//   the same call on a raw backend of the coordinator's kind, and the rate of 10,000 four-byte tensors in one step.
 //   In steady state with few ranks the data rides in the negotiation message (Note
 //   [Piggy-back] in coordinator/piggyback.cc), so the coordinator costs one exchange plus
 //   two thread hand-offs: 2 ranks on one 2-core VM, medians of 10 runs of
@@ -244,13 +244,17 @@ Status run_latency(const LatencyOptions& o) {
                         }));
   // The same call on a raw backend of its own, bypassing the coordinator.
   double raw_us = -1;
+  std::string raw_name;
   // The raw comparison needs kolorun's store; under mpirun the world seen here has one rank.
   KOLO_ASSIGN_OR_RETURN(World world, world_from_env());
   if (kolo::size() > 1 && world.size != kolo::size() && kolo::rank() == 0)
     std::fprintf(stderr, "latency: the raw backend comparison runs under kolorun only\n");
   if (kolo::size() > 1 && world.size == kolo::size()) {
     const BackendContext ctx = backend_context(world, "kolo-bench/latency-raw");
-    KOLO_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, create_backend("tcp", ctx));
+    // The backend the coordinator runs on: KOLO_CPU_OPERATIONS, else the world's default.
+    const char* chosen = std::getenv("KOLO_CPU_OPERATIONS");
+    raw_name = chosen != nullptr && *chosen != '\0' ? chosen : default_cpu_backend(world);
+    KOLO_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, create_backend(raw_name, ctx));
     KOLO_ASSIGN_OR_RETURN(raw_us, median_us(o, [&] {
                             return backend->allreduce(&x, &x, 1, DataType::kFloat32, {})
                                 .with_context("raw allreduce");
@@ -282,7 +286,8 @@ Status run_latency(const LatencyOptions& o) {
     };
     std::printf("%-40s %8s %12s\n", "measurement", "ranks", "value");
     row("coordinator allreduce 4 B, median us", "%12.1f", coordinator_us, "us");
-    if (raw_us >= 0) row("raw tcp backend allreduce 4 B, median us", "%12.1f", raw_us, "us");
+    if (raw_us >= 0)
+      row("raw " + raw_name + " backend allreduce 4 B, median us", "%12.1f", raw_us, "us");
     row(std::to_string(o.tensors) + " x 4 B tensors/s (cached step)", "%12.0f", rate, "tensors/s");
     if (!o.json_path.empty()) KOLO_RETURN_IF_ERROR(write_json_rows(o.json_path, rows));
   }
@@ -313,8 +318,8 @@ int run_latency_bench(int argc, char** argv) {
   CommandLine line;
   line.command = "latency";
   line.about =
-      "Times a 4-byte allreduce through the coordinator and on a raw tcp backend (under\n"
-      "kolorun with 2+ ranks), and the rate of --tensors 4-byte tensors in one step.\n";
+      "Times a 4-byte allreduce through the coordinator and on a raw backend of the same kind\n"
+      "(under kolorun with 2+ ranks), and the rate of --tensors 4-byte tensors in one step.\n";
   line.flags = {int_flag("--iters", "N", &o.iters, 1, kIntMax, "timed calls per measurement"),
                 int_flag("--warmup", "N", &o.warmup, 0, kIntMax, "untimed calls first"),
                 int_flag("--tensors", "N", &o.tensors, 1, kMaxTensors, "tensors in the rate step"),

@@ -29,7 +29,7 @@ constexpr std::array<Knob, kKnobCount> kTable = {{
      .kind = kChoice,
      .category = kCore,
      .default_text = "tcp",
-     .default_doc = "`tcp` (`mpi` under `mpirun`)",
+     .default_doc = "`shm` when every rank is on one host, else `tcp` (`mpi` under `mpirun`)",
      .choices = &built_backends,
      .help = "backend for CPU tensors: one of the backends of this build"},
     {.id = KnobId::kFusionThreshold,
@@ -149,6 +149,24 @@ constexpr std::array<Knob, kKnobCount> kTable = {{
      .default_text = "0",
      .max = kNsPerSecond,
      .help = "how long a waiting rank polls its sockets before sleeping"},
+    // shm backend (rank 0's values are the job's)
+    {.id = KnobId::kShmChunk,
+     .name = "KOLO_SHM_CHUNK",
+     .kind = kSize,
+     .category = kShmBackend,
+     .default_text = "512KiB",
+     .min = 4 * kKiB,
+     .max = kGiB,
+     .help = "bytes of each of a rank's two staging buffers in the shm segment; larger "
+             "collectives run in chunks of this size"},
+    {.id = KnobId::kShmThreshold,
+     .name = "KOLO_SHM_THRESHOLD",
+     .kind = kSize,
+     .category = kShmBackend,
+     .default_text = "32KiB",
+     .max = kGiB,
+     .help = "shm allreduces up to this size reduce in one round straight out of every rank's "
+             "buffer, larger ones by reduce-scatter + allgather"},
     // Set by kolorun for each rank (world.h says how they relate).
     {.id = KnobId::kRank,
      .name = "KOLO_RANK",

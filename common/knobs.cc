@@ -110,6 +110,8 @@ std::string_view category_name(KnobCategory c) {
       return "channel backends";
     case KnobCategory::kTcpBackend:
       return "tcp backend";
+    case KnobCategory::kShmBackend:
+      return "shm backend";
     case KnobCategory::kLauncher:
       return "set by the launcher";
   }

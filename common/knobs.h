@@ -48,6 +48,9 @@ enum class KnobId : int {
   kTcpMaxFrame,
   kTcpUnix,
   kTcpSpin,
+  // shm backend
+  kShmChunk,
+  kShmThreshold,
   // set by the launcher
   kRank,
   kSize,
@@ -70,7 +73,7 @@ inline constexpr size_t kKnobCount = static_cast<size_t>(KnobId::kCount);
 //   kText      any string (a path, a host name, a secret, a HOST:PORT checked by its reader)
 enum class KnobKind { kSize, kDuration, kInteger, kBool, kChoice, kText };
 
-enum class KnobCategory { kCore, kChannelBackend, kTcpBackend, kLauncher };
+enum class KnobCategory { kCore, kChannelBackend, kTcpBackend, kShmBackend, kLauncher };
 
 // Whether a knob may change while the job runs. kFixedAtInit knobs are read once, when the
 // component that uses them starts (init, a backend's factory). kTunableAtRuntime ones are the

@@ -135,8 +135,8 @@ TEST(Knobs, EachKindsErrorNamesTheVariableTheValueAndTheAcceptedForm) {
 TEST(Knobs, CpuOperationsAcceptsExactlyTheBackendsOfThisBuild) {
   std::string names;
   for (std::string_view b : built_backends()) names += (names.empty() ? "" : ", ") + std::string(b);
-  EXPECT_EQ(error_of({{"KOLO_CPU_OPERATIONS", "shm"}}),
-            "KOLO_CPU_OPERATIONS=shm is invalid: expected one of " + names);
+  EXPECT_EQ(error_of({{"KOLO_CPU_OPERATIONS", "gloo"}}),
+            "KOLO_CPU_OPERATIONS=gloo is invalid: expected one of " + names);
 }
 
 TEST(Knobs, FlagsWinOverTheEnvironmentAndTheirErrorsNameTheFlag) {
@@ -234,8 +234,8 @@ TEST(Knobs, DescribeShowsEveryValueAndWhereItCameFrom) {
       << text;
   size_t lines = 0;
   for (char c : text) lines += c == '\n';
-  // One line per knob but the 8 launcher-set ones, 3 headers, 3 blank lines, the launcher line.
-  EXPECT_EQ(lines, kKnobCount - 8 + 3 + 3 + 1);
+  // One line per knob but the 8 launcher-set ones, 4 headers, 4 blank lines, the launcher line.
+  EXPECT_EQ(lines, kKnobCount - 8 + 4 + 4 + 1);
 }
 
 TEST(Knobs, ReadmeConfigurationTableIsTheRegistrys) {

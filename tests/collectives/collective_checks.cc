@@ -166,6 +166,7 @@ std::string label(const char* collective, ReduceOp op, int64_t count, const char
 
 struct Checker {
   Backend& b;
+  std::vector<int64_t> counts;  // element counts of allreduce, broadcast and the patterns
   int rank = b.rank();
   int size = b.size();
   int passed = 0;
@@ -205,7 +206,7 @@ struct Checker {
   // Per-rank count patterns for allgather and reducescatter: equal, empty, uneven, one empty.
   std::vector<std::vector<int64_t>> count_patterns() const {
     std::vector<std::vector<int64_t>> patterns;
-    for (int64_t n : kCounts) patterns.emplace_back(size, n);
+    for (int64_t n : counts) patterns.emplace_back(size, n);
     std::vector<int64_t> ramp(size), big(size), hole(size);
     for (int r = 0; r < size; ++r) {
       ramp[r] = r;  // rank 0 contributes nothing
@@ -368,18 +369,19 @@ struct Checker {
 
 }  // namespace
 
-Result<int> run_collective_checks(Backend& backend) {
-  Checker c{backend};
+Result<int> run_collective_checks(Backend& backend, std::vector<int64_t> counts) {
+  if (counts.empty()) counts.assign(std::begin(kCounts), std::end(kCounts));
+  Checker c{backend, counts};
   KOLO_RETURN_IF_ERROR(c.invalid_arguments());
   KOLO_RETURN_IF_ERROR(c.average_then_postscale());
   for (DataType dtype : kDtypes) {
     for (ReduceOp op : kOps)
-      for (int64_t count : kCounts) KOLO_RETURN_IF_ERROR(c.allreduce(dtype, op, count));
+      for (int64_t count : counts) KOLO_RETURN_IF_ERROR(c.allreduce(dtype, op, count));
     for (const auto& counts : c.count_patterns()) {
       KOLO_RETURN_IF_ERROR(c.allgather(dtype, counts));
       for (ReduceOp op : kOps) KOLO_RETURN_IF_ERROR(c.reducescatter(dtype, op, counts));
     }
-    for (int64_t count : kCounts) {
+    for (int64_t count : counts) {
       KOLO_RETURN_IF_ERROR(c.broadcast(dtype, count, 0));
       KOLO_RETURN_IF_ERROR(c.broadcast(dtype, count, c.size - 1));
     }

@@ -4,9 +4,11 @@
 // 2 bad usage; 3 (kill mode) a collective failed after a peer died, as it should; 4 (kill
 // mode) no failure was seen.
 //
-//   collectives_worker --backend tcp|mpi [--mode checks|kill]
+//   collectives_worker --backend tcp|mpi|shm [--mode checks|kill|mismatch] [--counts N,N,...]
 // kill mode: rank 1 raises SIGKILL on itself while every rank loops over 32 MiB allreduces;
-// the survivors must see an error.
+// the survivors must see an error. mismatch mode: rank r allreduces 10 + r floats; every rank
+// must fail (exit 3) instead of reading past its peers' data. --counts: the element counts of
+// the checks (collective_checks.h).
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -44,18 +46,44 @@ int kill_mode(kolo::Backend& backend) {
   return 4;
 }
 
+int mismatch_mode(kolo::Backend& backend) {
+  const int rank = backend.rank();
+  std::vector<float> data(static_cast<size_t>(10 + rank), 1.0f);
+  kolo::Status s = backend.allreduce(data.data(), data.data(), static_cast<int64_t>(data.size()),
+                                     kolo::DataType::kFloat32, kolo::Reduction{});
+  if (!s.ok()) return fail(rank, "allreduce failed", s, 3);
+  std::fprintf(stderr, "collectives_worker rank %d: counts disagreed but allreduce passed\n", rank);
+  return 4;
+}
+
+std::vector<int64_t> parse_counts(const std::string& text) {
+  std::vector<int64_t> counts;
+  for (size_t at = 0; at < text.size();) {
+    size_t end = text.find(',', at);
+    if (end == std::string::npos) end = text.size();
+    counts.push_back(std::stoll(text.substr(at, end - at)));
+    at = end + 1;
+  }
+  return counts;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string backend_name, mode = "checks";
+  std::vector<int64_t> counts;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--backend") == 0)
       backend_name = argv[i + 1];
     else if (std::strcmp(argv[i], "--mode") == 0)
       mode = argv[i + 1];
+    else if (std::strcmp(argv[i], "--counts") == 0)
+      counts = parse_counts(argv[i + 1]);
   }
-  if (backend_name.empty() || (mode != "checks" && mode != "kill")) {
-    std::fprintf(stderr, "usage: collectives_worker --backend tcp|mpi [--mode checks|kill]\n");
+  if (backend_name.empty() || (mode != "checks" && mode != "kill" && mode != "mismatch")) {
+    std::fprintf(stderr,
+                 "usage: collectives_worker --backend tcp|mpi|shm [--mode checks|kill|mismatch] "
+                 "[--counts N,N,...]\n");
     return 2;
   }
   // kolorun's environment, or mpirun's through the mpi backend's registry entry.
@@ -68,7 +96,8 @@ int main(int argc, char** argv) {
   auto backend = kolo::create_backend(backend_name, ctx);
   if (!backend.ok()) return fail(ctx.rank, "creating backend " + backend_name, backend.status(), 1);
   if (mode == "kill") return kill_mode(**backend);
-  auto passed = kolo::testing::run_collective_checks(**backend);
+  if (mode == "mismatch") return mismatch_mode(**backend);
+  auto passed = kolo::testing::run_collective_checks(**backend, counts);
   if (!passed.ok()) return fail(ctx.rank, "check failed", passed.status(), 1);
   std::printf("collectives_worker rank %d of %d (%s): %d checks passed\n", ctx.rank, ctx.size,
               backend_name.c_str(), *passed);

@@ -33,6 +33,20 @@ TEST_P(Ranks, EveryOperation) {
 }
 INSTANTIATE_TEST_SUITE_P(Np, Ranks, ::testing::Values(1, 2, 3, 4));
 
+// The whole coordinator (negotiation on the control plane, fused data) over each CPU backend
+// that runs under kolorun.
+class Backends : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(Backends, EveryOperationAndOrder) {
+  const std::string env = std::string("KOLO_CPU_OPERATIONS=") + GetParam() + " ";
+  for (const char* mode : {"ops", "orders"}) {
+    auto r = run_command(env + KOLO_TEST_KOLORUN + " -np 3 " + KOLO_TEST_WORKER + " " + mode);
+    EXPECT_EQ(r.exit_code, 0) << mode << "\n" << r.output;
+    EXPECT_EQ(count_occurrences(r.output, std::string(mode) + " passed"), 3) << r.output;
+  }
+}
+INSTANTIATE_TEST_SUITE_P(Cpu, Backends, ::testing::Values("tcp", "shm"));
+
 TEST(CoordinatorJob, DifferentOrdersAndThreads) {
   auto r = job(3, "orders");
   EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -87,8 +101,9 @@ TEST(CoordinatorJob, TimelineHasATrackPerRankAndEveryPhase) {
       if (e.contains("pid")) EXPECT_EQ(e["pid"].get<int>(), rank);
       if (e.contains("name")) names.insert(e["name"].get<std::string>());
     }
+    // Both ranks on this host: the default CPU backend is shm.
     for (const char* phase : {"ALLREDUCE", "QUEUE", "NEGOTIATE", "WAIT_FOR_DATA",
-                              "MEMCPY_IN_FUSION", "TCP_ALLREDUCE", "MEMCPY_OUT_FUSION", "CALLBACK"})
+                              "MEMCPY_IN_FUSION", "SHM_ALLREDUCE", "MEMCPY_OUT_FUSION", "CALLBACK"})
       EXPECT_TRUE(names.count(phase)) << "rank " << rank << " lacks " << phase;
   }
 }
@@ -131,9 +146,9 @@ TEST(CoordinatorJob, InitRejectsABadValueBeforeConnecting) {
 }
 
 #ifdef KOLO_TEST_MPIRUN
-// Under mpirun the world comes from MPI; the default backend is mpi, and tcp works too.
+// Under mpirun the world comes from MPI; the default backend is mpi, and tcp and shm work too.
 TEST(CoordinatorJob, EveryOperationUnderMpirun) {
-  for (const char* ops : {"mpi", "tcp"}) {
+  for (const char* ops : {"mpi", "tcp", "shm"}) {
     auto r = run_command("OMPI_MCA_btl_vader_single_copy_mechanism=none KOLO_CPU_OPERATIONS=" +
                  std::string(ops) + " " + KOLO_TEST_MPIRUN +
                  " --allow-run-as-root --oversubscribe -x KOLO_CPU_OPERATIONS -np 2 " +
@@ -184,6 +199,7 @@ TEST(CoordinatorJob, MpiIsTheDefaultBackendUnderMpirun) {
       if (e.contains("name")) names.insert(e["name"].get<std::string>());
     EXPECT_TRUE(names.count("MPI_ALLREDUCE")) << "rank " << rank;
     EXPECT_FALSE(names.count("TCP_ALLREDUCE")) << "rank " << rank;
+    EXPECT_FALSE(names.count("SHM_ALLREDUCE")) << "rank " << rank;
   }
   std::filesystem::remove_all(dir);
 }

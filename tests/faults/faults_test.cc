@@ -60,10 +60,18 @@ std::string kolorun_job(int np, const std::string& env = "") {
 
 // ---- One node, kolorun ---------------------------------------------------------------------
 
+// One node, for each backend of one host: shm (the default there) and tcp.
+class OneNode : public ::testing::TestWithParam<const char*> {
+ protected:
+  std::string backend() const { return GetParam(); }
+  std::string backend_env() const { return "KOLO_CPU_OPERATIONS=" + backend(); }
+};
+INSTANTIATE_TEST_SUITE_P(Backends, OneNode, ::testing::Values("shm", "tcp"));
+
 // SIGKILL of a rank: the survivors see their connections break and fail at once, naming it;
 // kolorun reports it and exits after its grace period.
-TEST(Faults, ARankKilledMidTrainingFailsTheOthersNamingIt) {
-  Launch job(kolorun_job(3, "FAULT_SURVIVE_SIGTERM=1 KOLO_OP_TIMEOUT=30s"));
+TEST_P(OneNode, ARankKilledMidTrainingFailsTheOthersNamingIt) {
+  Launch job(kolorun_job(3, backend_env() + " FAULT_SURVIVE_SIGTERM=1 KOLO_OP_TIMEOUT=30s"));
   ASSERT_TRUE(job.wait_for("rank 2 step 50", 1, 30s)) << job.output();
   const pid_t victim = job.rank_pids().at(1);
   const auto killed = Clock::now();
@@ -72,11 +80,11 @@ TEST(Faults, ARankKilledMidTrainingFailsTheOthersNamingIt) {
   // stopped a moment earlier (docs/reliability.md: the launcher names the rank that died).
   auto failed = job.wait_for(R"(rank [02] failed .*PeerFailure: .*rank [12])", 2, 10s);
   ASSERT_TRUE(failed) << job.output();
-  expect_within("rank SIGKILLed (tcp): survivors fail", *failed - killed, 5.0, job);
+  expect_within("rank SIGKILLed (" + backend() + "): survivors fail", *failed - killed, 5.0, job);
   auto status = job.finish(20s);
   ASSERT_TRUE(status) << job.output();
   EXPECT_EQ(exit_code(*status), 128 + SIGKILL) << job.output();
-  expect_within("rank SIGKILLed (tcp): kolorun exits", job.ended() - killed, 1.0 /* grace */ + 5.0,
+  expect_within("rank SIGKILLed (" + backend() + "): kolorun exits", job.ended() - killed, 1.0 /* grace */ + 5.0,
                 job);
   EXPECT_NE(job.output().find("kolorun: rank 1 (pid " + std::to_string(victim) +
                               ") was killed by signal 9 (SIGKILL)"),
@@ -88,19 +96,19 @@ TEST(Faults, ARankKilledMidTrainingFailsTheOthersNamingIt) {
 
 // SIGSTOP of a rank: nothing breaks, the peer just stops answering. The survivors fail within
 // KOLO_OP_TIMEOUT naming it; kolorun then stops the job, SIGKILL included for the stopped rank.
-TEST(Faults, AFrozenRankFailsTheOthersWithinTheOpTimeout) {
-  Launch job(kolorun_job(3, "KOLO_OP_TIMEOUT=3s"));
+TEST_P(OneNode, AFrozenRankFailsTheOthersWithinTheOpTimeout) {
+  Launch job(kolorun_job(3, backend_env() + " KOLO_OP_TIMEOUT=3s"));
   ASSERT_TRUE(job.wait_for("rank 2 step 50", 1, 30s)) << job.output();
   const auto stopped = Clock::now();
   ::kill(job.rank_pids().at(1), SIGSTOP);
   auto failed = job.wait_for(R"(rank [02] failed .*rank 1)", 1, 20s);
   ASSERT_TRUE(failed) << job.output();
-  expect_within("rank SIGSTOPped (tcp, op timeout 3s): a survivor fails", *failed - stopped,
+  expect_within("rank SIGSTOPped (" + backend() + ", op timeout 3s): a survivor fails", *failed - stopped,
                 3.0 + 3.0, job);
   auto status = job.finish(20s);
   ASSERT_TRUE(status) << job.output();
   EXPECT_EQ(exit_code(*status), 3) << job.output();  // the first rank to fail exits 3
-  expect_within("rank SIGSTOPped: kolorun exits after the failure", job.ended() - *failed,
+  expect_within("rank SIGSTOPped (" + backend() + "): kolorun exits after the failure", job.ended() - *failed,
                 1.0 /* grace */ + 3.0, job);
   expect_every_rank_gone(job, 5s);
   expect_no_false_success(job);

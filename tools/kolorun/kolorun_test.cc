@@ -278,8 +278,8 @@ TEST(KolorunOptions, RejectsBadFlagsNamingFlagValueAndForm) {
             "KiB, MB, MiB, GB, GiB, TB, TiB), e.g. 64MiB");
   EXPECT_EQ(parse_error({"-np", "2", "--tcp-unix=2", "p"}),
             "--tcp-unix 2 is invalid: expected 1/true/yes/on or 0/false/no/off");
-  EXPECT_EQ(parse_error({"-np", "2", "--cpu-operations", "shm", "p"})
-                .rfind("--cpu-operations shm is invalid: expected one of ", 0),
+  EXPECT_EQ(parse_error({"-np", "2", "--cpu-operations", "gloo", "p"})
+                .rfind("--cpu-operations gloo is invalid: expected one of ", 0),
             0u);
   EXPECT_EQ(parse_error({"-np", "2", "--bind-to", "sockets", "p"}),
             "--bind-to: expected auto, cores or none, got 'sockets'");
