@@ -14,6 +14,12 @@ option(KOLO_FUZZ "Build the libFuzzer targets (tests/fuzz; needs Clang)" OFF)
 option(KOLO_THREAD_SAFETY "Clang's thread-safety analysis, as errors" OFF)
 
 set(kolo_c_cxx $<COMPILE_LANGUAGE:C,CXX>)
+# A checking build wants line numbers in its reports and a short build, not peak speed:
+# -O1 with line tables compiles about twice as fast as -O3 -g and still finds what -O3 would.
+if(KOLO_SANITIZE OR KOLO_FUZZ)
+  set(CMAKE_C_FLAGS_RELEASE "-O1 -gline-tables-only -DNDEBUG")
+  set(CMAKE_CXX_FLAGS_RELEASE "-O1 -gline-tables-only -DNDEBUG")
+endif()
 if(KOLO_SANITIZE)
   if(KOLO_HAVE_CUDA)
     message(FATAL_ERROR "KOLO_SANITIZE=${KOLO_SANITIZE} needs -DKOLO_WITH_CUDA=OFF: the CUDA "

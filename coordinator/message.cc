@@ -106,7 +106,8 @@ class Reader {
     std::vector<T> out;
     if (failed() || !need_count(n, sizeof(T), what)) return out;
     out.resize(n);
-    std::memcpy(out.data(), in_.data() + pos_, n * sizeof(T));
+    // An empty vector's data() may be null, which memcpy may not be given even for 0 bytes.
+    if (n > 0) std::memcpy(out.data(), in_.data() + pos_, n * sizeof(T));
     pos_ += n * sizeof(T);
     return out;
   }

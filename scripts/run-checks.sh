@@ -17,7 +17,7 @@ jobs="$(nproc)"
 configure() {  # configure DIR CMAKE-FLAGS...
   local dir="$1"
   shift
-  CC=clang CXX=clang++ cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  CC=clang CXX=clang++ cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release \
     -DKOLO_WITH_CUDA=OFF -DBUILD_SHARED_LIBS=OFF -DKOLO_BUILD_EXAMPLES=OFF "$@" >/dev/null
 }
 
