@@ -130,7 +130,16 @@ Handle Runtime::submit(std::unique_ptr<Entry> entry) {
       entry->submitted = std::chrono::steady_clock::now();
       if (timeline_.active()) {
         entry->traced = true;
-        timeline_.begin(name, to_upper(op));
+        // What the operation is, from the start: a span that never ends (a hang, a kill)
+        // still says it; the executor adds the backend, fused count and status at the end.
+        const Request& r = entry->request;
+        int64_t elements = 0;
+        for (const auto& shape : r.shapes) elements += num_elements(shape);
+        timeline_.begin(
+            name, to_upper(op),
+            {{"bytes", std::to_string(elements * static_cast<int64_t>(dtype_size(r.dtype)))},
+             {"dtype", std::string(dtype_name(r.dtype))},
+             {"shape", r.shapes.empty() ? "[]" : shape_string(r.shapes[0])}});
         timeline_.begin(name, trace_format::kQueuePhase);
       }
       queue_.push_back(std::move(entry));

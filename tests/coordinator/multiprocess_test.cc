@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -9,6 +10,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -87,6 +89,51 @@ TEST(CoordinatorJob, TimelineShowsAMismatchOnTheTensorsRow) {
   std::filesystem::remove_all(dir);
 }
 
+// What DevTools and speedscope need to draw every span right (issue 14): complete events only
+// (DevTools matches B/E across threads; speedscope names frames after B's args), a "ts" on
+// every event, and on each row (tid) spans that nest: any two are disjoint or one contains
+// the other. The operation span carries the args; its phases' names are phases only.
+void expect_what_viewers_need(const nlohmann::json& events) {
+  std::map<int, std::vector<std::pair<double, double>>> rows;
+  std::map<int, std::string> row_names;
+  for (const auto& e : events) {
+    ASSERT_TRUE(e.contains("ts") && e["ts"].is_number()) << e;
+    const std::string ph = e["ph"];
+    EXPECT_TRUE(ph == "X" || ph == "i" || ph == "M") << e;
+    if (ph == "M" && e["name"] == "thread_name") row_names[e["tid"]] = e["args"]["name"];
+    if (ph != "X") continue;
+    const double ts = e["ts"], dur = e["dur"];
+    EXPECT_GE(ts, 0.0) << e;
+    EXPECT_GE(dur, 0.0) << e;
+    rows[e["tid"]].emplace_back(ts, ts + dur);
+    const std::string name = e["name"];
+    EXPECT_EQ(name.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZ_"), std::string::npos) << e;
+    if (name == "ALLREDUCE") {  // an unfinished one knows what it is, not how it ran
+      const bool ran = e["args"].value("status", "") != "aborted" &&
+                       e["args"].value("status", "") != "open";
+      for (const char* arg : {"bytes", "dtype", "shape", "status"})
+        EXPECT_TRUE(e["args"].contains(arg)) << arg << " missing: " << e;
+      for (const char* arg : {"backend", "fused"})
+        EXPECT_EQ(e["args"].contains(arg), ran) << arg << ": " << e;
+    }
+  }
+  for (auto& [tid, spans] : rows) {
+    EXPECT_TRUE(row_names.count(tid)) << "row " << tid << " has no name";
+    std::sort(spans.begin(), spans.end(), [](const auto& a, const auto& b) {
+      return a.first != b.first ? a.first < b.first : a.second > b.second;
+    });
+    std::vector<double> open_ends;  // ends of the spans containing the current one
+    for (const auto& [begin, end] : spans) {
+      while (!open_ends.empty() && open_ends.back() <= begin) open_ends.pop_back();
+      if (!open_ends.empty()) {
+        EXPECT_LE(end, open_ends.back() + 0.001) << "row " << row_names[tid] << ": span at "
+                                                 << begin << " overlaps its parent";
+      }
+      open_ends.push_back(end);
+    }
+  }
+}
+
 TEST(CoordinatorJob, TimelineHasATrackPerRankAndEveryPhase) {
   char dir[] = "/tmp/kolo-coord-timeline-XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
@@ -105,6 +152,7 @@ TEST(CoordinatorJob, TimelineHasATrackPerRankAndEveryPhase) {
     for (const char* phase : {"ALLREDUCE", "QUEUE", "NEGOTIATE", "WAIT_FOR_DATA",
                               "MEMCPY_IN_FUSION", "TCP_ALLREDUCE", "MEMCPY_OUT_FUSION", "CALLBACK"})
       EXPECT_TRUE(names.count(phase)) << "rank " << rank << " lacks " << phase;
+    expect_what_viewers_need(events);
   }
 }
 
@@ -133,6 +181,7 @@ TEST_P(StoppedBy, EveryRankLeavesValidJsonWithTheStuckOperation) {
     ASSERT_TRUE(in.good()) << rank;
     nlohmann::json events;
     ASSERT_NO_THROW(events = nlohmann::json::parse(in)) << "rank " << rank << "\n" << r.output;
+    expect_what_viewers_need(events);
     std::map<std::string, nlohmann::json> spans;  // rank 1's "stuck" spans by phase
     int tid_stuck = -1, tid_done = -1;
     for (const auto& e : events) {
