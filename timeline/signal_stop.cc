@@ -71,11 +71,15 @@ Registry& registry() {
 void register_for_signal_stop(std::weak_ptr<SignalStoppable> target) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
-  std::erase_if(r.targets, [](const auto& w) { return w.expired(); });
+  // A timeline restarted (a recording window) registers again: keep one entry per target.
+  std::erase_if(r.targets, [&](const auto& w) {
+    return w.expired() || (!w.owner_before(target) && !target.owner_before(w));
+  });
   r.targets.push_back(std::move(target));
   if (r.installed) return;
   int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) {
+  // The write end never blocks: a handler must not wait, and one byte pending is enough.
+  if (::pipe2(fds, O_CLOEXEC) != 0 || ::fcntl(fds[1], F_SETFL, O_NONBLOCK) != 0) {
     KOLO_LOG_WARNING("timeline: no pipe for signal handling (" << std::strerror(errno)
                                                                << "); a SIGTERM will cut traces");
     return;
