@@ -6,7 +6,7 @@ set(kolo_core_parts kolo_common kolo_ops kolo_rendezvous kolo_timeline kolo_back
 foreach(b ${kolo_built_backends})
   list(APPEND kolo_core_parts kolo_backend_${b})
 endforeach()
-set(kolo_core_link Threads::Threads)
+set(kolo_core_link Threads::Threads ZLIB::ZLIB)  # zlib: gzip timelines (KOLO_TIMELINE=*.gz)
 if(KOLO_HAVE_MPI)
   list(APPEND kolo_core_link MPI::MPI_CXX)
 endif()

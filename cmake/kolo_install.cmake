@@ -56,7 +56,7 @@ function(kolo_pkg_config_libs out)
   list(JOIN flags " " joined)
   set(${out} "${joined}" PARENT_SCOPE)
 endfunction()
-set(kolo_pc_core_private ${CMAKE_THREAD_LIBS_INIT})
+set(kolo_pc_core_private ${CMAKE_THREAD_LIBS_INIT} ${ZLIB_LIBRARIES})  # zlib: .gz timelines
 if(KOLO_HAVE_MPI)
   list(APPEND kolo_pc_core_private ${MPI_CXX_LIBRARIES})
 endif()

@@ -66,6 +66,13 @@ constexpr std::array<Knob, kKnobCount> kTable = {{
      .category = kCore,
      .default_text = "0",
      .help = "add a marker per background cycle to the timeline"},
+    {.id = KnobId::kTimelineSteps,
+     .name = "KOLO_TIMELINE_STEPS",
+     .kind = kRange,
+     .category = kCore,
+     .default_doc = "every step",
+     .help = "record the timeline only from step `FIRST` to `END-1` (`kolo::mark_step()` counts "
+             "steps from 0), e.g. `100:120`"},
     {.id = KnobId::kStallCheckTime,
      .name = "KOLO_STALL_CHECK_TIME",
      .kind = kDuration,

@@ -92,6 +92,8 @@ std::string accepted_form(const Knob& k) {
       return "one of " + join(k.choices(), ", ");
     case KnobKind::kText:
       return "any text";
+    case KnobKind::kRange:
+      return "FIRST:END, integers with 0 <= FIRST < END (FIRST to END-1), e.g. 100:120";
   }
   return "";
 }
@@ -154,6 +156,14 @@ Result<KnobValue> parse_knob(const Knob& k, std::string_view text, std::string_v
     }
     case KnobKind::kText:
       return KnobValue(std::string(text));
+    case KnobKind::kRange: {
+      const size_t colon = text.find(':');
+      if (colon == std::string_view::npos) return bad();
+      Result<int64_t> first = parse_integer(text.substr(0, colon));
+      Result<int64_t> end = parse_integer(text.substr(colon + 1));
+      if (!first.ok() || !end.ok() || *first < 0 || *first >= *end) return bad();
+      return KnobValue(KnobRange{*first, *end});
+    }
   }
   return bad();
 }
@@ -267,6 +277,10 @@ int64_t KnobSet::integer(KnobId id) const {
 bool KnobSet::boolean(KnobId id) const { return std::get<bool>(value_of(id, KnobKind::kBool)); }
 const std::string& KnobSet::text(KnobId id) const {
   return std::get<std::string>(value_of(id, KnobKind::kText));
+}
+
+KnobRange KnobSet::range(KnobId id) const {
+  return std::get<KnobRange>(value_of(id, KnobKind::kRange));
 }
 
 std::vector<std::string> KnobSet::echo_lines() const {

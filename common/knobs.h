@@ -35,6 +35,7 @@ enum class KnobId : int {
   kCacheCapacity,
   kTimeline,
   kTimelineMarkCycles,
+  kTimelineSteps,
   kStallCheckTime,
   kStallShutdownTime,
   kOpTimeout,
@@ -71,7 +72,13 @@ inline constexpr size_t kKnobCount = static_cast<size_t>(KnobId::kCount);
 //   kBool      1/true/yes/on or 0/false/no/off
 //   kChoice    one of a list of names (Knob::choices)
 //   kText      any string (a path, a host name, a secret, a HOST:PORT checked by its reader)
-enum class KnobKind { kSize, kDuration, kInteger, kBool, kChoice, kText };
+//   kRange     FIRST:END, integers with 0 <= FIRST < END: the half-open range [FIRST, END)
+enum class KnobKind { kSize, kDuration, kInteger, kBool, kChoice, kText, kRange };
+
+struct KnobRange {
+  int64_t first = 0;
+  int64_t end = 0;  // exclusive
+};
 
 enum class KnobCategory { kCore, kChannelBackend, kTcpBackend, kShmBackend, kLauncher };
 
@@ -123,8 +130,8 @@ std::string accepted_form(const Knob& k);
 std::string_view documented_default(const Knob& k);
 std::string_view category_name(KnobCategory c);
 
-using KnobValue =
-    std::variant<uint64_t /* size */, std::chrono::nanoseconds, int64_t, bool, std::string>;
+using KnobValue = std::variant<uint64_t /* size */, std::chrono::nanoseconds, int64_t, bool,
+                               std::string, KnobRange>;
 
 // Parses `text` as a value of `k`. InvalidArgument "<label> <text> is invalid: expected <form>"
 // where label is "NAME=" (the default) or a flag name ("--cycle-time ").
@@ -154,6 +161,7 @@ class KnobSet {
   int64_t integer(KnobId id) const;
   bool boolean(KnobId id) const;
   const std::string& text(KnobId id) const;  // kChoice and kText
+  KnobRange range(KnobId id) const;
 
   bool is_set(KnobId id) const { return entry(id).source != KnobSource::kDefault; }
   KnobSource source(KnobId id) const { return entry(id).source; }

@@ -88,6 +88,10 @@ TEST(Knobs, EachKindParsesItsValues) {
   EXPECT_EQ(std::get<std::string>(value(KnobId::kTimeline, "/t/{rank}.json")), "/t/{rank}.json");
   for (std::string_view backend : built_backends())
     EXPECT_EQ(std::get<std::string>(value(KnobId::kCpuOperations, backend)), backend);
+  KnobRange window = std::get<KnobRange>(value(KnobId::kTimelineSteps, "100:120"));
+  EXPECT_EQ(window.first, 100);
+  EXPECT_EQ(window.end, 120);
+  EXPECT_EQ(std::get<KnobRange>(value(KnobId::kTimelineSteps, "0:1")).end, 1);
 }
 
 TEST(Knobs, EachKindsErrorNamesTheVariableTheValueAndTheAcceptedForm) {
@@ -128,6 +132,12 @@ TEST(Knobs, EachKindsErrorNamesTheVariableTheValueAndTheAcceptedForm) {
   EXPECT_EQ(error(KnobId::kLogLevel, "loud"),
             "KOLO_LOG_LEVEL=loud is invalid: expected one of trace, debug, info, warning, error, "
             "off");
+  for (const char* bad : {"100", "5:5", "7:3", "-1:4", "a:b", "1:", ":2", "1:2:3"}) {
+    EXPECT_EQ(error(KnobId::kTimelineSteps, bad),
+              "KOLO_TIMELINE_STEPS=" + std::string(bad) +
+                  " is invalid: expected FIRST:END, integers with 0 <= FIRST < END (FIRST to "
+                  "END-1), e.g. 100:120");
+  }
   EXPECT_EQ(error(KnobId::kCycleTime, "soon", "--cycle-time"),
             "--cycle-time soon is invalid: expected " + duration + ", e.g. 5ms");
 }

@@ -123,11 +123,11 @@ KOLO_TOPOLOGY_GETTER(cross_rank, 0)
 KOLO_TOPOLOGY_GETTER(cross_size, 1)
 #undef KOLO_TOPOLOGY_GETTER
 
-Status start_timeline(const std::string& path, bool mark_cycles) {
+Status start_timeline(const std::string& path, std::optional<bool> mark_cycles) {
   auto rt = current();
   if (!rt)
     return Status::PreconditionFailed("kolo::start_timeline(): kolo::init() has not been called");
-  return rt->start_timeline(path, mark_cycles);
+  return rt->start_timeline(path, mark_cycles.value_or(rt->config().timeline_mark_cycles));
 }
 
 Status stop_timeline() {

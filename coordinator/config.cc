@@ -16,6 +16,7 @@ RuntimeConfig config_from_knobs(const KnobSet& knobs, const std::string& default
   c.cache_capacity = static_cast<uint64_t>(knobs.integer(KnobId::kCacheCapacity));
   c.timeline_path = knobs.text(KnobId::kTimeline);
   c.timeline_mark_cycles = knobs.boolean(KnobId::kTimelineMarkCycles);
+  if (knobs.is_set(KnobId::kTimelineSteps)) c.timeline_steps = knobs.range(KnobId::kTimelineSteps);
   c.stall_check_time = knobs.duration(KnobId::kStallCheckTime);
   c.stall_shutdown_time = knobs.duration(KnobId::kStallShutdownTime);
   c.op_timeout = knobs.duration(KnobId::kOpTimeout);

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "common/knobs.h"
@@ -32,6 +33,8 @@ struct RuntimeConfig {
   uint64_t cache_capacity = 1024;
   std::string timeline_path;  // empty: no timeline at init
   bool timeline_mark_cycles = false;
+  // Record only steps [first, end) of kolo::mark_step()'s count; unset: from init to the end.
+  std::optional<KnobRange> timeline_steps;
   std::chrono::nanoseconds stall_check_time = std::chrono::seconds(60);  // 0: off
   std::chrono::nanoseconds stall_shutdown_time{0};                       // 0: off
   // Bound on any one transfer (and so on how long a dead peer takes to be noticed).

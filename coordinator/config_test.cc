@@ -37,6 +37,7 @@ TEST(ConfigTest, ReadsEveryKnobWithUnits) {
                                  {"KOLO_CACHE_CAPACITY", "7"},
                                  {"KOLO_TIMELINE", "/t/x.json"},
                                  {"KOLO_TIMELINE_MARK_CYCLES", "yes"},
+                                 {"KOLO_TIMELINE_STEPS", "3:9"},
                                  {"KOLO_STALL_CHECK_TIME", "0"},
                                  {"KOLO_STALL_SHUTDOWN_TIME", "2min"},
                                  {"KOLO_OP_TIMEOUT", "40ms"},
@@ -47,6 +48,10 @@ TEST(ConfigTest, ReadsEveryKnobWithUnits) {
   EXPECT_EQ(c.cache_capacity, 7u);
   EXPECT_EQ(c.timeline_path, "/t/x.json");
   EXPECT_TRUE(c.timeline_mark_cycles);
+  ASSERT_TRUE(c.timeline_steps.has_value());
+  EXPECT_EQ(c.timeline_steps->first, 3);
+  EXPECT_EQ(c.timeline_steps->end, 9);
+  EXPECT_FALSE(parse({}).timeline_steps.has_value());
   EXPECT_EQ(c.stall_check_time.count(), 0);
   EXPECT_EQ(c.stall_shutdown_time, std::chrono::minutes(2));
   EXPECT_EQ(c.op_timeout, std::chrono::milliseconds(40));
@@ -63,6 +68,8 @@ TEST(ConfigTest, TimelinePathPerRank) {
   EXPECT_EQ(timeline_path_for_rank("/t/trace.json", 0, 1), "/t/trace.json");
   EXPECT_EQ(timeline_path_for_rank("/t/trace.json", 2, 4), "/t/trace.rank2.json");
   EXPECT_EQ(timeline_path_for_rank("/t/r{rank}.json", 3, 4), "/t/r3.json");
+  EXPECT_EQ(timeline_path_for_rank("/t/trace.json.gz", 1, 2), "/t/trace.rank1.json.gz");
+  EXPECT_EQ(timeline_path_for_rank("/t/trace.gz", 1, 2), "/t/trace.rank1.gz");
   EXPECT_EQ(timeline_path_for_rank("/t/trace", 1, 2), "/t/trace.rank1");
 }
 

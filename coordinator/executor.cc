@@ -30,10 +30,15 @@ void Executor::begin(const std::vector<BatchItem>& batch, const std::string& pha
     if (item.entry && item.entry->traced) timeline_.begin(item.entry->request.name, phase, args);
 }
 
-void Executor::end(const std::vector<BatchItem>& batch) {
+void Executor::end(const std::vector<BatchItem>& batch, const Status& status) {
   if (!timeline_.active()) return;
-  for (const auto& item : batch)
-    if (item.entry && item.entry->traced) timeline_.end(item.entry->request.name);
+  for (const auto& item : batch) {
+    if (item.entry && item.entry->traced) {
+      // Only a failed phase says so: the operation's span carries the final status anyway.
+      timeline_.end(item.entry->request.name,
+                    status.ok() ? TimelineArgs{} : timeline_status_args(status));
+    }
+  }
 }
 
 void Executor::finish(const std::vector<BatchItem>& batch, const Status& status) {
@@ -46,13 +51,13 @@ void Executor::finish(const std::vector<BatchItem>& batch, const Status& status)
     if (traced) {
       timeline_.end(e.request.name);
       const Response& p = *item.response;
-      timeline_.end(e.request.name,
-                    {{"bytes", std::to_string(response_bytes(p))},
-                     {"dtype", std::string(dtype_name(p.dtype))},
-                     {"shape", p.shapes.empty() ? "[]" : shape_string(p.shapes[0])},
-                     {"backend", std::string(backend_.name())},
-                     {"fused", std::to_string(batch.size())},
-                     {"status", status.ok() ? "OK" : status.to_string()}});
+      TimelineArgs args = {{"bytes", std::to_string(response_bytes(p))},
+                           {"dtype", std::string(dtype_name(p.dtype))},
+                           {"shape", p.shapes.empty() ? "[]" : shape_string(p.shapes[0])},
+                           {"backend", std::string(backend_.name())},
+                           {"fused", std::to_string(batch.size())}};
+      for (auto& kv : timeline_status_args(status)) args.push_back(std::move(kv));
+      timeline_.end(e.request.name, std::move(args));
     }
   }
 }
@@ -82,7 +87,12 @@ void* Executor::allocate_output(Entry& entry, const std::vector<int64_t>& shape,
 Status Executor::run(const std::vector<BatchItem>& batch) {
   const Response& head = *batch.front().response;
   if (head.kind == Response::Kind::kError) {
-    finish(batch, Status(head.error_code, head.error));
+    Status error(head.error_code, head.error);
+    // Shown where the user looks for it: on the tensor's own row.
+    for (const auto& item : batch)
+      if (item.entry && item.entry->traced)
+        timeline_.instant(item.entry->request.name, "ERROR", timeline_status_args(error));
+    finish(batch, error);
     return Status::Ok();
   }
   // CPU tensors are ready by contract, so this span is empty for them; CUDA tensors' ready
@@ -99,7 +109,7 @@ Status Executor::run(const std::vector<BatchItem>& batch) {
     case OpType::kBarrier:
       begin(batch, op_span(head.type));
       st = backend_.barrier();
-      end(batch);
+      end(batch, st);
       finish(batch, st);
       return st;
     case OpType::kJoin:
@@ -150,7 +160,7 @@ Status Executor::allreduce(const std::vector<BatchItem>& batch) {
           ops::finish_reduction(head.dtype, reduction, e.outputs[k].data, n, active);
       }
     }
-    end(batch);
+    end(batch, st);
     finish(batch, st);
     return st;
   }
@@ -194,7 +204,7 @@ Status Executor::allreduce(const std::vector<BatchItem>& batch) {
   // The prescale was applied in the copy-in, the postscale is applied in the copy-out.
   begin(batch, op_span(OpType::kAllreduce), args);
   Status st = backend_.allreduce(buffer, buffer, total, head.dtype, {backend_op});
-  end(batch);
+  end(batch, st);
   if (st.ok() && staged.ok()) {
     begin(batch, cuda ? "MEMCPY_H2D" : "MEMCPY_OUT_FUSION");
     if (divide_here) ops::divide(head.dtype, buffer, total, active);  // then the postscale
@@ -271,7 +281,7 @@ Status Executor::broadcast(const BatchItem& item) {
   }
   begin(batch, op_span(p.type), {{"bytes", std::to_string(bytes)}});
   Status st = backend_.broadcast(data, n, p.dtype, p.root);
-  end(batch);
+  end(batch, st);
   if (cuda && !root && st.ok()) {
     begin(batch, "MEMCPY_H2D");
     staged = stage_out(e->inputs[0], data, bytes, p.name);
@@ -326,7 +336,6 @@ Status Executor::reducescatter(const BatchItem& item) {
                       return backend_.reducescatter(in, o, p.dtype, p.reduction, counts);
                     });
 }
-
 
 void Executor::reduce_gathered(const BatchItem& item, const std::vector<const void*>& inputs) {
   const Response& p = *item.response;

@@ -63,7 +63,8 @@ class Executor {
   std::string op_span(OpType type) const;
   void begin(const std::vector<BatchItem>& batch, const std::string& phase,
              TimelineArgs args = {});
-  void end(const std::vector<BatchItem>& batch);
+  // Ends the innermost span of each traced entry; a failed `status` is added to its args.
+  void end(const std::vector<BatchItem>& batch, const Status& status = Status::Ok());
   // Allocates an output through the entry's allocator or as an owned HostTensor. Returns
   // null (and fails the entry later) when the allocator returns null.
   void* allocate_output(Entry& entry, const std::vector<int64_t>& shape, DataType dtype,

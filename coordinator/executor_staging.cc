@@ -74,7 +74,7 @@ Status Executor::run_single(const BatchItem& item, size_t in_bytes, void* out, s
   }
   begin(batch, op_span(p.type), std::move(args));
   Status st = call(in, backend_out);
-  end(batch);
+  end(batch, st);
   if (st.ok() && staged.ok() && backend_out != out) {
     TensorView dst = e->inputs[0];
     dst.data = out;

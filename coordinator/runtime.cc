@@ -5,6 +5,7 @@
 #include "common/logging.h"
 #include "common/text.h"
 #include "coordinator/fusion.h"
+#include "timeline/trace_format.h"
 
 // Note [Cycle]
 // Every rank's background thread runs the same sequence of cycles; each cycle is a fixed
@@ -34,10 +35,12 @@ std::string timeline_path_for_rank(const std::string& path, int rank, int size) 
   if (auto p = path.find(token); p != std::string::npos)
     return path.substr(0, p) + std::to_string(rank) + path.substr(p + token.size());
   if (size == 1) return path;
-  // Ranks on one host would otherwise write the same file.
-  const std::string ext = ".json";
-  if (path.size() > ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0)
-    return path.substr(0, path.size() - ext.size()) + ".rank" + std::to_string(rank) + ext;
+  // Ranks on one host would otherwise write the same file. The rank goes before the extension,
+  // which must stay last: ".gz" selects gzip.
+  for (const std::string ext : {".json.gz", ".json", ".gz"}) {
+    if (path.size() > ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0)
+      return path.substr(0, path.size() - ext.size()) + ".rank" + std::to_string(rank) + ext;
+  }
   return path + ".rank" + std::to_string(rank);
 }
 
@@ -71,7 +74,8 @@ Result<std::unique_ptr<Runtime>> Runtime::create(RuntimeConfig config, Topology 
         std::to_string(control->rank()) + " of " + std::to_string(control->size()));
   std::unique_ptr<Runtime> rt(
       new Runtime(std::move(config), topology, std::move(data), std::move(control)));
-  if (!rt->config_.timeline_path.empty())
+  if (!rt->config_.timeline_path.empty() &&
+      (!rt->config_.timeline_steps || rt->config_.timeline_steps->first == 0))
     KOLO_RETURN_IF_ERROR(
         rt->start_timeline(rt->config_.timeline_path, rt->config_.timeline_mark_cycles));
   rt->thread_ = std::thread([r = rt.get()] { r->loop(); });
@@ -83,6 +87,22 @@ Runtime::~Runtime() { (void)shutdown(); }
 Status Runtime::start_timeline(const std::string& path, bool mark_cycles) {
   return timeline_.start(timeline_path_for_rank(path, topology_.rank, topology_.size),
                          topology_.rank, mark_cycles);
+}
+
+void Runtime::mark_step() {
+  const int64_t step = steps_marked_.fetch_add(1, std::memory_order_relaxed) + 1;  // begins now
+  if (const auto& window = config_.timeline_steps; window && !config_.timeline_path.empty()) {
+    if (step == window->first) {
+      Status st = start_timeline(config_.timeline_path, config_.timeline_mark_cycles);
+      if (!st.ok()) KOLO_LOG_ERROR("KOLO_TIMELINE_STEPS: " << st.to_string());
+    }
+    if (step == window->end) {
+      timeline_.stop("the recording window KOLO_TIMELINE_STEPS=" + std::to_string(window->first) +
+                     ":" + std::to_string(window->end) + " ended");
+    }
+  }
+  timeline_.global_instant(trace_format::kStepMarker,
+                           {{std::string(trace_format::kStepArg), std::to_string(step)}});
 }
 
 Handle Runtime::submit(std::unique_ptr<Entry> entry) {
@@ -110,8 +130,17 @@ Handle Runtime::submit(std::unique_ptr<Entry> entry) {
       entry->submitted = std::chrono::steady_clock::now();
       if (timeline_.active()) {
         entry->traced = true;
-        timeline_.begin(name, to_upper(op));
-        timeline_.begin(name, "QUEUE");
+        // What the operation is, from the start: a span that never ends (a hang, a kill)
+        // still says it; the executor adds the backend, fused count and status at the end.
+        const Request& r = entry->request;
+        int64_t elements = 0;
+        for (const auto& shape : r.shapes) elements += num_elements(shape);
+        timeline_.begin(
+            name, to_upper(op),
+            {{"bytes", std::to_string(elements * static_cast<int64_t>(dtype_size(r.dtype)))},
+             {"dtype", std::string(dtype_name(r.dtype))},
+             {"shape", r.shapes.empty() ? "[]" : shape_string(r.shapes[0])}});
+        timeline_.begin(name, trace_format::kQueuePhase);
       }
       queue_.push_back(std::move(entry));
       queued_.store(queue_.size(), std::memory_order_release);
@@ -148,7 +177,7 @@ std::vector<std::string> Runtime::stall_warnings() const {
 void Runtime::end_queue_span(Entry& e) {
   if (e.traced && timeline_.active()) {
     timeline_.end(e.request.name);  // QUEUE
-    timeline_.begin(e.request.name, "NEGOTIATE");
+    timeline_.begin(e.request.name, trace_format::kNegotiatePhase);
   }
 }
 
@@ -164,9 +193,17 @@ void Runtime::fail_all(const Status& status) {
     in_flight_.clear();
   }
   // pending_ belongs to the background thread; this runs on it or after it has exited.
-  for (auto& [name, e] : pending_) e->state->complete(final_status_);
+  // Every phase still open of a failed operation ends with the Status it failed with.
+  const TimelineArgs failed = timeline_status_args(final_status_);
+  for (auto& [name, e] : pending_) {
+    if (e->traced) timeline_.end_all(name, failed);
+    e->state->complete(final_status_);
+  }
   pending_.clear();
-  for (auto& e : queued) e->state->complete(final_status_);
+  for (auto& e : queued) {
+    if (e->traced) timeline_.end_all(e->request.name, failed);
+    e->state->complete(final_status_);
+  }
 }
 
 void Runtime::spin_for_submission() {
@@ -229,6 +266,7 @@ void Runtime::loop() {
     }
     if (!st.ok()) {
       KOLO_LOG_ERROR("kolo background loop stopped: " << st.to_string());
+      timeline_.instant({}, "FAILURE", timeline_status_args(st));
       fail_all(st);
       return;
     }
@@ -335,6 +373,7 @@ Status Runtime::negotiate_slow(const RequestList& mine, ResponseList& out) {
     out = controller_->respond(now);
     for (auto& w : controller_->take_warnings()) {
       KOLO_LOG_WARNING(w);
+      timeline_.instant({}, "STALL_WARNING", {{"message", w}});
       std::lock_guard<std::mutex> lock(mu_);
       stall_warnings_.push_back(std::move(w));
     }

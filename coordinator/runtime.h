@@ -36,8 +36,8 @@ struct Topology {
 };
 
 // KOLO_TIMELINE's file for one rank: "{rank}" in the path is replaced by the rank; otherwise
-// a job of several ranks writes "<stem>.rank<N>.json" (one file per rank, as kolo-trace
-// merge expects) and a single rank writes the path as given.
+// a job of several ranks writes "<stem>.rank<N>.json" (or .json.gz, .gz: one file per rank, as
+// kolo-trace merge expects) and a single rank writes the path as given.
 std::string timeline_path_for_rank(const std::string& path, int rank, int size);
 
 class Runtime {
@@ -63,8 +63,8 @@ class Runtime {
   // Errors as Timeline::start (PreconditionFailed when already recording).
   Status start_timeline(const std::string& path, bool mark_cycles);
 
-  // See kolo::mark_step(). Any thread.
-  void mark_step() { steps_marked_.fetch_add(1, std::memory_order_relaxed); }
+  // See kolo::mark_step(). Any thread. A "STEP" marker on the timeline starts each step.
+  void mark_step();
   int64_t steps_marked() const { return steps_marked_.load(std::memory_order_relaxed); }
 
   const Topology& topology() const { return topology_; }
@@ -101,7 +101,8 @@ class Runtime {
   const Topology topology_;
   std::unique_ptr<Backend> data_;
   std::unique_ptr<Backend> control_;
-  Timeline timeline_;
+  // A SIGTERM from kolorun (or Ctrl-C) closes the file in order before the process ends.
+  Timeline timeline_{TimelineOptions{.stop_on_signals = true}};
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -2,10 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <condition_variable>
-#include <cstdio>
-#include <cstring>
 #include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -14,13 +11,16 @@
 #include <unordered_map>
 
 #include "common/logging.h"
+#include "timeline/signal_stop.h"
 #include "timeline/trace_event.h"
 #include "timeline/trace_format.h"
+#include "timeline/trace_sink.h"
 
 namespace kolo {
 
 using timeline_detail::EventKind;
 using timeline_detail::TraceEvent;
+using timeline_detail::TraceSink;
 
 namespace {
 
@@ -39,8 +39,22 @@ struct StringHash {
 
 struct OpenSpan {
   std::string name;
-  bool kept;  // false when its begin was dropped: its end is dropped too, so the file nests
+  int64_t ts_ns;
+  TimelineArgs args;
 };
+
+// `more` wins over `args` for a key both have.
+void add_args(TimelineArgs& args, TimelineArgs more) {
+  for (auto& [key, value] : more) {
+    auto it =
+        std::find_if(args.begin(), args.end(), [&](const auto& kv) { return kv.first == key; });
+    if (it != args.end()) {
+      it->second = std::move(value);
+    } else {
+      args.emplace_back(std::move(key), std::move(value));
+    }
+  }
+}
 
 struct Track {
   int tid;
@@ -53,13 +67,17 @@ struct Track {
 // Note [Timeline queue]
 // Recording threads and the writer thread share one vector of events under `mu`. A recording
 // call holds the lock only to look up its track, stamp the time and push one event: no I/O, no
-// syscall in the common case. The writer swaps the whole vector out under the lock and formats
-// and writes the batch without it, so recording never waits for the file. Taking the timestamp
-// under the lock keeps each track's events in time order in the queue, which is what Chrome's
-// B/E matching needs. The writer is woken when the queue reaches wake_writer_at (one notify
-// per batch, not per event) or by its flush interval, whichever comes first.
-struct Timeline::Impl {
+// syscall in the common case. A begin() queues nothing: it pushes the span on its track's stack
+// of open spans, and end() queues the complete event. The writer swaps the whole vector out
+// under the lock (copying the open spans too, as the file's replaceable tail) and formats and
+// writes the batch without it, so recording never waits for the file. The writer is woken when
+// the queue reaches wake_writer_at (one notify per batch, not per event) or by its flush
+// interval, whichever comes first.
+struct Timeline::Impl final : timeline_detail::SignalStoppable {
   explicit Impl(TimelineOptions o) : options(o) {}
+
+  void stop_for_signal(std::string_view reason) override { stop(reason); }
+  void stop(std::string_view reason);
 
   const TimelineOptions options;
   std::atomic<bool> active{false};
@@ -68,10 +86,10 @@ struct Timeline::Impl {
 
   // Serialises start() and stop(); never taken by recording calls.
   std::mutex lifecycle_mu;
-  // Guarded by lifecycle_mu. `file` and `path` are set by start() before the writer thread
-  // starts and reset by stop() after it is joined; in between only the writer uses `file`.
+  // Guarded by lifecycle_mu. `sink` and `path` are set by start() before the writer thread
+  // starts and reset by stop() after it is joined; in between only the writer uses `sink`.
   std::thread writer;
-  std::FILE* file = nullptr;
+  std::unique_ptr<TraceSink> sink;
   std::string path;
 
   std::mutex mu;
@@ -109,7 +127,8 @@ struct Timeline::Impl {
   void push(Track& track, std::string_view tensor, TraceEvent event) {
     if (!track.named) {
       track.named = true;
-      pending.push_back(TraceEvent{EventKind::kThreadName, track.tid, 0, std::string(tensor), {}});
+      pending.push_back(
+          TraceEvent{EventKind::kThreadName, track.tid, 0, 0, std::string(tensor), {}});
     }
     pending.push_back(std::move(event));
     if (pending.size() == wake_threshold) wake.notify_one();
@@ -123,121 +142,169 @@ struct Timeline::Impl {
 
   bool has_room() const { return pending.size() < options.max_queued_events; }  // REQUIRES(mu)
 
-  void record(EventKind kind, std::string_view tensor, std::string_view name, TimelineArgs&& args) {
+  // REQUIRES(mu). Queues `event` when there is room, else counts it as dropped.
+  void push_or_drop(Track& track, std::string_view tensor, TraceEvent event) {
+    if (has_room()) {
+      push(track, tensor, std::move(event));
+    } else {
+      dropped.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+
+  // REQUIRES(mu). Closes the innermost open span of `track` now, with `more` args.
+  void close_span(Track& track, std::string_view tensor, int64_t ts, TimelineArgs more) {
+    OpenSpan span = std::move(track.open.back());
+    track.open.pop_back();
+    add_args(span.args, std::move(more));
+    push_or_drop(track, tensor,
+                 TraceEvent{EventKind::kComplete, track.tid, span.ts_ns, ts - span.ts_ns,
+                            std::move(span.name), std::move(span.args)});
+  }
+
+  void begin(std::string_view tensor, std::string_view name, TimelineArgs&& args) {
     std::lock_guard<std::mutex> lock(mu);
     if (!recording) return;  // stopped between the caller's active() check and here
-    int64_t ts = now_ns();
+    track_for(tensor).open.push_back(OpenSpan{std::string(name), now_ns(), std::move(args)});
+  }
+
+  void end(std::string_view tensor, TimelineArgs&& args) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!recording) return;
     Track& track = track_for(tensor);
-    switch (kind) {
-      case EventKind::kBegin: {
-        bool kept = has_room();
-        track.open.push_back(OpenSpan{std::string(name), kept});
-        if (kept) {
-          push(track, tensor, TraceEvent{kind, track.tid, ts, std::string(name), std::move(args)});
-        } else {
-          dropped.fetch_add(1, std::memory_order_relaxed);
-        }
-        break;
-      }
-      case EventKind::kEnd: {
-        if (track.open.empty()) {
-          ++unmatched_ends;
-          return;
-        }
+    if (track.open.empty()) {
+      ++unmatched_ends;
+      return;
+    }
+    close_span(track, tensor, now_ns(), std::move(args));
+  }
+
+  void end_all(std::string_view tensor, const TimelineArgs& args) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!recording) return;
+    Track& track = track_for(tensor);
+    int64_t ts = now_ns();
+    while (!track.open.empty()) close_span(track, tensor, ts, args);
+  }
+
+  void instant(EventKind kind, std::string_view tensor, std::string_view name,
+               TimelineArgs&& args) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!recording) return;
+    Track& track = track_for(tensor);
+    push_or_drop(track, tensor,
+                 TraceEvent{kind, track.tid, now_ns(), 0, std::string(name), std::move(args)});
+  }
+
+  // REQUIRES(mu), from stop(): closes the spans still open, innermost first on each track, past
+  // the queue's limit (they are few: one per phase of each operation in flight).
+  void queue_final_events(std::string_view reason) {
+    int64_t ts = now_ns();
+    TimelineArgs aborted = {
+        {std::string(trace_format::kStatusArg), std::string(trace_format::kStatusAborted)},
+        {std::string(trace_format::kReasonArg), std::string(reason)}};
+    for (auto& [tensor, track] : tracks) {
+      while (!track.open.empty()) {
         OpenSpan span = std::move(track.open.back());
         track.open.pop_back();
-        if (span.kept) {
-          push(track, tensor,
-               TraceEvent{kind, track.tid, ts, std::move(span.name), std::move(args)});
-        } else {
-          dropped.fetch_add(1, std::memory_order_relaxed);
-        }
-        break;
+        add_args(span.args, aborted);
+        push(track, tensor,
+             TraceEvent{EventKind::kComplete, track.tid, span.ts_ns, ts - span.ts_ns,
+                        std::move(span.name), std::move(span.args)});
       }
-      case EventKind::kInstant:
-      case EventKind::kThreadName:
-        if (has_room()) {
-          push(track, tensor,
-               TraceEvent{EventKind::kInstant, track.tid, ts, std::string(name), std::move(args)});
-        } else {
-          dropped.fetch_add(1, std::memory_order_relaxed);
-        }
-        break;
     }
   }
 
-  // REQUIRES(mu), from stop(): closes the spans still open (innermost first on each track) with
-  // "unfinished": 1, so the file nests even when an operation never completed.
-  void queue_final_events() {
+  // REQUIRES(mu), on the writer: the open spans as they are now, for the file's tail. Their
+  // tracks' names go into the queue (for good) if they were not there yet.
+  void snapshot_open_spans(std::vector<TraceEvent>& out) {
     int64_t ts = now_ns();
-    for (auto& [name, track] : tracks) {
-      while (!track.open.empty()) {  // innermost first, as nesting requires
-        OpenSpan& span = track.open.back();
-        if (span.kept) {
-          pending.push_back(TraceEvent{EventKind::kEnd,
-                                       track.tid,
-                                       ts,
-                                       std::move(span.name),
-                                       {{std::string(trace_format::kUnfinishedArg), "1"}}});
+    for (auto& [tensor, track] : tracks) {
+      for (const OpenSpan& span : track.open) {
+        if (!track.named) {
+          track.named = true;
+          pending.push_back(
+              TraceEvent{EventKind::kThreadName, track.tid, 0, 0, std::string(tensor), {}});
         }
-        track.open.pop_back();
+        TraceEvent e{EventKind::kComplete, track.tid, span.ts_ns,
+                     ts - span.ts_ns,      span.name, span.args};
+        add_args(e.args,
+                 {{std::string(trace_format::kStatusArg), std::string(trace_format::kStatusOpen)}});
+        out.push_back(std::move(e));
       }
     }
   }
 
-  void write_bytes(const std::string& bytes) {  // writer thread, or start/stop without writer
-    if (bytes.empty()) return;
-    size_t n = std::fwrite(bytes.data(), 1, bytes.size(), file);
-    if (n != bytes.size() || std::fflush(file) != 0) {
-      Status error =
-          Status::IoError("timeline: writing '" + path + "' failed: " + std::strerror(errno));
-      bool first;
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        first = write_status.ok();
-        if (first) write_status = error;
-      }
-      // Logged once, outside the lock: recording threads never wait for stderr.
-      if (first) KOLO_LOG_ERROR(error.message() << "; later events may be lost");
+  void note_write_status(const Status& st) {  // writer thread, or start/stop without writer
+    if (st.ok()) return;
+    bool first;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      first = write_status.ok();
+      if (first) write_status = st;
     }
+    // Logged once, outside the lock: recording threads never wait for stderr.
+    if (first) KOLO_LOG_ERROR(st.message() << "; later events may be lost");
+  }
+
+  // Each event is preceded by its separator: the header's last event has none after it.
+  static void append_event(std::string& text, const TraceEvent& e, int pid) {
+    text += ",\n";
+    timeline_detail::append_event_json(text, e, pid);
   }
 
   void writer_loop(int pid) {
     std::vector<TraceEvent> batch;  // swapped with `pending`: both keep their capacity
     batch.reserve(reserve_size());
+    std::vector<TraceEvent> open_spans;
     std::string text;
+    std::string tail;
     for (;;) {
       bool done;
+      open_spans.clear();
       {
         std::unique_lock<std::mutex> lock(mu);
         wake.wait_for(lock, options.flush_interval,
                       [&] { return stopping || pending.size() >= wake_threshold; });
-        batch.swap(pending);
         done = stopping;  // stop() queued its final events before setting this
+        if (!done) snapshot_open_spans(open_spans);
+        batch.swap(pending);
       }
       text.clear();
       for (const TraceEvent& e : batch) {
-        // Each event is preceded by its separator, so the file is always a valid prefix of
-        // an array: a crash leaves "[ ... }" which readers complete with "]".
-        text += ",\n";
-        timeline_detail::append_event_json(text, e, pid);
+        append_event(text, e, pid);
         // A big batch (a burst, or a long flush interval) is written in pieces, so the text
         // buffer stays small however many events were queued.
         if (text.size() >= kWriteChunkBytes) {
-          write_bytes(text);
+          note_write_status(sink->write(text, {}));
           text.clear();
         }
       }
-      write_bytes(text);
       batch.clear();
-      if (done) return;
+      if (done) {
+        final_text = std::move(text);  // stop() writes it with the statistics, then closes
+        return;
+      }
+      tail.clear();
+      for (const TraceEvent& e : open_spans) append_event(tail, e, pid);
+      if (!text.empty() || !tail.empty() || wrote_tail) note_write_status(sink->write(text, tail));
+      wrote_tail = !tail.empty();
     }
   }
+
+  std::string final_text;   // writer's last batch; read by stop() after the join
+  bool wrote_tail = false;  // writer only: the file holds a tail that the next write replaces
 };
+
+TimelineArgs timeline_status_args(const Status& status) {
+  TimelineArgs args = {
+      {std::string(trace_format::kStatusArg), std::string(status_code_name(status.code()))}};
+  if (!status.ok()) args.emplace_back(std::string(trace_format::kErrorArg), status.message());
+  return args;
+}
 
 Timeline::Timeline() : Timeline(TimelineOptions{}) {}
 
-Timeline::Timeline(TimelineOptions options) : impl_(std::make_unique<Impl>(options)) {}
+Timeline::Timeline(TimelineOptions options) : impl_(std::make_shared<Impl>(options)) {}
 
 Timeline::~Timeline() { stop(); }
 
@@ -259,12 +326,7 @@ Status Timeline::start(const std::string& path, int rank, bool mark_cycles) {
     return Status::InvalidArgument("timeline: flush_interval must be > 0 ms, got " +
                                    std::to_string(m.options.flush_interval.count()) + " ms");
   }
-  std::FILE* f = std::fopen(path.c_str(), "w");
-  if (f == nullptr) {
-    return Status::IoError("timeline: cannot open '" + path +
-                           "' for writing: " + std::strerror(errno));
-  }
-  m.file = f;
+  KOLO_ASSIGN_OR_RETURN(m.sink, TraceSink::open(path));
   m.path = path;
 
   // ts = 0 on the steady clock and the wall clock, taken back to back.
@@ -274,9 +336,11 @@ Status Timeline::start(const std::string& path, int rank, bool mark_cycles) {
       std::chrono::duration_cast<std::chrono::microseconds>(wall0.time_since_epoch()).count();
 
   // The header goes straight to the file (no writer yet): names first, so viewers label tracks.
+  // Metadata carry "ts": 0 although they have no time: speedscope rejects events without it.
   std::string header = "[\n";
   auto meta = [&](std::string_view name, int tid, const nlohmann::json& args, bool last) {
-    nlohmann::json e = {{"name", name}, {"ph", "M"}, {"pid", rank}, {"tid", tid}, {"args", args}};
+    nlohmann::json e = {{"name", name}, {"ph", "M"}, {"pid", rank},
+                        {"tid", tid},   {"ts", 0},   {"args", args}};
     header += e.dump();
     if (!last) header += ",\n";
   };
@@ -291,7 +355,7 @@ Status Timeline::start(const std::string& path, int rank, bool mark_cycles) {
     std::lock_guard<std::mutex> lock(m.mu);
     m.write_status = Status::Ok();
   }
-  m.write_bytes(header);
+  m.note_write_status(m.sink->write(header, {}));
 
   {
     std::lock_guard<std::mutex> lock(m.mu);
@@ -313,6 +377,7 @@ Status Timeline::start(const std::string& path, int rank, bool mark_cycles) {
     m.dropped.store(0, std::memory_order_relaxed);
   }
   m.mark_cycles.store(mark_cycles, std::memory_order_relaxed);
+  m.wrote_tail = false;
   try {
     m.writer = std::thread([&m, rank] { m.writer_loop(rank); });
   } catch (const std::system_error& e) {  // out of threads: leave the timeline stopped
@@ -320,17 +385,20 @@ Status Timeline::start(const std::string& path, int rank, bool mark_cycles) {
       std::lock_guard<std::mutex> lock(m.mu);
       m.recording = false;
     }
-    std::fclose(m.file);
-    m.file = nullptr;
+    (void)m.sink->close({});
+    m.sink.reset();
     return Status::Internal("timeline: cannot start the writer thread for '" + path +
                             "': " + e.what());
   }
   m.active.store(true, std::memory_order_release);
+  if (m.options.stop_on_signals) timeline_detail::register_for_signal_stop(impl_);
   return Status::Ok();
 }
 
-void Timeline::stop() {
-  Impl& m = *impl_;
+void Timeline::stop(std::string_view reason) { impl_->stop(reason); }
+
+void Timeline::Impl::stop(std::string_view reason) {
+  Impl& m = *this;
   std::lock_guard<std::mutex> lifecycle(m.lifecycle_mu);
   if (!m.writer.joinable()) return;
   m.active.store(false, std::memory_order_release);
@@ -339,7 +407,7 @@ void Timeline::stop() {
   {
     std::lock_guard<std::mutex> lock(m.mu);
     m.recording = false;
-    m.queue_final_events();
+    m.queue_final_events(reason);
     unmatched = m.unmatched_ends;
     rank = m.rank;
     m.stopping = true;
@@ -353,19 +421,14 @@ void Timeline::stop() {
       {"ph", "M"},
       {"pid", rank},
       {"tid", trace_format::kMarkersTid},
+      {"ts", 0},
       {"args",
        {{trace_format::kDroppedEventsArg, m.dropped.load(std::memory_order_relaxed)},
         {trace_format::kUnmatchedEndsArg, unmatched}}}};
-  m.write_bytes(",\n" + stats.dump() + "\n]\n");
-  if (std::fclose(m.file) != 0) {
-    int err = errno;
-    std::lock_guard<std::mutex> lock(m.mu);
-    if (m.write_status.ok()) {
-      m.write_status =
-          Status::IoError("timeline: closing '" + m.path + "' failed: " + std::strerror(err));
-    }
-  }
-  m.file = nullptr;
+  m.final_text += ",\n" + stats.dump();
+  m.note_write_status(m.sink->close(m.final_text));
+  m.final_text = {};
+  m.sink.reset();
   std::lock_guard<std::mutex> lock(m.mu);
   m.tracks.clear();
   m.pending = {};  // give the queue's memory back while stopped
@@ -375,22 +438,32 @@ bool Timeline::active() const { return impl_->active.load(std::memory_order_acqu
 
 void Timeline::begin(std::string_view tensor, std::string_view phase, TimelineArgs args) {
   if (!active()) return;
-  impl_->record(EventKind::kBegin, tensor, phase, std::move(args));
+  impl_->begin(tensor, phase, std::move(args));
 }
 
 void Timeline::end(std::string_view tensor, TimelineArgs args) {
   if (!active()) return;
-  impl_->record(EventKind::kEnd, tensor, {}, std::move(args));
+  impl_->end(tensor, std::move(args));
+}
+
+void Timeline::end_all(std::string_view tensor, const TimelineArgs& args) {
+  if (!active()) return;
+  impl_->end_all(tensor, args);
 }
 
 void Timeline::instant(std::string_view tensor, std::string_view name, TimelineArgs args) {
   if (!active()) return;
-  impl_->record(EventKind::kInstant, tensor, name, std::move(args));
+  impl_->instant(EventKind::kInstant, tensor, name, std::move(args));
+}
+
+void Timeline::global_instant(std::string_view name, TimelineArgs args) {
+  if (!active()) return;
+  impl_->instant(EventKind::kGlobalInstant, {}, name, std::move(args));
 }
 
 void Timeline::mark_cycle() {
   if (!active() || !impl_->mark_cycles.load(std::memory_order_relaxed)) return;
-  impl_->record(EventKind::kInstant, {}, "CYCLE_START", {});
+  impl_->instant(EventKind::kGlobalInstant, {}, trace_format::kCycleMarker, {});
 }
 
 uint64_t Timeline::dropped_events() const { return impl_->dropped.load(std::memory_order_relaxed); }

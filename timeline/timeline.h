@@ -1,26 +1,31 @@
 // Timeline: records operations and their phases as Chrome trace JSON (the "Trace Event Format"),
-// which Perfetto and chrome://tracing open. One file per rank; `kolo-trace merge` combines them.
+// which Chromium's DevTools, Perfetto and speedscope open. One file per rank; `kolo-trace
+// merge` combines them.
 //
 // Layout of a file: a JSON array of events. pid = rank (one process track per rank, named
 // "rank N"); tid = one thread track per tensor name (named after the tensor; ids assigned in
-// order of first use, stable for the whole recording) plus track 0 "markers" for cycle markers.
-// Phases are spans ("ph":"B"/"E") named QUEUE, NEGOTIATE, WAIT_FOR_DATA, MEMCPY_IN_FUSION, the
-// backend's op (e.g. "TCP_ALLREDUCE"), MEMCPY_OUT_FUSION, CALLBACK; the outermost span on a
-// tensor's track is the operation itself (e.g. "ALLREDUCE") with args (bytes, dtype, shape,
-// backend, fused tensor count). Instants are "ph":"i". Timestamps ("ts") are microseconds (with
-// nanosecond decimals) since start() on the steady clock. Metadata events (timeline/
-// trace_format.h) record the wall-clock time of ts = 0, so that merge can align clocks across
-// ranks, and, at stop(), how many events were dropped.
+// order of first use, stable for the whole recording) plus track 0 "markers". Every span is a
+// complete event ("ph":"X", ts and dur) written when it ends, carrying the args of its begin
+// and its end: viewers show X events' args, and an X needs no begin/end matching (DevTools
+// matches "B"/"E" across threads and mis-draws interleaved rows). A span's name is only its
+// phase: QUEUE, NEGOTIATE, WAIT_FOR_DATA, MEMCPY_IN_FUSION, the backend's op (e.g.
+// "TCP_ALLREDUCE"), MEMCPY_OUT_FUSION, CALLBACK; the outermost span on a tensor's track is the
+// operation itself (e.g. "ALLREDUCE") with args bytes, dtype, shape, backend, fused, status.
+// Instants are "ph":"i" ("s":"t" on a tensor's row, "s":"g" across every row for markers).
+// Timestamps ("ts", "dur") are microseconds (with nanosecond decimals) since start() on the
+// steady clock. Metadata events (timeline/trace_format.h) record the wall-clock time of ts = 0,
+// so that merge can align clocks across ranks, and, at stop(), how many events were dropped.
+//
+// Crash safety (timeline/trace_sink.h): the file is valid JSON after every flush. Spans open at
+// a flush are written there with "status": "open" and the duration so far, and replaced at the
+// next flush, so a killed process leaves them as of its last flush. stop(reason) closes the
+// spans still open with "status": "aborted" and "reason".
 //
 // Thread-safety: every method may be called from any thread, concurrently (destruction aside).
 // Recording methods never block on I/O: they append to an in-memory queue (one short
 // mutex-protected push) that a writer thread drains. Memory is bounded: past
-// TimelineOptions::max_queued_events, begin and instant events are dropped and counted (the count
-// is written at stop()); the end of a span whose begin was dropped is dropped with it, and the end
-// of a span whose begin was kept is always kept, so spans in the file always nest. The file is
-// valid JSON after stop() (or destruction); spans still open at stop() are closed there with the
-// arg "unfinished": 1. If the process dies first, the file is an unterminated array, which both
-// viewers and `kolo-trace` accept.
+// TimelineOptions::max_queued_events, spans and instants are dropped and counted (the count is
+// written at stop()). Open spans are held apart from the queue, one per begin() not yet ended.
 #pragma once
 
 #include <chrono>
@@ -41,6 +46,10 @@ namespace kolo {
 // UTF-8 is replaced).
 using TimelineArgs = std::vector<std::pair<std::string, std::string>>;
 
+// {"status": "OK"} or {"status": code name, "error": message}: a span's outcome
+// (trace_format.h).
+TimelineArgs timeline_status_args(const Status& status);
+
 struct TimelineOptions {
   // Events waiting for the writer thread. Past this, new spans and instants are dropped (and
   // counted). Ends of kept spans, and a track's name (queued with its first kept event), are
@@ -55,6 +64,9 @@ struct TimelineOptions {
   // max_queued_events leaves only the flush interval (tests use that to make dropping
   // deterministic).
   size_t wake_writer_at = 0;
+  // SIGTERM and SIGINT stop this timeline (open spans "aborted", reason the signal) before the
+  // signal takes its course (timeline/signal_stop.h): for the one timeline of a Kolo process.
+  bool stop_on_signals = false;
 };
 
 class Timeline {
@@ -70,21 +82,27 @@ class Timeline {
   // opened; PreconditionFailed when already started; Internal when the writer thread cannot be
   // created. A stopped timeline may be started again (the file is truncated again).
   Status start(const std::string& path, int rank, bool mark_cycles = false);
-  // Flushes every queued event, terminates the JSON array and closes the file. Idempotent.
-  // Blocks until the writer thread has finished (the only method that waits for I/O).
-  void stop();
+  // Closes the spans still open with "status": "aborted" and "reason": `reason`, flushes every
+  // queued event, terminates the JSON array and closes the file. Idempotent. Blocks until the
+  // writer thread has finished (the only method that waits for I/O).
+  void stop(std::string_view reason = "the timeline was stopped");
   // Cheap (one atomic load): callers test it before building arguments.
   bool active() const;
 
   // Opens a span named `phase` on the track of `tensor` (the markers track when tensor is
   // empty). Spans on one track nest.
   void begin(std::string_view tensor, std::string_view phase, TimelineArgs args = {});
-  // Closes the innermost open span on the track of `tensor`; args are merged into it (the "E"
-  // event carries them and the span's name). An end with no open span is ignored and counted.
+  // Closes the innermost open span on the track of `tensor`; `args` are added to its begin's
+  // (replacing those of the same key). An end with no open span is ignored and counted.
   void end(std::string_view tensor, TimelineArgs args = {});
+  // Closes every open span on the track of `tensor`, innermost first, each with `args` added:
+  // how a failed operation's phases all end with its Status.
+  void end_all(std::string_view tensor, const TimelineArgs& args);
   // An instant event on the track of `tensor` (or the markers track when tensor is empty).
   void instant(std::string_view tensor, std::string_view name, TimelineArgs args = {});
-  // A "CYCLE_START" instant on the markers track; a no-op unless started with mark_cycles.
+  // An instant on the markers track that viewers draw across every row ("s":"g").
+  void global_instant(std::string_view name, TimelineArgs args = {});
+  // A "CYCLE_START" global instant; a no-op unless started with mark_cycles.
   void mark_cycle();
 
   // Events dropped because the queue was full since start().
@@ -95,7 +113,7 @@ class Timeline {
 
  private:
   struct Impl;
-  std::unique_ptr<Impl> impl_;
+  std::shared_ptr<Impl> impl_;  // shared with the signal watcher, which holds it weakly
 };
 
 }  // namespace kolo

@@ -23,11 +23,10 @@ void append_int(std::string& out, int64_t v) {
 
 const char* phase_letter(EventKind kind) {
   switch (kind) {
-    case EventKind::kBegin:
-      return "B";
-    case EventKind::kEnd:
-      return "E";
+    case EventKind::kComplete:
+      return "X";
     case EventKind::kInstant:
+    case EventKind::kGlobalInstant:
       return "i";
     case EventKind::kThreadName:
       return "M";
@@ -107,15 +106,21 @@ void append_event_json(std::string& out, const TraceEvent& event, int pid) {
   out += ",\"tid\":";
   append_int(out, event.tid);
   if (event.kind == EventKind::kThreadName) {
-    // The track's name is a label, never a number, even when a tensor is called "42".
-    out += ",\"args\":{\"name\":";
+    // The track's name is a label, never a number, even when a tensor is called "42". "ts"
+    // although metadata has no time: speedscope rejects a file with any event lacking it.
+    out += ",\"ts\":0,\"args\":{\"name\":";
     append_json_string(out, event.name);
     out += "}}";
     return;
   }
   out += ",\"ts\":";
   append_ts_us(out, event.ts_ns);
+  if (event.kind == EventKind::kComplete) {
+    out += ",\"dur\":";
+    append_ts_us(out, event.dur_ns);
+  }
   if (event.kind == EventKind::kInstant) out += ",\"s\":\"t\"";
+  if (event.kind == EventKind::kGlobalInstant) out += ",\"s\":\"g\"";
   if (!event.args.empty()) {
     out += ",\"args\":{";
     bool first = true;

@@ -12,16 +12,17 @@
 namespace kolo::timeline_detail {
 
 enum class EventKind : uint8_t {
-  kBegin,       // "ph":"B"
-  kEnd,         // "ph":"E" (name = the span's name, so readers need not track the stack)
-  kInstant,     // "ph":"i", thread scope
-  kThreadName,  // "ph":"M" thread_name metadata; `name` is the track's name, args unused
+  kComplete,       // "ph":"X": a span, ts and dur (the only kind of span Kolo writes)
+  kInstant,        // "ph":"i", thread scope: drawn on the tensor's own row
+  kGlobalInstant,  // "ph":"i", global scope: a line across every row (cycle and step markers)
+  kThreadName,     // "ph":"M" thread_name metadata; `name` is the track's name, args unused
 };
 
 struct TraceEvent {
   EventKind kind = EventKind::kInstant;
   int tid = 0;
-  int64_t ts_ns = 0;  // since the timeline's start, steady clock
+  int64_t ts_ns = 0;   // since the timeline's start, steady clock
+  int64_t dur_ns = 0;  // kComplete only
   std::string name;
   TimelineArgs args;
 };

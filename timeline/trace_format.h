@@ -20,10 +20,26 @@ inline constexpr std::string_view kStatsEvent = "kolo_timeline_stats";
 inline constexpr std::string_view kDroppedEventsArg = "dropped_events";
 inline constexpr std::string_view kUnmatchedEndsArg = "unmatched_ends";
 
-// Arg on the "E" events that stop() writes for spans still open.
-inline constexpr std::string_view kUnfinishedArg = "unfinished";
+// Args of a span's outcome. kStatusArg is "OK", a StatusCode name (e.g. "PeerFailure"; then
+// kErrorArg holds the message), kStatusOpen for a span still open at the last flush (the process
+// died before closing it) or kStatusAborted (closed by stop(); kReasonArg says why).
+inline constexpr std::string_view kStatusArg = "status";
+inline constexpr std::string_view kErrorArg = "error";
+inline constexpr std::string_view kReasonArg = "reason";
+inline constexpr std::string_view kStatusOpen = "open";
+inline constexpr std::string_view kStatusAborted = "aborted";
+
+// Instants on the markers track.
+inline constexpr std::string_view kCycleMarker = "CYCLE_START";
+inline constexpr std::string_view kStepMarker = "STEP";  // args {kStepArg: n}: step n begins
+inline constexpr std::string_view kStepArg = "step";
 
 // The phase whose begin, compared across ranks, tells which rank arrived last.
 inline constexpr std::string_view kNegotiatePhase = "NEGOTIATE";
+// The phase that begins when the operation is submitted.
+inline constexpr std::string_view kQueuePhase = "QUEUE";
+// Added by `kolo-trace merge` on each rank's row of a tensor: when each rank submitted that
+// operation (args {"rank": r, "lag_us": behind the first}); Note [Submission marks].
+inline constexpr std::string_view kSubmittedMark = "SUBMITTED";
 
 }  // namespace kolo::trace_format

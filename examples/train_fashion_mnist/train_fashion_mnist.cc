@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -158,12 +159,19 @@ fw::LrScaling to_fw(kolo::example::ScalingRule rule) {
 }
 
 int train(const TrainArgs& args) {
+  if (const char* env = std::getenv("KOLO_TIMELINE"); env && *env && !args.timeline.empty()) {
+    // The flag wins; unset before init(), which would otherwise start KOLO_TIMELINE's file.
+    std::fprintf(stderr, "train_fashion_mnist: warning: --timeline %s replaces KOLO_TIMELINE=%s\n",
+                 args.timeline.c_str(), env);
+    ::unsetenv("KOLO_TIMELINE");
+  }
   throw_if_error(kolo::init());
   const int rank = kolo::rank();
   const int world = kolo::size();
   const bool root = rank == 0;
   if (!args.timeline.empty()) {
-    throw_if_error(kolo::start_timeline(args.timeline));  // one file per rank
+    // One file per rank; cycle markers as KOLO_TIMELINE_MARK_CYCLES says.
+    throw_if_error(kolo::start_timeline(args.timeline));
   }
   const kolo::Device device = choose_device(args);
 

@@ -36,6 +36,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -76,8 +77,10 @@ int cross_size();
 // Starts/stops recording a Chrome trace of this rank's operations to `path`, with the file
 // rule of KOLO_TIMELINE (which does the same at init()): "{rank}" in the path is replaced by
 // the rank, else jobs of several ranks write "<stem>.rank<N>.json" (or "<path>.rank<N>" for a
-// path not ending in .json), so every rank may pass the same path. PreconditionFailed before init or when already recording.
-Status start_timeline(const std::string& path, bool mark_cycles = false);
+// path not ending in .json), so every rank may pass the same path. `mark_cycles` adds a marker
+// per background cycle; by default, as KOLO_TIMELINE_MARK_CYCLES says. PreconditionFailed
+// before init or when already recording.
+Status start_timeline(const std::string& path, std::optional<bool> mark_cycles = std::nullopt);
 Status stop_timeline();
 
 // Marks the end of one training step on this rank. Kolo's step-based features (the autotuner,

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <fstream>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -139,6 +140,29 @@ void timeline(const std::string& dir) {
   ok(kolo::stop_timeline(), "stop_timeline");
 }
 
+// Rank 1 submits "stuck", which rank 0 never does, so it stays in NEGOTIATE; each rank then
+// writes DIR/ready.RANK (after a few flushes of its trace) and waits to be killed.
+void hang(const std::string& dir) {
+  ok(kolo::start_timeline(dir + "/trace.{rank}.json"), "start_timeline");
+  std::vector<float> a(4, 1.0f), b(4, 1.0f);
+  ok(kolo::allreduce("done", kolo::view_of(a.data(), {4})), "done");
+  kolo::Handle stuck;
+  if (kolo::rank() == 1) stuck = kolo::allreduce_async("stuck", kolo::view_of(b.data(), {4}));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  std::ofstream(dir + "/ready." + std::to_string(kolo::rank())) << "ready\n";
+  std::this_thread::sleep_for(std::chrono::seconds(60));
+}
+
+// Six steps, one allreduce each; KOLO_TIMELINE_STEPS (set by the test) picks which are recorded.
+// main() has marked two steps already, so these are steps 2 to 7.
+void window() {
+  for (int i = 0; i < 6; ++i) {
+    std::vector<float> v(4, 1.0f);
+    ok(kolo::allreduce("s" + std::to_string(i + 2), kolo::view_of(v.data(), {4})), "window");
+    ok(kolo::mark_step(), "mark_step");
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -162,6 +186,8 @@ int main(int argc, char** argv) {
   else if (scenario == "mismatch") mismatch();
   else if (scenario == "freeze") freeze();
   else if (scenario == "timeline") timeline(argc > 2 ? argv[2] : "/tmp");
+  else if (scenario == "hang") hang(argc > 2 ? argv[2] : "/tmp");
+  else if (scenario == "window") window();
   ok(kolo::shutdown(), "shutdown");
   kolo::Status after = kolo::allreduce("late", kolo::view_of(early.data(), {1}));
   if (after.message().find("kolo::shutdown() was called") == std::string::npos) ++failures;

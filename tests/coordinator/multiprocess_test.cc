@@ -2,12 +2,16 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <set>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -86,6 +90,83 @@ TEST(CoordinatorJob, AFrozenRankFailsTheJobAfterTheStallShutdownTime) {
   EXPECT_NE(m[2].str().find("rank 1"), std::string::npos) << r.output;
 }
 
+// A failed operation's span carries its Status, and the error is an instant on its row.
+TEST(CoordinatorJob, TimelineShowsAMismatchOnTheTensorsRow) {
+  char dir[] = "/tmp/kolo-coord-mismatch-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string d = dir;
+  auto r = run_command("KOLO_TIMELINE=" + d + "/m.json " + std::string(KOLO_TEST_KOLORUN) +
+                       " -np 2 " + KOLO_TEST_WORKER + " mismatch");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string message =
+      "allreduce 'w': shape differs across ranks: rank 0 has [3]; rank 1 has [5]";
+  for (int rank = 0; rank < 2; ++rank) {
+    std::ifstream in(d + "/m.rank" + std::to_string(rank) + ".json");
+    nlohmann::json events = nlohmann::json::parse(in);
+    int errors = 0, spans = 0;
+    for (const auto& e : events) {
+      if (e["name"] == "ERROR" && e["ph"] == "i") {
+        EXPECT_EQ(e["args"]["status"], "Mismatch");
+        EXPECT_EQ(e["args"]["error"], message);
+        ++errors;
+      }
+      if (e["name"] == "ALLREDUCE" && e["ph"] == "X") {
+        EXPECT_EQ(e["args"]["status"], "Mismatch");
+        EXPECT_EQ(e["args"]["error"], message);
+        ++spans;
+      }
+    }
+    EXPECT_EQ(errors, 1) << rank;
+    EXPECT_EQ(spans, 1) << rank;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// What DevTools and speedscope need to draw every span right (issue 14): complete events only
+// (DevTools matches B/E across threads; speedscope names frames after B's args), a "ts" on
+// every event, and on each row (tid) spans that nest: any two are disjoint or one contains
+// the other. The operation span carries the args; its phases' names are phases only.
+void expect_what_viewers_need(const nlohmann::json& events) {
+  std::map<int, std::vector<std::pair<double, double>>> rows;
+  std::map<int, std::string> row_names;
+  for (const auto& e : events) {
+    ASSERT_TRUE(e.contains("ts") && e["ts"].is_number()) << e;
+    const std::string ph = e["ph"];
+    EXPECT_TRUE(ph == "X" || ph == "i" || ph == "M") << e;
+    if (ph == "M" && e["name"] == "thread_name") row_names[e["tid"]] = e["args"]["name"];
+    if (ph != "X") continue;
+    const double ts = e["ts"], dur = e["dur"];
+    EXPECT_GE(ts, 0.0) << e;
+    EXPECT_GE(dur, 0.0) << e;
+    rows[e["tid"]].emplace_back(ts, ts + dur);
+    const std::string name = e["name"];
+    EXPECT_EQ(name.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZ_"), std::string::npos) << e;
+    if (name == "ALLREDUCE") {  // an unfinished or failed one knows what it is, if not how it ran
+      for (const char* arg : {"bytes", "dtype", "shape", "status"})
+        EXPECT_TRUE(e["args"].contains(arg)) << arg << " missing: " << e;
+      if (e["args"].value("status", "") == "OK") {
+        for (const char* arg : {"backend", "fused"})
+          EXPECT_TRUE(e["args"].contains(arg)) << arg << " missing: " << e;
+      }
+    }
+  }
+  for (auto& [tid, spans] : rows) {
+    EXPECT_TRUE(row_names.count(tid)) << "row " << tid << " has no name";
+    std::sort(spans.begin(), spans.end(), [](const auto& a, const auto& b) {
+      return a.first != b.first ? a.first < b.first : a.second > b.second;
+    });
+    std::vector<double> open_ends;  // ends of the spans containing the current one
+    for (const auto& [begin, end] : spans) {
+      while (!open_ends.empty() && open_ends.back() <= begin) open_ends.pop_back();
+      if (!open_ends.empty()) {
+        EXPECT_LE(end, open_ends.back() + 0.001) << "row " << row_names[tid] << ": span at "
+                                                 << begin << " overlaps its parent";
+      }
+      open_ends.push_back(end);
+    }
+  }
+}
+
 TEST(CoordinatorJob, TimelineHasATrackPerRankAndEveryPhase) {
   char dir[] = "/tmp/kolo-coord-timeline-XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
@@ -105,7 +186,103 @@ TEST(CoordinatorJob, TimelineHasATrackPerRankAndEveryPhase) {
     for (const char* phase : {"ALLREDUCE", "QUEUE", "NEGOTIATE", "WAIT_FOR_DATA",
                               "MEMCPY_IN_FUSION", "SHM_ALLREDUCE", "MEMCPY_OUT_FUSION", "CALLBACK"})
       EXPECT_TRUE(names.count(phase)) << "rank " << rank << " lacks " << phase;
+    expect_what_viewers_need(events);
   }
+}
+
+// Issue 14: the trace of a run stopped by a signal is the one users need. kolorun forwards
+// SIGTERM and SIGINT (and a SIGKILL of kolorun kills the ranks): every rank's file must parse,
+// with rank 1's operation that never completed present and marked with how it ended: aborted
+// by the signal, or failed because rank 0 went first (the ranks get the signal one by one).
+class StoppedBy : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(StoppedBy, EveryRankLeavesValidJsonWithTheStuckOperation) {
+  const std::string signal = GetParam();
+  char dir[] = "/tmp/kolo-coord-hang-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string d = dir;
+  auto r =
+      run_command(std::string(KOLO_TEST_KOLORUN) + " -np 2 " + KOLO_TEST_WORKER + " hang " + d +
+                      " & pid=$!; for i in $(seq 400); do [ -e " + d + "/ready.0 ] && [ -e " + d +
+                      "/ready.1 ] && break; sleep 0.05; done; kill -" + signal +
+                      " $pid; wait $pid; echo exit=$?",
+                  60);
+  // kolorun exits as its ranks did: killed by the signal.
+  const int sig = signal == "TERM" ? SIGTERM : signal == "INT" ? SIGINT : SIGKILL;
+  EXPECT_NE(r.output.find("exit=" + std::to_string(128 + sig)), std::string::npos) << r.output;
+  const std::string expected_status = signal == "KILL" ? "open" : "aborted";
+  for (int rank = 0; rank < 2; ++rank) {
+    std::ifstream in(d + "/trace." + std::to_string(rank) + ".json");
+    ASSERT_TRUE(in.good()) << rank;
+    nlohmann::json events;
+    ASSERT_NO_THROW(events = nlohmann::json::parse(in)) << "rank " << rank << "\n" << r.output;
+    expect_what_viewers_need(events);
+    std::map<std::string, nlohmann::json> spans;  // rank 1's "stuck" spans by phase
+    int tid_stuck = -1, tid_done = -1;
+    for (const auto& e : events) {
+      if (e["ph"] != "M" || e["name"] != "thread_name") continue;
+      if (e["args"]["name"] == "stuck") tid_stuck = e["tid"];
+      if (e["args"]["name"] == "done") tid_done = e["tid"];
+    }
+    int done = 0;
+    for (const auto& e : events) {
+      if (e["ph"] != "X") continue;
+      if (e["tid"] == tid_done && e["name"] == "ALLREDUCE") {
+        EXPECT_EQ(e["args"]["status"], "OK");
+        ++done;
+      }
+      if (e["tid"] == tid_stuck) spans[e["name"]] = e;
+    }
+    EXPECT_EQ(done, 1) << "rank " << rank;
+    if (rank == 0) {
+      EXPECT_EQ(tid_stuck, -1);
+      continue;
+    }
+    ASSERT_EQ(spans.size(), 3u) << events.dump();  // the op, its QUEUE (done), NEGOTIATE
+    EXPECT_FALSE(spans["QUEUE"].contains("args"));
+    for (const char* phase : {"ALLREDUCE", "NEGOTIATE"}) {
+      const auto& args = spans[phase]["args"];
+      if (args["status"] == "PeerFailure") {
+        // Rank 0 stopped first and rank 1 saw it go before its own signal came: the
+        // operation failed, and says so.
+        EXPECT_NE(args["error"].get<std::string>().find("rank 0"), std::string::npos) << args;
+        continue;
+      }
+      EXPECT_EQ(args["status"], expected_status) << phase;
+      if (signal != "KILL") {
+        EXPECT_EQ(args["reason"], "the process received SIG" + signal) << phase;
+      }
+      // Open for the 0.5 s before ready.1; a SIGKILL leaves the last flush (100 ms apart, and
+      // a loaded machine may delay the writer), a stop the time of the signal.
+      EXPECT_GE(spans[phase]["dur"].get<double>(), signal == "KILL" ? 200000.0 : 450000.0) << phase;
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+INSTANTIATE_TEST_SUITE_P(Signal, StoppedBy, ::testing::Values("TERM", "INT", "KILL"));
+
+// KOLO_TIMELINE_STEPS=3:5 records steps 3 and 4 only; a path ending in .gz is gzip.
+TEST(CoordinatorJob, TimelineRecordsOnlyTheStepWindowAsGzip) {
+  char dir[] = "/tmp/kolo-coord-window-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string d = dir;
+  auto r = run_command("KOLO_TIMELINE=" + d + "/w.json.gz KOLO_TIMELINE_STEPS=3:5 " +
+                       std::string(KOLO_TEST_KOLORUN) + " -np 2 " + KOLO_TEST_WORKER + " window");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (int rank = 0; rank < 2; ++rank) {
+    auto text = run_command("gzip -dc " + d + "/w.rank" + std::to_string(rank) + ".json.gz");
+    ASSERT_EQ(text.exit_code, 0) << text.output;
+    nlohmann::json events = nlohmann::json::parse(text.output);
+    std::set<std::string> tensors, steps;
+    for (const auto& e : events) {
+      if (e["ph"] == "M" && e["name"] == "thread_name")
+        tensors.insert(e["args"]["name"].get<std::string>());
+      if (e["ph"] == "i" && e["name"] == "STEP") steps.insert(e["args"]["step"].dump());
+    }
+    EXPECT_EQ(tensors, (std::set<std::string>{"markers", "s3", "s4"})) << rank;
+    EXPECT_EQ(steps, (std::set<std::string>{"3", "4"})) << rank;
+  }
+  std::filesystem::remove_all(dir);
 }
 
 // NCCL-style echo: at info, rank 0 (only) logs each variable the environment set, once; a

@@ -46,6 +46,8 @@ std::string metavar(const Knob& k) {
     }
     case KnobKind::kText:
       return "TEXT";
+    case KnobKind::kRange:
+      return "FIRST:END";
   }
   return "";
 }

@@ -30,6 +30,11 @@ struct MergedTrace {
 
 MergedTrace merge_traces(const std::vector<TraceFile>& files);
 
+// Whether `out` may be written with the merge of `inputs`: InvalidArgument naming it when it is
+// one of the inputs (the same file, whatever the spelling), or when it exists and !force.
+Status check_merge_output(const std::string& out, const std::vector<std::string>& inputs,
+                          bool force);
+
 // Writes `events` (a JSON array) to `path`, one event per line. IoError names the path.
 Status write_trace(const std::string& path, const nlohmann::json& events);
 

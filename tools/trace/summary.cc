@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
+#include <iterator>
+#include <limits>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -55,59 +57,93 @@ uint64_t bytes_arg(const json& args) {
   return 0;
 }
 
-struct OpenSpan {
+struct Interval {
   std::string name;
   double begin_us;
+  double end_us;
   json args;
 };
 
 using Occurrence = std::pair<std::string, size_t>;  // tensor, index of its NEGOTIATE on a rank
 
+// The step rank `pid` was in at `ts`: that of its last STEP marker at or before ts, else 0.
+int64_t step_at(const std::map<int64_t, std::vector<std::pair<double, int64_t>>>& steps,
+                int64_t pid, double ts) {
+  auto it = steps.find(pid);
+  if (it == steps.end()) return 0;
+  auto after = std::upper_bound(it->second.begin(), it->second.end(),
+                                std::make_pair(ts, std::numeric_limits<int64_t>::max()));
+  return after == it->second.begin() ? 0 : std::prev(after)->second;
+}
+
 class Builder {
  public:
   explicit Builder(TraceSummary& s) : s_(s) {}
 
-  void track(int64_t pid, const std::string& tensor, std::vector<const json*> events) {
-    // Files keep each track in time order; sorting (stably) also accepts hand-made or
-    // concatenated inputs.
-    std::stable_sort(events.begin(), events.end(), [](const json* a, const json* b) {
+  void track(int64_t pid, const std::string& tensor, const std::vector<const json*>& events) {
+    // Spans as intervals: X events as they are; B/E pairs (older files) matched per track.
+    std::vector<Interval> spans;
+    std::vector<Interval> open;
+    std::vector<const json*> sorted = events;
+    std::stable_sort(sorted.begin(), sorted.end(), [](const json* a, const json* b) {
       return number_or(*a, "ts", 0) < number_or(*b, "ts", 0);
     });
-    std::vector<OpenSpan> open;
-    size_t negotiations = 0;
-    auto close = [&](const std::string& name, double begin, double end, const json& args) {
-      std::string kind = open.empty() ? name : open.front().name;
-      int order = open.empty() ? kOpOrder : phase_order(name);
-      std::string phase = open.empty() ? std::string() : name;
-      uint64_t bytes = open.empty() ? bytes_arg(args) : 0;
-      if (open.empty()) ++s_.operations;
-      add(s_.by_kind[{kind, order, phase}], end - begin, bytes);
-      add(s_.by_tensor[{tensor, kind, order, phase}], end - begin, bytes);
-      if (is_negotiation(name)) occurrences_[{tensor, negotiations++}].emplace_back(pid, begin);
-    };
-    for (const json* e : events) {
+    for (const json* e : sorted) {
       std::string ph = e->value("ph", "");
       double ts = number_or(*e, "ts", 0);
       json args = e->contains("args") && (*e)["args"].is_object() ? (*e)["args"] : json::object();
       if (ph == "B") {
-        open.push_back(OpenSpan{e->value("name", ""), ts, std::move(args)});
+        open.push_back(Interval{e->value("name", ""), ts, ts, std::move(args)});
       } else if (ph == "E") {
         if (open.empty()) {
           ++s_.unmatched_ends;
           continue;
         }
-        OpenSpan span = std::move(open.back());
+        Interval span = std::move(open.back());
         open.pop_back();
         span.args.update(args);  // an end's args complete its begin's
-        close(span.name, span.begin_us, ts, span.args);
+        span.end_us = ts;
+        spans.push_back(std::move(span));
       } else if (ph == "X") {
-        close(e->value("name", ""), ts, ts + number_or(*e, "dur", 0), args);
+        spans.push_back(Interval{e->value("name", ""), ts, ts + number_or(*e, "dur", 0), args});
       }
     }
     s_.unclosed_spans += open.size();
+    // Outer spans first; a span lies inside the ones on the stack that contain it. The slack
+    // absorbs the files' nanosecond rounding of ts and dur.
+    std::stable_sort(spans.begin(), spans.end(), [](const Interval& a, const Interval& b) {
+      return a.begin_us != b.begin_us ? a.begin_us < b.begin_us : a.end_us > b.end_us;
+    });
+    constexpr double kSlackUs = 0.002;
+    std::vector<const Interval*> stack;
+    size_t negotiations = 0;
+    for (const Interval& span : spans) {
+      while (!stack.empty() && span.end_us > stack.back()->end_us + kSlackUs) stack.pop_back();
+      const bool op = stack.empty();
+      const std::string& kind = op ? span.name : stack.front()->name;
+      stack.push_back(&span);
+      if (is_negotiation(span.name))
+        occurrences_[{tensor, negotiations++}].emplace_back(pid, span.begin_us);
+      std::string status = span.args.value(std::string(trace_format::kStatusArg), "");
+      if (status == trace_format::kStatusOpen || status == trace_format::kStatusAborted) {
+        s_.open_at_end.push_back(
+            OpenSpanAtEnd{pid, tensor, op ? std::string() : span.name, kind, span.begin_us, status,
+                          span.args.value(std::string(trace_format::kReasonArg), "")});
+        continue;  // incomplete: listed, not counted
+      }
+      const int order = op ? kOpOrder : phase_order(span.name);
+      const std::string phase = op ? std::string() : span.name;
+      const uint64_t bytes = op ? bytes_arg(span.args) : 0;
+      if (op) ++s_.operations;
+      add(s_.by_kind[{kind, order, phase}], span.end_us - span.begin_us, bytes);
+      add(s_.by_tensor[{tensor, kind, order, phase}], span.end_us - span.begin_us, bytes);
+    }
   }
 
-  void finish_stragglers() {
+  // `steps`: per pid, (ts, step) of its STEP markers in time order.
+  void finish_stragglers(const std::map<int64_t, std::vector<std::pair<double, int64_t>>>& steps) {
+    std::map<int64_t, std::map<int64_t, double>> lag_by_step;  // step -> rank -> total lag
+    std::map<int64_t, StepStragglers> per_step;
     for (auto& [occurrence, arrivals] : occurrences_) {
       std::sort(arrivals.begin(), arrivals.end());  // by pid: ties go to the lowest rank
       for (const auto& [pid, begin] : arrivals) s_.stragglers[pid];
@@ -121,6 +157,22 @@ class Builder {
       ++st.last_count;
       st.lag_us += last->second - first->second;
       ++s_.negotiations;
+
+      int64_t step = step_at(steps, first->first, first->second);
+      StepStragglers& row = per_step[step];
+      row.step = step;
+      ++row.negotiations;
+      row.max_lag_us = std::max(row.max_lag_us, last->second - first->second);
+      for (const auto& [pid, begin] : arrivals) lag_by_step[step][pid] += begin - first->second;
+    }
+    for (auto& [step, row] : per_step) {
+      for (const auto& [pid, lag] : lag_by_step[step]) {
+        if (lag > row.lag_us) {
+          row.lag_us = lag;
+          row.late_rank = pid;
+        }
+      }
+      s_.per_step.push_back(row);
     }
   }
 
@@ -176,6 +228,7 @@ TraceSummary summarize(const json& events) {
   TraceSummary s;
   std::map<std::pair<int64_t, int64_t>, std::string> names;
   std::map<std::pair<int64_t, int64_t>, std::vector<const json*>> tracks;
+  std::map<int64_t, std::vector<std::pair<double, int64_t>>> steps;
   for (const json& e : events) {
     if (!e.is_object()) continue;
     std::string ph = e.value("ph", "");
@@ -193,14 +246,20 @@ TraceSummary summarize(const json& events) {
     }
     s.ranks[pid] = true;
     if (ph == "B" || ph == "E" || ph == "X") tracks[{pid, tid}].push_back(&e);
+    if (ph == "i" && e.value("name", "") == trace_format::kStepMarker) {
+      const json args = e.contains("args") && e["args"].is_object() ? e["args"] : json::object();
+      steps[pid].emplace_back(number_or(e, "ts", 0),
+                              static_cast<int64_t>(number_or(args, trace_format::kStepArg, 0)));
+    }
   }
+  for (auto& [pid, marks] : steps) std::sort(marks.begin(), marks.end());
   Builder builder(s);
   for (auto& [key, track_events] : tracks) {
     auto it = names.find(key);
     std::string tensor = it != names.end() ? it->second : "tid " + std::to_string(key.second);
-    builder.track(key.first, tensor, std::move(track_events));
+    builder.track(key.first, tensor, track_events);
   }
-  builder.finish_stragglers();
+  builder.finish_stragglers(steps);
   return s;
 }
 
@@ -241,6 +300,17 @@ std::string format_summary(const TraceSummary& s) {
   }
   out += table({"rank", "last", "share", "total_lag_ms", "mean_lag_us"}, rows, 0);
 
+  if (!s.open_at_end.empty()) {
+    out += "\nSpans open at the end (" + std::to_string(s.open_at_end.size()) +
+           "; \"open\": the rank died with it open, \"aborted\": closed by a stop)\n";
+    rows.clear();
+    for (const OpenSpanAtEnd& o : s.open_at_end) {
+      rows.push_back({std::to_string(o.rank), o.tensor, o.kind, o.phase.empty() ? "(op)" : o.phase,
+                      fixed(o.since_us / 1000.0, 3), o.status, o.reason});
+    }
+    out += table({"rank", "tensor", "kind", "phase", "since_ms", "status", "reason"}, rows, 7);
+  }
+
   for (const auto& [pid, n] : s.dropped_events) {
     out += "\nNote: rank " + std::to_string(pid) + " dropped " + std::to_string(n) +
            " events (timeline queue full): its counts are incomplete\n";
@@ -252,6 +322,41 @@ std::string format_summary(const TraceSummary& s) {
   if (s.unmatched_ends > 0) {
     out += "\nNote: " + std::to_string(s.unmatched_ends) + " span ends had no begin; ignored\n";
   }
+  return out;
+}
+
+}  // namespace kolo::trace
+
+namespace kolo::trace {
+
+std::string format_per_step(const TraceSummary& s, TableFormat format) {
+  if (format == TableFormat::kJson) {
+    json rows = json::array();
+    for (const StepStragglers& r : s.per_step) {
+      rows.push_back({{"step", r.step},
+                      {"negotiations", r.negotiations},
+                      {"late_rank", r.late_rank},
+                      {"lag_ms", r.lag_us / 1000.0},
+                      {"max_lag_ms", r.max_lag_us / 1000.0}});
+    }
+    return rows.dump(1) + "\n";
+  }
+  const std::vector<std::string> header = {"step", "negotiations", "late_rank", "lag_ms",
+                                           "max_lag_ms"};
+  std::vector<std::vector<std::string>> rows;
+  for (const StepStragglers& r : s.per_step) {
+    rows.push_back({std::to_string(r.step), std::to_string(r.negotiations),
+                    std::to_string(r.late_rank), fixed(r.lag_us / 1000.0, 3),
+                    fixed(r.max_lag_us / 1000.0, 3)});
+  }
+  if (format == TableFormat::kText) return table(header, rows, 0);
+  std::string out;  // CSV: no cell needs quoting (numbers only)
+  auto csv_line = [&](const std::vector<std::string>& cells) {
+    for (size_t c = 0; c < cells.size(); ++c) out += (c ? "," : "") + cells[c];
+    out += "\n";
+  };
+  csv_line(header);
+  for (const auto& row : rows) csv_line(row);
   return out;
 }
 

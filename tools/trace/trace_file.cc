@@ -1,5 +1,7 @@
 #include "tools/trace/trace_file.h"
 
+#include <zlib.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -154,13 +156,34 @@ Result<TraceFile> parse_trace(std::string_view text, const std::string& name) {
   return file;
 }
 
+// The decompressed text of gzip file `path`. A stream cut short (a killed rank's last flush) is
+// not an error: what could be decompressed is returned, and parse_trace completes it.
+Result<std::string> gunzip(const std::string& path) {
+  gzFile gz = gzopen(path.c_str(), "rb");
+  if (gz == nullptr) return Status::IoError("cannot open '" + path + "': " + std::strerror(errno));
+  std::string text;
+  char buffer[1 << 16];
+  for (;;) {
+    int n = gzread(gz, buffer, sizeof(buffer));
+    if (n <= 0) break;  // end, or a truncated stream: keep what came before
+    text.append(buffer, static_cast<size_t>(n));
+  }
+  gzclose(gz);
+  return text;
+}
+
 Result<TraceFile> load_trace(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::IoError("cannot open '" + path + "': " + std::strerror(errno));
   std::ostringstream ss;
   ss << in.rdbuf();
   if (in.bad()) return Status::IoError("cannot read '" + path + "': " + std::strerror(errno));
-  return parse_trace(ss.str(), path);
+  std::string text = ss.str();
+  if (text.size() >= 2 && static_cast<unsigned char>(text[0]) == 0x1f &&
+      static_cast<unsigned char>(text[1]) == 0x8b) {  // gzip (KOLO_TIMELINE=....json.gz)
+    KOLO_ASSIGN_OR_RETURN(text, gunzip(path));
+  }
+  return parse_trace(text, path);
 }
 
 }  // namespace kolo::trace

@@ -222,7 +222,7 @@ TEST(Merge, WarnsAboutUnalignableAndCollidingInputs) {
   EXPECT_EQ(m.events.size(), 5u);
 }
 
-// A real timeline file cut short mid-event, as a crash leaves it, still merges.
+// A timeline file cut short mid-event (a .gz stream, or a file from an older Kolo) still merges.
 TEST(Merge, ReadsAnUnterminatedTimelineFile) {
   std::string path = temp_path("crashed_rank.json");
   {
@@ -234,8 +234,8 @@ TEST(Merge, ReadsAnUnterminatedTimelineFile) {
     tl.stop();
   }
   std::string full = read_text(path);
-  // Drop the closing bracket, the stats event and the middle of the last span's end.
-  size_t cut = full.rfind("\"ph\":\"E\"");
+  // Drop the closing bracket, the stats event and the middle of the last (aborted) span.
+  size_t cut = full.rfind("\"status\":\"aborted\"");
   ASSERT_NE(cut, std::string::npos);
   write_text(path, full.substr(0, cut));
 
@@ -245,17 +245,15 @@ TEST(Merge, ReadsAnUnterminatedTimelineFile) {
   EXPECT_GT(file->discarded_bytes, 0u);
   ASSERT_EQ(file->wall_clock_us.count(4), 1u);
   MergedTrace m = merge_traces({*file});
-  int begins = 0, ends = 0;
+  int spans = 0;
   for (const auto& e : m.events) {
     EXPECT_EQ(e.at("pid"), 4);
-    begins += e.at("ph") == "B";
-    ends += e.at("ph") == "E";
+    spans += e.at("ph") == "X";
   }
-  EXPECT_EQ(begins, 2);
-  EXPECT_EQ(ends, 1);
+  EXPECT_EQ(spans, 1);
   TraceSummary s = summarize(m.events);
   EXPECT_EQ(s.operations, 1u);
-  EXPECT_EQ(s.unclosed_spans, 1u);
+  EXPECT_TRUE(s.open_at_end.empty());
 }
 
 // Two ranks, rank 1 started 20 us after rank 0. Times below are each rank's own ts; the
@@ -360,6 +358,132 @@ TEST(Summary, NotesDroppedEventsAndStrayEnds) {
   EXPECT_NE(out.find("1 spans never ended"), std::string::npos) << out;
 }
 
+TEST(Summary, PerStepNamesTheRankTheStepWaitedForInEveryFormat) {
+  std::vector<TraceFile> files = two_rank_job();
+  // Step 1 begins at 90 on the common clock on both ranks (rank 1's own clock is 20 us behind).
+  auto step = [](int pid, double ts) {
+    json e = span("i", pid, 0, std::string(tf::kStepMarker), ts, {{tf::kStepArg, 1}});
+    e["s"] = "g";
+    return e;
+  };
+  files[0].events.push_back(step(0, 90));
+  files[1].events.push_back(step(1, 70));
+  TraceSummary s = summarize(merge_traces(files).events);
+  ASSERT_EQ(s.per_step.size(), 2u);
+  EXPECT_EQ(s.per_step[0].step, 0);
+  EXPECT_EQ(s.per_step[0].negotiations, 2u);  // w#0 and b#0: rank 1 late by 30 and 35
+  EXPECT_EQ(s.per_step[0].late_rank, 1);
+  EXPECT_DOUBLE_EQ(s.per_step[0].lag_us, 65);
+  EXPECT_DOUBLE_EQ(s.per_step[0].max_lag_us, 35);
+  EXPECT_EQ(s.per_step[1].late_rank, 0);  // w#1: rank 0 late by 20
+  EXPECT_DOUBLE_EQ(s.per_step[1].lag_us, 20);
+
+  std::string text = format_per_step(s, TableFormat::kText);
+  EXPECT_TRUE(has_line(text, "step negotiations late_rank lag_ms max_lag_ms")) << text;
+  EXPECT_TRUE(has_line(text, "0 2 1 0.065 0.035")) << text;
+  EXPECT_TRUE(has_line(text, "1 1 0 0.020 0.020")) << text;
+  EXPECT_EQ(
+      format_per_step(s, TableFormat::kCsv),
+      "step,negotiations,late_rank,lag_ms,max_lag_ms\n0,2,1,0.065,0.035\n1,1,0,0.020,0.020\n");
+  json rows = json::parse(format_per_step(s, TableFormat::kJson));
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0]["late_rank"], 1);
+  EXPECT_DOUBLE_EQ(rows[0]["lag_ms"].get<double>(), 0.065);
+  EXPECT_EQ(rows[1]["step"], 1);
+}
+
+// Note [Submission marks]: on each rank's row, when every rank submitted the operation.
+TEST(Merge, MarksWhenEachRankSubmittedOnEveryRanksRow) {
+  auto rank = [](int pid, int64_t wall, double queue_ts) {
+    TraceFile f;
+    f.path = "r" + std::to_string(pid);
+    f.events = json::array({clock_sync(pid, wall), meta(pid, 3, "thread_name", {{"name", "w"}}),
+                            span("X", pid, 3, "QUEUE", queue_ts)});
+    f.events.back()["dur"] = 5;
+    f.wall_clock_us[pid] = wall;
+    return f;
+  };
+  // Common clock: rank 0 submits at 100, rank 1 at 20 + 200 = 220.
+  MergedTrace m = merge_traces({rank(0, 1'000'000, 100), rank(1, 1'000'020, 200)});
+  auto marks = [](const json& events) {
+    std::map<std::pair<int, int>, json> by_row_and_rank;  // (row's pid, submitting rank)
+    for (const auto& e : events)
+      if (e.at("ph") == "i" && e.at("name") == tf::kSubmittedMark)
+        by_row_and_rank[{e.at("pid").get<int>(), e.at("args").at("rank").get<int>()}] = e;
+    return by_row_and_rank;
+  };
+  auto got = marks(m.events);
+  ASSERT_EQ(got.size(), 4u);
+  for (int row = 0; row < 2; ++row) {
+    const json& first = got[std::make_pair(row, 0)];
+    const json& late = got[std::make_pair(row, 1)];
+    EXPECT_EQ(first.at("ts"), 100.0);
+    EXPECT_EQ(first.at("args").at("lag_us"), 0.0);
+    EXPECT_EQ(late.at("ts"), 220.0);
+    EXPECT_EQ(late.at("args").at("lag_us"), 120.0);
+    EXPECT_EQ(late.at("tid"), 3);
+    EXPECT_EQ(late.at("s"), "t");
+  }
+  TraceFile again;
+  again.path = "merged";
+  again.events = m.events;
+  again.wall_clock_us = {{0, 1'000'000}, {1, 1'000'000}};
+  EXPECT_EQ(marks(merge_traces({again}).events).size(), 4u);  // not doubled
+}
+
+// KOLO_TIMELINE=....gz: gzip, read back by kolo-trace, also when cut short by a crash.
+TEST(TraceFile, ReadsGzipTimelinesWholeAndCutShort) {
+  std::string path = temp_path("z.json.gz");
+  Timeline tl;
+  ASSERT_TRUE(tl.start(path, 2).ok());
+  for (int i = 0; i < 100; ++i) {
+    tl.begin("w", "ALLREDUCE", {{"bytes", "64"}});
+    tl.end("w");
+  }
+  tl.stop();
+  std::string gz = read_text(path);
+  ASSERT_GE(gz.size(), 2u);
+  EXPECT_EQ(static_cast<unsigned char>(gz[0]), 0x1f);
+  auto file = load_trace(path);
+  ASSERT_TRUE(file.ok()) << file.status().to_string();
+  EXPECT_FALSE(file->recovered);
+  EXPECT_EQ(summarize(file->events).operations, 100u);
+  write_text(path, gz.substr(0, gz.size() * 2 / 3));  // a killed writer's stream
+  file = load_trace(path);
+  ASSERT_TRUE(file.ok()) << file.status().to_string();
+  EXPECT_TRUE(file->recovered);
+  EXPECT_GT(summarize(file->events).operations, 0u);
+}
+
+// The first thing one looks for in a hang: what each rank still had open, and since when.
+TEST(Summary, ListsSpansOpenAtTheEnd) {
+  json events = json::array(
+      {meta(0, 1, "thread_name", {{"name", "grad/w"}}), meta(1, 1, "thread_name", {{"name", "b"}}),
+       span("X", 0, 1, "ALLREDUCE", 100,
+            {{"status", "aborted"}, {"reason", "the process received SIGTERM"}}),
+       span("X", 0, 1, "NEGOTIATE", 110,
+            {{"status", "aborted"}, {"reason", "the process received SIGTERM"}}),
+       span("X", 1, 1, "ALLREDUCE", 50, {{"status", "open"}}),
+       span("X", 1, 1, "ALLREDUCE", 10, {{"status", "OK"}})});
+  for (auto& e : events)  // the unfinished ones end together at 130, as stop() closes them
+    if (e["ph"] == "X") e["dur"] = e["args"]["status"] == "OK" ? 20 : 130 - e["ts"].get<double>();
+  TraceSummary s = summarize(events);
+  ASSERT_EQ(s.open_at_end.size(), 3u);
+  EXPECT_EQ(s.operations, 1u);  // the completed one only
+  const OpenSpanAtEnd& negotiate = s.open_at_end[1];
+  EXPECT_EQ(negotiate.rank, 0);
+  EXPECT_EQ(negotiate.tensor, "grad/w");
+  EXPECT_EQ(negotiate.kind, "ALLREDUCE");
+  EXPECT_EQ(negotiate.phase, "NEGOTIATE");
+  EXPECT_DOUBLE_EQ(negotiate.since_us, 110);
+  std::string out = format_summary(s);
+  EXPECT_TRUE(has_line(out, "rank tensor kind phase since_ms status reason")) << out;
+  EXPECT_TRUE(
+      has_line(out, "0 grad/w ALLREDUCE NEGOTIATE 0.110 aborted the process received SIGTERM"))
+      << out;
+  EXPECT_TRUE(has_line(out, "1 b ALLREDUCE (op) 0.050 open")) << out;
+}
+
 // The binary end to end: real timeline files in, merged file and report out.
 TEST(KoloTraceCli, MergesAndSummarisesTimelineFiles) {
   std::vector<std::string> inputs;
@@ -375,7 +499,7 @@ TEST(KoloTraceCli, MergesAndSummarisesTimelineFiles) {
   }
   std::string merged = temp_path("cli_merged.json");
   std::string log = temp_path("cli.log");
-  std::string cmd = std::string(KOLO_TRACE_BINARY) + " merge " + merged + " " + inputs[0] + " " +
+  std::string cmd = std::string(KOLO_TRACE_BINARY) + " merge -o " + merged + " " + inputs[0] + " " +
                     inputs[1] + " 2>" + log;
   ASSERT_EQ(std::system(cmd.c_str()), 0) << read_text(log);
   auto file = load_trace(merged);
@@ -390,6 +514,28 @@ TEST(KoloTraceCli, MergesAndSummarisesTimelineFiles) {
   EXPECT_TRUE(has_line_prefix(out, "ALLREDUCE (op) 2 2048 ")) << out;
   EXPECT_TRUE(has_line_prefix(out, "grad/w ALLREDUCE NEGOTIATE 2 - ")) << out;
   EXPECT_NE(out.find("Negotiation stragglers"), std::string::npos) << out;
+
+  // The output is never an input, and an existing one is replaced only with --force.
+  const std::string rank0 = read_text(inputs[0]);
+  auto run = [&](const std::string& args) {
+    int rc = std::system((std::string(KOLO_TRACE_BINARY) + " " + args + " 2>" + log).c_str());
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  };
+  EXPECT_EQ(run("merge " + inputs[0] + " " + inputs[1]), 2);  // the old clobbering form
+  EXPECT_NE(read_text(log).find("merge needs the output file: -o OUT.json"), std::string::npos);
+  EXPECT_EQ(run("merge --force -o " + inputs[0] + " " + inputs[0] + " " + inputs[1]), 1);
+  EXPECT_NE(read_text(log).find("merge: the output '" + inputs[0] + "' is also an input"),
+            std::string::npos)
+      << read_text(log);
+  EXPECT_EQ(run("merge -o " + ::testing::TempDir() + "/./" +
+                inputs[1].substr(inputs[1].rfind('/') + 1) + " " + inputs[1]),
+            1);
+  EXPECT_EQ(read_text(inputs[0]), rank0);
+  EXPECT_EQ(run("merge -o " + merged + " " + inputs[0] + " " + inputs[1]), 1);
+  EXPECT_EQ(read_text(log),
+            "kolo-trace: merge: the output '" + merged + "' exists; pass --force to replace it\n");
+  EXPECT_EQ(run("merge --force -o " + merged + " " + inputs[0]), 0) << read_text(log);
+  EXPECT_EQ(load_trace(merged)->wall_clock_us.size(), 1u);
 
   cmd = std::string(KOLO_TRACE_BINARY) + " summary /nonexistent-kolo/x.json 2>" + log;
   int rc = std::system(cmd.c_str());
