@@ -156,9 +156,11 @@ struct Timeline::Impl {
       }
       case EventKind::kInstant:
       case EventKind::kThreadName:
+      case EventKind::kCounter:
         if (has_room()) {
           push(track, tensor,
-               TraceEvent{EventKind::kInstant, track.tid, ts, std::string(name), std::move(args)});
+               TraceEvent{kind == EventKind::kCounter ? kind : EventKind::kInstant, track.tid, ts,
+                          std::string(name), std::move(args)});
         } else {
           dropped.fetch_add(1, std::memory_order_relaxed);
         }
@@ -386,6 +388,11 @@ void Timeline::end(std::string_view tensor, TimelineArgs args) {
 void Timeline::instant(std::string_view tensor, std::string_view name, TimelineArgs args) {
   if (!active()) return;
   impl_->record(EventKind::kInstant, tensor, name, std::move(args));
+}
+
+void Timeline::counter(std::string_view name, TimelineArgs values) {
+  if (!active()) return;
+  impl_->record(EventKind::kCounter, {}, name, std::move(values));
 }
 
 void Timeline::mark_cycle() {

@@ -84,6 +84,9 @@ class Timeline {
   void end(std::string_view tensor, TimelineArgs args = {});
   // An instant event on the track of `tensor` (or the markers track when tensor is empty).
   void instant(std::string_view tensor, std::string_view name, TimelineArgs args = {});
+  // A counter sample ("ph":"C"): viewers draw one track per `name` (per rank) with a series per
+  // value, e.g. counter("autotune", {{"step_time_ms", "12.5"}}). Values should be numbers.
+  void counter(std::string_view name, TimelineArgs values);
   // A "CYCLE_START" instant on the markers track; a no-op unless started with mark_cycles.
   void mark_cycle();
 

@@ -16,6 +16,7 @@ enum class EventKind : uint8_t {
   kEnd,         // "ph":"E" (name = the span's name, so readers need not track the stack)
   kInstant,     // "ph":"i", thread scope
   kThreadName,  // "ph":"M" thread_name metadata; `name` is the track's name, args unused
+  kCounter,     // "ph":"C": args are the named series' values at ts
 };
 
 struct TraceEvent {
