@@ -92,7 +92,7 @@ void Tuner::start_search(Mode mode, const std::string& anchor) {
   SearchPoint start = {nearest_index(dims[0].values, prior.fusion_threshold),
                        nearest_index(dims[1].values, prior.cycle_time_ns),
                        nearest_index(dims[2].values, prior.bucket_bytes)};
-  search_.emplace(std::move(dims), std::move(start), SearchOptions{.samples = a.samples});
+  search_.emplace(std::move(dims), std::move(start), SearchOptions{.samples = a.samples, .lag = 2});
   KOLO_LOG_INFO("autotune: link latency "
                 << ms(link_.latency_s) << ", bandwidth "
                 << format_size(static_cast<uint64_t>(link_.bandwidth_bytes_per_s)) << "/s; "
@@ -129,7 +129,12 @@ void Tuner::observe(const std::vector<Clock::time_point>& marks,
 void Tuner::boundary(Clock::time_point t) {
   const int64_t step = boundaries_++;  // the step that ends here
   const auto last = std::exchange(last_boundary_, t);
-  if (!last || step < measure_from_ || pending_) return;
+  if (!last) return;
+  if (step < measure_from_ || pending_) {
+    // The budget is in training steps, those spent waiting for a change included.
+    if (!search_->converged()) search_->skip_step();
+    return;
+  }
   step_time(std::chrono::duration<double>(t - *last).count());
 }
 
@@ -202,7 +207,7 @@ void Tuner::log_trial(const SearchTrial& trial) {
                 << format_size(static_cast<uint64_t>(threshold)) << ", cycle "
                 << format_duration(std::chrono::nanoseconds(cycle)) << ", bucket "
                 << format_size(static_cast<uint64_t>(bucket)) << ": step time " << ms(trial.seconds)
-                << " (" << trial.steps << " steps), " << ratio << "x default"
+                << " (" << trial.steps << " steps), " << percent(ratio) << " vs default"
                 << (trial.best_so_far ? ", best so far" : ""));
   if (csv_) {
     std::fprintf(csv_, "%lld,%lld,%.3f,%lld,%.4f,%d,%.4f,%d,%s\n",

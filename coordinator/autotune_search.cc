@@ -164,7 +164,7 @@ std::vector<SearchPoint> AutotuneSearch::neighbours() const {
 
 void AutotuneSearch::advance() {
   // The confirmation costs two measurements; keep room for them in the budget.
-  const int per_point = options_.warmup + options_.samples;
+  const int per_point = options_.lag + options_.warmup + options_.samples;
   // A pattern candidate may be extended to twice its samples.
   const int per_candidate = per_point + options_.samples;
   const bool out_of_budget =

@@ -50,7 +50,9 @@ struct SearchOptions {
   int warmup = 1;          // steps discarded after each change
   int samples = 3;         // steps scored per configuration (their median)
   double min_gain = 0.02;  // smallest relative gain that counts as better
-  int max_steps = 200;     // past this, go straight to the confirmation
+  int max_steps = 200;     // budget in steps, skip_step()s included
+  int lag = 0;  // skipped steps expected per change (for the budget)     // past this, go straight
+                // to the confirmation
   int initial_stride = 4;  // grid steps
 };
 
@@ -79,6 +81,9 @@ class AutotuneSearch {
   const SearchPoint& current() const { return current_; }
   // One step's wall time under current(). Returns true when current() changed.
   bool record_step(double seconds);
+  // A step that ran but cannot be scored (the change to current() had not reached every rank
+  // yet): it counts against the budget only.
+  void skip_step() { ++steps_; }
   bool converged() const { return phase_ == Phase::kDone; }
   // The trial the last record_step() finished, if any (taken once).
   std::optional<SearchTrial> take_finished() { return std::exchange(finished_, std::nullopt); }
