@@ -45,8 +45,8 @@ Result<RuntimeConfig> config_from_knobs(const KnobSet& knobs,
                         std::pair{KnobId::kAutotuneCycleFrom, KnobId::kAutotuneCycleTo},
                         std::pair{KnobId::kAutotuneBucketFrom, KnobId::kAutotuneBucketTo}}) {
     const bool is_size = knob(lo).kind == KnobKind::kSize;
-    const bool inverted = is_size ? knobs.size(lo) > knobs.size(hi)
-                                  : knobs.duration(lo) > knobs.duration(hi);
+    const bool inverted =
+        is_size ? knobs.size(lo) > knobs.size(hi) : knobs.duration(lo) > knobs.duration(hi);
     if (inverted)
       return Status::InvalidArgument(std::string(knob(lo).name) + "=" + knobs.raw(lo) +
                                      " exceeds " + std::string(knob(hi).name) + "=" +

@@ -174,8 +174,9 @@ void Runtime::apply_tuning(const TuneDecision& d) {
     std::lock_guard<std::mutex> lock(mu_);
     applied_.push_back({cycles_, d});
   }
-  KOLO_LOG_DEBUG("autotune: cycle " << cycles_ << ": threshold " << format_size(d.fusion_threshold)
-                 << ", cycle time " << format_duration(cycle_time_) << ", bucket "
+  KOLO_LOG_DEBUG("autotune: cycle "
+                 << cycles_ << ": threshold " << format_size(d.fusion_threshold) << ", cycle time "
+                 << format_duration(cycle_time_) << ", bucket "
                  << format_size(static_cast<uint64_t>(d.bucket_bytes)) << " from step "
                  << d.apply_step);
   timeline_.counter("autotune", {{"fusion_threshold_bytes", std::to_string(d.fusion_threshold)},
@@ -196,7 +197,8 @@ Status Runtime::measure_link() {
                                            DataType::kFloat32, Reduction{ReduceOp::kSum})
                                .with_context("autotune (link measurement)"));
       if (i > 0)
-        t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+        t.push_back(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
     std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
     return t[t.size() / 2];

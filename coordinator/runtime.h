@@ -71,8 +71,8 @@ class Runtime {
   // The autotuner's configurations applied on this rank, in order (Note [Autotune]); the
   // same list on every rank. Any thread.
   struct AppliedTuning {
-    int64_t cycle = 0;       // the background cycle that applied it (same on every rank)
-    TuneDecision decision;   // apply_step: the first step that uses its bucket size
+    int64_t cycle = 0;      // the background cycle that applied it (same on every rank)
+    TuneDecision decision;  // apply_step: the first step that uses its bucket size
   };
   std::vector<AppliedTuning> applied_tunings() const;
   // The tuned gradient bucket size for the step after steps_marked() steps; nullopt before the

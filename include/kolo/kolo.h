@@ -98,8 +98,8 @@ int64_t steps_marked();
 std::optional<int64_t> tuned_bucket_bytes();
 // One configuration the autotuner applied on this rank (the list is identical on every rank).
 struct AppliedTuning {
-  int64_t cycle = 0;       // the background cycle in which fusion threshold and cycle time changed
-  int64_t from_step = 0;   // the first step (counted as steps_marked()) with this bucket size
+  int64_t cycle = 0;      // the background cycle in which fusion threshold and cycle time changed
+  int64_t from_step = 0;  // the first step (counted as steps_marked()) with this bucket size
   uint64_t fusion_threshold = 0;  // bytes
   int64_t cycle_time_ns = 0;
   int64_t bucket_bytes = 0;

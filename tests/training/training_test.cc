@@ -299,10 +299,9 @@ TEST_F(TrainingTest, AutotuneChangesConfigurationsAtTheSameStepOnEveryRankAndRes
     const std::string csv = path("tune" + std::to_string(np) + ".csv");
     const std::string trace = path("trace" + std::to_string(np) + ".json");
     const std::string out = path("p" + std::to_string(np));
-    const std::string output =
-        launch(np, "--steps " + std::to_string(kSteps) + " --out " + out,
-               kTuneEnv + " KOLO_CYCLE_TIME=1ms KOLO_AUTOTUNE_LOG=" + csv +
-                   " KOLO_TIMELINE=" + trace);
+    const std::string output = launch(
+        np, "--steps " + std::to_string(kSteps) + " --out " + out,
+        kTuneEnv + " KOLO_CYCLE_TIME=1ms KOLO_AUTOTUNE_LOG=" + csv + " KOLO_TIMELINE=" + trace);
     // Every rank applied the same configurations in the same cycles from the same steps, and
     // so had the same buckets at every step.
     const std::string history = rank_line(output, 0, "autotune history:");
@@ -314,7 +313,8 @@ TEST_F(TrainingTest, AutotuneChangesConfigurationsAtTheSameStepOnEveryRankAndRes
     const std::vector<std::string> applied = words(history);
     ASSERT_GE(applied.size(), 6u) << output;  // "autotune", "history:", then >= 4 changes
     std::vector<std::string> counts = words(buckets);
-    ASSERT_EQ(counts.size(), static_cast<size_t>(kSteps) + 3) << output;  // after "buckets per step:"
+    ASSERT_EQ(counts.size(), static_cast<size_t>(kSteps) + 3)
+        << output;  // after "buckets per step:"
     counts.erase(counts.begin(), counts.begin() + 3);
     EXPECT_GE(std::set<std::string>(counts.begin(), counts.end()).size(), 2u)
         << "the bucket layout never changed: " << buckets;
@@ -358,8 +358,9 @@ TEST_F(TrainingTest, AutotuneChangesConfigurationsAtTheSameStepOnEveryRankAndRes
       const int printed = static_cast<int>(applied.size()) - 2;
       EXPECT_TRUE(counters == printed || counters == printed + 1)
           << "rank " << r << ": " << counters << " counters, " << printed << " in the history";
-      EXPECT_EQ(kolo::testing::count_occurrences(text, "\"name\":\"autotune score\",\"ph\":\"C\"") > 0,
-                r == 0);
+      EXPECT_EQ(
+          kolo::testing::count_occurrences(text, "\"name\":\"autotune score\",\"ph\":\"C\"") > 0,
+          r == 0);
     }
   }
 }
