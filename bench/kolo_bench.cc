@@ -12,6 +12,7 @@ namespace kolo::bench {
 int run_collective_bench(Collective collective, int argc, char** argv);
 #ifdef KOLO_BENCH_COORDINATOR
 int run_fusion_bench(int argc, char** argv);
+int run_autotune_bench(int argc, char** argv);
 int run_latency_bench(int argc, char** argv);
 #endif
 }  // namespace kolo::bench
@@ -45,6 +46,8 @@ constexpr Subcommand kCommands[] = {
      kolo::bench::run_fusion_bench},
     {"latency", "a 4-byte allreduce through the coordinator and the rate of tiny tensors",
      kolo::bench::run_latency_bench},
+    {"autotune", "sweep of fusion x cycle x bucket on ResNet-50, then the autotuner",
+     kolo::bench::run_autotune_bench},
 #endif
 };
 

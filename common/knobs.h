@@ -40,6 +40,17 @@ enum class KnobId : int {
   kStallShutdownTime,
   kOpTimeout,
   kLogLevel,
+  // autotuner (issue 11)
+  kAutotune,
+  kAutotuneLog,
+  kAutotuneContinuous,
+  kAutotuneSamples,
+  kAutotuneFusionFrom,
+  kAutotuneFusionTo,
+  kAutotuneCycleFrom,
+  kAutotuneCycleTo,
+  kAutotuneBucketFrom,
+  kAutotuneBucketTo,
   // channel backends (tcp, and every backend that runs the ops/ algorithms over a channel)
   kRingThreshold,
   kRingSegment,
@@ -84,8 +95,9 @@ enum class KnobCategory { kCore, kChannelBackend, kTcpBackend, kShmBackend, kLau
 
 // Whether a knob may change while the job runs. kFixedAtInit knobs are read once, when the
 // component that uses them starts (init, a backend's factory). kTunableAtRuntime ones are the
-// initial value of what an autotuner may change later (issue 11 builds it; today nothing does),
-// so their readers must not cache them where a change could not reach.
+// initial value of what the autotuner (KOLO_AUTOTUNE, coordinator/autotune.h) may change later,
+// so their readers must not cache them where a change could not reach; one the user set is
+// left as set.
 enum class KnobChange { kFixedAtInit, kTunableAtRuntime };
 
 struct Knob {

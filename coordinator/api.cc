@@ -55,7 +55,8 @@ Status init() {
   // kolorun's environment, else a launcher a backend knows (mpirun), else one rank.
   KOLO_ASSIGN_OR_RETURN(LaunchedWorld launched, launched_world());
   World& world = launched.world;
-  coord::RuntimeConfig config = coord::config_from_knobs(knobs, launched.default_backend);
+  KOLO_ASSIGN_OR_RETURN(coord::RuntimeConfig config,
+                        coord::config_from_knobs(knobs, launched.default_backend));
   set_log_rank(world.rank);
   if (world.rank == 0) log_knobs(knobs);
   coord::Topology topo{world.rank,       world.size,       world.local_rank,
@@ -148,6 +149,21 @@ Status mark_step() {
 int64_t steps_marked() {
   auto rt = current();
   return rt ? rt->steps_marked() : 0;
+}
+
+std::optional<int64_t> tuned_bucket_bytes() {
+  auto rt = current();
+  return rt ? rt->tuned_bucket_bytes() : std::nullopt;
+}
+
+std::vector<AppliedTuning> autotune_history() {
+  auto rt = current();
+  if (!rt) return {};
+  std::vector<AppliedTuning> out;
+  for (const auto& a : rt->applied_tunings())
+    out.push_back({a.cycle, a.decision.apply_step, a.decision.fusion_threshold,
+                   a.decision.cycle_time_ns, a.decision.bucket_bytes});
+  return out;
 }
 
 namespace coord {

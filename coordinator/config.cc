@@ -7,7 +7,8 @@
 
 namespace kolo::coord {
 
-RuntimeConfig config_from_knobs(const KnobSet& knobs, const std::string& default_cpu_operations) {
+Result<RuntimeConfig> config_from_knobs(const KnobSet& knobs,
+                                        const std::string& default_cpu_operations) {
   RuntimeConfig c;
   c.cpu_operations = knobs.is_set(KnobId::kCpuOperations) ? knobs.text(KnobId::kCpuOperations)
                                                           : default_cpu_operations;
@@ -27,6 +28,31 @@ RuntimeConfig config_from_knobs(const KnobSet& knobs, const std::string& default
   if (c.stall_check_time.count() > 0) hb = std::min(hb, c.stall_check_time / 4);
   if (c.stall_shutdown_time.count() > 0) hb = std::min(hb, c.stall_shutdown_time / 4);
   c.heartbeat = std::max(hb, std::chrono::nanoseconds(std::chrono::milliseconds(1)));
+
+  AutotuneConfig& a = c.autotune;
+  a.enabled = knobs.boolean(KnobId::kAutotune);
+  a.log_path = knobs.text(KnobId::kAutotuneLog);
+  a.continuous = knobs.boolean(KnobId::kAutotuneContinuous);
+  a.samples = static_cast<int>(knobs.integer(KnobId::kAutotuneSamples));
+  a.fusion_min = knobs.size(KnobId::kAutotuneFusionFrom);
+  a.fusion_max = knobs.size(KnobId::kAutotuneFusionTo);
+  a.cycle_min = knobs.duration(KnobId::kAutotuneCycleFrom);
+  a.cycle_max = knobs.duration(KnobId::kAutotuneCycleTo);
+  a.bucket_min = knobs.size(KnobId::kAutotuneBucketFrom);
+  a.bucket_max = knobs.size(KnobId::kAutotuneBucketTo);
+  a.fusion_fixed = knobs.is_set(KnobId::kFusionThreshold);
+  a.cycle_fixed = knobs.is_set(KnobId::kCycleTime);
+  for (auto [lo, hi] : {std::pair{KnobId::kAutotuneFusionFrom, KnobId::kAutotuneFusionTo},
+                        std::pair{KnobId::kAutotuneCycleFrom, KnobId::kAutotuneCycleTo},
+                        std::pair{KnobId::kAutotuneBucketFrom, KnobId::kAutotuneBucketTo}}) {
+    const bool is_size = knob(lo).kind == KnobKind::kSize;
+    const bool inverted =
+        is_size ? knobs.size(lo) > knobs.size(hi) : knobs.duration(lo) > knobs.duration(hi);
+    if (inverted)
+      return Status::InvalidArgument(std::string(knob(lo).name) + "=" + knobs.raw(lo) +
+                                     " exceeds " + std::string(knob(hi).name) + "=" +
+                                     knobs.raw(hi) + ": the autotuner's range is empty");
+  }
 
   KOLO_LOG_DEBUG("config: KOLO_FUSION_THRESHOLD=" << format_size(c.fusion_threshold)
                  << " KOLO_CYCLE_TIME=" << format_duration(c.cycle_time)

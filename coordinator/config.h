@@ -13,6 +13,22 @@
 
 namespace kolo::coord {
 
+// The autotuner's knobs (KOLO_AUTOTUNE*; coordinator/autotune.h). Ranges are inclusive and
+// checked (min <= max) by config_from_knobs.
+struct AutotuneConfig {
+  bool enabled = false;
+  std::string log_path;  // empty: no CSV
+  bool continuous = false;
+  int samples = 3;
+  uint64_t fusion_min = uint64_t{64} << 10, fusion_max = uint64_t{64} << 20;
+  std::chrono::nanoseconds cycle_min = std::chrono::microseconds(100);
+  std::chrono::nanoseconds cycle_max = std::chrono::milliseconds(8);
+  uint64_t bucket_min = uint64_t{64} << 10, bucket_max = uint64_t{64} << 20;
+  // Knobs the user set are fixed at their value and left out of the search.
+  bool fusion_fixed = false;
+  bool cycle_fixed = false;
+};
+
 struct RuntimeConfig {
   // Allreduce responses that agree in dtype, device and options are fused into one
   // backend call up to this many bytes. 0 disables fusion. Measured default (kolo-bench
@@ -43,12 +59,14 @@ struct RuntimeConfig {
   // An idle rank still takes part in a cycle this often, so that rank 0's stall inspector
   // and shutdown requests make progress while some ranks have no work.
   std::chrono::nanoseconds heartbeat = std::chrono::milliseconds(200);
+  AutotuneConfig autotune;
 };
 
-// The coordinator's knobs from `knobs` (already validated by KnobSet::read).
+// The coordinator's knobs from `knobs` (each already validated by KnobSet::read).
 // `default_cpu_operations` replaces the registry's default when KOLO_CPU_OPERATIONS is unset
-// (init passes "mpi" under mpirun).
-RuntimeConfig config_from_knobs(const KnobSet& knobs,
-                                const std::string& default_cpu_operations = "tcp");
+// (init passes "mpi" under mpirun). InvalidArgument for what involves two knobs: an autotune
+// range whose minimum exceeds its maximum (naming both variables).
+Result<RuntimeConfig> config_from_knobs(const KnobSet& knobs,
+                                        const std::string& default_cpu_operations = "tcp");
 
 }  // namespace kolo::coord

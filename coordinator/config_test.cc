@@ -13,7 +13,42 @@ RuntimeConfig parse(const std::map<std::string, std::string>& env,
                     const std::string& default_ops = "tcp") {
   Result<KnobSet> knobs = KnobSet::read(env);
   EXPECT_TRUE(knobs.ok()) << knobs.status().to_string();
-  return config_from_knobs(knobs.ok() ? *knobs : KnobSet::read({}).value(), default_ops);
+  Result<RuntimeConfig> c =
+      config_from_knobs(knobs.ok() ? *knobs : KnobSet::read({}).value(), default_ops);
+  EXPECT_TRUE(c.ok()) << c.status().to_string();
+  return c.ok() ? *c : RuntimeConfig{};
+}
+
+TEST(ConfigTest, AutotuneKnobsAndTheirRanges) {
+  const RuntimeConfig d = parse({});
+  const AutotuneConfig a;
+  EXPECT_FALSE(d.autotune.enabled);
+  EXPECT_EQ(d.autotune.samples, a.samples);
+  EXPECT_EQ(d.autotune.fusion_min, a.fusion_min);
+  EXPECT_EQ(d.autotune.fusion_max, a.fusion_max);
+  EXPECT_EQ(d.autotune.cycle_min, a.cycle_min);
+  EXPECT_EQ(d.autotune.cycle_max, a.cycle_max);
+  EXPECT_EQ(d.autotune.bucket_min, a.bucket_min);
+  EXPECT_EQ(d.autotune.bucket_max, a.bucket_max);
+  EXPECT_FALSE(d.autotune.fusion_fixed);
+  const RuntimeConfig c = parse({{"KOLO_AUTOTUNE", "1"}, {"KOLO_CYCLE_TIME", "2ms"}});
+  EXPECT_TRUE(c.autotune.enabled);
+  EXPECT_TRUE(c.autotune.cycle_fixed);
+  EXPECT_FALSE(c.autotune.fusion_fixed);
+
+  Result<KnobSet> inverted =
+      KnobSet::read({{"KOLO_AUTOTUNE_CYCLE_FROM", "5ms"}, {"KOLO_AUTOTUNE_CYCLE_TO", "1ms"}});
+  ASSERT_TRUE(inverted.ok());
+  Result<RuntimeConfig> bad = config_from_knobs(*inverted);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.status().message(),
+            "KOLO_AUTOTUNE_CYCLE_FROM=5ms exceeds KOLO_AUTOTUNE_CYCLE_TO=1ms: the autotuner's "
+            "range is empty");
+  Result<KnobSet> maybe = KnobSet::read({{"KOLO_AUTOTUNE", "maybe"}});
+  ASSERT_FALSE(maybe.ok());
+  EXPECT_NE(maybe.status().message().find("KOLO_AUTOTUNE=maybe"), std::string::npos)
+      << maybe.status().to_string();
 }
 
 TEST(ConfigTest, RegistryDefaultsAreRuntimeConfigsDefaults) {

@@ -236,6 +236,10 @@ std::string serialize(const ResponseList& list) {
   for (const auto& e : list.evictions) w.str(e);
   w.pod<uint64_t>(list.responses.size());
   for (const auto& p : list.responses) write_response(w, p);
+  w.pod(list.tune.apply_step);
+  w.pod(list.tune.fusion_threshold);
+  w.pod(list.tune.cycle_time_ns);
+  w.pod(list.tune.bucket_bytes);
   return w.take();
 }
 
@@ -249,6 +253,10 @@ Result<ResponseList> parse_response_list(const std::string& bytes) {
   for (uint64_t i = 0; i < n && !r.failed(); ++i) list.evictions.push_back(r.str("eviction"));
   n = r.pod<uint64_t>("response count");
   for (uint64_t i = 0; i < n && !r.failed(); ++i) list.responses.push_back(read_response(r));
+  list.tune.apply_step = r.pod<int64_t>("tune step");
+  list.tune.fusion_threshold = r.pod<uint64_t>("tune threshold");
+  list.tune.cycle_time_ns = r.pod<int64_t>("tune cycle time");
+  list.tune.bucket_bytes = r.pod<int64_t>("tune bucket");
   KOLO_RETURN_IF_ERROR(finish(r, "response list"));
   return list;
 }

@@ -71,6 +71,18 @@ struct Response {
   bool operator==(const Response&) const = default;
 };
 
+// The autotuner's new configuration (Note [Autotune] in autotune.h). Every rank applies the
+// fusion threshold and cycle time in the cycle that carries it, the bucket size from its
+// apply_step-th step boundary on. apply_step < 0: no change.
+struct TuneDecision {
+  int64_t apply_step = -1;
+  uint64_t fusion_threshold = 0;
+  int64_t cycle_time_ns = 0;
+  int64_t bucket_bytes = 0;
+
+  bool operator==(const TuneDecision&) const = default;
+};
+
 // One cycle's answer from the coordinator.
 struct ResponseList {
   std::vector<Response> responses;
@@ -78,6 +90,7 @@ struct ResponseList {
   int32_t shutdown_rank = -1;          // >= 0: that rank shut down; everyone stops
   std::string fatal;                   // non-empty: the job fails with this message
   std::vector<int32_t> joined;         // ranks currently joined (after this cycle)
+  TuneDecision tune;
 
   bool operator==(const ResponseList&) const = default;
 };

@@ -38,6 +38,8 @@ TEST(MessageTest, ResponseListRoundTrips) {
   p.rank_dims = {1, 2, 3};
   p.joined = {1};
   list.responses = {p};
+  list.tune = {
+      .apply_step = 12, .fusion_threshold = 1 << 20, .cycle_time_ns = 500000, .bucket_bytes = 0};
   auto parsed = parse_response_list(serialize(list));
   ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
   EXPECT_EQ(*parsed, list);

@@ -6,6 +6,7 @@
 #include "common/text.h"
 #include "coordinator/fusion.h"
 #include "timeline/trace_format.h"
+#include "kolo/units.h"
 
 // Note [Cycle]
 // Every rank's background thread runs the same sequence of cycles; each cycle is a fixed
@@ -51,6 +52,8 @@ Runtime::Runtime(RuntimeConfig config, Topology topology, std::unique_ptr<Backen
       data_(std::move(data)),
       control_(std::move(control)),
       cache_(config_.cache_capacity),
+      fusion_threshold_(config_.fusion_threshold),
+      cycle_time_(config_.cycle_time),
       executor_(*data_, timeline_),
       bits_(1 + config_.cache_capacity),
       gather_control_(config_.piggyback_bytes > 0 &&
@@ -74,6 +77,9 @@ Result<std::unique_ptr<Runtime>> Runtime::create(RuntimeConfig config, Topology 
         std::to_string(control->rank()) + " of " + std::to_string(control->size()));
   std::unique_ptr<Runtime> rt(
       new Runtime(std::move(config), topology, std::move(data), std::move(control)));
+  if (rt->config_.autotune.enabled && topology.rank == 0) {
+    KOLO_ASSIGN_OR_RETURN(rt->tuner_, Tuner::create(rt->config_, rt->timeline_));
+  }
   if (!rt->config_.timeline_path.empty() &&
       (!rt->config_.timeline_steps || rt->config_.timeline_steps->first == 0))
     KOLO_RETURN_IF_ERROR(
@@ -90,7 +96,12 @@ Status Runtime::start_timeline(const std::string& path, bool mark_cycles) {
 }
 
 void Runtime::mark_step() {
-  const int64_t step = steps_marked_.fetch_add(1, std::memory_order_relaxed) + 1;  // begins now
+  if (tuner_) {  // the autotuner's score: the time between step boundaries
+    std::lock_guard<std::mutex> lock(mu_);
+    marks_.push_back(std::chrono::steady_clock::now());
+  }
+  // Release: the tuner, reading the count, sees the mark recorded above.
+  const int64_t step = steps_marked_.fetch_add(1, std::memory_order_acq_rel) + 1;  // begins now
   if (const auto& window = config_.timeline_steps; window && !config_.timeline_path.empty()) {
     if (step == window->first) {
       Status st = start_timeline(config_.timeline_path, config_.timeline_mark_cycles);
@@ -169,6 +180,63 @@ Status Runtime::shutdown() {
   return Status::Ok();
 }
 
+std::vector<Runtime::AppliedTuning> Runtime::applied_tunings() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return applied_;
+}
+
+std::optional<int64_t> Runtime::tuned_bucket_bytes() const {
+  const int64_t step = steps_marked();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = applied_.rbegin(); it != applied_.rend(); ++it)
+    if (it->decision.apply_step <= step) return it->decision.bucket_bytes;
+  return std::nullopt;
+}
+
+void Runtime::apply_tuning(const TuneDecision& d) {
+  fusion_threshold_ = d.fusion_threshold;
+  cycle_time_ = std::chrono::nanoseconds(d.cycle_time_ns);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    applied_.push_back({cycles_, d});
+  }
+  KOLO_LOG_DEBUG("autotune: cycle "
+                 << cycles_ << ": threshold " << format_size(d.fusion_threshold) << ", cycle time "
+                 << format_duration(cycle_time_) << ", bucket "
+                 << format_size(static_cast<uint64_t>(d.bucket_bytes)) << " from step "
+                 << d.apply_step);
+  timeline_.counter("autotune", {{"fusion_threshold_bytes", std::to_string(d.fusion_threshold)},
+                                 {"cycle_time_us", std::to_string(d.cycle_time_ns / 1000)},
+                                 {"bucket_bytes", std::to_string(d.bucket_bytes)}});
+}
+
+Status Runtime::measure_link() {
+  // Latency from 8-byte allreduces, bandwidth from 4 MiB ones (the default fusion buffer);
+  // the first of each warms up connections and buffers. Medians, as the machine is shared.
+  auto timed = [&](size_t bytes, int reps) -> Result<double> {
+    std::vector<float> buf(bytes / sizeof(float), 1.0f);
+    std::vector<double> t;
+    for (int i = 0; i <= reps; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      KOLO_RETURN_IF_ERROR(data_
+                               ->allreduce(buf.data(), buf.data(), static_cast<int64_t>(buf.size()),
+                                           DataType::kFloat32, Reduction{ReduceOp::kSum})
+                               .with_context("autotune (link measurement)"));
+      if (i > 0)
+        t.push_back(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
+    return t[t.size() / 2];
+  };
+  KOLO_ASSIGN_OR_RETURN(double latency, timed(8, 9));
+  constexpr size_t kBig = size_t{4} << 20;
+  KOLO_ASSIGN_OR_RETURN(double big, timed(kBig, 3));
+  if (tuner_)
+    tuner_->set_link({latency, static_cast<double>(kBig) / std::max(big - latency, 1e-9)});
+  return Status::Ok();
+}
+
 std::vector<std::string> Runtime::stall_warnings() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stall_warnings_;
@@ -219,7 +287,14 @@ void Runtime::spin_for_submission() {
 
 void Runtime::loop() {
   set_log_rank(topology_.rank);
-  auto last_start = std::chrono::steady_clock::now() - config_.cycle_time;
+  if (config_.autotune.enabled) {
+    if (Status st = measure_link(); !st.ok()) {
+      KOLO_LOG_ERROR("kolo background loop stopped: " << st.to_string());
+      fail_all(st);
+      return;
+    }
+  }
+  auto last_start = std::chrono::steady_clock::now() - cycle_time_;
   for (;;) {
     bool shutdown_requested;
     if (pending_.empty()) spin_for_submission();
@@ -235,7 +310,7 @@ void Runtime::loop() {
         // Busy: the batching window, so close submissions share a cycle. (Skipped when a
         // peer was idle last cycle: what is pending waits for that peer's next submission,
         // and its cycle starts at once; see gather_bits.)
-        cv_.wait_until(lock, last_start + config_.cycle_time, [&] { return shutdown_requested_; });
+        cv_.wait_until(lock, last_start + cycle_time_, [&] { return shutdown_requested_; });
       }
       shutdown_requested = shutdown_requested_;
       auto now = std::chrono::steady_clock::now();
@@ -276,6 +351,7 @@ void Runtime::loop() {
 
 Status Runtime::cycle(bool shutdown_requested, bool& stop) {
   timeline_.mark_cycle();
+  ++cycles_;
   const auto now = std::chrono::steady_clock::now();
   // Step 1: the bit vector. Requests that miss the cache, or whose bit has gone unanswered
   // for half the stall time (so rank 0 can name who is missing), take the slow path.
@@ -302,8 +378,9 @@ Status Runtime::cycle(bool shutdown_requested, bool& stop) {
   const bool inspect = controller_ && controller_->pending() > 0 &&
                        config_.stall_check_time.count() > 0 &&
                        now - last_inspection_ >= config_.heartbeat;
+  const bool tune = tuner_ && tuner_->has_decision();
   const bool need_slow =
-      !slow.empty() || shutdown_requested || join_to_send_ || joined_mode || inspect;
+      !slow.empty() || shutdown_requested || join_to_send_ || joined_mode || inspect || tune;
   // Byte 0: 0 needs the slow path; otherwise 2 when this rank has nothing pending at all
   // (see gather_bits), else 1.
   bits_[0] = need_slow ? 0 : pending_.empty() ? 2 : 1;
@@ -332,11 +409,20 @@ Status Runtime::cycle(bool shutdown_requested, bool& stop) {
     join_to_send_ = false;
     KOLO_RETURN_IF_ERROR(negotiate_slow(mine, list));
     for (const auto& name : list.evictions) cache_.erase(name);
+    if (list.tune.apply_step >= 0) apply_tuning(list.tune);
     joined_ranks_ = list.joined;
     responses.insert(responses.end(), std::make_move_iterator(list.responses.begin()),
                      std::make_move_iterator(list.responses.end()));
   }
   KOLO_RETURN_IF_ERROR(execute(responses));
+  if (tuner_) {
+    std::vector<std::chrono::steady_clock::time_point> marks;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      marks.swap(marks_);
+    }
+    tuner_->observe(marks, responses, std::chrono::steady_clock::now());
+  }
   if (!list.fatal.empty()) return Status::Aborted(list.fatal);
   if (list.shutdown_rank >= 0) {
     fail_all(Status::Aborted("kolo was shut down (rank " + std::to_string(list.shutdown_rank) +
@@ -371,6 +457,8 @@ Status Runtime::negotiate_slow(const RequestList& mine, ResponseList& out) {
       controller_->add(r, theirs, cache_, now);
     }
     out = controller_->respond(now);
+    if (tuner_)
+      if (auto d = tuner_->take_decision(steps_marked())) out.tune = *d;
     for (auto& w : controller_->take_warnings()) {
       KOLO_LOG_WARNING(w);
       timeline_.instant({}, "STALL_WARNING", {{"message", w}});
@@ -431,7 +519,7 @@ void Runtime::end_negotiate_spans(const std::vector<BatchItem>& items) {
 
 Status Runtime::execute(const std::vector<Response>& responses) {
   if (responses.empty()) return Status::Ok();
-  auto batches = plan_fusion(responses, config_.fusion_threshold);
+  auto batches = plan_fusion(responses, fusion_threshold_);
   std::vector<const Response*> batch_responses;
   for (const auto& batch : batches) {
     batch_responses.clear();

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "coordinator/autotune.h"
 #include "coordinator/config.h"
 #include "coordinator/controller.h"
 #include "coordinator/entry.h"
@@ -67,6 +68,17 @@ class Runtime {
   void mark_step();
   int64_t steps_marked() const { return steps_marked_.load(std::memory_order_relaxed); }
 
+  // The autotuner's configurations applied on this rank, in order (Note [Autotune]); the
+  // same list on every rank. Any thread.
+  struct AppliedTuning {
+    int64_t cycle = 0;      // the background cycle that applied it (same on every rank)
+    TuneDecision decision;  // apply_step: the first step that uses its bucket size
+  };
+  std::vector<AppliedTuning> applied_tunings() const;
+  // The tuned gradient bucket size for the step after steps_marked() steps; nullopt before the
+  // autotuner's first change (or without it). Any thread.
+  std::optional<int64_t> tuned_bucket_bytes() const;
+
   const Topology& topology() const { return topology_; }
   const RuntimeConfig& config() const { return config_; }
   Timeline& timeline() { return timeline_; }
@@ -95,6 +107,11 @@ class Runtime {
   void retire(const std::vector<BatchItem>& items);
   void end_negotiate_spans(const std::vector<BatchItem>& items);
   void fail_all(const Status& status);
+  // Every rank, in the same cycle: adopts the autotuner's decision.
+  void apply_tuning(const TuneDecision& d);
+  // Every rank, before the first cycle, when autotuning: a few timed allreduces on the data
+  // backend, for the tuner's prior (rank 0 keeps the result).
+  Status measure_link();
   void end_queue_span(Entry& entry);
 
   const RuntimeConfig config_;
@@ -116,6 +133,9 @@ class Runtime {
   bool sleeping_ = false;                     // guarded by mu_: loop waits on cv_ for work
   std::atomic<size_t> queued_{0};             // queue_.size(), readable without mu_
   std::atomic<int64_t> steps_marked_{0};      // kolo::mark_step() calls so far
+  std::vector<AppliedTuning> applied_;        // guarded by mu_
+  // Rank 0 with a tuner: the times of step boundaries not yet seen by the tuner.
+  std::vector<std::chrono::steady_clock::time_point> marks_;  // guarded by mu_
 
   // Background thread only.
   std::map<std::string, std::unique_ptr<Entry>> pending_;
@@ -125,6 +145,11 @@ class Runtime {
   std::vector<int32_t> joined_ranks_;  // as of the last response list
   ResponseCache cache_;
   std::unique_ptr<Controller> controller_;  // rank 0 only
+  std::unique_ptr<Tuner> tuner_;            // rank 0 with KOLO_AUTOTUNE only
+  // The tunable knobs' current values (config_ holds the initial ones).
+  uint64_t fusion_threshold_;
+  std::chrono::nanoseconds cycle_time_;
+  int64_t cycles_ = 0;
   std::chrono::steady_clock::time_point last_inspection_;
   Executor executor_;
   std::vector<uint8_t> bits_;

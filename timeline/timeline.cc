@@ -461,6 +461,11 @@ void Timeline::global_instant(std::string_view name, TimelineArgs args) {
   impl_->instant(EventKind::kGlobalInstant, {}, name, std::move(args));
 }
 
+void Timeline::counter(std::string_view name, TimelineArgs values) {
+  if (!active()) return;
+  impl_->instant(EventKind::kCounter, {}, name, std::move(values));
+}
+
 void Timeline::mark_cycle() {
   if (!active() || !impl_->mark_cycles.load(std::memory_order_relaxed)) return;
   impl_->instant(EventKind::kGlobalInstant, {}, trace_format::kCycleMarker, {});

@@ -102,6 +102,9 @@ class Timeline {
   void instant(std::string_view tensor, std::string_view name, TimelineArgs args = {});
   // An instant on the markers track that viewers draw across every row ("s":"g").
   void global_instant(std::string_view name, TimelineArgs args = {});
+  // A counter sample ("ph":"C"): viewers draw one track per `name` (per rank) with a series per
+  // value, e.g. counter("autotune", {{"step_time_ms", "12.5"}}). Values should be numbers.
+  void counter(std::string_view name, TimelineArgs values);
   // A "CYCLE_START" global instant; a no-op unless started with mark_cycles.
   void mark_cycle();
 

@@ -116,6 +116,20 @@ TEST(Timeline, FileIsValidJsonWithRankAndClockMetadata) {
   EXPECT_TRUE(tl.status().ok());
 }
 
+TEST(Timeline, CounterEventsCarryTheirValuesAsNumbers) {
+  std::string path = temp_path("counter.json");
+  Timeline tl;
+  ASSERT_TRUE(tl.start(path, 3).ok());
+  tl.counter("autotune", {{"step_time_ms", "12.5"}, {"bucket_bytes", "4194304"}});
+  tl.stop();
+  std::vector<json> counters = of_phase(read_json(path), "C");
+  ASSERT_EQ(counters.size(), 1u);
+  EXPECT_EQ(counters[0].at("name"), "autotune");
+  EXPECT_EQ(counters[0].at("pid"), 3);
+  EXPECT_FALSE(counters[0].contains("s"));
+  EXPECT_EQ(counters[0].at("args"), (json{{"step_time_ms", 12.5}, {"bucket_bytes", 4194304}}));
+}
+
 TEST(Timeline, OneTrackPerTensorWithStableIds) {
   std::string path = temp_path("tracks.json");
   Timeline tl;

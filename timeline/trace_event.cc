@@ -30,6 +30,8 @@ const char* phase_letter(EventKind kind) {
       return "i";
     case EventKind::kThreadName:
       return "M";
+    case EventKind::kCounter:
+      return "C";
   }
   return "i";
 }

@@ -16,6 +16,7 @@ enum class EventKind : uint8_t {
   kInstant,        // "ph":"i", thread scope: drawn on the tensor's own row
   kGlobalInstant,  // "ph":"i", global scope: a line across every row (cycle and step markers)
   kThreadName,     // "ph":"M" thread_name metadata; `name` is the track's name, args unused
+  kCounter,        // "ph":"C": args are the named series' values at ts
 };
 
 struct TraceEvent {

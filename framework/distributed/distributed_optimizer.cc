@@ -29,7 +29,7 @@ DataType wire_dtype(Compression compression) {
 DistributedOptimizer::DistributedOptimizer(Optimizer& inner,
                                            std::vector<std::pair<std::string, Tensor>> named_params,
                                            DistributedOptions options)
-    : inner_(inner), options_(std::move(options)) {
+    : inner_(inner), options_(std::move(options)), bucket_bytes_(options_.bucket_bytes) {
   if (options_.backward_passes_per_step < 1) {
     fail("backward_passes_per_step must be >= 1, got " +
          std::to_string(options_.backward_passes_per_step));
@@ -47,6 +47,7 @@ DistributedOptimizer::DistributedOptimizer(Optimizer& inner,
     param.tensor = tensor;
     params_.push_back(std::move(param));
   }
+  if (auto tuned = tuned_bucket_bytes()) bucket_bytes_ = *tuned;
   build_buckets();
   // Hooks capture an index into params_, which no longer changes size.
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -55,8 +56,16 @@ DistributedOptimizer::DistributedOptimizer(Optimizer& inner,
   }
 }
 
+void DistributedOptimizer::follow_tuned_bucket_size() {
+  auto tuned = tuned_bucket_bytes();
+  if (!tuned || *tuned == bucket_bytes_) return;
+  bucket_bytes_ = *tuned;
+  build_buckets();
+}
+
 void DistributedOptimizer::build_buckets() {
-  const auto cap = static_cast<size_t>(options_.bucket_bytes);
+  buckets_.clear();
+  const auto cap = static_cast<size_t>(bucket_bytes_);
   size_t bytes = 0;
   for (size_t i = params_.size(); i-- > 0;) {
     const Tensor& t = params_[i].tensor;
@@ -232,7 +241,10 @@ void DistributedOptimizer::step() {
   count_handle_ = Handle();
   inner_.step();
   ++stats_.steps;
-  if (is_initialized()) (void)mark_step();
+  if (is_initialized()) {
+    (void)mark_step();
+    follow_tuned_bucket_size();
+  }
 }
 
 std::vector<Handle> DistributedOptimizer::submitted_handles() const {

@@ -22,7 +22,10 @@
 // saves latency but not the CPU that communication takes, and each cycle costs CPU.
 // bucket_bytes = 0 gives one bucket per parameter (the most overlap, the most cycles). The
 // default equals the coordinator's default fusion threshold, so one bucket is one fused
-// operation; models far larger than that still overlap bucket by bucket.
+// operation; models far larger than that still overlap bucket by bucket. With the autotuner
+// (KOLO_AUTOTUNE=1) bucket_bytes is only the start: between steps, the optimizer rebuilds its
+// buckets when kolo::tuned_bucket_bytes() gives another size, which happens at the same step
+// on every rank (Note [Autotune] in coordinator/autotune.h), so names agree across ranks.
 //
 // Averaging (Note [Exact averaging]). The gradient a rank computes from a mean loss is the mean
 // over its local samples. When ranks hold different numbers of samples (the last batch of an
@@ -74,6 +77,7 @@ struct DistributedOptions {
   // See Note [Exact averaging]. false: always the plain average over ranks.
   bool weight_by_sample_count = true;
   // See Note [Buckets]. 0: one bucket per parameter. Must be >= 0 and equal on every rank.
+  // The autotuner, when on, replaces it between steps.
   int64_t bucket_bytes = int64_t{4} << 20;
 };
 
@@ -130,7 +134,10 @@ class DistributedOptimizer {
     Handle handle;
   };
 
+  // Packs params_ into buckets of at most bucket_bytes_ (replacing the old ones).
   void build_buckets();
+  // Between steps: adopts the autotuner's bucket size for the coming step, if it changed.
+  void follow_tuned_bucket_size();
   void on_gradient_ready(size_t index);
   void submit(Bucket& bucket);
   // The tensor this parameter's gradient travels in, weighted and (when compressing) narrowed.
@@ -142,6 +149,7 @@ class DistributedOptimizer {
   const DistributedOptions options_;
   std::vector<Param> params_;
   std::vector<Bucket> buckets_;
+  int64_t bucket_bytes_;  // the buckets' current size limit
   int64_t local_samples_ = 0;
   bool count_given_ = false;
   int64_t global_samples_ = 0;  // the buffer of the count allreduce

@@ -92,6 +92,23 @@ Status mark_step();
 // The number of steps this rank has marked since init(); 0 before init.
 int64_t steps_marked();
 
+// ---- Autotuning (KOLO_AUTOTUNE=1, or kolorun --autotune) ----------------------------------------
+// The gradient bucket size the autotuner chose for the step that follows steps_marked() steps:
+// the same value on every rank at the same step. nullopt before its first change, without the
+// autotuner, or before init. DistributedOptimizer reads it between steps; programs that bucket
+// their own gradients may too. Thread-safe.
+std::optional<int64_t> tuned_bucket_bytes();
+// One configuration the autotuner applied on this rank (the list is identical on every rank).
+struct AppliedTuning {
+  int64_t cycle = 0;      // the background cycle in which fusion threshold and cycle time changed
+  int64_t from_step = 0;  // the first step (counted as steps_marked()) with this bucket size
+  uint64_t fusion_threshold = 0;  // bytes
+  int64_t cycle_time_ns = 0;
+  int64_t bucket_bytes = 0;
+};
+// Every configuration applied since init(), in order; empty before init. Thread-safe.
+std::vector<AppliedTuning> autotune_history();
+
 // ---- Operation options -------------------------------------------------------------------------
 // One type per concept. The Reduction inside allreduce and reducescatter options is the very
 // type the Backend interface and the ops/ algorithms take, so nothing converts between

@@ -9,6 +9,9 @@
 //   train       the above; --passes 2 splits each rank's share into two backward passes
 //               (gradient accumulation, backward_passes_per_step = 2). --bucket-bytes N sets
 //               DistributedOptions::bucket_bytes (default: its default, one bucket here).
+//               Under KOLO_AUTOTUNE=1 every rank prints, at the end, "autotune history: "
+//               with every configuration applied (cycle/from step/threshold/cycle time/bucket)
+//               and "buckets per step: " with its bucket count at each step.
 //   overlap     inside the hook of the last gradient of backward, waits for the allreduce of
 //               the first bucket: it can only complete if communication runs during backward.
 //               Default --bucket-bytes 0 (an allreduce per gradient: fc2's two are submitted
@@ -352,7 +355,9 @@ int main(int argc, char** argv) try {
   const std::vector<int> share = shares(world, /*even=*/false);
   int offset = 0;
   for (int r = 0; r < rank; ++r) offset += share[r];
+  std::string buckets_per_step;
   for (int step = first_step; step < args.steps; ++step) {
+    buckets_per_step += " " + std::to_string(opt.bucket_names().size());
     opt.zero_grad();
     const int begin = step * kGlobalBatch + offset;
     const int local = share[rank];
@@ -379,6 +384,15 @@ int main(int argc, char** argv) try {
     std::printf("overlap ok: %d steps\n", steps);
   }
   if (rank == 0 && !args.out.empty()) write_params(args.out, m);
+  if (const auto history = kolo::autotune_history(); !history.empty()) {
+    std::string line = "autotune history:";
+    for (const auto& h : history)
+      line += " " + std::to_string(h.cycle) + "/" + std::to_string(h.from_step) + "/" +
+              std::to_string(h.fusion_threshold) + "/" + std::to_string(h.cycle_time_ns) + "/" +
+              std::to_string(h.bucket_bytes);
+    print_line(line);
+    print_line("buckets per step:" + buckets_per_step);
+  }
   check(kolo::shutdown(), "shutdown");
   return 0;
 } catch (const std::exception& e) {

@@ -1,0 +1,250 @@
+#include "coordinator/autotune_search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "common/enforce.h"
+
+namespace kolo::coord {
+namespace {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return std::numeric_limits<double>::infinity();
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+}  // namespace
+
+std::vector<int64_t> log_grid(int64_t lo, int64_t hi, bool with_zero) {
+  KOLO_ENFORCE(lo > 0 && lo <= hi, "log_grid(" << lo << ", " << hi << ")");
+  std::vector<int64_t> grid;
+  if (with_zero) grid.push_back(0);
+  for (int64_t v = lo; v<hi; v = v> INT64_MAX / 2 ? hi : v * 2) grid.push_back(v);
+  grid.push_back(hi);
+  return grid;
+}
+
+size_t nearest_index(const std::vector<int64_t>& values, int64_t v) {
+  size_t best = 0;
+  double best_distance = std::numeric_limits<double>::infinity();
+  for (size_t i = 0; i < values.size(); ++i) {
+    double d;
+    if (values[i] == v) {
+      d = 0;
+    } else if (values[i] <= 0 || v <= 0) {
+      d = std::numeric_limits<double>::max();  // 0 only matches 0
+    } else {
+      d = std::abs(std::log2(static_cast<double>(values[i])) - std::log2(static_cast<double>(v)));
+    }
+    if (d < best_distance) {
+      best_distance = d;
+      best = i;
+    }
+  }
+  return best;
+}
+
+AutotuneSearch::AutotuneSearch(std::vector<SearchDimension> dims, SearchPoint start,
+                               SearchOptions options)
+    : dims_(std::move(dims)),
+      options_(options),
+      default_([&] {
+        SearchPoint p;
+        for (const auto& d : dims_) p.push_back(d.default_index);
+        return p;
+      }()),
+      start_(std::move(start)),
+      stride_(options.initial_stride) {
+  KOLO_ENFORCE(start_.size() == dims_.size(), "AutotuneSearch: start point has "
+                                                  << start_.size() << " coordinates, expected "
+                                                  << dims_.size());
+  for (size_t d = 0; d < dims_.size(); ++d)
+    KOLO_ENFORCE(!dims_[d].values.empty() && dims_[d].default_index < dims_[d].values.size() &&
+                     start_[d] < dims_[d].values.size(),
+                 "AutotuneSearch: dimension " << dims_[d].name << " index out of range");
+  KOLO_ENFORCE(options_.samples >= 1 && options_.warmup >= 0,
+               "AutotuneSearch: samples must be >= 1 and warmup >= 0");
+  best_ = default_;
+  measure(default_);
+}
+
+double AutotuneSearch::score_of(const SearchPoint& p) const {
+  auto it = measured_.find(p);
+  return it == measured_.end() ? std::numeric_limits<double>::infinity() : median(it->second);
+}
+
+double AutotuneSearch::margin() const {
+  return std::max(options_.min_gain, spreads_.empty() ? 0.0 : median(spreads_));
+}
+
+void AutotuneSearch::measure(SearchPoint p) {
+  current_ = std::move(p);
+  samples_.clear();
+  steps_on_current_ = 0;
+  extended_ = false;
+}
+
+bool AutotuneSearch::record_step(double seconds) {
+  if (phase_ == Phase::kDone) return false;
+  ++steps_;
+  if (++steps_on_current_ <= options_.warmup) return false;
+  samples_.push_back(seconds);
+  if (static_cast<int>(samples_.size()) < options_.samples) return false;
+  // Noise-aware: a candidate whose median lands within twice the margin of the best's is
+  // ambiguous; it gets as many steps again (no warm-up: same configuration) before judging.
+  if (phase_ == Phase::kPattern && !extended_ && current_ != best_ &&
+      std::abs(median(samples_) / score_of(best_) - 1) < 2 * margin()) {
+    extended_ = true;
+    return false;
+  }
+  if (static_cast<int>(samples_.size()) < options_.samples * (extended_ ? 2 : 1)) return false;
+  const SearchPoint before = current_;
+  finish_measurement();
+  advance();
+  return current_ != before;
+}
+
+void AutotuneSearch::finish_measurement() {
+  const double m = median(samples_);
+  const auto [lo, hi] = std::minmax_element(samples_.begin(), samples_.end());
+  // Half the relative range: about one standard deviation of the noise for 3 to 5 samples.
+  if (m > 0) spreads_.push_back((*hi - *lo) / (2 * m));
+  auto& all = measured_[current_];
+  all.insert(all.end(), samples_.begin(), samples_.end());
+  finished_ = SearchTrial{current_, m, steps_on_current_, false,
+                          phase_ == Phase::kConfirmBest || phase_ == Phase::kConfirmDefault};
+  // An extended (ambiguous) candidate has twice the samples; it moves the search when it is
+  // simply faster: the best's score is biased low (it won by being measured low), so demanding
+  // the margin again would reject true small gains near the optimum.
+  const double bar = extended_ ? 1.0 : 1 - margin();
+  if (phase_ == Phase::kPattern && current_ != best_ &&
+      score_of(current_) < score_of(best_) * bar) {
+    for (size_t d = 0; d < dims_.size(); ++d)
+      if (current_[d] != best_[d]) last_move_ = {d, current_[d] > best_[d] ? 1 : -1};
+    best_ = current_;
+    queue_ = neighbours();
+  }
+  if (phase_ == Phase::kDefault || phase_ == Phase::kStart)
+    best_ = score_of(start_) < score_of(default_) ? start_ : default_;
+  finished_->best_so_far = finished_->point == best_;
+}
+
+std::vector<SearchPoint> AutotuneSearch::neighbours() const {
+  std::vector<SearchPoint> out;
+  auto add = [&](size_t d, int direction) {
+    const auto n = static_cast<int64_t>(dims_[d].values.size());
+    const auto here = static_cast<int64_t>(best_[d]);
+    const int64_t step = dims_[d].categorical ? 1 : stride_;
+    const int64_t to = std::clamp<int64_t>(here + direction * step, 0, n - 1);
+    if (to == here) return;
+    SearchPoint p = best_;
+    p[d] = static_cast<size_t>(to);
+    out.push_back(std::move(p));
+  };
+  if (last_move_) add(last_move_->first, last_move_->second);
+  for (size_t d = 0; d < dims_.size(); ++d) {
+    if (dims_[d].values.size() < 2) continue;  // fixed by the user
+    if (dims_[d].categorical) {
+      for (size_t c = 0; c < dims_[d].values.size(); ++c) {
+        if (c == best_[d]) continue;
+        SearchPoint p = best_;
+        p[d] = c;
+        out.push_back(std::move(p));
+      }
+      continue;
+    }
+    add(d, +1);
+    add(d, -1);
+  }
+  return out;
+}
+
+void AutotuneSearch::advance() {
+  // The confirmation costs two measurements; keep room for them in the budget.
+  const int per_point = options_.lag + options_.warmup + options_.samples;
+  // A pattern candidate may be extended to twice its samples.
+  const int per_candidate = per_point + options_.samples;
+  const bool out_of_budget =
+      steps_ - budget_from_ + per_candidate + 2 * per_point > options_.max_steps;
+  switch (phase_) {
+    case Phase::kDefault:
+      if (start_ != default_ && !out_of_budget) {
+        phase_ = Phase::kStart;
+        measure(start_);
+        return;
+      }
+      [[fallthrough]];
+    case Phase::kStart:
+    case Phase::kRebase:
+      phase_ = Phase::kPattern;
+      queue_ = neighbours();
+      [[fallthrough]];
+    case Phase::kPattern:
+      while (!out_of_budget) {
+        while (!queue_.empty()) {
+          SearchPoint next = std::move(queue_.front());
+          queue_.erase(queue_.begin());
+          if (measured_.count(next)) continue;
+          measure(std::move(next));
+          return;
+        }
+        if (stride_ > 1) {
+          stride_ /= 2;
+          queue_ = neighbours();
+          continue;
+        }
+        // A second look with the budget left: the best and its nearest neighbours measured
+        // afresh (the best's samples pooled), since near the optimum the differences are
+        // of the order of the noise and one unlucky sample decides.
+        const int polish_cost = 2 * static_cast<int>(dims_.size()) * per_candidate + 3 * per_point;
+        if (polished_ || steps_ - budget_from_ + polish_cost > options_.max_steps) break;
+        polished_ = true;
+        queue_ = neighbours();
+        for (const auto& p : queue_) measured_.erase(p);
+        measure(best_);
+        return;
+      }
+      if (best_ == default_) break;  // nothing to confirm against
+      phase_ = Phase::kConfirmBest;
+      measure(best_);
+      return;
+    case Phase::kConfirmBest:
+      phase_ = Phase::kConfirmDefault;
+      measure(default_);
+      return;
+    case Phase::kConfirmDefault:
+      // Pooled samples of both: the default stays unless the best still wins by the margin.
+      if (!(score_of(best_) < score_of(default_) * (1 - margin()))) best_ = default_;
+      break;
+    case Phase::kDone:
+      break;
+  }
+  phase_ = Phase::kDone;
+  current_ = best_;
+  queue_.clear();
+}
+
+void AutotuneSearch::restart_local() {
+  measured_.clear();
+  spreads_.clear();
+  last_move_.reset();
+  stride_ = 1;
+  polished_ = false;
+  budget_from_ = steps_;
+  phase_ = Phase::kRebase;
+  measure(best_);
+}
+
+PriorValues predict_start(const LinkModel& link) {
+  const double crossover = link.latency_s * link.bandwidth_bytes_per_s;  // bytes
+  PriorValues v;
+  v.fusion_threshold = static_cast<int64_t>(std::clamp(16 * crossover, 1.0, 1e12));
+  v.bucket_bytes = v.fusion_threshold;
+  v.cycle_time_ns = static_cast<int64_t>(std::clamp(2 * link.latency_s * 1e9, 1.0, 1e10));
+  return v;
+}
+
+}  // namespace kolo::coord

@@ -1,0 +1,162 @@
+#include "coordinator/autotune_search.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+namespace kolo::coord {
+namespace {
+
+constexpr int64_t kKiB = 1024, kMiB = 1024 * kKiB;
+
+// The runtime's three grids with its defaults: threshold 4 MiB, cycle 1 ms, bucket 4 MiB.
+std::vector<SearchDimension> runtime_like_dims() {
+  SearchDimension threshold{"threshold", log_grid(64 * kKiB, 64 * kMiB, true)};
+  threshold.default_index = nearest_index(threshold.values, 4 * kMiB);
+  SearchDimension cycle{"cycle", log_grid(100'000, 8'000'000)};
+  cycle.default_index = nearest_index(cycle.values, 1'000'000);
+  SearchDimension bucket{"bucket", log_grid(64 * kKiB, 64 * kMiB, true)};
+  bucket.default_index = nearest_index(bucket.values, 4 * kMiB);
+  return {threshold, cycle, bucket};
+}
+
+// A smooth bowl in log space around `optimum` (grid indices), 100 ms at the bottom, with
+// multiplicative Gaussian noise of `noise` standard deviation.
+struct Bowl {
+  SearchPoint optimum;
+  std::vector<double> curvature;
+  double noise;
+  std::mt19937 rng;
+  double exact(const SearchPoint& p) const {
+    double f = 0.1;
+    for (size_t d = 0; d < p.size(); ++d) {
+      const double x = static_cast<double>(p[d]) - static_cast<double>(optimum[d]);
+      f *= 1 + curvature[d] * x * x;
+    }
+    return f;
+  }
+  double sample(const SearchPoint& p) {
+    std::normal_distribution<double> n(0, noise);
+    return exact(p) * std::max(0.5, 1 + n(rng));
+  }
+};
+
+// Runs the search to convergence and returns (steps, final point).
+std::pair<int, SearchPoint> run(AutotuneSearch& search, Bowl& bowl) {
+  int guard = 0;
+  while (!search.converged() && ++guard < 10'000) search.record_step(bowl.sample(search.current()));
+  return {search.steps(), search.current()};
+}
+
+TEST(AutotuneSearchTest, LogGridDoublesAndKeepsBothEnds) {
+  EXPECT_EQ(log_grid(1, 8), (std::vector<int64_t>{1, 2, 4, 8}));
+  EXPECT_EQ(log_grid(3, 20), (std::vector<int64_t>{3, 6, 12, 20}));
+  EXPECT_EQ(log_grid(5, 5, true), (std::vector<int64_t>{0, 5}));
+  EXPECT_EQ(nearest_index({0, 1, 4, 16}, 5), 2u);
+  EXPECT_EQ(nearest_index({0, 1, 4, 16}, 0), 0u);
+  EXPECT_EQ(nearest_index({0, 1, 4, 16}, 100), 3u);
+}
+
+TEST(AutotuneSearchTest, MeasuresDefaultFirstThenThePrior) {
+  auto dims = runtime_like_dims();
+  SearchPoint start = {3, 1, 3};
+  AutotuneSearch search(dims, start, {.warmup = 1, .samples = 2});
+  EXPECT_EQ(search.current(), search.default_point());
+  EXPECT_FALSE(search.record_step(1.0));  // warm-up
+  EXPECT_FALSE(search.record_step(1.0));
+  EXPECT_TRUE(search.record_step(1.0));
+  auto trial = search.take_finished();
+  ASSERT_TRUE(trial);
+  EXPECT_EQ(trial->point, search.default_point());
+  EXPECT_EQ(trial->steps, 3);
+  EXPECT_DOUBLE_EQ(trial->seconds, 1.0);
+  EXPECT_EQ(search.current(), start);
+  EXPECT_FALSE(search.take_finished());
+}
+
+// The goal on synthetic workloads: within the 200-step budget, the final point's true
+// step time is within 5% of the optimum's, for optima anywhere on the grid (edges too), with
+// 2% noise per step (one grid step off the optimum costs 3-5%), over 80 seeded runs.
+TEST(AutotuneSearchTest, ConvergesWithinBudgetToWithinFivePercentOfTheOptimum) {
+  const auto dims = runtime_like_dims();
+  const std::vector<SearchPoint> optima = {{0, 0, 0}, {11, 7, 11}, {3, 2, 9}, {10, 0, 1},
+                                           {7, 3, 7}, {1, 6, 11},  {5, 4, 0}, {11, 1, 6}};
+  int worst_steps = 0;
+  double worst_ratio = 0;
+  for (size_t i = 0; i < optima.size(); ++i) {
+    for (unsigned seed = 0; seed < 10; ++seed) {
+      Bowl bowl{optima[i], {0.04, 0.05, 0.03}, 0.02, std::mt19937(seed * 31 + i)};
+      // A poor prior (the opposite corner) must not prevent convergence.
+      AutotuneSearch search(dims, {6, 0, 6}, {});
+      auto [steps, point] = run(search, bowl);
+      ASSERT_TRUE(search.converged());
+      worst_steps = std::max(worst_steps, steps);
+      worst_ratio = std::max(worst_ratio, bowl.exact(point) / bowl.exact(optima[i]));
+    }
+  }
+  EXPECT_LE(worst_steps, 200);
+  EXPECT_LE(worst_ratio, 1.05);
+}
+
+TEST(AutotuneSearchTest, DefaultStaysWhenNothingBeatsItBeyondNoise) {
+  const auto dims = runtime_like_dims();
+  const SearchPoint def = {dims[0].default_index, dims[1].default_index, dims[2].default_index};
+  for (unsigned seed = 0; seed < 20; ++seed) {
+    // Flat within 1%: every difference is noise.
+    Bowl bowl{def, {0.0005, 0.0005, 0.0005}, 0.03, std::mt19937(seed)};
+    AutotuneSearch search(dims, {2, 1, 2}, {});
+    auto [steps, point] = run(search, bowl);
+    EXPECT_LE(bowl.exact(point) / bowl.exact(def), 1.02) << "seed " << seed;
+  }
+}
+
+TEST(AutotuneSearchTest, FixedDimensionsAreNeverChanged) {
+  auto dims = runtime_like_dims();
+  dims[1].values = {2'000'000};  // the user set the cycle time
+  dims[1].default_index = 0;
+  Bowl bowl{{9, 0, 2}, {0.04, 0.05, 0.03}, 0.02, std::mt19937(7)};
+  AutotuneSearch search(dims, {6, 0, 6}, {});
+  while (!search.converged()) {
+    ASSERT_EQ(search.current()[1], 0u);
+    search.record_step(bowl.sample(search.current()));
+  }
+  EXPECT_LE(bowl.exact(search.current()) / bowl.exact({9, 0, 2}), 1.05);
+}
+
+TEST(AutotuneSearchTest, CategoricalDimensionTriesEveryChoice) {
+  auto dims = runtime_like_dims();
+  dims.push_back({"hierarchical", {0, 1}, 0, true});
+  // Choice 1 is 30% faster everywhere.
+  Bowl bowl{{5, 2, 5, 1}, {0.04, 0.05, 0.03, 0.3}, 0.02, std::mt19937(3)};
+  AutotuneSearch search(dims, {6, 3, 6, 0}, {});
+  run(search, bowl);
+  EXPECT_EQ(search.current()[3], 1u);
+}
+
+TEST(AutotuneSearchTest, RestartLocalSearchesAgainAroundTheBest) {
+  const auto dims = runtime_like_dims();
+  Bowl bowl{{5, 2, 5}, {0.04, 0.05, 0.03}, 0.01, std::mt19937(1)};
+  AutotuneSearch search(dims, {5, 2, 5}, {});
+  run(search, bowl);
+  EXPECT_EQ(search.current(), (SearchPoint{5, 2, 5}));
+  // The machine changed: the optimum moved one step along each axis.
+  bowl.optimum = {6, 3, 4};
+  search.restart_local();
+  EXPECT_FALSE(search.converged());
+  const int before = search.steps();
+  run(search, bowl);
+  EXPECT_LE(search.steps() - before, 200);
+  EXPECT_LE(bowl.exact(search.current()) / bowl.exact({6, 3, 4}), 1.05);
+}
+
+TEST(AutotuneSearchTest, PriorPredictsFromLatencyAndBandwidth) {
+  // 50 us and 1 GB/s: crossover 50 kB, threshold and bucket 800 kB, cycle 100 us.
+  PriorValues v = predict_start({50e-6, 1e9});
+  EXPECT_EQ(v.fusion_threshold, 800'000);
+  EXPECT_EQ(v.bucket_bytes, 800'000);
+  EXPECT_EQ(v.cycle_time_ns, 100'000);
+}
+
+}  // namespace
+}  // namespace kolo::coord
