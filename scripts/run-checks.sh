@@ -27,7 +27,8 @@ export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/sanitizers/tsan.supp"
 
-fuzz_targets=(fuzz_units fuzz_negotiation fuzz_store_protocol fuzz_tcp_wire fuzz_data_files)
+fuzz_targets=(fuzz_units fuzz_negotiation fuzz_store_protocol fuzz_tcp_wire fuzz_data_files
+              fuzz_trace_reader)
 
 for check in "${checks[@]}"; do
   start=$SECONDS

@@ -46,8 +46,9 @@ struct OpenSpan {
 // `more` wins over `args` for a key both have.
 void add_args(TimelineArgs& args, TimelineArgs more) {
   for (auto& [key, value] : more) {
-    auto it =
-        std::find_if(args.begin(), args.end(), [&](const auto& kv) { return kv.first == key; });
+    // Init-capture: Clang 14 (the checking builds') cannot capture a structured binding.
+    auto it = std::find_if(args.begin(), args.end(),
+                           [&k = key](const auto& kv) { return kv.first == k; });
     if (it != args.end()) {
       it->second = std::move(value);
     } else {

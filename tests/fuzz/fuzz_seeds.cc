@@ -6,6 +6,8 @@
 #include <iostream>
 #include <iterator>
 
+#include <zlib.h>
+
 #include "backends/tcp/auth.h"
 #include "backends/tcp/wire.h"
 #include "coordinator/message.h"
@@ -142,6 +144,27 @@ void data_files() {
   fs::remove_all(scratch);
 }
 
+void trace_reader() {
+  // A rank's file as Kolo writes it (metadata, a tensor row, an operation with its phases, a
+  // step marker), the same cut short by a crash, and the same gzip-compressed.
+  const std::string events =
+      R"([{"name":"process_name","ph":"M","pid":0,"tid":0,"ts":0,"args":{"name":"rank 0"}},)"
+      R"({"name":"kolo_clock_sync","ph":"M","pid":0,"tid":0,"ts":0,"args":{"wall_clock_us":1700000000000000}},)"
+      R"({"name":"thread_name","ph":"M","pid":0,"tid":1,"ts":0,"args":{"name":"grad.fc1"}},)"
+      R"({"name":"QUEUE","ph":"X","pid":0,"tid":1,"ts":10,"dur":3},)"
+      R"({"name":"NEGOTIATE","ph":"X","pid":0,"tid":1,"ts":13,"dur":20},)"
+      R"({"name":"ALLREDUCE","ph":"X","pid":0,"tid":1,"ts":10,"dur":60,"args":{"bytes":4096,"dtype":"float32","shape":"[1024]","status":"OK"}},)"
+      R"({"name":"STEP","ph":"i","s":"g","pid":0,"tid":0,"ts":80,"args":{"step":1}}])";
+  write_seed("fuzz_trace_reader", "trace", std::string(1, '\0') + events);
+  write_seed("fuzz_trace_reader", "trace-cut", std::string(1, '\0') + events.substr(0, 400));
+  const fs::path gz = g_root / "trace.json.gz";
+  gzFile out = gzopen(gz.c_str(), "wb");
+  gzwrite(out, events.data(), static_cast<unsigned>(events.size()));
+  gzclose(out);
+  write_seed("fuzz_trace_reader", "trace-gz", std::string(1, '\1') + read_file(gz));
+  fs::remove(gz);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -155,5 +178,6 @@ int main(int argc, char** argv) {
   store_protocol();
   tcp_wire();
   data_files();
+  trace_reader();
   return 0;
 }
