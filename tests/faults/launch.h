@@ -25,20 +25,13 @@
 #include <vector>
 
 #include "common/thread_annotations.h"
+#include "tests/support/process_state.h"
 
 namespace kolo::faults {
 
 using Clock = std::chrono::steady_clock;
 
-// True once `pid` has exited (gone, or a zombie nobody reaped yet).
-inline bool has_ended(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(stat, line)) return true;
-  const size_t close = line.rfind(')');  // the state follows the command name in parentheses
-  return close != std::string::npos && close + 2 < line.size() &&
-         (line[close + 2] == 'Z' || line[close + 2] == 'X');
-}
+using kolo::testing::has_ended;
 
 class Launch {
  public:

@@ -25,6 +25,7 @@
 #include "rendezvous/asio.h"
 #include "rendezvous/tcp_store.h"
 #include "rendezvous/tcp_store_protocol.h"
+#include "tests/support/process_state.h"
 #include "tools/kolorun/cpu_binding.h"
 #include "tools/kolorun/line_prefixer.h"
 #include "tools/kolorun/options.h"
@@ -494,14 +495,7 @@ TEST(Kolorun, ARankIgnoringSigtermIsKilledAfterTheGrace) {
 }
 
 // Whether process `pid` has ended: gone, or a zombie that nobody has reaped yet.
-bool has_ended(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(stat, line)) return true;
-  const size_t close = line.rfind(')');  // the state follows the command name in parentheses
-  return close != std::string::npos && close + 2 < line.size() &&
-         (line[close + 2] == 'Z' || line[close + 2] == 'X');
-}
+using kolo::testing::has_ended;
 
 // Note [Ranks die with kolorun]: SIGKILL of kolorun, which can forward nothing, still ends
 // every rank (before, they ran on under init).
@@ -690,17 +684,23 @@ TEST(Kolorun, AFailureOnOneNodeStopsTheRanksOfTheOther) {
       << n0.err();
 }
 
+// kolorun for node k of a two-node job of one rank per node, waiting up to 60 s for the other.
+std::vector<std::string> one_rank_node(const std::string& rdzv, int k,
+                                       std::vector<std::string> command) {
+  std::vector<std::string> args{kKolorun, "--nnodes", "2",       "--node-rank", std::to_string(k),
+                                "--rdzv", rdzv,       "--secret", "s",          "--timeout",
+                                "60s",    "-np",      "1"};
+  args.insert(args.end(), command.begin(), command.end());
+  return args;
+}
+
 // Node 0's kolorun (and with it the store) is gone when a rank of node 1 fails: node 1's
 // kolorun reports the failure and exits within seconds, not after --timeout (it used to retry
 // the lost store for the whole --timeout, once to publish the failure and once to say "done").
 TEST(Kolorun, ANodeOutlivingNodeZeroExitsWithinSeconds) {
   std::string rdzv = "127.0.0.1:" + std::to_string(free_port());
   auto node = [&](int k, std::vector<std::string> command) {
-    std::vector<std::string> args{kKolorun, "--nnodes", "2",       "--node-rank", std::to_string(k),
-                                  "--rdzv", rdzv,       "--secret", "s",          "--timeout",
-                                  "60s",    "-np",      "1"};
-    args.insert(args.end(), command.begin(), command.end());
-    return args;
+    return one_rank_node(rdzv, k, std::move(command));
   };
   Proc n0(node(0, {kChild, "sleep"}));
   Proc n1(node(1, {"sh", "-c", "sleep 2; exit 5"}));
@@ -720,11 +720,7 @@ TEST(Kolorun, ANodeOutlivingNodeZeroExitsWithinSeconds) {
 TEST(Kolorun, NodeZeroWaitingForTheOthersObeysSigint) {
   std::string rdzv = "127.0.0.1:" + std::to_string(free_port());
   auto node = [&](int k, std::vector<std::string> command) {
-    std::vector<std::string> args{kKolorun, "--nnodes", "2",       "--node-rank", std::to_string(k),
-                                  "--rdzv", rdzv,       "--secret", "s",          "--timeout",
-                                  "60s",    "-np",      "1"};
-    args.insert(args.end(), command.begin(), command.end());
-    return args;
+    return one_rank_node(rdzv, k, std::move(command));
   };
   Proc n0(node(0, {"sh", "-c", "echo finished"}));
   Proc n1(node(1, {kChild, "sleep"}));
