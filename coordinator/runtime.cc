@@ -5,8 +5,8 @@
 #include "common/logging.h"
 #include "common/text.h"
 #include "coordinator/fusion.h"
-#include "timeline/trace_format.h"
 #include "kolo/units.h"
+#include "timeline/trace_format.h"
 
 // Note [Cycle]
 // Every rank's background thread runs the same sequence of cycles; each cycle is a fixed
@@ -97,7 +97,7 @@ Status Runtime::start_timeline(const std::string& path, bool mark_cycles) {
 
 void Runtime::mark_step() {
   if (tuner_) {  // the autotuner's score: the time between step boundaries
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     marks_.push_back(std::chrono::steady_clock::now());
   }
   // Release: the tuner, reading the count, sees the mark recorded above.
@@ -122,7 +122,7 @@ Handle Runtime::submit(std::unique_ptr<Entry> entry) {
   const std::string& name = entry->request.name;
   const char* op = op_type_name(entry->request.type);
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     Status reject;
     if (stopped_) {
       reject = final_status_;
@@ -170,7 +170,7 @@ Handle Runtime::submit(std::unique_ptr<Entry> entry) {
 
 Status Runtime::shutdown() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     shutdown_requested_ = true;
   }
   cv_.notify_one();
@@ -181,13 +181,13 @@ Status Runtime::shutdown() {
 }
 
 std::vector<Runtime::AppliedTuning> Runtime::applied_tunings() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return applied_;
 }
 
 std::optional<int64_t> Runtime::tuned_bucket_bytes() const {
   const int64_t step = steps_marked();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (auto it = applied_.rbegin(); it != applied_.rend(); ++it)
     if (it->decision.apply_step <= step) return it->decision.bucket_bytes;
   return std::nullopt;
@@ -197,7 +197,7 @@ void Runtime::apply_tuning(const TuneDecision& d) {
   fusion_threshold_ = d.fusion_threshold;
   cycle_time_ = std::chrono::nanoseconds(d.cycle_time_ns);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     applied_.push_back({cycles_, d});
   }
   KOLO_LOG_DEBUG("autotune: cycle "
@@ -238,7 +238,7 @@ Status Runtime::measure_link() {
 }
 
 std::vector<std::string> Runtime::stall_warnings() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return stall_warnings_;
 }
 
@@ -251,26 +251,28 @@ void Runtime::end_queue_span(Entry& e) {
 
 void Runtime::fail_all(const Status& status) {
   std::deque<std::unique_ptr<Entry>> queued;
+  Status final_status;  // the first failure's, which every operation ends with
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!stopped_) {
       stopped_ = true;
       final_status_ = status;
     }
+    final_status = final_status_;
     queued.swap(queue_);
     in_flight_.clear();
   }
   // pending_ belongs to the background thread; this runs on it or after it has exited.
   // Every phase still open of a failed operation ends with the Status it failed with.
-  const TimelineArgs failed = timeline_status_args(final_status_);
+  const TimelineArgs failed = timeline_status_args(final_status);
   for (auto& [name, e] : pending_) {
     if (e->traced) timeline_.end_all(name, failed);
-    e->state->complete(final_status_);
+    e->state->complete(final_status);
   }
   pending_.clear();
   for (auto& e : queued) {
     if (e->traced) timeline_.end_all(e->request.name, failed);
-    e->state->complete(final_status_);
+    e->state->complete(final_status);
   }
 }
 
@@ -299,18 +301,19 @@ void Runtime::loop() {
     bool shutdown_requested;
     if (pending_.empty()) spin_for_submission();
     {
-      std::unique_lock<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (pending_.empty()) {
         // Idle: sleep until a submission (or shutdown), at most one heartbeat.
         sleeping_ = true;
-        cv_.wait_for(lock, config_.heartbeat,
-                     [&] { return !queue_.empty() || shutdown_requested_; });
+        cv_.wait_for(lock.native(), config_.heartbeat,
+                     [&]() KOLO_REQUIRES(mu_) { return !queue_.empty() || shutdown_requested_; });
         sleeping_ = false;
       } else if (!idle_peer_) {
         // Busy: the batching window, so close submissions share a cycle. (Skipped when a
         // peer was idle last cycle: what is pending waits for that peer's next submission,
         // and its cycle starts at once; see gather_bits.)
-        cv_.wait_until(lock, last_start + cycle_time_, [&] { return shutdown_requested_; });
+        cv_.wait_until(lock.native(), last_start + cycle_time_,
+                       [&]() KOLO_REQUIRES(mu_) { return shutdown_requested_; });
       }
       shutdown_requested = shutdown_requested_;
       auto now = std::chrono::steady_clock::now();
@@ -418,7 +421,7 @@ Status Runtime::cycle(bool shutdown_requested, bool& stop) {
   if (tuner_) {
     std::vector<std::chrono::steady_clock::time_point> marks;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       marks.swap(marks_);
     }
     tuner_->observe(marks, responses, std::chrono::steady_clock::now());
@@ -462,7 +465,7 @@ Status Runtime::negotiate_slow(const RequestList& mine, ResponseList& out) {
     for (auto& w : controller_->take_warnings()) {
       KOLO_LOG_WARNING(w);
       timeline_.instant({}, "STALL_WARNING", {{"message", w}});
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       stall_warnings_.push_back(std::move(w));
     }
     reply = serialize(out);
@@ -482,7 +485,7 @@ Status Runtime::negotiate_slow(const RequestList& mine, ResponseList& out) {
 std::vector<BatchItem> Runtime::claim(const std::vector<const Response*>& responses) {
   std::vector<BatchItem> items;
   items.reserve(responses.size());
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (const Response* p : responses) {
     auto it = pending_.find(p->name);
     // By type too: a response is this rank's entry only if it is the same operation.

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "common/thread_annotations.h"
 #include "coordinator/autotune.h"
 #include "coordinator/config.h"
 #include "coordinator/controller.h"
@@ -121,21 +122,21 @@ class Runtime {
   // A SIGTERM from kolorun (or Ctrl-C) closes the file in order before the process ends.
   Timeline timeline_{TimelineOptions{.stop_on_signals = true}};
 
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::unique_ptr<Entry>> queue_;  // guarded by mu_
-  std::set<std::string> in_flight_;           // guarded by mu_
-  bool shutdown_requested_ = false;           // guarded by mu_
-  bool stopped_ = false;                      // guarded by mu_: no more submissions
-  Status final_status_;                       // guarded by mu_: why submissions now fail
-  bool joined_locally_ = false;               // guarded by mu_
-  std::vector<std::string> stall_warnings_;   // guarded by mu_
-  bool sleeping_ = false;                     // guarded by mu_: loop waits on cv_ for work
-  std::atomic<size_t> queued_{0};             // queue_.size(), readable without mu_
-  std::atomic<int64_t> steps_marked_{0};      // kolo::mark_step() calls so far
-  std::vector<AppliedTuning> applied_;        // guarded by mu_
+  std::deque<std::unique_ptr<Entry>> queue_ KOLO_GUARDED_BY(mu_);
+  std::set<std::string> in_flight_ KOLO_GUARDED_BY(mu_);
+  bool shutdown_requested_ KOLO_GUARDED_BY(mu_) = false;
+  bool stopped_ KOLO_GUARDED_BY(mu_) = false;  // no more submissions
+  Status final_status_ KOLO_GUARDED_BY(mu_);   // why submissions now fail
+  bool joined_locally_ KOLO_GUARDED_BY(mu_) = false;
+  std::vector<std::string> stall_warnings_ KOLO_GUARDED_BY(mu_);
+  bool sleeping_ KOLO_GUARDED_BY(mu_) = false;  // loop waits on cv_ for work
+  std::atomic<size_t> queued_{0};               // queue_.size(), readable without mu_
+  std::atomic<int64_t> steps_marked_{0};        // kolo::mark_step() calls so far
+  std::vector<AppliedTuning> applied_ KOLO_GUARDED_BY(mu_);
   // Rank 0 with a tuner: the times of step boundaries not yet seen by the tuner.
-  std::vector<std::chrono::steady_clock::time_point> marks_;  // guarded by mu_
+  std::vector<std::chrono::steady_clock::time_point> marks_ KOLO_GUARDED_BY(mu_);
 
   // Background thread only.
   std::map<std::string, std::unique_ptr<Entry>> pending_;
