@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/logging.h"
+#include "common/thread_annotations.h"
 
 namespace kolo::timeline_detail {
 namespace {
@@ -29,9 +30,9 @@ void on_signal(int signo) {
 }
 
 struct Registry {
-  std::mutex mu;
-  std::vector<std::weak_ptr<SignalStoppable>> targets;  // guarded by mu
-  bool installed = false;                               // guarded by mu
+  Mutex mu;
+  std::vector<std::weak_ptr<SignalStoppable>> targets KOLO_GUARDED_BY(mu);
+  bool installed KOLO_GUARDED_BY(mu) = false;
   struct sigaction previous[std::size(kSignals)] = {};  // set before `installed`
 
   void watch(int read_fd) {
@@ -45,7 +46,7 @@ struct Registry {
     const int signo = byte;
     std::vector<std::shared_ptr<SignalStoppable>> alive;
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       for (auto& w : targets)
         if (auto t = w.lock()) alive.push_back(std::move(t));
     }
@@ -70,7 +71,7 @@ Registry& registry() {
 
 void register_for_signal_stop(std::weak_ptr<SignalStoppable> target) {
   Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mu);
+  MutexLock lock(r.mu);
   // A timeline restarted (a recording window) registers again: keep one entry per target.
   std::erase_if(r.targets, [&](const auto& w) {
     return w.expired() || (!w.owner_before(target) && !target.owner_before(w));
