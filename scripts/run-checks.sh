@@ -36,7 +36,14 @@ for check in "${checks[@]}"; do
     asan)
       configure build-asan -DKOLO_SANITIZE=address,undefined -DKOLO_FUZZ=ON -DKOLO_THREAD_SAFETY=ON
       cmake --build build-asan -j "$jobs"
-      ctest --test-dir build-asan --output-on-failure --timeout 600 -j "$jobs" -L 'unit|multiprocess'
+      ctest --test-dir build-asan --output-on-failure --timeout 600 -j "$jobs" -L 'unit|multiprocess' \
+        -E Mpirun
+      # Open MPI leaks from plugins it has unloaded by exit, so LeakSanitizer cannot tell whose
+      # the memory was (the stack shows "<unknown module>"): jobs under mpirun run with every
+      # check but the leak check.
+      ASAN_OPTIONS="${ASAN_OPTIONS/detect_leaks=1/detect_leaks=0}" \
+        ctest --test-dir build-asan --output-on-failure --timeout 600 -j "$jobs" \
+        -L 'unit|multiprocess' -R Mpirun
       ;;
     fuzz)
       configure build-asan -DKOLO_SANITIZE=address,undefined -DKOLO_FUZZ=ON -DKOLO_THREAD_SAFETY=ON
