@@ -285,10 +285,17 @@ NamedTensors load_tensors(const std::string& path) {
     Shape shape;
     uint64_t numel = 1;
     bool huge = false;
+    // Tensors count elements in int64_t, partial products included (a 0 later in the shape
+    // does not save an overflow earlier), so any shape whose nonzero sizes multiply past it is
+    // refused here, before a tensor is made of it.
+    int64_t nonzero_product = 1;
     for (int d = 0; d < ndim; ++d) {
       const size_t at = r.pos();
       const auto dim = r.value<int64_t>("size of dimension " + std::to_string(d) + " of " + what);
       if (dim < 0) r.bad(at, "negative size " + std::to_string(dim) + " in " + what);
+      if (dim > 0 && __builtin_mul_overflow(nonzero_product, dim, &nonzero_product))
+        r.bad(at, "the sizes of " + what + " multiply past 2^63 elements at dimension " +
+                      std::to_string(d));
       shape.push_back(dim);
       if (dim != 0 && numel > bytes.size() / static_cast<uint64_t>(dim)) huge = true;
       numel = dim == 0 ? 0 : numel * static_cast<uint64_t>(dim);

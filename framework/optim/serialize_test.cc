@@ -263,6 +263,18 @@ TEST(Serialize, MalformedFiles) {
                    ": offset 48: expected the 4-byte checksum after 1 entries, found 2 extra "
                    "bytes");
 
+  // Sizes whose product passes 2^63 before a 0 (a fuzzer's find: it overflowed Tensor's count).
+  const std::string zero = dir.file("zero.kolo");
+  save_tensors(zero, {{"ab", Tensor::zeros({1, 1, 0})}});
+  b = read_bytes(zero);
+  // 16 header | 4 len | 2 name | 1 dtype | 1 ndim | dims at 24, 32, 40 | ...
+  b[24 + 7] = 0x40;  // dimension 0: 2^62
+  b[32] = 4;         // dimension 1: 4
+  write_bytes(bad, b);
+  expect_error([&] { load_tensors(bad); }, StatusCode::kInvalidArgument,
+               file + ": offset 32: the sizes of entry 0 'ab' multiply past 2^63 elements at "
+                      "dimension 1");
+
   write_bytes(bad, {'K', 'O'});
   expect_error([&] { load_tensors(bad); }, StatusCode::kInvalidArgument,
                file +
