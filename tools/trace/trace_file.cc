@@ -93,10 +93,25 @@ Status extract_events(json doc, const std::string& name, TraceFile& out) {
       return Status::InvalidArgument("'" + name + "': event " + std::to_string(i) +
                                      " must be a JSON object, got a JSON " + e.type_name());
     }
-    auto ts = e.find("ts");
-    if (ts != e.end() && !ts->is_number()) {
+    // The fields kolo-trace reads are checked for their type once, here, so that merge and
+    // summary can read them without guarding every access.
+    for (const char* key : {"ts", "dur", "pid", "tid"}) {
+      auto it = e.find(key);
+      if (it != e.end() && !it->is_number()) {
+        return Status::InvalidArgument("'" + name + "': event " + std::to_string(i) +
+                                       " has a non-numeric \"" + key + "\": " + it->dump());
+      }
+    }
+    for (const char* key : {"ph", "name", "cat", "s"}) {
+      auto it = e.find(key);
+      if (it != e.end() && !it->is_string()) {
+        return Status::InvalidArgument("'" + name + "': event " + std::to_string(i) + " has a \"" +
+                                       key + "\" that is not a string: " + it->dump());
+      }
+    }
+    if (auto args = e.find("args"); args != e.end() && !args->is_object()) {
       return Status::InvalidArgument("'" + name + "': event " + std::to_string(i) +
-                                     " has a non-numeric \"ts\": " + ts->dump());
+                                     " has \"args\" that are not an object: " + args->dump());
     }
     if (e.value("ph", "") == "M" && e.value("name", "") == trace_format::kClockSyncEvent) {
       const json& args = e.contains("args") ? e["args"] : json();

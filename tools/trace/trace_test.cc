@@ -148,6 +148,16 @@ TEST(TraceFile, ReportsCorruptionWithFileAndPosition) {
             std::string::npos)
       << bad_ts.status().message();
 
+  // A field of the wrong type is an error, not an exception out of kolo-trace (a fuzzer's find:
+  // a numeric "ph" ended the process with nlohmann's type_error).
+  auto bad_ph = parse_trace(R"([{"ph":1,"ts":0}])", "ph.json");
+  ASSERT_FALSE(bad_ph.ok());
+  EXPECT_EQ(bad_ph.status().message(), "'ph.json': event 0 has a \"ph\" that is not a string: 1");
+  auto bad_args = parse_trace(R"([{"ph":"X","ts":0,"dur":1,"args":[1]}])", "args.json");
+  ASSERT_FALSE(bad_args.ok());
+  EXPECT_EQ(bad_args.status().message(),
+            "'args.json': event 0 has \"args\" that are not an object: [1]");
+
   auto empty = parse_trace("", "empty.json");
   ASSERT_FALSE(empty.ok());
   EXPECT_NE(empty.status().message().find("'empty.json': invalid JSON at byte 0"),
