@@ -102,6 +102,14 @@ Status extract_events(json doc, const std::string& name, TraceFile& out) {
                                        " has a non-numeric \"" + key + "\": " + it->dump());
       }
     }
+    for (const char* key : {"pid", "tid"}) {  // read as int64_t: 1e40 must not reach that
+      auto it = e.find(key);
+      if (it != e.end() && !it->is_number_integer()) {
+        return Status::InvalidArgument("'" + name + "': event " + std::to_string(i) +
+                                       " has a \"" + key + "\" that is not an integer: " +
+                                       it->dump());
+      }
+    }
     for (const char* key : {"ph", "name", "cat", "s"}) {
       auto it = e.find(key);
       if (it != e.end() && !it->is_string()) {
@@ -116,7 +124,7 @@ Status extract_events(json doc, const std::string& name, TraceFile& out) {
     if (e.value("ph", "") == "M" && e.value("name", "") == trace_format::kClockSyncEvent) {
       const json& args = e.contains("args") ? e["args"] : json();
       auto wall = args.is_object() ? args.find(trace_format::kWallClockUsArg) : args.end();
-      if (!args.is_object() || wall == args.end() || !wall->is_number()) {
+      if (!args.is_object() || wall == args.end() || !wall->is_number_integer()) {
         return Status::InvalidArgument("'" + name + "': event " + std::to_string(i) + " (" +
                                        std::string(trace_format::kClockSyncEvent) +
                                        ") needs a numeric args." +

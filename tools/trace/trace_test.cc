@@ -153,6 +153,10 @@ TEST(TraceFile, ReportsCorruptionWithFileAndPosition) {
   auto bad_ph = parse_trace(R"([{"ph":1,"ts":0}])", "ph.json");
   ASSERT_FALSE(bad_ph.ok());
   EXPECT_EQ(bad_ph.status().message(), "'ph.json': event 0 has a \"ph\" that is not a string: 1");
+  auto bad_pid = parse_trace(R"([{"ph":"i","ts":0,"pid":4.4e36}])", "pid.json");
+  ASSERT_FALSE(bad_pid.ok());
+  EXPECT_EQ(bad_pid.status().message(),
+            "'pid.json': event 0 has a \"pid\" that is not an integer: 4.4e+36");
   auto bad_args = parse_trace(R"([{"ph":"X","ts":0,"dur":1,"args":[1]}])", "args.json");
   ASSERT_FALSE(bad_args.ok());
   EXPECT_EQ(bad_args.status().message(),
