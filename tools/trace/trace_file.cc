@@ -165,7 +165,7 @@ Result<TraceFile> parse_trace(std::string_view text, const std::string& name) {
     completed += "\n]";
     try {
       doc = json::parse(completed);
-    } catch (const json::parse_error&) {
+    } catch (const json::exception&) {
       return invalid_json(name, text, e);
     }
     file.recovered = true;
@@ -174,6 +174,9 @@ Result<TraceFile> parse_trace(std::string_view text, const std::string& name) {
     std::string_view tail = text.substr(keep, end - std::min(end, keep));
     size_t skip = tail.find_first_not_of(" \t\r\n,");
     file.discarded_bytes = skip == std::string_view::npos ? 0 : tail.size() - skip;
+  } catch (const json::exception& e) {
+    // Well-formed JSON that nlohmann cannot hold, e.g. a number beyond double's range.
+    return Status::InvalidArgument("'" + name + "': unreadable JSON: " + e.what());
   }
   KOLO_RETURN_IF_ERROR(extract_events(std::move(doc), name, file));
   return file;

@@ -157,6 +157,10 @@ TEST(TraceFile, ReportsCorruptionWithFileAndPosition) {
   ASSERT_FALSE(bad_pid.ok());
   EXPECT_EQ(bad_pid.status().message(),
             "'pid.json': event 0 has a \"pid\" that is not an integer: 4.4e+36");
+  auto huge = parse_trace(R"([{"ph":"i","ts":1E999999}])", "huge.json");
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.status().message().rfind("'huge.json': unreadable JSON: ", 0), 0u)
+      << huge.status().message();
   auto bad_args = parse_trace(R"([{"ph":"X","ts":0,"dur":1,"args":[1]}])", "args.json");
   ASSERT_FALSE(bad_args.ok());
   EXPECT_EQ(bad_args.status().message(),
