@@ -78,8 +78,9 @@ Status init() {
     // Kolo's thread): rank 0's stall inspector cannot see it from inside that wait, so the
     // wait itself is bounded.
     if (config.stall_shutdown_time.count() > 0)
-      ctx.op_timeout = std::min(ctx.op_timeout, std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                    config.stall_shutdown_time));
+      ctx.op_timeout = std::min(
+          ctx.op_timeout,
+          std::chrono::duration_cast<std::chrono::milliseconds>(config.stall_shutdown_time));
     KOLO_ASSIGN_OR_RETURN(control, create_backend(config.cpu_operations, ctx));
   }
   KOLO_ASSIGN_OR_RETURN(
