@@ -152,7 +152,13 @@ struct Timeline::Impl final : timeline_detail::SignalStoppable {
     }
   }
 
-  // REQUIRES(mu). Closes the innermost open span of `track` now, with `more` args.
+  // When several nested spans of a track close at one instant (a failure, stop(), a flush with
+  // spans open), each enclosing span ends 1 ns after the one inside it. Viewers that split
+  // complete events into begin/end pairs (speedscope) order equal end times by start time,
+  // which would end the parent before its child and leave the child's end unmatched.
+  static int64_t nested_end(int64_t ts, int64_t levels_inside) { return ts + levels_inside; }
+
+  // REQUIRES(mu). Closes the innermost open span of `track` at `ts`, with `more` args.
   void close_span(Track& track, std::string_view tensor, int64_t ts, TimelineArgs more) {
     OpenSpan span = std::move(track.open.back());
     track.open.pop_back();
@@ -184,7 +190,9 @@ struct Timeline::Impl final : timeline_detail::SignalStoppable {
     if (!recording) return;
     Track& track = track_for(tensor);
     int64_t ts = now_ns();
-    while (!track.open.empty()) close_span(track, tensor, ts, args);
+    for (int64_t gap = 0; !track.open.empty(); ++gap) {
+      close_span(track, tensor, nested_end(ts, gap), args);
+    }
   }
 
   void instant(EventKind kind, std::string_view tensor, std::string_view name,
@@ -204,13 +212,14 @@ struct Timeline::Impl final : timeline_detail::SignalStoppable {
         {std::string(trace_format::kStatusArg), std::string(trace_format::kStatusAborted)},
         {std::string(trace_format::kReasonArg), std::string(reason)}};
     for (auto& [tensor, track] : tracks) {
-      while (!track.open.empty()) {
+      for (int64_t gap = 0; !track.open.empty(); ++gap) {
         OpenSpan span = std::move(track.open.back());
         track.open.pop_back();
         add_args(span.args, aborted);
         push(track, tensor,
-             TraceEvent{EventKind::kComplete, track.tid, span.ts_ns, ts - span.ts_ns,
-                        std::move(span.name), std::move(span.args)});
+             TraceEvent{EventKind::kComplete, track.tid, span.ts_ns,
+                        nested_end(ts, gap) - span.ts_ns, std::move(span.name),
+                        std::move(span.args)});
       }
     }
   }
@@ -220,14 +229,20 @@ struct Timeline::Impl final : timeline_detail::SignalStoppable {
   void snapshot_open_spans(std::vector<TraceEvent>& out) {
     int64_t ts = now_ns();
     for (auto& [tensor, track] : tracks) {
-      for (const OpenSpan& span : track.open) {
+      for (size_t i = 0; i < track.open.size(); ++i) {
+        const OpenSpan& span = track.open[i];
+        int64_t gap = static_cast<int64_t>(track.open.size() - 1 - i);
         if (!track.named) {
           track.named = true;
           pending.push_back(
               TraceEvent{EventKind::kThreadName, track.tid, 0, 0, std::string(tensor), {}});
         }
-        TraceEvent e{EventKind::kComplete, track.tid, span.ts_ns,
-                     ts - span.ts_ns,      span.name, span.args};
+        TraceEvent e{EventKind::kComplete,
+                     track.tid,
+                     span.ts_ns,
+                     nested_end(ts, gap) - span.ts_ns,
+                     span.name,
+                     span.args};
         add_args(e.args,
                  {{std::string(trace_format::kStatusArg), std::string(trace_format::kStatusOpen)}});
         out.push_back(std::move(e));

@@ -64,6 +64,9 @@ std::map<int, std::string> track_names(const json& events) {
   return names;
 }
 
+// A complete event's end, in microseconds.
+double span_end(const json& e) { return e.at("ts").get<double>() + e.at("dur").get<double>(); }
+
 const json* find_meta(const json& events, std::string_view name) {
   for (const auto& e : events)
     if (e.at("ph") == "M" && e.at("name") == name) return &e;
@@ -176,7 +179,7 @@ TEST(Timeline, SpansAreCompleteEventsNestedPerTrackWithBeginAndEndArgs) {
     if (e.at("tid") == 1) t[e.at("name")] = e;
   ASSERT_EQ(t.size(), 3u);
   auto begin = [](const json& e) { return e.at("ts").get<double>(); };
-  auto end = [](const json& e) { return e.at("ts").get<double>() + e.at("dur").get<double>(); };
+  auto end = span_end;
   const json& op = t["ALLREDUCE"];
   EXPECT_LE(begin(op), begin(t["NEGOTIATE"]));
   EXPECT_LE(end(t["NEGOTIATE"]), begin(t["TCP_ALLREDUCE"]));
@@ -206,6 +209,8 @@ TEST(Timeline, EndAllClosesEveryOpenSpanOfTheTrackWithTheStatus) {
     EXPECT_EQ(spans[i].at("args").at("error"), "rank 1 died");
   }
   EXPECT_EQ(spans[1].at("args").at("bytes"), 8);
+  // The parent ends strictly after its child (1 ns), so begin/end viewers nest them.
+  EXPECT_NEAR(span_end(spans[1]) - span_end(spans[0]), 0.001, 1e-6);
   EXPECT_EQ(spans[2].at("name"), "QUEUE");  // closed by stop()
   EXPECT_EQ(spans[2].at("args"), json({{"status", "aborted"}, {"reason", "bye"}}));
   EXPECT_EQ(find_meta(events, tf::kStatsEvent)->at("args").at(tf::kUnmatchedEndsArg), 1);
@@ -435,6 +440,7 @@ TEST(Timeline, OpenSpansAreAbortedAtStopAndStrayEndsCounted) {
   ASSERT_EQ(spans.size(), 2u);
   EXPECT_EQ(spans[0].at("name"), "PHASE");  // innermost first
   EXPECT_EQ(spans[1].at("name"), "OP");
+  EXPECT_NEAR(span_end(spans[1]) - span_end(spans[0]), 0.001, 1e-6);  // strictly nested
   EXPECT_EQ(spans[1].at("args"), json({{"bytes", 4},
                                        {tf::kStatusArg, tf::kStatusAborted},
                                        {tf::kReasonArg, "the timeline was stopped"}}));
@@ -473,6 +479,7 @@ TEST(Timeline, FileIsValidJsonAfterEveryFlushWithOpenSpans) {
   ASSERT_EQ(open.size(), 2u);
   EXPECT_EQ(open[0].at("name"), "OP");
   EXPECT_EQ(open[0].at("args").at("bytes"), 1024);
+  EXPECT_NEAR(span_end(open[0]) - span_end(open[1]), 0.001, 1e-6);  // strictly nested
   EXPECT_EQ(track_names(json::parse(read_text(path)))[1], "a_long_tensor_name");
   tl.end("a_long_tensor_name");  // the tail shrinks: NEGOTIATE is written for good
   open = wait_for(1);
