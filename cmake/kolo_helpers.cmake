@@ -4,7 +4,11 @@
 # <folder> -> the source folder. A component adds its root PUBLIC (its dependents may include
 # its headers) or, with INTERNAL, PRIVATE. So an include against the layering (the framework
 # reaching into common/, anything into coordinator/) fails to compile, as does one of a
-# component that is not linked. The public API, include/kolo/, is visible to all.
+# component that is not linked. The public API, include/kolo/, is visible to all. One header
+# crosses the layering: common/thread_annotations.h (macros and two inline classes, nothing to
+# link) is visible, privately, to a target that calls kolo_thread_annotations(): the framework's
+# locking is checked by Clang's analysis like the core's, without its installed headers
+# depending on it.
 #
 # kolo_folder_root(OUT): the include root of the current source folder's top-level folder.
 function(kolo_folder_root out)
@@ -16,6 +20,18 @@ function(kolo_folder_root out)
     file(CREATE_LINK ${PROJECT_SOURCE_DIR}/${folder} ${root}/${folder} SYMBOLIC)
   endif()
   set(${out} ${root} PARENT_SCOPE)
+endfunction()
+
+# kolo_thread_annotations(TARGET): TARGET's sources may include "common/thread_annotations.h"
+# (and no other header of common/); its own installed headers must not.
+function(kolo_thread_annotations target)
+  set(root ${PROJECT_BINARY_DIR}/include_roots/thread_annotations)
+  if(NOT EXISTS ${root}/common/thread_annotations.h)
+    file(MAKE_DIRECTORY ${root}/common)
+    file(CREATE_LINK ${PROJECT_SOURCE_DIR}/common/thread_annotations.h
+         ${root}/common/thread_annotations.h SYMBOLIC)
+  endif()
+  target_include_directories(${target} PRIVATE ${root})
 endfunction()
 
 # kolo_internal_includes(TARGET): TARGET (an executable or test of this folder) includes its own

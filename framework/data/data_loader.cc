@@ -1,15 +1,31 @@
 #include "framework/data/data_loader.h"
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <string>
 
+#include "common/thread_annotations.h"
+
 namespace kolo::fw {
+
+struct DataLoader::Prefetch {
+  Mutex mu;
+  std::condition_variable cv;
+  std::deque<Batch> queue KOLO_GUARDED_BY(mu);
+  Status error KOLO_GUARDED_BY(mu);  // a failed batch of this epoch
+  bool producer_done KOLO_GUARDED_BY(mu) = false;
+  bool stop KOLO_GUARDED_BY(mu) = false;
+};
 
 DataLoader::DataLoader(const Dataset& dataset, DataLoaderOptions options,
                        std::unique_ptr<Sampler> sampler)
-    : dataset_(dataset), options_(options), sampler_(std::move(sampler)) {
+    : dataset_(dataset),
+      options_(options),
+      sampler_(std::move(sampler)),
+      prefetch_(std::make_unique<Prefetch>()) {
   if (options.batch_size < 1) {
     throw Error(Status::InvalidArgument("DataLoader: batch_size must be >= 1, got " +
                                         std::to_string(options.batch_size)));
@@ -32,10 +48,10 @@ DataLoader::~DataLoader() { stop_thread(); }
 void DataLoader::stop_thread() {
   if (!thread_.joinable()) return;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+    MutexLock lock(prefetch_->mu);
+    prefetch_->stop = true;
   }
-  cv_.notify_all();
+  prefetch_->cv.notify_all();
   thread_.join();
 }
 
@@ -59,11 +75,11 @@ void DataLoader::start_epoch(int64_t epoch) {
   next_batch_ = 0;
   taken_ = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    queue_.clear();
-    error_ = Status::Ok();
-    producer_done_ = false;
-    stop_ = false;
+    MutexLock lock(prefetch_->mu);
+    prefetch_->queue.clear();
+    prefetch_->error = Status::Ok();
+    prefetch_->producer_done = false;
+    prefetch_->stop = false;
   }
   if (options_.prefetch > 0) thread_ = std::thread([this] { produce(); });
 }
@@ -114,24 +130,26 @@ Batch DataLoader::build(size_t batch_index) const {
 // The error travels as a Status, not as an exception_ptr: the exception object then never
 // crosses threads, and the caller gets the kolo::Error the contract promises.
 void DataLoader::fail_epoch(Status status) {
-  std::lock_guard<std::mutex> lock(mu_);
-  error_ = std::move(status);
-  producer_done_ = true;
-  cv_.notify_all();
+  MutexLock lock(prefetch_->mu);
+  prefetch_->error = std::move(status);
+  prefetch_->producer_done = true;
+  prefetch_->cv.notify_all();
 }
 
 void DataLoader::produce() {
+  Prefetch& p = *prefetch_;
   for (size_t b = 0; b < plan_.size(); ++b) {
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock,
-               [&] { return stop_ || static_cast<int64_t>(queue_.size()) < options_.prefetch; });
-      if (stop_) return;
+      MutexLock lock(p.mu);
+      p.cv.wait(lock.native(), [&]() KOLO_REQUIRES(p.mu) {
+        return p.stop || static_cast<int64_t>(p.queue.size()) < options_.prefetch;
+      });
+      if (p.stop) return;
     }
     try {
       Batch batch = build(b);
-      std::lock_guard<std::mutex> lock(mu_);
-      queue_.push_back(std::move(batch));
+      MutexLock lock(p.mu);
+      p.queue.push_back(std::move(batch));
     } catch (const Error& e) {
       fail_epoch(e.status());
       return;
@@ -144,11 +162,11 @@ void DataLoader::produce() {
                                   " threw a non-standard exception"));
       return;
     }
-    cv_.notify_all();
+    p.cv.notify_all();
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  producer_done_ = true;
-  cv_.notify_all();
+  MutexLock lock(p.mu);
+  p.producer_done = true;
+  p.cv.notify_all();
 }
 
 std::optional<Batch> DataLoader::next() {
@@ -168,22 +186,24 @@ std::optional<Batch> DataLoader::next() {
     ++taken_;
     return batch;
   }
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return !queue_.empty() || producer_done_; });
-  if (queue_.empty()) {
-    if (!error_.ok()) {
-      Status e = std::move(error_);
-      error_ = Status::Ok();
+  Prefetch& p = *prefetch_;
+  MutexLock lock(p.mu);
+  p.cv.wait(lock.native(),
+            [&]() KOLO_REQUIRES(p.mu) { return !p.queue.empty() || p.producer_done; });
+  if (p.queue.empty()) {
+    if (!p.error.ok()) {
+      Status e = std::move(p.error);
+      p.error = Status::Ok();
       taken_ = plan_.size();  // the epoch ends with the error
       throw Error(std::move(e));
     }
     return std::nullopt;
   }
-  Batch batch = std::move(queue_.front());
-  queue_.pop_front();
+  Batch batch = std::move(p.queue.front());
+  p.queue.pop_front();
   ++taken_;
   lock.unlock();
-  cv_.notify_all();
+  p.cv.notify_all();
   return batch;
 }
 

@@ -26,12 +26,9 @@
 // the epoch then ends. next() without start_epoch() throws PreconditionFailed.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <iterator>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -111,13 +108,12 @@ class DataLoader {
   size_t next_batch_ = 0;  // synchronous mode: next batch to build
   size_t taken_ = 0;       // batches handed out this epoch
 
+  // The queue between the prefetch thread and next(), defined in data_loader.cc where its
+  // locking is annotated for Clang's thread-safety analysis (this header is installed, the
+  // annotation macros are not).
+  struct Prefetch;
+  std::unique_ptr<Prefetch> prefetch_;
   std::thread thread_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Batch> queue_;     // guarded by mu_
-  Status error_;                // guarded by mu_; a failed batch of this epoch
-  bool producer_done_ = false;  // guarded by mu_
-  bool stop_ = false;           // guarded by mu_
 };
 
 }  // namespace kolo::fw
