@@ -53,6 +53,16 @@ void expect_every_rank_gone(const Launch& job, std::chrono::milliseconds bound) 
   }
 }
 
+// The shm backend's segments are memfds: they live exactly as long as a process maps them. None
+// may be left mapped by any process the job started (kolorun's and the ranks' descendants,
+// told apart from other jobs by their start time, `since` = start_ticks of kolorun).
+constexpr const char* kShmSegment = "memfd:kolo-shm";
+void expect_no_shm_segment_left(uint64_t since) {
+  for (pid_t pid : kolo::testing::processes_mapping(kShmSegment, since)) {
+    ADD_FAILURE() << "pid " << pid << " still maps a shm segment of the job";
+  }
+}
+
 // A kolorun job of `np` ranks on one node, each running until an error.
 std::string kolorun_job(int np, const std::string& env = "") {
   return env + " exec " + kKolorun + " -np " + std::to_string(np) + " --grace 1s " + kWorker + " 0";
@@ -72,6 +82,7 @@ INSTANTIATE_TEST_SUITE_P(Backends, OneNode, ::testing::Values("shm", "tcp"));
 // kolorun reports it and exits after its grace period.
 TEST_P(OneNode, ARankKilledMidTrainingFailsTheOthersNamingIt) {
   Launch job(kolorun_job(3, backend_env() + " FAULT_SURVIVE_SIGTERM=1 KOLO_OP_TIMEOUT=30s"));
+  const uint64_t since = kolo::testing::start_ticks(job.pid());
   ASSERT_TRUE(job.wait_for("rank 2 step 50", 1, 30s)) << job.output();
   const pid_t victim = job.rank_pids().at(1);
   const auto killed = Clock::now();
@@ -84,13 +95,14 @@ TEST_P(OneNode, ARankKilledMidTrainingFailsTheOthersNamingIt) {
   auto status = job.finish(20s);
   ASSERT_TRUE(status) << job.output();
   EXPECT_EQ(exit_code(*status), 128 + SIGKILL) << job.output();
-  expect_within("rank SIGKILLed (" + backend() + "): kolorun exits", job.ended() - killed, 1.0 /* grace */ + 5.0,
-                job);
+  expect_within("rank SIGKILLed (" + backend() + "): kolorun exits", job.ended() - killed,
+                1.0 /* grace */ + 5.0, job);
   EXPECT_NE(job.output().find("kolorun: rank 1 (pid " + std::to_string(victim) +
                               ") was killed by signal 9 (SIGKILL)"),
             std::string::npos)
       << job.output();
   expect_every_rank_gone(job, 5s);
+  expect_no_shm_segment_left(since);
   expect_no_false_success(job);
 }
 
@@ -103,26 +115,31 @@ TEST_P(OneNode, AFrozenRankFailsTheOthersWithinTheOpTimeout) {
   ::kill(job.rank_pids().at(1), SIGSTOP);
   auto failed = job.wait_for(R"(rank [02] failed .*rank 1)", 1, 20s);
   ASSERT_TRUE(failed) << job.output();
-  expect_within("rank SIGSTOPped (" + backend() + ", op timeout 3s): a survivor fails", *failed - stopped,
-                3.0 + 3.0, job);
+  expect_within("rank SIGSTOPped (" + backend() + ", op timeout 3s): a survivor fails",
+                *failed - stopped, 3.0 + 3.0, job);
   auto status = job.finish(20s);
   ASSERT_TRUE(status) << job.output();
   EXPECT_EQ(exit_code(*status), 3) << job.output();  // the first rank to fail exits 3
-  expect_within("rank SIGSTOPped (" + backend() + "): kolorun exits after the failure", job.ended() - *failed,
-                1.0 /* grace */ + 3.0, job);
+  expect_within("rank SIGSTOPped (" + backend() + "): kolorun exits after the failure",
+                job.ended() - *failed, 1.0 /* grace */ + 3.0, job);
   expect_every_rank_gone(job, 5s);
   expect_no_false_success(job);
 }
 
 // SIGKILL of kolorun: it can forward nothing, yet every rank dies with it (PR_SET_PDEATHSIG).
+// On shm, the ranks' segments go with them.
 TEST(Faults, KillingKolorunEndsEveryRank) {
-  Launch job(kolorun_job(2));
+  Launch job(kolorun_job(2, "KOLO_CPU_OPERATIONS=shm"));
+  const uint64_t since = kolo::testing::start_ticks(job.pid());
   ASSERT_TRUE(job.wait_for("rank 1 step 50", 1, 30s)) << job.output();
+  // The check below can see a segment: both ranks map one while they run.
+  EXPECT_EQ(kolo::testing::processes_mapping(kShmSegment, since).size(), 2u);
   job.signal(SIGKILL);
   auto status = job.finish(10s);
   ASSERT_TRUE(status);
   EXPECT_EQ(exit_code(*status), 128 + SIGKILL);
   expect_every_rank_gone(job, 5s);
+  expect_no_shm_segment_left(since);
   expect_no_false_success(job);
 }
 
