@@ -151,6 +151,8 @@ void grouped_mismatch() {
   std::vector<kolo::TensorView> views(r == 0 ? 2 : 3, kolo::view_of(x.data(), {2, 2}));
   auto g = kolo::grouped_allgather("gm", views);
   if (!g.ok()) std::printf("rank %d: error: %s\n", r, g.status().to_string().c_str());
+  auto g2 = kolo::grouped_allgather("gm2", {kolo::view_of(x.data(), {1, r == 0 ? 2 : 3})});
+  if (!g2.ok()) std::printf("rank %d: error: %s\n", r, g2.status().to_string().c_str());
   std::vector<kolo::TensorView> shapes{kolo::view_of(x.data(), {r == 0 ? 4 : 2})};
   auto rs = kolo::grouped_reducescatter("gmr", shapes);
   if (!rs.ok()) std::printf("rank %d: error: %s\n", r, rs.status().to_string().c_str());

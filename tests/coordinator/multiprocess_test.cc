@@ -43,7 +43,7 @@ class Backends : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(Backends, EveryOperationAndOrder) {
   const std::string env = std::string("KOLO_CPU_OPERATIONS=") + GetParam() + " ";
-  for (const char* mode : {"ops", "orders"}) {
+  for (const char* mode : {"ops", "orders", "api"}) {
     auto r = run_command(env + KOLO_TEST_KOLORUN + " -np 3 " + KOLO_TEST_WORKER + " " + mode);
     EXPECT_EQ(r.exit_code, 0) << mode << "\n" << r.output;
     EXPECT_EQ(count_occurrences(r.output, std::string(mode) + " passed"), 3) << r.output;
@@ -64,6 +64,12 @@ TEST(CoordinatorJob, GroupsThatDifferBetweenRanksFailOnEveryRankNamingThem) {
   EXPECT_EQ(count_occurrences(r.output, "error: Mismatch: grouped allgather 'gm': the number of "
                                         "tensors differs across ranks: rank 0 has 2 tensors; "
                                         "rank 1 has 3 tensors"),
+            2)
+      << r.output;
+  EXPECT_EQ(count_occurrences(r.output, "error: Mismatch: grouped allgather 'gm2': member "
+                                        "'gm2[0]': dtype or shape beyond the first dimension "
+                                        "differs across ranks: rank 0 has float32 [*, 2]; rank 1 "
+                                        "has float32 [*, 3]"),
             2)
       << r.output;
   EXPECT_EQ(count_occurrences(r.output, "error: Mismatch: grouped reducescatter 'gmr': the "
