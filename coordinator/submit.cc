@@ -171,15 +171,14 @@ Result<std::unique_ptr<Entry>> build_reducescatter(std::string name, TensorView 
   KOLO_RETURN_IF_ERROR(check_has_rows(t, name, input));
   KOLO_RETURN_IF_ERROR(validate_reduction(prefix(t, name), opts.reduction));
   if (!opts.recv_counts.empty()) {
-    KOLO_RETURN_IF_ERROR(
-        validate_counts(prefix(t, name), "recv_counts", opts.recv_counts, size));
+    KOLO_RETURN_IF_ERROR(validate_counts(prefix(t, name), "recv_counts", opts.recv_counts, size));
     const int64_t sum =
         std::accumulate(opts.recv_counts.begin(), opts.recv_counts.end(), int64_t{0});
     if (sum != input.shape[0])
       return Status::InvalidArgument(prefix(t, name) + ": recv_counts " +
-                                     shape_string(opts.recv_counts) + " must sum to shape[0] = " +
-                                     std::to_string(input.shape[0]) + ", got " +
-                                     std::to_string(sum));
+                                     shape_string(opts.recv_counts) +
+                                     " must sum to shape[0] = " + std::to_string(input.shape[0]) +
+                                     ", got " + std::to_string(sum));
   }
   auto e = new_entry(std::move(name), t);
   describe(*e, input);
@@ -232,8 +231,8 @@ Handle alltoall_async(std::string name, TensorView input, AlltoallOptions opts) 
 }
 Handle reducescatter_async(std::string name, TensorView input, ReducescatterOptions opts) {
   std::string n = name;
-  return submit_global(
-      coord::build_reducescatter(std::move(name), input, std::move(opts), size()), n);
+  return submit_global(coord::build_reducescatter(std::move(name), input, std::move(opts), size()),
+                       n);
 }
 Handle barrier_async(std::string name) {
   std::string n = name;

@@ -33,8 +33,8 @@ void broadcast_all(const NamedTensors& named, const std::string& kind, int root)
 }
 
 // Runs the root's file operation and turns whatever it throws into a Status: an exception
-// escaping here would skip share_root_outcome's broadcast (rank_zero.h) and leave the other ranks waiting
-// in it until the operation timeout.
+// escaping here would skip share_root_outcome's broadcast (rank_zero.h) and leave the other ranks
+// waiting in it until the operation timeout.
 template <typename Fn>
 Status run_on_root(const char* fn, const std::string& path, Fn&& operation) {
   try {

@@ -184,12 +184,13 @@ Handle reducescatter_async(std::string name, TensorView input, ReducescatterOpti
 // the order of `tensors`. Every rank passes the same number of tensors; a rank that passes a
 // different count, dtype or trailing shape fails the group on every rank with Mismatch naming
 // the group ("<name>[i]" for a member) and the ranks. CPU tensors only (Unsupported naming the
-// member otherwise). The member tensors are borrowed until wait() returns.
+// member otherwise). The members are copied at submission: they may change once this returns.
 GroupedHandle grouped_allgather_async(std::string name, std::vector<TensorView> tensors);
 // Reducescatters a list of tensors as one unit (one reducescatter of their concatenation).
 // Each member is split across ranks as reducescatter_async splits it (evenly, by rows); wait()
-// returns this rank's share of each, in the order of `tensors`. Every rank passes the same
-// tensors' shapes (Mismatch naming the group and the ranks otherwise). CPU tensors only.
+// returns this rank's share of each, in the order of `tensors`. The members share one dtype
+// (InvalidArgument naming the member otherwise). Every rank passes the same shapes (Mismatch
+// naming the group and the ranks otherwise). CPU tensors only, copied at submission.
 GroupedHandle grouped_reducescatter_async(std::string name, std::vector<TensorView> tensors,
                                           Reduction reduction = {});
 // Completes once every rank has submitted a barrier of this name.

@@ -61,25 +61,29 @@ TEST_P(Ranks, RestOfTheApi) {
 TEST(CoordinatorJob, GroupsThatDifferBetweenRanksFailOnEveryRankNamingThem) {
   auto r = job(2, "grouped_mismatch");
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_EQ(count_occurrences(r.output, "error: Mismatch: grouped allgather 'gm': the number of "
-                                        "tensors differs across ranks: rank 0 has 2 tensors; "
-                                        "rank 1 has 3 tensors"),
+  EXPECT_EQ(count_occurrences(r.output,
+                              "error: Mismatch: grouped allgather 'gm': the number of "
+                              "tensors differs across ranks: rank 0 has 2 tensors; "
+                              "rank 1 has 3 tensors"),
             2)
       << r.output;
-  EXPECT_EQ(count_occurrences(r.output, "error: Mismatch: grouped allgather 'gm2': member "
-                                        "'gm2[0]': dtype or shape beyond the first dimension "
-                                        "differs across ranks: rank 0 has float32 [*, 2]; rank 1 "
-                                        "has float32 [*, 3]"),
+  EXPECT_EQ(count_occurrences(r.output,
+                              "error: Mismatch: grouped allgather 'gm2': member "
+                              "'gm2[0]': dtype or shape beyond the first dimension "
+                              "differs across ranks: rank 0 has float32 [*, 2]; rank 1 "
+                              "has float32 [*, 3]"),
             2)
       << r.output;
-  EXPECT_EQ(count_occurrences(r.output, "error: Mismatch: grouped reducescatter 'gmr': the "
-                                        "members' shapes differ across ranks (they travel as "
-                                        "one tensor): reducescatter 'gmr': shape differs "
-                                        "across ranks: rank 0 has [4]; rank 1 has [2]"),
+  EXPECT_EQ(count_occurrences(r.output,
+                              "error: Mismatch: grouped reducescatter 'gmr': the "
+                              "members' shapes differ across ranks (they travel as "
+                              "one tensor): reducescatter 'gmr': shape differs "
+                              "across ranks: rank 0 has [4]; rank 1 has [2]"),
             2)
       << r.output;
-  EXPECT_EQ(count_occurrences(r.output, "error: InvalidArgument: reducescatter 'rc': "
-                                        "recv_counts[0] must be >= 0, got -1"),
+  EXPECT_EQ(count_occurrences(r.output,
+                              "error: InvalidArgument: reducescatter 'rc': "
+                              "recv_counts[0] must be >= 0, got -1"),
             2)
       << r.output;
 }
@@ -371,9 +375,9 @@ TEST(CoordinatorJob, EveryOperationUnderMpirun) {
 
 // Issue 17's operations over the mpi backend (grouped gathers, objects, receive counts, join).
 TEST(CoordinatorJob, RestOfTheApiUnderMpirun) {
-  auto r = run_command("OMPI_MCA_btl_vader_single_copy_mechanism=none " +
-                       std::string(KOLO_TEST_MPIRUN) +
-                       " --allow-run-as-root --oversubscribe -np 3 " + KOLO_TEST_WORKER + " api");
+  auto r =
+      run_command("OMPI_MCA_btl_vader_single_copy_mechanism=none " + std::string(KOLO_TEST_MPIRUN) +
+                  " --allow-run-as-root --oversubscribe -np 3 " + KOLO_TEST_WORKER + " api");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(count_occurrences(r.output, ": api passed"), 3) << r.output;
 }

@@ -195,7 +195,8 @@ TEST_F(TrainingTest, RankZeroHelpersLogOnceAndShareTheRootsOutcome) {
   EXPECT_EQ(line_of(out, 0, "throw:"), "[0] throw: IoError: 'throw': boom") << out;
   for (int r = 1; r < 3; ++r) {
     const std::string tag = "[" + std::to_string(r) + "] ";
-    EXPECT_EQ(line_of(out, r, "fail:"), tag + "fail: IoError: 'fail' failed on root rank 0: disk full")
+    EXPECT_EQ(line_of(out, r, "fail:"),
+              tag + "fail: IoError: 'fail' failed on root rank 0: disk full")
         << out;
     EXPECT_EQ(line_of(out, r, "throw:"),
               tag + "throw: IoError: 'throw' failed on root rank 0: 'throw': boom")

@@ -49,8 +49,8 @@
 #include <cstring>
 #include <fstream>
 #include <stdexcept>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "framework/autograd.h"
@@ -329,11 +329,11 @@ int main(int argc, char** argv) try {
                                 }),
           "prepare");
     if (std::ifstream(args.out).good()) print_line("file seen");
-    kolo::Status failed = fw::run_on_root_first(
-        "fail", [] { return kolo::Status::IoError("disk full"); });
+    kolo::Status failed =
+        fw::run_on_root_first("fail", [] { return kolo::Status::IoError("disk full"); });
     print_line("fail: " + failed.to_string());
-    kolo::Status thrown = fw::run_on_root_first(
-        "throw", []() -> kolo::Status { throw std::runtime_error("boom"); });
+    kolo::Status thrown =
+        fw::run_on_root_first("throw", []() -> kolo::Status { throw std::runtime_error("boom"); });
     print_line("throw: " + thrown.to_string());
     check(kolo::shutdown(), "shutdown");
     return 0;
