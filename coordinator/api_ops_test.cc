@@ -73,6 +73,13 @@ TEST(ApiOps, RecvCountsThatDifferBetweenRanksAreAMismatchNamingThem) {
   Cluster c(3);
   c.each([&](int r) {
     std::vector<float> in(4, 1.0f);
+    // First all ranks agree, so the response is cached; then rank 2 alone changes its counts:
+    // its request misses the cache while the others' hit, and the coordinator must still see
+    // the disagreement.
+    auto agreed = submit(c[r], build_reducescatter("rs.bad", view_of(in.data(), {4}),
+                                                   {.recv_counts = {2, 1, 1}}, 3));
+    ASSERT_TRUE(agreed.wait().ok()) << agreed.wait().to_string();
+    EXPECT_EQ(agreed.output_shape(), (std::vector<int64_t>{r == 0 ? 2 : 1}));
     std::vector<int64_t> counts =
         r == 2 ? std::vector<int64_t>{0, 2, 2} : std::vector<int64_t>{2, 1, 1};
     auto h = submit(
