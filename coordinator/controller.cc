@@ -41,7 +41,7 @@ std::string number(double v) {
 void Controller::add(int rank, const RequestList& list, const ResponseCache& cache,
                      Clock::time_point now) {
   if (list.shutdown && shutdown_rank_ < 0) shutdown_rank_ = rank;
-  if (list.join) joined_.insert(rank);
+  if (list.join && joined_.insert(rank).second) last_joined_ = rank;
   for (const Request& q : list.requests) {
     if (cache.contains(q.name) &&
         std::find(evictions_.begin(), evictions_.end(), q.name) == evictions_.end())
@@ -105,6 +105,10 @@ std::optional<std::string> Controller::mismatch(const std::string& name,
               check("postscale", [](const Request& q) { return number(q.reduction.postscale); }))
         return m;
       if (auto m = check("shape", [](const Request& q) { return shapes_string(q.shapes); })) return m;
+      if (auto m = check("recv_counts", [](const Request& q) {
+            return q.splits.empty() ? std::string("none (the even split)") : shape_string(q.splits);
+          }))
+        return m;
       break;
     case OpType::kBroadcast:
       if (auto m = check("root", [](const Request& q) { return std::to_string(q.root); })) return m;
@@ -156,6 +160,8 @@ Response Controller::build(const std::string& name, const Entry& entry) const {
       auto it = entry.by_rank.find(r);
       p.rank_dims.push_back(it == entry.by_rank.end() ? 0 : it->second.shapes.at(0).at(0));
     }
+  } else if (ref.type == OpType::kReducescatter) {
+    p.rank_dims = ref.splits;  // caller-given receive counts; empty: the even split
   } else if (ref.type == OpType::kAlltoall) {
     for (int r = 0; r < size_; ++r) {
       const auto& splits = entry.by_rank.at(r).splits;
@@ -187,6 +193,7 @@ ResponseList Controller::respond(Clock::time_point now) {
     Response done;
     done.name = std::string(kJoinName);
     done.type = OpType::kJoin;
+    done.root = last_joined_;  // join's result: the rank that joined last
     out.responses.push_back(done);
     joined_.clear();
   }

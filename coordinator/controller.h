@@ -60,6 +60,7 @@ class Controller {
   std::map<std::string, Entry> table_;
   uint64_t next_seq_ = 0;
   std::set<int> joined_;
+  int last_joined_ = -1;  // the rank whose join arrived last (join's response carries it)
   std::vector<std::string> evictions_;
   int32_t shutdown_rank_ = -1;
   std::vector<std::string> warnings_;

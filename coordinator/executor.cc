@@ -113,6 +113,8 @@ Status Executor::run(const std::vector<BatchItem>& batch) {
       finish(batch, st);
       return st;
     case OpType::kJoin:
+      for (const auto& item : batch)
+        if (item.entry) item.entry->state->set_last_joined_rank(head.root);
       finish(batch, Status::Ok());
       return Status::Ok();
   }
@@ -323,11 +325,12 @@ Status Executor::reducescatter(const BatchItem& item) {
   const auto& shape = p.shapes.at(0);
   const int64_t row = row_elements(shape);
   std::vector<int64_t> counts;
-  for (int r = 0; r < size; ++r)
-    counts.push_back((shape[0] / size + (r < shape[0] % size ? 1 : 0)) * row);
+  std::vector<int64_t> rows = p.rank_dims;  // caller-given receive counts, else the even split
+  if (rows.empty())
+    for (int r = 0; r < size; ++r) rows.push_back(shape[0] / size + (r < shape[0] % size ? 1 : 0));
+  for (int r = 0; r < size; ++r) counts.push_back(rows.at(r) * row);
   std::vector<int64_t> out_shape = shape;
-  out_shape[0] = counts[me] / (row == 0 ? 1 : row);
-  if (row == 0) out_shape[0] = shape[0] / size + (me < shape[0] % size ? 1 : 0);
+  out_shape[0] = rows.at(me);
   Status alloc = Status::Ok();
   void* out = allocate_output(*item.entry, out_shape, p.dtype, alloc);
   const size_t out_bytes = static_cast<size_t>(counts[me]) * dtype_size(p.dtype);

@@ -30,6 +30,8 @@ std::vector<int64_t> Handle::received_splits() const {
   return state_ ? state_->received_splits() : std::vector<int64_t>{};
 }
 
+int Handle::last_joined_rank() const { return state_ ? state_->last_joined_rank() : -1; }
+
 int64_t TensorView::num_elements() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;

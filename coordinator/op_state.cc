@@ -109,4 +109,14 @@ std::vector<int64_t> OpState::received_splits() const {
   return received_splits_;
 }
 
+void OpState::set_last_joined_rank(int rank) {
+  MutexLock lock(mu_);
+  last_joined_rank_ = rank;
+}
+
+int OpState::last_joined_rank() const {
+  MutexLock lock(mu_);
+  return last_joined_rank_;
+}
+
 }  // namespace kolo::detail

@@ -41,6 +41,8 @@ class OpState {
   void* output_data() const;
   HostTensor take_output();
   std::vector<int64_t> received_splits() const;
+  void set_last_joined_rank(int rank);
+  int last_joined_rank() const;
 
  private:
   const std::string name_;
@@ -55,6 +57,7 @@ class OpState {
   void* output_data_ KOLO_GUARDED_BY(mu_) = nullptr;
   HostTensor owned_ KOLO_GUARDED_BY(mu_);
   std::vector<int64_t> received_splits_ KOLO_GUARDED_BY(mu_);
+  int last_joined_rank_ KOLO_GUARDED_BY(mu_) = -1;
 };
 
 }  // namespace kolo::detail

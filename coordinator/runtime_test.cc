@@ -69,7 +69,7 @@ TEST_P(RuntimeSizes, AllgatherBroadcastAlltoallReducescatterBarrier) {
                                            {splits, {}}, P));
     // reducescatter of 2P+1 rows of value r+1.
     std::vector<float> rs_in(2 * P + 1, r + 1.0f);
-    auto rs = submit(c[r], build_reducescatter("rs", view_of(rs_in.data(), {2 * P + 1}), {}));
+    auto rs = submit(c[r], build_reducescatter("rs", view_of(rs_in.data(), {2 * P + 1}), {}, P));
     auto bar = submit(c[r], build_barrier("bar"));
 
     ASSERT_TRUE(g.wait().ok()) << g.wait().to_string();
@@ -290,11 +290,17 @@ TEST(RuntimeTest, BadArgumentsAreRejectedAtSubmission) {
             "alltoall 'z': splits[1] must be >= 0, got -1");
   EXPECT_EQ(message(build_alltoall("z", ok, {}, 3)),
             "alltoall 'z': without splits, shape[0] must divide by 3 ranks, got 4");
-  EXPECT_EQ(message(build_reducescatter("r", ok, {.reduction = bad_op})),
+  EXPECT_EQ(message(build_reducescatter("r", ok, {.reduction = bad_op}, 2)),
             "reducescatter 'r': reduce op must be one of sum, average, min, max, product, got "
             "enum value 9");
-  EXPECT_EQ(message(build_reducescatter("r", ok, {.reduction = {.prescale = -HUGE_VAL}})),
+  EXPECT_EQ(message(build_reducescatter("r", ok, {.reduction = {.prescale = -HUGE_VAL}}, 2)),
             "reducescatter 'r': prescale must be finite, got -inf");
+  EXPECT_EQ(message(build_reducescatter("r", ok, {.recv_counts = {4, -1, 1}}, 3)),
+            "reducescatter 'r': recv_counts[1] must be >= 0, got -1");
+  EXPECT_EQ(message(build_reducescatter("r", ok, {.recv_counts = {4}}, 2)),
+            "reducescatter 'r': recv_counts must have one entry per rank (2), got 1");
+  EXPECT_EQ(message(build_reducescatter("r", ok, {.recv_counts = {1, 2}}, 2)),
+            "reducescatter 'r': recv_counts [1, 2] must sum to shape[0] = 4, got 3");
   EXPECT_EQ(message(build_barrier("")), "operation name must not be empty");
 }
 

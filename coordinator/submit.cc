@@ -62,6 +62,11 @@ void describe(Entry& e, const TensorView& v) {
 
 }  // namespace
 
+Status check_input_view(OpType type, const std::string& name, const char* arg,
+                        const TensorView& view) {
+  return check_view(type, name, arg, view);
+}
+
 Result<std::unique_ptr<Entry>> build_allreduce(std::string name, TensorView input,
                                                TensorView output, const AllreduceOptions& opts) {
   KOLO_RETURN_IF_ERROR(check_name(name));
@@ -159,15 +164,26 @@ Result<std::unique_ptr<Entry>> build_alltoall(std::string name, TensorView input
 }
 
 Result<std::unique_ptr<Entry>> build_reducescatter(std::string name, TensorView input,
-                                                   ReducescatterOptions opts) {
+                                                   ReducescatterOptions opts, int size) {
   KOLO_RETURN_IF_ERROR(check_name(name));
   const OpType t = OpType::kReducescatter;
   KOLO_RETURN_IF_ERROR(check_view(t, name, "input", input));
   KOLO_RETURN_IF_ERROR(check_has_rows(t, name, input));
   KOLO_RETURN_IF_ERROR(validate_reduction(prefix(t, name), opts.reduction));
+  if (!opts.recv_counts.empty()) {
+    KOLO_RETURN_IF_ERROR(validate_counts(prefix(t, name), "recv_counts", opts.recv_counts, size));
+    const int64_t sum =
+        std::accumulate(opts.recv_counts.begin(), opts.recv_counts.end(), int64_t{0});
+    if (sum != input.shape[0])
+      return Status::InvalidArgument(prefix(t, name) + ": recv_counts " +
+                                     shape_string(opts.recv_counts) +
+                                     " must sum to shape[0] = " + std::to_string(input.shape[0]) +
+                                     ", got " + std::to_string(sum));
+  }
   auto e = new_entry(std::move(name), t);
   describe(*e, input);
   e->request.reduction = opts.reduction;
+  e->request.splits = std::move(opts.recv_counts);
   e->allocator = std::move(opts.allocator);
   return e;
 }
@@ -215,7 +231,8 @@ Handle alltoall_async(std::string name, TensorView input, AlltoallOptions opts) 
 }
 Handle reducescatter_async(std::string name, TensorView input, ReducescatterOptions opts) {
   std::string n = name;
-  return submit_global(coord::build_reducescatter(std::move(name), input, std::move(opts)), n);
+  return submit_global(coord::build_reducescatter(std::move(name), input, std::move(opts), size()),
+                       n);
 }
 Handle barrier_async(std::string name) {
   std::string n = name;
@@ -233,6 +250,9 @@ Result<HostTensor> output_of(const Handle& h) {
 Status allreduce(std::string name, TensorView tensor, AllreduceOptions opts) {
   return allreduce_async(std::move(name), tensor, opts).wait();
 }
+Status allreduce(std::string name, TensorView input, TensorView output, AllreduceOptions opts) {
+  return allreduce_async(std::move(name), input, output, opts).wait();
+}
 Status grouped_allreduce(std::string name, std::vector<TensorView> tensors, AllreduceOptions opts) {
   return grouped_allreduce_async(std::move(name), std::move(tensors), opts).wait();
 }
@@ -242,13 +262,19 @@ Result<HostTensor> allgather(std::string name, TensorView input) {
 Status broadcast(std::string name, TensorView tensor, int root) {
   return broadcast_async(std::move(name), tensor, BroadcastOptions{root}).wait();
 }
-Result<HostTensor> alltoall(std::string name, TensorView input, std::vector<int64_t> splits) {
-  return output_of(alltoall_async(std::move(name), input, AlltoallOptions{std::move(splits), {}}));
+Result<AlltoallResult> alltoall(std::string name, TensorView input, std::vector<int64_t> splits) {
+  Handle h = alltoall_async(std::move(name), input, AlltoallOptions{std::move(splits), {}});
+  KOLO_ASSIGN_OR_RETURN(HostTensor output, output_of(h));
+  return AlltoallResult{std::move(output), h.received_splits()};
 }
 Result<HostTensor> reducescatter(std::string name, TensorView input, ReducescatterOptions opts) {
   return output_of(reducescatter_async(std::move(name), input, std::move(opts)));
 }
 Status barrier(std::string name) { return barrier_async(std::move(name)).wait(); }
-Status join() { return join_async().wait(); }
+Result<int> join() {
+  Handle h = join_async();
+  KOLO_RETURN_IF_ERROR(h.wait());
+  return h.last_joined_rank();
+}
 
 }  // namespace kolo

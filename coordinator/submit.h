@@ -29,9 +29,14 @@ Result<std::unique_ptr<Entry>> build_broadcast(std::string name, TensorView tens
 Result<std::unique_ptr<Entry>> build_alltoall(std::string name, TensorView input,
                                               AlltoallOptions opts, int size);
 Result<std::unique_ptr<Entry>> build_reducescatter(std::string name, TensorView input,
-                                                   ReducescatterOptions opts);
+                                                   ReducescatterOptions opts, int size);
 Result<std::unique_ptr<Entry>> build_barrier(std::string name);
 Result<std::unique_ptr<Entry>> build_join();
+
+// The per-view checks of every builder (dtype, non-negative dimensions, data, device), for
+// operations built on top of these (grouped.cc): InvalidArgument naming the tensor and `arg`.
+Status check_input_view(OpType type, const std::string& name, const char* arg,
+                        const TensorView& view);
 
 // Submits to the process-wide runtime (api.cc); fails the handle when there is none.
 Handle submit_global(Result<std::unique_ptr<Entry>> entry, const std::string& name);

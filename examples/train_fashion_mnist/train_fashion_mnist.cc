@@ -39,6 +39,7 @@
 #include "framework/distributed/broadcast_state.h"
 #include "framework/distributed/distributed_optimizer.h"
 #include "framework/distributed/distributed_sampler.h"
+#include "framework/distributed/rank_zero.h"
 #include "framework/functional.h"
 #include "framework/optim/lr_scaling.h"
 #include "framework/optim/lr_schedule.h"
@@ -169,6 +170,7 @@ int train(const TrainArgs& args) {
   const int rank = kolo::rank();
   const int world = kolo::size();
   const bool root = rank == 0;
+  const fw::RankLogger say;  // prints on rank 0 only
   if (!args.timeline.empty()) {
     // One file per rank; cycle markers as KOLO_TIMELINE_MARK_CYCLES says.
     throw_if_error(kolo::start_timeline(args.timeline));
@@ -225,26 +227,32 @@ int train(const TrainArgs& args) {
   if (args.resume) {
     fw::load_checkpoint_from_root(args.checkpoint, state, &sgd);
     start_epoch = static_cast<int>(epochs_done.data<int64_t>()[0]);
-    if (root) {
-      std::printf("resumed from '%s' after %d epoch(s)\n", args.checkpoint.c_str(), start_epoch);
-    }
+    say.printf("resumed from '%s' after %d epoch(s)", args.checkpoint.c_str(), start_epoch);
+  } else if (!args.checkpoint.empty()) {
+    // Rank 0 makes the checkpoint's folder while the others wait: a path it cannot create
+    // stops every rank now, with rank 0's reason, instead of after the first epoch.
+    throw_if_error(fw::run_on_root_first("checkpoint.folder", [&] {
+      const std::filesystem::path folder = std::filesystem::path(args.checkpoint).parent_path();
+      std::error_code error;
+      if (!folder.empty()) std::filesystem::create_directories(folder, error);
+      return error ? kolo::Status::IoError("cannot create the checkpoint folder '" +
+                                           folder.string() + "': " + error.message())
+                   : kolo::Status::Ok();
+    }));
   }
 
-  if (root) {
-    std::printf(
-        "train_fashion_mnist: model %s (%lld parameters), %d rank(s), device %s\n"
-        "  data %lld train / %lld test images from %s\n"
-        "  batch %lld per rank (%lld global), %lld steps per epoch, %d epochs\n"
-        "  lr %g (base %g, %s scaling), warm-up %lld steps from %g, then cosine to 0; SGD momentum "
-        "%g\n",
-        kolo::example::model_name(args.model), static_cast<long long>(model->num_elements()), world,
-        device.to_string().c_str(), static_cast<long long>(train_n), static_cast<long long>(test_n),
-        args.data_dir.c_str(), static_cast<long long>(args.batch_size),
-        static_cast<long long>(args.batch_size * world), static_cast<long long>(steps_per_epoch),
-        args.epochs, lr, args.lr, kolo::example::scaling_name(args.scaling),
-        static_cast<long long>(warmup_steps), std::min(args.lr, lr), args.momentum);
-    std::fflush(stdout);
-  }
+  say.printf(
+      "train_fashion_mnist: model %s (%lld parameters), %d rank(s), device %s\n"
+      "  data %lld train / %lld test images from %s\n"
+      "  batch %lld per rank (%lld global), %lld steps per epoch, %d epochs\n"
+      "  lr %g (base %g, %s scaling), warm-up %lld steps from %g, then cosine to 0; SGD momentum "
+      "%g\n",
+      kolo::example::model_name(args.model), static_cast<long long>(model->num_elements()), world,
+      device.to_string().c_str(), static_cast<long long>(train_n), static_cast<long long>(test_n),
+      args.data_dir.c_str(), static_cast<long long>(args.batch_size),
+      static_cast<long long>(args.batch_size * world), static_cast<long long>(steps_per_epoch),
+      args.epochs, lr, args.lr, kolo::example::scaling_name(args.scaling),
+      static_cast<long long>(warmup_steps), std::min(args.lr, lr), args.momentum);
 
   const bool tty = kolo::example::ProgressBar::is_terminal(stdout);
   TestResult test;
@@ -285,41 +293,34 @@ int train(const TrainArgs& args) {
       epochs_done.data<int64_t>()[0] = epoch + 1;
       fw::save_checkpoint_on_root(args.checkpoint, state, &sgd);
     }
-    if (root) {
-      std::printf(
-          "%s: train loss %.4f  train acc %.4f  test acc %.4f (%lld/%lld)  %.1f s  "
-          "%.0f samples/s (global, %d rank(s))\n",
-          label.c_str(), totals.loss, totals.accuracy, test.accuracy(),
-          static_cast<long long>(test.correct), static_cast<long long>(test.total), totals.seconds,
-          totals.samples / std::max(1e-9, totals.seconds), world);
-      std::fflush(stdout);
-    }
+    say.printf(
+        "%s: train loss %.4f  train acc %.4f  test acc %.4f (%lld/%lld)  %.1f s  "
+        "%.0f samples/s (global, %d rank(s))",
+        label.c_str(), totals.loss, totals.accuracy, test.accuracy(),
+        static_cast<long long>(test.correct), static_cast<long long>(test.total), totals.seconds,
+        totals.samples / std::max(1e-9, totals.seconds), world);
   }
   if (start_epoch >= args.epochs) test = evaluate(*model, test_loader, device);
 
-  if (root) {
-    std::printf("final test accuracy %.4f (%lld/%lld)\n", test.accuracy(),
-                static_cast<long long>(test.correct), static_cast<long long>(test.total));
-    const fw::DistributedStats& stats = opt.stats();
-    if (stats.communication_window_seconds > 0) {
-      // With one bucket (the default for both models) communication starts when backward
-      // ends, so little of it can hide; --bucket-size 0 overlaps more at a higher CPU cost.
-      const size_t buckets = opt.bucket_names().size();
-      std::printf(
-          "communication hidden behind backward: %.0f%% (step() waited %.2f s of a "
-          "%.2f s communication window; %zu gradient bucket%s per step)\n",
-          100.0 * (1.0 - stats.exposed_wait_seconds / stats.communication_window_seconds),
-          stats.exposed_wait_seconds, stats.communication_window_seconds, buckets,
-          buckets == 1 ? "" : "s");
-    }
+  say.printf("final test accuracy %.4f (%lld/%lld)", test.accuracy(),
+             static_cast<long long>(test.correct), static_cast<long long>(test.total));
+  if (const fw::DistributedStats& stats = opt.stats(); stats.communication_window_seconds > 0) {
+    // With one bucket (the default for both models) communication starts when backward
+    // ends, so little of it can hide; --bucket-size 0 overlaps more at a higher CPU cost.
+    const size_t buckets = opt.bucket_names().size();
+    say.printf(
+        "communication hidden behind backward: %.0f%% (step() waited %.2f s of a "
+        "%.2f s communication window; %zu gradient bucket%s per step)",
+        100.0 * (1.0 - stats.exposed_wait_seconds / stats.communication_window_seconds),
+        stats.exposed_wait_seconds, stats.communication_window_seconds, buckets,
+        buckets == 1 ? "" : "s");
   }
   int exit_code = 0;
   if (args.min_accuracy >= 0 && test.accuracy() < args.min_accuracy) {
     // Every rank holds the same global counts, so every rank fails alike.
-    if (root) {
-      std::fprintf(stderr, "train_fashion_mnist: test accuracy %.4f is below --min-accuracy %.4f\n",
-                   test.accuracy(), args.min_accuracy);
-    }
+    fw::RankLogger({.out = stderr})
+        .printf("train_fashion_mnist: test accuracy %.4f is below --min-accuracy %.4f",
+                test.accuracy(), args.min_accuracy);
     exit_code = 1;
   }
   if (!args.timeline.empty()) throw_if_error(kolo::stop_timeline());

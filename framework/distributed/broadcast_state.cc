@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "framework/distributed/rank_zero.h"
 #include "framework/distributed/tensor_view.h"
 #include "kolo/kolo.h"
 
@@ -32,8 +33,8 @@ void broadcast_all(const NamedTensors& named, const std::string& kind, int root)
 }
 
 // Runs the root's file operation and turns whatever it throws into a Status: an exception
-// escaping here would skip share_root_outcome's broadcast and leave the other ranks waiting
-// in it until the operation timeout.
+// escaping here would skip share_root_outcome's broadcast (rank_zero.h) and leave the other ranks
+// waiting in it until the operation timeout.
 template <typename Fn>
 Status run_on_root(const char* fn, const std::string& path, Fn&& operation) {
   try {
@@ -44,42 +45,6 @@ Status run_on_root(const char* fn, const std::string& path, Fn&& operation) {
   } catch (const std::exception& error) {
     return Status::IoError(std::string(fn) + ": '" + path + "': " + error.what());
   }
-}
-
-// The longest root error message passed to the other ranks (a message is a line or two; the
-// cap keeps a pathological one from becoming a large broadcast).
-constexpr int32_t kMaxSharedMessage = 4096;
-
-// Collective: the root passes `root_status` (its outcome); every rank returns OK when the root
-// succeeded. Otherwise the root returns its own status and the others one with the root's code
-// and message, saying that the root failed, so that every rank's log shows the reason. Two
-// broadcasts on failure, one on success; every rank takes the same path because the decision
-// comes from the first broadcast.
-Status share_root_outcome(const std::string& name, const Status& root_status, int root,
-                          const char* verb, const std::string& path) {
-  const bool is_root = rank() == root;
-  int32_t header[3] = {1, 0, 0};  // ok, status code, message bytes
-  if (is_root && !root_status.ok()) {
-    header[0] = 0;
-    header[1] = static_cast<int32_t>(root_status.code());
-    header[2] = static_cast<int32_t>(
-        std::min<size_t>(root_status.message().size(), static_cast<size_t>(kMaxSharedMessage)));
-  }
-  KOLO_RETURN_IF_ERROR(broadcast(name + ".ok", view_of(header, {3}), root));
-  if (header[0] == 1) return Status::Ok();
-  const int32_t length = std::clamp<int32_t>(header[2], 0, kMaxSharedMessage);
-  std::string message(static_cast<size_t>(length), '\0');
-  if (is_root) message = root_status.message().substr(0, static_cast<size_t>(length));
-  if (length > 0) {
-    KOLO_RETURN_IF_ERROR(broadcast(
-        name + ".error", view_of(reinterpret_cast<uint8_t*>(message.data()), {length}), root));
-  }
-  if (is_root) return root_status;
-  const bool known_code = header[1] > static_cast<int32_t>(StatusCode::kOk) &&
-                          header[1] <= static_cast<int32_t>(StatusCode::kInternal);
-  const StatusCode code = known_code ? static_cast<StatusCode>(header[1]) : StatusCode::kIoError;
-  return Status(code, "checkpoint '" + path + "' could not be " + verb + " on root rank " +
-                          std::to_string(root) + ": " + message);
 }
 
 }  // namespace
@@ -102,7 +67,8 @@ void save_checkpoint_on_root(const std::string& path, const NamedTensors& model,
                         [&] { save_checkpoint(path, model, optimizer); });
   }
   // Everyone waits until the file is complete and learns whether the root managed to write it.
-  throw_if_error(share_root_outcome("checkpoint.save", saved, root, "written", path));
+  throw_if_error(share_root_outcome("checkpoint.save", saved, root,
+                                    "checkpoint '" + path + "' could not be written"));
 }
 
 void load_checkpoint_from_root(const std::string& path, const NamedTensors& model,
@@ -115,7 +81,8 @@ void load_checkpoint_from_root(const std::string& path, const NamedTensors& mode
     loaded = run_on_root("load_checkpoint_from_root", path,
                          [&] { load_checkpoint(path, model, optimizer); });
   }
-  throw_if_error(share_root_outcome("checkpoint.load", loaded, root, "loaded", path));
+  throw_if_error(share_root_outcome("checkpoint.load", loaded, root,
+                                    "checkpoint '" + path + "' could not be loaded"));
   broadcast_parameters(model, root);
   if (optimizer != nullptr) broadcast_optimizer_state(*optimizer, root);
 }

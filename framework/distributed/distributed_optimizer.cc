@@ -113,7 +113,18 @@ void DistributedOptimizer::set_local_batch_size(int64_t n) {
   count_given_ = true;
 }
 
+NoSyncScope::~NoSyncScope() {
+  if (owner_) --owner_->no_sync_depth_;
+}
+
+NoSyncScope DistributedOptimizer::no_sync() {
+  ++no_sync_depth_;
+  return NoSyncScope(this);
+}
+
 void DistributedOptimizer::on_gradient_ready(size_t index) {
+  // Inside no_sync() the gradient only accumulates: this pass is not one of the step's.
+  if (no_sync_depth_ > 0) return;
   Param& param = params_[index];
   if (++param.passes_ready != options_.backward_passes_per_step) return;
   // The sample count is final once the last pass runs backward. Sent with the first final
@@ -184,6 +195,10 @@ void DistributedOptimizer::finish_gradient(Param& param, double scale) {
 }
 
 void DistributedOptimizer::step() {
+  if (no_sync_depth_ > 0)
+    throw Error(Status::PreconditionFailed(
+        "DistributedOptimizer::step() inside no_sync(): end the scope and run one more backward "
+        "pass, whose gradients (summed with those accumulated in the scope) are allreduced"));
   const bool distributed = size() > 1;
   // Buckets holding a parameter whose gradient never became final in this step's passes.
   for (auto& bucket : buckets_) {

@@ -43,6 +43,14 @@
 // Parameters that a pass did not use (no hook fired) are still allreduced at step(), with a
 // zero gradient, because other ranks may have used them.
 //
+// no_sync() (as DDP's): inside the scope it returns, backward accumulates gradients locally and
+// nothing is submitted (the hooks neither count passes nor start allreduces); the next
+// backward outside the scope makes the gradients final as usual, so their allreduce carries the
+// sum of every pass since the last step. k passes under no_sync plus one synced pass thus give
+// the same gradient as one process running those k+1 passes on the union of the ranks' batches
+// (with equal per-rank batches; sample counts given with set_local_batch_size inside the scope
+// count for the step). step() inside the scope throws PreconditionFailed: it would communicate.
+//
 // Compression: with Compression::kFloat16 or kBFloat16 each gradient travels as 16-bit values
 // (a persistent buffer per parameter); the result is widened back into the float32 gradient.
 //
@@ -95,6 +103,23 @@ struct DistributedStats {
   double exposed_wait_seconds = 0;
 };
 
+class DistributedOptimizer;
+
+// The scope of DistributedOptimizer::no_sync(): gradients accumulate locally until it ends.
+// Move-only; scopes nest. Must not outlive the optimizer.
+class [[nodiscard]] NoSyncScope {
+ public:
+  NoSyncScope(NoSyncScope&& other) noexcept : owner_(std::exchange(other.owner_, nullptr)) {}
+  NoSyncScope& operator=(NoSyncScope&&) = delete;
+  NoSyncScope(const NoSyncScope&) = delete;
+  ~NoSyncScope();
+
+ private:
+  friend class DistributedOptimizer;
+  explicit NoSyncScope(DistributedOptimizer* owner) : owner_(owner) {}
+  DistributedOptimizer* owner_;
+};
+
 class DistributedOptimizer {
  public:
   DistributedOptimizer(Optimizer& inner, std::vector<std::pair<std::string, Tensor>> named_params,
@@ -108,6 +133,10 @@ class DistributedOptimizer {
   void zero_grad() { inner_.zero_grad(); }
   // Waits for every gradient's allreduce, averages, then updates the parameters.
   void step();
+  // Until the returned scope ends, backward accumulates gradients without communication
+  // (see no_sync() above the class).
+  NoSyncScope no_sync();
+  bool syncing() const { return no_sync_depth_ == 0; }
 
   Optimizer& inner() { return inner_; }
   const DistributedStats& stats() const { return stats_; }
@@ -118,6 +147,7 @@ class DistributedOptimizer {
   std::vector<std::string> bucket_names() const;
 
  private:
+  friend class NoSyncScope;
   struct Param {
     std::string name;  // "<prefix>.<parameter name>"
     Tensor tensor;
@@ -157,6 +187,7 @@ class DistributedOptimizer {
   Handle count_handle_;
   std::optional<std::chrono::steady_clock::time_point> first_submit_;  // this step's
   DistributedStats stats_;
+  int no_sync_depth_ = 0;  // open no_sync() scopes
 };
 
 }  // namespace kolo::fw

@@ -68,6 +68,36 @@ TEST(DistributedOptimizer, AccumulatedPassesAreAveragedOnOneRank) {
   EXPECT_EQ(opt.stats().submitted_from_hooks, 1);  // after the second pass
 }
 
+// Issue 17: passes inside no_sync() only accumulate (no hook counts them, nothing is
+// submitted); the next pass outside makes the summed gradient final, as DDP's no_sync.
+TEST(DistributedOptimizer, NoSyncAccumulatesLocallyAndTheNextPassSyncsTheSum) {
+  Tensor w = Tensor::from_vector({1.f, 2.f}, {2}).set_requires_grad(true);
+  SGD sgd({w}, {.lr = 0.5});
+  DistributedOptimizer opt(sgd, {{"w", w}});
+  opt.zero_grad();
+  {
+    NoSyncScope outer = opt.no_sync();
+    EXPECT_FALSE(opt.syncing());
+    sum(mul(w, Tensor::from_vector({2.f, 4.f}, {2}))).backward();
+    {
+      NoSyncScope inner = opt.no_sync();  // scopes nest
+      sum(mul(w, Tensor::from_vector({1.f, 1.f}, {2}))).backward();
+    }
+    EXPECT_FALSE(opt.syncing());
+    EXPECT_NE(error_of([&] { opt.step(); }).find("step() inside no_sync()"), std::string::npos);
+    EXPECT_EQ(opt.stats().submitted_from_hooks, 0);
+    EXPECT_TRUE(opt.submitted_handles().empty());
+    EXPECT_EQ(w.to_vector(), (std::vector<float>{1.f, 2.f}));  // the failed step changed nothing
+  }
+  EXPECT_TRUE(opt.syncing());
+  sum(mul(w, Tensor::from_vector({4.f, 8.f}, {2}))).backward();
+  EXPECT_EQ(opt.stats().submitted_from_hooks, 1);
+  opt.step();
+  EXPECT_EQ(w.grad().to_vector(), (std::vector<float>{7.f, 13.f}));  // the sum of the 3 passes
+  EXPECT_EQ(w.to_vector(), (std::vector<float>{1.f - 0.5f * 7.f, 2.f - 0.5f * 13.f}));
+  EXPECT_EQ(opt.stats().steps, 1);
+}
+
 TEST(DistributedOptimizer, BucketsPackParametersOutputFirstUpToTheCap) {
   // float32 sizes: a 400 B, b 40 B, c 4000 B, d 40 B, e 400 B (registration = input first).
   auto param = [](int64_t n) { return Tensor::zeros({n}).set_requires_grad(true); };

@@ -61,6 +61,8 @@ class Handle {
   HostTensor take_output() const;
   // alltoall only: rows received from each rank (the peers' splits for this rank).
   std::vector<int64_t> received_splits() const;
+  // join only: the rank that joined last (the same on every rank); -1 before an OK completion.
+  int last_joined_rank() const;
 
  private:
   std::shared_ptr<detail::OpState> state_;

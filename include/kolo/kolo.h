@@ -38,8 +38,10 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "kolo/grouped_handle.h"
 #include "kolo/handle.h"
 #include "kolo/status.h"
 #include "kolo/tensor.h"
@@ -142,10 +144,15 @@ struct AlltoallOptions {
 };
 
 // The first dimension is split across ranks in order: rank r receives shape[0] / size() rows,
-// plus one when r < shape[0] % size(). E.g. {.reduction = {.op = kolo::ReduceOp::kAverage}}.
+// plus one when r < shape[0] % size(), unless recv_counts says otherwise.
+// E.g. {.reduction = {.op = kolo::ReduceOp::kAverage}}.
 struct ReducescatterOptions {
   Reduction reduction = {};
   OutputAllocator allocator = {};
+  // Rows (first-dimension slices) that each rank receives: size() entries, each >= 0, summing
+  // to shape[0] (InvalidArgument naming the entry or the sum otherwise). Every rank passes the
+  // same list (Mismatch naming the ranks otherwise). Empty: the even split above.
+  std::vector<int64_t> recv_counts = {};
 };
 
 // ---- Asynchronous operations ------------------------------------------------------------------
@@ -171,28 +178,81 @@ Handle alltoall_async(std::string name, TensorView input, AlltoallOptions opts =
 // Reduces `input` (the same shape on every rank) and leaves rank r's share of the first
 // dimension in the output.
 Handle reducescatter_async(std::string name, TensorView input, ReducescatterOptions opts = {});
+// Allgathers a list of tensors as one unit: negotiated together and executed as one allgather,
+// whatever the fusion threshold. Each member is gathered as allgather_async would (its first
+// dimension may differ between ranks, the others must agree); wait() returns the outputs in
+// the order of `tensors`. Every rank passes the same number of tensors; a rank that passes a
+// different count, dtype or trailing shape fails the group on every rank with Mismatch naming
+// the group ("<name>[i]" for a member) and the ranks. CPU tensors only (Unsupported naming the
+// member otherwise). The members are copied at submission: they may change once this returns.
+GroupedHandle grouped_allgather_async(std::string name, std::vector<TensorView> tensors);
+// Reducescatters a list of tensors as one unit (one reducescatter of their concatenation).
+// Each member is split across ranks as reducescatter_async splits it (evenly, by rows); wait()
+// returns this rank's share of each, in the order of `tensors`. The members share one dtype
+// (InvalidArgument naming the member otherwise). Every rank passes the same shapes (Mismatch
+// naming the group and the ranks otherwise). CPU tensors only, copied at submission.
+GroupedHandle grouped_reducescatter_async(std::string name, std::vector<TensorView> tensors,
+                                          Reduction reduction = {});
 // Completes once every rank has submitted a barrier of this name.
 Handle barrier_async(std::string name = "barrier");
 // Declares that this rank has no more data for now: until every rank has joined, the other
 // ranks' allreduces, allgathers, broadcasts and barriers proceed without waiting for this
 // rank, which contributes the operation's identity (0 for sum and average, 1 for product,
 // +max/-max for min/max; zero rows for allgather). kAverage divides by the ranks that did
-// not join. Completes when all ranks have joined. This rank may not submit other operations
-// until then (InvalidArgument). Alltoall and reducescatter fail while a rank has joined.
+// not join. Completes when all ranks have joined; then Handle::last_joined_rank() is the rank
+// that joined last (the same on every rank; among ranks whose joins reached the coordinator in
+// the same cycle, the highest). This rank may not submit other operations until then
+// (InvalidArgument). Alltoall and reducescatter fail while a rank has joined.
 Handle join_async();
 
 // ---- Blocking wrappers (submit and wait; same errors as the Handle's) -----------------------
 
 Status allreduce(std::string name, TensorView tensor, AllreduceOptions opts = {});
+Status allreduce(std::string name, TensorView input, TensorView output, AllreduceOptions opts = {});
 Status grouped_allreduce(std::string name, std::vector<TensorView> tensors,
                          AllreduceOptions opts = {});
 Result<HostTensor> allgather(std::string name, TensorView input);
 Status broadcast(std::string name, TensorView tensor, int root = 0);
-Result<HostTensor> alltoall(std::string name, TensorView input, std::vector<int64_t> splits = {});
+// The received rows and how many came from each rank (Handle::received_splits).
+struct AlltoallResult {
+  HostTensor output;
+  std::vector<int64_t> received_splits;
+};
+Result<AlltoallResult> alltoall(std::string name, TensorView input,
+                                std::vector<int64_t> splits = {});
 Result<HostTensor> reducescatter(std::string name, TensorView input,
                                  ReducescatterOptions opts = {});
+Result<std::vector<HostTensor>> grouped_allgather(std::string name,
+                                                  std::vector<TensorView> tensors);
+Result<std::vector<HostTensor>> grouped_reducescatter(std::string name,
+                                                      std::vector<TensorView> tensors,
+                                                      Reduction reduction = {});
 Status barrier(std::string name = "barrier");
-Status join();
+// The rank that joined last (Handle::last_joined_rank).
+Result<int> join();
+
+// ---- Objects: byte strings of any size (coordinator/objects.cc) ------------------------------
+// Built on the collectives above, so they negotiate, fail and time out like them; blocking.
+// Every rank calls them with the same name. Names: `name` itself and "<name>.size" are used
+// (broadcast_object), so neither may be in flight at the same time on this rank.
+
+// Returns root's `bytes` on every rank (root's own included): first the size (one int64), then
+// the bytes. Only root's `bytes` are read. InvalidArgument when root is not a rank.
+Result<std::string> broadcast_object(std::string name, const std::string& bytes, int root = 0);
+// Returns every rank's `bytes`, in rank order (one allgather of length-prefixed blocks).
+Result<std::vector<std::string>> allgather_object(std::string name, const std::string& bytes);
+
+// ---- Build queries ------------------------------------------------------------------------------
+enum class BackendKind : uint8_t { kTcp, kShm, kMpi, kNccl };
+// "tcp", "shm", "mpi", "nccl": the backend's name in KOLO_CPU_OPERATIONS.
+std::string_view backend_kind_name(BackendKind kind);
+// Whether this build has the backend (its folder was configured: backends/registry.h).
+// Callable before init().
+bool built(BackendKind kind);
+// Whether MPI's multithreading (MPI_THREAD_MULTIPLE) is available to Kolo. Kolo initialises MPI
+// with MPI_THREAD_MULTIPLE and refuses a lower level, so this is true exactly when the build has
+// the mpi backend. Callable before init().
+bool mpi_threads_supported();
 
 }  // namespace kolo
 #pragma GCC visibility pop

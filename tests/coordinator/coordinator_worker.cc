@@ -56,14 +56,109 @@ void every_op() {
   CHECK(b[3] == P - 1);
   std::vector<float> a2a(P, static_cast<float>(r));
   auto exchanged = kolo::alltoall("a2a", kolo::view_of(a2a.data(), {P}));
-  if (ok(exchanged.status(), "alltoall"))
-    for (int q = 0; q < P; ++q) CHECK(exchanged->data_as<float>()[q] == q);
+  if (ok(exchanged.status(), "alltoall")) {
+    for (int q = 0; q < P; ++q) CHECK(exchanged->output.data_as<float>()[q] == q);
+    CHECK(exchanged->received_splits == std::vector<int64_t>(P, 1));
+  }
   std::vector<float> rs(2 * P, 1.0f);
   auto scattered = kolo::reducescatter("rs", kolo::view_of(rs.data(), {2 * P}));
   if (ok(scattered.status(), "reducescatter")) {
     CHECK(scattered->shape[0] == 2);
     CHECK(scattered->data_as<float>()[1] == P);
   }
+  ok(kolo::barrier(), "barrier");
+}
+
+// Issue 17: grouped gathers, objects, receive counts, join's last rank, the blocking calls'
+// results and the build queries.
+void api() {
+  const int r = kolo::rank(), P = kolo::size();
+  // Grouped allgather: member 0 has r+1 rows of [2] int32, member 1 one row of [3] double.
+  std::vector<int32_t> a(2 * (r + 1), r);
+  std::vector<double> b(3, 10.0 * r);
+  auto g = kolo::grouped_allgather(
+      "g.ag", {kolo::view_of(a.data(), {r + 1, 2}), kolo::view_of(b.data(), {1, 3})});
+  if (ok(g.status(), "grouped_allgather") && g->size() == 2) {
+    const kolo::HostTensor& ga = (*g)[0];
+    const kolo::HostTensor& gb = (*g)[1];
+    CHECK(ga.shape == (std::vector<int64_t>{P * (P + 1) / 2, 2}));
+    CHECK(ga.dtype == kolo::DataType::kInt32);
+    int64_t row = 0;
+    for (int q = 0; q < P; ++q)
+      for (int i = 0; i <= q; ++i, ++row) CHECK(ga.data_as<int32_t>()[2 * row + 1] == q);
+    CHECK(gb.shape == (std::vector<int64_t>{P, 3}));
+    for (int q = 0; q < P; ++q) CHECK(gb.data_as<double>()[3 * q + 2] == 10.0 * q);
+  }
+  // Grouped reducescatter: members of 2P+1 and P rows; values (r+1) * (k+1).
+  std::vector<float> m0(2 * (2 * P + 1), r + 1.0f), m1(P, 2.0f * (r + 1));
+  auto rs = kolo::grouped_reducescatter(
+      "g.rs", {kolo::view_of(m0.data(), {2 * P + 1, 2}), kolo::view_of(m1.data(), {P})});
+  const float ranks = P * (P + 1) / 2.0f;
+  if (ok(rs.status(), "grouped_reducescatter") && rs->size() == 2) {
+    CHECK((*rs)[0].shape == (std::vector<int64_t>{r == 0 ? 3 : 2, 2}));
+    CHECK((*rs)[1].shape == (std::vector<int64_t>{1}));
+    for (int64_t i = 0; i < (*rs)[0].num_elements(); ++i)
+      CHECK((*rs)[0].data_as<float>()[i] == ranks);
+    CHECK((*rs)[1].data_as<float>()[0] == 2 * ranks);
+  }
+  // Reducescatter with receive counts: the last rank gets every row.
+  std::vector<int64_t> counts(P, 0);
+  counts[P - 1] = 3;
+  std::vector<int32_t> rows(3 * 2);
+  std::iota(rows.begin(), rows.end(), r);
+  auto rc = kolo::reducescatter("rs.counts", kolo::view_of(rows.data(), {3, 2}),
+                                {.recv_counts = counts});
+  if (ok(rc.status(), "reducescatter recv_counts")) {
+    CHECK(rc->shape == (std::vector<int64_t>{r == P - 1 ? 3 : 0, 2}));
+    if (r == P - 1)
+      for (int i = 0; i < 6; ++i) CHECK(rc->data_as<int32_t>()[i] == P * i + P * (P - 1) / 2);
+  }
+  // Objects: a string of 100000 bytes from the last rank; one of r bytes from each rank.
+  std::string big = r == P - 1 ? std::string(100000, 'x') + "end" : "ignored";
+  auto obj = kolo::broadcast_object("obj.b", big, P - 1);
+  if (ok(obj.status(), "broadcast_object"))
+    CHECK(obj->size() == 100003 && obj->substr(99998) == "xxend");
+  auto empty = kolo::broadcast_object("obj.e", r == 0 ? "" : "not root", 0);
+  if (ok(empty.status(), "broadcast_object empty")) CHECK(empty->empty());
+  auto all = kolo::allgather_object("obj.a", std::string(static_cast<size_t>(r), 'a' + r));
+  if (ok(all.status(), "allgather_object") && static_cast<int>(all->size()) == P)
+    for (int q = 0; q < P; ++q) CHECK((*all)[q] == std::string(static_cast<size_t>(q), 'a' + q));
+  CHECK(kolo::broadcast_object("obj.bad", "", P).status().code() ==
+        kolo::StatusCode::kInvalidArgument);
+  // Out-of-place blocking allreduce.
+  std::vector<float> in(4, r + 1.0f), out(4, -1.0f);
+  ok(kolo::allreduce("oop", kolo::view_of(in.data(), {4}), kolo::view_of(out.data(), {4})), "oop");
+  CHECK(out[3] == ranks && in[3] == r + 1.0f);
+  // Build queries agree with the build (kolorun starts tcp or shm, both always built).
+  CHECK(kolo::built(kolo::BackendKind::kTcp) && kolo::built(kolo::BackendKind::kShm));
+  CHECK(!kolo::built(kolo::BackendKind::kNccl));
+  CHECK(kolo::mpi_threads_supported() == kolo::built(kolo::BackendKind::kMpi));
+  // join(): rank 0 joins last, 300 ms after the others (the coordinator sees their joins
+  // first), and every rank learns so.
+  if (r == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto last = kolo::join();
+  if (ok(last.status(), "join")) CHECK(*last == 0);
+  // And then the last rank.
+  if (r == P - 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto again = kolo::join();
+  if (ok(again.status(), "join again")) CHECK(*again == P - 1);
+}
+
+// Groups that differ between ranks fail on every rank with a Mismatch naming the ranks.
+void grouped_mismatch() {
+  const int r = kolo::rank();
+  std::vector<float> x(4, 1.0f);
+  std::vector<kolo::TensorView> views(r == 0 ? 2 : 3, kolo::view_of(x.data(), {2, 2}));
+  auto g = kolo::grouped_allgather("gm", views);
+  if (!g.ok()) std::printf("rank %d: error: %s\n", r, g.status().to_string().c_str());
+  auto g2 = kolo::grouped_allgather("gm2", {kolo::view_of(x.data(), {1, r == 0 ? 2 : 3})});
+  if (!g2.ok()) std::printf("rank %d: error: %s\n", r, g2.status().to_string().c_str());
+  std::vector<kolo::TensorView> shapes{kolo::view_of(x.data(), {r == 0 ? 4 : 2})};
+  auto rs = kolo::grouped_reducescatter("gmr", shapes);
+  if (!rs.ok()) std::printf("rank %d: error: %s\n", r, rs.status().to_string().c_str());
+  std::vector<int64_t> bad{-1, 5};
+  auto c = kolo::reducescatter("rc", kolo::view_of(x.data(), {4}), {.recv_counts = bad});
+  if (!c.ok()) std::printf("rank %d: error: %s\n", r, c.status().to_string().c_str());
   ok(kolo::barrier(), "barrier");
 }
 
@@ -188,6 +283,8 @@ int main(int argc, char** argv) {
   else if (scenario == "timeline") timeline(argc > 2 ? argv[2] : "/tmp");
   else if (scenario == "hang") hang(argc > 2 ? argv[2] : "/tmp");
   else if (scenario == "window") window();
+  else if (scenario == "api") api();
+  else if (scenario == "grouped_mismatch") grouped_mismatch();
   ok(kolo::shutdown(), "shutdown");
   kolo::Status after = kolo::allreduce("late", kolo::view_of(early.data(), {1}));
   if (after.message().find("kolo::shutdown() was called") == std::string::npos) ++failures;

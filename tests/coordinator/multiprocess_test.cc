@@ -43,13 +43,50 @@ class Backends : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(Backends, EveryOperationAndOrder) {
   const std::string env = std::string("KOLO_CPU_OPERATIONS=") + GetParam() + " ";
-  for (const char* mode : {"ops", "orders"}) {
+  for (const char* mode : {"ops", "orders", "api"}) {
     auto r = run_command(env + KOLO_TEST_KOLORUN + " -np 3 " + KOLO_TEST_WORKER + " " + mode);
     EXPECT_EQ(r.exit_code, 0) << mode << "\n" << r.output;
     EXPECT_EQ(count_occurrences(r.output, std::string(mode) + " passed"), 3) << r.output;
   }
 }
 INSTANTIATE_TEST_SUITE_P(Cpu, Backends, ::testing::Values("tcp", "shm"));
+
+// Issue 17: grouped gathers, objects, receive counts, join's last rank, ... (exact values).
+TEST_P(Ranks, RestOfTheApi) {
+  auto r = job(GetParam(), "api");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(count_occurrences(r.output, "api passed"), GetParam()) << r.output;
+}
+
+TEST(CoordinatorJob, GroupsThatDifferBetweenRanksFailOnEveryRankNamingThem) {
+  auto r = job(2, "grouped_mismatch");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(count_occurrences(r.output,
+                              "error: Mismatch: grouped allgather 'gm': the number of "
+                              "tensors differs across ranks: rank 0 has 2 tensors; "
+                              "rank 1 has 3 tensors"),
+            2)
+      << r.output;
+  EXPECT_EQ(count_occurrences(r.output,
+                              "error: Mismatch: grouped allgather 'gm2': member "
+                              "'gm2[0]': dtype or shape beyond the first dimension "
+                              "differs across ranks: rank 0 has float32 [*, 2]; rank 1 "
+                              "has float32 [*, 3]"),
+            2)
+      << r.output;
+  EXPECT_EQ(count_occurrences(r.output,
+                              "error: Mismatch: grouped reducescatter 'gmr': the "
+                              "members' shapes differ across ranks (they travel as "
+                              "one tensor): reducescatter 'gmr': shape differs "
+                              "across ranks: rank 0 has [4]; rank 1 has [2]"),
+            2)
+      << r.output;
+  EXPECT_EQ(count_occurrences(r.output,
+                              "error: InvalidArgument: reducescatter 'rc': "
+                              "recv_counts[0] must be >= 0, got -1"),
+            2)
+      << r.output;
+}
 
 TEST(CoordinatorJob, DifferentOrdersAndThreads) {
   auto r = job(3, "orders");
@@ -334,6 +371,15 @@ TEST(CoordinatorJob, EveryOperationUnderMpirun) {
     EXPECT_EQ(count_occurrences(r.output, "rank 0: ops passed") + count_occurrences(r.output, "rank 1: ops passed"), 2)
         << ops << "\n" << r.output;
   }
+}
+
+// Issue 17's operations over the mpi backend (grouped gathers, objects, receive counts, join).
+TEST(CoordinatorJob, RestOfTheApiUnderMpirun) {
+  auto r =
+      run_command("OMPI_MCA_btl_vader_single_copy_mechanism=none " + std::string(KOLO_TEST_MPIRUN) +
+                  " --allow-run-as-root --oversubscribe -np 3 " + KOLO_TEST_WORKER + " api");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(count_occurrences(r.output, ": api passed"), 3) << r.output;
 }
 
 // A rank whose configuration is invalid fails before it joins the job; mpirun then ends the

@@ -157,6 +157,53 @@ TEST_F(TrainingTest, GradientAccumulationOverTwoPassesMatchesOnePass) {
   expect_close(read_params(path("accumulated")), read_params(path("single")), kTolerance);
 }
 
+// Issue 17: k passes under no_sync() plus one synced pass on P ranks (uneven shares) equal one
+// rank running the same k+1 passes on the whole batch; the worker checks that nothing was
+// submitted inside the scope.
+TEST_F(TrainingTest, NoSyncPassesThenOneSyncedPassMatchOneRankOnTheUnion) {
+  launch(1, "--mode nosync --steps 4 --passes 2 --out " + path("one"));
+  launch(2, "--mode nosync --steps 4 --passes 2 --out " + path("two"));
+  launch(4, "--mode nosync --steps 4 --passes 2 --out " + path("four"));
+  launch(1, "--mode nosync --steps 4 --passes 4 --out " + path("one-k3"));
+  launch(2, "--mode nosync --steps 4 --passes 4 --out " + path("two-k3"));
+  const Params one = read_params(path("one"));
+  expect_close(read_params(path("two")), one, kTolerance);
+  expect_close(read_params(path("four")), one, kTolerance);
+  expect_close(read_params(path("two-k3")), read_params(path("one-k3")), kTolerance);
+  // As DDP's, no_sync sums the passes' gradients (backward_passes_per_step averages them), so
+  // the result differs from training on the mean gradient.
+  const Params mean_run = [&] {
+    launch(1, "--steps 4 --out " + path("mean"));
+    return read_params(path("mean"));
+  }();
+  EXPECT_NE(mean_run.at("fc2.bias"), one.at("fc2.bias"));
+}
+
+// Issue 17: rank-0 logging and "rank 0 does it, the others wait" with its failure on every rank.
+TEST_F(TrainingTest, RankZeroHelpersLogOnceAndShareTheRootsOutcome) {
+  const std::string out = launch(3, "--mode rank-zero --out " + path("ready"));
+  EXPECT_EQ(kolo::testing::count_occurrences(out, "root only: 3 rank(s)"), 1) << out;
+  EXPECT_EQ(line_of(out, 0, "root only"), "[0] root only: 3 rank(s)") << out;
+  for (int r = 0; r < 3; ++r) {
+    const std::string tag = "[" + std::to_string(r) + "] ";
+    const std::string me = "[rank " + std::to_string(r) + "] ";
+    EXPECT_EQ(kolo::testing::count_occurrences(out, tag + me + "every rank\n"), 1) << out;
+    EXPECT_EQ(kolo::testing::count_occurrences(out, tag + me + "second line\n"), 1) << out;
+    EXPECT_EQ(kolo::testing::count_occurrences(out, tag + "file seen"), 1) << out;
+  }
+  EXPECT_EQ(line_of(out, 0, "fail:"), "[0] fail: IoError: disk full") << out;
+  EXPECT_EQ(line_of(out, 0, "throw:"), "[0] throw: IoError: 'throw': boom") << out;
+  for (int r = 1; r < 3; ++r) {
+    const std::string tag = "[" + std::to_string(r) + "] ";
+    EXPECT_EQ(line_of(out, r, "fail:"),
+              tag + "fail: IoError: 'fail' failed on root rank 0: disk full")
+        << out;
+    EXPECT_EQ(line_of(out, r, "throw:"),
+              tag + "throw: IoError: 'throw' failed on root rank 0: 'throw': boom")
+        << out;
+  }
+}
+
 TEST_F(TrainingTest, AllreducesCompleteWhileBackwardStillRuns) {
   // One allreduce per gradient, then fc2's weight and bias as one grouped bucket (272 bytes).
   for (const char* buckets : {"0", "272"}) {

@@ -12,6 +12,15 @@
 //               Under KOLO_AUTOTUNE=1 every rank prints, at the end, "autotune history: "
 //               with every configuration applied (cycle/from step/threshold/cycle time/bucket)
 //               and "buckets per step: " with its bucket count at each step.
+//   nosync      as train, but each rank's --passes passes run with backward_passes_per_step 1:
+//               all but the last inside DistributedOptimizer::no_sync() (the worker exits 1
+//               if anything is submitted there), the last one synced. The step's gradient is
+//               then the sum over the passes, as one rank running the same passes on the
+//               whole batch gets it.
+//   rank-zero   the rank-0 helpers (framework/distributed/rank_zero.h), no training: a RankLogger
+//               line from rank 0 only and one from every rank; run_on_root_first where rank 0
+//               writes --out after 300 ms (every rank then sees the file: "file seen"), where
+//               it fails ("fail: <status>" on every rank) and where it throws ("throw: ...").
 //   overlap     inside the hook of the last gradient of backward, waits for the allreduce of
 //               the first bucket: it can only complete if communication runs during backward.
 //               Default --bucket-bytes 0 (an allreduce per gradient: fc2's two are submitted
@@ -39,12 +48,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "framework/autograd.h"
 #include "framework/distributed/broadcast_state.h"
 #include "framework/distributed/distributed_optimizer.h"
+#include "framework/distributed/rank_zero.h"
 #include "framework/distributed/sync_batch_norm.h"
 #include "framework/functional.h"
 #include "framework/nn/layers.h"
@@ -304,6 +316,29 @@ int main(int argc, char** argv) try {
     return 0;
   }
 
+  if (args.mode == "rank-zero") {
+    fw::RankLogger root_log;
+    root_log.printf("root only: %d rank(s)\n", world);
+    fw::RankLogger all_log({.every_rank = true});
+    all_log.line("every rank\nsecond line");
+    check(fw::run_on_root_first("prepare",
+                                [&] {
+                                  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+                                  std::ofstream(args.out) << "data\n";
+                                  return kolo::Status::Ok();
+                                }),
+          "prepare");
+    if (std::ifstream(args.out).good()) print_line("file seen");
+    kolo::Status failed =
+        fw::run_on_root_first("fail", [] { return kolo::Status::IoError("disk full"); });
+    print_line("fail: " + failed.to_string());
+    kolo::Status thrown =
+        fw::run_on_root_first("throw", []() -> kolo::Status { throw std::runtime_error("boom"); });
+    print_line("throw: " + thrown.to_string());
+    check(kolo::shutdown(), "shutdown");
+    return 0;
+  }
+
   if (args.mode == "broadcast") {
     Model m = make_model(1000 + rank);  // different on every rank
     fw::broadcast_parameters(m.named(), /*root=*/1 % world);
@@ -321,7 +356,8 @@ int main(int argc, char** argv) try {
   std::vector<fw::Tensor> params;
   for (auto& [name, t] : m.named()) params.push_back(t);
   fw::SGD sgd(params, {.lr = 0.1, .momentum = 0.9});
-  fw::DistributedOptions dist{.backward_passes_per_step = args.passes};
+  const bool nosync = args.mode == "nosync";
+  fw::DistributedOptions dist{.backward_passes_per_step = nosync ? 1 : args.passes};
   // overlap needs fc2's gradients in buckets of their own, submitted before fc1's gradient is
   // final (the default bucket would hold all four and start only after fc1's).
   const int64_t bucket_bytes = args.bucket_bytes >= 0 ? args.bucket_bytes
@@ -366,6 +402,14 @@ int main(int argc, char** argv) try {
       fw::Tensor x, y;
       batch(begin + pass * per_pass, per_pass, &x, &y);
       opt.set_local_batch_size(per_pass);
+      if (nosync && pass + 1 < args.passes) {
+        const int64_t from_hooks = opt.stats().submitted_from_hooks;
+        auto scope = opt.no_sync();
+        fw::cross_entropy(m.forward(x), y).backward();
+        if (!opt.submitted_handles().empty() || opt.stats().submitted_from_hooks != from_hooks)
+          die("no_sync pass " + std::to_string(pass) + " submitted an allreduce");
+        continue;
+      }
       fw::cross_entropy(m.forward(x), y).backward();
     }
     opt.step();
