@@ -10,6 +10,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <memory>
+#include <regex>
 #include <string>
 
 #include "launch.h"
@@ -90,6 +92,31 @@ TEST_P(OneNode, ARankKilledMidTrainingFailsTheOthersNamingIt) {
                               ") was killed by signal 9 (SIGKILL)"),
             std::string::npos)
       << job.output();
+  expect_every_rank_gone(job, 5s);
+  expect_no_false_success(job);
+}
+
+// SIGKILL of rank 2 of 4: every survivor's error names rank 2, whichever link it saw break
+// first. Without the failure board (coordinator/failure_board.h) a survivor could name a live
+// rank that had failed a moment earlier because of rank 2; the first recorded failure wins.
+TEST_P(OneNode, EverySurvivorNamesTheKilledRank) {
+  Launch job(kolorun_job(4, backend_env() + " FAULT_SURVIVE_SIGTERM=1 KOLO_OP_TIMEOUT=30s"));
+  ASSERT_TRUE(job.wait_for("rank 3 step 50", 1, 30s)) << job.output();
+  ::kill(job.rank_pids().at(2), SIGKILL);
+  ASSERT_TRUE(job.wait_for(R"(rank [013] failed )", 3, 10s)) << job.output();
+  const std::string out = job.output();
+  for (int r : {0, 1, 3}) {
+    std::smatch m;
+    const std::string line_re = "rank " + std::to_string(r) + " failed [^\n]*";
+    ASSERT_TRUE(std::regex_search(out, m, std::regex(line_re))) << out;
+    // What the survivor names as the cause, before what it saw itself.
+    const std::string line = m.str();
+    const std::string cause = line.substr(0, line.find("; this rank"));
+    EXPECT_NE(cause.find("rank 2 ("), std::string::npos) << backend() << ": " << line;
+    std::printf("[fault] %s: %s\n", backend().c_str(), line.c_str());
+  }
+  auto status = job.finish(20s);
+  ASSERT_TRUE(status) << job.output();
   expect_every_rank_gone(job, 5s);
   expect_no_false_success(job);
 }
@@ -276,6 +303,105 @@ TEST(Faults, ALinkDownMidTrainingFailsBothNodesWithinTheOpTimeout) {
                   1.0 + 6.0, n1);
     expect_no_false_success(n0);
     expect_no_false_success(n1);
+  }
+  run_command("ip netns del " + ns + "a; ip netns del " + ns + "b");
+}
+
+// ---- An attacker on the path (issue 16) --------------------------------------------------
+
+// Starts tun_relay in `mode` and joins namespaces <ns>a and <ns>b through it (10.233.0.1 and
+// .2); null when it could not.
+std::unique_ptr<Launch> start_relay(const std::string& ns, const std::string& mode) {
+  using kolo::testing::run_command;
+  auto relay = std::make_unique<Launch>(std::string(KOLO_TEST_TUN_RELAY) + " " + ns + "x " + ns +
+                                        "y " + mode);
+  if (!relay->wait_for("^ready", 1, 10s)) return nullptr;
+  const std::string a = "ip netns exec " + ns + "a ", b = "ip netns exec " + ns + "b ";
+  auto link = run_command("ip link set " + ns + "x netns " + ns + "a && ip link set " + ns +
+                          "y netns " + ns + "b && " + a + "ip addr add 10.233.0.1/24 dev " + ns +
+                          "x && " + b + "ip addr add 10.233.0.2/24 dev " + ns + "y && " + a +
+                          "ip link set " + ns + "x up && " + b + "ip link set " + ns + "y up && " +
+                          a + "ip link set lo up && " + b + "ip link set lo up");
+  if (link.exit_code != 0) return nullptr;
+  return relay;
+}
+
+// Node k (one rank) of a two-node job across the relay: 200 steps, tcp.
+std::string relayed_node(const std::string& ns, int k, bool integrity, int port) {
+  const std::string host = "10.233.0." + std::to_string(k + 1);
+  return "ip netns exec " + ns + (k == 0 ? "a" : "b") +
+         " env KOLO_SECRET=faults KOLO_OP_TIMEOUT=5s KOLO_TCP_INTEGRITY=" +
+         (integrity ? "1" : "0") + " KOLO_TCP_HOST=" + host + " " + kKolorun +
+         " --nnodes 2 --node-rank " + std::to_string(k) +
+         " --rdzv 10.233.0.1:" + std::to_string(port) + " --grace 1s -np 1 " + kWorker + " 200";
+}
+
+// Two nodes of one rank each in their own network namespace, linked only through tun_relay, an
+// attacker on the path that flips a bit in the tcp backend's data frames after the handshake
+// (it changes no address, so the handshake's channel binding passes). Without
+// KOLO_TCP_INTEGRITY the ranks compute with the altered data (fault_worker reports the wrong
+// result); with it, a rank fails at the first altered frame naming the peer and "integrity",
+// and the other names that failure. Needs root (network namespaces, TUN); skips otherwise.
+TEST(Faults, ARelayFlippingBitsInDataFramesIsCaughtByTcpIntegrity) {
+  using kolo::testing::run_command;
+  const std::string ns = "ki" + std::to_string(::getpid());
+  auto setup = run_command("ip netns add " + ns + "a && ip netns add " + ns + "b");
+  if (setup.exit_code != 0) {
+    run_command("ip netns del " + ns + "a; ip netns del " + ns + "b");
+    GTEST_SKIP() << "cannot create network namespaces (needs root): " << setup.output;
+  }
+  for (bool integrity : {false, true}) {
+    SCOPED_TRACE(integrity ? "KOLO_TCP_INTEGRITY=1" : "KOLO_TCP_INTEGRITY=0");
+    // The data plane's frames of fault_worker's 512-byte allreduce; the control plane's are
+    // smaller, so that the attack changes numbers rather than stopping the negotiation.
+    std::unique_ptr<Launch> relay = start_relay(ns, "frames 256 512");
+    ASSERT_TRUE(relay) << "the relay did not start";
+    const int port = integrity ? 29744 : 29743;
+    Launch n0(relayed_node(ns, 0, integrity, port)), n1(relayed_node(ns, 1, integrity, port));
+    auto s0 = n0.finish(60s), s1 = n1.finish(60s);
+    ASSERT_TRUE(s0 && s1) << n0.output() << n1.output();
+    const std::string out = n0.output() + n1.output();
+    EXPECT_TRUE(relay->wait_for("^flipped", 1, 1s)) << "the relay altered nothing\n" << out;
+    EXPECT_EQ(out.find(" done"), std::string::npos) << out;  // no rank may succeed
+    if (integrity) {
+      EXPECT_EQ(out.find("WRONG RESULT"), std::string::npos) << out;
+      const std::regex caught(R"(rank [01] failed [^\n]*integrity check failed on frame \d+ )"
+                              R"([^\n]*from rank [01] \(10\.233\.0\.[12]:)");
+      EXPECT_TRUE(std::regex_search(out, caught)) << out;
+      std::printf("[fault] relay flipping bits, KOLO_TCP_INTEGRITY=1:\n%s", out.c_str());
+    } else {
+      EXPECT_NE(out.find("WRONG RESULT"), std::string::npos) << out;
+      std::printf("[fault] relay flipping bits, KOLO_TCP_INTEGRITY=0:\n%s", out.c_str());
+    }
+    // The TUN devices vanish with the relay.
+  }
+  run_command("ip netns del " + ns + "a; ip netns del " + ns + "b");
+}
+
+// The same-host offer travels over TCP after the handshake; an attacker on the path who turns
+// "no offer" into an offer of its own AF_UNIX socket (to receive the data off the path, or to
+// pick the transport) is refused: the offer is sealed under the connection's session key, so
+// the rank that reads it fails init naming the offer, and no rank starts training.
+TEST(Faults, AFakedSameHostOfferIsRefused) {
+  using kolo::testing::run_command;
+  const std::string ns = "ko" + std::to_string(::getpid());
+  auto setup = run_command("ip netns add " + ns + "a && ip netns add " + ns + "b");
+  if (setup.exit_code != 0) {
+    run_command("ip netns del " + ns + "a; ip netns del " + ns + "b");
+    GTEST_SKIP() << "cannot create network namespaces (needs root): " << setup.output;
+  }
+  {
+    std::unique_ptr<Launch> relay = start_relay(ns, "offer");
+    ASSERT_TRUE(relay) << "the relay did not start";
+    Launch n0(relayed_node(ns, 0, false, 29745)), n1(relayed_node(ns, 1, false, 29745));
+    auto s0 = n0.finish(60s), s1 = n1.finish(60s);
+    ASSERT_TRUE(s0 && s1) << n0.output() << n1.output();
+    const std::string out = n0.output() + n1.output();
+    EXPECT_TRUE(relay->wait_for("^flipped", 1, 1s)) << "the relay altered nothing\n" << out;
+    EXPECT_NE(out.find("the same-host offer of rank 0 (10.233.0.1:"), std::string::npos) << out;
+    EXPECT_NE(out.find("failed its MAC"), std::string::npos) << out;
+    EXPECT_EQ(out.find(" step "), std::string::npos) << out;
+    EXPECT_EQ(out.find(" done"), std::string::npos) << out;
   }
   run_command("ip netns del " + ns + "a; ip netns del " + ns + "b");
 }
