@@ -219,6 +219,14 @@ constexpr std::array<Knob, kKnobCount> kTable = {{
      .default_text = "1",
      .help = "same-host peers carry data over an AF_UNIX socket after the TCP handshake (`0`: "
              "TCP only)"},
+    {.id = KnobId::kTcpIntegrity,
+     .name = "KOLO_TCP_INTEGRITY",
+     .kind = kBool,
+     .category = kTcpBackend,
+     .default_text = "0",
+     .help = "a keyed MAC (SipHash-2-4, per-connection key, frame sequence number) on every data "
+             "frame: an altered, replayed or dropped frame fails the operation naming the peer "
+             "(must match on all ranks; costs bandwidth, see docs/security.md)"},
     {.id = KnobId::kTcpSpin,
      .name = "KOLO_TCP_SPIN",
      .kind = kDuration,

@@ -59,6 +59,7 @@ enum class KnobId : int {
   kTcpSocketBuffer,
   kTcpMaxFrame,
   kTcpUnix,
+  kTcpIntegrity,
   kTcpSpin,
   // shm backend
   kShmChunk,
@@ -160,7 +161,8 @@ class KnobSet {
   // `env`: KOLO_* variables by name (others are ignored); an empty value counts as unset.
   // `flags`: knob values from kolorun's flags, by variable name; they win over `env` and their
   // errors name the flag. A flag value counts as set even when empty; names in `flags` that are
-  // not knobs are ignored (kolorun only passes registry names). Errors (InvalidArgument, every bad value in registry order, joined by
+  // not knobs are ignored (kolorun only passes registry names). Errors (InvalidArgument, every bad
+  // value in registry order, joined by
   // "; "): a bad value; a retired name set in `env`.
   static Result<KnobSet> read(const std::map<std::string, std::string>& env,
                               const std::map<std::string, std::string>& flags = {});

@@ -16,4 +16,20 @@ struct SipKey {
 // SipHash-2-4 of `data` under `key`. Matches the reference implementation's test vectors.
 uint64_t siphash24(const SipKey& key, std::span<const uint8_t> data);
 
+// SipHash-2-4 over a message given in pieces (e.g. a frame header, then its payload where it
+// lies): update() any number of times, then finish() once. The result equals siphash24() of the
+// concatenation. Not thread-safe; cheap to copy.
+class SipHasher {
+ public:
+  explicit SipHasher(const SipKey& key);
+  void update(std::span<const uint8_t> data);
+  uint64_t finish();
+
+ private:
+  void absorb(uint64_t m);
+  uint64_t v0_, v1_, v2_, v3_;
+  uint64_t tail_ = 0;    // the bytes of an unfinished 8-byte block, little-endian
+  uint64_t length_ = 0;  // bytes absorbed so far (only its low byte is used)
+};
+
 }  // namespace kolo

@@ -7,6 +7,7 @@
 #include "backends/registry.h"
 #include "common/knobs.h"
 #include "common/logging.h"
+#include "coordinator/failure_board.h"
 #include "coordinator/runtime.h"
 #include "coordinator/submit.h"
 #include "kolo/kolo.h"
@@ -40,6 +41,21 @@ std::shared_ptr<coord::Runtime> current() {
 void log_knobs(const KnobSet& knobs) {
   for (const std::string& w : knobs.warnings()) KOLO_LOG_WARNING(w);
   for (const std::string& line : knobs.echo_lines()) KOLO_LOG_INFO(line);
+}
+
+// The store a FailureBoard records in: a client of its own with short timeouts when the store
+// is a TcpStore at KOLO_STORE_ADDR (so that a failing rank never waits long on a lost store),
+// else the world's (in-process, or set up by a launcher such as mpirun), borrowed.
+std::shared_ptr<Store> failure_board_store(const KnobSet& knobs, World& world) {
+  constexpr std::chrono::seconds kBound{1};
+  if (!knobs.text(KnobId::kStoreAddr).empty()) {
+    Result<HostPort> hp = parse_host_port(knobs.text(KnobId::kStoreAddr), "KOLO_STORE_ADDR");
+    if (hp.ok()) {
+      Result<std::unique_ptr<TcpStore>> own = TcpStore::connect(*hp, world.secret, kBound, kBound);
+      if (own.ok()) return std::shared_ptr<Store>(std::move(*own));
+    }
+  }
+  return std::shared_ptr<Store>(world.store.get(), [](Store*) {});
 }
 
 }  // namespace
@@ -82,6 +98,11 @@ Status init() {
           ctx.op_timeout,
           std::chrono::duration_cast<std::chrono::milliseconds>(config.stall_shutdown_time));
     KOLO_ASSIGN_OR_RETURN(control, create_backend(config.cpu_operations, ctx));
+  }
+  if (world.size > 1) {
+    auto board = std::make_shared<coord::FailureBoard>(
+        failure_board_store(knobs, world), "kolo/s" + std::to_string(g.session), world.rank);
+    config.name_first_failure = [board](const Status& st) { return board->name_first_failure(st); };
   }
   KOLO_ASSIGN_OR_RETURN(
       std::unique_ptr<coord::Runtime> rt,

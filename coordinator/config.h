@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -60,6 +61,10 @@ struct RuntimeConfig {
   // and shutdown requests make progress while some ranks have no work.
   std::chrono::nanoseconds heartbeat = std::chrono::milliseconds(200);
   AutotuneConfig autotune;
+  // When set, the background loop passes its failure through this before every operation
+  // ends with it (api.cc: FailureBoard::name_first_failure, so that the error names the rank
+  // that failed first in the job, not the link this rank saw break).
+  std::function<Status(const Status&)> name_first_failure;
 };
 
 // The coordinator's knobs from `knobs` (each already validated by KnobSet::read).

@@ -2,9 +2,9 @@
 
 #include <cstring>
 
+#include "common/text.h"
 #include "coordinator/fusion.h"
 #include "coordinator/identity.h"
-#include "common/text.h"
 #include "ops/reduce.h"
 
 namespace kolo::coord {
@@ -41,7 +41,8 @@ void Executor::end(const std::vector<BatchItem>& batch, const Status& status) {
   }
 }
 
-void Executor::finish(const std::vector<BatchItem>& batch, const Status& status) {
+void Executor::finish(const std::vector<BatchItem>& batch, const Status& outcome) {
+  const Status status = !outcome.ok() && namer_ ? namer_(outcome) : outcome;
   for (const auto& item : batch) {
     if (!item.entry) continue;
     Entry& e = *item.entry;
@@ -101,11 +102,16 @@ Status Executor::run(const std::vector<BatchItem>& batch) {
   end(batch);
   Status st;
   switch (head.type) {
-    case OpType::kAllreduce: return allreduce(batch);
-    case OpType::kAllgather: return allgather(batch.front());
-    case OpType::kBroadcast: return broadcast(batch.front());
-    case OpType::kAlltoall: return alltoall(batch.front());
-    case OpType::kReducescatter: return reducescatter(batch.front());
+    case OpType::kAllreduce:
+      return allreduce(batch);
+    case OpType::kAllgather:
+      return allgather(batch.front());
+    case OpType::kBroadcast:
+      return broadcast(batch.front());
+    case OpType::kAlltoall:
+      return alltoall(batch.front());
+    case OpType::kReducescatter:
+      return reducescatter(batch.front());
     case OpType::kBarrier:
       begin(batch, op_span(head.type));
       st = backend_.barrier();
@@ -182,8 +188,8 @@ Status Executor::allreduce(const std::vector<BatchItem>& batch) {
         fill_identity(head.dtype, backend_op, dst, n);
       } else if (cuda) {
         if (staged.ok())
-          staged = staging_.copy_to_host(dst, item.entry->inputs[k], n * esize,
-                                            item.response->name);
+          staged =
+              staging_.copy_to_host(dst, item.entry->inputs[k], n * esize, item.response->name);
       } else {
         ops::scale_copy(head.dtype, dst, item.entry->inputs[k].data, n, reduction.prescale);
       }
@@ -250,8 +256,8 @@ Status Executor::allgather(const BatchItem& item) {
   out_shape[0] = rows;
   const size_t bytes = static_cast<size_t>(rows * row) * dtype_size(p.dtype);
   Status alloc = Status::Ok();
-  void* out = item.entry ? allocate_output(*item.entry, out_shape, p.dtype, alloc)
-                         : scratch_.get(bytes);
+  void* out =
+      item.entry ? allocate_output(*item.entry, out_shape, p.dtype, alloc) : scratch_.get(bytes);
   const size_t in_bytes = item.entry ? item.entry->inputs[0].num_bytes() : 0;
   return run_single(
       item, in_bytes, out, bytes, alloc, {{"bytes", std::to_string(bytes)}},

@@ -44,6 +44,9 @@ struct BatchItem {
 class Executor {
  public:
   Executor(Backend& backend, Timeline& timeline) : backend_(backend), timeline_(timeline) {}
+  // Every failed operation ends with namer(its status) instead (RuntimeConfig::
+  // name_first_failure); set before the first run().
+  void name_failures_with(std::function<Status(const Status&)> namer) { namer_ = std::move(namer); }
 
   // Runs the batch and completes each entry's handle. Returns a non-OK Status only when the
   // backend failed: the ranks may then be out of step, and the runtime must stop.
@@ -61,8 +64,7 @@ class Executor {
   Status reducescatter(const BatchItem& item);
   // The backend op's timeline name, e.g. "TCP_ALLREDUCE".
   std::string op_span(OpType type) const;
-  void begin(const std::vector<BatchItem>& batch, const std::string& phase,
-             TimelineArgs args = {});
+  void begin(const std::vector<BatchItem>& batch, const std::string& phase, TimelineArgs args = {});
   // Ends the innermost span of each traced entry; a failed `status` is added to its args.
   void end(const std::vector<BatchItem>& batch, const Status& status = Status::Ok());
   // Allocates an output through the entry's allocator or as an owned HostTensor. Returns
@@ -94,6 +96,7 @@ class Executor {
 
   Backend& backend_;
   Timeline& timeline_;
+  std::function<Status(const Status&)> namer_;
   ops::Workspace fusion_buffer_;  // persistent: grows to the largest batch and stays
   ops::Workspace scratch_;        // joined ranks' stand-in buffers
   ops::Workspace prescaled_;      // reduce_gathered: one rank's input times the prescale

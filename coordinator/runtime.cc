@@ -61,6 +61,7 @@ Runtime::Runtime(RuntimeConfig config, Topology topology, std::unique_ptr<Backen
   if (topology_.rank == 0)
     controller_ = std::make_unique<Controller>(
         topology_.size, StallConfig{config_.stall_check_time, config_.stall_shutdown_time});
+  if (config_.name_first_failure) executor_.name_failures_with(config_.name_first_failure);
 }
 
 Result<std::unique_ptr<Runtime>> Runtime::create(RuntimeConfig config, Topology topology,
@@ -343,6 +344,7 @@ void Runtime::loop() {
       st = e.status();
     }
     if (!st.ok()) {
+      if (config_.name_first_failure) st = config_.name_first_failure(st);
       KOLO_LOG_ERROR("kolo background loop stopped: " << st.to_string());
       timeline_.instant({}, "FAILURE", timeline_status_args(st));
       fail_all(st);

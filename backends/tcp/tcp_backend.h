@@ -6,8 +6,8 @@
 // connect_timeout while that rank is not listening yet) and accepts every higher one. Each new
 // connection is authenticated with the job secret before it carries data (auth.h: mutual
 // challenge/response bound to the endpoints each side sees, so a relay cannot complete it; the
-// data that follows is not MAC'd: docs/security.md). Incoming handshakes run concurrently
-// (accept_peers.h). Sockets get TCP_NODELAY and large kernel buffers.
+// data that follows is MAC'd per frame only with KOLO_TCP_INTEGRITY=1: docs/security.md). Incoming
+// handshakes run concurrently (accept_peers.h). Sockets get TCP_NODELAY and large kernel buffers.
 // Same-host peers: once authenticated, a connection whose two ends have the same IP address is
 // replaced by an AF_UNIX stream socket (abstract name offered under the connection's session
 // key, token derived from it; see tcp_connect.cc). Same bytes, same framing, but no TCP/IP
@@ -24,6 +24,7 @@
 //
 // Knobs: the "tcp backend" and "channel backends" rows of the registry (common/knob_table.cc:
 // KOLO_TCP_HOST, KOLO_TCP_SOCKET_BUFFER, KOLO_TCP_MAX_FRAME, KOLO_TCP_UNIX, KOLO_TCP_SPIN,
+// KOLO_TCP_INTEGRITY (must match on every rank),
 // KOLO_RING_THRESHOLD, KOLO_RING_SEGMENT), read by these factories. KOLO_TCP_MAX_FRAME must
 // match on every rank; KOLO_TCP_UNIX switches a pair to AF_UNIX only when both ranks allow it;
 // KOLO_TCP_SPIN defaults to 0 because spinning was slower on the shared 2-core VM.

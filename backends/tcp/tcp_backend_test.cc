@@ -130,6 +130,7 @@ TEST(TcpBackendTest, ConnectOptionsDefaultsAreTheRegistrys) {
   EXPECT_EQ(o.max_frame_bytes, knobs->size(KnobId::kTcpMaxFrame));
   EXPECT_EQ(o.spin, knobs->duration(KnobId::kTcpSpin));
   EXPECT_EQ(o.same_host_unix, knobs->boolean(KnobId::kTcpUnix));
+  EXPECT_EQ(o.integrity, knobs->boolean(KnobId::kTcpIntegrity));
   ::setenv("KOLO_TCP_SOCKET_BUFFER", "64KiB", 1);
   ::setenv("KOLO_TCP_UNIX", "off", 1);
   Result<tcp::ConnectOptions> set = tcp::connect_options_from_env();

@@ -4,6 +4,7 @@
 #include <array>
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
+#include <cstring>
 #include <deque>
 #include <utility>
 
@@ -46,6 +47,15 @@ struct TcpChannel::Link {
   uint64_t rx_header_done = 0;  // bytes of rx_header read so far (< 16 unless in a frame)
   uint64_t rx_frame_left = 0;   // payload bytes of the current frame not yet read
   bool rx_in_frame = false;     // rx_header complete and valid
+  // Integrity (only with TcpChannelOptions::integrity): per-direction keys and frame counters,
+  // and the buffer a tagged frame is read into: payload then tag. Bytes [stage_pos,
+  // stage_ready) are verified and not yet handed to a receive; stage_filled counts the bytes
+  // of the frame being read (rx_in_frame) while it is not verified yet.
+  SipKey tx_key{}, rx_key{};
+  uint64_t tx_seq = 0, rx_seq = 0;
+  std::array<uint8_t, kFrameTagBytes> tx_tag{};
+  std::vector<uint8_t> stage;
+  uint64_t stage_filled = 0, stage_pos = 0, stage_ready = 0;
 
   std::string name() const { return "rank " + std::to_string(peer) + " (" + address + ")"; }
 };
@@ -59,6 +69,11 @@ TcpChannel::TcpChannel(int rank, int size, std::unique_ptr<asio::io_context> io,
     link->peer = p.rank;
     link->address = std::move(p.address);
     link->socket = std::move(p.socket);
+    if (options_.integrity) {
+      link->tx_key = frame_key(p.session, rank_, p.rank);
+      link->rx_key = frame_key(p.session, p.rank, rank_);
+      link->stage.resize(kTaggedFrameBytes + kFrameTagBytes);
+    }
     links_.at(p.rank) = std::move(link);
   }
 }
@@ -117,16 +132,22 @@ void TcpChannel::start_write(Link& link) {
   if (link.writing || link.sends.empty() || !link.failure.ok()) return;
   Transfer& t = link.sends.front();
   if (!t.frame_started) {
-    t.frame_len = frame_length(t.size, t.offset, options_.max_frame_bytes);
+    t.frame_len = frame_length(t.size, t.offset, frame_bound());
     t.in_frame = 0;
     t.frame_started = true;
-    link.tx_header = encode_frame_header(t.frame_len);
+    link.tx_header = encode_frame_header(t.frame_len, options_.integrity ? kFrameTagged : 0);
+    if (options_.integrity)
+      link.tx_tag =
+          frame_tag(link.tx_key, link.tx_seq++, link.tx_header, t.data + t.offset, t.frame_len);
   }
-  std::array<asio::const_buffer, 2> buffers;
+  std::array<asio::const_buffer, 3> buffers;
   const uint64_t header_done = std::min<uint64_t>(t.in_frame, kFrameHeaderBytes);
-  const uint64_t payload_done = t.in_frame - header_done;
+  const uint64_t payload_done = std::min(t.in_frame - header_done, t.frame_len);
+  const uint64_t tag_done = t.in_frame - header_done - payload_done;
   buffers[0] = asio::buffer(link.tx_header.data() + header_done, kFrameHeaderBytes - header_done);
   buffers[1] = asio::buffer(t.data + t.offset + payload_done, t.frame_len - payload_done);
+  buffers[2] = asio::buffer(link.tx_tag.data() + tag_done,
+                            options_.integrity ? kFrameTagBytes - tag_done : 0);
   link.writing = true;
   link.socket->async_write_some(buffers, [this, &link](const error_code& ec, size_t n) {
     link.writing = false;
@@ -144,7 +165,7 @@ void TcpChannel::on_written(Link& link, size_t n) {
   progress_ += n;
   Transfer& t = link.sends.front();
   t.in_frame += n;
-  if (t.in_frame == kFrameHeaderBytes + t.frame_len) {
+  if (t.in_frame == kFrameHeaderBytes + t.frame_len + (options_.integrity ? kFrameTagBytes : 0)) {
     t.offset += t.frame_len;
     t.frame_started = false;
     if (t.offset == t.size) {
@@ -163,6 +184,7 @@ void TcpChannel::on_written(Link& link, size_t n) {
 // more: a read never consumes payload bytes that no posted receive owns.
 void TcpChannel::start_read(Link& link) {
   if (link.reading || link.recvs.empty() || !link.failure.ok()) return;
+  if (options_.integrity) return start_read_tagged(link);
   Transfer& t = link.recvs.front();
   std::array<asio::mutable_buffer, 2> buffers;
   size_t count = 0;
@@ -178,16 +200,7 @@ void TcpChannel::start_read(Link& link) {
   auto handler = [this, &link](const error_code& ec, size_t n) {
     link.reading = false;
     if (!link.failure.ok()) return;
-    if (ec) {
-      const Transfer& t = link.recvs.front();
-      std::string what = ec == asio::error::eof ? "the connection was closed by the peer"
-                                                : "receive failed: " + ec.message();
-      fail(link, Status::PeerFailure("tcp: " + what + " while receiving a " +
-                                     std::to_string(t.size) + "-byte message from " + link.name() +
-                                     " after " + std::to_string(t.offset) +
-                                     " of its bytes (the peer process likely died)"));
-      return;
-    }
+    if (ec) return on_read_error(link, ec);
     on_read(link, n);
   };
   if (count == 1)
@@ -227,6 +240,99 @@ void TcpChannel::on_read(Link& link, size_t n) {
     completion->complete(Status::Ok());
   }
   start_read(link);
+}
+
+void TcpChannel::on_read_error(Link& link, const error_code& ec) {
+  const Transfer& t = link.recvs.front();
+  std::string what = ec == asio::error::eof ? "the connection was closed by the peer"
+                                            : "receive failed: " + ec.message();
+  fail(link, Status::PeerFailure("tcp: " + what + " while receiving a " + std::to_string(t.size) +
+                                 "-byte message from " + link.name() + " after " +
+                                 std::to_string(t.offset) +
+                                 " of its bytes (the peer process likely died)"));
+}
+
+uint64_t TcpChannel::frame_bound() const {
+  return options_.integrity ? std::min(options_.max_frame_bytes, kTaggedFrameBytes)
+                            : options_.max_frame_bytes;
+}
+
+// Tagged frames: first hand out verified bytes already staged; then read the next header, or
+// the rest of the current frame's payload and tag, into the link's own buffers.
+void TcpChannel::start_read_tagged(Link& link) {
+  deliver_staged(link);
+  if (link.recvs.empty() || !link.failure.ok()) return;
+  asio::mutable_buffer buffer;
+  if (link.rx_in_frame)
+    buffer = asio::buffer(link.stage.data() + link.stage_filled,
+                          link.rx_frame_left + kFrameTagBytes - link.stage_filled);
+  else
+    buffer = asio::buffer(link.rx_header.data() + link.rx_header_done,
+                          kFrameHeaderBytes - link.rx_header_done);
+  link.reading = true;
+  link.socket->async_read_some(buffer, [this, &link](const error_code& ec, size_t n) {
+    link.reading = false;
+    if (!link.failure.ok()) return;
+    if (ec) return on_read_error(link, ec);
+    on_read_tagged(link, n);
+  });
+}
+
+void TcpChannel::on_read_tagged(Link& link, size_t n) {
+  progress_ += n;
+  if (!link.rx_in_frame) {
+    link.rx_header_done += n;
+    if (link.rx_header_done == kFrameHeaderBytes) {
+      Result<uint64_t> length = decode_frame_header(link.rx_header, frame_bound(), kFrameTagged);
+      if (!length.ok()) {
+        fail(link, length.status().with_context("tcp: bad frame from " + link.name()));
+        return;
+      }
+      link.rx_in_frame = true;
+      link.rx_frame_left = *length;  // the frame's payload length while it is being read
+      link.stage_filled = 0;
+    }
+    return start_read(link);
+  }
+  link.stage_filled += n;
+  if (link.stage_filled < link.rx_frame_left + kFrameTagBytes) return start_read(link);
+  const uint64_t length = link.rx_frame_left;
+  const FrameTag want =
+      frame_tag(link.rx_key, link.rx_seq, link.rx_header, link.stage.data(), length);
+  uint8_t diff = 0;
+  for (size_t i = 0; i < kFrameTagBytes; ++i)
+    diff |= static_cast<uint8_t>(want[i] ^ link.stage[length + i]);
+  if (diff != 0) {
+    fail(link,
+         Status::IoError("tcp: integrity check failed on frame " + std::to_string(link.rx_seq) +
+                         " (" + std::to_string(length) + " bytes) from " + link.name() +
+                         ": the frame was altered, replayed, reordered or dropped on the "
+                         "way (KOLO_TCP_INTEGRITY); its bytes were not used"));
+    return;
+  }
+  ++link.rx_seq;
+  link.rx_in_frame = false;
+  link.rx_header_done = 0;
+  link.rx_frame_left = 0;
+  link.stage_pos = 0;
+  link.stage_ready = length;
+  start_read(link);
+}
+
+// Copies verified bytes to the front receives, completing each that is full.
+void TcpChannel::deliver_staged(Link& link) {
+  while (!link.recvs.empty() && link.stage_pos < link.stage_ready) {
+    Transfer& t = link.recvs.front();
+    const uint64_t part = std::min(t.size - t.offset, link.stage_ready - link.stage_pos);
+    std::memcpy(t.data + t.offset, link.stage.data() + link.stage_pos, part);
+    t.offset += part;
+    link.stage_pos += part;
+    if (t.offset == t.size) {
+      auto completion = std::move(t.completion);
+      link.recvs.pop_front();
+      completion->complete(Status::Ok());
+    }
+  }
 }
 
 // Breaks the link for good: closes the socket (so no later read touches a caller's buffer) and

@@ -26,6 +26,13 @@
 // receive is posted stay in the kernel's socket buffer. Zero-byte sends and receives complete at
 // once and put nothing on the wire.
 //
+// Integrity (TcpChannelOptions::integrity). Each direction of a link has its own 128-bit
+// SipHash key derived from the connection's session key, and each frame a tag over its
+// sequence number, header and payload (wire.h). Tagged frames are read whole into a per-link
+// buffer of kTaggedFrameBytes and copied to the posted receives only after the tag matched: a
+// receive never completes with bytes that were not verified. Cost: one SipHash pass on each
+// side and a copy on the receiver (README, docs/security.md).
+//
 // Errors. A connection reset, EOF, or malformed or oversized frame breaks that link: every
 // pending and later request on it fails with the same Status (PeerFailure or IoError) naming the
 // peer rank and address. wait() fails with Timeout, and breaks the awaited link, when the whole
@@ -45,6 +52,7 @@
 #include <vector>
 
 #include "backends/tcp/wire.h"
+#include "common/mac.h"
 #include "ops/channel.h"
 
 namespace kolo::tcp {
@@ -55,6 +63,10 @@ struct TcpChannelOptions {
   // How long wait() polls without sleeping after the last byte moved (see "Spin, then block").
   std::chrono::microseconds spin{kDefaultSpin};
   static constexpr std::chrono::microseconds kDefaultSpin{0};
+  // KOLO_TCP_INTEGRITY: every frame carries a tag under the link's session key (wire.h); a
+  // frame whose tag does not match breaks the link with IoError naming the peer and
+  // "integrity". Must match on every rank.
+  bool integrity = false;
 };
 
 // Any connected stream socket (a tcp::socket or local::stream_protocol::socket converts to it by
@@ -66,6 +78,7 @@ struct PeerSocket {
   int rank = -1;
   std::string address;
   std::unique_ptr<StreamSocket> socket;
+  AuthKey session{};  // the handshake's key of this connection (auth.h); keys the frame tags
 };
 
 class TcpChannel : public ops::Channel {
@@ -96,7 +109,12 @@ class TcpChannel : public ops::Channel {
   void start_read(Link& link);
   void on_written(Link& link, size_t n);
   void on_read(Link& link, size_t n);
+  void start_read_tagged(Link& link);
+  void on_read_tagged(Link& link, size_t n);
+  void deliver_staged(Link& link);
+  void on_read_error(Link& link, const boost::system::error_code& ec);
   void fail(Link& link, const Status& status);
+  uint64_t frame_bound() const;  // the largest frame payload this channel sends or accepts
   Link* link_of(const ops::Completion* completion);
 
   // Constant after construction.

@@ -314,7 +314,8 @@ class Bootstrap {
     const std::string name = "rank " + std::to_string(p.rank) + " (" + p.address + ")";
     const Clock::time_point limit = std::min(deadline_, Clock::now() + kHandshakeLimit);
     auto keep_tcp = [&] {
-      return PeerSocket{p.rank, p.address, std::make_unique<StreamSocket>(std::move(*p.socket))};
+      return PeerSocket{p.rank, p.address, std::make_unique<StreamSocket>(std::move(*p.socket)),
+                        p.session};
     };
     if (ctx_.rank < p.rank) {
       Offer offer{};
@@ -371,7 +372,7 @@ class Bootstrap {
         if (st.ok() && tags_equal(got, token)) {
           set_buffers(*u);
           return PeerSocket{p.rank, p.address + " via AF_UNIX",
-                            std::make_unique<StreamSocket>(std::move(*u))};
+                            std::make_unique<StreamSocket>(std::move(*u)), p.session};
         }
         // Someone else on this host connected first: drop it and wait for the peer.
         KOLO_LOG_ERROR(me() << ": dropped a same-host connection that did not present the token of "
@@ -405,7 +406,7 @@ class Bootstrap {
     KOLO_RETURN_IF_ERROR(send(*u, token, limit, me() + " sending the same-host token to " + name));
     set_buffers(*u);
     return PeerSocket{p.rank, p.address + " via AF_UNIX",
-                      std::make_unique<StreamSocket>(std::move(*u))};
+                      std::make_unique<StreamSocket>(std::move(*u)), p.session};
   }
 
   // "kolo-" and 32 random hex digits: unique on the host with overwhelming probability.
@@ -441,6 +442,7 @@ Result<ConnectOptions> connect_options_from_env() {
   if (knobs.is_set(KnobId::kTcpSpin))
     o.spin = std::chrono::ceil<std::chrono::microseconds>(knobs.duration(KnobId::kTcpSpin));
   if (knobs.is_set(KnobId::kTcpUnix)) o.same_host_unix = knobs.boolean(KnobId::kTcpUnix);
+  if (knobs.is_set(KnobId::kTcpIntegrity)) o.integrity = knobs.boolean(KnobId::kTcpIntegrity);
   return o;
 }
 
@@ -457,6 +459,7 @@ Result<std::unique_ptr<TcpChannel>> connect_channel(const BackendContext& contex
   channel_options.op_timeout = context.op_timeout;
   channel_options.max_frame_bytes = options.max_frame_bytes;
   channel_options.spin = options.spin;
+  channel_options.integrity = options.integrity;
   return std::make_unique<TcpChannel>(context.rank, context.size, std::move(io), std::move(peers),
                                       channel_options);
 }

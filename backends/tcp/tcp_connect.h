@@ -23,10 +23,12 @@ struct ConnectOptions {
   std::chrono::microseconds spin = TcpChannelOptions::kDefaultSpin;  // TcpChannelOptions::spin
   // Replace the TCP connection to a peer on the same host by an AF_UNIX socket (tcp_connect.cc).
   bool same_host_unix = true;
+  bool integrity = false;  // KOLO_TCP_INTEGRITY: TcpChannelOptions::integrity
 };
 
-// Reads KOLO_TCP_HOST, KOLO_TCP_SOCKET_BUFFER, KOLO_TCP_MAX_FRAME, KOLO_TCP_SPIN and
-// KOLO_TCP_UNIX through the registry; InvalidArgument naming any invalid KOLO_* variable.
+// Reads KOLO_TCP_HOST, KOLO_TCP_SOCKET_BUFFER, KOLO_TCP_MAX_FRAME, KOLO_TCP_SPIN,
+// KOLO_TCP_UNIX and KOLO_TCP_INTEGRITY through the registry; InvalidArgument naming any invalid
+// KOLO_* variable.
 Result<ConnectOptions> connect_options_from_env();
 
 // Connects this rank's TcpChannel (see tcp_backend.h for the protocol and the errors).

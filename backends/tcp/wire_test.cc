@@ -36,12 +36,29 @@ TEST(WireTest, RejectsBadMagic) {
   EXPECT_NE(got.status().message().find("magic"), std::string::npos) << got.status().message();
 }
 
-TEST(WireTest, RejectsNonZeroReservedField) {
+TEST(WireTest, RejectsUnknownFlags) {
   FrameHeader h = encode_frame_header(8);
   h[5] = 1;
   Result<uint64_t> got = decode_frame_header(h, kDefaultMaxFrameBytes);
   ASSERT_FALSE(got.ok());
-  EXPECT_NE(got.status().message().find("reserved"), std::string::npos);
+  EXPECT_NE(got.status().message().find("flags are 0x00000100"), std::string::npos)
+      << got.status().message();
+}
+
+// KOLO_TCP_INTEGRITY on one side only, or a tag stripped on the way, is named, never ignored.
+TEST(WireTest, TaggedFlagMustMatchWhatThisSideExpects) {
+  const FrameHeader tagged = encode_frame_header(8, kFrameTagged);
+  EXPECT_EQ(decode_frame_header(tagged, kDefaultMaxFrameBytes, kFrameTagged).value(), 8u);
+  Result<uint64_t> untagged_here = decode_frame_header(tagged, kDefaultMaxFrameBytes, 0);
+  ASSERT_FALSE(untagged_here.ok());
+  EXPECT_NE(untagged_here.status().message().find("KOLO_TCP_INTEGRITY must match"),
+            std::string::npos)
+      << untagged_here.status().message();
+  Result<uint64_t> stripped =
+      decode_frame_header(encode_frame_header(8), kDefaultMaxFrameBytes, kFrameTagged);
+  ASSERT_FALSE(stripped.ok());
+  EXPECT_NE(stripped.status().message().find("integrity check failed"), std::string::npos)
+      << stripped.status().message();
 }
 
 TEST(WireTest, RejectsTruncatedHeader) {

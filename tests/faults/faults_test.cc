@@ -10,6 +10,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <memory>
+#include <regex>
 #include <string>
 
 #include "launch.h"
@@ -87,8 +89,8 @@ TEST_P(OneNode, ARankKilledMidTrainingFailsTheOthersNamingIt) {
   const pid_t victim = job.rank_pids().at(1);
   const auto killed = Clock::now();
   ::kill(victim, SIGKILL);
-  // Each survivor names the first broken link it saw: rank 1's, or that of a survivor which
-  // stopped a moment earlier (docs/reliability.md: the launcher names the rank that died).
+  // Each survivor names rank 1, directly or as the job's first recorded failure
+  // (coordinator/failure_board.h; EverySurvivorNamesTheKilledRank checks it with 4 ranks).
   auto failed = job.wait_for(R"(rank [02] failed .*PeerFailure: .*rank [12])", 2, 10s);
   ASSERT_TRUE(failed) << job.output();
   expect_within("rank SIGKILLed (" + backend() + "): survivors fail", *failed - killed, 5.0, job);
@@ -103,6 +105,31 @@ TEST_P(OneNode, ARankKilledMidTrainingFailsTheOthersNamingIt) {
       << job.output();
   expect_every_rank_gone(job, 5s);
   expect_no_shm_segment_left(since);
+  expect_no_false_success(job);
+}
+
+// SIGKILL of rank 2 of 4: every survivor's error names rank 2, whichever link it saw break
+// first. Without the failure board (coordinator/failure_board.h) a survivor could name a live
+// rank that had failed a moment earlier because of rank 2; the first recorded failure wins.
+TEST_P(OneNode, EverySurvivorNamesTheKilledRank) {
+  Launch job(kolorun_job(4, backend_env() + " FAULT_SURVIVE_SIGTERM=1 KOLO_OP_TIMEOUT=30s"));
+  ASSERT_TRUE(job.wait_for("rank 3 step 50", 1, 30s)) << job.output();
+  ::kill(job.rank_pids().at(2), SIGKILL);
+  ASSERT_TRUE(job.wait_for(R"(rank [013] failed )", 3, 10s)) << job.output();
+  const std::string out = job.output();
+  for (int r : {0, 1, 3}) {
+    std::smatch m;
+    const std::string line_re = "rank " + std::to_string(r) + " failed [^\n]*";
+    ASSERT_TRUE(std::regex_search(out, m, std::regex(line_re))) << out;
+    // What the survivor names as the cause, before what it saw itself.
+    const std::string line = m.str();
+    const std::string cause = line.substr(0, line.find("; this rank"));
+    EXPECT_NE(cause.find("rank 2 ("), std::string::npos) << backend() << ": " << line;
+    std::printf("[fault] %s: %s\n", backend().c_str(), line.c_str());
+  }
+  auto status = job.finish(20s);
+  ASSERT_TRUE(status) << job.output();
+  expect_every_rank_gone(job, 5s);
   expect_no_false_success(job);
 }
 
@@ -249,6 +276,44 @@ TEST(Faults, MpirunARankKilledEndsTheJob) {
 }
 #endif
 
+// ---- Network namespaces ---------------------------------------------------------------------
+
+// Network namespaces <prefix><pid>a and ...b for one test, deleted when it ends. Creating them
+// needs root (CAP_SYS_ADMIN); ok() is false otherwise, and why() says why.
+class TwoNamespaces {
+ public:
+  explicit TwoNamespaces(const std::string& prefix) : ns_(prefix + std::to_string(::getpid())) {
+    auto setup =
+        kolo::testing::run_command("ip netns add " + ns_ + "a && ip netns add " + ns_ + "b");
+    ok_ = setup.exit_code == 0;
+    why_ = "cannot create network namespaces (needs root): " + setup.output;
+    if (!ok_) remove();
+  }
+  ~TwoNamespaces() { remove(); }
+  TwoNamespaces(const TwoNamespaces&) = delete;
+  TwoNamespaces& operator=(const TwoNamespaces&) = delete;
+  bool ok() const { return ok_; }
+  const std::string& why() const { return why_; }
+  const std::string& name() const { return ns_; }
+  // The commands that address devices <ns>x (in a) and <ns>y (in b) as <subnet>.1/24 and .2/24
+  // and bring them and both loopbacks up.
+  std::string address_and_up(const std::string& subnet) const {
+    const std::string a = "ip netns exec " + ns_ + "a ", b = "ip netns exec " + ns_ + "b ";
+    return a + "ip addr add " + subnet + ".1/24 dev " + ns_ + "x && " + b + "ip addr add " +
+           subnet + ".2/24 dev " + ns_ + "y && " + a + "ip link set " + ns_ + "x up && " + b +
+           "ip link set " + ns_ + "y up && " + a + "ip link set lo up && " + b +
+           "ip link set lo up";
+  }
+
+ private:
+  void remove() {
+    kolo::testing::run_command("ip netns del " + ns_ + "a; ip netns del " + ns_ + "b");
+  }
+  const std::string ns_;
+  bool ok_ = false;
+  std::string why_;
+};
+
 // ---- Two network namespaces, the link taken down --------------------------------------------
 
 // Two nodes of one rank each in their own network namespace; the veth link goes down
@@ -256,18 +321,12 @@ TEST(Faults, MpirunARankKilledEndsTheJob) {
 // naming the other; both launchers exit. Needs root (CAP_SYS_ADMIN); skips otherwise.
 TEST(Faults, ALinkDownMidTrainingFailsBothNodesWithinTheOpTimeout) {
   using kolo::testing::run_command;
-  const std::string ns = "kf" + std::to_string(::getpid());
-  auto setup = run_command("ip netns add " + ns + "a && ip netns add " + ns + "b");
-  if (setup.exit_code != 0) {
-    run_command("ip netns del " + ns + "a; ip netns del " + ns + "b");
-    GTEST_SKIP() << "cannot create network namespaces (needs root): " << setup.output;
-  }
+  TwoNamespaces namespaces("kf");
+  if (!namespaces.ok()) GTEST_SKIP() << namespaces.why();
+  const std::string& ns = namespaces.name();
   const std::string a = "ip netns exec " + ns + "a ", b = "ip netns exec " + ns + "b ";
   auto link = run_command("ip link add " + ns + "x netns " + ns + "a type veth peer name " + ns +
-                          "y netns " + ns + "b && " + a + "ip addr add 10.232.0.1/24 dev " + ns +
-                          "x && " + b + "ip addr add 10.232.0.2/24 dev " + ns + "y && " + a +
-                          "ip link set " + ns + "x up && " + b + "ip link set " + ns + "y up && " +
-                          a + "ip link set lo up && " + b + "ip link set lo up");
+                          "y netns " + ns + "b && " + namespaces.address_and_up("10.232.0"));
   ASSERT_EQ(link.exit_code, 0) << link.output;
   {
     auto node = [&](int k) {
@@ -294,7 +353,94 @@ TEST(Faults, ALinkDownMidTrainingFailsBothNodesWithinTheOpTimeout) {
     expect_no_false_success(n0);
     expect_no_false_success(n1);
   }
-  run_command("ip netns del " + ns + "a; ip netns del " + ns + "b");
+}
+
+// ---- An attacker on the path (issue 16) --------------------------------------------------
+
+// Starts tun_relay in `mode` and joins namespaces <ns>a and <ns>b through it (10.233.0.1 and
+// .2); null when it could not.
+std::unique_ptr<Launch> start_relay(const TwoNamespaces& namespaces, const std::string& mode) {
+  const std::string& ns = namespaces.name();
+  using kolo::testing::run_command;
+  auto relay = std::make_unique<Launch>(std::string(KOLO_TEST_TUN_RELAY) + " " + ns + "x " + ns +
+                                        "y " + mode);
+  if (!relay->wait_for("^ready", 1, 10s)) return nullptr;
+  auto link = run_command("ip link set " + ns + "x netns " + ns + "a && ip link set " + ns +
+                          "y netns " + ns + "b && " + namespaces.address_and_up("10.233.0"));
+  if (link.exit_code != 0) return nullptr;
+  return relay;
+}
+
+// Node k (one rank) of a two-node job across the relay: 200 steps, tcp.
+std::string relayed_node(const std::string& ns, int k, bool integrity, int port) {
+  const std::string host = "10.233.0." + std::to_string(k + 1);
+  return "ip netns exec " + ns + (k == 0 ? "a" : "b") +
+         " env KOLO_SECRET=faults KOLO_OP_TIMEOUT=5s KOLO_TCP_INTEGRITY=" +
+         (integrity ? "1" : "0") + " KOLO_TCP_HOST=" + host + " " + kKolorun +
+         " --nnodes 2 --node-rank " + std::to_string(k) +
+         " --rdzv 10.233.0.1:" + std::to_string(port) + " --grace 1s -np 1 " + kWorker + " 200";
+}
+
+// Two nodes of one rank each in their own network namespace, linked only through tun_relay, an
+// attacker on the path that flips a bit in the tcp backend's data frames after the handshake
+// (it changes no address, so the handshake's channel binding passes). Without
+// KOLO_TCP_INTEGRITY the ranks compute with the altered data (fault_worker reports the wrong
+// result); with it, a rank fails at the first altered frame naming the peer and "integrity",
+// and the other names that failure. Needs root (network namespaces, TUN); skips otherwise.
+TEST(Faults, ARelayFlippingBitsInDataFramesIsCaughtByTcpIntegrity) {
+  using kolo::testing::run_command;
+  TwoNamespaces namespaces("ki");
+  if (!namespaces.ok()) GTEST_SKIP() << namespaces.why();
+  const std::string& ns = namespaces.name();
+  for (bool integrity : {false, true}) {
+    SCOPED_TRACE(integrity ? "KOLO_TCP_INTEGRITY=1" : "KOLO_TCP_INTEGRITY=0");
+    // The data plane's frames of fault_worker's 512-byte allreduce; the control plane's are
+    // smaller, so that the attack changes numbers rather than stopping the negotiation.
+    std::unique_ptr<Launch> relay = start_relay(namespaces, "frames 256 512");
+    ASSERT_TRUE(relay) << "the relay did not start";
+    const int port = integrity ? 29744 : 29743;
+    Launch n0(relayed_node(ns, 0, integrity, port)), n1(relayed_node(ns, 1, integrity, port));
+    auto s0 = n0.finish(60s), s1 = n1.finish(60s);
+    ASSERT_TRUE(s0 && s1) << n0.output() << n1.output();
+    const std::string out = n0.output() + n1.output();
+    EXPECT_TRUE(relay->wait_for("^flipped", 1, 1s)) << "the relay altered nothing\n" << out;
+    EXPECT_EQ(out.find(" done"), std::string::npos) << out;  // no rank may succeed
+    if (integrity) {
+      EXPECT_EQ(out.find("WRONG RESULT"), std::string::npos) << out;
+      const std::regex caught(R"(rank [01] failed [^\n]*integrity check failed on frame \d+ )"
+                              R"([^\n]*from rank [01] \(10\.233\.0\.[12]:)");
+      EXPECT_TRUE(std::regex_search(out, caught)) << out;
+      std::printf("[fault] relay flipping bits, KOLO_TCP_INTEGRITY=1:\n%s", out.c_str());
+    } else {
+      EXPECT_NE(out.find("WRONG RESULT"), std::string::npos) << out;
+      std::printf("[fault] relay flipping bits, KOLO_TCP_INTEGRITY=0:\n%s", out.c_str());
+    }
+    // The TUN devices vanish with the relay.
+  }
+}
+
+// The same-host offer travels over TCP after the handshake; an attacker on the path who turns
+// "no offer" into an offer of its own AF_UNIX socket (to receive the data off the path, or to
+// pick the transport) is refused: the offer is sealed under the connection's session key, so
+// the rank that reads it fails init naming the offer, and no rank starts training.
+TEST(Faults, AFakedSameHostOfferIsRefused) {
+  using kolo::testing::run_command;
+  TwoNamespaces namespaces("ko");
+  if (!namespaces.ok()) GTEST_SKIP() << namespaces.why();
+  const std::string& ns = namespaces.name();
+  {
+    std::unique_ptr<Launch> relay = start_relay(namespaces, "offer");
+    ASSERT_TRUE(relay) << "the relay did not start";
+    Launch n0(relayed_node(ns, 0, false, 29745)), n1(relayed_node(ns, 1, false, 29745));
+    auto s0 = n0.finish(60s), s1 = n1.finish(60s);
+    ASSERT_TRUE(s0 && s1) << n0.output() << n1.output();
+    const std::string out = n0.output() + n1.output();
+    EXPECT_TRUE(relay->wait_for("^flipped", 1, 1s)) << "the relay altered nothing\n" << out;
+    EXPECT_NE(out.find("the same-host offer of rank 0 (10.233.0.1:"), std::string::npos) << out;
+    EXPECT_NE(out.find("failed its MAC"), std::string::npos) << out;
+    EXPECT_EQ(out.find(" step "), std::string::npos) << out;
+    EXPECT_EQ(out.find(" done"), std::string::npos) << out;
+  }
 }
 
 }  // namespace

@@ -32,6 +32,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto again = decode_frame_header(encode_frame_header(*length), kDefaultMaxFrameBytes);
     FUZZ_CHECK(again.ok() && *again == *length);
   }
+  // Tagged frames (KOLO_TCP_INTEGRITY): the same bounds, and the tag's flag round-trips.
+  if (auto length = decode_frame_header(bytes, kTaggedFrameBytes, kFrameTagged); length.ok()) {
+    FUZZ_CHECK(*length > 0 && *length <= kTaggedFrameBytes);
+    auto again = decode_frame_header(encode_frame_header(*length, kFrameTagged), kTaggedFrameBytes,
+                                     kFrameTagged);
+    FUZZ_CHECK(again.ok() && *again == *length);
+  }
   check_round_trip(&decode_hello, bytes);
   check_round_trip(&decode_challenge, bytes);
   check_round_trip(&decode_proof, bytes);
