@@ -97,6 +97,15 @@ Result<std::unique_ptr<Backend>> create_backend(std::string_view name,
 // (BackendEntry::one_host): shm when they all share one host, else tcp.
 std::string default_cpu_backend(const World& world);
 
+// The backend for CUDA tensors (KOLO_GPU_OPERATIONS). `requested` is the knob's value, empty
+// when unset; `visible_gpus` what this process sees. Unset: "nccl" when the build has it and
+// visible_gpus > 0, else "" (CUDA tensors are staged through host memory to the CPU backend).
+// A CPU backend's name is returned as is: CUDA tensors are then staged to that backend.
+// Errors: InvalidArgument "KOLO_GPU_OPERATIONS=nccl: this build has no such backend; it has:
+// tcp, mpi" for a backend not in this build, and "KOLO_GPU_OPERATIONS=nccl: this process
+// sees no GPU" when a device backend was asked for and there is no device.
+Result<std::string> gpu_backend_choice(std::string_view requested, int visible_gpus);
+
 // The job this process belongs to, and who said so.
 struct LaunchedWorld {
   World world;
