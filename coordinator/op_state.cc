@@ -109,4 +109,14 @@ std::vector<int64_t> OpState::received_splits() const {
   return received_splits_;
 }
 
+void OpState::set_completion_event(std::shared_ptr<void> event) {
+  MutexLock lock(mu_);
+  completion_event_ = std::move(event);
+}
+
+void* OpState::completion_event() const {
+  MutexLock lock(mu_);
+  return completion_event_.get();
+}
+
 }  // namespace kolo::detail

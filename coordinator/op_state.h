@@ -41,6 +41,10 @@ class OpState {
   void* output_data() const;
   HostTensor take_output();
   std::vector<int64_t> received_splits() const;
+  // A device backend's completion event (a cudaEvent_t, kept alive by the shared pointer);
+  // set before the operation can complete. Null for host operations.
+  void set_completion_event(std::shared_ptr<void> event);
+  void* completion_event() const;
 
  private:
   const std::string name_;
@@ -55,6 +59,7 @@ class OpState {
   void* output_data_ KOLO_GUARDED_BY(mu_) = nullptr;
   HostTensor owned_ KOLO_GUARDED_BY(mu_);
   std::vector<int64_t> received_splits_ KOLO_GUARDED_BY(mu_);
+  std::shared_ptr<void> completion_event_ KOLO_GUARDED_BY(mu_);
 };
 
 }  // namespace kolo::detail
