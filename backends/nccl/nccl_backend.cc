@@ -96,6 +96,11 @@ class NcclBackend final : public DeviceBackend {
   // communicator is busy"; it is polled (bounded by the op timeout) until it settles.
   Status settle(ncclResult_t r, const std::string& what);
   Status cuda(cudaError_t err, const std::string& what) { return cuda_status(err, what); }
+  // A call inside an open group (comm_mu_ held): it only records work, so anything but
+  // success (or InProgress) is an error, returned without aborting (abort needs comm_mu_).
+  static Status group_call(ncclResult_t r, const std::string& what) {
+    return r == ncclSuccess || r == ncclInProgress ? Status::Ok() : nccl_status(r, what);
+  }
   Status scale(void* dst, const void* src, int64_t n, DataType dtype, double factor,
                const std::string& what);
   // Outside an operation begun by wait_ready: Backend's blocking contract (see
@@ -111,8 +116,27 @@ class NcclBackend final : public DeviceBackend {
                   bool same_input, const std::string& what);
   void watchdog();
 
+  // Runs f(comm) under comm_mu_, so that abort() (any thread) never frees the communicator
+  // under a call; returns ncclInvalidUsage once the communicator was aborted (settle() then
+  // reports the abort's reason). Non-blocking mode: no NCCL call waits, so neither does this.
+  template <typename F>
+  ncclResult_t locked(F f) {
+    MutexLock lock(comm_mu_);
+    return comm_ ? f(comm_) : ncclInvalidUsage;
+  }
+  ncclResult_t async_error() {
+    ncclResult_t r = ncclSuccess;
+    ncclResult_t q = locked([&](ncclComm_t c) { return ncclCommGetAsyncError(c, &r); });
+    return q == ncclSuccess ? r : q;
+  }
+  std::string last_error() {
+    MutexLock lock(comm_mu_);
+    return last_nccl_error(comm_);
+  }
+
   const int rank_, size_, device_;
   const std::chrono::milliseconds op_timeout_;
+  Mutex comm_mu_;  // guards comm_ after connect(): every call and the abort
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   void* scratch_ = nullptr;
@@ -232,10 +256,12 @@ Status NcclBackend::settle(ncclResult_t r, const std::string& what) {
       return st;
     }
     std::this_thread::sleep_for(kPollInterval);
-    if (ncclCommGetAsyncError(comm_, &r) != ncclSuccess) r = ncclInternalError;
+    r = async_error();
   }
   if (r == ncclSuccess) return Status::Ok();
-  Status st = nccl_status(r, what, last_nccl_error(comm_));
+  // Aborted meanwhile (by the watchdog or the runtime): that reason, not the symptom.
+  if (Status failed = pending_.failure(); !failed.ok()) return failed.with_context(what);
+  Status st = nccl_status(r, what, last_error());
   // An asynchronous or remote error ruins the communicator; an invalid argument does not.
   if (st.code() != StatusCode::kInvalidArgument) abort(st);
   return st;
@@ -269,10 +295,13 @@ Status NcclBackend::finish_call(const std::string& what) {
       st = cuda(q, what);
       break;
     }
-    ncclResult_t async = ncclSuccess;
-    ncclCommGetAsyncError(comm_, &async);
+    if (Status failed = pending_.failure(); !failed.ok()) {
+      st = failed.with_context(what);
+      break;
+    }
+    const ncclResult_t async = async_error();
     if (async != ncclSuccess && async != ncclInProgress) {
-      st = nccl_status(async, what, last_nccl_error(comm_));
+      st = nccl_status(async, what, last_error());
       abort(st);
       break;
     }
@@ -283,7 +312,12 @@ Status NcclBackend::finish_call(const std::string& what) {
       abort(st);
       break;
     }
-    std::this_thread::sleep_for(kPollInterval);
+    // Spin (yielding) for the first millisecond, as cudaStreamSynchronize would: a small
+    // collective completes in microseconds and a sleep would dominate it.
+    if (Clock::now() - (deadline - op_timeout_) > std::chrono::milliseconds(1))
+      std::this_thread::sleep_for(kPollInterval);
+    else
+      std::this_thread::yield();
   }
   cudaEventDestroy(ev);
   return st;
@@ -373,7 +407,11 @@ void NcclBackend::abort(const Status& why) {
   }
   KOLO_LOG_ERROR("nccl: aborting the communicator: " << why.to_string());
   // Abort first: no pending op may be reported failed while NCCL can still write its buffers.
-  if (comm_) ncclCommAbort(comm_);
+  {
+    MutexLock lock(comm_mu_);
+    if (comm_) ncclCommAbort(comm_);
+    comm_ = nullptr;
+  }
   pending_.fail_all(why);
 }
 
@@ -392,10 +430,9 @@ void NcclBackend::watchdog() {
     if (aborted_) continue;
     Status st = pending_.poll(op_timeout_);
     if (st.ok()) {
-      ncclResult_t async = ncclSuccess;
-      if (ncclCommGetAsyncError(comm_, &async) == ncclSuccess && async != ncclSuccess &&
-          async != ncclInProgress)
-        st = nccl_status(async, "the nccl communicator", last_nccl_error(comm_));
+      const ncclResult_t async = async_error();
+      if (async != ncclSuccess && async != ncclInProgress && !aborted_)
+        st = nccl_status(async, "the nccl communicator", last_error());
     }
     if (!st.ok()) abort(st);
   }
@@ -405,12 +442,20 @@ Status NcclBackend::do_allreduce(const void* input, void* output, int64_t count,
                                  const Reduction& reduction) {
   const std::string what = "nccl allreduce";
   KOLO_RETURN_IF_ERROR(enter("allreduce"));
-  KOLO_RETURN_IF_ERROR(scale(output, input, count, dtype, reduction.prescale, what));
-  KOLO_RETURN_IF_ERROR(
-      settle(ncclAllReduce(output, output, static_cast<size_t>(count),
-                           static_cast<ncclDataType_t>(nccl::nccl_dtype(dtype)),
-                           static_cast<ncclRedOp_t>(nccl::nccl_op(reduction.op)), comm_, stream_),
-             what));
+  // A prescale is a kernel into the output, then the reduction is in place there; without one
+  // NCCL reads the input directly.
+  const void* src = input;
+  if (reduction.prescale != 1.0) {
+    KOLO_RETURN_IF_ERROR(scale(output, input, count, dtype, reduction.prescale, what));
+    src = output;
+  }
+  KOLO_RETURN_IF_ERROR(settle(
+      locked([&](ncclComm_t c) {
+        return ncclAllReduce(src, output, static_cast<size_t>(count),
+                             static_cast<ncclDataType_t>(nccl::nccl_dtype(dtype)),
+                             static_cast<ncclRedOp_t>(nccl::nccl_op(reduction.op)), c, stream_);
+      }),
+      what));
   KOLO_RETURN_IF_ERROR(scale(output, output, count, dtype, reduction.postscale, what));
   return finish_call(what);
 }
@@ -424,10 +469,13 @@ Status NcclBackend::exchange(const void* input, void* output, DataType dtype,
   auto in = static_cast<const char*>(input);
   auto out = static_cast<char*>(output);
   int64_t send_off = 0, recv_off = 0;
-  KOLO_RETURN_IF_ERROR(settle(ncclGroupStart(), what + ": ncclGroupStart"));
-  Status st;
+  // The whole group under comm_mu_: an abort must not free the communicator between the calls
+  // of an open group. Inside a group the calls only record work (no InProgress to poll).
+  MutexLock lock(comm_mu_);
+  if (!comm_) return pending_.failure().with_context(what);
+  Status st = group_call(ncclGroupStart(), what + ": ncclGroupStart");
   for (int j = 0; j < size_ && st.ok(); ++j) {
-    const int64_t s = send_counts[j], r = recv_counts[j];
+    const int64_t s = send_counts[j], rc = recv_counts[j];
     if (j == rank_) {
       if (s > 0 && in + send_off * esize != out + recv_off * esize)
         st =
@@ -436,18 +484,22 @@ Status NcclBackend::exchange(const void* input, void* output, DataType dtype,
                  what + ": own block");
     } else {
       if (s > 0)
-        st = settle(ncclSend(in + send_off * esize, static_cast<size_t>(s), dt, j, comm_, stream_),
-                    what + ": ncclSend to rank " + std::to_string(j));
-      if (st.ok() && r > 0)
-        st = settle(ncclRecv(out + recv_off * esize, static_cast<size_t>(r), dt, j, comm_, stream_),
-                    what + ": ncclRecv from rank " + std::to_string(j));
+        st = group_call(
+            ncclSend(in + send_off * esize, static_cast<size_t>(s), dt, j, comm_, stream_),
+            what + ": ncclSend to rank " + std::to_string(j));
+      if (st.ok() && rc > 0)
+        st = group_call(
+            ncclRecv(out + recv_off * esize, static_cast<size_t>(rc), dt, j, comm_, stream_),
+            what + ": ncclRecv from rank " + std::to_string(j));
     }
     if (!same_input) send_off += s;
-    recv_off += r;
+    recv_off += rc;
   }
   // The group must be closed even after a failed call, or the communicator stays in it.
-  Status ended = settle(ncclGroupEnd(), what + ": ncclGroupEnd");
-  return st.ok() ? ended : st;
+  const ncclResult_t ended = ncclGroupEnd();
+  lock.unlock();
+  Status end_status = settle(ended, what + ": ncclGroupEnd");
+  return st.ok() ? end_status : st;
 }
 
 Status NcclBackend::do_allgather(const void* input, void* output, DataType dtype,
@@ -458,10 +510,12 @@ Status NcclBackend::do_allgather(const void* input, void* output, DataType dtype
       std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts[0]; });
   if (equal) {
     // ncclAllGather is in place when input is this rank's slot of output.
-    KOLO_RETURN_IF_ERROR(
-        settle(ncclAllGather(input, output, static_cast<size_t>(counts[0]),
-                             static_cast<ncclDataType_t>(nccl::nccl_dtype(dtype)), comm_, stream_),
-               what));
+    KOLO_RETURN_IF_ERROR(settle(
+        locked([&](ncclComm_t c) {
+          return ncclAllGather(input, output, static_cast<size_t>(counts[0]),
+                               static_cast<ncclDataType_t>(nccl::nccl_dtype(dtype)), c, stream_);
+        }),
+        what));
   } else {
     // Every rank sends its one block to every other rank.
     KOLO_RETURN_IF_ERROR(exchange(input, output, dtype,
@@ -474,10 +528,13 @@ Status NcclBackend::do_allgather(const void* input, void* output, DataType dtype
 Status NcclBackend::do_broadcast(void* data, int64_t count, DataType dtype, int root) {
   const std::string what = "nccl broadcast";
   KOLO_RETURN_IF_ERROR(enter("broadcast"));
-  KOLO_RETURN_IF_ERROR(settle(
-      ncclBroadcast(data, data, static_cast<size_t>(count),
-                    static_cast<ncclDataType_t>(nccl::nccl_dtype(dtype)), root, comm_, stream_),
-      what));
+  KOLO_RETURN_IF_ERROR(settle(locked([&](ncclComm_t c) {
+                                return ncclBroadcast(
+                                    data, data, static_cast<size_t>(count),
+                                    static_cast<ncclDataType_t>(nccl::nccl_dtype(dtype)), root, c,
+                                    stream_);
+                              }),
+                              what));
   return finish_call(what);
 }
 
@@ -510,23 +567,29 @@ Status NcclBackend::do_reducescatter(const void* input, void* output, DataType d
       std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts[0]; });
   if (equal) {
     KOLO_RETURN_IF_ERROR(settle(
-        ncclReduceScatter(src, output, static_cast<size_t>(counts[0]), dt, op, comm_, stream_),
+        locked([&](ncclComm_t c) {
+          return ncclReduceScatter(src, output, static_cast<size_t>(counts[0]), dt, op, c, stream_);
+        }),
         what));
   } else {
     // NCCL has no reduce-scatter with per-rank counts: one ncclReduce per block, to the rank
     // that owns it, in one group (NCCL schedules them together).
-    KOLO_RETURN_IF_ERROR(settle(ncclGroupStart(), what + ": ncclGroupStart"));
-    Status st;
+    // Under comm_mu_ for the whole group, as in exchange().
+    MutexLock lock(comm_mu_);
+    if (!comm_) return pending_.failure().with_context(what);
+    Status st = group_call(ncclGroupStart(), what + ": ncclGroupStart");
     int64_t off = 0;
     for (int r = 0; r < size_ && st.ok(); ++r) {
       if (counts[r] > 0)
-        st = settle(ncclReduce(static_cast<const char*>(src) + off * esize, output,
-                               static_cast<size_t>(counts[r]), dt, op, r, comm_, stream_),
-                    what + ": ncclReduce of rank " + std::to_string(r) + "'s block");
+        st = group_call(ncclReduce(static_cast<const char*>(src) + off * esize, output,
+                                   static_cast<size_t>(counts[r]), dt, op, r, comm_, stream_),
+                        what + ": ncclReduce of rank " + std::to_string(r) + "'s block");
       off += counts[r];
     }
-    Status ended = settle(ncclGroupEnd(), what + ": ncclGroupEnd");
-    KOLO_RETURN_IF_ERROR(st.ok() ? ended : st);
+    const ncclResult_t ended = ncclGroupEnd();
+    lock.unlock();
+    Status end_status = settle(ended, what + ": ncclGroupEnd");
+    KOLO_RETURN_IF_ERROR(st.ok() ? end_status : st);
   }
   KOLO_RETURN_IF_ERROR(scale(output, output, counts[rank_], dtype, reduction.postscale, what));
   return finish_call(what);
@@ -536,8 +599,10 @@ Status NcclBackend::do_barrier() {
   const std::string what = "nccl barrier";
   KOLO_RETURN_IF_ERROR(enter("barrier"));
   KOLO_ASSIGN_OR_RETURN(void* one, scratch(sizeof(int32_t)));
-  KOLO_RETURN_IF_ERROR(
-      settle(ncclAllReduce(one, one, 1, ncclInt32, ncclSum, comm_, stream_), what));
+  KOLO_RETURN_IF_ERROR(settle(locked([&](ncclComm_t c) {
+                                return ncclAllReduce(one, one, 1, ncclInt32, ncclSum, c, stream_);
+                              }),
+                              what));
   const bool was_in_op = in_op_;
   in_op_ = false;  // a barrier is always blocking: that is its point
   Status st = finish_call(what);
