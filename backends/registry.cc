@@ -84,10 +84,12 @@ std::string default_cpu_backend(const World& world) {
   return "";
 }
 
-Result<std::string> gpu_backend_choice(std::string_view requested, int visible_gpus) {
+Result<std::string> gpu_backend_choice(std::string_view requested, int visible_gpus,
+                                       int local_size) {
   if (requested.empty()) {
     Result<const BackendEntry*> nccl = find_backend("nccl");
-    return std::string(nccl.ok() && visible_gpus > 0 ? "nccl" : "");
+    const bool fits = visible_gpus > 0 && local_size <= visible_gpus;
+    return std::string(nccl.ok() && fits ? "nccl" : "");
   }
   const std::string what = "KOLO_GPU_OPERATIONS=" + std::string(requested);
   Result<const BackendEntry*> entry = find_backend(requested);

@@ -76,7 +76,9 @@ Status run(const CollectiveOptions& o) {
   // the same buffers; the others on host memory, beside raw MPI under mpirun.
   const bool on_gpu = !backend->supports(Device::cpu());
   std::unique_ptr<GpuBench> gpu;
-  if (on_gpu) KOLO_ASSIGN_OR_RETURN(gpu, make_gpu_bench(ctx, o.max_bytes + element));
+  if (on_gpu) {
+    KOLO_ASSIGN_OR_RETURN(gpu, make_gpu_bench(ctx, o.max_bytes + element));
+  }
   std::unique_ptr<RawMpi> mpi = on_gpu ? nullptr : make_raw_mpi();
   const char* ref = gpu ? "nccl" : "mpi";
   const bool has_ref = gpu || mpi;

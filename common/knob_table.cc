@@ -44,8 +44,8 @@ constexpr std::array<Knob, kKnobCount> kTable = {{
      .kind = kChoice,
      .category = kCore,
      .default_text = "nccl",
-     .default_doc = "`nccl` when the build has NCCL and the process sees a GPU, else CUDA "
-                    "tensors are staged through host memory to the CPU backend",
+     .default_doc = "`nccl` when the build has NCCL and each rank of the host sees a GPU of its "
+                    "own, else CUDA tensors are staged through host memory to the CPU backend",
      .choices = &gpu_backends,
      .help = "backend for CUDA tensors: `nccl` on the GPU, or a CPU backend through host memory"},
     {.id = KnobId::kFusionThreshold,

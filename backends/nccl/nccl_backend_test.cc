@@ -46,6 +46,9 @@ TEST(NcclSelectionTest, DefaultIsNcclExactlyWhenAGpuIsVisible) {
   EXPECT_EQ(*one, "nccl");
   Result<std::string> eight = gpu_backend_choice("", 8);
   EXPECT_EQ(eight.value(), "nccl");
+  // Four ranks on a host with two GPUs: NCCL would refuse, so the default stages instead.
+  EXPECT_EQ(gpu_backend_choice("", 2, 4).value(), "");
+  EXPECT_EQ(gpu_backend_choice("", 4, 4).value(), "nccl");
 }
 
 TEST(NcclSelectionTest, AnExplicitChoiceIsCheckedAgainstTheBuildAndTheGpus) {

@@ -103,7 +103,8 @@ std::shared_ptr<void> record_event(int device) {
     throw Error(Status::IoError(std::string("recording a ready event on cuda:") +
                                 std::to_string(device) + ": " + cudaGetErrorString(err)));
   }
-  return std::shared_ptr<void>(event, [](void* e) { cudaEventDestroy(static_cast<cudaEvent_t>(e)); });
+  return std::shared_ptr<void>(event,
+                               [](void* e) { cudaEventDestroy(static_cast<cudaEvent_t>(e)); });
 }
 
 }  // namespace kolo::fw::cuda_alloc
