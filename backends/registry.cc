@@ -35,6 +35,7 @@ const std::vector<BackendEntry>& registered_backends() {
         backend_entry_shm(),  // one_host: only where every rank shares the host
         backend_entry_tcp(),
         backend_entry_mpi(),
+        backend_entry_nccl(),  // CUDA tensors only (KOLO_GPU_OPERATIONS)
     };
     std::erase_if(entries, [](const BackendEntry& e) { return e.name.empty(); });
     return entries;
@@ -81,6 +82,23 @@ std::string default_cpu_backend(const World& world) {
     if (entry.handles(Device::cpu()) && (!entry.one_host || one_host))
       return std::string(entry.name);
   return "";
+}
+
+Result<std::string> gpu_backend_choice(std::string_view requested, int visible_gpus,
+                                       int local_size) {
+  if (requested.empty()) {
+    Result<const BackendEntry*> nccl = find_backend("nccl");
+    const bool fits = visible_gpus > 0 && local_size <= visible_gpus;
+    return std::string(nccl.ok() && fits ? "nccl" : "");
+  }
+  const std::string what = "KOLO_GPU_OPERATIONS=" + std::string(requested);
+  Result<const BackendEntry*> entry = find_backend(requested);
+  if (!entry.ok()) return Status(entry.status().code(), what + ": " + entry.status().message());
+  if (!(*entry)->handles(Device::cpu()) && visible_gpus <= 0)
+    return Status::InvalidArgument(what + ": this process sees no GPU (CUDA_VISIBLE_DEVICES, "
+                                   "driver), and backend " + std::string(requested) +
+                                   " takes CUDA tensors only");
+  return std::string(requested);
 }
 
 Result<LaunchedWorld> launched_world() {

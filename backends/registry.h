@@ -97,6 +97,19 @@ Result<std::unique_ptr<Backend>> create_backend(std::string_view name,
 // (BackendEntry::one_host): shm when they all share one host, else tcp.
 std::string default_cpu_backend(const World& world);
 
+// The backend for CUDA tensors (KOLO_GPU_OPERATIONS). `requested` is the knob's value, empty
+// when unset; `visible_gpus` what this process sees; `local_size` the ranks on this host. Unset:
+// "nccl" when the build has it and every rank of the host can have a GPU of its own
+// (0 < local_size <= visible_gpus; NCCL refuses two ranks on one GPU), else "" (CUDA tensors,
+// if any, are staged through host memory to the CPU backend, so a CPU job on a GPU machine
+// with more ranks than GPUs still starts).
+// A CPU backend's name is returned as is: CUDA tensors are then staged to that backend.
+// Errors: InvalidArgument "KOLO_GPU_OPERATIONS=nccl: this build has no such backend; it has:
+// tcp, mpi" for a backend not in this build, and "KOLO_GPU_OPERATIONS=nccl: this process
+// sees no GPU" when a device backend was asked for and there is no device.
+Result<std::string> gpu_backend_choice(std::string_view requested, int visible_gpus,
+                                       int local_size = 1);
+
 // The job this process belongs to, and who said so.
 struct LaunchedWorld {
   World world;

@@ -14,6 +14,7 @@
 #include "bench/bench_options.h"
 #include "bench/json_rows.h"
 #include "bench/mpi_support.h"
+#include "bench/nccl_support.h"
 
 namespace kolo::bench {
 
@@ -69,24 +70,37 @@ Status run(const CollectiveOptions& o) {
   const World& world = launched.world;
   const BackendContext ctx = backend_context(world, "kolo-bench");
   KOLO_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, create_backend(o.backend, ctx));
-  std::unique_ptr<RawMpi> mpi = make_raw_mpi();
   const int n = world.size, rank = world.rank;
   const size_t element = dtype_size(o.dtype);
+  // A backend that takes CUDA tensors only (nccl) runs on device buffers, beside raw NCCL on
+  // the same buffers; the others on host memory, beside raw MPI under mpirun.
+  const bool on_gpu = !backend->supports(Device::cpu());
+  std::unique_ptr<GpuBench> gpu;
+  if (on_gpu) {
+    KOLO_ASSIGN_OR_RETURN(gpu, make_gpu_bench(ctx, o.max_bytes + element));
+  }
+  std::unique_ptr<RawMpi> mpi = on_gpu ? nullptr : make_raw_mpi();
+  const char* ref = gpu ? "nccl" : "mpi";
+  const bool has_ref = gpu || mpi;
 
-  // Both buffers at the largest size, allocated and touched once.
+  // Both buffers at the largest size, allocated and touched once (host copies on a GPU).
   std::vector<char> input(o.max_bytes + element), output(o.max_bytes + element);
   nlohmann::json rows = nlohmann::json::array();
   if (rank == 0) {
     std::printf("# kolo-bench %s: backend %s, %d ranks, %d iterations (+%d warm-up)%s\n",
                 collective_name(o.collective), o.backend.c_str(), n, o.iters, o.warmup,
-                mpi ? ", raw MPI on the same buffers" : "");
+                gpu   ? ", raw NCCL on the same device buffers"
+                : mpi ? ", raw MPI on the same buffers"
+                      : "");
     std::printf("# time = max over ranks of the mean time per call; busbw = algbw x %s\n",
                 o.collective == Collective::kAllreduce   ? "2(n-1)/n"
                 : o.collective == Collective::kBroadcast ? "1"
                                                          : "(n-1)/n");
     std::printf("%12s %12s %9s %8s %11s %11s %11s %8s", "size(B)", "count", "type", "redop",
                 "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
-    if (mpi) std::printf(" %11s %9s", "mpi(us)", "kolo/mpi");
+    if (has_ref)
+      std::printf(" %11s %9s", (std::string(ref) + "(us)").c_str(),
+                  (std::string("kolo/") + ref).c_str());
     std::printf("\n");
   }
   const uint64_t factor = static_cast<uint64_t>(o.factor);
@@ -104,21 +118,41 @@ Status run(const CollectiveOptions& o) {
     c.input = input.data();
     c.output = output.data();
     if (o.check) fill_inputs(c, rank);
+    BenchCase host = c;  // the host view of the case, for the check
+    const size_t case_bytes = static_cast<size_t>(c.count) * element;
+    if (gpu) {
+      if (o.check) KOLO_RETURN_IF_ERROR(gpu->upload(input.data(), case_bytes));
+      c.input = gpu->input();
+      c.output = gpu->output();
+    }
     KOLO_ASSIGN_OR_RETURN(double mean,
                           time_calls(
                               o.warmup, o.iters, [&] { return run_backend_case(*backend, c); },
                               [&] { return backend->barrier(); }));
     double time = mean;
-    KOLO_RETURN_IF_ERROR(
-        backend->allreduce(&mean, &time, 1, DataType::kFloat64, Reduction{ReduceOp::kMax}));
-    int64_t wrong = o.check ? count_wrong(c, rank) : 0;
-    KOLO_RETURN_IF_ERROR(backend->allreduce(&wrong, &wrong, 1, DataType::kInt64, Reduction{}));
-    double mpi_time = 0;
+    int64_t wrong = 0;
+    if (gpu) {
+      if (o.check) KOLO_RETURN_IF_ERROR(gpu->download(output.data(), case_bytes));
+      KOLO_ASSIGN_OR_RETURN(time, gpu->max_over_ranks(mean));
+      KOLO_ASSIGN_OR_RETURN(wrong, gpu->sum_over_ranks(o.check ? count_wrong(host, rank) : 0));
+    } else {
+      KOLO_RETURN_IF_ERROR(
+          backend->allreduce(&mean, &time, 1, DataType::kFloat64, Reduction{ReduceOp::kMax}));
+      wrong = o.check ? count_wrong(host, rank) : 0;
+      KOLO_RETURN_IF_ERROR(backend->allreduce(&wrong, &wrong, 1, DataType::kInt64, Reduction{}));
+    }
+    double ref_time = 0;
+    if (gpu) {
+      KOLO_ASSIGN_OR_RETURN(double m, time_calls(
+                                          o.warmup, o.iters, [&] { return gpu->run_raw(c); },
+                                          [&] { return gpu->barrier(); }));
+      KOLO_ASSIGN_OR_RETURN(ref_time, gpu->max_over_ranks(m));
+    }
     if (mpi) {
       KOLO_ASSIGN_OR_RETURN(double m, time_calls(
                                           o.warmup, o.iters, [&] { return mpi->run(c); },
                                           [&] { return mpi->barrier(); }));
-      KOLO_ASSIGN_OR_RETURN(mpi_time, mpi->max_over_ranks(m));
+      KOLO_ASSIGN_OR_RETURN(ref_time, mpi->max_over_ranks(m));
     }
     const double size_bytes = static_cast<double>(c.count * element);
     const double algbw = size_bytes / time / 1e9;
@@ -132,7 +166,7 @@ Status run(const CollectiveOptions& o) {
         std::printf(" %8lld", static_cast<long long>(wrong));
       else
         std::printf(" %8s", "N/A");
-      if (mpi) std::printf(" %11.1f %9.2f", mpi_time * 1e6, time / mpi_time);
+      if (has_ref) std::printf(" %11.1f %9.2f", ref_time * 1e6, time / ref_time);
       std::printf("\n");
       std::fflush(stdout);
       nlohmann::json row = {{"collective", collective_name(o.collective)},
@@ -146,9 +180,9 @@ Status run(const CollectiveOptions& o) {
                             {"algbw_gbps", algbw},
                             {"busbw_gbps", busbw}};
       row["wrong"] = o.check ? nlohmann::json(wrong) : nlohmann::json(nullptr);
-      if (mpi) {
-        row["mpi_time_us"] = mpi_time * 1e6;
-        row["kolo_over_mpi"] = time / mpi_time;
+      if (has_ref) {
+        row[std::string(ref) + "_time_us"] = ref_time * 1e6;
+        row[std::string("kolo_over_") + ref] = time / ref_time;
       }
       rows.push_back(row);
     }

@@ -16,6 +16,13 @@ std::span<const std::string_view> log_levels() {
   return kNames;
 }
 
+// KOLO_GPU_OPERATIONS: NCCL on the device, or a CPU backend that CUDA tensors are staged to.
+// Names this build lacks are refused when the backend is chosen (gpu_backend_choice).
+std::span<const std::string_view> gpu_backends() {
+  static constexpr std::string_view kNames[] = {"nccl", "tcp", "mpi", "shm"};
+  return kNames;
+}
+
 constexpr int64_t kKiB = 1024, kMiB = kKiB << 10, kGiB = kMiB << 10, kTiB = kGiB << 10;
 constexpr int64_t kNsPerSecond = 1'000'000'000;
 
@@ -32,6 +39,15 @@ constexpr std::array<Knob, kKnobCount> kTable = {{
      .default_doc = "`shm` when every rank is on one host, else `tcp` (`mpi` under `mpirun`)",
      .choices = &built_backends,
      .help = "backend for CPU tensors: one of the backends of this build"},
+    {.id = KnobId::kGpuOperations,
+     .name = "KOLO_GPU_OPERATIONS",
+     .kind = kChoice,
+     .category = kCore,
+     .default_text = "nccl",
+     .default_doc = "`nccl` when the build has NCCL and each rank of the host sees a GPU of its "
+                    "own, else CUDA tensors are staged through host memory to the CPU backend",
+     .choices = &gpu_backends,
+     .help = "backend for CUDA tensors: `nccl` on the GPU, or a CPU backend through host memory"},
     {.id = KnobId::kFusionThreshold,
      .name = "KOLO_FUSION_THRESHOLD",
      .kind = kSize,

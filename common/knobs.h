@@ -30,6 +30,7 @@ namespace kolo {
 enum class KnobId : int {
   // core
   kCpuOperations,
+  kGpuOperations,
   kFusionThreshold,
   kCycleTime,
   kCacheCapacity,

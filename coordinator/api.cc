@@ -7,6 +7,7 @@
 #include "backends/registry.h"
 #include "common/knobs.h"
 #include "common/logging.h"
+#include "coordinator/cuda_staging.h"
 #include "coordinator/failure_board.h"
 #include "coordinator/runtime.h"
 #include "coordinator/submit.h"
@@ -104,9 +105,21 @@ Status init() {
         failure_board_store(knobs, world), "kolo/s" + std::to_string(g.session), world.rank);
     config.name_first_failure = [board](const Status& st) { return board->name_first_failure(st); };
   }
+  // CUDA tensors: a device backend (nccl) of their own, or a CPU backend other than the data
+  // plane's that they are staged to; none when they are staged to the data plane's backend.
   KOLO_ASSIGN_OR_RETURN(
-      std::unique_ptr<coord::Runtime> rt,
-      coord::Runtime::create(std::move(config), topo, std::move(data), std::move(control)));
+      std::string gpu_name,
+      gpu_backend_choice(config.gpu_operations, coord::cuda_device_count(), world.local_size));
+  std::unique_ptr<Backend> gpu;
+  if (!gpu_name.empty() && gpu_name != config.cpu_operations &&
+      (world.size > 1 || gpu_name == "nccl")) {
+    BackendContext ctx = backend_context(world, "kolo/s" + std::to_string(g.session) + "/gpu");
+    ctx.op_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(config.op_timeout);
+    KOLO_ASSIGN_OR_RETURN(gpu, create_backend(gpu_name, ctx));
+  }
+  KOLO_ASSIGN_OR_RETURN(std::unique_ptr<coord::Runtime> rt,
+                        coord::Runtime::create(std::move(config), topo, std::move(data),
+                                               std::move(control), std::move(gpu)));
   g.world = std::move(world);
   g.runtime = std::move(rt);
   g.was_shut_down = false;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "backends/registry.h"
 #include "common/logging.h"
 #include "kolo/units.h"
 
@@ -12,6 +13,14 @@ Result<RuntimeConfig> config_from_knobs(const KnobSet& knobs,
   RuntimeConfig c;
   c.cpu_operations = knobs.is_set(KnobId::kCpuOperations) ? knobs.text(KnobId::kCpuOperations)
                                                           : default_cpu_operations;
+  // A backend that takes no CPU tensors (nccl) cannot be the CPU backend: the control plane
+  // and every CPU tensor would have nowhere to go.
+  if (Result<const BackendEntry*> cpu = find_backend(c.cpu_operations);
+      cpu.ok() && !(*cpu)->handles(Device::cpu()))
+    return Status::InvalidArgument("KOLO_CPU_OPERATIONS=" + c.cpu_operations + ": backend " +
+                                   c.cpu_operations +
+                                   " takes no CPU tensors; use it as KOLO_GPU_OPERATIONS");
+  if (knobs.is_set(KnobId::kGpuOperations)) c.gpu_operations = knobs.text(KnobId::kGpuOperations);
   c.fusion_threshold = knobs.size(KnobId::kFusionThreshold);
   c.cycle_time = knobs.duration(KnobId::kCycleTime);
   c.cache_capacity = static_cast<uint64_t>(knobs.integer(KnobId::kCacheCapacity));
@@ -61,6 +70,7 @@ Result<RuntimeConfig> config_from_knobs(const KnobSet& knobs,
                  << " KOLO_STALL_SHUTDOWN_TIME=" << format_duration(c.stall_shutdown_time)
                  << " KOLO_OP_TIMEOUT=" << format_duration(c.op_timeout)
                  << " KOLO_CPU_OPERATIONS=" << c.cpu_operations
+                 << " KOLO_GPU_OPERATIONS=" << c.gpu_operations
                  << " KOLO_TIMELINE=" << c.timeline_path);
   return c;
 }

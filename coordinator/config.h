@@ -57,6 +57,8 @@ struct RuntimeConfig {
   // Bound on any one transfer (and so on how long a dead peer takes to be noticed).
   std::chrono::nanoseconds op_timeout = std::chrono::seconds(60);
   std::string cpu_operations = "tcp";
+  // KOLO_GPU_OPERATIONS as set; empty when unset (gpu_backend_choice picks the default).
+  std::string gpu_operations;
   // An idle rank still takes part in a cycle this often, so that rank 0's stall inspector
   // and shutdown requests make progress while some ranks have no work.
   std::chrono::nanoseconds heartbeat = std::chrono::milliseconds(200);

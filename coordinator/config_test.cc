@@ -4,6 +4,7 @@
 
 #include <map>
 
+#include "backends/registry.h"
 #include "coordinator/runtime.h"
 
 namespace kolo::coord {
@@ -106,6 +107,32 @@ TEST(ConfigTest, TimelinePathPerRank) {
   EXPECT_EQ(timeline_path_for_rank("/t/trace.json.gz", 1, 2), "/t/trace.rank1.json.gz");
   EXPECT_EQ(timeline_path_for_rank("/t/trace.gz", 1, 2), "/t/trace.rank1.gz");
   EXPECT_EQ(timeline_path_for_rank("/t/trace", 1, 2), "/t/trace.rank1");
+}
+
+}  // namespace
+}  // namespace kolo::coord
+
+namespace kolo::coord {
+namespace {
+
+TEST(ConfigTest, GpuOperationsIsReadAndNcclIsNoCpuBackend) {
+  EXPECT_EQ(parse({}).gpu_operations, "");  // unset: gpu_backend_choice picks the default
+  EXPECT_EQ(parse({{"KOLO_GPU_OPERATIONS", "tcp"}}).gpu_operations, "tcp");
+  EXPECT_EQ(parse({{"KOLO_GPU_OPERATIONS", "nccl"}}).gpu_operations, "nccl");
+  Result<KnobSet> bad = KnobSet::read({{"KOLO_GPU_OPERATIONS", "gloo"}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("KOLO_GPU_OPERATIONS"), std::string::npos)
+      << bad.status().to_string();
+  EXPECT_NE(bad.status().message().find("nccl, tcp, mpi, shm"), std::string::npos)
+      << bad.status().to_string();
+  if (!find_backend("nccl").ok()) GTEST_SKIP() << "this build has no nccl backend";
+  Result<KnobSet> knobs = KnobSet::read({{"KOLO_CPU_OPERATIONS", "nccl"}});
+  ASSERT_TRUE(knobs.ok()) << knobs.status().to_string();
+  Result<RuntimeConfig> c = config_from_knobs(*knobs);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().to_string(),
+            "InvalidArgument: KOLO_CPU_OPERATIONS=nccl: backend nccl takes no CPU tensors; use "
+            "it as KOLO_GPU_OPERATIONS");
 }
 
 }  // namespace

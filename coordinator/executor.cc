@@ -19,8 +19,15 @@ int64_t row_elements(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
+Executor::Executor(Backend& backend, Timeline& timeline, Backend* gpu)
+    : backend_(backend),
+      timeline_(timeline),
+      gpu_(gpu),
+      device_(gpu && gpu->supports(Device::cuda(0)) ? dynamic_cast<DeviceBackend*>(gpu) : nullptr) {
+}
+
 std::string Executor::op_span(OpType type) const {
-  return to_upper(backend_.name()) + "_" + to_upper(op_type_name(type));
+  return to_upper(backend().name()) + "_" + to_upper(op_type_name(type));
 }
 
 void Executor::begin(const std::vector<BatchItem>& batch, const std::string& phase,
@@ -43,6 +50,10 @@ void Executor::end(const std::vector<BatchItem>& batch, const Status& status) {
 
 void Executor::finish(const std::vector<BatchItem>& batch, const Status& outcome) {
   const Status status = !outcome.ok() && namer_ ? namer_(outcome) : outcome;
+  if (deferred_) {
+    finish_on_device(batch, status);
+    return;
+  }
   for (const auto& item : batch) {
     if (!item.entry) continue;
     Entry& e = *item.entry;
@@ -51,16 +62,20 @@ void Executor::finish(const std::vector<BatchItem>& batch, const Status& outcome
     e.state->complete(status);
     if (traced) {
       timeline_.end(e.request.name);
-      const Response& p = *item.response;
-      TimelineArgs args = {{"bytes", std::to_string(response_bytes(p))},
-                           {"dtype", std::string(dtype_name(p.dtype))},
-                           {"shape", p.shapes.empty() ? "[]" : shape_string(p.shapes[0])},
-                           {"backend", std::string(backend_.name())},
-                           {"fused", std::to_string(batch.size())}};
-      for (auto& kv : timeline_status_args(status)) args.push_back(std::move(kv));
-      timeline_.end(e.request.name, std::move(args));
+      end_op_span(item, batch.size(), status);
     }
   }
+}
+
+void Executor::end_op_span(const BatchItem& item, size_t fused, const Status& status) {
+  const Response& p = *item.response;
+  TimelineArgs args = {{"bytes", std::to_string(response_bytes(p))},
+                       {"dtype", std::string(dtype_name(p.dtype))},
+                       {"shape", p.shapes.empty() ? "[]" : shape_string(p.shapes[0])},
+                       {"backend", std::string(backend().name())},
+                       {"fused", std::to_string(fused)}};
+  for (auto& kv : timeline_status_args(status)) args.push_back(std::move(kv));
+  timeline_.end(item.entry->request.name, std::move(args));
 }
 
 void* Executor::allocate_output(Entry& entry, const std::vector<int64_t>& shape, DataType dtype,
@@ -87,6 +102,8 @@ void* Executor::allocate_output(Entry& entry, const std::vector<int64_t>& shape,
 
 Status Executor::run(const std::vector<BatchItem>& batch) {
   const Response& head = *batch.front().response;
+  active_ = gpu_ && head.device.is_cuda() ? gpu_ : &backend_;
+  deferred_ = false;
   if (head.kind == Response::Kind::kError) {
     Status error(head.error_code, head.error);
     // Shown where the user looks for it: on the tensor's own row.
@@ -100,6 +117,10 @@ Status Executor::run(const std::vector<BatchItem>& batch) {
   // events are waited on by their staging copies (MEMCPY_D2H), on a copy stream.
   begin(batch, "WAIT_FOR_DATA");
   end(batch);
+  if (active_ == gpu_ && device_ && head.type != OpType::kBarrier && head.type != OpType::kJoin) {
+    KOLO_RETURN_IF_ERROR(prepare_on_device(batch));
+    deferred_ = true;  // reset by the next run()
+  }
   Status st;
   switch (head.type) {
     case OpType::kAllreduce:
@@ -114,7 +135,7 @@ Status Executor::run(const std::vector<BatchItem>& batch) {
       return reducescatter(batch.front());
     case OpType::kBarrier:
       begin(batch, op_span(head.type));
-      st = backend_.barrier();
+      st = backend().barrier();
       end(batch, st);
       finish(batch, st);
       return st;
@@ -133,7 +154,7 @@ Status Executor::allreduce(const std::vector<BatchItem>& batch) {
   // kAverage divides by the ranks that contributed, not by those that joined: then the
   // backend sums and this rank divides, by the rule of ops::finish_reduction (divide, then
   // postscale; multiplying by postscale / active would round the quotient).
-  const int active = backend_.size() - static_cast<int>(head.joined.size());
+  const int active = backend().size() - static_cast<int>(head.joined.size());
   const bool divide_here = reduction.op == ReduceOp::kAverage && !head.joined.empty();
   const ReduceOp backend_op = divide_here ? ReduceOp::kSum : reduction.op;
   int64_t total = 0;
@@ -163,7 +184,7 @@ Status Executor::allreduce(const std::vector<BatchItem>& batch) {
       const Entry& e = *item.entry;  // through_host() refused batches that a rank joined
       for (size_t k = 0; st.ok() && k < item.response->shapes.size(); ++k) {
         const int64_t n = num_elements(item.response->shapes[k]);
-        st = backend_.allreduce(e.inputs[k].data, e.outputs[k].data, n, head.dtype, per_call);
+        st = backend().allreduce(e.inputs[k].data, e.outputs[k].data, n, head.dtype, per_call);
         if (st.ok() && divide_here)
           ops::finish_reduction(head.dtype, reduction, e.outputs[k].data, n, active);
       }
@@ -211,7 +232,7 @@ Status Executor::allreduce(const std::vector<BatchItem>& batch) {
   end(batch);
   // The prescale was applied in the copy-in, the postscale is applied in the copy-out.
   begin(batch, op_span(OpType::kAllreduce), args);
-  Status st = backend_.allreduce(buffer, buffer, total, head.dtype, {backend_op});
+  Status st = backend().allreduce(buffer, buffer, total, head.dtype, {backend_op});
   end(batch, st);
   if (st.ok() && staged.ok()) {
     begin(batch, cuda ? "MEMCPY_H2D" : "MEMCPY_OUT_FUSION");
@@ -261,7 +282,7 @@ Status Executor::allgather(const BatchItem& item) {
   const size_t in_bytes = item.entry ? item.entry->inputs[0].num_bytes() : 0;
   return run_single(
       item, in_bytes, out, bytes, alloc, {{"bytes", std::to_string(bytes)}},
-      [&](const void* in, void* o) { return backend_.allgather(in, o, p.dtype, counts); });
+      [&](const void* in, void* o) { return backend().allgather(in, o, p.dtype, counts); });
 }
 
 Status Executor::broadcast(const BatchItem& item) {
@@ -276,7 +297,7 @@ Status Executor::broadcast(const BatchItem& item) {
     return Status::Ok();
   }
   const bool cuda = e && *via_host;
-  const bool root = backend_.rank() == p.root;
+  const bool root = backend().rank() == p.root;
   void* data = e ? e->inputs[0].data : scratch_.get(bytes);
   Status staged = Status::Ok();
   if (cuda) {
@@ -288,7 +309,7 @@ Status Executor::broadcast(const BatchItem& item) {
     }
   }
   begin(batch, op_span(p.type), {{"bytes", std::to_string(bytes)}});
-  Status st = backend_.broadcast(data, n, p.dtype, p.root);
+  Status st = backend().broadcast(data, n, p.dtype, p.root);
   end(batch, st);
   if (cuda && !root && st.ok()) {
     begin(batch, "MEMCPY_H2D");
@@ -301,7 +322,7 @@ Status Executor::broadcast(const BatchItem& item) {
 
 Status Executor::alltoall(const BatchItem& item) {
   const Response& p = *item.response;
-  const int size = backend_.size(), me = backend_.rank();
+  const int size = backend().size(), me = backend().rank();
   const auto& shape = p.shapes.at(0);
   const int64_t row = row_elements(shape);
   std::vector<int64_t> send_counts, recv_counts, received;
@@ -321,13 +342,13 @@ Status Executor::alltoall(const BatchItem& item) {
   const size_t out_bytes = static_cast<size_t>(rows * row) * dtype_size(p.dtype);
   return run_single(item, item.entry->inputs[0].num_bytes(), out, out_bytes, alloc, {},
                     [&](const void* in, void* o) {
-                      return backend_.alltoall(in, o, p.dtype, send_counts, recv_counts);
+                      return backend().alltoall(in, o, p.dtype, send_counts, recv_counts);
                     });
 }
 
 Status Executor::reducescatter(const BatchItem& item) {
   const Response& p = *item.response;
-  const int size = backend_.size(), me = backend_.rank();
+  const int size = backend().size(), me = backend().rank();
   const auto& shape = p.shapes.at(0);
   const int64_t row = row_elements(shape);
   std::vector<int64_t> counts;
@@ -342,11 +363,13 @@ Status Executor::reducescatter(const BatchItem& item) {
   const size_t out_bytes = static_cast<size_t>(counts[me]) * dtype_size(p.dtype);
   return run_single(item, item.entry->inputs[0].num_bytes(), out, out_bytes, alloc, {},
                     [&](const void* in, void* o) {
-                      return backend_.reducescatter(in, o, p.dtype, p.reduction, counts);
+                      return backend().reducescatter(in, o, p.dtype, p.reduction, counts);
                     });
 }
 
 void Executor::reduce_gathered(const BatchItem& item, const std::vector<const void*>& inputs) {
+  active_ = &backend_;  // host data, gathered with the negotiation
+  deferred_ = false;
   const Response& p = *item.response;
   const int64_t n = num_elements(p.shapes.at(0));
   const size_t bytes = static_cast<size_t>(n) * dtype_size(p.dtype);

@@ -17,7 +17,18 @@
 // For a staged CUDA input, an OutputAllocator must return memory on the input's device;
 // without one the output is a HostTensor in host memory. A backend that takes device buffers
 // writes allgather/alltoall/reducescatter results straight into the allocator's memory, so it
-// needs one (a HostTensor is host memory); the executor does not check this yet.
+// needs one (a HostTensor is host memory); the executor checks this for a device backend.
+//
+// GPU backend. CUDA tensors go to `gpu` when one is given (KOLO_GPU_OPERATIONS), every other
+// tensor to `backend`. A gpu backend that takes CUDA tensors (a DeviceBackend: nccl) gets the
+// caller's device buffers after wait_ready() on each tensor's ready event; its calls only queue
+// work on its stream, and the handles complete when its fence() reports the completion event
+// done (executor_device.cc), on the backend's watchdog thread; the timeline's spans of such an
+// operation end when it was queued. A gpu backend that takes host memory is staged to as
+// above. A tensor a DeviceBackend refuses (wrong device, a host pointer labelled CUDA, a bad
+// ready event, no allocator for a device output) fails its handle and stops the runtime
+// (run() returns the error): the other ranks already wait in the collective, and the control
+// plane's PeerFailure (or the op timeout) is what releases them.
 //
 // Not thread-safe: the background thread's.
 #pragma once
@@ -28,6 +39,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/device_backend.h"
 #include "coordinator/cuda_staging.h"
 #include "coordinator/entry.h"
 #include "coordinator/message.h"
@@ -43,7 +55,8 @@ struct BatchItem {
 
 class Executor {
  public:
-  Executor(Backend& backend, Timeline& timeline) : backend_(backend), timeline_(timeline) {}
+  // `gpu` (may be null: CUDA tensors then use `backend` too) is borrowed like `backend`.
+  Executor(Backend& backend, Timeline& timeline, Backend* gpu = nullptr);
   // Every failed operation ends with namer(its status) instead (RuntimeConfig::
   // name_first_failure); set before the first run().
   void name_failures_with(std::function<Status(const Status&)> namer) { namer_ = std::move(namer); }
@@ -72,6 +85,18 @@ class Executor {
   void* allocate_output(Entry& entry, const std::vector<int64_t>& shape, DataType dtype,
                         Status& alloc_status);
   void finish(const std::vector<BatchItem>& batch, const Status& status);
+  // Ends a traced entry's operation span (opened at submission) with the batch's details.
+  void end_op_span(const BatchItem& item, size_t fused, const Status& status);
+  // The backend of the batch being run: gpu_ for CUDA tensors when there is one.
+  Backend& backend() const { return *active_; }
+
+  // Device backends (executor_device.cc).
+  // Orders the batch after its tensors' ready events and checks their buffers; on an error
+  // the batch has been failed (not deferred).
+  Status prepare_on_device(const std::vector<BatchItem>& batch);
+  // finish() of a deferred batch: fences it on the device backend; the handles complete with
+  // the completion event's outcome (or `status` when the call already failed).
+  void finish_on_device(const std::vector<BatchItem>& batch, const Status& status);
 
   // CUDA staging (executor_staging.cc).
   // Whether the response's tensors go to the backend through host memory: false when the
@@ -97,10 +122,14 @@ class Executor {
   Backend& backend_;
   Timeline& timeline_;
   std::function<Status(const Status&)> namer_;
-  ops::Workspace fusion_buffer_;  // persistent: grows to the largest batch and stays
-  ops::Workspace scratch_;        // joined ranks' stand-in buffers
-  ops::Workspace prescaled_;      // reduce_gathered: one rank's input times the prescale
-  CudaStaging staging_;           // pinned buffers and copy streams (idle for CPU tensors)
+  Backend* gpu_ = nullptr;
+  DeviceBackend* device_ = nullptr;  // gpu_ when it takes CUDA buffers directly
+  Backend* active_ = &backend_;      // set by run() for each batch
+  bool deferred_ = false;            // the batch runs on device_: finish() fences it
+  ops::Workspace fusion_buffer_;     // persistent: grows to the largest batch and stays
+  ops::Workspace scratch_;           // joined ranks' stand-in buffers
+  ops::Workspace prescaled_;         // reduce_gathered: one rank's input times the prescale
+  CudaStaging staging_;              // pinned buffers and copy streams (idle for CPU tensors)
   std::array<ops::Workspace, 3> pageable_;  // per slot, when pinned memory is unavailable
   bool warned_pageable_ = false;
 };

@@ -30,9 +30,9 @@ Status Executor::stage_out(const TensorView& dst, const void* host, size_t bytes
 Result<bool> Executor::through_host(const Response& p) const {
   auto what = [&] {
     return std::string(op_type_name(p.type)) + " '" + p.name + "': backend " +
-           std::string(backend_.name());
+           std::string(backend().name());
   };
-  if (backend_.supports(p.device)) {
+  if (backend().supports(p.device)) {
     // A rank that joined stands in with host memory (scratch_), which a backend taking device
     // buffers cannot use.
     if (!p.device.is_cpu() && !p.joined.empty())
@@ -42,7 +42,7 @@ Result<bool> Executor::through_host(const Response& p) const {
                                  std::to_string(p.joined.size()) + ")");
     return false;
   }
-  if (p.device.is_cuda() && backend_.supports(Device::cpu())) return true;
+  if (p.device.is_cuda() && backend().supports(Device::cpu())) return true;
   return Status::Unsupported(what() + " does not take " + p.device.to_string() +
                              " tensors, and they cannot be staged: the executor stages only "
                              "CUDA tensors, through host memory, for a backend that takes it");

@@ -29,6 +29,7 @@ HostTensor Handle::take_output() const { return state_ ? state_->take_output() :
 std::vector<int64_t> Handle::received_splits() const {
   return state_ ? state_->received_splits() : std::vector<int64_t>{};
 }
+void* Handle::completion_event() const { return state_ ? state_->completion_event() : nullptr; }
 
 int Handle::last_joined_rank() const { return state_ ? state_->last_joined_rank() : -1; }
 

@@ -119,4 +119,14 @@ int OpState::last_joined_rank() const {
   return last_joined_rank_;
 }
 
+void OpState::set_completion_event(std::shared_ptr<void> event) {
+  MutexLock lock(mu_);
+  completion_event_ = std::move(event);
+}
+
+void* OpState::completion_event() const {
+  MutexLock lock(mu_);
+  return completion_event_.get();
+}
+
 }  // namespace kolo::detail

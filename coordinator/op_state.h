@@ -43,6 +43,10 @@ class OpState {
   std::vector<int64_t> received_splits() const;
   void set_last_joined_rank(int rank);
   int last_joined_rank() const;
+  // A device backend's completion event (a cudaEvent_t, kept alive by the shared pointer);
+  // set before the operation can complete. Null for host operations.
+  void set_completion_event(std::shared_ptr<void> event);
+  void* completion_event() const;
 
  private:
   const std::string name_;
@@ -58,6 +62,7 @@ class OpState {
   HostTensor owned_ KOLO_GUARDED_BY(mu_);
   std::vector<int64_t> received_splits_ KOLO_GUARDED_BY(mu_);
   int last_joined_rank_ KOLO_GUARDED_BY(mu_) = -1;
+  std::shared_ptr<void> completion_event_ KOLO_GUARDED_BY(mu_);
 };
 
 }  // namespace kolo::detail

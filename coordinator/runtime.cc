@@ -46,15 +46,16 @@ std::string timeline_path_for_rank(const std::string& path, int rank, int size) 
 }
 
 Runtime::Runtime(RuntimeConfig config, Topology topology, std::unique_ptr<Backend> data,
-                 std::unique_ptr<Backend> control)
+                 std::unique_ptr<Backend> control, std::unique_ptr<Backend> gpu)
     : config_(std::move(config)),
       topology_(topology),
       data_(std::move(data)),
       control_(std::move(control)),
+      gpu_(std::move(gpu)),
       cache_(config_.cache_capacity),
       fusion_threshold_(config_.fusion_threshold),
       cycle_time_(config_.cycle_time),
-      executor_(*data_, timeline_),
+      executor_(*data_, timeline_, gpu_.get()),
       bits_(1 + config_.cache_capacity),
       gather_control_(config_.piggyback_bytes > 0 &&
                       topology_.size <= config_.piggyback_max_ranks) {
@@ -66,7 +67,8 @@ Runtime::Runtime(RuntimeConfig config, Topology topology, std::unique_ptr<Backen
 
 Result<std::unique_ptr<Runtime>> Runtime::create(RuntimeConfig config, Topology topology,
                                                  std::unique_ptr<Backend> data,
-                                                 std::unique_ptr<Backend> control) {
+                                                 std::unique_ptr<Backend> control,
+                                                 std::unique_ptr<Backend> gpu) {
   if (!data || !control)
     return Status::InvalidArgument("Runtime: data and control backends are required");
   if (data->size() != topology.size || control->size() != topology.size ||
@@ -76,8 +78,14 @@ Result<std::unique_ptr<Runtime>> Runtime::create(RuntimeConfig config, Topology 
         std::to_string(topology.size) + ", data backend has rank " + std::to_string(data->rank()) +
         " of " + std::to_string(data->size()) + ", control backend rank " +
         std::to_string(control->rank()) + " of " + std::to_string(control->size()));
-  std::unique_ptr<Runtime> rt(
-      new Runtime(std::move(config), topology, std::move(data), std::move(control)));
+  if (gpu && (gpu->size() != topology.size || gpu->rank() != topology.rank))
+    return Status::InvalidArgument("Runtime: the gpu backend " + std::string(gpu->name()) +
+                                   " has rank " + std::to_string(gpu->rank()) + " of " +
+                                   std::to_string(gpu->size()) + ", the topology rank " +
+                                   std::to_string(topology.rank) + " of " +
+                                   std::to_string(topology.size));
+  std::unique_ptr<Runtime> rt(new Runtime(std::move(config), topology, std::move(data),
+                                          std::move(control), std::move(gpu)));
   if (rt->config_.autotune.enabled && topology.rank == 0) {
     KOLO_ASSIGN_OR_RETURN(rt->tuner_, Tuner::create(rt->config_, rt->timeline_));
   }
@@ -250,6 +258,13 @@ void Runtime::end_queue_span(Entry& e) {
   }
 }
 
+void Runtime::fail_all_and_abort(const Status& why) {
+  fail_all(why);
+  // A peer died (or this rank broke): NCCL would wait for it forever, so the GPU work still
+  // queued fails now with the reason, which names the peer when a peer is the cause.
+  if (auto* device = dynamic_cast<DeviceBackend*>(gpu_.get())) device->abort(why);
+}
+
 void Runtime::fail_all(const Status& status) {
   std::deque<std::unique_ptr<Entry>> queued;
   Status final_status;  // the first failure's, which every operation ends with
@@ -293,7 +308,7 @@ void Runtime::loop() {
   if (config_.autotune.enabled) {
     if (Status st = measure_link(); !st.ok()) {
       KOLO_LOG_ERROR("kolo background loop stopped: " << st.to_string());
-      fail_all(st);
+      fail_all_and_abort(st);
       return;
     }
   }
@@ -347,7 +362,7 @@ void Runtime::loop() {
       if (config_.name_first_failure) st = config_.name_first_failure(st);
       KOLO_LOG_ERROR("kolo background loop stopped: " << st.to_string());
       timeline_.instant({}, "FAILURE", timeline_status_args(st));
-      fail_all(st);
+      fail_all_and_abort(st);
       return;
     }
     if (stop) return;

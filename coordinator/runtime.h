@@ -48,9 +48,13 @@ class Runtime {
   // vector, allgather of request lists, broadcast of responses). Both must span the same
   // ranks as `topology`. Starts the timeline when config.timeline_path is set (IoError
   // when it cannot be opened) and the background thread.
+  // `gpu` (optional, KOLO_GPU_OPERATIONS) runs the collectives on CUDA tensors instead of
+  // `data` (Executor); when the runtime fails, a DeviceBackend among them is aborted with the
+  // failure, so that its pending GPU operations fail with it instead of hanging.
   static Result<std::unique_ptr<Runtime>> create(RuntimeConfig config, Topology topology,
                                                  std::unique_ptr<Backend> data,
-                                                 std::unique_ptr<Backend> control);
+                                                 std::unique_ptr<Backend> control,
+                                                 std::unique_ptr<Backend> gpu = nullptr);
   ~Runtime();  // shutdown()
 
   // Validates the entry against this rank's state (not shut down, not failed, name not in
@@ -89,7 +93,9 @@ class Runtime {
 
  private:
   Runtime(RuntimeConfig config, Topology topology, std::unique_ptr<Backend> data,
-          std::unique_ptr<Backend> control);
+          std::unique_ptr<Backend> control, std::unique_ptr<Backend> gpu);
+  // The background loop stopped with `why`: fail everything, the GPU backend's work included.
+  void fail_all_and_abort(const Status& why);
   void loop();
   // Before sleeping idle: briefly watch for a submission (a quick resubmission then costs
   // no wake-up).
@@ -119,6 +125,7 @@ class Runtime {
   const Topology topology_;
   std::unique_ptr<Backend> data_;
   std::unique_ptr<Backend> control_;
+  std::unique_ptr<Backend> gpu_;  // may be null; declared before executor_, which borrows it
   // A SIGTERM from kolorun (or Ctrl-C) closes the file in order before the process ends.
   Timeline timeline_{TimelineOptions{.stop_on_signals = true}};
 

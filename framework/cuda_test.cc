@@ -1,6 +1,8 @@
 // CUDA vs CPU agreement. Skips without a device (and in CPU-only builds).
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "framework/autograd.h"
 #include "framework/functional.h"
 #include "framework/nn/layers.h"
@@ -26,6 +28,24 @@ TEST_F(CudaTest, CopiesRoundTrip) {
   EXPECT_EQ(d.device(), Device::cuda(0));
   EXPECT_EQ(d.to(Device::cpu()).to_vector(), a.to_vector());
   EXPECT_EQ(d.slice(3, 5).to_vector(), a.slice(3, 5).to_vector());
+}
+
+TEST_F(CudaTest, HalfAndBfloat16CastsOnTheDeviceRoundLikeTheHost) {
+  // Gradient compression casts on the device (Tensor::to(DataType)); the wire bytes must be
+  // the host's, bit for bit, or ranks compressing on different devices would disagree.
+  Tensor a = Tensor::randn({1000});
+  a.mul_(1000.f);  // past float16's precision, so rounding matters
+  for (DataType t : {DataType::kFloat16, DataType::kBFloat16}) {
+    Tensor host = a.to(t);
+    Tensor dev = a.to(Device::cuda(0)).to(t);
+    EXPECT_EQ(dev.device(), Device::cuda(0));
+    Tensor back = dev.to(Device::cpu());
+    ASSERT_EQ(back.nbytes(), host.nbytes());
+    EXPECT_EQ(std::memcmp(back.raw_data(), host.raw_data(), host.nbytes()), 0) << dtype_name(t);
+    EXPECT_EQ(dev.to(DataType::kFloat32).to(Device::cpu()).to_vector(),
+              host.to(DataType::kFloat32).to_vector())
+        << dtype_name(t);
+  }
 }
 
 TEST_F(CudaTest, TrainingStepMatchesCpu) {

@@ -303,11 +303,31 @@ Tensor Tensor::to(DataType target) const {
     throw Error(Status::Unsupported("to(dtype): conversion " + std::string(dtype_name(src)) +
                                     " -> " + std::string(dtype_name(target)) +
                                     " is not supported (float32 <-> float16/bfloat16 only)"));
-  // Converted on the host: compression happens once per gradient bucket, and a host round trip
-  // keeps one implementation of the rounding rules (kolo/float16.h).
+  const int64_t n = numel();
+#ifdef KOLO_HAVE_CUDA
+  if (device().is_cuda()) {
+    // On the device: a gradient compressed for a GPU allreduce never leaves the GPU. The CUDA
+    // cast kernels must round as the host ones do (kolo/float16.h): cuda_test compares them
+    // bit for bit (it has not run on a GPU yet).
+    kernels::cuda::set_device(device().index);
+    Tensor out = make(shape(), device(), target);
+    const void* x = raw_data();
+    void* y = out.raw_data();
+    using namespace kernels::cuda;
+    if (target == DataType::kFloat16)
+      f32_to_f16(n, static_cast<const float*>(x), static_cast<uint16_t*>(y));
+    if (target == DataType::kBFloat16)
+      f32_to_bf16(n, static_cast<const float*>(x), static_cast<uint16_t*>(y));
+    if (src == DataType::kFloat16)
+      f16_to_f32(n, static_cast<const uint16_t*>(x), static_cast<float*>(y));
+    if (src == DataType::kBFloat16)
+      bf16_to_f32(n, static_cast<const uint16_t*>(x), static_cast<float*>(y));
+    return out;
+  }
+#endif
+  // Converted on the host for CPU tensors, with the rounding rules of kolo/float16.h.
   Tensor host = to(Device::cpu());
   Tensor out = make(shape(), Device::cpu(), target);
-  const int64_t n = numel();
   using namespace kernels::cpu;
   if (target == DataType::kFloat16) f32_to_f16(n, host.data<float>(), out.data<uint16_t>());
   if (target == DataType::kBFloat16) f32_to_bf16(n, host.data<float>(), out.data<uint16_t>());

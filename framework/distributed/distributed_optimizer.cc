@@ -4,6 +4,9 @@
 
 #include "framework/distributed/tensor_view.h"
 #include "kolo/kolo.h"
+#ifdef KOLO_HAVE_CUDA
+#include "framework/kernels/cuda_allocator.h"
+#endif
 
 namespace kolo::fw {
 namespace {
@@ -154,11 +157,24 @@ TensorView DistributedOptimizer::prepare_gradient(Param& param, double local_wei
     grad = param.tensor.grad();
   }
   if (local_weight != 1.0) grad.mul_(static_cast<float>(local_weight));
-  if (options_.compression == Compression::kNone) return view_of_tensor(grad);
-  if (!param.wire.defined())
-    param.wire = Tensor::empty(grad.shape(), grad.device(), wire_dtype(options_.compression));
-  param.wire.copy_(grad);
-  return view_of_tensor(param.wire);
+  TensorView view;
+  if (options_.compression == Compression::kNone) {
+    view = view_of_tensor(grad);
+  } else {
+    if (!param.wire.defined())
+      param.wire = Tensor::empty(grad.shape(), grad.device(), wire_dtype(options_.compression));
+    param.wire.copy_(grad);  // a device kernel for CUDA tensors (Tensor::to(DataType))
+    view = view_of_tensor(param.wire);
+  }
+#ifdef KOLO_HAVE_CUDA
+  // The gradient was written on the compute (legacy default) stream; Kolo's stream waits for
+  // this event instead of the host waiting for the device.
+  if (view.device.is_cuda()) {
+    param.ready_event = cuda_alloc::record_event(view.device.index);
+    view.ready_event = param.ready_event.get();
+  }
+#endif
+  return view;
 }
 
 void DistributedOptimizer::submit(Bucket& bucket) {

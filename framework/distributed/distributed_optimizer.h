@@ -155,6 +155,9 @@ class DistributedOptimizer {
     int passes_ready = 0;  // backward passes of this step whose gradient became final
     size_t bucket = 0;
     Tensor wire;  // 16-bit buffer when compressing
+    // CUDA gradients: recorded when the gradient (or its 16-bit copy) became final, passed
+    // with the view so that Kolo's stream waits on it; kept until the next step's.
+    std::shared_ptr<void> ready_event;
   };
   struct Bucket {
     std::string name;            // the allreduce's name

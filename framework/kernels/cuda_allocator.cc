@@ -93,4 +93,18 @@ Stats stats() {
   return s.stats;
 }
 
+std::shared_ptr<void> record_event(int device) {
+  cudaEvent_t event = nullptr;
+  cudaError_t err = cudaSetDevice(device);
+  if (err == cudaSuccess) err = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
+  if (err == cudaSuccess) err = cudaEventRecord(event, nullptr);  // the legacy default stream
+  if (err != cudaSuccess) {
+    if (event) cudaEventDestroy(event);
+    throw Error(Status::IoError(std::string("recording a ready event on cuda:") +
+                                std::to_string(device) + ": " + cudaGetErrorString(err)));
+  }
+  return std::shared_ptr<void>(event,
+                               [](void* e) { cudaEventDestroy(static_cast<cudaEvent_t>(e)); });
+}
+
 }  // namespace kolo::fw::cuda_alloc

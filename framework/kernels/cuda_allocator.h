@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 namespace kolo::fw::cuda_alloc {
 
@@ -24,6 +25,12 @@ struct Stats {
   uint64_t bytes_cached = 0;  // bytes currently sitting in free lists
 };
 Stats stats();
+
+// A cudaEvent_t (as void*) recorded now on `device`'s legacy default stream, where the
+// framework's kernels run: what a kolo::TensorView's ready_event wants for a tensor the
+// framework just wrote. Destroyed when the last pointer goes (CUDA defers that until the event
+// completed). Throws kolo::Error(kIoError) when CUDA fails.
+std::shared_ptr<void> record_event(int device);
 
 // Rounded size class used for bucketing (exposed for tests).
 size_t round_size(size_t nbytes);

@@ -49,7 +49,9 @@ class Handle {
   // Runs callback(status) once the operation completes: on Kolo's background thread, or at
   // once in the calling thread when it has already completed. Callbacks registered before
   // completion have run by the time wait() returns. The callback must not block
-  // on other Kolo operations (it would stall the background thread).
+  // on other Kolo operations (it would stall the background thread). Operations on CUDA
+  // tensors that a device backend (nccl) runs complete on that backend's watchdog thread
+  // instead, which must not be blocked either.
   void then(Callback callback) const;
 
   // Results of allgather, alltoall and reducescatter (valid after an OK completion).
@@ -63,6 +65,16 @@ class Handle {
   std::vector<int64_t> received_splits() const;
   // join only: the rank that joined last (the same on every rank); -1 before an OK completion.
   int last_joined_rank() const;
+
+  // For an operation on CUDA tensors that a device backend (KOLO_GPU_OPERATIONS=nccl) runs:
+  // the cudaEvent_t (as void*) recorded on Kolo's stream after the operation. A caller may make
+  // its own stream wait on it (cudaStreamWaitEvent) and go on queueing work without a host
+  // synchronisation, as with c10d's Work::synchronize(); the results are then valid for that
+  // stream's later work even before the handle completes. It is set once the operation has
+  // been queued on the device (it may be null just after submission) and stays valid while
+  // this handle or a copy of it lives. Null for host operations and for CUDA tensors staged
+  // through host memory (those are complete, copies included, when the handle is).
+  void* completion_event() const;
 
  private:
   std::shared_ptr<detail::OpState> state_;

@@ -1,0 +1,645 @@
+#include "backends/nccl/nccl_backend.h"
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <numeric>
+#include <thread>
+
+#include "backends/nccl/nccl_errors.h"
+#include "backends/nccl/nccl_kernels.h"
+#include "backends/nccl/pending_ops.h"
+#include "common/logging.h"
+#include "common/thread_annotations.h"
+#include "kolo/units.h"
+
+namespace kolo {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nccl::cuda_status;
+using nccl::nccl_status;
+
+// How often the watchdog looks at the pending events and the communicator's error state:
+// often enough that a completed gradient is handed back within a fraction of a typical
+// layer's backward time, rarely enough to leave the CPU to the training loop.
+constexpr auto kPollInterval = std::chrono::microseconds(100);
+constexpr auto kIdleInterval = std::chrono::milliseconds(10);
+
+nccl::ScaleType scale_type(DataType dtype) {
+  switch (dtype) {
+    case DataType::kUInt8:
+      return nccl::ScaleType::kUInt8;
+    case DataType::kInt8:
+      return nccl::ScaleType::kInt8;
+    case DataType::kInt32:
+      return nccl::ScaleType::kInt32;
+    case DataType::kInt64:
+      return nccl::ScaleType::kInt64;
+    case DataType::kFloat16:
+      return nccl::ScaleType::kFloat16;
+    case DataType::kBFloat16:
+      return nccl::ScaleType::kBFloat16;
+    case DataType::kFloat32:
+      return nccl::ScaleType::kFloat32;
+    case DataType::kFloat64:
+      return nccl::ScaleType::kFloat64;
+  }
+  return nccl::ScaleType::kFloat32;  // unreachable: Backend validated the dtype
+}
+
+std::string last_nccl_error(ncclComm_t comm) {
+  const char* s = comm ? ncclGetLastError(comm) : nullptr;
+  return s ? s : "";
+}
+
+class NcclBackend final : public DeviceBackend {
+ public:
+  NcclBackend(int rank, int size, int device, std::chrono::milliseconds op_timeout)
+      : rank_(rank), size_(size), device_(device), op_timeout_(op_timeout) {}
+  ~NcclBackend() override;
+
+  // Creates the stream and communicator and starts the watchdog.
+  Status connect(const BackendContext& ctx);
+
+  std::string_view name() const override { return "nccl"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  bool supports(Device device) const override { return device.is_cuda(); }
+
+  Status wait_ready(Device device, const void* data, void* ready_event,
+                    const std::string& what) override;
+  std::shared_ptr<void> fence(const std::string& what, Done done) override;
+  void abort(const Status& why) override;
+
+ protected:
+  Status do_allreduce(const void* input, void* output, int64_t count, DataType dtype,
+                      const Reduction& reduction) override;
+  Status do_allgather(const void* input, void* output, DataType dtype,
+                      const std::vector<int64_t>& counts) override;
+  Status do_broadcast(void* data, int64_t count, DataType dtype, int root) override;
+  Status do_alltoall(const void* input, void* output, DataType dtype,
+                     const std::vector<int64_t>& send_counts,
+                     const std::vector<int64_t>& recv_counts) override;
+  Status do_reducescatter(const void* input, void* output, DataType dtype,
+                          const Reduction& reduction, const std::vector<int64_t>& counts) override;
+  Status do_barrier() override;
+
+ private:
+  // Every call starts here: the current device, and the communicator's sticky failure.
+  Status enter(const char* op);
+  // The result of an NCCL call in non-blocking mode: ncclInProgress means "queued, the
+  // communicator is busy"; it is polled (bounded by the op timeout) until it settles.
+  Status settle(ncclResult_t r, const std::string& what);
+  Status cuda(cudaError_t err, const std::string& what) { return cuda_status(err, what); }
+  // A call inside an open group (comm_mu_ held): it only records work, so anything but
+  // success (or InProgress) is an error, returned without aborting (abort needs comm_mu_).
+  static Status group_call(ncclResult_t r, const std::string& what) {
+    return r == ncclSuccess || r == ncclInProgress ? Status::Ok() : nccl_status(r, what);
+  }
+  Status scale(void* dst, const void* src, int64_t n, DataType dtype, double factor,
+               const std::string& what);
+  // Outside an operation begun by wait_ready: Backend's blocking contract (see
+  // device_backend.h). Inside one: nothing, fence() completes it.
+  Status finish_call(const std::string& what);
+  // Device scratch of at least `bytes` (stream-ordered allocation: no host wait).
+  Result<void*> scratch(size_t bytes);
+  // Grouped point-to-point: sends send_counts[j] elements from input and receives
+  // recv_counts[j] into output for every peer j, the own block as a device copy. same_input:
+  // every peer gets the same block, input's first send_counts[j] elements (allgather).
+  Status exchange(const void* input, void* output, DataType dtype,
+                  const std::vector<int64_t>& send_counts, const std::vector<int64_t>& recv_counts,
+                  bool same_input, const std::string& what);
+  void watchdog();
+
+  // Runs f(comm) under comm_mu_, so that abort() (any thread) never frees the communicator
+  // under a call; returns ncclInvalidUsage once the communicator was aborted (settle() then
+  // reports the abort's reason). Non-blocking mode: no NCCL call waits, so neither does this.
+  template <typename F>
+  ncclResult_t locked(F f) {
+    MutexLock lock(comm_mu_);
+    return comm_ ? f(comm_) : ncclInvalidUsage;
+  }
+  ncclResult_t async_error() {
+    ncclResult_t r = ncclSuccess;
+    ncclResult_t q = locked([&](ncclComm_t c) { return ncclCommGetAsyncError(c, &r); });
+    return q == ncclSuccess ? r : q;
+  }
+  std::string last_error() {
+    MutexLock lock(comm_mu_);
+    return last_nccl_error(comm_);
+  }
+
+  const int rank_, size_, device_;
+  const std::chrono::milliseconds op_timeout_;
+  Mutex comm_mu_;  // guards comm_ after connect(): every call and the abort
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  void* scratch_ = nullptr;
+  size_t scratch_bytes_ = 0;
+  bool in_op_ = false;  // between wait_ready and fence (the background thread's)
+  nccl::PendingOps pending_;
+  std::atomic<bool> aborted_{false};
+  Mutex mu_;  // guards the watchdog's sleep and stop request
+  std::condition_variable cv_;
+  bool stop_ KOLO_GUARDED_BY(mu_) = false;
+  std::thread watchdog_;
+};
+
+NcclBackend::~NcclBackend() {
+  if (stream_) {
+    // Let queued work finish (bounded by the op timeout); the watchdog completes it.
+    const auto deadline = Clock::now() + op_timeout_;
+    while (pending_.size() > 0 && !aborted_ && Clock::now() < deadline)
+      std::this_thread::sleep_for(kPollInterval);
+    if (pending_.size() > 0) abort(Status::Aborted("the nccl backend was shut down"));
+  }
+  {
+    MutexLock lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (watchdog_.joinable()) watchdog_.join();
+  pending_.fail_all(Status::Aborted("the nccl backend was shut down"));
+  cudaSetDevice(device_);
+  if (comm_ && !aborted_) {
+    // Finalize flushes outstanding work; in non-blocking mode it returns at once and is
+    // polled. Whatever goes wrong, abort releases the communicator without waiting on peers.
+    ncclResult_t r = ncclCommFinalize(comm_);
+    const auto deadline = Clock::now() + op_timeout_;
+    while (r == ncclInProgress && Clock::now() < deadline) {
+      std::this_thread::sleep_for(kPollInterval);
+      if (ncclCommGetAsyncError(comm_, &r) != ncclSuccess) r = ncclInternalError;
+    }
+    if (r == ncclSuccess) {
+      ncclCommDestroy(comm_);
+    } else {
+      ncclCommAbort(comm_);
+    }
+  }
+  if (scratch_) cudaFreeAsync(scratch_, stream_);
+  if (stream_) {
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+  }
+}
+
+Status NcclBackend::connect(const BackendContext& ctx) {
+  const std::string me =
+      "nccl rank " + std::to_string(rank_) + " (cuda:" + std::to_string(device_) + ")";
+  KOLO_RETURN_IF_ERROR(cuda(cudaSetDevice(device_), me + ": cudaSetDevice"));
+  // A blocking stream, like the staging one: it also waits for work on the legacy default
+  // stream, so a tensor written there is safe to use without a ready event.
+  KOLO_RETURN_IF_ERROR(
+      cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamDefault), me + ": creating its stream"));
+
+  ncclUniqueId id;
+  const std::string key = ctx.store_prefix + "/nccl/id";
+  if (rank_ == 0) {
+    KOLO_RETURN_IF_ERROR(nccl_status(ncclGetUniqueId(&id), me + ": ncclGetUniqueId"));
+    if (size_ > 1)
+      KOLO_RETURN_IF_ERROR(ctx.store->set(key, std::string(id.internal, sizeof(id.internal)))
+                               .with_context(me + ": publishing the NCCL unique id in the store"));
+  } else {
+    Result<std::string> value = ctx.store->get(key, ctx.connect_timeout);
+    if (!value.ok())
+      return value.status().with_context(me + ": waiting for rank 0's NCCL unique id");
+    if (value->size() != sizeof(id.internal))
+      return Status::InvalidArgument(me + ": the NCCL unique id in the store under '" + key +
+                                     "' has " + std::to_string(value->size()) +
+                                     " bytes, expected " + std::to_string(sizeof(id.internal)));
+    std::memcpy(id.internal, value->data(), sizeof(id.internal));
+  }
+
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // every call returns at once; we poll, so a dead peer cannot hang us
+  ncclResult_t r = ncclCommInitRankConfig(&comm_, size_, id, rank_, &config);
+  const auto deadline = Clock::now() + ctx.connect_timeout;
+  while (r == ncclInProgress) {
+    if (Clock::now() > deadline) {
+      ncclCommAbort(comm_);
+      comm_ = nullptr;
+      return Status::Timeout(me + ": the NCCL communicator of " + std::to_string(size_) +
+                             " ranks was not ready within " + format_duration(ctx.connect_timeout) +
+                             " (a rank did not join, or cannot reach this one)");
+    }
+    std::this_thread::sleep_for(kPollInterval);
+    if (ncclCommGetAsyncError(comm_, &r) != ncclSuccess) r = ncclInternalError;
+  }
+  if (r != ncclSuccess) {
+    Status st = nccl_status(r, me + ": ncclCommInitRankConfig", last_nccl_error(comm_));
+    if (comm_) ncclCommAbort(comm_);
+    comm_ = nullptr;
+    return st;
+  }
+  watchdog_ = std::thread([this] { watchdog(); });
+  return Status::Ok();
+}
+
+Status NcclBackend::enter(const char* op) {
+  Status failed = pending_.failure();
+  if (!failed.ok()) return failed.with_context(std::string("nccl ") + op);
+  return cuda(cudaSetDevice(device_), std::string("nccl ") + op + ": cudaSetDevice");
+}
+
+Status NcclBackend::settle(ncclResult_t r, const std::string& what) {
+  const auto deadline = Clock::now() + op_timeout_;
+  while (r == ncclInProgress) {
+    if (Clock::now() > deadline) {
+      Status st = Status::Timeout(what + ": NCCL did not accept the call within " +
+                                  format_duration(op_timeout_) + " (KOLO_OP_TIMEOUT)");
+      abort(st);
+      return st;
+    }
+    std::this_thread::sleep_for(kPollInterval);
+    r = async_error();
+  }
+  if (r == ncclSuccess) return Status::Ok();
+  // Aborted meanwhile (by the watchdog or the runtime): that reason, not the symptom.
+  if (Status failed = pending_.failure(); !failed.ok()) return failed.with_context(what);
+  Status st = nccl_status(r, what, last_error());
+  // An asynchronous or remote error ruins the communicator; an invalid argument does not.
+  if (st.code() != StatusCode::kInvalidArgument) abort(st);
+  return st;
+}
+
+Status NcclBackend::scale(void* dst, const void* src, int64_t n, DataType dtype, double factor,
+                          const std::string& what) {
+  if (factor == 1.0) {
+    if (dst == src || n == 0) return Status::Ok();
+    return cuda(cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * dtype_size(dtype),
+                                cudaMemcpyDeviceToDevice, stream_),
+                what + ": copy");
+  }
+  return cuda(static_cast<cudaError_t>(
+                  nccl::scale_on_stream(dst, src, n, scale_type(dtype), factor, stream_)),
+              what + ": scale kernel");
+}
+
+Status NcclBackend::finish_call(const std::string& what) {
+  if (in_op_) return Status::Ok();
+  // Blocking contract outside an operation: poll an event (never cudaStreamSynchronize,
+  // which would hang on a dead peer), bounded by the op timeout and the async error.
+  cudaEvent_t ev = nullptr;
+  KOLO_RETURN_IF_ERROR(cuda(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), what));
+  Status st = cuda(cudaEventRecord(ev, stream_), what + ": cudaEventRecord");
+  const auto deadline = Clock::now() + op_timeout_;
+  while (st.ok()) {
+    cudaError_t q = cudaEventQuery(ev);
+    if (q == cudaSuccess) break;
+    if (q != cudaErrorNotReady) {
+      st = cuda(q, what);
+      break;
+    }
+    if (Status failed = pending_.failure(); !failed.ok()) {
+      st = failed.with_context(what);
+      break;
+    }
+    const ncclResult_t async = async_error();
+    if (async != ncclSuccess && async != ncclInProgress) {
+      st = nccl_status(async, what, last_error());
+      abort(st);
+      break;
+    }
+    if (Clock::now() > deadline) {
+      st = Status::Timeout(what + ": did not complete on the GPU within " +
+                           format_duration(op_timeout_) +
+                           " (KOLO_OP_TIMEOUT): a peer is dead or stuck");
+      abort(st);
+      break;
+    }
+    // Spin (yielding) for the first millisecond, as cudaStreamSynchronize would: a small
+    // collective completes in microseconds and a sleep would dominate it.
+    if (Clock::now() - (deadline - op_timeout_) > std::chrono::milliseconds(1))
+      std::this_thread::sleep_for(kPollInterval);
+    else
+      std::this_thread::yield();
+  }
+  cudaEventDestroy(ev);
+  return st;
+}
+
+Result<void*> NcclBackend::scratch(size_t bytes) {
+  if (bytes <= scratch_bytes_ && scratch_) return scratch_;
+  if (scratch_) cudaFreeAsync(scratch_, stream_);  // stream-ordered: after its last use
+  scratch_ = nullptr;
+  scratch_bytes_ = 0;
+  const size_t capacity = std::max<size_t>(bytes, 4096);
+  KOLO_RETURN_IF_ERROR(
+      cuda(cudaMallocAsync(&scratch_, capacity, stream_),
+           "nccl: allocating " + std::to_string(capacity) + " bytes of device scratch"));
+  scratch_bytes_ = capacity;
+  return scratch_;
+}
+
+Status NcclBackend::wait_ready(Device device, const void* data, void* ready_event,
+                               const std::string& what) {
+  KOLO_RETURN_IF_ERROR(enter("wait_ready"));
+  in_op_ = true;
+  if (!device.is_cuda() || device.index != device_)
+    return Status::InvalidArgument(
+        what + ": the tensor is on " + device.to_string() +
+        " but this rank's NCCL communicator is on cuda:" + std::to_string(device_));
+  if (data != nullptr) {
+    cudaPointerAttributes attr{};
+    cudaError_t err = cudaPointerGetAttributes(&attr, data);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();  // not sticky: clear it
+      return cuda(err, what + ": checking the tensor's data pointer");
+    }
+    if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)
+      return Status::InvalidArgument(
+          what + ": the tensor says " + device.to_string() + " but its data pointer is " +
+          (attr.type == cudaMemoryTypeHost ? "pinned host" : "unregistered host") + " memory");
+    if (attr.type == cudaMemoryTypeDevice && attr.device != device_)
+      return Status::InvalidArgument(what + ": the tensor says " + device.to_string() +
+                                     " but its memory is on cuda:" + std::to_string(attr.device));
+  }
+  if (ready_event) {
+    cudaError_t err = cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(ready_event), 0);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      return Status::InvalidArgument(what + ": its ready event is not a usable CUDA event (" +
+                                     cudaGetErrorName(err) + ": " + cudaGetErrorString(err) + ")");
+    }
+  }
+  return Status::Ok();
+}
+
+std::shared_ptr<void> NcclBackend::fence(const std::string& what, Done done) {
+  in_op_ = false;
+  cudaEvent_t ev = nullptr;
+  if (Status failed = pending_.failure(); !failed.ok()) {
+    done(nccl::op_failure(what, failed));  // the communicator is gone: name this op
+    return nullptr;
+  }
+  Status st = enter("fence");
+  if (st.ok()) st = cuda(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), what);
+  if (st.ok()) st = cuda(cudaEventRecord(ev, stream_), what + ": recording its completion event");
+  if (!st.ok()) {
+    if (ev) cudaEventDestroy(ev);
+    done(st);
+    return nullptr;
+  }
+  // Destroying an event whose work is still queued is allowed: CUDA frees it on completion.
+  std::shared_ptr<void> event(ev, [](void* e) { cudaEventDestroy(static_cast<cudaEvent_t>(e)); });
+  pending_.add(
+      what,
+      [ev]() -> Result<bool> {
+        cudaError_t q = cudaEventQuery(ev);
+        if (q == cudaSuccess) return true;
+        if (q == cudaErrorNotReady) return false;
+        return cuda_status(q, "waiting for its completion event");
+      },
+      std::move(done));
+  cv_.notify_all();
+  return event;
+}
+
+void NcclBackend::abort(const Status& why) {
+  if (aborted_.exchange(true)) {
+    pending_.fail_all(why);  // keeps the first reason
+    return;
+  }
+  KOLO_LOG_ERROR("nccl: aborting the communicator: " << why.to_string());
+  // Abort first: no pending op may be reported failed while NCCL can still write its buffers.
+  {
+    MutexLock lock(comm_mu_);
+    if (comm_) ncclCommAbort(comm_);
+    comm_ = nullptr;
+  }
+  pending_.fail_all(why);
+}
+
+void NcclBackend::watchdog() {
+  cudaSetDevice(device_);
+  for (;;) {
+    {
+      MutexLock lock(mu_);
+      if (stop_) return;
+      cv_.wait_for(lock.native(),
+                   pending_.size() > 0
+                       ? std::chrono::duration_cast<std::chrono::microseconds>(kPollInterval)
+                       : std::chrono::microseconds(kIdleInterval));
+      if (stop_) return;
+    }
+    if (aborted_) continue;
+    Status st = pending_.poll(op_timeout_);
+    if (st.ok()) {
+      const ncclResult_t async = async_error();
+      if (async != ncclSuccess && async != ncclInProgress && !aborted_)
+        st = nccl_status(async, "the nccl communicator", last_error());
+    }
+    if (!st.ok()) abort(st);
+  }
+}
+
+Status NcclBackend::do_allreduce(const void* input, void* output, int64_t count, DataType dtype,
+                                 const Reduction& reduction) {
+  const std::string what = "nccl allreduce";
+  KOLO_RETURN_IF_ERROR(enter("allreduce"));
+  // A prescale is a kernel into the output, then the reduction is in place there; without one
+  // NCCL reads the input directly.
+  const void* src = input;
+  if (reduction.prescale != 1.0) {
+    KOLO_RETURN_IF_ERROR(scale(output, input, count, dtype, reduction.prescale, what));
+    src = output;
+  }
+  KOLO_RETURN_IF_ERROR(settle(
+      locked([&](ncclComm_t c) {
+        return ncclAllReduce(src, output, static_cast<size_t>(count),
+                             static_cast<ncclDataType_t>(nccl::nccl_dtype(dtype)),
+                             static_cast<ncclRedOp_t>(nccl::nccl_op(reduction.op)), c, stream_);
+      }),
+      what));
+  KOLO_RETURN_IF_ERROR(scale(output, output, count, dtype, reduction.postscale, what));
+  return finish_call(what);
+}
+
+Status NcclBackend::exchange(const void* input, void* output, DataType dtype,
+                             const std::vector<int64_t>& send_counts,
+                             const std::vector<int64_t>& recv_counts, bool same_input,
+                             const std::string& what) {
+  const size_t esize = dtype_size(dtype);
+  const auto dt = static_cast<ncclDataType_t>(nccl::nccl_dtype(dtype));
+  auto in = static_cast<const char*>(input);
+  auto out = static_cast<char*>(output);
+  int64_t send_off = 0, recv_off = 0;
+  // The whole group under comm_mu_: an abort must not free the communicator between the calls
+  // of an open group. Inside a group the calls only record work (no InProgress to poll).
+  MutexLock lock(comm_mu_);
+  if (!comm_) return pending_.failure().with_context(what);
+  Status st = group_call(ncclGroupStart(), what + ": ncclGroupStart");
+  for (int j = 0; j < size_ && st.ok(); ++j) {
+    const int64_t s = send_counts[j], rc = recv_counts[j];
+    if (j == rank_) {
+      if (s > 0 && in + send_off * esize != out + recv_off * esize)
+        st =
+            cuda(cudaMemcpyAsync(out + recv_off * esize, in + send_off * esize,
+                                 static_cast<size_t>(s) * esize, cudaMemcpyDeviceToDevice, stream_),
+                 what + ": own block");
+    } else {
+      if (s > 0)
+        st = group_call(
+            ncclSend(in + send_off * esize, static_cast<size_t>(s), dt, j, comm_, stream_),
+            what + ": ncclSend to rank " + std::to_string(j));
+      if (st.ok() && rc > 0)
+        st = group_call(
+            ncclRecv(out + recv_off * esize, static_cast<size_t>(rc), dt, j, comm_, stream_),
+            what + ": ncclRecv from rank " + std::to_string(j));
+    }
+    if (!same_input) send_off += s;
+    recv_off += rc;
+  }
+  // The group must be closed even after a failed call, or the communicator stays in it.
+  const ncclResult_t ended = ncclGroupEnd();
+  lock.unlock();
+  Status end_status = settle(ended, what + ": ncclGroupEnd");
+  return st.ok() ? end_status : st;
+}
+
+Status NcclBackend::do_allgather(const void* input, void* output, DataType dtype,
+                                 const std::vector<int64_t>& counts) {
+  const std::string what = "nccl allgather";
+  KOLO_RETURN_IF_ERROR(enter("allgather"));
+  const bool equal =
+      std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts[0]; });
+  if (equal) {
+    // ncclAllGather is in place when input is this rank's slot of output.
+    KOLO_RETURN_IF_ERROR(settle(
+        locked([&](ncclComm_t c) {
+          return ncclAllGather(input, output, static_cast<size_t>(counts[0]),
+                               static_cast<ncclDataType_t>(nccl::nccl_dtype(dtype)), c, stream_);
+        }),
+        what));
+  } else {
+    // Every rank sends its one block to every other rank.
+    KOLO_RETURN_IF_ERROR(exchange(input, output, dtype,
+                                  std::vector<int64_t>(static_cast<size_t>(size_), counts[rank_]),
+                                  counts, /*same_input=*/true, what));
+  }
+  return finish_call(what);
+}
+
+Status NcclBackend::do_broadcast(void* data, int64_t count, DataType dtype, int root) {
+  const std::string what = "nccl broadcast";
+  KOLO_RETURN_IF_ERROR(enter("broadcast"));
+  KOLO_RETURN_IF_ERROR(settle(locked([&](ncclComm_t c) {
+                                return ncclBroadcast(
+                                    data, data, static_cast<size_t>(count),
+                                    static_cast<ncclDataType_t>(nccl::nccl_dtype(dtype)), root, c,
+                                    stream_);
+                              }),
+                              what));
+  return finish_call(what);
+}
+
+Status NcclBackend::do_alltoall(const void* input, void* output, DataType dtype,
+                                const std::vector<int64_t>& send_counts,
+                                const std::vector<int64_t>& recv_counts) {
+  const std::string what = "nccl alltoall";
+  KOLO_RETURN_IF_ERROR(enter("alltoall"));
+  KOLO_RETURN_IF_ERROR(
+      exchange(input, output, dtype, send_counts, recv_counts, /*same_input=*/false, what));
+  return finish_call(what);
+}
+
+Status NcclBackend::do_reducescatter(const void* input, void* output, DataType dtype,
+                                     const Reduction& reduction,
+                                     const std::vector<int64_t>& counts) {
+  const std::string what = "nccl reducescatter";
+  KOLO_RETURN_IF_ERROR(enter("reducescatter"));
+  const size_t esize = dtype_size(dtype);
+  const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  const void* src = input;
+  if (reduction.prescale != 1.0) {
+    KOLO_ASSIGN_OR_RETURN(void* scaled, scratch(static_cast<size_t>(total) * esize));
+    KOLO_RETURN_IF_ERROR(scale(scaled, input, total, dtype, reduction.prescale, what));
+    src = scaled;
+  }
+  const auto dt = static_cast<ncclDataType_t>(nccl::nccl_dtype(dtype));
+  const auto op = static_cast<ncclRedOp_t>(nccl::nccl_op(reduction.op));
+  const bool equal =
+      std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts[0]; });
+  if (equal) {
+    KOLO_RETURN_IF_ERROR(settle(
+        locked([&](ncclComm_t c) {
+          return ncclReduceScatter(src, output, static_cast<size_t>(counts[0]), dt, op, c, stream_);
+        }),
+        what));
+  } else {
+    // NCCL has no reduce-scatter with per-rank counts: one ncclReduce per block, to the rank
+    // that owns it, in one group (NCCL schedules them together).
+    // Under comm_mu_ for the whole group, as in exchange().
+    MutexLock lock(comm_mu_);
+    if (!comm_) return pending_.failure().with_context(what);
+    Status st = group_call(ncclGroupStart(), what + ": ncclGroupStart");
+    int64_t off = 0;
+    for (int r = 0; r < size_ && st.ok(); ++r) {
+      if (counts[r] > 0)
+        st = group_call(ncclReduce(static_cast<const char*>(src) + off * esize, output,
+                                   static_cast<size_t>(counts[r]), dt, op, r, comm_, stream_),
+                        what + ": ncclReduce of rank " + std::to_string(r) + "'s block");
+      off += counts[r];
+    }
+    const ncclResult_t ended = ncclGroupEnd();
+    lock.unlock();
+    Status end_status = settle(ended, what + ": ncclGroupEnd");
+    KOLO_RETURN_IF_ERROR(st.ok() ? end_status : st);
+  }
+  KOLO_RETURN_IF_ERROR(scale(output, output, counts[rank_], dtype, reduction.postscale, what));
+  return finish_call(what);
+}
+
+Status NcclBackend::do_barrier() {
+  const std::string what = "nccl barrier";
+  KOLO_RETURN_IF_ERROR(enter("barrier"));
+  KOLO_ASSIGN_OR_RETURN(void* one, scratch(sizeof(int32_t)));
+  KOLO_RETURN_IF_ERROR(settle(locked([&](ncclComm_t c) {
+                                return ncclAllReduce(one, one, 1, ncclInt32, ncclSum, c, stream_);
+                              }),
+                              what));
+  const bool was_in_op = in_op_;
+  in_op_ = false;  // a barrier is always blocking: that is its point
+  Status st = finish_call(what);
+  in_op_ = was_in_op;
+  return st;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Backend>> make_nccl_backend(const BackendContext& ctx) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    count = 0;
+  }
+  if (count == 0)
+    return Status::Unsupported(
+        "nccl: this process sees no CUDA device (CUDA_VISIBLE_DEVICES, "
+        "driver); NCCL needs one GPU per rank");
+  if (ctx.local_size > count)
+    return Status::InvalidArgument("nccl: " + std::to_string(ctx.local_size) +
+                                   " ranks run on this host but it has " + std::to_string(count) +
+                                   " visible GPU(s); NCCL needs one GPU per rank");
+  if (ctx.size > 1 && ctx.store == nullptr)
+    return Status::InvalidArgument("nccl: context.store must not be null for a group of " +
+                                   std::to_string(ctx.size) + " ranks");
+  auto backend = std::make_unique<NcclBackend>(ctx.rank, ctx.size, ctx.local_rank, ctx.op_timeout);
+  KOLO_RETURN_IF_ERROR(backend->connect(ctx));
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+BackendEntry backend_entry_nccl() {
+  BackendEntry entry;
+  entry.name = "nccl";
+  entry.factory = &make_nccl_backend;
+  entry.devices = {DeviceKind::kCuda};
+  return entry;
+}
+
+}  // namespace kolo

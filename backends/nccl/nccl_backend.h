@@ -1,0 +1,46 @@
+// The nccl backend: Kolo's collectives on CUDA tensors with NCCL, on one communicator per
+// process (rank r of the job is rank r of the communicator, on GPU local_rank).
+//
+// Bootstrap: rank 0 calls ncclGetUniqueId and publishes it in the rendezvous store under
+// `<store_prefix>/nccl/id`; the other ranks read it (within connect_timeout) and every rank
+// calls ncclCommInitRankConfig with blocking = 0, polling ncclCommGetAsyncError until the
+// communicator is ready, so that a rank that never joins ends in Timeout, never in a hang.
+// A one-rank group needs no store.
+//
+// Data path (DeviceBackend's protocol, backends/device_backend.h): the collectives run on this
+// backend's stream for the device, after cudaStreamWaitEvent on each tensor's ready event; the
+// pre- and post-scale of an allreduce are device kernels on the same stream (nccl_kernels.h);
+// average is ncclAvg. Allgather with equal counts is ncclAllGather; with per-rank counts, and
+// alltoall, it is grouped ncclSend/ncclRecv (exactly the bytes each rank has, no padded copy
+// and no compaction pass; padding to the largest count would move size * max bytes). A
+// reducescatter with equal counts is ncclReduceScatter, with per-rank counts a group of
+// ncclReduce (one per rank's block). float16 and bfloat16 are NCCL types.
+//
+// Completion: fence() records an event; the backend's watchdog thread polls it with
+// cudaEventQuery (no host thread ever blocks on the GPU), polls ncclCommGetAsyncError, and
+// aborts the communicator (ncclCommAbort) when NCCL reports an error, when the oldest pending
+// operation has run longer than op_timeout (KOLO_OP_TIMEOUT), or when abort() is called;
+// every pending operation then fails with that error (PendingOps, pending_ops.h).
+//
+// Errors: Unsupported when the process sees no GPU; InvalidArgument when this host has more
+// ranks than GPUs (NCCL refuses two ranks on one GPU); Timeout when the communicator is not
+// ready within connect_timeout; NCCL and CUDA errors as nccl_errors.h maps them, naming the
+// operation and tensor.
+// Thread-safety: DeviceBackend's.
+#pragma once
+
+#include <memory>
+
+#include "backends/device_backend.h"
+#include "backends/registry.h"
+#include "kolo/status.h"
+
+namespace kolo {
+
+// This rank's nccl backend, its communicator ready.
+Result<std::unique_ptr<Backend>> make_nccl_backend(const BackendContext& context);
+
+// The registry's entry: CUDA buffers only; no launcher of its own.
+BackendEntry backend_entry_nccl();
+
+}  // namespace kolo

@@ -1,0 +1,273 @@
+// The nccl backend: selection (KOLO_GPU_OPERATIONS) and the factory's refusals run anywhere;
+// the collectives run on a one-rank communicator on one GPU and skip without one.
+#include "backends/nccl/nccl_backend.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "backends/registry.h"
+
+namespace kolo {
+namespace {
+
+int visible_gpus() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+#define KOLO_REQUIRE_GPU()                                                                  \
+  if (visible_gpus() == 0)                                                                  \
+  GTEST_SKIP() << "no CUDA device visible to this process: the one-rank NCCL communicator " \
+                  "needs a GPU (scripts/gpu-check.sh runs these on a GPU machine)"
+
+BackendContext one_rank() {
+  BackendContext ctx;  // rank 0 of 1: no store needed
+  ctx.op_timeout = std::chrono::milliseconds(20000);
+  return ctx;
+}
+
+TEST(NcclSelectionTest, DefaultIsNcclExactlyWhenAGpuIsVisible) {
+  Result<std::string> none = gpu_backend_choice("", 0);
+  ASSERT_TRUE(none.ok()) << none.status().to_string();
+  EXPECT_EQ(*none, "");  // staged through host memory to the CPU backend
+  Result<std::string> one = gpu_backend_choice("", 1);
+  ASSERT_TRUE(one.ok()) << one.status().to_string();
+  EXPECT_EQ(*one, "nccl");
+  Result<std::string> eight = gpu_backend_choice("", 8);
+  EXPECT_EQ(eight.value(), "nccl");
+  // Four ranks on a host with two GPUs: NCCL would refuse, so the default stages instead.
+  EXPECT_EQ(gpu_backend_choice("", 2, 4).value(), "");
+  EXPECT_EQ(gpu_backend_choice("", 4, 4).value(), "nccl");
+}
+
+TEST(NcclSelectionTest, AnExplicitChoiceIsCheckedAgainstTheBuildAndTheGpus) {
+  EXPECT_EQ(gpu_backend_choice("tcp", 0).value(), "tcp");
+  EXPECT_EQ(gpu_backend_choice("tcp", 2).value(), "tcp");  // staged even with GPUs
+  EXPECT_EQ(gpu_backend_choice("nccl", 1).value(), "nccl");
+  Result<std::string> no_gpu = gpu_backend_choice("nccl", 0);
+  ASSERT_FALSE(no_gpu.ok());
+  EXPECT_EQ(no_gpu.status().to_string(),
+            "InvalidArgument: KOLO_GPU_OPERATIONS=nccl: this process sees no GPU "
+            "(CUDA_VISIBLE_DEVICES, driver), and backend nccl takes CUDA tensors only");
+  Result<std::string> unknown = gpu_backend_choice("gloo", 1);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(unknown.status().message().rfind("KOLO_GPU_OPERATIONS=gloo: unknown backend 'gloo'; "
+                                             "this build has: ",
+                                             0),
+            0u)
+      << unknown.status().to_string();
+}
+
+TEST(NcclRegistryTest, TheEntryTakesCudaBuffersOnly) {
+  Result<const BackendEntry*> entry = find_backend("nccl");
+  ASSERT_TRUE(entry.ok()) << entry.status().to_string();
+  EXPECT_TRUE((*entry)->handles(Device::cuda(0)));
+  EXPECT_FALSE((*entry)->handles(Device::cpu()));
+  EXPECT_EQ((*entry)->launcher.detect, nullptr);
+  EXPECT_NE(default_cpu_backend(World{}), "nccl");  // never the CPU default
+}
+
+TEST(NcclFactoryTest, WithoutAGpuItIsUnsupported) {
+  if (visible_gpus() > 0) GTEST_SKIP() << "a GPU is visible: this test is for machines without";
+  Result<std::unique_ptr<Backend>> b = create_backend("nccl", one_rank());
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().to_string(),
+            "Unsupported: nccl: this process sees no CUDA device (CUDA_VISIBLE_DEVICES, "
+            "driver); NCCL needs one GPU per rank");
+}
+
+TEST(NcclFactoryTest, MoreRanksOnAHostThanGpusIsRefused) {
+  KOLO_REQUIRE_GPU();
+  BackendContext ctx = one_rank();
+  ctx.local_size = visible_gpus() + 1;
+  Result<std::unique_ptr<Backend>> b = create_backend("nccl", ctx);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(b.status().message().find("NCCL needs one GPU per rank"), std::string::npos);
+}
+
+// Device memory holding `values` as T, freed at scope exit.
+template <typename T>
+struct DeviceArray {
+  explicit DeviceArray(const std::vector<T>& values) : n(values.size()) {
+    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&data), std::max<size_t>(n, 1) * sizeof(T)),
+              cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(data, values.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  ~DeviceArray() { cudaFree(data); }
+  std::vector<T> get() const {
+    std::vector<T> out(n);
+    EXPECT_EQ(cudaMemcpy(out.data(), data, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    return out;
+  }
+  T* data = nullptr;
+  size_t n;
+};
+
+class NcclOneRankTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    KOLO_REQUIRE_GPU();
+    Result<std::unique_ptr<Backend>> b = create_backend("nccl", one_rank());
+    ASSERT_TRUE(b.ok()) << b.status().to_string();
+    backend_ = std::move(*b);
+    device_ = dynamic_cast<DeviceBackend*>(backend_.get());
+    ASSERT_NE(device_, nullptr);
+    EXPECT_EQ(backend_->name(), "nccl");
+    EXPECT_EQ(backend_->size(), 1);
+  }
+  std::unique_ptr<Backend> backend_;
+  DeviceBackend* device_ = nullptr;
+};
+
+std::vector<float> iota(size_t n, float from = 1) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = from + static_cast<float>(i);
+  return v;
+}
+
+TEST_F(NcclOneRankTest, AllreduceEveryOpWithPreAndPostScale) {
+  const std::vector<float> x = iota(1000);
+  for (ReduceOp op :
+       {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
+    DeviceArray<float> in(x), out(std::vector<float>(x.size(), -1));
+    // One rank: every op is the identity, so the result is x * prescale * postscale.
+    ASSERT_TRUE(
+        backend_->allreduce(in.data, out.data, 1000, DataType::kFloat32, {op, 4.0, 0.5}).ok());
+    std::vector<float> got = out.get();
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(got[i], 2 * x[i]) << reduce_op_name(op) << i;
+    EXPECT_EQ(in.get(), x);  // the input is untouched out of place
+  }
+  DeviceArray<float> inplace(x);
+  ASSERT_TRUE(backend_
+                  ->allreduce(inplace.data, inplace.data, 1000, DataType::kFloat32,
+                              {ReduceOp::kSum, 1.0, 3.0})
+                  .ok());
+  std::vector<float> got = inplace.get();
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(got[i], 3 * x[i]);
+}
+
+TEST_F(NcclOneRankTest, HalfAndBfloat16AreNative) {
+  std::vector<__half> h(64);
+  std::vector<__nv_bfloat16> b(64);
+  for (int i = 0; i < 64; ++i) {
+    h[i] = __float2half(static_cast<float>(i));
+    b[i] = __float2bfloat16(static_cast<float>(i));
+  }
+  DeviceArray<__half> dh(h);
+  DeviceArray<__nv_bfloat16> db(b);
+  ASSERT_TRUE(
+      backend_->allreduce(dh.data, dh.data, 64, DataType::kFloat16, {ReduceOp::kSum, 1.0, 2.0})
+          .ok());
+  ASSERT_TRUE(
+      backend_->allreduce(db.data, db.data, 64, DataType::kBFloat16, {ReduceOp::kAverage, 2.0, 1.0})
+          .ok());
+  std::vector<__half> gh = dh.get();
+  std::vector<__nv_bfloat16> gb = db.get();
+  for (int i = 0; i < 64; ++i) {
+    ASSERT_EQ(__half2float(gh[i]), 2.0f * i) << i;
+    ASSERT_EQ(__bfloat162float(gb[i]), 2.0f * i) << i;
+  }
+}
+
+TEST_F(NcclOneRankTest, AllgatherBroadcastAlltoallReducescatterBarrier) {
+  const std::vector<float> x = iota(256);
+  DeviceArray<float> in(x), out(std::vector<float>(256, 0));
+  ASSERT_TRUE(backend_->allgather(in.data, out.data, DataType::kFloat32, {256}).ok());
+  EXPECT_EQ(out.get(), x);
+  DeviceArray<float> b(x);
+  ASSERT_TRUE(backend_->broadcast(b.data, 256, DataType::kFloat32, 0).ok());
+  EXPECT_EQ(b.get(), x);
+  DeviceArray<float> a2a(std::vector<float>(256, 0));
+  ASSERT_TRUE(backend_->alltoall(in.data, a2a.data, DataType::kFloat32, {256}, {256}).ok());
+  EXPECT_EQ(a2a.get(), x);
+  DeviceArray<float> rs(std::vector<float>(256, 0));
+  ASSERT_TRUE(
+      backend_
+          ->reducescatter(in.data, rs.data, DataType::kFloat32, {ReduceOp::kSum, 2.0, 1.0}, {256})
+          .ok());
+  std::vector<float> got = rs.get();
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(got[i], 2 * x[i]);
+  EXPECT_TRUE(backend_->barrier().ok());
+  // Zero elements are valid everywhere.
+  EXPECT_TRUE(backend_->allreduce(nullptr, nullptr, 0, DataType::kFloat32, {}).ok());
+  EXPECT_TRUE(backend_->allgather(nullptr, nullptr, DataType::kFloat32, {0}).ok());
+}
+
+TEST_F(NcclOneRankTest, AsyncProtocolWaitsForTheReadyEventAndCompletesThroughTheFence) {
+  const std::vector<float> x = iota(1 << 20);
+  DeviceArray<float> t(std::vector<float>(x.size(), 0));
+  cudaStream_t producer;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking), cudaSuccess);
+  cudaEvent_t ready;
+  ASSERT_EQ(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), cudaSuccess);
+  // The producer writes on its own stream; only the ready event orders the allreduce after it.
+  ASSERT_EQ(
+      cudaMemcpyAsync(t.data, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice, producer),
+      cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(ready, producer), cudaSuccess);
+  ASSERT_TRUE(device_->wait_ready(Device::cuda(0), t.data, ready, "allreduce 't'").ok());
+  ASSERT_TRUE(backend_
+                  ->allreduce(t.data, t.data, static_cast<int64_t>(x.size()), DataType::kFloat32,
+                              {ReduceOp::kSum, 1.0, 2.0})
+                  .ok());
+  std::atomic<int> calls{0};
+  Status result = Status::Internal("not called");
+  std::shared_ptr<void> event = device_->fence("allreduce 't'", [&](const Status& st) {
+    result = st;
+    calls.fetch_add(1);
+  });
+  ASSERT_NE(event, nullptr);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (calls.load() == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(calls.load(), 1);
+  EXPECT_TRUE(result.ok()) << result.to_string();
+  EXPECT_EQ(cudaEventQuery(static_cast<cudaEvent_t>(event.get())), cudaSuccess);
+  std::vector<float> got = t.get();
+  for (size_t i = 0; i < x.size(); i += 4099) ASSERT_EQ(got[i], 2 * x[i]) << i;
+  cudaEventDestroy(ready);
+  cudaStreamDestroy(producer);
+}
+
+TEST_F(NcclOneRankTest, BadTensorsAreErrorsNamingThem) {
+  std::vector<float> host(16, 1.0f);
+  Status st = device_->wait_ready(Device::cuda(0), host.data(), nullptr, "allreduce 'h'");
+  EXPECT_EQ(st.to_string(),
+            "InvalidArgument: allreduce 'h': the tensor says cuda:0 but its data pointer is "
+            "unregistered host memory");
+  (void)device_->fence("allreduce 'h'", [](const Status&) {});
+  st = device_->wait_ready(Device::cuda(visible_gpus()), nullptr, nullptr, "allreduce 'far'");
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("allreduce 'far': the tensor is on cuda:"), std::string::npos)
+      << st.to_string();
+  (void)device_->fence("allreduce 'far'", [](const Status&) {});
+}
+
+TEST_F(NcclOneRankTest, AbortFailsPendingAndLaterOperationsNamingThePeer) {
+  const Status peer = Status::PeerFailure("rank 1 (gpu-host-2:4000) closed the connection");
+  device_->abort(peer);
+  Status late = Status::Ok();
+  (void)device_->fence("allreduce 'late'", [&](const Status& st) { late = st; });
+  EXPECT_EQ(late.to_string(),
+            "PeerFailure: allreduce 'late': rank 1 (gpu-host-2:4000) closed the connection");
+  DeviceArray<float> t(iota(8));
+  Status st = backend_->allreduce(t.data, t.data, 8, DataType::kFloat32, {});
+  EXPECT_EQ(st.code(), StatusCode::kPeerFailure);
+  EXPECT_NE(st.message().find("rank 1 (gpu-host-2:4000)"), std::string::npos) << st.to_string();
+}
+
+}  // namespace
+}  // namespace kolo

@@ -1,0 +1,102 @@
+#include "backends/nccl/nccl_errors.h"
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+namespace kolo::nccl {
+
+Status nccl_status(int result, const std::string& what, const std::string& detail) {
+  const auto r = static_cast<ncclResult_t>(result);
+  if (r == ncclSuccess) return Status::Ok();
+  const char* name = "ncclUnknownError";
+  StatusCode code = StatusCode::kInternal;
+  switch (r) {
+    case ncclUnhandledCudaError:
+      name = "ncclUnhandledCudaError";
+      break;
+    case ncclSystemError:
+      name = "ncclSystemError";
+      code = StatusCode::kIoError;
+      break;
+    case ncclInternalError:
+      name = "ncclInternalError";
+      break;
+    case ncclInvalidArgument:
+      name = "ncclInvalidArgument";
+      code = StatusCode::kInvalidArgument;
+      break;
+    case ncclInvalidUsage:
+      name = "ncclInvalidUsage";
+      code = StatusCode::kInvalidArgument;
+      break;
+    case ncclRemoteError:
+      name = "ncclRemoteError";
+      code = StatusCode::kPeerFailure;
+      break;
+    case ncclInProgress:
+      name = "ncclInProgress";
+      break;
+    default:
+      break;
+  }
+  std::string msg = what + ": NCCL error " + name + ": " + ncclGetErrorString(r);
+  if (!detail.empty()) msg += " (" + detail + ")";
+  return Status(code, std::move(msg));
+}
+
+Status cuda_status(int err, const std::string& what) {
+  const auto e = static_cast<cudaError_t>(err);
+  if (e == cudaSuccess) return Status::Ok();
+  StatusCode code = StatusCode::kInternal;
+  switch (e) {
+    case cudaErrorInvalidValue:
+    case cudaErrorInvalidResourceHandle:
+    case cudaErrorInvalidDevice:
+    case cudaErrorIllegalAddress:
+      code = StatusCode::kInvalidArgument;
+      break;
+    default:
+      break;
+  }
+  return Status(code, what + ": CUDA error " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
+}
+
+int nccl_dtype(DataType dtype) {
+  switch (dtype) {
+    case DataType::kUInt8:
+      return ncclUint8;
+    case DataType::kInt8:
+      return ncclInt8;
+    case DataType::kInt32:
+      return ncclInt32;
+    case DataType::kInt64:
+      return ncclInt64;
+    case DataType::kFloat16:
+      return ncclFloat16;
+    case DataType::kBFloat16:
+      return ncclBfloat16;
+    case DataType::kFloat32:
+      return ncclFloat32;
+    case DataType::kFloat64:
+      return ncclFloat64;
+  }
+  return ncclFloat32;  // unreachable: Backend validated the dtype
+}
+
+int nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kAverage:
+      return ncclAvg;
+    case ReduceOp::kMin:
+      return ncclMin;
+    case ReduceOp::kMax:
+      return ncclMax;
+    case ReduceOp::kProduct:
+      return ncclProd;
+  }
+  return ncclSum;  // unreachable: Backend validated the op
+}
+
+}  // namespace kolo::nccl

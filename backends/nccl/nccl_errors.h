@@ -1,0 +1,34 @@
+// The translation of NCCL and CUDA results, types and reductions into Kolo's terms. Pure
+// functions: none of them touches a device, so they are unit-tested on machines without a GPU.
+// Thread-safety: all of them may be called from any thread.
+#pragma once
+
+#include <string>
+
+#include "kolo/status.h"
+#include "kolo/types.h"
+
+namespace kolo::nccl {
+
+// `result` is an ncclResult_t, `detail` ncclGetLastError's text (may be empty). The Status
+// reads "<what>: NCCL error <name>: <ncclGetErrorString>[ (<detail>)]" with the code:
+//   ncclInvalidArgument, ncclInvalidUsage -> InvalidArgument (a bad call: our bug or the caller's)
+//   ncclRemoteError                       -> PeerFailure (a peer died or its network failed)
+//   ncclSystemError                       -> IoError (sockets, shared memory, the OS)
+//   ncclUnhandledCudaError, ncclInternalError and anything else -> Internal
+// ncclSuccess gives OK. `what` names the operation and the tensor, e.g. "allreduce 'grad/w'".
+Status nccl_status(int result, const std::string& what, const std::string& detail = "");
+
+// `err` is a cudaError_t. "<what>: CUDA error <cudaGetErrorName>: <cudaGetErrorString>" with:
+//   cudaErrorInvalidValue, cudaErrorInvalidResourceHandle (an event that is not an event),
+//   cudaErrorInvalidDevice, cudaErrorIllegalAddress (a host pointer labelled as CUDA)
+//     -> InvalidArgument
+//   everything else -> Internal.  cudaSuccess gives OK.
+Status cuda_status(int err, const std::string& what);
+
+// The ncclDataType_t of a dtype; every Kolo dtype has one (float16 and bfloat16 natively).
+int nccl_dtype(DataType dtype);
+// The ncclRedOp_t of an op. kAverage maps to ncclAvg (NCCL >= 2.10).
+int nccl_op(ReduceOp op);
+
+}  // namespace kolo::nccl

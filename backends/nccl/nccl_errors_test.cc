@@ -1,0 +1,68 @@
+// The mapping of NCCL and CUDA results to Status, and of Kolo's types to NCCL's. No GPU needed.
+#include "backends/nccl/nccl_errors.h"
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+#include <nccl.h>
+
+namespace kolo::nccl {
+namespace {
+
+TEST(NcclErrorsTest, NcclResultsMapToCodesAndNameTheTensor) {
+  EXPECT_TRUE(nccl_status(ncclSuccess, "allreduce 'w'").ok());
+  const struct {
+    ncclResult_t result;
+    StatusCode code;
+    const char* name;
+  } cases[] = {
+      {ncclUnhandledCudaError, StatusCode::kInternal, "ncclUnhandledCudaError"},
+      {ncclSystemError, StatusCode::kIoError, "ncclSystemError"},
+      {ncclInternalError, StatusCode::kInternal, "ncclInternalError"},
+      {ncclInvalidArgument, StatusCode::kInvalidArgument, "ncclInvalidArgument"},
+      {ncclInvalidUsage, StatusCode::kInvalidArgument, "ncclInvalidUsage"},
+      {ncclRemoteError, StatusCode::kPeerFailure, "ncclRemoteError"},
+      {ncclInProgress, StatusCode::kInternal, "ncclInProgress"},
+  };
+  for (const auto& c : cases) {
+    Status st = nccl_status(c.result, "allreduce 'grad/w1'");
+    EXPECT_EQ(st.code(), c.code) << c.name;
+    EXPECT_EQ(st.message(), std::string("allreduce 'grad/w1': NCCL error ") + c.name + ": " +
+                                ncclGetErrorString(c.result));
+  }
+  Status detailed = nccl_status(ncclRemoteError, "broadcast 'b'", "rank 3 closed the socket");
+  EXPECT_EQ(detailed.code(), StatusCode::kPeerFailure);
+  EXPECT_EQ(detailed.message().rfind(" (rank 3 closed the socket)"),
+            detailed.message().size() - std::string(" (rank 3 closed the socket)").size());
+}
+
+TEST(NcclErrorsTest, CudaErrorsMapToCodesAndNameTheTensor) {
+  EXPECT_TRUE(cuda_status(cudaSuccess, "x").ok());
+  Status event = cuda_status(cudaErrorInvalidResourceHandle, "allreduce 'g': its ready event");
+  EXPECT_EQ(event.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(event.message(), std::string("allreduce 'g': its ready event: CUDA error "
+                                         "cudaErrorInvalidResourceHandle: ") +
+                                 cudaGetErrorString(cudaErrorInvalidResourceHandle));
+  for (cudaError_t e : {cudaErrorInvalidValue, cudaErrorInvalidDevice, cudaErrorIllegalAddress})
+    EXPECT_EQ(cuda_status(e, "t").code(), StatusCode::kInvalidArgument) << cudaGetErrorName(e);
+  for (cudaError_t e : {cudaErrorMemoryAllocation, cudaErrorLaunchFailure, cudaErrorNoDevice})
+    EXPECT_EQ(cuda_status(e, "t").code(), StatusCode::kInternal) << cudaGetErrorName(e);
+}
+
+TEST(NcclErrorsTest, EveryDtypeAndOpHasItsNcclCounterpart) {
+  EXPECT_EQ(nccl_dtype(DataType::kUInt8), ncclUint8);
+  EXPECT_EQ(nccl_dtype(DataType::kInt8), ncclInt8);
+  EXPECT_EQ(nccl_dtype(DataType::kInt32), ncclInt32);
+  EXPECT_EQ(nccl_dtype(DataType::kInt64), ncclInt64);
+  EXPECT_EQ(nccl_dtype(DataType::kFloat16), ncclFloat16);
+  EXPECT_EQ(nccl_dtype(DataType::kBFloat16), ncclBfloat16);
+  EXPECT_EQ(nccl_dtype(DataType::kFloat32), ncclFloat32);
+  EXPECT_EQ(nccl_dtype(DataType::kFloat64), ncclFloat64);
+  EXPECT_EQ(nccl_op(ReduceOp::kSum), ncclSum);
+  EXPECT_EQ(nccl_op(ReduceOp::kAverage), ncclAvg);
+  EXPECT_EQ(nccl_op(ReduceOp::kMin), ncclMin);
+  EXPECT_EQ(nccl_op(ReduceOp::kMax), ncclMax);
+  EXPECT_EQ(nccl_op(ReduceOp::kProduct), ncclProd);
+}
+
+}  // namespace
+}  // namespace kolo::nccl

@@ -1,0 +1,21 @@
+// The device kernels of the nccl backend: the pre- and post-scale of an allreduce. One .cu
+// translation unit (nvcc time on a 2-core CI machine is what keeps it to one).
+// Thread-safety: stateless; each call queues one kernel on `stream`.
+#pragma once
+
+#include <cstdint>
+
+namespace kolo::nccl {
+
+// The element types the kernels know: kolo::DataType's, restated because this header is
+// compiled by nvcc in C++17 and kolo/types.h is C++20 (scale_type() in nccl_backend.cc maps).
+enum class ScaleType { kUInt8, kInt8, kInt32, kInt64, kFloat16, kBFloat16, kFloat32, kFloat64 };
+
+// dst[i] = src[i] * factor for n elements of type, queued on `stream` (a cudaStream_t);
+// dst == src is in place. Floating types multiply in float (double for float64); integers
+// multiply in double and truncate toward zero, like ops::scale on the host. Returns the
+// cudaError_t of the launch (0 on success).
+int scale_on_stream(void* dst, const void* src, int64_t n, ScaleType type, double factor,
+                    void* stream);
+
+}  // namespace kolo::nccl

@@ -1,0 +1,68 @@
+// PendingOps: the bookkeeping of the GPU operations that were queued on a stream and have not
+// completed yet, and of how they fail when the communicator has to be aborted (a peer died, an
+// operation exceeded KOLO_OP_TIMEOUT, NCCL reported an asynchronous error), in the manner of
+// c10d's watchdog. It knows nothing of CUDA: an operation is polled through its `query`
+// function (NcclBackend's queries cudaEventQuery), so the whole abort path is unit-tested
+// without a GPU.
+//
+// Ops complete in the order they were added (they run on one stream). Every op's `done` runs
+// exactly once: with OK when its query says so, or with the failure that ended the
+// communicator, prefixed by the op's own description (e.g. "allreduce 'grad/w'"). After a
+// failure the set is closed: add() fails the new op at once with the same error.
+//
+// Thread-safety: every method may be called from any thread; `done` and `query` run in the
+// calling thread outside the lock, so they may call back into PendingOps.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <string>
+
+#include "common/thread_annotations.h"
+#include "kolo/status.h"
+
+namespace kolo::nccl {
+
+class PendingOps {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // true: completed; false: still running; an error: the op failed on the device.
+  using Query = std::function<Result<bool>()>;
+  using Done = std::function<void(const Status&)>;
+
+  // Queues an op described by `what` (names its tensors), started at `now`.
+  void add(std::string what, Query query, Done done, Clock::time_point now = Clock::now());
+
+  // Completes the finished ops at the head of the queue. Returns OK, or the reason the
+  // communicator must be aborted: an op's query error, or Timeout when the oldest op has been
+  // running longer than `timeout` ("... did not complete within 60s (KOLO_OP_TIMEOUT)").
+  // It does not fail the ops itself: the caller aborts the communicator first, then calls
+  // fail_all() (an op must not be reported failed while NCCL may still write its buffers).
+  Status poll(std::chrono::nanoseconds timeout, Clock::time_point now = Clock::now());
+
+  // Closes the set with `why` and fails every pending op with "<what>: <why>" (same code).
+  // Returns how many ops it failed. Later calls keep the first reason and fail nothing more.
+  size_t fail_all(const Status& why);
+
+  size_t size() const;
+  // OK while open; the reason given to fail_all() after.
+  Status failure() const;
+
+ private:
+  struct Op {
+    std::string what;
+    Query query;
+    Done done;
+    Clock::time_point started;
+  };
+  mutable Mutex mu_;
+  std::deque<Op> ops_ KOLO_GUARDED_BY(mu_);
+  Status failure_ KOLO_GUARDED_BY(mu_);
+};
+
+// "<what>: <why's message>" with why's code: how one pending op reports the communicator's end.
+Status op_failure(const std::string& what, const Status& why);
+
+}  // namespace kolo::nccl

@@ -1,0 +1,10 @@
+// nccl_support.h for builds without NCCL: no backend takes CUDA tensors.
+#include "bench/nccl_support.h"
+
+namespace kolo::bench {
+
+Result<std::unique_ptr<GpuBench>> make_gpu_bench(const BackendContext&, size_t) {
+  return Status::Unsupported("kolo-bench: this build has no NCCL, so no GPU buffers");
+}
+
+}  // namespace kolo::bench

@@ -1,0 +1,206 @@
+// The executor's path for a DeviceBackend (nccl's protocol, backends/device_backend.h), run
+// without a GPU: a one-rank fake whose collectives are the local backend's on host memory
+// labelled cuda:0, and whose fence completes from another thread, as nccl's watchdog does.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <thread>
+
+#include "backends/channel_backend.h"
+#include "backends/local_backend.h"
+#include "common/thread_annotations.h"
+#include "coordinator/runtime.h"
+#include "coordinator/submit.h"
+#include "coordinator/test_cluster.h"
+
+namespace kolo::coord {
+namespace {
+
+class FakeDeviceBackend : public DeviceBackend {
+ public:
+  FakeDeviceBackend() : local_(make_local_backend("fake-gpu")) {
+    completer_ = std::thread([this] { complete_loop(); });
+  }
+  ~FakeDeviceBackend() override {
+    {
+      MutexLock lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    completer_.join();
+  }
+  std::string_view name() const override { return "fakegpu"; }
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  bool supports(Device device) const override { return device.is_cuda(); }
+
+  Status wait_ready(Device device, const void* data, void* ready_event,
+                    const std::string& what) override {
+    MutexLock lock(mu_);
+    log_.push_back("wait_ready " + what + (ready_event ? " event" : ""));
+    if (data == poisoned_)
+      return Status::InvalidArgument(what + ": the tensor says " + device.to_string() +
+                                     " but its data pointer is unregistered host memory");
+    return Status::Ok();
+  }
+  std::shared_ptr<void> fence(const std::string& what, Done done) override {
+    MutexLock lock(mu_);
+    log_.push_back("fence " + what);
+    auto event = std::make_shared<int>(static_cast<int>(log_.size()));
+    queue_.push_back(std::move(done));
+    cv_.notify_all();
+    return event;
+  }
+  void abort(const Status& why) override {
+    MutexLock lock(mu_);
+    log_.push_back("abort " + why.to_string());
+  }
+
+  std::vector<std::string> log() const {
+    MutexLock lock(mu_);
+    return log_;
+  }
+  void poison(const void* data) {
+    MutexLock lock(mu_);
+    poisoned_ = data;
+  }
+  std::thread::id completer_id() const { return completer_.get_id(); }
+
+ protected:
+  Status do_allreduce(const void* in, void* out, int64_t n, DataType dt,
+                      const Reduction& r) override {
+    record("allreduce");
+    return local_->allreduce(in, out, n, dt, r);
+  }
+  Status do_allgather(const void* in, void* out, DataType dt,
+                      const std::vector<int64_t>& counts) override {
+    record("allgather");
+    return local_->allgather(in, out, dt, counts);
+  }
+
+ private:
+  void record(const std::string& op) {
+    MutexLock lock(mu_);
+    log_.push_back(op);
+  }
+  void complete_loop() {
+    for (;;) {
+      Done done;
+      {
+        MutexLock lock(mu_);
+        while (!stop_ && queue_.empty()) cv_.wait(lock.native());
+        if (queue_.empty()) return;
+        done = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the "GPU" works
+      done(Status::Ok());
+    }
+  }
+
+  std::unique_ptr<Backend> local_;
+  mutable Mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::string> log_ KOLO_GUARDED_BY(mu_);
+  std::deque<Done> queue_ KOLO_GUARDED_BY(mu_);
+  const void* poisoned_ KOLO_GUARDED_BY(mu_) = nullptr;
+  bool stop_ KOLO_GUARDED_BY(mu_) = false;
+  std::thread completer_;
+};
+
+struct OneRank {
+  OneRank() {
+    auto gpu = std::make_unique<FakeDeviceBackend>();
+    fake = gpu.get();
+    auto rt = Runtime::create(testkit::test_config(), Topology{}, make_local_backend("local"),
+                              make_local_backend("control"), std::move(gpu));
+    EXPECT_TRUE(rt.ok()) << rt.status().to_string();
+    runtime = std::move(*rt);
+  }
+  FakeDeviceBackend* fake = nullptr;
+  std::unique_ptr<Runtime> runtime;
+};
+
+TensorView host_view(std::vector<float>& v) {
+  return view_of(v.data(), {static_cast<int64_t>(v.size())});
+}
+
+// Labels a built entry's tensors cuda:0 (their memory stays on the host: the fake backend
+// reduces it there), after the builder's device check, which needs a real device.
+std::unique_ptr<Entry> on_cuda(Result<std::unique_ptr<Entry>> built, void* ready_event = nullptr) {
+  EXPECT_TRUE(built.ok()) << built.status().to_string();
+  std::unique_ptr<Entry> e = std::move(*built);
+  e->request.device = Device::cuda(0);
+  for (auto& v : e->inputs) {
+    v.device = Device::cuda(0);
+    v.ready_event = ready_event;
+  }
+  for (auto& v : e->outputs) v.device = Device::cuda(0);
+  return e;
+}
+
+TEST(DeviceBackendTest, CudaTensorsWaitForTheirEventAndCompleteThroughTheFence) {
+  OneRank one;
+  std::vector<float> x(8, 3.0f);
+  int producer_event = 0;  // any non-null pointer: the fake only records that one was passed
+  AllreduceOptions opts;
+  opts.postscale = 2.0;
+  auto built = on_cuda(build_allreduce("x", host_view(x), host_view(x), opts), &producer_event);
+  std::thread::id completed_on;
+  Handle h = one.runtime->submit(std::move(built));
+  h.then([&](const Status&) { completed_on = std::this_thread::get_id(); });
+  ASSERT_TRUE(h.wait(std::chrono::seconds(20)).ok()) << h.status().to_string();
+  EXPECT_EQ(x, std::vector<float>(8, 6.0f));
+  EXPECT_NE(h.completion_event(), nullptr);
+  EXPECT_EQ(completed_on, one.fake->completer_id());  // not the background thread
+  EXPECT_EQ(one.fake->log(), (std::vector<std::string>{"wait_ready allreduce 'x' event",
+                                                       "allreduce", "fence allreduce 'x'"}));
+}
+
+TEST(DeviceBackendTest, DeviceOutputsNeedAnAllocator) {
+  OneRank one;
+  std::vector<float> x(4, 1.0f);
+  auto built = on_cuda(build_allgather("g", host_view(x), {}));
+  Handle h = one.runtime->submit(std::move(built));
+  Status st = h.wait(std::chrono::seconds(20));
+  EXPECT_EQ(st.to_string(),
+            "InvalidArgument: allgather 'g': CUDA tensors on backend fakegpu need an output "
+            "allocator that returns memory on cuda:0 (without one the output is a HostTensor "
+            "in host memory)");
+  // Nothing was queued for it (the runtime then stopped, as for any refused device tensor).
+  const std::vector<std::string> log = one.fake->log();
+  ASSERT_FALSE(log.empty());
+  EXPECT_EQ(log.front(), "fence allgather 'g'");
+  EXPECT_EQ(std::count(log.begin(), log.end(), "allgather"), 0);
+}
+
+TEST(DeviceBackendTest, ARefusedTensorFailsItsHandleNamingItAndStopsTheRuntime) {
+  OneRank one;
+  std::vector<float> x(4, 1.0f);
+  one.fake->poison(x.data());
+  auto built = on_cuda(build_allreduce("bad", host_view(x), host_view(x), {}));
+  Handle h = one.runtime->submit(std::move(built));
+  Status st = h.wait(std::chrono::seconds(20));
+  EXPECT_EQ(st.to_string(),
+            "InvalidArgument: allreduce 'bad': the tensor says cuda:0 but its data pointer is "
+            "unregistered host memory");
+  // The runtime stopped (peers may be inside the collective) and aborted the GPU backend.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  bool aborted = false;
+  while (!aborted && std::chrono::steady_clock::now() < deadline) {
+    for (const auto& line : one.fake->log()) aborted |= line.rfind("abort ", 0) == 0;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_TRUE(aborted);
+  std::vector<float> y(4, 1.0f);
+  auto later_entry = build_allreduce("later", view_of(y.data(), {4}), view_of(y.data(), {4}), {});
+  ASSERT_TRUE(later_entry.ok());
+  Handle later = one.runtime->submit(std::move(*later_entry));
+  EXPECT_EQ(later.wait(std::chrono::seconds(20)).code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kolo::coord

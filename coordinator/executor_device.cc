@@ -1,0 +1,68 @@
+// Executor: operations on CUDA tensors that a device backend (nccl) runs on its own stream.
+#include "coordinator/executor.h"
+
+namespace kolo::coord {
+
+namespace {
+
+// "allreduce 'grad/w'" (and " and 3 more" for a fused batch): how the backend names it.
+std::string describe(const std::vector<BatchItem>& batch) {
+  const Response& head = *batch.front().response;
+  std::string what = std::string(op_type_name(head.type)) + " '" + head.name + "'";
+  if (batch.size() > 1) what += " and " + std::to_string(batch.size() - 1) + " more";
+  return what;
+}
+
+}  // namespace
+
+Status Executor::prepare_on_device(const std::vector<BatchItem>& batch) {
+  const Response& head = *batch.front().response;
+  const bool allocates = head.type == OpType::kAllgather || head.type == OpType::kAlltoall ||
+                         head.type == OpType::kReducescatter;
+  Status st;
+  for (const auto& item : batch) {
+    const Entry* e = item.entry;
+    if (!e) continue;  // a joined rank: through_host() refuses the batch on every rank
+    const std::string what =
+        std::string(op_type_name(head.type)) + " '" + item.response->name + "'";
+    if (allocates && !e->allocator)
+      st = Status::InvalidArgument(what + ": CUDA tensors on backend " + std::string(gpu_->name()) +
+                                   " need an output allocator that returns memory on " +
+                                   e->inputs[0].device.to_string() +
+                                   " (without one the output is a HostTensor in host memory)");
+    for (size_t k = 0; st.ok() && k < e->inputs.size(); ++k) {
+      const TensorView& in = e->inputs[k];
+      st = device_->wait_ready(in.device, in.num_elements() > 0 ? in.data : nullptr, in.ready_event,
+                               what);
+      if (st.ok() && k < e->outputs.size() && e->outputs[k].data != in.data)
+        st = device_->wait_ready(e->outputs[k].device,
+                                 e->outputs[k].num_elements() > 0 ? e->outputs[k].data : nullptr,
+                                 e->outputs[k].ready_event, what + " (output)");
+    }
+    if (!st.ok()) break;
+  }
+  if (st.ok()) return st;
+  // This rank cannot take part: its handles fail now, and the runtime stops (see executor.h).
+  deferred_ = true;
+  finish(batch, st);
+  deferred_ = false;
+  return st;
+}
+
+void Executor::finish_on_device(const std::vector<BatchItem>& batch, const Status& status) {
+  std::vector<std::shared_ptr<detail::OpState>> states;
+  for (const auto& item : batch)
+    if (item.entry) states.push_back(item.entry->state);
+  // The fence also ends the backend's operation after a failed call; the handles then get
+  // that failure rather than the (irrelevant) completion of whatever was queued.
+  std::shared_ptr<void> event =
+      device_->fence(describe(batch), [states, status](const Status& done) {
+        for (const auto& s : states) s->complete(status.ok() ? done : status);
+      });
+  for (const auto& s : states) s->set_completion_event(event);
+  if (!timeline_.active()) return;
+  for (const auto& item : batch)
+    if (item.entry && item.entry->traced) end_op_span(item, batch.size(), status);
+}
+
+}  // namespace kolo::coord

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# The GPU check anyone can run (issue 12): builds Kolo with CUDA and NCCL for the GPU(s) it
+# finds, runs every GPU test, the main job with --device cuda on 1 rank (and on N ranks when N
+# GPUs are visible), and kolo-bench allreduce --backend nccl beside raw ncclAllReduce on the
+# same buffers, then prints a summary. Exits 0 with a message when there is no GPU.
+#
+# Usage: scripts/gpu-check.sh [build-dir]     (default: build-gpu)
+# Environment: KOLO_GPU_CHECK_JOBS (default: nproc), KOLO_GPU_CHECK_EPOCHS (default: 1),
+#              DATA_DIR (Fashion-MNIST IDX files; default /usr/share/datasets/fashion-mnist).
+# Needs: cmake >= 3.24, g++ (C++20), make, nvcc + NCCL + cuDNN (the CUDA toolkit), Boost headers,
+# nlohmann-json, GoogleTest, OpenBLAS, zlib. Missing ones are listed, with the apt-get line.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+build_dir="${1:-build-gpu}"
+jobs="${KOLO_GPU_CHECK_JOBS:-$(nproc)}"
+epochs="${KOLO_GPU_CHECK_EPOCHS:-1}"
+data_dir="${DATA_DIR:-/usr/share/datasets/fashion-mnist}"
+log_dir="$build_dir/gpu-check"
+summary=()
+say() { echo "gpu-check: $*"; }
+note() { summary+=("$*"); say "$*"; }
+
+# 1. Is there a GPU at all?
+export PATH="$PATH:/usr/local/cuda/bin"
+gpus=0
+if command -v nvidia-smi >/dev/null 2>&1; then
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+fi
+if [[ "$gpus" -eq 0 ]]; then
+  say "no GPU visible (nvidia-smi lists none): nothing to check here. The CUDA build and the"
+  say "GPU-free tests run in the ordinary build (scripts/setup.sh); run this on a GPU machine."
+  exit 0
+fi
+if [[ -n "${CUDA_VISIBLE_DEVICES:-}" ]]; then
+  gpus=$(awk -F, '{print NF}' <<<"$CUDA_VISIBLE_DEVICES")
+fi
+say "$gpus GPU(s): $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+
+# 2. Prerequisites: say everything that is missing at once.
+missing=()
+need_cmd() { command -v "$1" >/dev/null 2>&1 || missing+=("$1 ($2)"); }
+need_header() {
+  local h
+  for h in "${@:2}"; do [[ -e "$h" ]] && return 0; done
+  missing+=("$1")
+}
+need_cmd cmake "apt-get install cmake"
+need_cmd g++ "apt-get install g++"
+need_cmd make "apt-get install make"
+need_cmd nvcc "the CUDA toolkit, /usr/local/cuda/bin"
+need_header "Boost headers (apt-get install libboost-dev)" /usr/include/boost/asio.hpp
+need_header "nlohmann-json (apt-get install nlohmann-json3-dev)" /usr/include/nlohmann/json.hpp
+need_header "GoogleTest (apt-get install libgtest-dev libgmock-dev)" /usr/include/gtest/gtest.h
+need_header "OpenBLAS (apt-get install libopenblas-dev)" /usr/include/cblas.h \
+  /usr/include/x86_64-linux-gnu/cblas.h /usr/include/openblas/cblas.h
+need_header "zlib (apt-get install zlib1g-dev)" /usr/include/zlib.h
+need_header "NCCL (nccl.h, part of the CUDA toolkit here)" /usr/local/cuda/include/nccl.h \
+  /usr/include/nccl.h
+if ((${#missing[@]})); then
+  say "missing prerequisites:"
+  for m in "${missing[@]}"; do say "  - $m"; done
+  say "install them (scripts/setup.sh --deps-only installs the Debian ones) and run again."
+  exit 1
+fi
+if command -v cmake >/dev/null; then
+  cmake_version=$(cmake --version | head -1 | awk '{print $3}')
+  say "cmake $cmake_version, $(g++ --version | head -1), $(nvcc --version | tail -1)"
+fi
+
+# 3. Build for the GPU found here (CMAKE_CUDA_ARCHITECTURES=native), with CUDA and NCCL required.
+mkdir -p "$log_dir"
+start=$(date +%s)
+if ! cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=native \
+     -DKOLO_WITH_CUDA=ON -DKOLO_WITH_NCCL=ON >"$log_dir/configure.log" 2>&1; then
+  tail -30 "$log_dir/configure.log"
+  say "configure failed (log: $log_dir/configure.log)"
+  exit 1
+fi
+targets=(nccl_test coordinator_test framework_test train_fashion_mnist_models_test kolo-bench kolorun
+  train_fashion_mnist)
+if ! cmake --build "$build_dir" -j "$jobs" --target "${targets[@]}" >"$log_dir/build.log" 2>&1; then
+  grep -E "error|Error" "$log_dir/build.log" | head -30
+  say "build failed (log: $log_dir/build.log)"
+  exit 1
+fi
+note "build (${targets[*]}): $(($(date +%s) - start)) s"
+bin="$build_dir/bin"
+
+# 4. Every GPU test: the nccl backend's, the coordinator's CUDA staging and routing, the
+#    framework's CUDA kernels and models.
+status=0
+run_test() {
+  local name="$1"
+  shift
+  if "$@" >"$log_dir/$name.log" 2>&1; then
+    note "$name: $(grep -E '^\[  PASSED  \]' "$log_dir/$name.log" | head -1) $(grep -cE '^\[  SKIPPED \]' "$log_dir/$name.log" || true) skipped"
+  else
+    status=1
+    note "$name: FAILED (log: $log_dir/$name.log)"
+    grep -E '^\[  FAILED  \]|Failure' "$log_dir/$name.log" | head -20
+  fi
+}
+run_test nccl_test "$bin/nccl_test"
+run_test coordinator_cuda "$bin/coordinator_test" --gtest_filter='*Cuda*:*Device*:*Staging*'
+run_test framework_cuda "$bin/framework_test" --gtest_filter='*Cuda*'
+run_test models_cuda "$bin/train_fashion_mnist_models_test" --gtest_filter='*Cuda*'
+
+
+# 5. The main job on GPUs: 1 rank, then N ranks (one GPU each) when there are several.
+main_job() {
+  local np="$1"
+  local log="$log_dir/main-np$np.log"
+  if [[ ! -d "$data_dir" ]]; then
+    note "main job: skipped, no Fashion-MNIST at $data_dir (apt-get install dataset-fashion-mnist, or DATA_DIR=...)"
+    return
+  fi
+  if "$bin/kolorun" -np "$np" "$bin/train_fashion_mnist" --device cuda --epochs "$epochs" \
+       --data-dir "$data_dir" >"$log" 2>&1; then
+    note "main job, $np rank(s), --device cuda: $(grep -iE 'samples/s|accuracy' "$log" | tail -2 | tr '\n' ' ')"
+  else
+    status=1
+    note "main job, $np rank(s): FAILED (log: $log)"
+    tail -20 "$log"
+  fi
+}
+main_job 1
+((gpus > 1)) && main_job "$gpus"
+
+# 6. kolo-bench allreduce on nccl beside raw ncclAllReduce on the same buffers (kolo/nccl).
+bench() {
+  local np="$1"
+  local log="$log_dir/bench-np$np.log"
+  if "$bin/kolorun" -np "$np" "$bin/kolo-bench" allreduce --backend nccl -b 4KiB -e 256MiB -f 4 \
+       --check >"$log" 2>&1; then
+    note "kolo-bench allreduce nccl, $np rank(s) (time in us, last column kolo/nccl):"
+    grep -vE '^#' "$log" | sed 's/^/    /'
+    summary+=("$(grep -vE '^#' "$log" | sed 's/^/    /')")
+  else
+    status=1
+    note "kolo-bench allreduce nccl, $np rank(s): FAILED (log: $log)"
+    tail -20 "$log"
+  fi
+}
+bench 1
+((gpus > 1)) && bench "$gpus"
+
+echo
+echo "=== gpu-check summary ($gpus GPU(s), $(date -u +%FT%TZ)) ==="
+printf '%s\n' "${summary[@]}"
+exit "$status"
