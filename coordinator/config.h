@@ -60,6 +60,9 @@ struct RuntimeConfig {
   // and shutdown requests make progress while some ranks have no work.
   std::chrono::nanoseconds heartbeat = std::chrono::milliseconds(200);
   AutotuneConfig autotune;
+  // A process set's Runtime (coordinator/process_sets.h): what its messages call it, e.g.
+  // "process set 1". Empty for the global set.
+  std::string label;
 };
 
 // The coordinator's knobs from `knobs` (each already validated by KnobSet::read).

@@ -119,7 +119,7 @@ void DistributedOptimizer::on_gradient_ready(size_t index) {
   // The sample count is final once the last pass runs backward. Sent with the first final
   // gradient, its (tiny) allreduce completes while backward still runs instead of adding a
   // negotiation round after the last bucket.
-  if (options_.weight_by_sample_count && size() > 1) submit_sample_count();
+  if (options_.weight_by_sample_count && options_.process_set.size() > 1) submit_sample_count();
   Bucket& bucket = buckets_[param.bucket];
   if (++bucket.ready == bucket.params.size()) {
     submit(bucket);
@@ -132,7 +132,8 @@ void DistributedOptimizer::submit_sample_count() {
   count_submitted_ = true;
   global_samples_ = count_given_ ? local_samples_ : 1;
   count_handle_ = allreduce_async(options_.name_prefix + ".__samples__",
-                                  view_of(&global_samples_, {}));
+                                  view_of(&global_samples_, {}),
+                                  {.process_set = options_.process_set});
 }
 
 TensorView DistributedOptimizer::prepare_gradient(Param& param, double local_weight) {
@@ -153,7 +154,7 @@ TensorView DistributedOptimizer::prepare_gradient(Param& param, double local_wei
 void DistributedOptimizer::submit(Bucket& bucket) {
   if (bucket.submitted) return;
   bucket.submitted = true;
-  if (size() == 1) return;  // nothing to exchange; step() still divides by the passes
+  if (options_.process_set.size() == 1) return;  // nothing to exchange; step() still divides
   if (!first_submit_) first_submit_ = std::chrono::steady_clock::now();
 
   // Kolo requires every rank to pass the same scale factors (a difference is reported as a
@@ -168,6 +169,7 @@ void DistributedOptimizer::submit(Bucket& bucket) {
     opts.op = ReduceOp::kAverage;
   }
   opts.prescale = 1.0 / options_.backward_passes_per_step;
+  opts.process_set = options_.process_set;
   std::vector<TensorView> views;
   views.reserve(bucket.params.size());
   for (size_t i : bucket.params) views.push_back(prepare_gradient(params_[i], local_weight));
@@ -184,7 +186,7 @@ void DistributedOptimizer::finish_gradient(Param& param, double scale) {
 }
 
 void DistributedOptimizer::step() {
-  const bool distributed = size() > 1;
+  const bool distributed = options_.process_set.size() > 1;
   // Buckets holding a parameter whose gradient never became final in this step's passes.
   for (auto& bucket : buckets_) {
     if (!bucket.submitted) {

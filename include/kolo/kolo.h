@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "kolo/handle.h"
+#include "kolo/process_set.h"
 #include "kolo/status.h"
 #include "kolo/tensor.h"
 #include "kolo/types.h"
@@ -118,8 +119,19 @@ std::vector<AppliedTuning> autotune_history();
 // initializer, so that designated initializers that leave some out compile without
 // -Wmissing-field-initializers warnings.
 
-// An allreduce is described entirely by its reduction (kolo/types.h): op, prescale, postscale.
-using AllreduceOptions = Reduction;
+// Every options struct ends with the process set the operation runs on (kolo/process_set.h);
+// the default is the global set. E.g. {.op = kolo::ReduceOp::kAverage, .process_set = group}.
+
+// An allreduce is described by its reduction (kolo/types.h's members op, prescale, postscale,
+// repeated here so that designated initializers stay flat) and its process set.
+struct AllreduceOptions {
+  ReduceOp op = ReduceOp::kSum;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  ProcessSet process_set = {};
+
+  Reduction reduction() const { return {op, prescale, postscale}; }
+};
 
 // Called on the background thread with the output's shape once it is known; must return a
 // buffer of at least product(shape) * dtype_size(dtype) bytes that stays valid until the
@@ -128,10 +140,12 @@ using OutputAllocator = std::function<void*(const std::vector<int64_t>& shape, D
 
 struct AllgatherOptions {
   OutputAllocator allocator = {};  // empty: Kolo allocates a HostTensor (Handle::take_output)
+  ProcessSet process_set = {};
 };
 
 struct BroadcastOptions {
-  int root = 0;
+  int root = 0;  // a rank of the process set
+  ProcessSet process_set = {};
 };
 
 struct AlltoallOptions {
@@ -139,6 +153,7 @@ struct AlltoallOptions {
   // Empty: shape[0] must divide evenly by size() and every rank gets the same number.
   std::vector<int64_t> splits = {};
   OutputAllocator allocator = {};
+  ProcessSet process_set = {};
 };
 
 // The first dimension is split across ranks in order: rank r receives shape[0] / size() rows,
@@ -146,6 +161,7 @@ struct AlltoallOptions {
 struct ReducescatterOptions {
   Reduction reduction = {};
   OutputAllocator allocator = {};
+  ProcessSet process_set = {};
 };
 
 // ---- Asynchronous operations ------------------------------------------------------------------
@@ -171,13 +187,14 @@ Handle alltoall_async(std::string name, TensorView input, AlltoallOptions opts =
 // Reduces `input` (the same shape on every rank) and leaves rank r's share of the first
 // dimension in the output.
 Handle reducescatter_async(std::string name, TensorView input, ReducescatterOptions opts = {});
-// Completes once every rank has submitted a barrier of this name.
+// Completes once every rank (of the set) has submitted a barrier of this name.
 Handle barrier_async(std::string name = "barrier");
+Handle barrier_async(std::string name, const ProcessSet& process_set);
 // Declares that this rank has no more data for now: until every rank has joined, the other
 // ranks' allreduces, allgathers, broadcasts and barriers proceed without waiting for this
 // rank, which contributes the operation's identity (0 for sum and average, 1 for product,
 // +max/-max for min/max; zero rows for allgather). kAverage divides by the ranks that did
-// not join. Completes when all ranks have joined. This rank may not submit other operations
+// not join. Completes when all ranks have joined. Join is about the global set only. This rank may not submit other operations
 // until then (InvalidArgument). Alltoall and reducescatter fail while a rank has joined.
 Handle join_async();
 
@@ -192,6 +209,7 @@ Result<HostTensor> alltoall(std::string name, TensorView input, std::vector<int6
 Result<HostTensor> reducescatter(std::string name, TensorView input,
                                  ReducescatterOptions opts = {});
 Status barrier(std::string name = "barrier");
+Status barrier(std::string name, const ProcessSet& process_set);
 Status join();
 
 }  // namespace kolo
