@@ -102,7 +102,12 @@ Result<ProcessSet> ProcessSetTable::add(std::vector<int> ranks) {
   const int32_t id = next_id_++;
   ProcessSet set(id, members);
   std::shared_ptr<Runtime> runtime;
-  const int set_rank = set.rank();
+  // Not set.rank(): kolo::rank() takes the lock that init() holds while it adds
+  // KOLO_PROCESS_SETS.
+  const int me = global_->topology().rank;
+  auto at_me = std::lower_bound(members.begin(), members.end(), me);
+  const int set_rank =
+      at_me != members.end() && *at_me == me ? static_cast<int>(at_me - members.begin()) : -1;
   if (set_rank >= 0) {
     const std::string label = "process set " + std::to_string(id);
     KOLO_ASSIGN_OR_RETURN(SetBackends b, make_backends_(id, members, set_rank));

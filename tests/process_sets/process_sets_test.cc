@@ -45,18 +45,18 @@ INSTANTIATE_TEST_SUITE_P(Kolorun, Sets,
                                             ::testing::Values(2, 3, 4, 5)));
 
 TEST(ProcessSets, StaticSetsFromTheEnvironment) {
-  auto r = run_command(kolorun("tcp", 4, "static", "KOLO_PROCESS_SETS='0,1;2,3' "), 120);
+  auto r = run_command(kolorun("tcp", 4, "static", "KOLO_PROCESS_SETS=\"0,1;2,3\" "), 120);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(count_occurrences(r.output, "static passed"), 4) << r.output;
 }
 
 TEST(ProcessSets, AnInvalidStaticSetFailsInitNamingIt) {
-  auto bad = run_command(kolorun("tcp", 2, "static", "KOLO_PROCESS_SETS='0,0' "), 60);
+  auto bad = run_command(kolorun("tcp", 2, "static", "KOLO_PROCESS_SETS=\"0,0\" "), 60);
   EXPECT_NE(bad.exit_code, 0) << bad.output;
   EXPECT_NE(bad.output.find("KOLO_PROCESS_SETS=0,0 is invalid: expected lists of ranks"),
             std::string::npos)
       << bad.output;
-  auto range = run_command(kolorun("tcp", 2, "static", "KOLO_PROCESS_SETS='0,1;2,3' "), 60);
+  auto range = run_command(kolorun("tcp", 2, "static", "KOLO_PROCESS_SETS=\"0,1;2,3\" "), 60);
   EXPECT_NE(range.exit_code, 0) << range.output;
   EXPECT_NE(range.output.find("KOLO_PROCESS_SETS=0,1;2,3: add_process_set: rank 2 in [2, 3] is "
                               "out of range: the job has ranks 0..1"),
