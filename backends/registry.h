@@ -53,7 +53,7 @@ using BackendFactory = Result<std::unique_ptr<Backend>> (*)(const BackendContext
 // the members' ranks in the job, ascending (context.rank indexes it). Collective over the
 // members only.
 using SubgroupFactory = Result<std::unique_ptr<Backend>> (*)(const BackendContext& context,
-                                                            const std::vector<int>& world_ranks);
+                                                             const std::vector<int>& world_ranks);
 
 // A launcher other than kolorun that a backend knows how to read (mpirun for mpi).
 struct BackendLauncher {

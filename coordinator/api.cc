@@ -18,10 +18,10 @@ namespace kolo {
 namespace {
 
 struct Global {
-  std::mutex mu;                            // serialises init/shutdown
-  std::shared_ptr<coord::Runtime> runtime;  // set while initialised
+  std::mutex mu;                                 // serialises init/shutdown
+  std::shared_ptr<coord::Runtime> runtime;       // set while initialised
   std::shared_ptr<coord::ProcessSetTable> sets;  // with runtime
-  World world;                              // outlives the runtime's backends
+  World world;                                   // outlives the runtime's backends
   bool was_shut_down = false;
   // init() after shutdown() must not meet the previous session's rendezvous keys (a store
   // never deletes keys), so every session namespaces them; all ranks count alike.
@@ -48,9 +48,8 @@ std::shared_ptr<coord::ProcessSetTable> current_sets() {
 coord::MakeSetBackends set_backends(const World& world, const coord::RuntimeConfig& config,
                                     int session) {
   return [&world, name = config.cpu_operations, op_timeout = config.op_timeout,
-          stall = config.stall_shutdown_time, session](
-             int32_t id, const std::vector<int>& ranks,
-             int set_rank) -> Result<coord::SetBackends> {
+          stall = config.stall_shutdown_time, session](int32_t id, const std::vector<int>& ranks,
+                                                       int set_rank) -> Result<coord::SetBackends> {
     const std::string ns = "kolo/s" + std::to_string(session) + "/ps" + std::to_string(id);
     BackendContext ctx = backend_context(world, ns + "/data");
     ctx.rank = set_rank;
@@ -131,8 +130,8 @@ Status init() {
       coord::Runtime::create(std::move(config), topo, std::move(data), std::move(control)));
   std::shared_ptr<coord::Runtime> rt = std::move(created);
   g.world = std::move(world);
-  auto sets = std::make_shared<coord::ProcessSetTable>(
-      rt, set_backends(g.world, rt->config(), g.session));
+  auto sets =
+      std::make_shared<coord::ProcessSetTable>(rt, set_backends(g.world, rt->config(), g.session));
   ++g.session;
   // KOLO_PROCESS_SETS: every rank adds the same sets, in order, before init() returns.
   if (knobs.is_set(KnobId::kProcessSets)) {
@@ -142,8 +141,7 @@ Status init() {
         sets->shutdown();
         (void)rt->shutdown();
         g.world = World{};
-        return added.status().with_context("KOLO_PROCESS_SETS=" +
-                                           knobs.raw(KnobId::kProcessSets));
+        return added.status().with_context("KOLO_PROCESS_SETS=" + knobs.raw(KnobId::kProcessSets));
       }
     }
   }
@@ -259,10 +257,10 @@ Handle submit_global(Result<std::unique_ptr<Entry>> entry, const std::string& na
   if (process_set.is_global()) return rt->submit(std::move(*entry));
   std::shared_ptr<ProcessSetTable> sets = current_sets();
   Result<std::shared_ptr<Runtime>> set_rt =
-      sets ? sets->runtime_for(process_set, std::string(op_type_name((*entry)->request.type)) +
-                                                " '" + name + "'")
-           : Result<std::shared_ptr<Runtime>>(Status::PreconditionFailed(
-                 "'" + name + "': kolo::shutdown() was called"));
+      sets ? sets->runtime_for(
+                 process_set, std::string(op_type_name((*entry)->request.type)) + " '" + name + "'")
+           : Result<std::shared_ptr<Runtime>>(
+                 Status::PreconditionFailed("'" + name + "': kolo::shutdown() was called"));
   if (!set_rt.ok()) {
     (*entry)->state->complete(set_rt.status());
     return Handle((*entry)->state);

@@ -53,9 +53,9 @@ Result<std::vector<int>> agree_on_ranks(const std::vector<std::vector<int>>& lis
   if (sorted.empty()) return Status::InvalidArgument("add_process_set: the list of ranks is empty");
   for (int r : sorted)
     if (r < 0 || r >= size)
-      return Status::InvalidArgument("add_process_set: rank " + std::to_string(r) + " in " +
-                                     list_string(given) + " is out of range: the job has ranks 0.." +
-                                     std::to_string(size - 1));
+      return Status::InvalidArgument(
+          "add_process_set: rank " + std::to_string(r) + " in " + list_string(given) +
+          " is out of range: the job has ranks 0.." + std::to_string(size - 1));
   for (size_t i = 1; i < sorted.size(); ++i)
     if (sorted[i] == sorted[i - 1])
       return Status::InvalidArgument("add_process_set: rank " + std::to_string(sorted[i]) +
@@ -79,10 +79,9 @@ Result<ProcessSet> ProcessSetTable::add(std::vector<int> ranks) {
   message.insert(message.end(), ranks.begin(), ranks.end());
   const std::string name =
       std::string(kInternalNamePrefix) + "add_process_set." + std::to_string(adds_++);
-  KOLO_ASSIGN_OR_RETURN(
-      auto entry,
-      build_internal_allgather(
-          name, view_of(message.data(), {static_cast<int64_t>(message.size())})));
+  KOLO_ASSIGN_OR_RETURN(auto entry,
+                        build_internal_allgather(
+                            name, view_of(message.data(), {static_cast<int64_t>(message.size())})));
   Handle h = global_->submit(std::move(entry));
   KOLO_RETURN_IF_ERROR(h.wait().with_context("add_process_set"));
   HostTensor all = h.take_output();
@@ -139,8 +138,7 @@ Status ProcessSetTable::remove(const ProcessSet& set) {
     MutexLock lock(mu_);
     auto it = sets_.find(set.id());
     if (it == sets_.end())
-      return Status::InvalidArgument("remove_process_set: process set " +
-                                     std::to_string(set.id()) +
+      return Status::InvalidArgument("remove_process_set: process set " + std::to_string(set.id()) +
                                      " does not exist (already removed, or never added)");
     runtime = std::move(it->second.runtime);
     sets_.erase(it);

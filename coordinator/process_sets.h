@@ -30,8 +30,8 @@ namespace kolo::coord {
 struct SetBackends {
   std::unique_ptr<Backend> data, control;
 };
-using MakeSetBackends = std::function<Result<SetBackends>(
-    int32_t id, const std::vector<int>& ranks, int set_rank)>;
+using MakeSetBackends =
+    std::function<Result<SetBackends>(int32_t id, const std::vector<int>& ranks, int set_rank)>;
 
 // The verdict of add_process_set on every rank's list (lists[r] is what global rank r passed),
 // identical on every rank: the members, ascending, or InvalidArgument naming the ranks whose

@@ -175,10 +175,10 @@ Status Runtime::shutdown() {
   }
   cv_.notify_one();
   if (thread_.joinable()) thread_.join();
-  fail_all(Status::Aborted(
-      config_.label.empty()
-          ? "kolo was shut down on rank " + std::to_string(topology_.rank)
-          : config_.label + " was removed on its rank " + std::to_string(topology_.rank)));
+  fail_all(Status::Aborted(config_.label.empty()
+                               ? "kolo was shut down on rank " + std::to_string(topology_.rank)
+                               : config_.label + " was removed on its rank " +
+                                     std::to_string(topology_.rank)));
   timeline_.stop();
   return Status::Ok();
 }

@@ -206,8 +206,8 @@ Handle allreduce_async(std::string name, TensorView input, TensorView output,
 Handle grouped_allreduce_async(std::string name, std::vector<TensorView> tensors,
                                AllreduceOptions opts) {
   std::string n = name;
-  return submit_global(coord::build_grouped_allreduce(std::move(name), std::move(tensors), opts),
-                       n, opts.process_set);
+  return submit_global(coord::build_grouped_allreduce(std::move(name), std::move(tensors), opts), n,
+                       opts.process_set);
 }
 Handle allgather_async(std::string name, TensorView input, AllgatherOptions opts) {
   std::string n = name;
@@ -216,9 +216,9 @@ Handle allgather_async(std::string name, TensorView input, AllgatherOptions opts
 }
 Handle broadcast_async(std::string name, TensorView tensor, BroadcastOptions opts) {
   std::string n = name;
-  return submit_global(coord::build_broadcast(std::move(name), tensor, opts,
-                                              opts.process_set.size()),
-                       n, opts.process_set);
+  return submit_global(
+      coord::build_broadcast(std::move(name), tensor, opts, opts.process_set.size()), n,
+      opts.process_set);
 }
 Handle alltoall_async(std::string name, TensorView input, AlltoallOptions opts) {
   std::string n = name;
@@ -230,8 +230,7 @@ Handle alltoall_async(std::string name, TensorView input, AlltoallOptions opts) 
 Handle reducescatter_async(std::string name, TensorView input, ReducescatterOptions opts) {
   std::string n = name;
   ProcessSet set = opts.process_set;
-  return submit_global(coord::build_reducescatter(std::move(name), input, std::move(opts)), n,
-                       set);
+  return submit_global(coord::build_reducescatter(std::move(name), input, std::move(opts)), n, set);
 }
 Handle barrier_async(std::string name) { return barrier_async(std::move(name), ProcessSet{}); }
 Handle barrier_async(std::string name, const ProcessSet& process_set) {

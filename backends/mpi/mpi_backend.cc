@@ -194,8 +194,8 @@ Result<std::unique_ptr<Backend>> make_mpi_subgroup_backend(const BackendContext&
   MPI_Group world_group = MPI_GROUP_NULL, group = MPI_GROUP_NULL;
   KOLO_RETURN_IF_ERROR(
       mpi_status(MPI_Comm_group(MPI_COMM_WORLD, &world_group), "mpi: MPI_Comm_group"));
-  int rc = MPI_Group_incl(world_group, static_cast<int>(world_ranks.size()), world_ranks.data(),
-                          &group);
+  int rc =
+      MPI_Group_incl(world_group, static_cast<int>(world_ranks.size()), world_ranks.data(), &group);
   MPI_Group_free(&world_group);
   KOLO_RETURN_IF_ERROR(mpi_status(rc, "mpi: MPI_Group_incl"));
   // Collective over the group's members only, so other ranks need not take part.
@@ -210,8 +210,7 @@ Result<std::unique_ptr<Backend>> make_mpi_subgroup_backend(const BackendContext&
     MPI_Comm_free(&comm);
     return Status::Internal("mpi: the sub-group's communicator has rank " + std::to_string(rank) +
                             " of " + std::to_string(size) + ", expected rank " +
-                            std::to_string(context.rank) + " of " +
-                            std::to_string(context.size));
+                            std::to_string(context.rank) + " of " + std::to_string(context.size));
   }
   MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
   return std::unique_ptr<Backend>(new MpiBackend(comm, rank, size));

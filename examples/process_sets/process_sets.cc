@@ -50,9 +50,8 @@ struct Model {
 
 Model make_model(uint64_t seed) {
   fw::Generator gen(seed);
-  Model m{fw::Tensor::randn({kHidden, kFeatures}, 0.f, 0.3f, &gen),
-          fw::Tensor::zeros({kHidden}), fw::Tensor::randn({1, kHidden}, 0.f, 0.3f, &gen),
-          fw::Tensor::zeros({1})};
+  Model m{fw::Tensor::randn({kHidden, kFeatures}, 0.f, 0.3f, &gen), fw::Tensor::zeros({kHidden}),
+          fw::Tensor::randn({1, kHidden}, 0.f, 0.3f, &gen), fw::Tensor::zeros({1})};
   for (auto* t : {&m.w1, &m.b1, &m.w2, &m.b2}) t->set_requires_grad(true);
   return m;
 }

@@ -131,9 +131,9 @@ void DistributedOptimizer::submit_sample_count() {
   if (count_submitted_) return;
   count_submitted_ = true;
   global_samples_ = count_given_ ? local_samples_ : 1;
-  count_handle_ = allreduce_async(options_.name_prefix + ".__samples__",
-                                  view_of(&global_samples_, {}),
-                                  {.process_set = options_.process_set});
+  count_handle_ =
+      allreduce_async(options_.name_prefix + ".__samples__", view_of(&global_samples_, {}),
+                      {.process_set = options_.process_set});
 }
 
 TensorView DistributedOptimizer::prepare_gradient(Param& param, double local_weight) {

@@ -194,8 +194,9 @@ Handle barrier_async(std::string name, const ProcessSet& process_set);
 // ranks' allreduces, allgathers, broadcasts and barriers proceed without waiting for this
 // rank, which contributes the operation's identity (0 for sum and average, 1 for product,
 // +max/-max for min/max; zero rows for allgather). kAverage divides by the ranks that did
-// not join. Completes when all ranks have joined. Join is about the global set only. This rank may not submit other operations
+// not join. Completes when all ranks have joined. This rank may not submit other operations
 // until then (InvalidArgument). Alltoall and reducescatter fail while a rank has joined.
+// Join is about the global set only.
 Handle join_async();
 
 // ---- Blocking wrappers (submit and wait; same errors as the Handle's) -----------------------

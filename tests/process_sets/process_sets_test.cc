@@ -28,13 +28,15 @@ TEST_P(Sets, EveryOperationOnEveryShapeConcurrently) {
   EXPECT_EQ(count_occurrences(r.output, "sets passed"), np) << r.output;
   // The messages every rank saw: a non-member names the set and itself; a list that differs
   // names who passed what, alike on every rank.
-  EXPECT_EQ(count_occurrences(r.output, "differ: InvalidArgument: add_process_set: the ranks "
-                                        "differ between ranks: rank 0 passed [0]; rank"),
+  EXPECT_EQ(count_occurrences(r.output,
+                              "differ: InvalidArgument: add_process_set: the ranks "
+                              "differ between ranks: rank 0 passed [0]; rank"),
             np)
       << r.output;
-  EXPECT_EQ(count_occurrences(r.output, "rank 0 outside: InvalidArgument: allreduce 'outside': "
-                                        "rank 0 is not in process set 1 (rank " +
-                                            std::to_string(np - 1) + ")"),
+  EXPECT_EQ(count_occurrences(r.output,
+                              "rank 0 outside: InvalidArgument: allreduce 'outside': "
+                              "rank 0 is not in process set 1 (rank " +
+                                  std::to_string(np - 1) + ")"),
             1)
       << r.output;
   EXPECT_EQ(count_occurrences(r.output, "rank 0 pending: Aborted: process set 2 was removed"), 1)
@@ -69,10 +71,11 @@ TEST(ProcessSets, AnInvalidStaticSetFailsInitNamingIt) {
 class MpiSets : public ::testing::TestWithParam<int> {};
 TEST_P(MpiSets, EveryOperationOnEveryShapeConcurrently) {
   const int np = GetParam();
-  auto r = run_command("OMPI_MCA_btl_vader_single_copy_mechanism=none " +
-                           std::string(KOLO_TEST_MPIRUN) + " --allow-run-as-root --oversubscribe -np " +
-                           std::to_string(np) + " " + KOLO_TEST_WORKER + " sets",
-                       150);
+  auto r =
+      run_command("OMPI_MCA_btl_vader_single_copy_mechanism=none " + std::string(KOLO_TEST_MPIRUN) +
+                      " --allow-run-as-root --oversubscribe -np " + std::to_string(np) + " " +
+                      KOLO_TEST_WORKER + " sets",
+                  150);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(count_occurrences(r.output, "sets passed"), np) << r.output;
 }

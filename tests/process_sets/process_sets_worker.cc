@@ -15,13 +15,13 @@
 namespace {
 
 int failures = 0;
-#define CHECK(cond)                                                             \
-  do {                                                                          \
-    if (!(cond)) {                                                              \
+#define CHECK(cond)                                                                      \
+  do {                                                                                   \
+    if (!(cond)) {                                                                       \
       std::fprintf(stderr, "rank %d: check failed: %s (line %d)\n", kolo::rank(), #cond, \
-                   __LINE__);                                                   \
-      ++failures;                                                               \
-    }                                                                           \
+                   __LINE__);                                                            \
+      ++failures;                                                                        \
+    }                                                                                    \
   } while (0)
 
 bool ok(const kolo::Status& st, const std::string& what) {
@@ -62,13 +62,14 @@ void every_op(const kolo::ProcessSet& set) {
   CHECK(mx[2] == g.back() + 1.0f);
   CHECK(out[1] == sum && in[1] == me + 1.0f);
   std::vector<double> g1(2, me), g2(3, 2.0 * me);
-  ok(kolo::grouped_allreduce("group", {kolo::view_of(g1.data(), {2}), kolo::view_of(g2.data(), {3})},
+  ok(kolo::grouped_allreduce("group",
+                             {kolo::view_of(g1.data(), {2}), kolo::view_of(g2.data(), {3})},
                              {.process_set = set}),
      where + "grouped");
   CHECK(g2[2] == 2.0 * (sum - k));
   std::vector<int64_t> rows(s + 1, me);
-  auto gathered = kolo::allgather_async("gather", kolo::view_of(rows.data(), {s + 1}),
-                                        {.process_set = set});
+  auto gathered =
+      kolo::allgather_async("gather", kolo::view_of(rows.data(), {s + 1}), {.process_set = set});
   if (ok(gathered.wait(), where + "allgather")) {
     kolo::HostTensor t = gathered.take_output();
     CHECK(t.shape[0] == k * (k + 1) / 2);
@@ -77,7 +78,8 @@ void every_op(const kolo::ProcessSet& set) {
       for (int i = 0; i <= q; ++i) CHECK(t.data_as<int64_t>()[at++] == g[q]);
   }
   std::vector<int32_t> b(4, me);
-  ok(kolo::broadcast_async("bcast", kolo::view_of(b.data(), {4}), {.root = k - 1, .process_set = set})
+  ok(kolo::broadcast_async("bcast", kolo::view_of(b.data(), {4}),
+                           {.root = k - 1, .process_set = set})
          .wait(),
      where + "broadcast");
   CHECK(b[3] == g.back());
@@ -88,8 +90,8 @@ void every_op(const kolo::ProcessSet& set) {
     for (int q = 0; q < k; ++q) CHECK(t.data_as<float>()[q] == g[q]);
   }
   std::vector<float> rs(2 * k, 1.0f);
-  auto scattered = kolo::reducescatter_async("rs", kolo::view_of(rs.data(), {2 * k}),
-                                             {.process_set = set});
+  auto scattered =
+      kolo::reducescatter_async("rs", kolo::view_of(rs.data(), {2 * k}), {.process_set = set});
   if (ok(scattered.wait(), where + "reducescatter")) {
     kolo::HostTensor t = scattered.take_output();
     CHECK(t.shape[0] == 2);
@@ -136,7 +138,8 @@ void sets() {
   for (const auto& set : added) {
     if (set.includes(me)) continue;
     std::vector<float> v(2, 1.0f);
-    kolo::Status st = kolo::allreduce("outside", kolo::view_of(v.data(), {2}), {.process_set = set});
+    kolo::Status st =
+        kolo::allreduce("outside", kolo::view_of(v.data(), {2}), {.process_set = set});
     CHECK(st.code() == kolo::StatusCode::kInvalidArgument);
     CHECK(contains(st.message(), "rank " + std::to_string(me) + " is not in process set " +
                                      std::to_string(set.id())));
@@ -164,7 +167,8 @@ void sets() {
   const kolo::ProcessSet& all = added[1];
   std::vector<float> v(2, 1.0f);
   kolo::Handle pending;
-  if (me == 0) pending = kolo::allreduce_async("pending", kolo::view_of(v.data(), {2}), {.process_set = all});
+  if (me == 0)
+    pending = kolo::allreduce_async("pending", kolo::view_of(v.data(), {2}), {.process_set = all});
   ok(kolo::barrier("before remove"), "barrier");
   ok(kolo::remove_process_set(all), "remove_process_set");
   if (me == 0) {
@@ -184,7 +188,8 @@ void sets() {
   if (added[2].includes(me)) every_op(added[2]);
   // A set added after a removal gets the next id.
   auto next = kolo::add_process_set({0});
-  if (ok(next.status(), "add after remove")) CHECK(next->id() == static_cast<int>(added.size()) + 1);
+  if (ok(next.status(), "add after remove"))
+    CHECK(next->id() == static_cast<int>(added.size()) + 1);
 }
 
 void static_sets() {
