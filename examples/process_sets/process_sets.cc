@@ -142,11 +142,11 @@ int main(int argc, char** argv) {
   if (!same_on(kolo::global_process_set(), avg, "after"))
     fail("the averaged parameters differ between ranks");
   // Each element is the mean of the two replicas: (p_group0 + p_group1) / 2.
-  std::vector<float> other = p;
-  check(kolo::broadcast_async("other", kolo::view_of(other.data(), {(int64_t)other.size()}),
-                              {.root = group == 0 ? 2 : 0})
-            .wait(),
-        "broadcast");
+  // Every rank's replica (rows in rank order): ranks 0 and 2 hold one of each group's.
+  const auto n = static_cast<int64_t>(p.size());
+  kolo::Result<kolo::HostTensor> all = kolo::allgather("replicas", kolo::view_of(p.data(), {1, n}));
+  check(all.status(), "allgather");
+  const float* other = all->data_as<float>() + (group == 0 ? 2 : 0) * n;
   double worst = 0;
   for (size_t i = 0; i < p.size(); ++i)
     worst = std::max(worst, std::fabs(avg[i] - 0.5 * (p[i] + other[i])));
