@@ -162,6 +162,11 @@ Result<std::shared_ptr<Runtime>> ProcessSetTable::runtime_for(const ProcessSet& 
   if (!it->second.runtime)
     return Status::InvalidArgument(what + ": rank " + std::to_string(me) + " is not in " +
                                    it->second.set.to_string());
+  // A ProcessSet made by hand with an existing id but other ranks.
+  if (set.ranks() != it->second.set.ranks())
+    return Status::InvalidArgument(what + ": the process set passed has id " +
+                                   std::to_string(set.id()) + " but not the ranks of " +
+                                   it->second.set.to_string());
   return it->second.runtime;
 }
 
