@@ -44,7 +44,11 @@ TEST_P(Sets, EveryOperationOnEveryShapeConcurrently) {
 }
 INSTANTIATE_TEST_SUITE_P(Kolorun, Sets,
                          ::testing::Combine(::testing::Values("tcp", "shm"),
-                                            ::testing::Values(2, 3, 4, 5)));
+                                            ::testing::Values(2, 3, 4, 5)),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param)) + "_np" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
 
 TEST(ProcessSets, StaticSetsFromTheEnvironment) {
   auto r = run_command(kolorun("tcp", 4, "static", "KOLO_PROCESS_SETS=\"0,1;2,3\" "), 120);
