@@ -62,6 +62,23 @@ Result<std::unique_ptr<Backend>> create_backend(std::string_view name,
   return backend;
 }
 
+Result<std::unique_ptr<Backend>> create_subgroup_backend(std::string_view name,
+                                                         const BackendContext& context,
+                                                         const std::vector<int>& world_ranks) {
+  KOLO_ASSIGN_OR_RETURN(const BackendEntry* entry, find_backend(name));
+  if (static_cast<int>(world_ranks.size()) != context.size || context.rank < 0 ||
+      context.rank >= context.size)
+    return Status::InvalidArgument(
+        "backend " + std::string(name) + ": a sub-group of " + std::to_string(world_ranks.size()) +
+        " ranks needs a context of that size and a rank in it, got rank " +
+        std::to_string(context.rank) + " of " + std::to_string(context.size));
+  KOLO_ASSIGN_OR_RETURN(
+      std::unique_ptr<Backend> backend,
+      entry->subgroup ? entry->subgroup(context, world_ranks) : entry->factory(context));
+  KOLO_RETURN_IF_ERROR(check_devices(*entry, *backend));
+  return backend;
+}
+
 Status check_devices(const BackendEntry& entry, const Backend& backend) {
   // The executor trusts supports() with raw pointers, and callers plan with the entry before a
   // backend exists: the two must not disagree.

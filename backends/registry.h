@@ -48,6 +48,12 @@ struct BackendContext {
 BackendContext backend_context(const World& world, std::string store_prefix);
 
 using BackendFactory = Result<std::unique_ptr<Backend>> (*)(const BackendContext&);
+// Connects a sub-group of the job's ranks (a process set, kolo/process_set.h). `context` is the
+// group's: rank and size within the group, the group's own store_prefix; `world_ranks` holds
+// the members' ranks in the job, ascending (context.rank indexes it). Collective over the
+// members only.
+using SubgroupFactory = Result<std::unique_ptr<Backend>> (*)(const BackendContext& context,
+                                                             const std::vector<int>& world_ranks);
 
 // A launcher other than kolorun that a backend knows how to read (mpirun for mpi).
 struct BackendLauncher {
@@ -64,6 +70,10 @@ struct BackendLauncher {
 struct BackendEntry {
   std::string_view name;  // what KOLO_CPU_OPERATIONS names; equals the folder's name
   BackendFactory factory = nullptr;
+  // How to connect a sub-group of the job's ranks. nullptr: `factory` with the group's
+  // context, which connects the members afresh through the store (tcp, shm); a backend whose
+  // group comes from elsewhere (mpi's MPI_COMM_WORLD) derives it from the job's instead.
+  SubgroupFactory subgroup = nullptr;
   // The device kinds whose buffers the backend's collectives take directly. The created
   // Backend's supports(device) is true exactly for these kinds (create_backend checks it
   // for ordinal 0 of each kind).
@@ -92,6 +102,12 @@ Status check_devices(const BackendEntry& entry, const Backend& backend);
 // factory's; check_devices' when the created backend disagrees with its entry.
 Result<std::unique_ptr<Backend>> create_backend(std::string_view name,
                                                 const BackendContext& context);
+
+// Creates the named backend for a sub-group of the job's ranks: the entry's subgroup factory,
+// else its factory with `context`. Errors as create_backend's.
+Result<std::unique_ptr<Backend>> create_subgroup_backend(std::string_view name,
+                                                         const BackendContext& context,
+                                                         const std::vector<int>& world_ranks);
 
 // The first registered backend for CPU tensors that can connect `world`'s ranks
 // (BackendEntry::one_host): shm when they all share one host, else tcp.

@@ -117,6 +117,13 @@ constexpr std::array<Knob, kKnobCount> kTable = {{
      .default_text = "warning",
      .choices = &log_levels,
      .help = "least severe log lines printed; `info` also echoes the variables set"},
+    {.id = KnobId::kProcessSets,
+     .name = "KOLO_PROCESS_SETS",
+     .kind = kRankSets,
+     .category = kCore,
+     .default_doc = "none",
+     .help = "process sets that `kolo::init()` adds (ids 1, 2, ... in this order; "
+             "`kolo::process_sets()` returns them), e.g. `0,1;2,3`"},
     // The autotuner (coordinator/autotune.h). Each range bounds one searched dimension; a
     // minimum above its maximum is an error at init (config_from_knobs).
     {.id = KnobId::kAutotune,

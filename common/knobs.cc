@@ -94,6 +94,9 @@ std::string accepted_form(const Knob& k) {
       return "any text";
     case KnobKind::kRange:
       return "FIRST:END, integers with 0 <= FIRST < END (FIRST to END-1), e.g. 100:120";
+    case KnobKind::kRankSets:
+      return "lists of ranks separated by ';', ranks separated by ',', no rank twice in a list, "
+             "e.g. 0,1;2,3";
   }
   return "";
 }
@@ -163,6 +166,28 @@ Result<KnobValue> parse_knob(const Knob& k, std::string_view text, std::string_v
       Result<int64_t> end = parse_integer(text.substr(colon + 1));
       if (!first.ok() || !end.ok() || *first < 0 || *first >= *end) return bad();
       return KnobValue(KnobRange{*first, *end});
+    }
+    case KnobKind::kRankSets: {
+      RankSets sets;
+      for (std::string_view rest = text; !rest.empty();) {
+        const size_t semi = rest.find(';');
+        std::string_view list = rest.substr(0, semi);
+        rest = semi == std::string_view::npos ? std::string_view() : rest.substr(semi + 1);
+        std::vector<int> ranks;
+        for (std::string_view items = list;;) {
+          const size_t comma = items.find(',');
+          Result<int64_t> r = parse_integer(items.substr(0, comma));
+          if (!r.ok() || *r < 0 || *r > INT32_MAX ||
+              std::find(ranks.begin(), ranks.end(), *r) != ranks.end())
+            return bad();
+          ranks.push_back(static_cast<int>(*r));
+          if (comma == std::string_view::npos) break;
+          items = items.substr(comma + 1);
+        }
+        sets.push_back(std::move(ranks));
+      }
+      if (sets.empty()) return bad();
+      return KnobValue(std::move(sets));
     }
   }
   return bad();
@@ -281,6 +306,10 @@ const std::string& KnobSet::text(KnobId id) const {
 
 KnobRange KnobSet::range(KnobId id) const {
   return std::get<KnobRange>(value_of(id, KnobKind::kRange));
+}
+
+const RankSets& KnobSet::rank_sets(KnobId id) const {
+  return std::get<RankSets>(value_of(id, KnobKind::kRankSets));
 }
 
 std::vector<std::string> KnobSet::echo_lines() const {

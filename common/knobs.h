@@ -41,6 +41,7 @@ enum class KnobId : int {
   kStallShutdownTime,
   kOpTimeout,
   kLogLevel,
+  kProcessSets,
   // autotuner (issue 11)
   kAutotune,
   kAutotuneLog,
@@ -86,7 +87,9 @@ inline constexpr size_t kKnobCount = static_cast<size_t>(KnobId::kCount);
 //   kChoice    one of a list of names (Knob::choices)
 //   kText      any string (a path, a host name, a secret, a HOST:PORT checked by its reader)
 //   kRange     FIRST:END, integers with 0 <= FIRST < END: the half-open range [FIRST, END)
-enum class KnobKind { kSize, kDuration, kInteger, kBool, kChoice, kText, kRange };
+//   kRankSets  lists of ranks: "0,1;2,3", each list non-empty, ranks >= 0, no rank twice in a
+//              list (whether the ranks exist is checked by the reader, which knows the world)
+enum class KnobKind { kSize, kDuration, kInteger, kBool, kChoice, kText, kRange, kRankSets };
 
 struct KnobRange {
   int64_t first = 0;
@@ -144,8 +147,9 @@ std::string accepted_form(const Knob& k);
 std::string_view documented_default(const Knob& k);
 std::string_view category_name(KnobCategory c);
 
+using RankSets = std::vector<std::vector<int>>;
 using KnobValue = std::variant<uint64_t /* size */, std::chrono::nanoseconds, int64_t, bool,
-                               std::string, KnobRange>;
+                               std::string, KnobRange, RankSets>;
 
 // Parses `text` as a value of `k`. InvalidArgument "<label> <text> is invalid: expected <form>"
 // where label is "NAME=" (the default) or a flag name ("--cycle-time ").
@@ -177,6 +181,7 @@ class KnobSet {
   bool boolean(KnobId id) const;
   const std::string& text(KnobId id) const;  // kChoice and kText
   KnobRange range(KnobId id) const;
+  const RankSets& rank_sets(KnobId id) const;
 
   bool is_set(KnobId id) const { return entry(id).source != KnobSource::kDefault; }
   KnobSource source(KnobId id) const { return entry(id).source; }

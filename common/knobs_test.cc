@@ -51,6 +51,14 @@ TEST(Knobs, TableIsWellFormedAndEveryDefaultParses) {
   EXPECT_EQ(set->source(KnobId::kCycleTime), KnobSource::kDefault);
   EXPECT_TRUE(set->warnings().empty());
   EXPECT_TRUE(set->echo_lines().empty());
+  EXPECT_FALSE(set->is_set(KnobId::kProcessSets));
+}
+
+TEST(Knobs, ProcessSetsParseIntoListsOfRanks) {
+  Result<KnobSet> set = KnobSet::read({{"KOLO_PROCESS_SETS", "0,2;1;3,1"}});
+  ASSERT_TRUE(set.ok()) << set.status().to_string();
+  EXPECT_EQ(set->rank_sets(KnobId::kProcessSets),
+            (RankSets{{0, 2}, {1}, {3, 1}}));  // as given: add_process_set sorts
 }
 
 TEST(Knobs, OnlyFusionThresholdAndCycleTimeMayChangeWhileTheJobRuns) {
@@ -137,6 +145,12 @@ TEST(Knobs, EachKindsErrorNamesTheVariableTheValueAndTheAcceptedForm) {
               "KOLO_TIMELINE_STEPS=" + std::string(bad) +
                   " is invalid: expected FIRST:END, integers with 0 <= FIRST < END (FIRST to "
                   "END-1), e.g. 100:120");
+  }
+  for (const char* bad : {"0,0", "0;;1", ";", "0,", ",1", "a", "-1", "0;1,2,1", "1 2"}) {
+    EXPECT_EQ(error(KnobId::kProcessSets, bad),
+              "KOLO_PROCESS_SETS=" + std::string(bad) +
+                  " is invalid: expected lists of ranks separated by ';', ranks separated by ',', "
+                  "no rank twice in a list, e.g. 0,1;2,3");
   }
   EXPECT_EQ(error(KnobId::kCycleTime, "soon", "--cycle-time"),
             "--cycle-time soon is invalid: expected " + duration + ", e.g. 5ms");

@@ -9,6 +9,7 @@
 #include "common/logging.h"
 #include "coordinator/cuda_staging.h"
 #include "coordinator/failure_board.h"
+#include "coordinator/process_sets.h"
 #include "coordinator/runtime.h"
 #include "coordinator/submit.h"
 #include "kolo/kolo.h"
@@ -19,9 +20,10 @@ namespace kolo {
 namespace {
 
 struct Global {
-  std::mutex mu;                            // serialises init/shutdown
-  std::shared_ptr<coord::Runtime> runtime;  // set while initialised
-  World world;                              // outlives the runtime's backends
+  std::mutex mu;                                 // serialises init/shutdown
+  std::shared_ptr<coord::Runtime> runtime;       // set while initialised
+  std::shared_ptr<coord::ProcessSetTable> sets;  // with runtime
+  World world;                                   // outlives the runtime's backends
   bool was_shut_down = false;
   // init() after shutdown() must not meet the previous session's rendezvous keys (a store
   // never deletes keys), so every session namespaces them; all ranks count alike.
@@ -36,6 +38,46 @@ Global& global() {
 std::shared_ptr<coord::Runtime> current() {
   std::lock_guard<std::mutex> lock(global().mu);
   return global().runtime;
+}
+
+std::shared_ptr<coord::ProcessSetTable> current_sets() {
+  std::lock_guard<std::mutex> lock(global().mu);
+  return global().sets;
+}
+
+// A process set's backends: the job's CPU backend connecting only the set's members (its
+// subgroup factory, else new connections through the store under the set's own prefix).
+coord::MakeSetBackends set_backends(const World& world, const coord::RuntimeConfig& config,
+                                    int session) {
+  return [&world, name = config.cpu_operations, op_timeout = config.op_timeout,
+          stall = config.stall_shutdown_time, session](int32_t id, const std::vector<int>& ranks,
+                                                       int set_rank) -> Result<coord::SetBackends> {
+    const std::string ns = "kolo/s" + std::to_string(session) + "/ps" + std::to_string(id);
+    BackendContext ctx = backend_context(world, ns + "/data");
+    ctx.rank = set_rank;
+    ctx.size = static_cast<int>(ranks.size());
+    // A set of a one-host job is on one host; otherwise its members count as on hosts of
+    // their own (tcp then publishes a routable address).
+    const bool one_host = world.local_size == world.size;
+    ctx.local_rank = one_host ? set_rank : 0;
+    ctx.local_size = one_host ? ctx.size : 1;
+    ctx.cross_rank = one_host ? 0 : set_rank;
+    ctx.cross_size = one_host ? 1 : ctx.size;
+    ctx.op_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(op_timeout);
+    coord::SetBackends b;
+    if (ranks.size() == 1) {  // as init() for a job of one rank
+      b.data = make_local_backend(name);
+      b.control = make_local_backend("control");
+      return b;
+    }
+    KOLO_ASSIGN_OR_RETURN(b.data, create_subgroup_backend(name, ctx, ranks));
+    ctx.store_prefix = ns + "/ctrl";
+    if (stall.count() > 0)
+      ctx.op_timeout =
+          std::min(ctx.op_timeout, std::chrono::duration_cast<std::chrono::milliseconds>(stall));
+    KOLO_ASSIGN_OR_RETURN(b.control, create_subgroup_backend(name, ctx, ranks));
+    return b;
+  };
 }
 
 // NCCL-style: what the environment changed (at info) and likely typos (warnings), once per job.
@@ -117,26 +159,48 @@ Status init() {
     ctx.op_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(config.op_timeout);
     KOLO_ASSIGN_OR_RETURN(gpu, create_backend(gpu_name, ctx));
   }
-  KOLO_ASSIGN_OR_RETURN(std::unique_ptr<coord::Runtime> rt,
+  KOLO_ASSIGN_OR_RETURN(std::unique_ptr<coord::Runtime> created,
                         coord::Runtime::create(std::move(config), topo, std::move(data),
                                                std::move(control), std::move(gpu)));
+  std::shared_ptr<coord::Runtime> rt = std::move(created);
   g.world = std::move(world);
-  g.runtime = std::move(rt);
-  g.was_shut_down = false;
+  auto sets =
+      std::make_shared<coord::ProcessSetTable>(rt, set_backends(g.world, rt->config(), g.session));
   ++g.session;
+  // KOLO_PROCESS_SETS: every rank adds the same sets, in order, before init() returns.
+  if (knobs.is_set(KnobId::kProcessSets)) {
+    for (const std::vector<int>& ranks : knobs.rank_sets(KnobId::kProcessSets)) {
+      Result<ProcessSet> added = sets->add(ranks);
+      if (!added.ok()) {
+        sets->shutdown();
+        (void)rt->shutdown();
+        g.world = World{};
+        return added.status().with_context("KOLO_PROCESS_SETS=" + knobs.raw(KnobId::kProcessSets));
+      }
+    }
+  }
+  g.runtime = std::move(rt);
+  g.sets = std::move(sets);
+  g.was_shut_down = false;
   return Status::Ok();
 }
 
 Status shutdown() {
   Global& g = global();
   std::shared_ptr<coord::Runtime> rt;
+  std::shared_ptr<coord::ProcessSetTable> sets;
   {
     std::lock_guard<std::mutex> lock(g.mu);
     rt = std::move(g.runtime);
     g.runtime.reset();
+    sets = std::move(g.sets);
+    g.sets.reset();
     if (rt) g.was_shut_down = true;
   }
   if (!rt) return Status::Ok();
+  // The sets first: their Runtimes borrow the world's store and use their own threads.
+  sets->shutdown();
+  sets.reset();
   Status st = rt->shutdown();
   rt.reset();
   std::lock_guard<std::mutex> lock(g.mu);
@@ -204,7 +268,8 @@ std::vector<AppliedTuning> autotune_history() {
 namespace coord {
 
 // Used by the *_async functions in submit.cc.
-Handle submit_global(Result<std::unique_ptr<Entry>> entry, const std::string& name) {
+Handle submit_global(Result<std::unique_ptr<Entry>> entry, const std::string& name,
+                     const ProcessSet& process_set) {
   auto state = std::make_shared<detail::OpState>(name);
   if (!entry.ok()) {
     state->complete(entry.status());
@@ -223,9 +288,42 @@ Handle submit_global(Result<std::unique_ptr<Entry>> entry, const std::string& na
                : "kolo::init() has not been called")));
     return Handle((*entry)->state);
   }
-  return rt->submit(std::move(*entry));
+  if (process_set.is_global()) return rt->submit(std::move(*entry));
+  std::shared_ptr<ProcessSetTable> sets = current_sets();
+  Result<std::shared_ptr<Runtime>> set_rt =
+      sets ? sets->runtime_for(
+                 process_set, std::string(op_type_name((*entry)->request.type)) + " '" + name + "'")
+           : Result<std::shared_ptr<Runtime>>(
+                 Status::PreconditionFailed("'" + name + "': kolo::shutdown() was called"));
+  if (!set_rt.ok()) {
+    (*entry)->state->complete(set_rt.status());
+    return Handle((*entry)->state);
+  }
+  return (*set_rt)->submit(std::move(*entry));
 }
 
 }  // namespace coord
+
+Result<ProcessSet> add_process_set(std::vector<int> ranks) {
+  auto sets = current_sets();
+  if (!sets)
+    return Status::PreconditionFailed("kolo::add_process_set(): kolo::init() has not been called");
+  return sets->add(std::move(ranks));
+}
+
+Status remove_process_set(const ProcessSet& set) {
+  auto sets = current_sets();
+  if (!sets)
+    return Status::PreconditionFailed(
+        "kolo::remove_process_set(): kolo::init() has not been called");
+  return sets->remove(set);
+}
+
+ProcessSet global_process_set() { return ProcessSet{}; }
+
+std::vector<ProcessSet> process_sets() {
+  auto sets = current_sets();
+  return sets ? sets->sets() : std::vector<ProcessSet>{ProcessSet{}};
+}
 
 }  // namespace kolo

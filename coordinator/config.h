@@ -67,6 +67,9 @@ struct RuntimeConfig {
   // ends with it (api.cc: FailureBoard::name_first_failure, so that the error names the rank
   // that failed first in the job, not the link this rank saw break).
   std::function<Status(const Status&)> name_first_failure;
+  // A process set's Runtime (coordinator/process_sets.h): what its messages call it, e.g.
+  // "process set 1". Empty for the global set.
+  std::string label;
 };
 
 // The coordinator's knobs from `knobs` (each already validated by KnobSet::read).

@@ -184,7 +184,10 @@ Status Runtime::shutdown() {
   }
   cv_.notify_one();
   if (thread_.joinable()) thread_.join();
-  fail_all(Status::Aborted("kolo was shut down on rank " + std::to_string(topology_.rank)));
+  fail_all(Status::Aborted(config_.label.empty()
+                               ? "kolo was shut down on rank " + std::to_string(topology_.rank)
+                               : config_.label + " was removed on its rank " +
+                                     std::to_string(topology_.rank)));
   timeline_.stop();
   return Status::Ok();
 }
@@ -445,8 +448,13 @@ Status Runtime::cycle(bool shutdown_requested, bool& stop) {
   }
   if (!list.fatal.empty()) return Status::Aborted(list.fatal);
   if (list.shutdown_rank >= 0) {
-    fail_all(Status::Aborted("kolo was shut down (rank " + std::to_string(list.shutdown_rank) +
-                             " called shutdown()); pending operations were cancelled"));
+    fail_all(Status::Aborted(
+        config_.label.empty()
+            ? "kolo was shut down (rank " + std::to_string(list.shutdown_rank) +
+                  " called shutdown()); pending operations were cancelled"
+            : config_.label + " was removed (its rank " + std::to_string(list.shutdown_rank) +
+                  " called remove_process_set() or shutdown()); pending operations were "
+                  "cancelled"));
     stop = true;
   }
   return Status::Ok();

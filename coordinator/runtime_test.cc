@@ -266,7 +266,7 @@ TEST(RuntimeTest, BadArgumentsAreRejectedAtSubmission) {
   EXPECT_EQ(message(build_allreduce("x", ok, view_of(d.data(), {4}), {})),
             "allreduce 'x': output must match input: expected [4] float32 on cpu, got [4] "
             "float64 on cpu");
-  EXPECT_EQ(message(build_allreduce("x", ok, ok, bad_op)),
+  EXPECT_EQ(message(build_allreduce("x", ok, ok, {.op = bad_op.op})),
             "allreduce 'x': reduce op must be one of sum, average, min, max, product, got enum "
             "value 9");
   EXPECT_EQ(message(build_allreduce("x", ok, ok, {.prescale = HUGE_VAL})),

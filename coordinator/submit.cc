@@ -79,11 +79,11 @@ Result<std::unique_ptr<Entry>> build_allreduce(std::string name, TensorView inpu
         std::string(dtype_name(input.dtype)) + " on " + input.device.to_string() + ", got " +
         shape_string(output.shape) + " " + std::string(dtype_name(output.dtype)) + " on " +
         output.device.to_string());
-  KOLO_RETURN_IF_ERROR(validate_reduction(prefix(t, name), opts));
+  KOLO_RETURN_IF_ERROR(validate_reduction(prefix(t, name), opts.reduction()));
   auto e = new_entry(std::move(name), t);
   describe(*e, input);
   e->outputs = {output};
-  e->request.reduction = opts;
+  e->request.reduction = opts.reduction();
   return e;
 }
 
@@ -197,6 +197,13 @@ Result<std::unique_ptr<Entry>> build_join() {
   return new_entry(std::string(kJoinName), OpType::kJoin);
 }
 
+Result<std::unique_ptr<Entry>> build_internal_allgather(std::string name, TensorView input) {
+  KOLO_ASSIGN_OR_RETURN(auto e, build_allgather("internal", input, {}));
+  e->request.name = name;
+  e->state = std::make_shared<detail::OpState>(std::move(name));
+  return e;
+}
+
 }  // namespace kolo::coord
 
 namespace kolo {
@@ -209,34 +216,43 @@ Handle allreduce_async(std::string name, TensorView tensor, AllreduceOptions opt
 Handle allreduce_async(std::string name, TensorView input, TensorView output,
                        AllreduceOptions opts) {
   std::string n = name;
-  return submit_global(coord::build_allreduce(std::move(name), input, output, opts), n);
+  return submit_global(coord::build_allreduce(std::move(name), input, output, opts), n,
+                       opts.process_set);
 }
 Handle grouped_allreduce_async(std::string name, std::vector<TensorView> tensors,
                                AllreduceOptions opts) {
   std::string n = name;
-  return submit_global(coord::build_grouped_allreduce(std::move(name), std::move(tensors), opts),
-                       n);
+  return submit_global(coord::build_grouped_allreduce(std::move(name), std::move(tensors), opts), n,
+                       opts.process_set);
 }
 Handle allgather_async(std::string name, TensorView input, AllgatherOptions opts) {
   std::string n = name;
-  return submit_global(coord::build_allgather(std::move(name), input, std::move(opts)), n);
+  ProcessSet set = opts.process_set;
+  return submit_global(coord::build_allgather(std::move(name), input, std::move(opts)), n, set);
 }
 Handle broadcast_async(std::string name, TensorView tensor, BroadcastOptions opts) {
   std::string n = name;
-  return submit_global(coord::build_broadcast(std::move(name), tensor, opts, size()), n);
+  return submit_global(
+      coord::build_broadcast(std::move(name), tensor, opts, opts.process_set.size()), n,
+      opts.process_set);
 }
 Handle alltoall_async(std::string name, TensorView input, AlltoallOptions opts) {
   std::string n = name;
-  return submit_global(coord::build_alltoall(std::move(name), input, std::move(opts), size()), n);
+  ProcessSet set = opts.process_set;
+  const int size = set.size();
+  return submit_global(coord::build_alltoall(std::move(name), input, std::move(opts), size), n,
+                       set);
 }
 Handle reducescatter_async(std::string name, TensorView input, ReducescatterOptions opts) {
   std::string n = name;
-  return submit_global(coord::build_reducescatter(std::move(name), input, std::move(opts), size()),
-                       n);
+  ProcessSet set = opts.process_set;
+  return submit_global(
+      coord::build_reducescatter(std::move(name), input, std::move(opts), set.size()), n, set);
 }
-Handle barrier_async(std::string name) {
+Handle barrier_async(std::string name) { return barrier_async(std::move(name), ProcessSet{}); }
+Handle barrier_async(std::string name, const ProcessSet& process_set) {
   std::string n = name;
-  return submit_global(coord::build_barrier(std::move(name)), n);
+  return submit_global(coord::build_barrier(std::move(name)), n, process_set);
 }
 Handle join_async() { return submit_global(coord::build_join(), std::string(coord::kJoinName)); }
 
@@ -271,6 +287,9 @@ Result<HostTensor> reducescatter(std::string name, TensorView input, Reducescatt
   return output_of(reducescatter_async(std::move(name), input, std::move(opts)));
 }
 Status barrier(std::string name) { return barrier_async(std::move(name)).wait(); }
+Status barrier(std::string name, const ProcessSet& process_set) {
+  return barrier_async(std::move(name), process_set).wait();
+}
 Result<int> join() {
   Handle h = join_async();
   KOLO_RETURN_IF_ERROR(h.wait());

@@ -32,13 +32,18 @@ Result<std::unique_ptr<Entry>> build_reducescatter(std::string name, TensorView 
                                                    ReducescatterOptions opts, int size);
 Result<std::unique_ptr<Entry>> build_barrier(std::string name);
 Result<std::unique_ptr<Entry>> build_join();
+// An allgather of Kolo's own (a name starting with kInternalNamePrefix, which callers may not
+// use), e.g. add_process_set's agreement.
+Result<std::unique_ptr<Entry>> build_internal_allgather(std::string name, TensorView input);
 
 // The per-view checks of every builder (dtype, non-negative dimensions, data, device), for
 // operations built on top of these (grouped.cc): InvalidArgument naming the tensor and `arg`.
 Status check_input_view(OpType type, const std::string& name, const char* arg,
                         const TensorView& view);
 
-// Submits to the process-wide runtime (api.cc); fails the handle when there is none.
-Handle submit_global(Result<std::unique_ptr<Entry>> entry, const std::string& name);
+// Submits to the process-wide runtime of `process_set` (api.cc); fails the handle when there
+// is none, naming the set and this rank when this rank is not a member.
+Handle submit_global(Result<std::unique_ptr<Entry>> entry, const std::string& name,
+                     const ProcessSet& process_set = {});
 
 }  // namespace kolo::coord

@@ -188,10 +188,39 @@ Result<std::unique_ptr<Backend>> make_mpi_backend(const BackendContext& context)
   return std::unique_ptr<Backend>(new MpiBackend(comm, rank, size));
 }
 
+Result<std::unique_ptr<Backend>> make_mpi_subgroup_backend(const BackendContext& context,
+                                                           const std::vector<int>& world_ranks) {
+  KOLO_RETURN_IF_ERROR(ensure_mpi());
+  MPI_Group world_group = MPI_GROUP_NULL, group = MPI_GROUP_NULL;
+  KOLO_RETURN_IF_ERROR(
+      mpi_status(MPI_Comm_group(MPI_COMM_WORLD, &world_group), "mpi: MPI_Comm_group"));
+  int rc =
+      MPI_Group_incl(world_group, static_cast<int>(world_ranks.size()), world_ranks.data(), &group);
+  MPI_Group_free(&world_group);
+  KOLO_RETURN_IF_ERROR(mpi_status(rc, "mpi: MPI_Group_incl"));
+  // Collective over the group's members only, so other ranks need not take part.
+  MPI_Comm comm = MPI_COMM_NULL;
+  rc = MPI_Comm_create_group(MPI_COMM_WORLD, group, /*tag=*/0, &comm);
+  MPI_Group_free(&group);
+  KOLO_RETURN_IF_ERROR(mpi_status(rc, "mpi: MPI_Comm_create_group"));
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  if (rank != context.rank || size != context.size) {
+    MPI_Comm_free(&comm);
+    return Status::Internal("mpi: the sub-group's communicator has rank " + std::to_string(rank) +
+                            " of " + std::to_string(size) + ", expected rank " +
+                            std::to_string(context.rank) + " of " + std::to_string(context.size));
+  }
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  return std::unique_ptr<Backend>(new MpiBackend(comm, rank, size));
+}
+
 BackendEntry backend_entry_mpi() {
   BackendEntry entry;
   entry.name = "mpi";
   entry.factory = &make_mpi_backend;
+  entry.subgroup = &make_mpi_subgroup_backend;
   entry.devices = {DeviceKind::kCpu};
   // Under mpirun the job is MPI's: its ranks, and MPI's own collectives by default.
   entry.launcher = {"mpirun", &launched_by_mpirun, &world_from_mpi, /*default_backend=*/true};

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "backends/backend.h"
 #include "backends/registry.h"
@@ -30,6 +31,11 @@ namespace kolo {
 // Collective over MPI_COMM_WORLD (it calls MPI_Comm_dup): every rank must call it. The store
 // and secret of the context are not used: MPI bootstraps itself.
 Result<std::unique_ptr<Backend>> make_mpi_backend(const BackendContext& context);
+
+// A sub-group's backend: a communicator of the members of MPI_COMM_WORLD named by
+// `world_ranks` (MPI_Comm_create_group, collective over those members only).
+Result<std::unique_ptr<Backend>> make_mpi_subgroup_backend(const BackendContext& context,
+                                                           const std::vector<int>& world_ranks);
 
 // The registry's entry (backends/registry.h): CPU buffers; launcher mpirun (mpi_world.h), under
 // which mpi is the default backend.

@@ -72,10 +72,10 @@ void DistributedOptimizer::build_buckets() {
   size_t bytes = 0;
   for (size_t i = params_.size(); i-- > 0;) {
     const Tensor& t = params_[i].tensor;
-    const size_t size = options_.compression == Compression::kNone
-                            ? t.nbytes()
-                            : static_cast<size_t>(t.numel()) *
-                                  dtype_size(wire_dtype(options_.compression));
+    const size_t size =
+        options_.compression == Compression::kNone
+            ? t.nbytes()
+            : static_cast<size_t>(t.numel()) * dtype_size(wire_dtype(options_.compression));
     bool fresh = buckets_.empty() || bytes + size > cap;
     if (!fresh) {
       const Tensor& head = params_[buckets_.back().params.front()].tensor;
@@ -133,7 +133,7 @@ void DistributedOptimizer::on_gradient_ready(size_t index) {
   // The sample count is final once the last pass runs backward. Sent with the first final
   // gradient, its (tiny) allreduce completes while backward still runs instead of adding a
   // negotiation round after the last bucket.
-  if (options_.weight_by_sample_count && size() > 1) submit_sample_count();
+  if (options_.weight_by_sample_count && options_.process_set.size() > 1) submit_sample_count();
   Bucket& bucket = buckets_[param.bucket];
   if (++bucket.ready == bucket.params.size()) {
     submit(bucket);
@@ -145,8 +145,9 @@ void DistributedOptimizer::submit_sample_count() {
   if (count_submitted_) return;
   count_submitted_ = true;
   global_samples_ = count_given_ ? local_samples_ : 1;
-  count_handle_ = allreduce_async(options_.name_prefix + ".__samples__",
-                                  view_of(&global_samples_, {}));
+  count_handle_ =
+      allreduce_async(options_.name_prefix + ".__samples__", view_of(&global_samples_, {}),
+                      {.process_set = options_.process_set});
 }
 
 TensorView DistributedOptimizer::prepare_gradient(Param& param, double local_weight) {
@@ -180,7 +181,7 @@ TensorView DistributedOptimizer::prepare_gradient(Param& param, double local_wei
 void DistributedOptimizer::submit(Bucket& bucket) {
   if (bucket.submitted) return;
   bucket.submitted = true;
-  if (size() == 1) return;  // nothing to exchange; step() still divides by the passes
+  if (options_.process_set.size() == 1) return;  // nothing to exchange; step() still divides
   if (!first_submit_) first_submit_ = std::chrono::steady_clock::now();
 
   // Kolo requires every rank to pass the same scale factors (a difference is reported as a
@@ -195,12 +196,12 @@ void DistributedOptimizer::submit(Bucket& bucket) {
     opts.op = ReduceOp::kAverage;
   }
   opts.prescale = 1.0 / options_.backward_passes_per_step;
+  opts.process_set = options_.process_set;
   std::vector<TensorView> views;
   views.reserve(bucket.params.size());
   for (size_t i : bucket.params) views.push_back(prepare_gradient(params_[i], local_weight));
-  bucket.handle = views.size() == 1
-                      ? allreduce_async(bucket.name, views.front(), opts)
-                      : grouped_allreduce_async(bucket.name, std::move(views), opts);
+  bucket.handle = views.size() == 1 ? allreduce_async(bucket.name, views.front(), opts)
+                                    : grouped_allreduce_async(bucket.name, std::move(views), opts);
   if (options_.weight_by_sample_count) submit_sample_count();  // when no hook fired
 }
 
@@ -215,7 +216,7 @@ void DistributedOptimizer::step() {
     throw Error(Status::PreconditionFailed(
         "DistributedOptimizer::step() inside no_sync(): end the scope and run one more backward "
         "pass, whose gradients (summed with those accumulated in the scope) are allreduced"));
-  const bool distributed = size() > 1;
+  const bool distributed = options_.process_set.size() > 1;
   // Buckets holding a parameter whose gradient never became final in this step's passes.
   for (auto& bucket : buckets_) {
     if (!bucket.submitted) {

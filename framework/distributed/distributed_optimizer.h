@@ -71,6 +71,7 @@
 #include "framework/optim/optimizer.h"
 #include "framework/tensor.h"
 #include "kolo/handle.h"
+#include "kolo/process_set.h"
 #include "kolo/tensor.h"
 
 namespace kolo::fw {
@@ -87,6 +88,10 @@ struct DistributedOptions {
   // See Note [Buckets]. 0: one bucket per parameter. Must be >= 0 and equal on every rank.
   // The autotuner, when on, replaces it between steps.
   int64_t bucket_bytes = int64_t{4} << 20;
+  // The ranks that train this replica together (data parallel within a group): gradients are
+  // averaged over this set's members only. Only members may construct the optimizer over it;
+  // the default is every rank (kolo/process_set.h).
+  ProcessSet process_set = {};
 };
 
 // Counters for tests and diagnostics.

@@ -43,6 +43,7 @@
 
 #include "kolo/grouped_handle.h"
 #include "kolo/handle.h"
+#include "kolo/process_set.h"
 #include "kolo/status.h"
 #include "kolo/tensor.h"
 #include "kolo/types.h"
@@ -120,8 +121,19 @@ std::vector<AppliedTuning> autotune_history();
 // initializer, so that designated initializers that leave some out compile without
 // -Wmissing-field-initializers warnings.
 
-// An allreduce is described entirely by its reduction (kolo/types.h): op, prescale, postscale.
-using AllreduceOptions = Reduction;
+// Every options struct ends with the process set the operation runs on (kolo/process_set.h);
+// the default is the global set. E.g. {.op = kolo::ReduceOp::kAverage, .process_set = group}.
+
+// An allreduce is described by its reduction (kolo/types.h's members op, prescale, postscale,
+// repeated here so that designated initializers stay flat) and its process set.
+struct AllreduceOptions {
+  ReduceOp op = ReduceOp::kSum;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  ProcessSet process_set = {};
+
+  Reduction reduction() const { return {op, prescale, postscale}; }
+};
 
 // Called on the background thread with the output's shape once it is known; must return a
 // buffer of at least product(shape) * dtype_size(dtype) bytes that stays valid until the
@@ -130,10 +142,12 @@ using OutputAllocator = std::function<void*(const std::vector<int64_t>& shape, D
 
 struct AllgatherOptions {
   OutputAllocator allocator = {};  // empty: Kolo allocates a HostTensor (Handle::take_output)
+  ProcessSet process_set = {};
 };
 
 struct BroadcastOptions {
-  int root = 0;
+  int root = 0;  // a rank of the process set
+  ProcessSet process_set = {};
 };
 
 struct AlltoallOptions {
@@ -141,6 +155,7 @@ struct AlltoallOptions {
   // Empty: shape[0] must divide evenly by size() and every rank gets the same number.
   std::vector<int64_t> splits = {};
   OutputAllocator allocator = {};
+  ProcessSet process_set = {};
 };
 
 // The first dimension is split across ranks in order: rank r receives shape[0] / size() rows,
@@ -153,6 +168,7 @@ struct ReducescatterOptions {
   // to shape[0] (InvalidArgument naming the entry or the sum otherwise). Every rank passes the
   // same list (Mismatch naming the ranks otherwise). Empty: the even split above.
   std::vector<int64_t> recv_counts = {};
+  ProcessSet process_set = {};
 };
 
 // ---- Asynchronous operations ------------------------------------------------------------------
@@ -193,8 +209,9 @@ GroupedHandle grouped_allgather_async(std::string name, std::vector<TensorView> 
 // naming the group and the ranks otherwise). CPU tensors only, copied at submission.
 GroupedHandle grouped_reducescatter_async(std::string name, std::vector<TensorView> tensors,
                                           Reduction reduction = {});
-// Completes once every rank has submitted a barrier of this name.
+// Completes once every rank (of the set) has submitted a barrier of this name.
 Handle barrier_async(std::string name = "barrier");
+Handle barrier_async(std::string name, const ProcessSet& process_set);
 // Declares that this rank has no more data for now: until every rank has joined, the other
 // ranks' allreduces, allgathers, broadcasts and barriers proceed without waiting for this
 // rank, which contributes the operation's identity (0 for sum and average, 1 for product,
@@ -203,6 +220,7 @@ Handle barrier_async(std::string name = "barrier");
 // that joined last (the same on every rank; among ranks whose joins reached the coordinator in
 // the same cycle, the highest). This rank may not submit other operations until then
 // (InvalidArgument). Alltoall and reducescatter fail while a rank has joined.
+// Join is about the global set only.
 Handle join_async();
 
 // ---- Blocking wrappers (submit and wait; same errors as the Handle's) -----------------------
@@ -228,6 +246,7 @@ Result<std::vector<HostTensor>> grouped_reducescatter(std::string name,
                                                       std::vector<TensorView> tensors,
                                                       Reduction reduction = {});
 Status barrier(std::string name = "barrier");
+Status barrier(std::string name, const ProcessSet& process_set);
 // The rank that joined last (Handle::last_joined_rank).
 Result<int> join();
 

@@ -291,9 +291,10 @@ TEST(KolorunOptions, RejectsBadFlagsNamingFlagValueAndForm) {
 TEST(KolorunOptions, EveryUserKnobIsAFlagAndBoolFlagsNeedNoValue) {
   for (const Knob& k : all_knobs()) {
     if (k.category == KnobCategory::kLauncher) continue;
-    const std::string value = !k.default_text.empty()      ? std::string(k.default_text)
-                              : k.kind == KnobKind::kRange ? "100:120"  // --timeline-steps
-                                                           : "x";
+    const std::string value = !k.default_text.empty()         ? std::string(k.default_text)
+                              : k.kind == KnobKind::kRange    ? "100:120"  // --timeline-steps
+                              : k.kind == KnobKind::kRankSets ? "0"        // --process-sets
+                                                              : "x";
     auto o = parse_options({"-np", "1", flag_name(k) + "=" + value, "prog"});
     ASSERT_TRUE(o.ok()) << k.name << ": " << o.status().to_string();
     EXPECT_EQ(o->knob_flags.at(std::string(k.name)), value);

@@ -48,6 +48,8 @@ std::string metavar(const Knob& k) {
       return "TEXT";
     case KnobKind::kRange:
       return "FIRST:END";
+    case KnobKind::kRankSets:
+      return "R,R;R,R";
   }
   return "";
 }

@@ -1,0 +1,89 @@
+// Starts process_sets_worker jobs through kolorun (tcp, shm) and mpirun (mpi) and checks
+// every rank's output: every operation on sets of every shape for 2 to 5 ranks, concurrent
+// sets, a non-member's submission, bad rank lists, removal with pending work, static sets.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <tuple>
+
+#include "tests/support/run_command.h"
+
+namespace {
+
+using kolo::testing::count_occurrences;
+using kolo::testing::run_command;
+
+std::string kolorun(const std::string& backend, int np, const std::string& scenario,
+                    const std::string& env = "") {
+  return env + "KOLO_CPU_OPERATIONS=" + backend + " " + KOLO_TEST_KOLORUN + " -np " +
+         std::to_string(np) + " " + KOLO_TEST_WORKER + " " + scenario;
+}
+
+class Sets : public ::testing::TestWithParam<std::tuple<const char*, int>> {};
+
+TEST_P(Sets, EveryOperationOnEveryShapeConcurrently) {
+  const auto [backend, np] = GetParam();
+  auto r = run_command(kolorun(backend, np, "sets"), 150);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(count_occurrences(r.output, "sets passed"), np) << r.output;
+  // The messages every rank saw: a non-member names the set and itself; a list that differs
+  // names who passed what, alike on every rank.
+  EXPECT_EQ(count_occurrences(r.output,
+                              "differ: InvalidArgument: add_process_set: the ranks "
+                              "differ between ranks: rank 0 passed [0]; rank"),
+            np)
+      << r.output;
+  EXPECT_EQ(count_occurrences(r.output,
+                              "rank 0 outside: InvalidArgument: allreduce 'outside': "
+                              "rank 0 is not in process set 1 (rank " +
+                                  std::to_string(np - 1) + ")"),
+            1)
+      << r.output;
+  EXPECT_EQ(count_occurrences(r.output, "rank 0 pending: Aborted: process set 2 was removed"), 1)
+      << r.output;
+}
+INSTANTIATE_TEST_SUITE_P(Kolorun, Sets,
+                         ::testing::Combine(::testing::Values("tcp", "shm"),
+                                            ::testing::Values(2, 3, 4, 5)),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param)) + "_np" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
+TEST(ProcessSets, StaticSetsFromTheEnvironment) {
+  auto r = run_command(kolorun("tcp", 4, "static", "KOLO_PROCESS_SETS=\"0,1;2,3\" "), 120);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(count_occurrences(r.output, "static passed"), 4) << r.output;
+}
+
+TEST(ProcessSets, AnInvalidStaticSetFailsInitNamingIt) {
+  auto bad = run_command(kolorun("tcp", 2, "static", "KOLO_PROCESS_SETS=\"0,0\" "), 60);
+  EXPECT_NE(bad.exit_code, 0) << bad.output;
+  EXPECT_NE(bad.output.find("KOLO_PROCESS_SETS=0,0 is invalid: expected lists of ranks"),
+            std::string::npos)
+      << bad.output;
+  auto range = run_command(kolorun("tcp", 2, "static", "KOLO_PROCESS_SETS=\"0,1;2,3\" "), 60);
+  EXPECT_NE(range.exit_code, 0) << range.output;
+  EXPECT_NE(range.output.find("KOLO_PROCESS_SETS=0,1;2,3: add_process_set: rank 2 in [2, 3] is "
+                              "out of range: the job has ranks 0..1"),
+            std::string::npos)
+      << range.output;
+}
+
+#ifdef KOLO_TEST_MPIRUN
+// mpi's sets are communicators of MPI_Comm_create_group.
+class MpiSets : public ::testing::TestWithParam<int> {};
+TEST_P(MpiSets, EveryOperationOnEveryShapeConcurrently) {
+  const int np = GetParam();
+  auto r =
+      run_command("OMPI_MCA_btl_vader_single_copy_mechanism=none " + std::string(KOLO_TEST_MPIRUN) +
+                      " --allow-run-as-root --oversubscribe -np " + std::to_string(np) + " " +
+                      KOLO_TEST_WORKER + " sets",
+                  150);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(count_occurrences(r.output, "sets passed"), np) << r.output;
+}
+INSTANTIATE_TEST_SUITE_P(Mpirun, MpiSets, ::testing::Values(2, 3, 4));
+#endif
+
+}  // namespace
