@@ -4,6 +4,7 @@
 #include <torch/utils.h>
 
 #include <cstring>
+#include <mutex>
 #include <sstream>
 
 #include "kolo/torch.h"
@@ -90,12 +91,39 @@ struct Handle::State {
   bool copied = false;
 };
 
-Handle make_handle(std::shared_ptr<Handle::State> s) {
-  // The state (the tensors Kolo reads and writes) lives until the operation completes, even
-  // when the caller drops the handle; Kolo drops the callback once it has run.
-  s->handle.then([keep = s](const Status&) {});
+namespace {
+
+// States whose handles were dropped before their operation completed: Kolo still reads and
+// writes their tensors. Freed on a caller's thread once complete, never on Kolo's background
+// thread: freeing a tensor that Python owns takes the GIL, which a Python thread waiting on
+// Kolo (shutdown) may hold.
+std::mutex orphans_mu;  // guards orphans (the plugin sees only the public API)
+std::vector<std::unique_ptr<Handle::State>> orphans;
+
+void sweep_orphans() {
+  std::vector<std::unique_ptr<Handle::State>> done;
+  {
+    std::lock_guard<std::mutex> lock(orphans_mu);
+    for (auto& o : orphans) {
+      if (o->handle.poll()) done.push_back(std::move(o));
+    }
+    std::erase(orphans, nullptr);
+  }
+}  // `done` frees here, outside the lock
+
+}  // namespace
+
+Handle make_handle(std::unique_ptr<Handle::State> s) {
+  sweep_orphans();
   Handle h;
-  h.state_ = std::move(s);
+  h.state_ = std::shared_ptr<Handle::State>(s.release(), [](Handle::State* p) {
+    if (p->handle.valid() && !p->handle.poll()) {
+      std::lock_guard<std::mutex> lock(orphans_mu);
+      orphans.emplace_back(p);
+    } else {
+      delete p;
+    }
+  });
   return h;
 }
 
@@ -150,7 +178,7 @@ TensorView prepare(Handle::State& s, const at::Tensor& t, const std::string& nam
 }
 
 // An OutputAllocator that allocates a tensor like `like` (dtype, device) and keeps it in `s`.
-OutputAllocator allocate_into(const std::shared_ptr<Handle::State>& s, const at::Tensor& like) {
+OutputAllocator allocate_into(const std::unique_ptr<Handle::State>& s, const at::Tensor& like) {
   const at::TensorOptions options = like.options();
   Handle::State* raw = s.get();  // kept alive until completion (make_handle)
   return [raw, options](const std::vector<int64_t>& shape, DataType) -> void* {
@@ -162,33 +190,33 @@ OutputAllocator allocate_into(const std::shared_ptr<Handle::State>& s, const at:
 }  // namespace
 
 Handle allreduce_async_(const std::string& name, const at::Tensor& tensor, AllreduceOptions opts) {
-  auto s = std::make_shared<Handle::State>();
+  auto s = std::make_unique<Handle::State>();
   TensorView v = prepare(*s, tensor, name, /*in_place=*/true);
   s->outputs = {tensor};
   s->handle = kolo::allreduce_async(name, v, opts);
-  return make_handle(s);
+  return make_handle(std::move(s));
 }
 
 Handle allreduce_async(const std::string& name, const at::Tensor& tensor, AllreduceOptions opts) {
-  auto s = std::make_shared<Handle::State>();
+  auto s = std::make_unique<Handle::State>();
   TensorView in = prepare(*s, tensor, name, /*in_place=*/false);
   at::Tensor out = at::empty_like(s->inputs.back(), at::MemoryFormat::Contiguous);
   TensorView ov = view_of(out, name);
   s->outputs = {out};
   s->handle = kolo::allreduce_async(name, in, ov, opts);
-  return make_handle(s);
+  return make_handle(std::move(s));
 }
 
 Handle grouped_allreduce_async_(const std::string& name, const std::vector<at::Tensor>& tensors,
                                 AllreduceOptions opts) {
-  auto s = std::make_shared<Handle::State>();
+  auto s = std::make_unique<Handle::State>();
   std::vector<TensorView> views;
   for (size_t i = 0; i < tensors.size(); ++i) {
     views.push_back(prepare(*s, tensors[i], name + "[" + std::to_string(i) + "]", true));
   }
   s->outputs = tensors;
   s->handle = kolo::grouped_allreduce_async(name, std::move(views), opts);
-  return make_handle(s);
+  return make_handle(std::move(s));
 }
 
 Handle grouped_allreduce_async(const std::string& name, const std::vector<at::Tensor>& tensors,
@@ -201,18 +229,18 @@ Handle grouped_allreduce_async(const std::string& name, const std::vector<at::Te
 }
 
 Handle allgather_async(const std::string& name, const at::Tensor& tensor) {
-  auto s = std::make_shared<Handle::State>();
+  auto s = std::make_unique<Handle::State>();
   TensorView v = prepare(*s, tensor, name, false);
   s->handle = kolo::allgather_async(name, v, {.allocator = allocate_into(s, tensor)});
-  return make_handle(s);
+  return make_handle(std::move(s));
 }
 
 Handle broadcast_async_(const std::string& name, const at::Tensor& tensor, int root) {
-  auto s = std::make_shared<Handle::State>();
+  auto s = std::make_unique<Handle::State>();
   TensorView v = prepare(*s, tensor, name, true);
   s->outputs = {tensor};
   s->handle = kolo::broadcast_async(name, v, {.root = root});
-  return make_handle(s);
+  return make_handle(std::move(s));
 }
 
 Handle broadcast_async(const std::string& name, const at::Tensor& tensor, int root) {
@@ -223,20 +251,20 @@ Handle broadcast_async(const std::string& name, const at::Tensor& tensor, int ro
 
 Handle alltoall_async(const std::string& name, const at::Tensor& tensor,
                       std::vector<int64_t> splits) {
-  auto s = std::make_shared<Handle::State>();
+  auto s = std::make_unique<Handle::State>();
   TensorView v = prepare(*s, tensor, name, false);
   s->handle = kolo::alltoall_async(
       name, v, {.splits = std::move(splits), .allocator = allocate_into(s, tensor)});
-  return make_handle(s);
+  return make_handle(std::move(s));
 }
 
 Handle reducescatter_async(const std::string& name, const at::Tensor& tensor,
                            AllreduceOptions opts) {
-  auto s = std::make_shared<Handle::State>();
+  auto s = std::make_unique<Handle::State>();
   TensorView v = prepare(*s, tensor, name, false);
   s->handle = kolo::reducescatter_async(
       name, v, {.reduction = opts, .allocator = allocate_into(s, tensor)});
-  return make_handle(s);
+  return make_handle(std::move(s));
 }
 
 at::Tensor allreduce(const std::string& name, const at::Tensor& tensor, AllreduceOptions opts) {

@@ -37,8 +37,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.attr("MAX") = static_cast<int>(kolo::ReduceOp::kMax);
   m.attr("PRODUCT") = static_cast<int>(kolo::ReduceOp::kProduct);
 
-  m.def("init", &kt::init);
-  m.def("shutdown", &kt::shutdown);
+  // Calls that wait for Kolo's background thread release the GIL.
+  m.def("init", &kt::init, py::call_guard<py::gil_scoped_release>());
+  m.def("shutdown", &kt::shutdown, py::call_guard<py::gil_scoped_release>());
   m.def("is_initialized", &kt::is_initialized);
   m.def("rank", &kt::rank);
   m.def("size", &kt::size);

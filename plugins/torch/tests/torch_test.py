@@ -139,7 +139,7 @@ def mode_gloo():
         got = hvd.allreduce(torch.full((4,), r + 1.0, dtype=dtype), op=hvd.Sum)
         same(got, torch.full((4,), P * (P + 1) / 2, dtype=dtype), "allreduce %s" % dtype)
     # Grouped allreduce (async handles), compression, and a non-contiguous tensor.
-    ts = [torch.rand(3, generator=gen), torch.rand(2, 2, generator=gen).double()]
+    ts = [torch.rand(3, generator=gen), torch.rand(2, 2, generator=gen)]
     wants = [t.clone() for t in ts]
     for w in wants:
         dist.all_reduce(w)

@@ -18,7 +18,8 @@
 //
 // Errors: every function throws kolo::torch::Error carrying Kolo's Status (its message names
 // the tensor, the ranks and what differs); waits throw the operation's error. Memory: the
-// tensors passed are kept alive by the Handle until it completes. Thread-safety: as kolo.h.
+// tensors passed are kept alive until the operation completes, also when the Handle is dropped
+// before (they are then freed on a later call's thread, never on Kolo's background thread). Thread-safety: as kolo.h.
 #pragma once
 
 // The parts of LibTorch this API needs, not <torch/torch.h>: torch's headers dominate the
@@ -89,7 +90,7 @@ class Handle {
   struct State;  // tensors kept alive, outputs, copy-backs
 
  private:
-  friend Handle make_handle(std::shared_ptr<State>);
+  friend Handle make_handle(std::unique_ptr<State>);
   std::shared_ptr<State> state_;
 };
 
@@ -148,7 +149,7 @@ struct DistributedOptions {
 
 struct DistributedStats {
   int64_t steps = 0;
-  int64_t submitted_from_hooks = 0;  // buckets submitted inside backward
+  int64_t submitted_from_hooks = 0;  // gradients that became final inside backward
   int64_t submitted_at_step = 0;     // buckets step() submitted (a parameter no pass used)
 };
 
