@@ -2,12 +2,12 @@
 // train_fashion_mnist: conv 16, conv 32, fc 128, fc 10) and SGD with momentum. The Kolo lines
 // are marked "// Kolo". Run: kolorun -np 2 build/bin/torch_fashion_mnist [--epochs N]
 // [--batch-size N] [--lr X] [--max-steps N] [--data-dir D]
+#include <torch/torch.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
-
-#include <torch/torch.h>
 
 #include "framework/data/idx_reader.h"
 #include "kolo/torch.h"  // Kolo
@@ -51,11 +51,16 @@ int main(int argc, char** argv) {
   std::string dir = "/usr/share/datasets/fashion-mnist";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
-    if (a == "--epochs") epochs = std::stoi(v);
-    else if (a == "--batch-size") batch = std::stoi(v);
-    else if (a == "--lr") lr = std::stod(v);
-    else if (a == "--max-steps") max_steps = std::stoi(v);
-    else if (a == "--data-dir") dir = v;
+    if (a == "--epochs")
+      epochs = std::stoi(v);
+    else if (a == "--batch-size")
+      batch = std::stoi(v);
+    else if (a == "--lr")
+      lr = std::stod(v);
+    else if (a == "--max-steps")
+      max_steps = std::stoi(v);
+    else if (a == "--data-dir")
+      dir = v;
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;
@@ -72,8 +77,8 @@ int main(int argc, char** argv) {
     kolo::torch::broadcast_parameters(*model);  // Kolo: every rank starts from rank 0's weights
     torch::optim::SGD sgd(model->parameters(),
                           torch::optim::SGDOptions(lr * size).momentum(0.9));  // Kolo: lr * size
-    kolo::torch::DistributedOptimizer opt(sgd, model->named_parameters());  // Kolo
-    auto sampler = kolo::torch::make_random_sampler(train_x.size(0));       // Kolo: this rank's share
+    kolo::torch::DistributedOptimizer opt(sgd, model->named_parameters());     // Kolo
+    auto sampler = kolo::torch::make_random_sampler(train_x.size(0));  // Kolo: this rank's share
     int64_t steps = 0;
     double step_seconds = 0;
     for (int epoch = 0; epoch < epochs && steps != max_steps; ++epoch) {
@@ -84,8 +89,7 @@ int main(int argc, char** argv) {
       while (auto indices = sampler->next(batch)) {
         if (steps == max_steps) break;
         const auto start = std::chrono::steady_clock::now();
-        torch::Tensor idx = torch::tensor(
-            std::vector<int64_t>(indices->begin(), indices->end()));
+        torch::Tensor idx = torch::tensor(std::vector<int64_t>(indices->begin(), indices->end()));
         opt.zero_grad();
         opt.set_local_batch_size(idx.size(0));  // Kolo: exact averaging of uneven batches
         torch::Tensor loss = torch::nn::functional::cross_entropy(

@@ -30,10 +30,10 @@ struct DistributedOptimizer::Impl {
     at::Tensor tensor;
     std::shared_ptr<::torch::autograd::Node> accumulator;
     uintptr_t hook_key = 0;
-    int passes_ready = 0;   // synchronised passes of this step that produced its gradient
-    int passes_local = 0;   // passes under no_sync()
+    int passes_ready = 0;  // synchronised passes of this step that produced its gradient
+    int passes_local = 0;  // passes under no_sync()
     size_t bucket = 0;
-    at::Tensor wire;        // 16-bit copy when compressing
+    at::Tensor wire;  // 16-bit copy when compressing
   };
   struct Bucket {
     std::string name;
@@ -56,9 +56,8 @@ struct DistributedOptimizer::Impl {
   Impl(DistributedOptimizer& s, DistributedOptions o) : self(s), options(std::move(o)) {}
 
   size_t wire_bytes(const Param& p) const {
-    const size_t element = options.compression == Compression::kNone
-                               ? p.tensor.element_size()
-                               : size_t{2};
+    const size_t element =
+        options.compression == Compression::kNone ? p.tensor.element_size() : size_t{2};
     return static_cast<size_t>(p.tensor.numel()) * element;
   }
 
@@ -85,9 +84,8 @@ struct DistributedOptimizer::Impl {
     };
     for (size_t k = params.size(); k-- > 0;) {
       const size_t b = wire_bytes(params[k]);
-      const bool other_dtype =
-          !current.empty() &&
-          params[current.back()].tensor.scalar_type() != params[k].tensor.scalar_type();
+      const bool other_dtype = !current.empty() && params[current.back()].tensor.scalar_type() !=
+                                                       params[k].tensor.scalar_type();
       if (!current.empty() &&
           (other_dtype || bytes + b > static_cast<size_t>(options.bucket_bytes))) {
         close();
@@ -105,9 +103,9 @@ struct DistributedOptimizer::Impl {
     at::Tensor& grad = p.tensor.mutable_grad();
     if (!grad.defined()) grad = at::zeros_like(p.tensor);
     if (!grad.is_contiguous()) grad = grad.contiguous();
-    const double weight =
-        options.weight_by_sample_count ? (count_given ? static_cast<double>(local_count) : 1.0)
-                                       : 1.0;
+    const double weight = options.weight_by_sample_count
+                              ? (count_given ? static_cast<double>(local_count) : 1.0)
+                              : 1.0;
     const double scale = weight / std::max(1, p.passes_ready + p.passes_local);
     ::torch::NoGradGuard no_grad;
     if (options.compression == Compression::kNone) {
@@ -181,12 +179,12 @@ DistributedOptimizer::DistributedOptimizer(
     Impl::Param& p = impl_->params[i];
     p.accumulator = ::torch::autograd::impl::grad_accumulator(p.tensor);
     if (!p.accumulator) {
-      throw Error(Status::InvalidArgument("parameter '" + p.name +
-                                          "' is not a leaf that requires grad"));
+      throw Error(
+          Status::InvalidArgument("parameter '" + p.name + "' is not a leaf that requires grad"));
     }
     Impl* impl = impl_.get();
-    p.hook_key = p.accumulator->add_post_hook(
-        std::make_unique<::torch::autograd::utils::LambdaPostHook>(
+    p.hook_key =
+        p.accumulator->add_post_hook(std::make_unique<::torch::autograd::utils::LambdaPostHook>(
             [impl, i](const ::torch::autograd::variable_list& outputs,
                       const ::torch::autograd::variable_list&) {
               Impl::Param& q = impl->params[i];
@@ -210,8 +208,8 @@ DistributedOptimizer::~DistributedOptimizer() {
 }
 
 void DistributedOptimizer::set_local_batch_size(int64_t n) {
-  if (n < 0) throw Error(Status::InvalidArgument("local batch size must be >= 0, got " +
-                                                 std::to_string(n)));
+  if (n < 0)
+    throw Error(Status::InvalidArgument("local batch size must be >= 0, got " + std::to_string(n)));
   impl_->local_count += n;
   impl_->count_given = true;
 }

@@ -19,31 +19,48 @@ void check(const Status& s) {
 
 std::optional<DataType> to_kolo_dtype(c10::ScalarType type) {
   switch (type) {
-    case c10::ScalarType::Byte: return DataType::kUInt8;
-    case c10::ScalarType::Char: return DataType::kInt8;
-    case c10::ScalarType::Int: return DataType::kInt32;
-    case c10::ScalarType::Long: return DataType::kInt64;
-    case c10::ScalarType::Half: return DataType::kFloat16;
-    case c10::ScalarType::BFloat16: return DataType::kBFloat16;
-    case c10::ScalarType::Float: return DataType::kFloat32;
-    case c10::ScalarType::Double: return DataType::kFloat64;
-    default: return std::nullopt;
+    case c10::ScalarType::Byte:
+      return DataType::kUInt8;
+    case c10::ScalarType::Char:
+      return DataType::kInt8;
+    case c10::ScalarType::Int:
+      return DataType::kInt32;
+    case c10::ScalarType::Long:
+      return DataType::kInt64;
+    case c10::ScalarType::Half:
+      return DataType::kFloat16;
+    case c10::ScalarType::BFloat16:
+      return DataType::kBFloat16;
+    case c10::ScalarType::Float:
+      return DataType::kFloat32;
+    case c10::ScalarType::Double:
+      return DataType::kFloat64;
+    default:
+      return std::nullopt;
   }
 }
 
 c10::ScalarType to_torch_dtype(DataType type) {
   switch (type) {
-    case DataType::kUInt8: return c10::ScalarType::Byte;
-    case DataType::kInt8: return c10::ScalarType::Char;
-    case DataType::kInt32: return c10::ScalarType::Int;
-    case DataType::kInt64: return c10::ScalarType::Long;
-    case DataType::kFloat16: return c10::ScalarType::Half;
-    case DataType::kBFloat16: return c10::ScalarType::BFloat16;
-    case DataType::kFloat32: return c10::ScalarType::Float;
-    case DataType::kFloat64: return c10::ScalarType::Double;
+    case DataType::kUInt8:
+      return c10::ScalarType::Byte;
+    case DataType::kInt8:
+      return c10::ScalarType::Char;
+    case DataType::kInt32:
+      return c10::ScalarType::Int;
+    case DataType::kInt64:
+      return c10::ScalarType::Long;
+    case DataType::kFloat16:
+      return c10::ScalarType::Half;
+    case DataType::kBFloat16:
+      return c10::ScalarType::BFloat16;
+    case DataType::kFloat32:
+      return c10::ScalarType::Float;
+    case DataType::kFloat64:
+      return c10::ScalarType::Double;
   }
-  throw Error(Status::InvalidArgument("unknown Kolo dtype " +
-                                      std::to_string(static_cast<int>(type))));
+  throw Error(
+      Status::InvalidArgument("unknown Kolo dtype " + std::to_string(static_cast<int>(type))));
 }
 
 TensorView view_of(const at::Tensor& t, const std::string& name) {
@@ -87,7 +104,7 @@ struct Handle::State {
       c10::impl::VirtualGuardImpl(device.type()).destroyEvent(event, device.index());
     }
   }
-  at::Tensor allocated;               // allgather/alltoall/reducescatter output
+  at::Tensor allocated;  // allgather/alltoall/reducescatter output
   bool copied = false;
 };
 
@@ -155,8 +172,7 @@ namespace {
 
 // The view of `t` that the operation reads (and, in place, writes): `t` itself when
 // contiguous, else a contiguous copy recorded for copy-back. On CUDA, records the ready event.
-TensorView prepare(Handle::State& s, const at::Tensor& t, const std::string& name,
-                   bool in_place) {
+TensorView prepare(Handle::State& s, const at::Tensor& t, const std::string& name, bool in_place) {
   at::Tensor c = t;
   if (t.defined() && !t.is_contiguous()) {
     c = t.contiguous();
@@ -244,9 +260,8 @@ Handle broadcast_async_(const std::string& name, const at::Tensor& tensor, int r
 }
 
 Handle broadcast_async(const std::string& name, const at::Tensor& tensor, int root) {
-  return broadcast_async_(name, tensor.defined() ? tensor.clone(at::MemoryFormat::Contiguous)
-                                                 : tensor,
-                          root);
+  return broadcast_async_(
+      name, tensor.defined() ? tensor.clone(at::MemoryFormat::Contiguous) : tensor, root);
 }
 
 Handle alltoall_async(const std::string& name, const at::Tensor& tensor,
@@ -262,8 +277,8 @@ Handle reducescatter_async(const std::string& name, const at::Tensor& tensor,
                            AllreduceOptions opts) {
   auto s = std::make_unique<Handle::State>();
   TensorView v = prepare(*s, tensor, name, false);
-  s->handle = kolo::reducescatter_async(
-      name, v, {.reduction = opts, .allocator = allocate_into(s, tensor)});
+  s->handle = kolo::reducescatter_async(name, v,
+                                        {.reduction = opts, .allocator = allocate_into(s, tensor)});
   return make_handle(std::move(s));
 }
 

@@ -44,6 +44,10 @@ TEST(TorchCpp, EveryCollectiveAndDtypeMatchesClosedForms) {
   EXPECT_EQ(count_occurrences(out, "refused: InvalidArgument: tensor 'flags' has dtype Bool"), 3)
       << out;
 }
+TEST(TorchCpp, SyncBatchNormEqualsBatchNormOnTheUnion) {
+  run_ok(2, worker("syncbn"), "syncbn");
+  run_ok(3, worker("syncbn"), "syncbn");
+}
 TEST(TorchCpp, ShapeMismatchRaisesOnEveryRankWithTheTensorName) {
   const std::string out = run_ok(2, worker("mismatch"), "mismatch");
   for (int rank = 0; rank < 2; ++rank) {
@@ -52,6 +56,19 @@ TEST(TorchCpp, ShapeMismatchRaisesOnEveryRankWithTheTensorName) {
   }
   EXPECT_GE(count_occurrences(out, "layer3.weight.grad"), 2) << out;
 }
+
+// The examples train (a few steps; the data set is Debian's dataset-fashion-mnist).
+void expect_example_runs(const std::string& program) {
+  const kolo::testing::ProcessRun r = kolo::testing::run_command(
+      std::string("OMP_NUM_THREADS=1 ") + KOLORUN_PATH + " -np 2 " + program + " --max-steps 20",
+      /*timeout_s=*/150);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(count_occurrences(r.output, "[0] epoch 0: train loss "), 1) << r.output;
+}
+
+#ifdef TORCH_EXAMPLE_CPP
+TEST(TorchCpp, ExampleTrains) { expect_example_runs(TORCH_EXAMPLE_CPP); }
+#endif
 
 #if TORCH_HAVE_PYTHON
 std::string python(const std::string& script, const std::string& args) {
@@ -77,6 +94,9 @@ TEST(TorchPython, CommunicationStartsDuringBackward) {
 TEST(TorchPython, ShapeMismatchRaisesOnEveryRankWithTheTensorName) {
   const std::string out = run_ok(2, test_script("mismatch"), "mismatch");
   EXPECT_EQ(count_occurrences(out, "KoloError"), 2) << out;
+}
+TEST(TorchPython, ExampleTrains) {
+  expect_example_runs(python(std::string(TORCH_EXAMPLES) + "/torch_python/train.py", ""));
 }
 TEST(TorchPython, HorovodStyleScriptTrains) {
   run_ok(2, python(std::string(TORCH_SCRIPTS) + "/horovod_style.py", ""), "horovod_style");

@@ -6,17 +6,20 @@
 //       completed: communication runs during backward.
 //   collectives: every collective and dtype against closed forms; broadcasts of parameters and
 //       optimizer state; the sampler; refusal of unsupported dtypes.
+//   syncbn: SyncBatchNorm2d on uneven local batches equals BatchNorm2d on their union (output,
+//       input gradient, summed parameter gradients, running statistics).
 //   mismatch: ranks allreduce different shapes under one name; prints each rank's error.
 // Prints "[ok] <mode>" at the end when every check held, "FAIL ..." lines otherwise.
+#include <torch/torch.h>
+
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <set>
 #include <string>
 
-#include <torch/torch.h>
-
 #include "kolo/torch.h"
+#include "kolo/torch_sync_batch_norm.h"
 
 namespace kt = kolo::torch;
 namespace nn = torch::nn;
@@ -118,7 +121,7 @@ int mode_overlap() {
 
 void check_close(const torch::Tensor& got, const torch::Tensor& want, const std::string& what) {
   const bool ok = got.sizes() == want.sizes() && got.scalar_type() == want.scalar_type() &&
-                  torch::allclose(got.to(torch::kDouble), want.to(torch::kDouble));
+                  torch::allclose(got.to(torch::kDouble), want.to(torch::kDouble), 1e-5, 1e-5);
   if (!ok) {
     std::ostringstream s;
     s << what << ": got " << got << " want " << want;
@@ -174,8 +177,7 @@ int mode_collectives() {
   check_close(recv, torch::cat(want), "alltoall");
   expect(h.received_splits() == std::vector<int64_t>(P, r + 1), "alltoall received splits");
   // Reducescatter of P + 1 rows: rank 0 gets two rows.
-  torch::Tensor rs =
-      kt::reducescatter_async("rs", torch::full({P + 1, 2}, r + 1.0)).wait_one();
+  torch::Tensor rs = kt::reducescatter_async("rs", torch::full({P + 1, 2}, r + 1.0)).wait_one();
   check_close(rs, torch::full({r == 0 ? 2 : 1, 2}, sum_ranks), "reducescatter");
   // Optimizer state: rank 0 steps alone (momentum buffer = its gradient, 1), others not.
   torch::Tensor w = torch::zeros({2}, torch::requires_grad());
@@ -205,6 +207,37 @@ int mode_collectives() {
   } catch (const kt::Error& e) {
     std::printf("refused: %s\n", e.what());
   }
+  return 0;
+}
+
+int mode_syncbn() {
+  const int P = kt::size(), r = kt::rank();
+  const int64_t total = rows_of(P - 1).second;
+  const auto [b, e] = rows_of(r);
+  torch::manual_seed(11);
+  const torch::Tensor x = torch::randn({total, 3, 4, 4}) * 2 + 1;
+  const torch::Tensor w = torch::randn({total, 3, 4, 4});  // loss = sum(y * w)
+  nn::BatchNorm2d reference(3);
+  kt::SyncBatchNorm2d sync(3);
+  torch::Tensor xr = x.clone().requires_grad_(true);
+  torch::Tensor xs = x.slice(0, b, e).clone().requires_grad_(true);
+  for (int step = 0; step < 2; ++step) {  // twice: running statistics accumulate
+    xr.mutable_grad() = torch::Tensor();
+    xs.mutable_grad() = torch::Tensor();
+    torch::Tensor yr = reference->forward(xr);
+    torch::Tensor ys = sync->forward(xs);
+    check_close(ys, yr.slice(0, b, e).detach(), "syncbn output");
+    (yr * w).sum().backward();
+    (ys * w.slice(0, b, e)).sum().backward();
+    check_close(xs.grad(), xr.grad().slice(0, b, e), "syncbn input gradient");
+  }
+  check_close(kt::allreduce("syncbn.dw", sync->weight.grad()), reference->weight.grad(),
+              "syncbn weight gradient summed over ranks");
+  check_close(sync->running_mean, reference->running_mean, "syncbn running mean");
+  check_close(sync->running_var, reference->running_var, "syncbn running var");
+  sync->eval();
+  reference->eval();
+  check_close(sync->forward(x), reference->forward(x), "syncbn eval");
   return 0;
 }
 
@@ -240,6 +273,8 @@ int main(int argc, char** argv) {
       mode_overlap();
     } else if (mode == "collectives") {
       mode_collectives();
+    } else if (mode == "syncbn") {
+      mode_syncbn();
     } else if (mode == "mismatch") {
       mode_mismatch();
     } else {

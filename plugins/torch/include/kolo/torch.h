@@ -19,7 +19,8 @@
 // Errors: every function throws kolo::torch::Error carrying Kolo's Status (its message names
 // the tensor, the ranks and what differs); waits throw the operation's error. Memory: the
 // tensors passed are kept alive until the operation completes, also when the Handle is dropped
-// before (they are then freed on a later call's thread, never on Kolo's background thread). Thread-safety: as kolo.h.
+// before (they are then freed on a later call's thread, never on Kolo's background thread).
+// Thread-safety: as kolo.h.
 #pragma once
 
 // The parts of LibTorch this API needs, not <torch/torch.h>: torch's headers dominate the
@@ -114,8 +115,7 @@ Handle reducescatter_async(const std::string& name, const at::Tensor& tensor,
                            AllreduceOptions opts = {});
 
 // Blocking forms.
-at::Tensor allreduce(const std::string& name, const at::Tensor& tensor,
-                     AllreduceOptions opts = {});
+at::Tensor allreduce(const std::string& name, const at::Tensor& tensor, AllreduceOptions opts = {});
 void allreduce_(const std::string& name, const at::Tensor& tensor, AllreduceOptions opts = {});
 at::Tensor allgather(const std::string& name, const at::Tensor& tensor);
 void broadcast_(const std::string& name, const at::Tensor& tensor, int root = 0);
@@ -142,8 +142,8 @@ enum class Compression { kNone, kFloat16, kBFloat16 };
 struct DistributedOptions {
   int backward_passes_per_step = 1;
   Compression compression = Compression::kNone;
-  std::string name_prefix = "grad";  // allreduce names: "<prefix>.<parameter>" or buckets
-  bool weight_by_sample_count = true;  // Note [Exact averaging] (distributed_optimizer.cc)
+  std::string name_prefix = "grad";         // allreduce names: "<prefix>.<parameter>" or buckets
+  bool weight_by_sample_count = true;       // Note [Exact averaging] (distributed_optimizer.cc)
   int64_t bucket_bytes = int64_t{4} << 20;  // 0: one bucket per parameter
 };
 
