@@ -1,7 +1,7 @@
 // Data-parallel Fashion-MNIST in LibTorch with Kolo: the main job's CNN (examples/
 // train_fashion_mnist: conv 16, conv 32, fc 128, fc 10) and SGD with momentum. The Kolo lines
 // are marked "// Kolo". Run: kolorun -np 2 build/bin/torch_fashion_mnist [--epochs N]
-// [--batch-size N] [--lr X] [--max-steps N] [--data-dir D]
+// [--batch-size N] [--lr X] [--max-steps N] [--test-subset N] [--data-dir D]
 #include <torch/torch.h>
 
 #include <chrono>
@@ -46,7 +46,7 @@ std::pair<torch::Tensor, torch::Tensor> load(const std::string& dir, const std::
 }
 
 int main(int argc, char** argv) {
-  int epochs = 1, batch = 64, max_steps = -1;
+  int epochs = 1, batch = 64, max_steps = -1, test_subset = 0;
   double lr = 0.05;
   std::string dir = "/usr/share/datasets/fashion-mnist";
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -59,6 +59,8 @@ int main(int argc, char** argv) {
       lr = std::stod(v);
     else if (a == "--max-steps")
       max_steps = std::stoi(v);
+    else if (a == "--test-subset")
+      test_subset = std::stoi(v);
     else if (a == "--data-dir")
       dir = v;
     else {
@@ -104,7 +106,8 @@ int main(int argc, char** argv) {
         }
       }
       torch::NoGradGuard no_grad;
-      const int64_t n = test_x.size(0);
+      const int64_t n =
+          test_subset > 0 ? std::min<int64_t>(test_subset, test_x.size(0)) : test_x.size(0);
       const int64_t lo = n * rank / size, hi = n * (rank + 1) / size;
       torch::Tensor correct =
           model->forward(test_x.slice(0, lo, hi)).argmax(1).eq(test_y.slice(0, lo, hi)).sum();

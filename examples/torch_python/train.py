@@ -48,6 +48,7 @@ def main():
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--max-steps", type=int, default=-1)
+    p.add_argument("--test-subset", type=int, default=0, help="first N test images (0: all)")
     p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     args = p.parse_args()
     torch.set_num_threads(1)
@@ -84,7 +85,7 @@ def main():
             if steps > 5:
                 timed += time.perf_counter() - start
         with torch.no_grad():
-            n = len(test_x)
+            n = min(args.test_subset, len(test_x)) if args.test_subset > 0 else len(test_x)
             lo, hi = n * hvd.rank() // hvd.size(), n * (hvd.rank() + 1) // hvd.size()
             correct = (model(test_x[lo:hi]).argmax(1) == test_y[lo:hi]).sum()
         correct = hvd.allreduce(correct, op=hvd.Sum, name="test.correct")  # Kolo

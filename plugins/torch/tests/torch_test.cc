@@ -60,7 +60,7 @@ TEST(TorchCpp, ShapeMismatchRaisesOnEveryRankWithTheTensorName) {
 // The examples train (a few steps; the data set is Debian's dataset-fashion-mnist).
 void expect_example_runs(const std::string& program) {
   const kolo::testing::ProcessRun r = kolo::testing::run_command(
-      std::string("OMP_NUM_THREADS=1 ") + KOLORUN_PATH + " -np 2 " + program + " --max-steps 20",
+      std::string("OMP_NUM_THREADS=1 ") + KOLORUN_PATH + " -np 2 " + program + " --max-steps 20 --test-subset 500",
       /*timeout_s=*/150);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(count_occurrences(r.output, "[0] epoch 0: train loss "), 1) << r.output;
