@@ -1,0 +1,108 @@
+// The PyTorch plugin against the real PyTorch, in real processes under kolorun (TCP backend):
+// the C++ worker (torch_worker.cc) and the Python module (torch_test.py, the examples and a
+// script written against horovod.torch's API). Each run must end with "[ok] <mode>" on every
+// rank; the workers check values, this driver checks that every rank got there.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "tests/support/run_command.h"
+
+namespace {
+
+using kolo::testing::count_occurrences;
+
+std::string run_ok(int np, const std::string& program, const std::string& mode,
+                   const std::string& env = "") {
+  const kolo::testing::ProcessRun r = kolo::testing::run_command(
+      env + " OMP_NUM_THREADS=1 " + KOLORUN_PATH + " -np " + std::to_string(np) + " " + program,
+      /*timeout_s=*/150);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (int rank = 0; rank < np; ++rank) {
+    EXPECT_EQ(count_occurrences(r.output, "[" + std::to_string(rank) + "] [ok] " + mode), 1)
+        << "rank " << rank << "\n"
+        << r.output;
+  }
+  EXPECT_EQ(count_occurrences(r.output, "FAIL"), 0) << r.output;
+  return r.output;
+}
+
+std::string worker(const std::string& args) { return std::string(TORCH_WORKER_PATH) + " " + args; }
+
+TEST(TorchCpp, UnevenBatchesEqualOneProcessTwoRanks) { run_ok(2, worker("exact"), "exact"); }
+TEST(TorchCpp, UnevenBatchesEqualOneProcessThreeRanks) { run_ok(3, worker("exact"), "exact"); }
+TEST(TorchCpp, BackwardPassesPerStepAndCompression) {
+  run_ok(2, worker("exact --passes 2 --compression fp16"), "exact");
+}
+TEST(TorchCpp, CommunicationStartsDuringBackward) {
+  const std::string out = run_ok(2, worker("overlap"), "overlap");
+  EXPECT_EQ(count_occurrences(out, "first_completed_during_backward 1"), 2) << out;
+}
+TEST(TorchCpp, EveryCollectiveAndDtypeMatchesClosedForms) {
+  const std::string out = run_ok(3, worker("collectives"), "collectives");
+  // Unsupported dtypes are refused with the tensor's name and the dtype, on every rank.
+  EXPECT_EQ(count_occurrences(out, "refused: InvalidArgument: tensor 'flags' has dtype Bool"), 3)
+      << out;
+}
+TEST(TorchCpp, SyncBatchNormEqualsBatchNormOnTheUnion) {
+  run_ok(2, worker("syncbn"), "syncbn");
+  run_ok(3, worker("syncbn"), "syncbn");
+}
+TEST(TorchCpp, ShapeMismatchRaisesOnEveryRankWithTheTensorName) {
+  const std::string out = run_ok(2, worker("mismatch"), "mismatch");
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string tag = "[" + std::to_string(rank) + "] error: Mismatch: ";
+    EXPECT_EQ(count_occurrences(out, tag), 1) << out;
+  }
+  EXPECT_GE(count_occurrences(out, "layer3.weight.grad"), 2) << out;
+}
+
+// The examples train (a few steps; the data set is Debian's dataset-fashion-mnist).
+void expect_example_runs(const std::string& program) {
+  const kolo::testing::ProcessRun r =
+      kolo::testing::run_command(std::string("OMP_NUM_THREADS=1 ") + KOLORUN_PATH + " -np 2 " +
+                                     program + " --max-steps 20 --test-subset 500",
+                                 /*timeout_s=*/150);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(count_occurrences(r.output, "[0] epoch 0: train loss "), 1) << r.output;
+}
+
+#ifdef TORCH_EXAMPLE_CPP
+TEST(TorchCpp, ExampleTrains) { expect_example_runs(TORCH_EXAMPLE_CPP); }
+#endif
+
+#if TORCH_HAVE_PYTHON
+std::string python(const std::string& script, const std::string& args) {
+  return "env PYTHONPATH=" + std::string(TORCH_PYTHONPATH) + " " + TORCH_PYTHON + " " + script +
+         " " + args;
+}
+std::string test_script(const std::string& args) {
+  return python(std::string(TORCH_SCRIPTS) + "/torch_test.py", args);
+}
+
+// One 2-rank job runs four modes (each launch imports torch, seconds per rank).
+TEST(TorchPython, UnevenBatchesGlooCollectivesOverlapAndMismatchTwoRanks) {
+  const std::string out = run_ok(2, test_script("exact,gloo,overlap,mismatch"), "exact");
+  for (const char* mode : {"gloo", "overlap", "mismatch"}) {
+    for (int rank = 0; rank < 2; ++rank) {
+      EXPECT_EQ(count_occurrences(out, "[" + std::to_string(rank) + "] [ok] " + mode), 1)
+          << mode << " on rank " << rank << "\n"
+          << out;
+    }
+  }
+  // The shape mismatch raised KoloError on every rank, naming the tensor.
+  EXPECT_EQ(count_occurrences(out, "error: KoloError Mismatch: allreduce 'layer3.weight.grad'"), 2)
+      << out;
+}
+TEST(TorchPython, UnevenBatchesEqualOneProcessThreeRanks) {
+  run_ok(3, test_script("exact"), "exact");
+}
+TEST(TorchPython, ExampleTrains) {
+  expect_example_runs(python(std::string(TORCH_EXAMPLES) + "/torch_python/train.py", ""));
+}
+TEST(TorchPython, HorovodStyleScriptTrains) {
+  run_ok(2, python(std::string(TORCH_SCRIPTS) + "/horovod_style.py", ""), "horovod_style");
+}
+#endif
+
+}  // namespace

@@ -1,0 +1,209 @@
+"""One rank of kolo.torch's tests (torch_test.cc runs it under kolorun). Modes:
+  exact     P ranks with uneven local batches (SGD + momentum, 4 steps) equal one process on the
+            union of the batches, computed in this same process.
+  gloo      every collective equals torch.distributed with the gloo backend on the same inputs,
+            in the same job, or a closed form where gloo has no such collective.
+  overlap   the first layer's gradient hook sees allreduces already submitted and completed.
+  mismatch  a shape mismatch raises KoloError on every rank, naming the tensor.
+Modes may be combined, "exact,gloo". Prints "[ok] <mode>" per mode whose checks held, "FAIL ..."
+otherwise.
+"""
+import os
+import socket
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+import kolo.torch as hvd
+
+sys.stdout.reconfigure(line_buffering=True)
+torch.set_num_threads(1)
+failures = 0
+
+
+def expect(ok, what):
+    global failures
+    if not ok:
+        failures += 1
+        print("FAIL", what)
+
+
+def mlp(seed):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8),
+                               torch.nn.ReLU(), torch.nn.Linear(8, 3))
+
+
+def rows_of(r):  # rank r holds r + 2 rows of each global batch
+    begin = sum(q + 2 for q in range(r))
+    return begin, begin + r + 2
+
+
+def mode_exact():
+    P, r = hvd.size(), hvd.rank()
+    total = rows_of(P - 1)[1]
+    model = mlp(100 + r)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    reference = mlp(100)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
+    torch.manual_seed(7)
+    for _ in range(4):
+        opt.zero_grad()
+        ref_opt.zero_grad()
+        x, y = torch.randn(total, 6), torch.randint(0, 3, (total,))
+        b, e = rows_of(r)
+        opt.set_local_batch_size(e - b)
+        F.cross_entropy(model(x[b:e]), y[b:e]).backward()
+        F.cross_entropy(reference(x), y).backward()
+        opt.step()
+        ref_opt.step()
+    diff = max((p - q).abs().max().item()
+               for p, q in zip(model.parameters(), reference.parameters()))
+    print("max_diff %.3g hooks %d" % (diff, opt.submitted_during_backward))
+    expect(diff < 1e-5, "parameters differ from one process by %g" % diff)
+    # The optimizer's state (momentum) is the same on every rank after a broadcast.
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    buf = next(iter(opt.state_dict()["state"].values()))["momentum_buffer"]
+    expect(torch.equal(hvd.allreduce(buf, op=hvd.Max), hvd.allreduce(buf, op=hvd.Min)),
+           "momentum buffers differ between ranks")
+
+
+def init_gloo():
+    port = None
+    if hvd.rank() == 0:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+    port = hvd.broadcast_object(port, root_rank=0, name="gloo.port")
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port,
+                            rank=hvd.rank(), world_size=hvd.size())
+
+
+def same(got, want, what):
+    ok = got.shape == want.shape and got.dtype == want.dtype and torch.equal(got, want)
+    expect(ok, "%s: kolo %s, gloo %s" % (what, got, want))
+
+
+def mode_gloo():
+    init_gloo()
+    P, r = hvd.size(), hvd.rank()
+    gen = torch.Generator().manual_seed(1000 + r)
+    ops = [(hvd.Sum, dist.ReduceOp.SUM), (hvd.Min, dist.ReduceOp.MIN),
+           (hvd.Max, dist.ReduceOp.MAX), (hvd.Product, dist.ReduceOp.PRODUCT)]
+    for dtype in [torch.float32, torch.float64, torch.int32, torch.int64, torch.int8,
+                  torch.uint8]:
+        x = (torch.rand(5, 3, generator=gen) * 4).to(dtype)
+        for kop, gop in ops:
+            want = x.clone()
+            dist.all_reduce(want, op=gop)
+            same(hvd.allreduce(x, op=kop), want, "allreduce %s %s" % (kop, dtype))
+            inplace = x.clone()
+            hvd.allreduce_(inplace, op=kop)
+            same(inplace, want, "allreduce_ %s %s" % (kop, dtype))
+        if dtype.is_floating_point:
+            want = x.clone()
+            dist.all_reduce(want)
+            got = hvd.allreduce(x, op=hvd.Average)
+            expect(torch.allclose(got, want / P), "allreduce average %s" % dtype)
+        gathered = [torch.empty_like(x) for _ in range(P)]
+        dist.all_gather(gathered, x)
+        same(hvd.allgather(x), torch.cat(gathered), "allgather %s" % dtype)
+        want = x.clone()
+        dist.broadcast(want, src=P - 1)
+        same(hvd.broadcast(x, root_rank=P - 1), want, "broadcast %s" % dtype)
+        # Alltoall with equal shares (gloo's all_to_all_single) and with splits.
+        a = (torch.rand(2 * P, 3, generator=gen) * 9).to(dtype)
+        want = torch.empty_like(a)
+        dist.all_to_all_single(want, a)
+        same(hvd.alltoall(a), want, "alltoall %s" % dtype)
+        splits = [j + 1 for j in range(P)]
+        a = (torch.rand(sum(splits), 2, generator=gen) * 9).to(dtype)
+        want = torch.empty(P * (r + 1), 2, dtype=dtype)
+        dist.all_to_all_single(want, a, output_split_sizes=[r + 1] * P,
+                               input_split_sizes=splits)
+        got, received = hvd.alltoall(a, splits=torch.tensor(splits))
+        same(got, want, "alltoall splits %s" % dtype)
+        expect(received.tolist() == [r + 1] * P, "alltoall received splits")
+        # Reducescatter: gloo has none in 1.13; its allreduce, then rank r's share of rows.
+        s = (torch.rand(P + 1, 2, generator=gen) * 4).to(dtype)
+        want = s.clone()
+        dist.all_reduce(want)
+        lo = r * ((P + 1) // P) + min(r, (P + 1) % P)
+        n = (P + 1) // P + (1 if r < (P + 1) % P else 0)
+        same(hvd.reducescatter(s, op=hvd.Sum), want[lo:lo + n], "reducescatter %s" % dtype)
+    # Float16 and bfloat16 (gloo reduces neither here): closed forms.
+    for dtype in [torch.float16, torch.bfloat16]:
+        got = hvd.allreduce(torch.full((4,), r + 1.0, dtype=dtype), op=hvd.Sum)
+        same(got, torch.full((4,), P * (P + 1) / 2, dtype=dtype), "allreduce %s" % dtype)
+    # Grouped allreduce (async handles), compression, and a non-contiguous tensor.
+    ts = [torch.rand(3, generator=gen), torch.rand(2, 2, generator=gen)]
+    wants = [t.clone() for t in ts]
+    for w in wants:
+        dist.all_reduce(w)
+    h = hvd.grouped_allreduce_async(ts, op=hvd.Sum)
+    hvd.barrier()
+    for got, want in zip(hvd.synchronize(h), wants):
+        expect(torch.allclose(got, want), "grouped_allreduce")
+    c = hvd.allreduce(torch.full((3,), 0.5 * (r + 1)), op=hvd.Sum,
+                      compression=hvd.Compression.fp16)
+    same(c, torch.full((3,), 0.5 * P * (P + 1) / 2), "allreduce fp16 compression")
+    nc = torch.arange(6.0).reshape(2, 3).t() * (r + 1)
+    want = nc.clone()
+    dist.all_reduce(want)
+    hvd.allreduce_(nc, op=hvd.Sum)
+    same(nc, want, "allreduce_ non-contiguous")
+    expect(hvd.poll(hvd.allreduce_async(torch.ones(1), name="poll")) in (True, False), "poll")
+    hvd.join()
+    try:
+        hvd.allreduce(torch.zeros(2, dtype=torch.bool), name="flags")
+        expect(False, "bool allreduce did not raise")
+    except hvd.KoloError as e:
+        expect("'flags'" in str(e) and "Bool" in str(e), "bool refusal message: %s" % e)
+    dist.destroy_process_group()
+
+
+def mode_overlap():
+    model = mlp(3)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    seen = {}
+
+    def first_layer_hook(grad):  # runs at the end of backward: the first layer is last
+        handles = list(opt._handles.values())
+        seen["submitted"] = len(handles)
+        seen["completed"] = bool(handles) and handles[0][0].wait() is not None
+        return grad
+
+    model[0].weight.register_hook(first_layer_hook)
+    model(torch.randn(4, 6)).sum().backward()
+    opt.step()
+    print("overlap submitted_during_backward %d completed %d" % (seen["submitted"],
+                                                                  seen["completed"]))
+    expect(seen["submitted"] >= 2, "allreduces submitted before backward reached layer 0")
+    expect(seen["completed"], "an allreduce completed during backward")
+
+
+def mode_mismatch():
+    try:
+        hvd.allreduce(torch.ones(hvd.rank() + 2), name="layer3.weight.grad")
+        expect(False, "mismatched allreduce succeeded")
+    except hvd.KoloError as e:
+        print("error:", type(e).__name__, e)
+        expect("layer3.weight.grad" in str(e), "the error names the tensor")
+
+
+if __name__ == "__main__":
+    # Several modes in one job ("exact,gloo"): each launch pays for importing torch.
+    hvd.init()
+    for mode in sys.argv[1].split(","):
+        before = failures
+        {"exact": mode_exact, "gloo": mode_gloo, "overlap": mode_overlap,
+         "mismatch": mode_mismatch}[mode]()
+        if failures == before:
+            print("[ok]", mode)
+    hvd.shutdown()
+    sys.exit(1 if failures else 0)
