@@ -278,7 +278,9 @@ Handle reducescatter_async(const std::string& name, const at::Tensor& tensor,
   auto s = std::make_unique<Handle::State>();
   TensorView v = prepare(*s, tensor, name, false);
   s->handle = kolo::reducescatter_async(name, v,
-                                        {.reduction = opts, .allocator = allocate_into(s, tensor)});
+                                        {.reduction = opts.reduction(),
+                                         .allocator = allocate_into(s, tensor),
+                                         .process_set = opts.process_set});
   return make_handle(std::move(s));
 }
 
@@ -295,7 +297,11 @@ void broadcast_(const std::string& name, const at::Tensor& tensor, int root) {
   broadcast_async_(name, tensor, root).wait();
 }
 void barrier(const std::string& name) { check(kolo::barrier(name)); }
-void join() { check(kolo::join()); }
+int join() {
+  Result<int> last = kolo::join();
+  check(last.status());
+  return last.value();
+}
 
 void broadcast_parameters(const ::torch::nn::Module& module, int root) {
   ::torch::NoGradGuard no_grad;

@@ -12,7 +12,7 @@ namespace kt = kolo::torch;
 
 namespace {
 
-kolo::Reduction reduction(int op, double prescale, double postscale) {
+kolo::AllreduceOptions reduction(int op, double prescale, double postscale) {
   if (!kolo::is_valid_reduce_op(op)) {
     throw kt::Error(kolo::Status::InvalidArgument("unknown reduce op " + std::to_string(op)));
   }

@@ -120,7 +120,8 @@ void allreduce_(const std::string& name, const at::Tensor& tensor, AllreduceOpti
 at::Tensor allgather(const std::string& name, const at::Tensor& tensor);
 void broadcast_(const std::string& name, const at::Tensor& tensor, int root = 0);
 void barrier(const std::string& name = "barrier");
-void join();
+// Completes once every rank joined; returns the rank that joined last (kolo::join()).
+int join();
 
 // Copies root's parameters and buffers into every rank's module (names "bcast.param.<name>",
 // "bcast.buffer.<name>").

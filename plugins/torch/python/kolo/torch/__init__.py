@@ -250,9 +250,8 @@ def barrier(process_set=None):
 
 
 def join(device=-1):
-    """Completes once every rank joined. Returns -1: Kolo does not report the last rank."""
-    _C.join()
-    return -1
+    """Completes once every rank joined; returns the rank that joined last (as Horovod's)."""
+    return _C.join()
 
 
 # ---- Model and optimizer state ---------------------------------------------------------------
