@@ -131,7 +131,8 @@ void api() {
   CHECK(out[3] == ranks && in[3] == r + 1.0f);
   // Build queries agree with the build (kolorun starts tcp or shm, both always built).
   CHECK(kolo::built(kolo::BackendKind::kTcp) && kolo::built(kolo::BackendKind::kShm));
-  CHECK(!kolo::built(kolo::BackendKind::kNccl));
+  CHECK(kolo::built(kolo::BackendKind::kNccl) == KOLO_TEST_BUILT_NCCL);
+  CHECK(kolo::built(kolo::BackendKind::kMpi) == KOLO_TEST_BUILT_MPI);
   CHECK(kolo::mpi_threads_supported() == kolo::built(kolo::BackendKind::kMpi));
   // join(): rank 0 joins last, 300 ms after the others (the coordinator sees their joins
   // first), and every rank learns so.
