@@ -5,11 +5,11 @@
 // 0 may then see rank 1's connection close (or its process end, on shm) before anything of rank
 // 2, and would name rank 1, a live rank that merely failed after the real cause. So every rank
 // that fails because of a peer (PeerFailure, Timeout, or IoError such as a frame that failed
-// its integrity check) first records what it saw under the
-// next number of a store counter, and then reports the failure recorded first. A rank records
-// before its connections close (its process exits only after the background thread returned
-// the error), so whoever sees its link break finds its record already there: the first record
-// is the observation of the original fault, and the first cause wins on every rank.
+// its integrity check) first records what it saw under the next number of a store counter, and
+// then reports the failure recorded first. A rank records before its connections close (its
+// process exits only after the background thread returned the error), so whoever sees its
+// link break finds its record already there: the first record is the observation of the
+// original fault, and the first cause wins on every rank.
 //
 // Keys: <prefix>/failure/count (store add) and <prefix>/failure/<n> (the n-th record, "rank R
 // saw: <status>"). The store calls are bounded by the store client's own I/O timeout; api.cc
@@ -37,11 +37,10 @@ class FailureBoard {
   FailureBoard(std::shared_ptr<Store> store, std::string prefix, int rank);
 
   // Records `observed` (this rank's failure) when it is about a peer (PeerFailure, Timeout,
-  // IoError)
-  // and returns what this rank should report: `observed` when it is the job's first record or
-  // the store cannot tell; otherwise a Status of observed's code that names the first record
-  // ahead of what this rank saw: "the job's first failure, as rank 1 saw it: <status>; this
-  // rank then saw: <observed message>". Any other status is returned unchanged.
+  // IoError) and returns what this rank should report: `observed` when it is the job's first
+  // record or the store cannot tell; otherwise a Status of observed's code that names the first
+  // record ahead of what this rank saw: "the job's first failure, as rank 1 saw it: <status>;
+  // this rank then saw: <observed message>". Any other status is returned unchanged.
   // A rank records once: later calls (the executor's and then the background loop's report of
   // one failure) reuse the first answer and do no store I/O.
   Status name_first_failure(const Status& observed);
