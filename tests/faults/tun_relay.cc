@@ -64,7 +64,7 @@ void tamper(uint8_t* ip, size_t len, uint64_t min, uint64_t max) {
   if (len < 20 || (ip[0] >> 4) != 4 || ip[9] != 6) return;  // IPv4 TCP only
   const size_t ihl = size_t{ip[0] & 15u} * 4;
   if (len < ihl + 20) return;
-  const size_t doff = size_t{ip[ihl + 12] >> 4} * 4;
+  const size_t doff = static_cast<size_t>(ip[ihl + 12] >> 4) * 4;
   const size_t at = ihl + doff;  // the segment's payload
   if (offer_mode) {
     constexpr size_t kOfferBytes = 1 + 37 + 16;
