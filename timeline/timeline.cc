@@ -159,13 +159,27 @@ struct Timeline::Impl final : timeline_detail::SignalStoppable {
   static int64_t nested_end(int64_t ts, int64_t levels_inside) { return ts + levels_inside; }
 
   // REQUIRES(mu). Closes the innermost open span of `track` at `ts`, with `more` args.
-  void close_span(Track& track, std::string_view tensor, int64_t ts, TimelineArgs more) {
+  // past_limit: queued even when the queue is full (stop()'s final events).
+  void close_span(Track& track, std::string_view tensor, int64_t ts, TimelineArgs more,
+                  bool past_limit = false) {
     OpenSpan span = std::move(track.open.back());
     track.open.pop_back();
     add_args(span.args, std::move(more));
-    push_or_drop(track, tensor,
-                 TraceEvent{EventKind::kComplete, track.tid, span.ts_ns, ts - span.ts_ns,
-                            std::move(span.name), std::move(span.args)});
+    TraceEvent event{EventKind::kComplete, track.tid,           span.ts_ns, ts - span.ts_ns,
+                     std::move(span.name), std::move(span.args)};
+    if (past_limit) {
+      push(track, tensor, std::move(event));
+    } else {
+      push_or_drop(track, tensor, std::move(event));
+    }
+  }
+
+  // REQUIRES(mu). Closes every open span of `track`, innermost first, at `ts` (nested_end).
+  void close_all(Track& track, std::string_view tensor, int64_t ts, const TimelineArgs& args,
+                 bool past_limit) {
+    for (int64_t gap = 0; !track.open.empty(); ++gap) {
+      close_span(track, tensor, nested_end(ts, gap), args, past_limit);
+    }
   }
 
   void begin(std::string_view tensor, std::string_view name, TimelineArgs&& args) {
@@ -188,11 +202,7 @@ struct Timeline::Impl final : timeline_detail::SignalStoppable {
   void end_all(std::string_view tensor, const TimelineArgs& args) {
     std::lock_guard<std::mutex> lock(mu);
     if (!recording) return;
-    Track& track = track_for(tensor);
-    int64_t ts = now_ns();
-    for (int64_t gap = 0; !track.open.empty(); ++gap) {
-      close_span(track, tensor, nested_end(ts, gap), args);
-    }
+    close_all(track_for(tensor), tensor, now_ns(), args, /*past_limit=*/false);
   }
 
   void instant(EventKind kind, std::string_view tensor, std::string_view name,
@@ -211,17 +221,7 @@ struct Timeline::Impl final : timeline_detail::SignalStoppable {
     TimelineArgs aborted = {
         {std::string(trace_format::kStatusArg), std::string(trace_format::kStatusAborted)},
         {std::string(trace_format::kReasonArg), std::string(reason)}};
-    for (auto& [tensor, track] : tracks) {
-      for (int64_t gap = 0; !track.open.empty(); ++gap) {
-        OpenSpan span = std::move(track.open.back());
-        track.open.pop_back();
-        add_args(span.args, aborted);
-        push(track, tensor,
-             TraceEvent{EventKind::kComplete, track.tid, span.ts_ns,
-                        nested_end(ts, gap) - span.ts_ns, std::move(span.name),
-                        std::move(span.args)});
-      }
-    }
+    for (auto& [tensor, track] : tracks) close_all(track, tensor, ts, aborted, /*past_limit=*/true);
   }
 
   // REQUIRES(mu), on the writer: the open spans as they are now, for the file's tail. Their
