@@ -4,6 +4,8 @@
 #include <cctype>
 #include <charconv>
 #include <sstream>
+#include <type_traits>
+#include <variant>
 
 #include "common/enforce.h"
 #include "kolo/units.h"
@@ -312,6 +314,36 @@ const RankSets& KnobSet::rank_sets(KnobId id) const {
   return std::get<RankSets>(value_of(id, KnobKind::kRankSets));
 }
 
+std::string KnobSet::canonical(KnobId id) const {
+  if (!entry(id).has_value) return {};
+  return std::visit(
+      [](const auto& v) -> std::string {
+        using V = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<V, uint64_t> || std::is_same_v<V, int64_t>) {
+          return std::to_string(v);
+        } else if constexpr (std::is_same_v<V, std::chrono::nanoseconds>) {
+          return std::to_string(v.count()) + "ns";
+        } else if constexpr (std::is_same_v<V, bool>) {
+          return v ? "1" : "0";
+        } else if constexpr (std::is_same_v<V, std::string>) {
+          return v;
+        } else if constexpr (std::is_same_v<V, KnobRange>) {
+          return std::to_string(v.first) + ":" + std::to_string(v.end);
+        } else {  // RankSets
+          std::string out;
+          for (const std::vector<int>& set : v) {
+            if (!out.empty()) out += ';';
+            for (size_t i = 0; i < set.size(); ++i) {
+              if (i) out += ',';
+              out += std::to_string(set[i]);
+            }
+          }
+          return out;
+        }
+      },
+      entry(id).value);
+}
+
 std::vector<std::string> KnobSet::echo_lines() const {
   std::vector<std::string> lines;
   for (const Knob& k : all_knobs())
@@ -346,10 +378,11 @@ std::string KnobSet::describe() const {
 
 std::string knobs_markdown() {
   std::string out = "| variable | meaning | default |\n|---|---|---|\n";
-  std::string launcher;
+  std::string launcher, job;
   for (const Knob& k : all_knobs()) {
     // (append, not "`" + ...: GCC 12 warns falsely about the latter, -Wrestrict)
     const std::string name = std::string("`").append(k.name).append("`");
+    if (k.scope == KnobScope::kJob) job += (job.empty() ? "" : ", ") + name;
     if (k.category == KnobCategory::kLauncher) {
       launcher += (launcher.empty() ? "" : ", ") + name;
       continue;
@@ -359,7 +392,10 @@ std::string knobs_markdown() {
                                 : std::string(k.default_doc);
     out += "| " + name + " | " + std::string(k.help) + " | " + def + " |\n";
   }
-  return out + "\n`kolorun` sets " + launcher +
+  return out + "\nEvery rank must give " + job +
+         " the same value (set or not): `kolo::init()` compares them across the job before "
+         "connecting and fails on every rank, naming the variable and each rank's value.\n" +
+         "\n`kolorun` sets " + launcher +
          " for each rank; set them by hand only to start ranks without it.\n";
 }
 

@@ -105,12 +105,21 @@ enum class KnobCategory { kCore, kChannelBackend, kTcpBackend, kShmBackend, kLau
 // left as set.
 enum class KnobChange { kFixedAtInit, kTunableAtRuntime };
 
+// Whether ranks may hold different values. A kJob knob shapes what the ranks do together (the
+// backend they meet on, how tensors are fused, which algorithm a size takes, how frames are
+// split), so ranks that differ would run different collectives: wrong results or a hang, not an
+// error. init() compares every kJob knob across the job before connecting anything
+// (coordinator/knob_agreement.h) and fails on every rank naming the variable and each rank's
+// value. kRank knobs are about this process alone (its log, its files, its timeouts).
+enum class KnobScope { kRank, kJob };
+
 struct Knob {
   KnobId id;
   std::string_view name;  // "KOLO_FUSION_THRESHOLD"
   KnobKind kind;
   KnobCategory category;
   KnobChange change = KnobChange::kFixedAtInit;
+  KnobScope scope = KnobScope::kRank;
   // The value when unset, in the knob's own syntax; parsed like a set value. Empty: no value
   // (kText), or, for kLauncher knobs, "required when launched" (the reader decides).
   std::string_view default_text = {};
@@ -187,6 +196,10 @@ class KnobSet {
   KnobSource source(KnobId id) const { return entry(id).source; }
   // The text the value was parsed from (as given, or default_text).
   const std::string& raw(KnobId id) const { return entry(id).text; }
+  // The value in one spelling per value, so that equal values compare equal however they were
+  // written ("4MiB" and "4194304" are both "4194304"; durations in nanoseconds, booleans 0/1);
+  // empty when unset without a default.
+  std::string canonical(KnobId id) const;
 
   // "KOLO_CYCLETIME is not a Kolo variable and is ignored; did you mean KOLO_CYCLE_TIME?" for
   // every unknown KOLO_* name within edit distance 2 of a registered one.

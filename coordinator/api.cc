@@ -9,6 +9,7 @@
 #include "common/logging.h"
 #include "coordinator/cuda_staging.h"
 #include "coordinator/failure_board.h"
+#include "coordinator/knob_agreement.h"
 #include "coordinator/process_sets.h"
 #include "coordinator/runtime.h"
 #include "coordinator/submit.h"
@@ -120,6 +121,14 @@ Status init() {
   if (world.rank == 0) log_knobs(knobs);
   coord::Topology topo{world.rank,       world.size,       world.local_rank,
                        world.local_size, world.cross_rank, world.cross_size};
+  if (world.size > 1) {
+    // Before anything connects: ranks whose job-wide knobs differ would run different
+    // collectives, or never meet (coordinator/knob_agreement.h).
+    KOLO_RETURN_IF_ERROR(coord::agree_on_job_knobs(
+        *world.store, "kolo/s" + std::to_string(g.session), world.rank, world.size,
+        coord::job_knobs_message(knobs, {{KnobId::kCpuOperations, config.cpu_operations}}),
+        BackendContext{}.connect_timeout));
+  }
   std::unique_ptr<Backend> data, control;
   if (world.size == 1) {
     data = make_local_backend(config.cpu_operations);

@@ -15,6 +15,23 @@ std::string rank_list(const std::vector<int>& ranks) {
   return s + "]";
 }
 
+std::string values_by_rank(const std::vector<std::pair<int, std::string>>& values) {
+  std::vector<std::pair<std::string, std::vector<int>>> groups;
+  for (const auto& [r, v] : values) {
+    auto g = std::find_if(groups.begin(), groups.end(), [&](auto& p) { return p.first == v; });
+    if (g == groups.end()) groups.push_back({v, {r}});
+    else g->second.push_back(r);
+  }
+  std::string msg;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const auto& ranks = groups[i].second;
+    msg += (i ? "; " : "");
+    msg += ranks.size() == 1 ? "rank " + std::to_string(ranks[0]) : "ranks " + rank_list(ranks);
+    msg += " " + std::string(ranks.size() == 1 ? "has " : "have ") + groups[i].first;
+  }
+  return msg;
+}
+
 namespace {
 
 std::string shapes_string(const std::vector<std::vector<int64_t>>& shapes) {
@@ -67,22 +84,9 @@ std::optional<std::string> Controller::mismatch(const std::string& name,
     bool differs = false;
     for (const auto& [r, q] : entry.by_rank) differs |= value(q) != first;
     if (!differs) return std::nullopt;
-    // Group ranks by value: "rank 0: [4, 3]; ranks [1, 2]: [4, 5]".
-    std::vector<std::pair<std::string, std::vector<int>>> groups;
-    for (const auto& [r, q] : entry.by_rank) {
-      std::string v = value(q);
-      auto g = std::find_if(groups.begin(), groups.end(), [&](auto& p) { return p.first == v; });
-      if (g == groups.end()) groups.push_back({v, {r}});
-      else g->second.push_back(r);
-    }
-    std::string msg = what + ": " + attribute + " differs across ranks: ";
-    for (size_t i = 0; i < groups.size(); ++i) {
-      const auto& ranks = groups[i].second;
-      msg += (i ? "; " : "");
-      msg += ranks.size() == 1 ? "rank " + std::to_string(ranks[0]) : "ranks " + rank_list(ranks);
-      msg += " " + std::string(ranks.size() == 1 ? "has " : "have ") + groups[i].first;
-    }
-    return msg;
+    std::vector<std::pair<int, std::string>> values;
+    for (const auto& [r, q] : entry.by_rank) values.emplace_back(r, value(q));
+    return what + ": " + attribute + " differs across ranks: " + values_by_rank(values);
   };
 
   if (auto m = check("operation", [](const Request& q) { return op_type_name(q.type); })) return m;

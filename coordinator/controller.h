@@ -68,5 +68,8 @@ class Controller {
 
 // "[0, 2, 3]"
 std::string rank_list(const std::vector<int>& ranks);
+// "rank 0 has 4; ranks [1, 2] have 5": each distinct value once with the ranks that hold it, in
+// order of first appearance. `values`: (rank, value) pairs.
+std::string values_by_rank(const std::vector<std::pair<int, std::string>>& values);
 
 }  // namespace kolo::coord

@@ -216,7 +216,9 @@ TEST(CoordinatorJob, TimelineHasATrackPerRankAndEveryPhase) {
     auto events = trace.is_array() ? trace : trace["traceEvents"];
     std::set<std::string> names;
     for (const auto& e : events) {
-      if (e.contains("pid")) EXPECT_EQ(e["pid"].get<int>(), rank);
+      if (e.contains("pid")) {
+        EXPECT_EQ(e["pid"].get<int>(), rank);
+      }
       if (e.contains("name")) names.insert(e["name"].get<std::string>());
     }
     // Both ranks on this host: the default CPU backend is shm.
@@ -359,6 +361,28 @@ TEST(CoordinatorJob, InitRejectsABadValueBeforeConnecting) {
       << r.output;
 }
 
+// A job-wide knob (KnobScope::kJob) set on one rank only fails every rank's init() with the same
+// message naming it, before anything connects (it used to train on with wrong gradients on tcp,
+// and never to connect when KOLO_CPU_OPERATIONS differed).
+TEST(CoordinatorJob, AJobWideKnobThatDiffersBetweenRanksFailsEveryRankNamingIt) {
+  struct Case {
+    std::string env, variable, value, expected;
+  };
+  for (const Case& c : {Case{"KOLO_CPU_OPERATIONS=tcp ", "KOLO_FUSION_THRESHOLD", "0",
+                             "KOLO_FUSION_THRESHOLD differs between ranks (ranks [0, 2] have 4MiB "
+                             "(default); rank 1 has 0)"},
+                        Case{"", "KOLO_CPU_OPERATIONS", "tcp",
+                             "KOLO_CPU_OPERATIONS differs between ranks (ranks [0, 2] have shm "
+                             "(default); rank 1 has tcp)"}}) {
+    auto r = run_command(c.env + KOLO_TEST_KOLORUN + " -np 3 sh -c \"if [ \\$KOLO_RANK = 1 ]; " +
+                             "then export " + c.variable + "=" + c.value + "; fi; exec " +
+                             KOLO_TEST_WORKER + " ops\"",
+                         60);
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_EQ(count_occurrences(r.output, c.expected), 3) << r.output;
+  }
+}
+
 #ifdef KOLO_TEST_MPIRUN
 // Under mpirun the world comes from MPI; the default backend is mpi, and tcp and shm work too.
 TEST(CoordinatorJob, EveryOperationUnderMpirun) {
@@ -400,6 +424,19 @@ TEST(CoordinatorJob, AnInvalidValueOnOneRankEndsTheJobUnderMpirunNamingIt) {
         << r.output;
     EXPECT_EQ(r.output.find("rendezvous store"), std::string::npos) << r.output;
   }
+}
+
+TEST(CoordinatorJob, AJobWideKnobThatDiffersFailsEveryRankUnderMpirun) {
+  auto r = run_command(
+      "OMPI_MCA_btl_vader_single_copy_mechanism=none " + std::string(KOLO_TEST_MPIRUN) +
+          " --allow-run-as-root --oversubscribe -np 2 sh -c \"if [ \\$OMPI_COMM_WORLD_RANK = 1 ]; "
+          "then export KOLO_RING_THRESHOLD=1KiB; fi; exec " +
+          KOLO_TEST_WORKER + " ops\"",
+      60);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_GE(count_occurrences(r.output, "KOLO_RING_THRESHOLD differs between ranks (rank 0 has "),
+            1)
+      << r.output;
 }
 
 // The World and the default backend come from the mpi backend's registry entry: without
