@@ -38,6 +38,16 @@ std::string number(double v) {
 
 }  // namespace
 
+int Controller::named(int rank) const {
+  return rank >= 0 && rank < static_cast<int>(rank_names_.size()) ? rank_names_[rank] : rank;
+}
+
+std::string Controller::named_list(const std::vector<int>& ranks) const {
+  std::vector<int> names;
+  for (int r : ranks) names.push_back(named(r));
+  return rank_list(names);
+}
+
 void Controller::add(int rank, const RequestList& list, const ResponseCache& cache,
                      Clock::time_point now) {
   if (list.shutdown && shutdown_rank_ < 0) shutdown_rank_ = rank;
@@ -79,7 +89,8 @@ std::optional<std::string> Controller::mismatch(const std::string& name,
     for (size_t i = 0; i < groups.size(); ++i) {
       const auto& ranks = groups[i].second;
       msg += (i ? "; " : "");
-      msg += ranks.size() == 1 ? "rank " + std::to_string(ranks[0]) : "ranks " + rank_list(ranks);
+      msg += ranks.size() == 1 ? "rank " + std::to_string(named(ranks[0]))
+                               : "ranks " + named_list(ranks);
       msg += " " + std::string(ranks.size() == 1 ? "has " : "have ") + groups[i].first;
     }
     return msg;
@@ -111,7 +122,8 @@ std::optional<std::string> Controller::mismatch(const std::string& name,
         return m;
       break;
     case OpType::kBroadcast:
-      if (auto m = check("root", [](const Request& q) { return std::to_string(q.root); })) return m;
+      if (auto m = check("root", [&](const Request& q) { return std::to_string(named(q.root)); }))
+        return m;
       if (auto m = check("shape", [](const Request& q) { return shapes_string(q.shapes); })) return m;
       break;
     case OpType::kAllgather:
@@ -128,11 +140,11 @@ std::optional<std::string> Controller::mismatch(const std::string& name,
   if (!joined_.empty()) {
     std::vector<int> joined(joined_.begin(), joined_.end());
     if (ref.type == OpType::kAlltoall || ref.type == OpType::kReducescatter)
-      return what + ": cannot run while ranks " + rank_list(joined) +
+      return what + ": cannot run while ranks " + named_list(joined) +
              " have joined (join supports allreduce, allgather, broadcast and barrier)";
     if (ref.type == OpType::kBroadcast && joined_.count(ref.root) &&
         entry.by_rank.count(ref.root) == 0)
-      return what + ": root rank " + std::to_string(ref.root) + " has joined";
+      return what + ": root rank " + std::to_string(named(ref.root)) + " has joined";
   }
   return std::nullopt;
 }
@@ -214,9 +226,9 @@ void Controller::inspect_stalls(Clock::time_point now, ResponseList& out) {
       (e.by_rank.count(r) || joined_.count(r) ? have : missing).push_back(r);
     std::string msg =
         "stall: " + std::string(op_type_name(e.by_rank.begin()->second.type)) + " '" + name +
-        "' was submitted by ranks " + rank_list(have) + " " +
+        "' was submitted by ranks " + named_list(have) + " " +
         format_duration(std::chrono::duration_cast<std::chrono::nanoseconds>(waited)) +
-        " ago and is still waiting for ranks " + rank_list(missing) +
+        " ago and is still waiting for ranks " + named_list(missing) +
         " (a rank skipped this tensor, submitted it under another name, or is stuck)";
     if (warn) {
       e.warned = true;
