@@ -1,6 +1,7 @@
-// Starts process_sets_worker jobs through kolorun (tcp, shm) and mpirun (mpi) and checks
-// every rank's output: every operation on sets of every shape for 2 to 5 ranks, concurrent
-// sets, a non-member's submission, bad rank lists, removal with pending work, static sets.
+// Starts process_sets_worker and p2p_worker jobs through kolorun (tcp, shm) and mpirun (mpi)
+// and checks every rank's output: every operation on sets of every shape for 2 to 5 ranks,
+// concurrent sets, a non-member's submission, bad rank lists, removal with pending work, static
+// sets, the helpers (grouped gathers, objects) on a set without rank 0.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -14,9 +15,13 @@ using kolo::testing::count_occurrences;
 using kolo::testing::run_command;
 
 std::string kolorun(const std::string& backend, int np, const std::string& scenario,
-                    const std::string& env = "") {
+                    const std::string& env = "", const char* worker = KOLO_TEST_WORKER) {
   return env + "KOLO_CPU_OPERATIONS=" + backend + " " + KOLO_TEST_KOLORUN + " -np " +
-         std::to_string(np) + " " + KOLO_TEST_WORKER + " " + scenario;
+         std::to_string(np) + " " + worker + " " + scenario;
+}
+
+std::string backend_and_ranks(const ::testing::TestParamInfo<std::tuple<const char*, int>>& info) {
+  return std::string(std::get<0>(info.param)) + "_np" + std::to_string(std::get<1>(info.param));
 }
 
 class Sets : public ::testing::TestWithParam<std::tuple<const char*, int>> {};
@@ -45,10 +50,39 @@ TEST_P(Sets, EveryOperationOnEveryShapeConcurrently) {
 INSTANTIATE_TEST_SUITE_P(Kolorun, Sets,
                          ::testing::Combine(::testing::Values("tcp", "shm"),
                                             ::testing::Values(2, 3, 4, 5)),
-                         [](const auto& info) {
-                           return std::string(std::get<0>(info.param)) + "_np" +
-                                  std::to_string(std::get<1>(info.param));
-                         });
+                         backend_and_ranks);
+
+class Helpers : public ::testing::TestWithParam<std::tuple<const char*, int>> {};
+
+TEST_P(Helpers, GroupedGathersAndObjectsOnASetWithoutRankZero) {
+  const auto [backend, np] = GetParam();
+  auto r = run_command(kolorun(backend, np, "helpers"), 120);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(count_occurrences(r.output, "helpers passed"), np) << r.output;
+  const std::string set = "process set 1 (rank" + std::string(np > 2 ? "s 1, 2" : " 1");
+  EXPECT_EQ(count_occurrences(r.output,
+                              "rank 0 grouped: InvalidArgument: allgather 'g': rank 0 "
+                              "is not in " +
+                                  set),
+            1)
+      << r.output;
+  EXPECT_EQ(count_occurrences(r.output,
+                              "rank 0 object: InvalidArgument: broadcast 'obj.size': "
+                              "rank 0 is not in " +
+                                  set),
+            1)
+      << r.output;
+  EXPECT_EQ(count_occurrences(r.output,
+                              "rank 0 far root: InvalidArgument: broadcast_object "
+                              "'far': root must be a rank of " +
+                                  set),
+            1)
+      << r.output;
+}
+INSTANTIATE_TEST_SUITE_P(Kolorun, Helpers,
+                         ::testing::Combine(::testing::Values("tcp", "shm"),
+                                            ::testing::Values(2, 3)),
+                         backend_and_ranks);
 
 TEST(ProcessSets, StaticSetsFromTheEnvironment) {
   auto r = run_command(kolorun("tcp", 4, "static", "KOLO_PROCESS_SETS=\"0,1;2,3\" "), 120);
@@ -84,6 +118,7 @@ TEST_P(MpiSets, EveryOperationOnEveryShapeConcurrently) {
   EXPECT_EQ(count_occurrences(r.output, "sets passed"), np) << r.output;
 }
 INSTANTIATE_TEST_SUITE_P(Mpirun, MpiSets, ::testing::Values(2, 3, 4));
+
 #endif
 
 }  // namespace
