@@ -123,9 +123,9 @@ std::vector<AppliedTuning> autotune_history();
 
 // Every options struct ends with the process set the operation runs on (kolo/process_set.h);
 // the default is the global set. E.g. {.op = kolo::ReduceOp::kAverage, .process_set = group}.
-// Operations without an options struct (barrier, grouped gathers, objects, and the blocking
-// allgather, broadcast and alltoall) take the process set as their last argument, with the
-// same default.
+// Operations without an options struct (barrier, grouped gathers, objects, point-to-point,
+// and the blocking allgather, broadcast and alltoall) take the process set as their last
+// argument, with the same default.
 
 // An allreduce is described by its reduction (kolo/types.h's members op, prescale, postscale,
 // repeated here so that designated initializers stay flat) and its process set.
@@ -228,6 +228,23 @@ Handle barrier_async(std::string name, const ProcessSet& process_set);
 // Join is about the global set only.
 Handle join_async();
 
+// ---- Point-to-point (Note [Point-to-point] in docs/architecture.md) -------------------------
+// Sends `tensor` to rank `dst`, which receives it with recv_async under the same name into a
+// tensor of the same shape and dtype; for pipeline parallelism (activations forward,
+// gradients back). `dst` and `src` are ranks of `process_set` (the global set by default).
+// Only the two ranks negotiate: their first send or recv to each other connects them (on a
+// thread of Kolo's: these calls never block), later ones reuse the connection. Names are per
+// pair of ranks: one name may be in flight to two peers at once, but between two ranks it
+// names one transfer at a time. Transfers between the same two ranks may complete in any
+// order; those with other peers, and collectives, run concurrently.
+// Errors: InvalidArgument, the Handle failing at once, when `dst`/`src` is this rank or not a
+// rank of the set (naming it), or this rank is not in the set; Mismatch on both ranks, naming
+// the tensor and both ranks' values, when the recv's shape or dtype differs from the send's or
+// both ranks send (or both receive) the name; Aborted when either rank shuts down first.
+Handle send_async(std::string name, TensorView tensor, int dst, const ProcessSet& process_set = {});
+// Receives into `tensor` what rank `src` sends under `name` (see send_async).
+Handle recv_async(std::string name, TensorView tensor, int src, const ProcessSet& process_set = {});
+
 // ---- Blocking wrappers (submit and wait; same errors as the Handle's) -----------------------
 
 Status allreduce(std::string name, TensorView tensor, AllreduceOptions opts = {});
@@ -258,6 +275,8 @@ Status barrier(std::string name = "barrier");
 Status barrier(std::string name, const ProcessSet& process_set);
 // The rank that joined last (Handle::last_joined_rank).
 Result<int> join();
+Status send(std::string name, TensorView tensor, int dst, const ProcessSet& process_set = {});
+Status recv(std::string name, TensorView tensor, int src, const ProcessSet& process_set = {});
 
 // ---- Objects: byte strings of any size (coordinator/objects.cc) ------------------------------
 // Built on the collectives above, so they negotiate, fail and time out like them; blocking.
