@@ -5,8 +5,9 @@
 //          allreduces; sends within a process set that excludes rank 0; bad destinations and
 //          a mismatched send/recv (printed: the test checks the messages); the pair still
 //          works after them.
-//   gone   rank 0 sends to rank 1, which shuts down without ever receiving: rank 0's send
-//          fails, naming rank 1, instead of waiting for good.
+//   gone   (3 ranks) peers that shut down: rank 0's send to rank 2, which never receives, and
+//          its recv from rank 1, which shuts down after connecting, fail naming them instead
+//          of waiting for good.
 #include <cstdio>
 #include <string>
 #include <thread>
@@ -188,12 +189,26 @@ void p2p() {
   ok(kolo::barrier("done"), "barrier");
 }
 
+// Three ranks. Rank 2 shuts down without ever sending: rank 0's send to it fails naming it.
+// Rank 1 connects to rank 0, then shuts down while rank 0 waits on a recv from it: the recv
+// fails naming the pair and rank 1.
 void gone() {
-  if (kolo::rank() != 0) return;  // rank 1 shuts down at once
+  const int me = kolo::rank();
   std::vector<float> v(4, 1.0f);
-  kolo::Status st = kolo::send("lonely", kolo::view_of(v.data(), {4}), 1);
+  auto view = kolo::view_of(v.data(), {4});
+  if (me == 2) return;
+  if (me == 1) {
+    ok(kolo::send("hello", view, 0), "hello");
+    return;
+  }
+  ok(kolo::recv("hello", view, 1), "hello");
+  kolo::Handle never = kolo::recv_async("never", view, 1);
+  kolo::Status lonely = kolo::send("lonely", view, 2);
+  CHECK(lonely.code() == kolo::StatusCode::kAborted);
+  print("lonely", lonely);
+  kolo::Status st = never.wait();
   CHECK(st.code() == kolo::StatusCode::kAborted);
-  print("lonely", st);
+  print("never", st);
 }
 
 }  // namespace

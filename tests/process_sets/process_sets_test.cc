@@ -142,12 +142,18 @@ INSTANTIATE_TEST_SUITE_P(Kolorun, PointToPoint,
                                             ::testing::Values(2, 3, 4)),
                          backend_and_ranks);
 
-TEST(PointToPoint, ASendToARankThatShutsDownWithoutReceivingFailsNamingIt) {
-  auto r = run_command(kolorun("tcp", 2, "gone", "", KOLO_TEST_P2P_WORKER), 60);
+TEST(PointToPoint, PeersThatShutDownFailTheirPendingTransfersNamingThem) {
+  auto r = run_command(kolorun("tcp", 3, "gone", "", KOLO_TEST_P2P_WORKER), 60);
   EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(count_occurrences(r.output, "gone passed"), 3) << r.output;
   EXPECT_EQ(count_occurrences(r.output,
-                              "rank 0 lonely: Aborted: send 'lonely' to rank 1: connecting ranks 0 "
-                              "and 1 for point-to-point: rank 1 ended its Kolo session"),
+                              "rank 0 lonely: Aborted: send 'lonely' to rank 2: connecting ranks 0 "
+                              "and 2 for point-to-point: rank 2 ended its Kolo session"),
+            1)
+      << r.output;
+  EXPECT_EQ(count_occurrences(r.output,
+                              "rank 0 never: Aborted: recv 'never' from rank 1: the point-to-point "
+                              "pair of ranks 0 and 1 was removed (its rank 1 called"),
             1)
       << r.output;
 }
