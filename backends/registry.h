@@ -41,6 +41,10 @@ struct BackendContext {
   std::string secret;  // the job's shared secret: peers must prove they know it
   std::chrono::milliseconds connect_timeout{30000};
   std::chrono::milliseconds op_timeout{60000};  // a transfer that makes no progress this long fails
+  // A sub-group's tag (SubgroupFactory): groups that share a member and may be created at the
+  // same time, from different threads, must have different tags (mpi passes it to
+  // MPI_Comm_create_group, whose concurrent calls are told apart by it). >= 0.
+  int group_tag = 0;
 };
 
 // The context that connects `world`'s ranks under `store_prefix`: topology, store and secret

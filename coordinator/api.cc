@@ -10,6 +10,7 @@
 #include "coordinator/cuda_staging.h"
 #include "coordinator/failure_board.h"
 #include "coordinator/knob_agreement.h"
+#include "coordinator/pairs.h"
 #include "coordinator/process_sets.h"
 #include "coordinator/runtime.h"
 #include "coordinator/submit.h"
@@ -24,6 +25,7 @@ struct Global {
   std::mutex mu;                                 // serialises init/shutdown
   std::shared_ptr<coord::Runtime> runtime;       // set while initialised
   std::shared_ptr<coord::ProcessSetTable> sets;  // with runtime
+  std::shared_ptr<coord::PairTable> pairs;       // with runtime
   World world;                                   // outlives the runtime's backends
   bool was_shut_down = false;
   // init() after shutdown() must not meet the previous session's rendezvous keys (a store
@@ -46,38 +48,60 @@ std::shared_ptr<coord::ProcessSetTable> current_sets() {
   return global().sets;
 }
 
-// A process set's backends: the job's CPU backend connecting only the set's members (its
-// subgroup factory, else new connections through the store under the set's own prefix).
+// A sub-group's backends (a process set's, a point-to-point pair's): the job's CPU backend
+// connecting only `ranks` (its subgroup factory, else new connections through the store under
+// `ns`), `tag` telling its creation apart from concurrent ones (BackendContext::group_tag).
+Result<coord::SetBackends> group_backends(const World& world, const coord::RuntimeConfig& config,
+                                          const std::string& ns, int tag,
+                                          const std::vector<int>& ranks, int group_rank) {
+  BackendContext ctx = backend_context(world, ns + "/data");
+  ctx.rank = group_rank;
+  ctx.size = static_cast<int>(ranks.size());
+  // A group of a one-host job is on one host; otherwise its members count as on hosts of
+  // their own (tcp then publishes a routable address).
+  const bool one_host = world.local_size == world.size;
+  ctx.local_rank = one_host ? group_rank : 0;
+  ctx.local_size = one_host ? ctx.size : 1;
+  ctx.cross_rank = one_host ? 0 : group_rank;
+  ctx.cross_size = one_host ? 1 : ctx.size;
+  ctx.op_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(config.op_timeout);
+  ctx.group_tag = tag;
+  const std::string& name = config.cpu_operations;
+  coord::SetBackends b;
+  if (ranks.size() == 1) {  // as init() for a job of one rank
+    b.data = make_local_backend(name);
+    b.control = make_local_backend("control");
+    return b;
+  }
+  KOLO_ASSIGN_OR_RETURN(b.data, create_subgroup_backend(name, ctx, ranks));
+  ctx.store_prefix = ns + "/ctrl";
+  if (config.stall_shutdown_time.count() > 0)
+    ctx.op_timeout =
+        std::min(ctx.op_timeout,
+                 std::chrono::duration_cast<std::chrono::milliseconds>(config.stall_shutdown_time));
+  KOLO_ASSIGN_OR_RETURN(b.control, create_subgroup_backend(name, ctx, ranks));
+  return b;
+}
+
+std::string session_prefix(int session) { return "kolo/s" + std::to_string(session); }
+
+// Group tags: even for process sets (by id), odd for pairs (by their two ranks), so that no
+// two groups that may be created at once share one (up to 32767 ranks within MPI's int tags).
 coord::MakeSetBackends set_backends(const World& world, const coord::RuntimeConfig& config,
                                     int session) {
-  return [&world, name = config.cpu_operations, op_timeout = config.op_timeout,
-          stall = config.stall_shutdown_time, session](int32_t id, const std::vector<int>& ranks,
-                                                       int set_rank) -> Result<coord::SetBackends> {
-    const std::string ns = "kolo/s" + std::to_string(session) + "/ps" + std::to_string(id);
-    BackendContext ctx = backend_context(world, ns + "/data");
-    ctx.rank = set_rank;
-    ctx.size = static_cast<int>(ranks.size());
-    // A set of a one-host job is on one host; otherwise its members count as on hosts of
-    // their own (tcp then publishes a routable address).
-    const bool one_host = world.local_size == world.size;
-    ctx.local_rank = one_host ? set_rank : 0;
-    ctx.local_size = one_host ? ctx.size : 1;
-    ctx.cross_rank = one_host ? 0 : set_rank;
-    ctx.cross_size = one_host ? 1 : ctx.size;
-    ctx.op_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(op_timeout);
-    coord::SetBackends b;
-    if (ranks.size() == 1) {  // as init() for a job of one rank
-      b.data = make_local_backend(name);
-      b.control = make_local_backend("control");
-      return b;
-    }
-    KOLO_ASSIGN_OR_RETURN(b.data, create_subgroup_backend(name, ctx, ranks));
-    ctx.store_prefix = ns + "/ctrl";
-    if (stall.count() > 0)
-      ctx.op_timeout =
-          std::min(ctx.op_timeout, std::chrono::duration_cast<std::chrono::milliseconds>(stall));
-    KOLO_ASSIGN_OR_RETURN(b.control, create_subgroup_backend(name, ctx, ranks));
-    return b;
+  return [&world, config, session](int32_t id, const std::vector<int>& ranks, int set_rank) {
+    return group_backends(world, config, session_prefix(session) + "/ps" + std::to_string(id),
+                          2 * id, ranks, set_rank);
+  };
+}
+
+coord::MakePairBackends pair_backends(const World& world, const coord::RuntimeConfig& config,
+                                      int session) {
+  return [&world, config, session](int low, int high, int pair_rank) {
+    const std::string ns =
+        session_prefix(session) + "/p2p/" + std::to_string(low) + "-" + std::to_string(high);
+    return group_backends(world, config, ns, 2 * (low * world.size + high) + 1, {low, high},
+                          pair_rank);
   };
 }
 
@@ -136,7 +160,7 @@ Status init() {
   } else {
     // Control and data planes are separate instances of the same backend, so small
     // negotiation messages never queue behind bulk data.
-    const std::string ns = "kolo/s" + std::to_string(g.session);
+    const std::string ns = session_prefix(g.session);
     BackendContext ctx = backend_context(world, ns + "/data");
     ctx.op_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(config.op_timeout);
     KOLO_ASSIGN_OR_RETURN(data, create_backend(config.cpu_operations, ctx));
@@ -152,8 +176,8 @@ Status init() {
     KOLO_ASSIGN_OR_RETURN(control, create_backend(config.cpu_operations, ctx));
   }
   if (world.size > 1) {
-    auto board = std::make_shared<coord::FailureBoard>(
-        failure_board_store(knobs, world), "kolo/s" + std::to_string(g.session), world.rank);
+    auto board = std::make_shared<coord::FailureBoard>(failure_board_store(knobs, world),
+                                                       session_prefix(g.session), world.rank);
     config.name_first_failure = [board](const Status& st) { return board->name_first_failure(st); };
   }
   // CUDA tensors: a device backend (nccl) of their own, or a CPU backend other than the data
@@ -164,7 +188,7 @@ Status init() {
   std::unique_ptr<Backend> gpu;
   if (!gpu_name.empty() && gpu_name != config.cpu_operations &&
       (world.size > 1 || gpu_name == "nccl")) {
-    BackendContext ctx = backend_context(world, "kolo/s" + std::to_string(g.session) + "/gpu");
+    BackendContext ctx = backend_context(world, session_prefix(g.session) + "/gpu");
     ctx.op_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(config.op_timeout);
     KOLO_ASSIGN_OR_RETURN(gpu, create_backend(gpu_name, ctx));
   }
@@ -175,12 +199,16 @@ Status init() {
   g.world = std::move(world);
   auto sets =
       std::make_shared<coord::ProcessSetTable>(rt, set_backends(g.world, rt->config(), g.session));
+  auto pairs = std::make_shared<coord::PairTable>(rt, g.world.store.get(),
+                                                  session_prefix(g.session) + "/p2p",
+                                                  pair_backends(g.world, rt->config(), g.session));
   ++g.session;
   // KOLO_PROCESS_SETS: every rank adds the same sets, in order, before init() returns.
   if (knobs.is_set(KnobId::kProcessSets)) {
     for (const std::vector<int>& ranks : knobs.rank_sets(KnobId::kProcessSets)) {
       Result<ProcessSet> added = sets->add(ranks);
       if (!added.ok()) {
+        pairs->shutdown();
         sets->shutdown();
         (void)rt->shutdown();
         g.world = World{};
@@ -190,6 +218,7 @@ Status init() {
   }
   g.runtime = std::move(rt);
   g.sets = std::move(sets);
+  g.pairs = std::move(pairs);
   g.was_shut_down = false;
   return Status::Ok();
 }
@@ -198,16 +227,22 @@ Status shutdown() {
   Global& g = global();
   std::shared_ptr<coord::Runtime> rt;
   std::shared_ptr<coord::ProcessSetTable> sets;
+  std::shared_ptr<coord::PairTable> pairs;
   {
     std::lock_guard<std::mutex> lock(g.mu);
     rt = std::move(g.runtime);
     g.runtime.reset();
     sets = std::move(g.sets);
     g.sets.reset();
+    pairs = std::move(g.pairs);
+    g.pairs.reset();
     if (rt) g.was_shut_down = true;
   }
   if (!rt) return Status::Ok();
-  // The sets first: their Runtimes borrow the world's store and use their own threads.
+  // The pairs and sets first: their Runtimes borrow the world's store and use their own
+  // threads.
+  pairs->shutdown();
+  pairs.reset();
   sets->shutdown();
   sets.reset();
   Status st = rt->shutdown();
@@ -276,6 +311,32 @@ std::vector<AppliedTuning> autotune_history() {
 
 namespace coord {
 
+namespace {
+
+// Why `name` cannot be submitted now: before init, or after shutdown.
+Status not_running(const std::string& name) {
+  bool after = false;
+  {
+    std::lock_guard<std::mutex> lock(global().mu);
+    after = global().was_shut_down;
+  }
+  return Status::PreconditionFailed(
+      "'" + name + "': " +
+      (after ? "kolo::shutdown() was called; call kolo::init() again to submit operations"
+             : "kolo::init() has not been called"));
+}
+
+}  // namespace
+
+Result<Session> current_session(const std::string& name) {
+  Global& g = global();
+  {
+    std::lock_guard<std::mutex> lock(g.mu);
+    if (g.runtime) return Session{g.runtime, g.sets, g.pairs};
+  }
+  return not_running(name);
+}
+
 // Used by the *_async functions in submit.cc.
 Handle submit_global(Result<std::unique_ptr<Entry>> entry, const std::string& name,
                      const ProcessSet& process_set) {
@@ -286,15 +347,7 @@ Handle submit_global(Result<std::unique_ptr<Entry>> entry, const std::string& na
   }
   auto rt = current();
   if (!rt) {
-    bool after = false;
-    {
-      std::lock_guard<std::mutex> lock(global().mu);
-      after = global().was_shut_down;
-    }
-    (*entry)->state->complete(Status::PreconditionFailed(
-        "'" + name + "': " +
-        (after ? "kolo::shutdown() was called; call kolo::init() again to submit operations"
-               : "kolo::init() has not been called")));
+    (*entry)->state->complete(not_running(name));
     return Handle((*entry)->state);
   }
   if (process_set.is_global()) return rt->submit(std::move(*entry));

@@ -8,6 +8,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/knobs.h"
 #include "kolo/status.h"
@@ -70,6 +71,9 @@ struct RuntimeConfig {
   // A process set's Runtime (coordinator/process_sets.h): what its messages call it, e.g.
   // "process set 1". Empty for the global set.
   std::string label;
+  // How messages name this Runtime's ranks (Controller): rank_names[r] for rank r; empty:
+  // their numbers. A point-to-point pair's Runtime names its two ranks by their job ranks.
+  std::vector<int> rank_names;
 };
 
 // The coordinator's knobs from `knobs` (each already validated by KnobSet::read).

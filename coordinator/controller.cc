@@ -55,6 +55,16 @@ std::string number(double v) {
 
 }  // namespace
 
+int Controller::named(int rank) const {
+  return rank >= 0 && rank < static_cast<int>(rank_names_.size()) ? rank_names_[rank] : rank;
+}
+
+std::string Controller::named_list(const std::vector<int>& ranks) const {
+  std::vector<int> names;
+  for (int r : ranks) names.push_back(named(r));
+  return rank_list(names);
+}
+
 void Controller::add(int rank, const RequestList& list, const ResponseCache& cache,
                      Clock::time_point now) {
   if (list.shutdown && shutdown_rank_ < 0) shutdown_rank_ = rank;
@@ -85,7 +95,7 @@ std::optional<std::string> Controller::mismatch(const std::string& name,
     for (const auto& [r, q] : entry.by_rank) differs |= value(q) != first;
     if (!differs) return std::nullopt;
     std::vector<std::pair<int, std::string>> values;
-    for (const auto& [r, q] : entry.by_rank) values.emplace_back(r, value(q));
+    for (const auto& [r, q] : entry.by_rank) values.emplace_back(named(r), value(q));
     return what + ": " + attribute + " differs across ranks: " + values_by_rank(values);
   };
 
@@ -115,7 +125,8 @@ std::optional<std::string> Controller::mismatch(const std::string& name,
         return m;
       break;
     case OpType::kBroadcast:
-      if (auto m = check("root", [](const Request& q) { return std::to_string(q.root); })) return m;
+      if (auto m = check("root", [&](const Request& q) { return std::to_string(named(q.root)); }))
+        return m;
       if (auto m = check("shape", [](const Request& q) { return shapes_string(q.shapes); })) return m;
       break;
     case OpType::kAllgather:
@@ -132,11 +143,11 @@ std::optional<std::string> Controller::mismatch(const std::string& name,
   if (!joined_.empty()) {
     std::vector<int> joined(joined_.begin(), joined_.end());
     if (ref.type == OpType::kAlltoall || ref.type == OpType::kReducescatter)
-      return what + ": cannot run while ranks " + rank_list(joined) +
+      return what + ": cannot run while ranks " + named_list(joined) +
              " have joined (join supports allreduce, allgather, broadcast and barrier)";
     if (ref.type == OpType::kBroadcast && joined_.count(ref.root) &&
         entry.by_rank.count(ref.root) == 0)
-      return what + ": root rank " + std::to_string(ref.root) + " has joined";
+      return what + ": root rank " + std::to_string(named(ref.root)) + " has joined";
   }
   return std::nullopt;
 }
@@ -218,9 +229,9 @@ void Controller::inspect_stalls(Clock::time_point now, ResponseList& out) {
       (e.by_rank.count(r) || joined_.count(r) ? have : missing).push_back(r);
     std::string msg =
         "stall: " + std::string(op_type_name(e.by_rank.begin()->second.type)) + " '" + name +
-        "' was submitted by ranks " + rank_list(have) + " " +
+        "' was submitted by ranks " + named_list(have) + " " +
         format_duration(std::chrono::duration_cast<std::chrono::nanoseconds>(waited)) +
-        " ago and is still waiting for ranks " + rank_list(missing) +
+        " ago and is still waiting for ranks " + named_list(missing) +
         " (a rank skipped this tensor, submitted it under another name, or is stuck)";
     if (warn) {
       e.warned = true;

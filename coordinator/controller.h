@@ -31,7 +31,10 @@ class Controller {
  public:
   using Clock = std::chrono::steady_clock;
 
-  Controller(int size, StallConfig stall) : size_(size), stall_(stall) {}
+  // `rank_names`: how messages name each rank (rank_names[r] for rank r, roots included),
+  // e.g. the job's ranks of a point-to-point pair; empty: ranks are named by their number.
+  Controller(int size, StallConfig stall, std::vector<int> rank_names = {})
+      : size_(size), stall_(stall), rank_names_(std::move(rank_names)) {}
 
   // Records one rank's requests. Names already in `cache` are scheduled for eviction: the
   // sender's parameters changed (or it was demoted to the slow path), so every rank must
@@ -54,9 +57,12 @@ class Controller {
   Response build(const std::string& name, const Entry& entry) const;
   std::optional<std::string> mismatch(const std::string& name, const Entry& entry) const;
   void inspect_stalls(Clock::time_point now, ResponseList& out);
+  int named(int rank) const;
+  std::string named_list(const std::vector<int>& ranks) const;
 
   int size_;
   StallConfig stall_;
+  std::vector<int> rank_names_;
   std::map<std::string, Entry> table_;
   uint64_t next_seq_ = 0;
   std::set<int> joined_;

@@ -174,5 +174,34 @@ TEST(ControllerTest, StallInspectorNamesMissingRanksAndCanFailTheJob) {
   EXPECT_NE(out.fatal.find("KOLO_STALL_SHUTDOWN_TIME"), std::string::npos) << out.fatal;
 }
 
+// A point-to-point pair's Controller names its ranks 0 and 1 by their job ranks, roots too.
+TEST(ControllerTest, RankNamesNameRanksAndRootsInMessages) {
+  Controller c(2, StallConfig{std::chrono::seconds(1), {}}, /*rank_names=*/{3, 5});
+  ResponseCache cache(0);
+  auto t = Clock::now();
+  Request a = ar("act", {4}), b = ar("act", {5});
+  a.type = b.type = OpType::kBroadcast;
+  c.add(0, list_of({a}), cache, t);
+  c.add(1, list_of({b}), cache, t);
+  auto out = c.respond(t);
+  ASSERT_EQ(out.responses.size(), 1u);
+  EXPECT_EQ(out.responses[0].error,
+            "broadcast 'act': shape differs across ranks: rank 3 has [4]; rank 5 has [5]");
+  b = a;
+  b.root = 1;
+  c.add(0, list_of({a}), cache, t);
+  c.add(1, list_of({b}), cache, t);
+  out = c.respond(t);
+  ASSERT_EQ(out.responses.size(), 1u);
+  EXPECT_EQ(out.responses[0].error,
+            "broadcast 'act': root differs across ranks: rank 3 has 3; rank 5 has 5");
+  c.add(1, list_of({b}), cache, t);
+  c.respond(t + std::chrono::seconds(2));
+  auto warnings = c.take_warnings();
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("submitted by ranks [5]"), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[0].find("still waiting for ranks [3]"), std::string::npos) << warnings[0];
+}
+
 }  // namespace
 }  // namespace kolo::coord

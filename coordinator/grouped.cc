@@ -226,18 +226,21 @@ int64_t share(int64_t rows, int r, int size) { return rows / size + (r < rows % 
 
 }  // namespace
 
-GroupedHandle grouped_allgather_async(std::string name, std::vector<TensorView> tensors) {
+GroupedHandle grouped_allgather_async(std::string name, std::vector<TensorView> tensors,
+                                      const ProcessSet& process_set) {
   const coord::OpType t = coord::OpType::kAllgather;
   if (Status st = check_members(t, name, tensors); !st.ok()) return failed(name, st);
   auto block = std::make_shared<std::vector<std::byte>>(pack_block(tensors));
-  Handle h = allgather_async(name, view_of(reinterpret_cast<uint8_t*>(block->data()),
-                                           {static_cast<int64_t>(block->size())}));
+  Handle h = allgather_async(
+      name,
+      view_of(reinterpret_cast<uint8_t*>(block->data()), {static_cast<int64_t>(block->size())}),
+      {.process_set = process_set});
   return GroupedHandle(
       h, [name](const Handle& packed) { return unpack_allgather(name, packed); }, block);
 }
 
 GroupedHandle grouped_reducescatter_async(std::string name, std::vector<TensorView> tensors,
-                                          Reduction reduction) {
+                                          Reduction reduction, const ProcessSet& process_set) {
   const coord::OpType t = coord::OpType::kReducescatter;
   if (Status st = check_members(t, name, tensors); !st.ok()) return failed(name, st);
   for (size_t i = 1; i < tensors.size(); ++i)
@@ -248,7 +251,8 @@ GroupedHandle grouped_reducescatter_async(std::string name, std::vector<TensorVi
                                         std::string(dtype_name(tensors[i].dtype)) +
                                         ", but every member " + "must have the first member's " +
                                         std::string(dtype_name(tensors[0].dtype))));
-  const int P = size();
+  // Ranks and shares are the set's (a non-member's submission fails below, naming the set).
+  const int P = process_set.size();
   const size_t esize = dtype_size(tensors[0].dtype);
   int64_t total = 0;
   for (const auto& v : tensors) total += v.num_elements();
@@ -275,10 +279,11 @@ GroupedHandle grouped_reducescatter_async(std::string name, std::vector<TensorVi
   flat.data = packed->data();
   flat.shape = {total};
   flat.dtype = tensors[0].dtype;
-  Handle h = reducescatter_async(name, flat, {.reduction = reduction, .recv_counts = recv_counts});
+  Handle h = reducescatter_async(
+      name, flat, {.reduction = reduction, .recv_counts = recv_counts, .process_set = process_set});
   std::vector<std::vector<int64_t>> shapes;
   for (const auto& v : tensors) shapes.push_back(v.shape);
-  const int me = rank();
+  const int me = process_set.rank();
   auto unpack = [name, shapes, me, P](const Handle& done) -> Result<std::vector<HostTensor>> {
     if (Status st = done.status(); !st.ok()) {
       if (st.code() != StatusCode::kMismatch) return st;
@@ -305,15 +310,17 @@ GroupedHandle grouped_reducescatter_async(std::string name, std::vector<TensorVi
   return GroupedHandle(h, std::move(unpack), packed);
 }
 
-Result<std::vector<HostTensor>> grouped_allgather(std::string name,
-                                                  std::vector<TensorView> tensors) {
-  return grouped_allgather_async(std::move(name), std::move(tensors)).wait();
+Result<std::vector<HostTensor>> grouped_allgather(std::string name, std::vector<TensorView> tensors,
+                                                  const ProcessSet& process_set) {
+  return grouped_allgather_async(std::move(name), std::move(tensors), process_set).wait();
 }
 
 Result<std::vector<HostTensor>> grouped_reducescatter(std::string name,
                                                       std::vector<TensorView> tensors,
-                                                      Reduction reduction) {
-  return grouped_reducescatter_async(std::move(name), std::move(tensors), reduction).wait();
+                                                      Reduction reduction,
+                                                      const ProcessSet& process_set) {
+  return grouped_reducescatter_async(std::move(name), std::move(tensors), reduction, process_set)
+      .wait();
 }
 
 }  // namespace kolo

@@ -31,6 +31,16 @@
 
 namespace kolo::coord {
 
+namespace {
+
+// How this Runtime's messages name `rank` (RuntimeConfig::rank_names).
+int named_rank(const RuntimeConfig& config, int rank) {
+  return rank >= 0 && static_cast<size_t>(rank) < config.rank_names.size() ? config.rank_names[rank]
+                                                                           : rank;
+}
+
+}  // namespace
+
 std::string timeline_path_for_rank(const std::string& path, int rank, int size) {
   const std::string token = "{rank}";
   if (auto p = path.find(token); p != std::string::npos)
@@ -61,7 +71,8 @@ Runtime::Runtime(RuntimeConfig config, Topology topology, std::unique_ptr<Backen
                       topology_.size <= config_.piggyback_max_ranks) {
   if (topology_.rank == 0)
     controller_ = std::make_unique<Controller>(
-        topology_.size, StallConfig{config_.stall_check_time, config_.stall_shutdown_time});
+        topology_.size, StallConfig{config_.stall_check_time, config_.stall_shutdown_time},
+        config_.rank_names);
   if (config_.name_first_failure) executor_.name_failures_with(config_.name_first_failure);
 }
 
@@ -187,7 +198,7 @@ Status Runtime::shutdown() {
   fail_all(Status::Aborted(config_.label.empty()
                                ? "kolo was shut down on rank " + std::to_string(topology_.rank)
                                : config_.label + " was removed on its rank " +
-                                     std::to_string(topology_.rank)));
+                                     std::to_string(named_rank(config_, topology_.rank))));
   timeline_.stop();
   return Status::Ok();
 }
@@ -452,7 +463,8 @@ Status Runtime::cycle(bool shutdown_requested, bool& stop) {
         config_.label.empty()
             ? "kolo was shut down (rank " + std::to_string(list.shutdown_rank) +
                   " called shutdown()); pending operations were cancelled"
-            : config_.label + " was removed (its rank " + std::to_string(list.shutdown_rank) +
+            : config_.label + " was removed (its rank " +
+                  std::to_string(named_rank(config_, list.shutdown_rank)) +
                   " called remove_process_set() or shutdown()); pending operations were "
                   "cancelled"));
     stop = true;

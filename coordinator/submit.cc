@@ -272,14 +272,17 @@ Status allreduce(std::string name, TensorView input, TensorView output, Allreduc
 Status grouped_allreduce(std::string name, std::vector<TensorView> tensors, AllreduceOptions opts) {
   return grouped_allreduce_async(std::move(name), std::move(tensors), opts).wait();
 }
-Result<HostTensor> allgather(std::string name, TensorView input) {
-  return output_of(allgather_async(std::move(name), input));
+Result<HostTensor> allgather(std::string name, TensorView input, const ProcessSet& process_set) {
+  return output_of(allgather_async(std::move(name), input, {.process_set = process_set}));
 }
-Status broadcast(std::string name, TensorView tensor, int root) {
-  return broadcast_async(std::move(name), tensor, BroadcastOptions{root}).wait();
+Status broadcast(std::string name, TensorView tensor, int root, const ProcessSet& process_set) {
+  return broadcast_async(std::move(name), tensor, {.root = root, .process_set = process_set})
+      .wait();
 }
-Result<AlltoallResult> alltoall(std::string name, TensorView input, std::vector<int64_t> splits) {
-  Handle h = alltoall_async(std::move(name), input, AlltoallOptions{std::move(splits), {}});
+Result<AlltoallResult> alltoall(std::string name, TensorView input, std::vector<int64_t> splits,
+                                const ProcessSet& process_set) {
+  Handle h = alltoall_async(std::move(name), input,
+                            {.splits = std::move(splits), .process_set = process_set});
   KOLO_ASSIGN_OR_RETURN(HostTensor output, output_of(h));
   return AlltoallResult{std::move(output), h.received_splits()};
 }

@@ -200,7 +200,7 @@ Result<std::unique_ptr<Backend>> make_mpi_subgroup_backend(const BackendContext&
   KOLO_RETURN_IF_ERROR(mpi_status(rc, "mpi: MPI_Group_incl"));
   // Collective over the group's members only, so other ranks need not take part.
   MPI_Comm comm = MPI_COMM_NULL;
-  rc = MPI_Comm_create_group(MPI_COMM_WORLD, group, /*tag=*/0, &comm);
+  rc = MPI_Comm_create_group(MPI_COMM_WORLD, group, context.group_tag, &comm);
   MPI_Group_free(&group);
   KOLO_RETURN_IF_ERROR(mpi_status(rc, "mpi: MPI_Comm_create_group"));
   int rank = 0, size = 1;

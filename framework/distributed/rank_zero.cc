@@ -23,7 +23,10 @@ constexpr int32_t kMaxSharedMessage = 4096;
 
 }  // namespace
 
-bool RankLogger::enabled() const { return options_.every_rank || rank() == 0; }
+bool RankLogger::enabled() const {
+  const int in_set = options_.process_set.rank();
+  return options_.every_rank ? in_set >= 0 : in_set == 0;
+}
 
 void RankLogger::line(std::string_view text) const {
   if (!enabled()) return;
@@ -60,8 +63,8 @@ void RankLogger::printf(const char* format, ...) const {
 }
 
 Status share_root_outcome(const std::string& name, const Status& root_status, int root,
-                          const std::string& what) {
-  const bool is_root = rank() == root;
+                          const std::string& what, const ProcessSet& process_set) {
+  const bool is_root = process_set.rank() == root;
   int32_t header[3] = {1, 0, 0};  // ok, status code, message bytes
   if (is_root && !root_status.ok()) {
     header[0] = 0;
@@ -69,25 +72,28 @@ Status share_root_outcome(const std::string& name, const Status& root_status, in
     header[2] = static_cast<int32_t>(
         std::min<size_t>(root_status.message().size(), static_cast<size_t>(kMaxSharedMessage)));
   }
-  KOLO_RETURN_IF_ERROR(broadcast(name + ".ok", view_of(header, {3}), root));
+  KOLO_RETURN_IF_ERROR(broadcast(name + ".ok", view_of(header, {3}), root, process_set));
   if (header[0] == 1) return Status::Ok();
   const int32_t length = std::clamp<int32_t>(header[2], 0, kMaxSharedMessage);
   std::string message(static_cast<size_t>(length), '\0');
   if (is_root) message = root_status.message().substr(0, static_cast<size_t>(length));
   if (length > 0) {
-    KOLO_RETURN_IF_ERROR(broadcast(
-        name + ".error", view_of(reinterpret_cast<uint8_t*>(message.data()), {length}), root));
+    KOLO_RETURN_IF_ERROR(broadcast(name + ".error",
+                                   view_of(reinterpret_cast<uint8_t*>(message.data()), {length}),
+                                   root, process_set));
   }
   if (is_root) return root_status;
   const bool known_code = header[1] > static_cast<int32_t>(StatusCode::kOk) &&
                           header[1] <= static_cast<int32_t>(StatusCode::kInternal);
   const StatusCode code = known_code ? static_cast<StatusCode>(header[1]) : StatusCode::kIoError;
-  return Status(code, what + " on root rank " + std::to_string(root) + ": " + message);
+  const std::string of_set = process_set.is_global() ? "" : " of " + process_set.to_string();
+  return Status(code, what + " on root rank " + std::to_string(root) + of_set + ": " + message);
 }
 
-Status run_on_root_first(const std::string& name, const std::function<Status()>& work, int root) {
+Status run_on_root_first(const std::string& name, const std::function<Status()>& work, int root,
+                         const ProcessSet& process_set) {
   Status outcome;
-  if (rank() == root) {
+  if (process_set.rank() == root) {
     // An exception escaping here would skip the broadcast and leave the others waiting.
     try {
       outcome = work();
@@ -97,7 +103,7 @@ Status run_on_root_first(const std::string& name, const std::function<Status()>&
       outcome = Status::IoError("'" + name + "': " + error.what());
     }
   }
-  return share_root_outcome(name, outcome, root, "'" + name + "' failed");
+  return share_root_outcome(name, outcome, root, "'" + name + "' failed", process_set);
 }
 
 }  // namespace kolo::fw

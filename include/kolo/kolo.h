@@ -123,6 +123,9 @@ std::vector<AppliedTuning> autotune_history();
 
 // Every options struct ends with the process set the operation runs on (kolo/process_set.h);
 // the default is the global set. E.g. {.op = kolo::ReduceOp::kAverage, .process_set = group}.
+// Operations without an options struct (barrier, grouped gathers, objects, point-to-point,
+// and the blocking allgather, broadcast and alltoall) take the process set as their last
+// argument, with the same default.
 
 // An allreduce is described by its reduction (kolo/types.h's members op, prescale, postscale,
 // repeated here so that designated initializers stay flat) and its process set.
@@ -201,14 +204,16 @@ Handle reducescatter_async(std::string name, TensorView input, ReducescatterOpti
 // different count, dtype or trailing shape fails the group on every rank with Mismatch naming
 // the group ("<name>[i]" for a member) and the ranks. CPU tensors only (Unsupported naming the
 // member otherwise). The members are copied at submission: they may change once this returns.
-GroupedHandle grouped_allgather_async(std::string name, std::vector<TensorView> tensors);
+GroupedHandle grouped_allgather_async(std::string name, std::vector<TensorView> tensors,
+                                      const ProcessSet& process_set = {});
 // Reducescatters a list of tensors as one unit (one reducescatter of their concatenation).
 // Each member is split across ranks as reducescatter_async splits it (evenly, by rows); wait()
 // returns this rank's share of each, in the order of `tensors`. The members share one dtype
 // (InvalidArgument naming the member otherwise). Every rank passes the same shapes (Mismatch
 // naming the group and the ranks otherwise). CPU tensors only, copied at submission.
 GroupedHandle grouped_reducescatter_async(std::string name, std::vector<TensorView> tensors,
-                                          Reduction reduction = {});
+                                          Reduction reduction = {},
+                                          const ProcessSet& process_set = {});
 // Completes once every rank (of the set) has submitted a barrier of this name.
 Handle barrier_async(std::string name = "barrier");
 Handle barrier_async(std::string name, const ProcessSet& process_set);
@@ -223,43 +228,70 @@ Handle barrier_async(std::string name, const ProcessSet& process_set);
 // Join is about the global set only.
 Handle join_async();
 
+// ---- Point-to-point (Note [Point-to-point] in docs/architecture.md) -------------------------
+// Sends `tensor` to rank `dst`, which receives it with recv_async under the same name into a
+// tensor of the same shape and dtype; for pipeline parallelism (activations forward,
+// gradients back). `dst` and `src` are ranks of `process_set` (the global set by default).
+// Only the two ranks negotiate: their first send or recv to each other connects them (on a
+// thread of Kolo's: these calls never block), later ones reuse the connection. Names are per
+// pair of ranks: one name may be in flight to two peers at once, but between two ranks it
+// names one transfer at a time. Transfers between the same two ranks may complete in any
+// order; those with other peers, and collectives, run concurrently.
+// Errors: InvalidArgument, the Handle failing at once, when `dst`/`src` is this rank or not a
+// rank of the set (naming it), or this rank is not in the set; Mismatch on both ranks, naming
+// the tensor and both ranks' values, when the recv's shape or dtype differs from the send's or
+// both ranks send (or both receive) the name; Aborted when either rank shuts down first.
+Handle send_async(std::string name, TensorView tensor, int dst, const ProcessSet& process_set = {});
+// Receives into `tensor` what rank `src` sends under `name` (see send_async).
+Handle recv_async(std::string name, TensorView tensor, int src, const ProcessSet& process_set = {});
+
 // ---- Blocking wrappers (submit and wait; same errors as the Handle's) -----------------------
 
 Status allreduce(std::string name, TensorView tensor, AllreduceOptions opts = {});
 Status allreduce(std::string name, TensorView input, TensorView output, AllreduceOptions opts = {});
 Status grouped_allreduce(std::string name, std::vector<TensorView> tensors,
                          AllreduceOptions opts = {});
-Result<HostTensor> allgather(std::string name, TensorView input);
-Status broadcast(std::string name, TensorView tensor, int root = 0);
+Result<HostTensor> allgather(std::string name, TensorView input,
+                             const ProcessSet& process_set = {});
+Status broadcast(std::string name, TensorView tensor, int root = 0,
+                 const ProcessSet& process_set = {});
 // The received rows and how many came from each rank (Handle::received_splits).
 struct AlltoallResult {
   HostTensor output;
   std::vector<int64_t> received_splits;
 };
 Result<AlltoallResult> alltoall(std::string name, TensorView input,
-                                std::vector<int64_t> splits = {});
+                                std::vector<int64_t> splits = {},
+                                const ProcessSet& process_set = {});
 Result<HostTensor> reducescatter(std::string name, TensorView input,
                                  ReducescatterOptions opts = {});
-Result<std::vector<HostTensor>> grouped_allgather(std::string name,
-                                                  std::vector<TensorView> tensors);
+Result<std::vector<HostTensor>> grouped_allgather(std::string name, std::vector<TensorView> tensors,
+                                                  const ProcessSet& process_set = {});
 Result<std::vector<HostTensor>> grouped_reducescatter(std::string name,
                                                       std::vector<TensorView> tensors,
-                                                      Reduction reduction = {});
+                                                      Reduction reduction = {},
+                                                      const ProcessSet& process_set = {});
 Status barrier(std::string name = "barrier");
 Status barrier(std::string name, const ProcessSet& process_set);
 // The rank that joined last (Handle::last_joined_rank).
 Result<int> join();
+Status send(std::string name, TensorView tensor, int dst, const ProcessSet& process_set = {});
+Status recv(std::string name, TensorView tensor, int src, const ProcessSet& process_set = {});
 
 // ---- Objects: byte strings of any size (coordinator/objects.cc) ------------------------------
 // Built on the collectives above, so they negotiate, fail and time out like them; blocking.
-// Every rank calls them with the same name. Names: `name` itself and "<name>.size" are used
-// (broadcast_object), so neither may be in flight at the same time on this rank.
+// Every rank (of the process set) calls them with the same name. Names: `name` itself and
+// "<name>.size" are used (broadcast_object), so neither may be in flight at the same time on this
+// rank.
 
 // Returns root's `bytes` on every rank (root's own included): first the size (one int64), then
-// the bytes. Only root's `bytes` are read. InvalidArgument when root is not a rank.
-Result<std::string> broadcast_object(std::string name, const std::string& bytes, int root = 0);
+// the bytes. Only root's `bytes` are read. `root` is a rank of the set; InvalidArgument when it
+// is not.
+Result<std::string> broadcast_object(std::string name, const std::string& bytes, int root = 0,
+                                     const ProcessSet& process_set = {});
 // Returns every rank's `bytes`, in rank order (one allgather of length-prefixed blocks).
-Result<std::vector<std::string>> allgather_object(std::string name, const std::string& bytes);
+Result<std::vector<std::string>> allgather_object(std::string name, const std::string& bytes,
+                                                  const ProcessSet& process_set = {});
 
 // ---- Build queries ------------------------------------------------------------------------------
 enum class BackendKind : uint8_t { kTcp, kShm, kMpi, kNccl };

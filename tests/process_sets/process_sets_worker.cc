@@ -4,6 +4,9 @@
 //            no rank 0), each set's work on its own thread at once, the same names in every
 //            set; a non-member's submission; bad rank lists; removal with pending work.
 //   static   the sets of KOLO_PROCESS_SETS=0,1;2,3 (4 ranks).
+//   helpers  the operations built on the negotiated ones (grouped gathers, objects) and the
+//            blocking allgather, broadcast and alltoall on the set of ranks 1..P-1 (no rank 0);
+//            rank 0's submissions to it fail naming the set (printed).
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -11,25 +14,12 @@
 #include <vector>
 
 #include "kolo/kolo.h"
+#include "tests/support/worker_checks.h"
 
 namespace {
 
-int failures = 0;
-#define CHECK(cond)                                                                      \
-  do {                                                                                   \
-    if (!(cond)) {                                                                       \
-      std::fprintf(stderr, "rank %d: check failed: %s (line %d)\n", kolo::rank(), #cond, \
-                   __LINE__);                                                            \
-      ++failures;                                                                        \
-    }                                                                                    \
-  } while (0)
-
-bool ok(const kolo::Status& st, const std::string& what) {
-  if (st.ok()) return true;
-  std::fprintf(stderr, "rank %d: %s: %s\n", kolo::rank(), what.c_str(), st.to_string().c_str());
-  ++failures;
-  return false;
-}
+using kolo::testing::failures;
+using kolo::testing::ok;
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
@@ -195,6 +185,85 @@ void sets() {
     CHECK(next->id() == static_cast<int>(added.size()) + 1);
 }
 
+// Exact results of the helpers on `set` (this rank is a member), against the members' ranks.
+void helpers_on(const kolo::ProcessSet& set) {
+  const std::vector<int> g = set.ranks();
+  const int k = set.size(), s = set.rank(), me = kolo::rank();
+  std::vector<int32_t> rows(s + 1, me), pair{10 * me, 10 * me + 1};
+  auto gathered = kolo::grouped_allgather(
+      "g", {kolo::view_of(rows.data(), {s + 1}), kolo::view_of(pair.data(), {1, 2})}, set);
+  if (ok(gathered.status(), "grouped_allgather") && gathered->size() == 2) {
+    const kolo::HostTensor& a = (*gathered)[0];
+    const kolo::HostTensor& b = (*gathered)[1];
+    CHECK(a.shape == (std::vector<int64_t>{k * (k + 1) / 2}));
+    CHECK(b.shape == (std::vector<int64_t>{k, 2}));
+    int64_t at = 0;
+    for (int q = 0; q < k; ++q) {
+      for (int i = 0; i <= q; ++i) CHECK(a.data_as<int32_t>()[at++] == g[q]);
+      CHECK(b.data_as<int32_t>()[2 * q + 1] == 10 * g[q] + 1);
+    }
+  }
+  // Member x: 2 rows per member; member y: k + 1 rows (set rank 0 gets two).
+  std::vector<float> x(2 * k, me + 1.0f), y(k + 1, 2.0f * me);
+  for (int i = 0; i < k + 1; ++i) y[i] += i;
+  auto shares = kolo::grouped_reducescatter(
+      "grs", {kolo::view_of(x.data(), {2 * k}), kolo::view_of(y.data(), {k + 1})}, {}, set);
+  float sum = 0;
+  for (int r : g) sum += r;
+  if (ok(shares.status(), "grouped_reducescatter") && shares->size() == 2) {
+    const kolo::HostTensor& xs = (*shares)[0];
+    const kolo::HostTensor& ys = (*shares)[1];
+    CHECK(xs.shape == (std::vector<int64_t>{2}));
+    CHECK(xs.data_as<float>()[1] == sum + k);
+    const int first = s == 0 ? 0 : s + 1;  // rows of y before this member's share
+    CHECK(ys.shape == (std::vector<int64_t>{s == 0 ? 2 : 1}));
+    CHECK(ys.data_as<float>()[0] == 2.0f * sum + k * first);
+  }
+  auto from_last = kolo::broadcast_object(
+      "obj", me == g.back() ? "from rank " + std::to_string(me) : "", k - 1, set);
+  if (ok(from_last.status(), "broadcast_object"))
+    CHECK(*from_last == "from rank " + std::to_string(g.back()));
+  auto all = kolo::allgather_object("objs", std::string(static_cast<size_t>(me), 'a' + me), set);
+  if (ok(all.status(), "allgather_object") && static_cast<int>(all->size()) == k)
+    for (int q = 0; q < k; ++q)
+      CHECK((*all)[q] == std::string(static_cast<size_t>(g[q]), 'a' + g[q]));
+  // The blocking forms of the operations whose options are not a struct there.
+  std::vector<int64_t> one{me};
+  auto ag = kolo::allgather("ag", kolo::view_of(one.data(), {1}), set);
+  if (ok(ag.status(), "allgather")) CHECK(ag->data_as<int64_t>()[k - 1] == g.back());
+  ok(kolo::broadcast("bc", kolo::view_of(one.data(), {1}), 0, set), "broadcast");
+  CHECK(one[0] == g[0]);
+  std::vector<double> spread(k, me);
+  auto a2a = kolo::alltoall("a2a", kolo::view_of(spread.data(), {k}), {}, set);
+  if (ok(a2a.status(), "alltoall")) CHECK(a2a->output.data_as<double>()[k - 1] == g.back());
+}
+
+void helpers() {
+  const int me = kolo::rank(), P = kolo::size();
+  std::vector<int> rest;
+  for (int r = 1; r < P; ++r) rest.push_back(r);
+  auto set = kolo::add_process_set(rest);
+  if (!ok(set.status(), "add_process_set")) return;
+  if (set->includes(me)) {
+    helpers_on(*set);
+    return;
+  }
+  // Rank 0, outside the set: each fails at once, naming the set and the rank.
+  std::vector<float> v(2, 1.0f);
+  auto gathered = kolo::grouped_allgather("g", {kolo::view_of(v.data(), {2})}, *set);
+  CHECK(gathered.status().code() == kolo::StatusCode::kInvalidArgument);
+  std::printf("rank %d grouped: %s\n", me, gathered.status().to_string().c_str());
+  auto object = kolo::broadcast_object("obj", "x", 0, *set);
+  CHECK(object.status().code() == kolo::StatusCode::kInvalidArgument);
+  std::printf("rank %d object: %s\n", me, object.status().to_string().c_str());
+  auto objects = kolo::allgather_object("objs", "x", *set);
+  CHECK(objects.status().code() == kolo::StatusCode::kInvalidArgument);
+  // A root outside the set's ranks is named as such.
+  auto far = kolo::broadcast_object("far", "x", P - 1, *set);
+  CHECK(far.status().code() == kolo::StatusCode::kInvalidArgument);
+  std::printf("rank %d far root: %s\n", me, far.status().to_string().c_str());
+}
+
 void static_sets() {
   const auto sets = kolo::process_sets();
   CHECK(sets.size() == 3);
@@ -216,6 +285,8 @@ int main(int argc, char** argv) {
     sets();
   else if (scenario == "static")
     static_sets();
+  else if (scenario == "helpers")
+    helpers();
   ok(kolo::shutdown(), "shutdown");
   if (failures > 0) return 1;
   std::printf("rank %d: %s passed\n", me, scenario.c_str());

@@ -179,6 +179,27 @@ TEST_F(TrainingTest, NoSyncPassesThenOneSyncedPassMatchOneRankOnTheUnion) {
   EXPECT_NE(mean_run.at("fc2.bias"), one.at("fc2.bias"));
 }
 
+// The same helpers on a process set without rank 0 (ranks 1, 2): rank 1 is the set's rank 0,
+// rank 2 (set rank 1) the root of the work, rank 0 prints nothing.
+TEST_F(TrainingTest, RankZeroHelpersWorkOnAProcessSet) {
+  const std::string out = launch(3, "--mode rank-zero-set --out " + path("set-ready"));
+  EXPECT_EQ(kolo::testing::count_occurrences(out, "set root only"), 1) << out;
+  EXPECT_EQ(line_of(out, 1, "set root only"), "[1] set root only") << out;
+  EXPECT_EQ(kolo::testing::count_occurrences(out, "set member"), 2) << out;
+  for (int r = 1; r < 3; ++r) {
+    const std::string tag = "[" + std::to_string(r) + "] ";
+    EXPECT_EQ(line_of(out, r, "[rank"), tag + "[rank " + std::to_string(r) + "] set member")
+        << out;
+    EXPECT_EQ(line_of(out, r, "set file seen"), tag + "set file seen") << out;
+  }
+  EXPECT_EQ(line_of(out, 2, "set fail:"), "[2] set fail: IoError: disk full") << out;
+  EXPECT_EQ(line_of(out, 1, "set fail:"),
+            "[1] set fail: IoError: 'set.fail' failed on root rank 1 of process set 1 (ranks 1, "
+            "2): disk full")
+      << out;
+  EXPECT_EQ(line_of(out, 0, "set"), "") << out;
+}
+
 // Issue 17: rank-0 logging and "rank 0 does it, the others wait" with its failure on every rank.
 TEST_F(TrainingTest, RankZeroHelpersLogOnceAndShareTheRootsOutcome) {
   const std::string out = launch(3, "--mode rank-zero --out " + path("ready"));

@@ -21,6 +21,8 @@
 //               line from rank 0 only and one from every rank; run_on_root_first where rank 0
 //               writes --out after 300 ms (every rank then sees the file: "file seen"), where
 //               it fails ("fail: <status>" on every rank) and where it throws ("throw: ...").
+//   rank-zero-set  the same helpers on the set of ranks 1..P-1 (no rank 0): its first member
+//               logs, its members log with a prefix, and its last member runs the work.
 //   overlap     inside the hook of the last gradient of backward, waits for the allreduce of
 //               the first bucket: it can only complete if communication runs during backward.
 //               Default --bucket-bytes 0 (an allreduce per gradient: fc2's two are submitted
@@ -335,6 +337,32 @@ int main(int argc, char** argv) try {
     kolo::Status thrown =
         fw::run_on_root_first("throw", []() -> kolo::Status { throw std::runtime_error("boom"); });
     print_line("throw: " + thrown.to_string());
+    check(kolo::shutdown(), "shutdown");
+    return 0;
+  }
+
+  if (args.mode == "rank-zero-set") {
+    // The helpers on the set of ranks 1..P-1: its rank 0 is job rank 1; rank 0 takes no part.
+    std::vector<int> rest;
+    for (int r = 1; r < world; ++r) rest.push_back(r);
+    auto set = kolo::add_process_set(rest);
+    check(set.status(), "add_process_set");
+    fw::RankLogger({.process_set = *set}).line("set root only");
+    fw::RankLogger({.every_rank = true, .process_set = *set}).line("set member");
+    if (set->includes(rank)) {
+      const int last = set->size() - 1;  // set rank of job rank world - 1
+      check(fw::run_on_root_first("set.prepare",
+                                  [&] {
+                                    std::ofstream(args.out) << "data\n";
+                                    return kolo::Status::Ok();
+                                  },
+                                  last, *set),
+            "set.prepare");
+      if (std::ifstream(args.out).good()) print_line("set file seen");
+      kolo::Status failed = fw::run_on_root_first(
+          "set.fail", [] { return kolo::Status::IoError("disk full"); }, last, *set);
+      print_line("set fail: " + failed.to_string());
+    }
     check(kolo::shutdown(), "shutdown");
     return 0;
   }
