@@ -11,7 +11,7 @@
 // must fail (exit 3) instead of reading past its peers' data. --counts: the element counts of
 // the checks (collective_checks.h). --hierarchical: the backend is the hierarchical composite
 // (backends/hierarchical) over --backend, with INTRA within each host; its creation must not
-// fall back to the flat backend.
+// fall back to the flat backend, and the checks run again with its switch off.
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -115,6 +115,14 @@ int main(int argc, char** argv) {
   if (mode == "mismatch") return mismatch_mode(**backend);
   auto passed = kolo::testing::run_collective_checks(**backend, counts);
   if (!passed.ok()) return fail(ctx.rank, "check failed", passed.status(), 1);
+  if (auto* h = dynamic_cast<kolo::HierarchicalBackend*>(backend->get())) {
+    // The autotuner's switch, flipped alike on every rank: the same checks on the flat path.
+    h->set_hierarchical(false);
+    auto flat = kolo::testing::run_collective_checks(**backend, {ctx.size + 1});
+    if (!flat.ok())
+      return fail(ctx.rank, "check failed after set_hierarchical(false)", flat.status(), 1);
+    h->set_hierarchical(true);
+  }
   std::printf("collectives_worker rank %d of %d (%s): %d checks passed\n", ctx.rank, ctx.size,
               backend_name.c_str(), *passed);
   return 0;
