@@ -73,6 +73,8 @@ Result<std::unique_ptr<Backend>> make_hierarchical_backend(std::unique_ptr<Backe
 // cycle).
 class HierarchicalBackend final : public Backend {
  public:
+  // Takes ownership of the three groups, which must form make_hierarchical_backend's grid:
+  // intra over this rank's host, cross over its position's ranks, flat over the whole job.
   HierarchicalBackend(std::unique_ptr<Backend> flat, std::unique_ptr<Backend> intra,
                       std::unique_ptr<Backend> cross);
 
