@@ -7,8 +7,9 @@
 // that runs an allreduce as a reduce-scatter within the host (an even split of the elements
 // over the host's ranks, the first count % L shards one element longer), an allreduce of this
 // rank's shard across hosts and an allgather within the host. Every other collective is the
-// flat backend's: the allgather too, whose flat ring already crosses each host boundary once
-// per step, so a hierarchical one would save steps but no bytes on the hosts' links.
+// flat backend's, allgather included (a hierarchical one would also send fewer bytes out of
+// each host, but has to reorder blocks into rank order and was left for a measurement on real
+// hosts; the Note says why).
 //
 // Reduction semantics are the flat path's exactly (kolo::Reduction, docs/architecture.md
 // section 4): the prescale is applied once, to each rank's input, by the intra reduce-scatter;
@@ -16,8 +17,8 @@
 // job's size and the postscale are applied once, to the shard, by ops::finish_reduction. So
 // integers stay exact, and an average of values whose sum divides evenly is exact.
 //
-// Errors: a stage's error, prefixed with the stage ("hierarchical allreduce, within the host:
-// ..."). A failed stage fails this rank at once; the ranks of other hosts waiting on it fail
+// Errors: a stage's error, prefixed with the stage ("hierarchical allreduce, reduce-scatter
+// within the host: ..."). A failed stage fails this rank at once; the ranks of other hosts waiting on it fail
 // with their backend's errors (a dead peer, or the op timeout).
 // Thread-safety: one thread at a time, as every Backend.
 #pragma once
