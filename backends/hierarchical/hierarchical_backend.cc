@@ -27,12 +27,27 @@ BackendContext subgroup_context(const BackendContext& job, const std::vector<int
   return ctx;
 }
 
+// "hierarchical allreduce, <stage>, whose ranks 0, 1 are ranks 2, 3".
+std::string stage_context(const std::string& stage, const std::vector<int>& ranks) {
+  std::string group, job;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    group += (i == 0 ? "" : ", ") + std::to_string(i);
+    job += (i == 0 ? "" : ", ") + std::to_string(ranks[i]);
+  }
+  return "hierarchical allreduce, " + stage + ", whose ranks " + group + " are ranks " + job;
+}
+
 }  // namespace
 
-HierarchicalBackend::HierarchicalBackend(std::unique_ptr<Backend> flat,
+HierarchicalBackend::HierarchicalBackend(const Hierarchy& plan, std::unique_ptr<Backend> flat,
                                          std::unique_ptr<Backend> intra,
                                          std::unique_ptr<Backend> cross)
-    : flat_(std::move(flat)), intra_(std::move(intra)), cross_(std::move(cross)) {}
+    : flat_(std::move(flat)),
+      intra_(std::move(intra)),
+      cross_(std::move(cross)),
+      reducescatter_context_(stage_context("reduce-scatter within the host", plan.intra_ranks)),
+      allreduce_context_(stage_context("allreduce across hosts", plan.cross_ranks)),
+      allgather_context_(stage_context("allgather within the host", plan.intra_ranks)) {}
 
 Status HierarchicalBackend::do_allreduce(const void* input, void* output, int64_t count,
                                          DataType dtype, const Reduction& reduction) {
@@ -62,13 +77,12 @@ Status HierarchicalBackend::do_allreduce(const void* input, void* output, int64_
                            ->reducescatter(input, shard, dtype,
                                            Reduction{combine, reduction.prescale, 1.0},
                                            shard_counts_)
-                           .with_context("hierarchical allreduce, reduce-scatter within the host"));
+                           .with_context(reducescatter_context_));
   KOLO_RETURN_IF_ERROR(cross_->allreduce(shard, shard, mine, dtype, Reduction{combine, 1.0, 1.0})
-                           .with_context("hierarchical allreduce, allreduce across hosts"));
+                           .with_context(allreduce_context_));
   ops::finish_reduction(dtype, Reduction{reduction.op, 1.0, reduction.postscale}, shard, mine,
                         size());
-  return intra_->allgather(shard, output, dtype, shard_counts_)
-      .with_context("hierarchical allreduce, allgather within the host");
+  return intra_->allgather(shard, output, dtype, shard_counts_).with_context(allgather_context_);
 }
 
 Status HierarchicalBackend::do_allgather(const void* input, void* output, DataType dtype,
@@ -151,7 +165,7 @@ Result<std::unique_ptr<Backend>> make_hierarchical_backend(std::unique_ptr<Backe
                 << plan->cross_ranks.size() << " hosts of " << plan->intra_ranks.size()
                 << " ranks, " << options.intra << " within a host, " << options.cross << " across");
   return std::unique_ptr<Backend>(
-      new HierarchicalBackend(std::move(flat), std::move(intra), std::move(cross)));
+      new HierarchicalBackend(*plan, std::move(flat), std::move(intra), std::move(cross)));
 }
 
 }  // namespace kolo

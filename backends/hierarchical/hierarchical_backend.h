@@ -17,10 +17,11 @@
 // job's size and the postscale are applied once, to the shard, by ops::finish_reduction. So
 // integers stay exact, and an average of values whose sum divides evenly is exact.
 //
-// Errors: a stage's error, prefixed with the stage ("hierarchical allreduce, reduce-scatter
-// within the host: ..."). A failed stage fails this rank at once; the ranks of other hosts waiting on it fail
-// with their backend's errors (a dead peer, or the op timeout).
-// Thread-safety: one thread at a time, as every Backend.
+// Errors: a stage's error, prefixed with the stage and its group's ranks in the job, since the
+// sub-backend's message names ranks of the group ("hierarchical allreduce, reduce-scatter
+// within the host, whose ranks 0, 1 are ranks 2, 3: ..."). A failed stage fails this rank at once;
+// the ranks of other hosts waiting on it fail with their backend's errors (a dead peer, or the op
+// timeout). Thread-safety: one thread at a time, as every Backend.
 #pragma once
 
 #include <memory>
@@ -29,6 +30,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/hierarchical/hierarchy.h"
 #include "backends/registry.h"
 #include "kolo/status.h"
 
@@ -74,10 +76,10 @@ Result<std::unique_ptr<Backend>> make_hierarchical_backend(std::unique_ptr<Backe
 // cycle).
 class HierarchicalBackend final : public Backend {
  public:
-  // Takes ownership of the three groups, which must form make_hierarchical_backend's grid:
-  // intra over this rank's host, cross over its position's ranks, flat over the whole job.
-  HierarchicalBackend(std::unique_ptr<Backend> flat, std::unique_ptr<Backend> intra,
-                      std::unique_ptr<Backend> cross);
+  // Takes ownership of the three groups, which must form `plan`'s grid: intra over
+  // plan.intra_ranks, cross over plan.cross_ranks, flat over the whole job.
+  HierarchicalBackend(const Hierarchy& plan, std::unique_ptr<Backend> flat,
+                      std::unique_ptr<Backend> intra, std::unique_ptr<Backend> cross);
 
   std::string_view name() const override { return "hierarchical"; }
   int rank() const override { return flat_->rank(); }
@@ -104,6 +106,10 @@ class HierarchicalBackend final : public Backend {
   bool hierarchical_ = true;
   std::vector<int64_t> shard_counts_;  // per intra rank; reused across calls
   std::vector<std::byte> scratch_;     // an in-place allreduce's shard; grows to the largest
+  // Each stage's error prefix, which maps the group's ranks (what the sub-backend's message
+  // names) to the job's: "hierarchical allreduce, allreduce across hosts, whose ranks 0, 1
+  // are ranks 1, 3".
+  std::string reducescatter_context_, allreduce_context_, allgather_context_;
 };
 
 }  // namespace kolo

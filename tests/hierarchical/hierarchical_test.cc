@@ -10,6 +10,7 @@
 #include <map>
 #include <regex>
 #include <string>
+#include <vector>
 
 #include "rendezvous/tcp_store.h"
 #include "tests/support/run_command.h"
@@ -141,23 +142,41 @@ TEST(Coordinator, OneHostAndOneRankPerHostStayFlat) {
       << one_each.output;
 }
 
-// Ranks started by hand as 2 + 1 ranks on two hosts (as a launcher that places ranks unevenly
-// would): with the knob set, every rank's init fails naming each host's ranks.
+// Where a rank started by hand runs: KOLO_LOCAL_* and KOLO_CROSS_* as a launcher would set them.
+struct Place {
+  int local_rank, local_size, cross_rank, cross_size;
+};
+
+// A shell line that starts one process per place (rank = index) running `command` with `env`
+// against `server`, and prints "rank R exit E" for each once all have ended. No launcher
+// supervises them, so a failing rank does not end the others: each must end on its own.
+std::string by_hand(const kolo::TcpStoreServer& server, const std::vector<Place>& places,
+                    const std::string& env, const std::string& command) {
+  const std::string size = std::to_string(places.size());
+  std::string script;
+  for (size_t r = 0; r < places.size(); ++r) {
+    const Place& p = places[r];
+    script += env + " KOLO_RANK=" + std::to_string(r) + " KOLO_SIZE=" + size +
+              " KOLO_LOCAL_RANK=" + std::to_string(p.local_rank) +
+              " KOLO_LOCAL_SIZE=" + std::to_string(p.local_size) +
+              " KOLO_CROSS_RANK=" + std::to_string(p.cross_rank) +
+              " KOLO_CROSS_SIZE=" + std::to_string(p.cross_size) +
+              " KOLO_STORE_ADDR=" + server.address() + " KOLO_SECRET=s3cret " + command + " & p" +
+              std::to_string(r) + "=$!; ";
+  }
+  for (size_t r = 0; r < places.size(); ++r)
+    script += "wait $p" + std::to_string(r) + "; echo \"rank " + std::to_string(r) + " exit $?\"; ";
+  return script;
+}
+
+// 2 + 1 ranks on two hosts (as a launcher that places ranks unevenly would): with the knob
+// set, every rank's init fails naming each host's ranks.
 TEST(Coordinator, UnequalHostsFailInitNamingThem) {
   auto server = kolo::TcpStoreServer::start("127.0.0.1", 0, "s3cret");
   ASSERT_TRUE(server.ok()) << server.status().to_string();
-  const int local_rank[] = {0, 1, 0}, local_size[] = {2, 2, 1}, cross_rank[] = {0, 0, 1};
-  std::string script;
-  for (int r = 0; r < 3; ++r)
-    script += "KOLO_HIERARCHICAL_ALLREDUCE=1 KOLO_RANK=" + std::to_string(r) +
-              " KOLO_SIZE=3 KOLO_LOCAL_RANK=" + std::to_string(local_rank[r]) +
-              " KOLO_LOCAL_SIZE=" + std::to_string(local_size[r]) +
-              " KOLO_CROSS_RANK=" + std::to_string(cross_rank[r]) +
-              " KOLO_CROSS_SIZE=2 KOLO_STORE_ADDR=" + (*server)->address() +
-              " KOLO_SECRET=s3cret " + kWorker + " & p" + std::to_string(r) + "=$!; ";
-  for (int r = 0; r < 3; ++r)
-    script += "wait $p" + std::to_string(r) + "; echo \"rank " + std::to_string(r) + " exit $?\"; ";
-  ProcessRun r = run_command(script, 60);
+  ProcessRun r = run_command(by_hand(**server, {{0, 2, 0, 2}, {1, 2, 0, 2}, {0, 1, 1, 2}},
+                                     "KOLO_HIERARCHICAL_ALLREDUCE=1", kWorker),
+                             60);
   for (int rank = 0; rank < 3; ++rank)
     EXPECT_NE(r.output.find("rank " + std::to_string(rank) + " exit 1"), std::string::npos)
         << r.output;
@@ -167,6 +186,28 @@ TEST(Coordinator, UnequalHostsFailInitNamingThem) {
                               "1 (rank 2)"),
             3)
       << r.output;
+}
+
+// Two hosts of two ranks; rank 1 SIGKILLs itself while every rank loops over 32 MiB
+// hierarchical allreduces: every survivor fails (its own host's rank through shm's pidfd, the
+// other host's through the cross-host connections), none hangs.
+TEST(Faults, ARankKilledMidAllreduceFailsEveryOther) {
+  auto server = kolo::TcpStoreServer::start("127.0.0.1", 0, "s3cret");
+  ASSERT_TRUE(server.ok()) << server.status().to_string();
+  ProcessRun r =
+      run_command(by_hand(**server, {{0, 2, 0, 2}, {1, 2, 0, 2}, {0, 2, 1, 2}, {1, 2, 1, 2}}, "",
+                          kCollectives + " --backend tcp --hierarchical shm --mode kill"),
+                  60);
+  EXPECT_NE(r.output.find("rank 1 exit 137"), std::string::npos) << r.output;  // SIGKILL
+  for (int rank : {0, 2, 3})
+    EXPECT_NE(r.output.find("rank " + std::to_string(rank) + " exit 3"), std::string::npos)
+        << r.output;
+  // Which stage fails, and so which peer each survivor names, depends on timing (a survivor
+  // may first lose a peer that failed after the dead rank); every error names its stage and
+  // maps its group's ranks to the job's.
+  EXPECT_EQ(count_occurrences(r.output, "allreduce failed after"), 3) << r.output;
+  EXPECT_EQ(count_occurrences(r.output, ": PeerFailure: hierarchical allreduce, "), 3) << r.output;
+  EXPECT_EQ(count_occurrences(r.output, ", whose ranks 0, 1 are ranks "), 3) << r.output;
 }
 
 // A value that is not a boolean: refused by init (naming the variable) and, as a flag, by
