@@ -85,6 +85,31 @@ INSTANTIATE_TEST_SUITE_P(Hosts, Grid,
                                   std::to_string(info.param.np) + "_" + info.param.intra;
                          });
 
+#ifdef KOLO_TEST_MPIRUN
+// mpi at both levels (its subgroup factory: MPI_Comm_create_group for the host and for the
+// position), on two simulated hosts of two ranks: mpirun starts the ranks, and each reads a
+// kolorun-style environment that places ranks 0, 1 on host 0 and 2, 3 on host 1 (mpirun on one
+// machine would put all four on one host, where the hierarchy is the flat backend).
+TEST(Mpirun, EveryCollectiveExactWithMpiAtBothLevels) {
+  auto server = kolo::TcpStoreServer::start("127.0.0.1", 0, "s3cret");
+  ASSERT_TRUE(server.ok()) << server.status().to_string();
+  const std::string rank = "\\$OMPI_COMM_WORLD_RANK";  // expanded by each rank's bash
+  ProcessRun r =
+      run_command("OMPI_MCA_btl_vader_single_copy_mechanism=none " + std::string(KOLO_TEST_MPIRUN) +
+                      " --allow-run-as-root --oversubscribe -np 4 bash -c \"KOLO_RANK=" + rank +
+                      " KOLO_SIZE=4 KOLO_LOCAL_RANK=\\$((" + rank +
+                      " % 2)) KOLO_LOCAL_SIZE=2 "
+                      "KOLO_CROSS_RANK=\\$((" +
+                      rank + " / 2)) KOLO_CROSS_SIZE=2 KOLO_STORE_ADDR=" + (*server)->address() +
+                      " KOLO_SECRET=s3cret exec " + kCollectives +
+                      " --backend mpi --hierarchical mpi --counts 0,1,3,5,1031\"",
+                  100);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(count_occurrences(r.output, "(hierarchical mpi/mpi): "), 4) << r.output;
+  EXPECT_EQ(count_occurrences(r.output, "checks passed"), 4) << r.output;
+}
+#endif
+
 // The digest lines of a hierarchical_worker job, by rank.
 std::map<std::string, std::string> digests(const std::string& output) {
   std::map<std::string, std::string> out;
