@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/hierarchical/hierarchical_backend.h"
 #include "backends/registry.h"
 #include "bench/bench_case.h"
 #include "bench/bench_check.h"
@@ -15,6 +16,7 @@
 #include "bench/json_rows.h"
 #include "bench/mpi_support.h"
 #include "bench/nccl_support.h"
+#include "common/knobs.h"
 
 namespace kolo::bench {
 
@@ -70,6 +72,17 @@ Status run(const CollectiveOptions& o) {
   const World& world = launched.world;
   const BackendContext ctx = backend_context(world, "kolo-bench");
   KOLO_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, create_backend(o.backend, ctx));
+  // KOLO_HIERARCHICAL_ALLREDUCE=1 times the hierarchy with --backend across hosts, as
+  // kolo::init() builds it (within a host: shm, or KOLO_CPU_OPERATIONS when set).
+  KOLO_ASSIGN_OR_RETURN(KnobSet knobs, KnobSet::from_process_env());
+  if (knobs.boolean(KnobId::kHierarchicalAllreduce)) {
+    KOLO_ASSIGN_OR_RETURN(backend, make_hierarchical_backend(
+                                       std::move(backend), ctx,
+                                       hierarchical_options(launched, o.backend,
+                                                            knobs.is_set(KnobId::kCpuOperations))));
+  }
+  const std::string backend_name =
+      backend->name() == "hierarchical" ? "hierarchical over " + o.backend : o.backend;
   const int n = world.size, rank = world.rank;
   const size_t element = dtype_size(o.dtype);
   // A backend that takes CUDA tensors only (nccl) runs on device buffers, beside raw NCCL on
@@ -88,7 +101,7 @@ Status run(const CollectiveOptions& o) {
   nlohmann::json rows = nlohmann::json::array();
   if (rank == 0) {
     std::printf("# kolo-bench %s: backend %s, %d ranks, %d iterations (+%d warm-up)%s\n",
-                collective_name(o.collective), o.backend.c_str(), n, o.iters, o.warmup,
+                collective_name(o.collective), backend_name.c_str(), n, o.iters, o.warmup,
                 gpu   ? ", raw NCCL on the same device buffers"
                 : mpi ? ", raw MPI on the same buffers"
                       : "");
@@ -170,7 +183,7 @@ Status run(const CollectiveOptions& o) {
       std::printf("\n");
       std::fflush(stdout);
       nlohmann::json row = {{"collective", collective_name(o.collective)},
-                            {"backend", o.backend},
+                            {"backend", backend_name},
                             {"ranks", n},
                             {"size_bytes", size_bytes},
                             {"count", c.count},

@@ -2,7 +2,7 @@
 # Kolo::kolo, whose interface is the public API of include/kolo/ and nothing else.
 get_property(kolo_built_backends GLOBAL PROPERTY KOLO_BUILT_BACKENDS)
 set(kolo_core_parts kolo_common kolo_ops kolo_rendezvous kolo_timeline kolo_backend_api
-    kolo_channel_backend kolo_backends kolo_coordinator)
+    kolo_channel_backend kolo_backends kolo_hierarchical kolo_coordinator)
 foreach(b ${kolo_built_backends})
   list(APPEND kolo_core_parts kolo_backend_${b})
 endforeach()

@@ -130,6 +130,17 @@ constexpr std::array<Knob, kKnobCount> kTable = {{
      .default_doc = "none",
      .help = "process sets that `kolo::init()` adds (ids 1, 2, ... in this order; "
              "`kolo::process_sets()` returns them), e.g. `0,1;2,3`"},
+    // Tunable, but only switched on by the user so far: the autotuner's categorical search
+    // (issue 11) is what will toggle it in a job that left it unset.
+    {.id = KnobId::kHierarchicalAllreduce,
+     .name = "KOLO_HIERARCHICAL_ALLREDUCE",
+     .kind = kBool,
+     .category = kCore,
+     .change = kTunableAtRuntime,
+     .default_text = "0",
+     .help = "allreduce in three stages on jobs of several hosts: reduce-scatter within each "
+             "host (shm), allreduce across hosts between ranks of the same local rank, allgather "
+             "within each host; `1` needs the same number of ranks on every host"},
     // The autotuner (coordinator/autotune.h). Each range bounds one searched dimension; a
     // minimum above its maximum is an error at init (config_from_knobs).
     {.id = KnobId::kAutotune,

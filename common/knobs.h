@@ -42,6 +42,7 @@ enum class KnobId : int {
   kOpTimeout,
   kLogLevel,
   kProcessSets,
+  kHierarchicalAllreduce,
   // autotuner (issue 11)
   kAutotune,
   kAutotuneLog,

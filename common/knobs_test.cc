@@ -61,11 +61,12 @@ TEST(Knobs, ProcessSetsParseIntoListsOfRanks) {
             (RankSets{{0, 2}, {1}, {3, 1}}));  // as given: add_process_set sorts
 }
 
-TEST(Knobs, OnlyFusionThresholdAndCycleTimeMayChangeWhileTheJobRuns) {
+TEST(Knobs, OnlyTheAutotunersKnobsMayChangeWhileTheJobRuns) {
   std::vector<std::string_view> tunable;
   for (const Knob& k : all_knobs())
     if (k.change == KnobChange::kTunableAtRuntime) tunable.push_back(k.name);
-  EXPECT_EQ(tunable, (std::vector<std::string_view>{"KOLO_FUSION_THRESHOLD", "KOLO_CYCLE_TIME"}));
+  EXPECT_EQ(tunable, (std::vector<std::string_view>{"KOLO_FUSION_THRESHOLD", "KOLO_CYCLE_TIME",
+                                                    "KOLO_HIERARCHICAL_ALLREDUCE"}));
 }
 
 TEST(Knobs, FlagNamesDeriveFromTheVariableAndLauncherKnobsHaveNone) {
@@ -137,6 +138,9 @@ TEST(Knobs, EachKindsErrorNamesTheVariableTheValueAndTheAcceptedForm) {
   EXPECT_EQ(error(KnobId::kSize, "0"), "KOLO_SIZE=0 is invalid: expected an integer > 0");
   EXPECT_EQ(error(KnobId::kTcpUnix, "2"),
             "KOLO_TCP_UNIX=2 is invalid: expected 1/true/yes/on or 0/false/no/off");
+  EXPECT_EQ(
+      error(KnobId::kHierarchicalAllreduce, "maybe"),
+      "KOLO_HIERARCHICAL_ALLREDUCE=maybe is invalid: expected 1/true/yes/on or 0/false/no/off");
   EXPECT_EQ(error(KnobId::kLogLevel, "loud"),
             "KOLO_LOG_LEVEL=loud is invalid: expected one of trace, debug, info, warning, error, "
             "off");

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <mutex>
 
+#include "backends/hierarchical/hierarchical_backend.h"
 #include "backends/local_backend.h"
 #include "backends/registry.h"
 #include "common/knobs.h"
@@ -164,6 +165,12 @@ Status init() {
     BackendContext ctx = backend_context(world, ns + "/data");
     ctx.op_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(config.op_timeout);
     KOLO_ASSIGN_OR_RETURN(data, create_backend(config.cpu_operations, ctx));
+    if (config.hierarchical_allreduce) {  // the control plane stays flat: its messages are small
+      KOLO_ASSIGN_OR_RETURN(data, make_hierarchical_backend(
+                                      std::move(data), ctx,
+                                      hierarchical_options(launched, config.cpu_operations,
+                                                           knobs.is_set(KnobId::kCpuOperations))));
+    }
     ctx.store_prefix = ns + "/ctrl";
     // Every rank takes part in a control round at least every heartbeat, so a control wait
     // longer than the stall shutdown time means a frozen rank (stopped, or stuck outside

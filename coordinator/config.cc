@@ -21,6 +21,7 @@ Result<RuntimeConfig> config_from_knobs(const KnobSet& knobs,
                                    c.cpu_operations +
                                    " takes no CPU tensors; use it as KOLO_GPU_OPERATIONS");
   if (knobs.is_set(KnobId::kGpuOperations)) c.gpu_operations = knobs.text(KnobId::kGpuOperations);
+  c.hierarchical_allreduce = knobs.boolean(KnobId::kHierarchicalAllreduce);
   c.fusion_threshold = knobs.size(KnobId::kFusionThreshold);
   c.cycle_time = knobs.duration(KnobId::kCycleTime);
   c.cache_capacity = static_cast<uint64_t>(knobs.integer(KnobId::kCacheCapacity));
@@ -71,6 +72,7 @@ Result<RuntimeConfig> config_from_knobs(const KnobSet& knobs,
                  << " KOLO_OP_TIMEOUT=" << format_duration(c.op_timeout)
                  << " KOLO_CPU_OPERATIONS=" << c.cpu_operations
                  << " KOLO_GPU_OPERATIONS=" << c.gpu_operations
+                 << " KOLO_HIERARCHICAL_ALLREDUCE=" << c.hierarchical_allreduce
                  << " KOLO_TIMELINE=" << c.timeline_path);
   return c;
 }

@@ -58,6 +58,9 @@ struct RuntimeConfig {
   // Bound on any one transfer (and so on how long a dead peer takes to be noticed).
   std::chrono::nanoseconds op_timeout = std::chrono::seconds(60);
   std::string cpu_operations = "tcp";
+  // KOLO_HIERARCHICAL_ALLREDUCE: init() builds the data plane as the hierarchical composite
+  // (backends/hierarchical/hierarchical_backend.h), and hosts of unequal rank counts fail it.
+  bool hierarchical_allreduce = false;
   // KOLO_GPU_OPERATIONS as set; empty when unset (gpu_backend_choice picks the default).
   std::string gpu_operations;
   // An idle rank still takes part in a cycle this often, so that rank 0's stall inspector

@@ -58,6 +58,8 @@ TEST(ConfigTest, RegistryDefaultsAreRuntimeConfigsDefaults) {
   EXPECT_EQ(c.fusion_threshold, d.fusion_threshold);
   EXPECT_EQ(c.cycle_time, d.cycle_time);
   EXPECT_EQ(c.cache_capacity, d.cache_capacity);
+  EXPECT_EQ(c.hierarchical_allreduce, d.hierarchical_allreduce);
+  EXPECT_TRUE(parse({{"KOLO_HIERARCHICAL_ALLREDUCE", "1"}}).hierarchical_allreduce);
   EXPECT_EQ(c.timeline_path, d.timeline_path);
   EXPECT_EQ(c.timeline_mark_cycles, d.timeline_mark_cycles);
   EXPECT_EQ(c.stall_check_time, d.stall_check_time);

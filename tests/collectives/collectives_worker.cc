@@ -5,10 +5,13 @@
 // mode) no failure was seen.
 //
 //   collectives_worker --backend tcp|mpi|shm [--mode checks|kill|mismatch] [--counts N,N,...]
+//                      [--hierarchical INTRA]
 // kill mode: rank 1 raises SIGKILL on itself while every rank loops over 32 MiB allreduces;
 // the survivors must see an error. mismatch mode: rank r allreduces 10 + r floats; every rank
 // must fail (exit 3) instead of reading past its peers' data. --counts: the element counts of
-// the checks (collective_checks.h).
+// the checks (collective_checks.h). --hierarchical: the backend is the hierarchical composite
+// (backends/hierarchical) over --backend, with INTRA within each host; its creation must not
+// fall back to the flat backend, and the checks run again with its switch off.
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -16,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "backends/hierarchical/hierarchical_backend.h"
 #include "backends/registry.h"
 #include "tests/collectives/collective_checks.h"
 
@@ -70,7 +74,7 @@ std::vector<int64_t> parse_counts(const std::string& text) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string backend_name, mode = "checks";
+  std::string backend_name, mode = "checks", intra;
   std::vector<int64_t> counts;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--backend") == 0)
@@ -79,11 +83,13 @@ int main(int argc, char** argv) {
       mode = argv[i + 1];
     else if (std::strcmp(argv[i], "--counts") == 0)
       counts = parse_counts(argv[i + 1]);
+    else if (std::strcmp(argv[i], "--hierarchical") == 0)
+      intra = argv[i + 1];
   }
   if (backend_name.empty() || (mode != "checks" && mode != "kill" && mode != "mismatch")) {
     std::fprintf(stderr,
                  "usage: collectives_worker --backend tcp|mpi|shm [--mode checks|kill|mismatch] "
-                 "[--counts N,N,...]\n");
+                 "[--counts N,N,...] [--hierarchical INTRA]\n");
     return 2;
   }
   // kolorun's environment, or mpirun's through the mpi backend's registry entry.
@@ -95,10 +101,28 @@ int main(int argc, char** argv) {
   ctx.op_timeout = std::chrono::seconds(10);
   auto backend = kolo::create_backend(backend_name, ctx);
   if (!backend.ok()) return fail(ctx.rank, "creating backend " + backend_name, backend.status(), 1);
+  if (!intra.empty()) {
+    backend = kolo::make_hierarchical_backend(
+        std::move(*backend), ctx,
+        kolo::HierarchicalOptions{.intra = intra, .cross = backend_name, .required = true});
+    if (!backend.ok()) return fail(ctx.rank, "hierarchical backend", backend.status(), 1);
+    if (dynamic_cast<kolo::HierarchicalBackend*>(backend->get()) == nullptr)
+      return fail(ctx.rank, "hierarchical backend", kolo::Status::Internal("got the flat backend"),
+                  1);
+    backend_name = "hierarchical " + intra + "/" + backend_name;
+  }
   if (mode == "kill") return kill_mode(**backend);
   if (mode == "mismatch") return mismatch_mode(**backend);
   auto passed = kolo::testing::run_collective_checks(**backend, counts);
   if (!passed.ok()) return fail(ctx.rank, "check failed", passed.status(), 1);
+  if (auto* h = dynamic_cast<kolo::HierarchicalBackend*>(backend->get())) {
+    // The autotuner's switch, flipped alike on every rank: the same checks on the flat path.
+    h->set_hierarchical(false);
+    auto flat = kolo::testing::run_collective_checks(**backend, {ctx.size + 1});
+    if (!flat.ok())
+      return fail(ctx.rank, "check failed after set_hierarchical(false)", flat.status(), 1);
+    h->set_hierarchical(true);
+  }
   std::printf("collectives_worker rank %d of %d (%s): %d checks passed\n", ctx.rank, ctx.size,
               backend_name.c_str(), *passed);
   return 0;

@@ -12,6 +12,7 @@
 
 #include "rendezvous/tcp_store.h"
 #include "tests/support/run_command.h"
+#include "tests/support/two_namespaces.h"
 
 namespace {
 
@@ -172,34 +173,22 @@ INSTANTIATE_TEST_SUITE_P(Backend, WrongSecret, ::testing::Values("tcp", "shm"));
 // Two nodes of two ranks each, one network namespace per node joined by a veth pair: the
 // ranks reach each other only through 10.231.0.1/2, as on a real two-host job.
 TEST(TwoNodes, NetworkNamespaces) {
-  const std::string ns = "kolo" + std::to_string(getpid());
-  ProcessRun setup = run_command("ip netns add " + ns + "a && ip netns add " + ns + "b");
-  if (setup.exit_code != 0) {
-    run_command("ip netns del " + ns + "a; ip netns del " + ns + "b");
-    GTEST_SKIP() << "cannot create network namespaces (needs root/CAP_SYS_ADMIN): " << setup.output;
-  }
-  const std::string a = "ip netns exec " + ns + "a ", b = "ip netns exec " + ns + "b ";
-  ProcessRun link = run_command(
-      "ip link add " + ns + "x netns " + ns + "a type veth peer name " + ns + "y netns " + ns +
-      "b && " + a + "ip addr add 10.231.0.1/24 dev " + ns + "x && " + b +
-      "ip addr add 10.231.0.2/24 dev " + ns + "y && " + a + "ip link set " + ns + "x up && " + b +
-      "ip link set " + ns + "y up && " + a + "ip link set lo up && " + b + "ip link set lo up");
-  if (link.exit_code == 0) {
-    const std::string job = std::string(KOLO_TEST_KOLORUN) +
-                            " --nnodes 2 --rdzv 10.231.0.1:29731 --secret nodes -np 2 ";
-    // The tcp backend publishes the address named by KOLO_TCP_HOST: each node's veth address.
-    ProcessRun r =
-        run_command(a + "env KOLO_TCP_HOST=10.231.0.1 " + job + "--node-rank 0 " + kWorker +
-                        " --backend tcp & p=$!; " + b + "env KOLO_TCP_HOST=10.231.0.2 " + job +
-                        "--node-rank 1 " + kWorker +
-                        " --backend tcp; e=$?; wait $p; "
-                        "echo \"node exits $? $e\"",
-                    60);
-    EXPECT_NE(r.output.find("node exits 0 0"), std::string::npos) << r.output;
-    EXPECT_EQ(count_occurrences(r.output, "checks passed"), 4) << r.output;
-  }
-  run_command("ip netns del " + ns + "a; ip netns del " + ns + "b");
+  kolo::testing::TwoNamespaces namespaces("kolo");
+  if (!namespaces.ok()) GTEST_SKIP() << namespaces.why();
+  ProcessRun link = namespaces.link("10.231.0");
   ASSERT_EQ(link.exit_code, 0) << link.output;
+  const std::string job = std::string(KOLO_TEST_KOLORUN) +
+                          " --nnodes 2 --rdzv 10.231.0.1:29731 --secret nodes -np 2 ";
+  // The tcp backend publishes the address named by KOLO_TCP_HOST: each node's veth address.
+  ProcessRun r = run_command(namespaces.a() + "env KOLO_TCP_HOST=10.231.0.1 " + job +
+                                 "--node-rank 0 " + kWorker + " --backend tcp & p=$!; " +
+                                 namespaces.b() + "env KOLO_TCP_HOST=10.231.0.2 " + job +
+                                 "--node-rank 1 " + kWorker +
+                                 " --backend tcp; e=$?; wait $p; "
+                                 "echo \"node exits $? $e\"",
+                             60);
+  EXPECT_NE(r.output.find("node exits 0 0"), std::string::npos) << r.output;
+  EXPECT_EQ(count_occurrences(r.output, "checks passed"), 4) << r.output;
 }
 
 }  // namespace

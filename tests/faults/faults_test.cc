@@ -17,6 +17,7 @@
 #include "launch.h"
 #include "rendezvous/tcp_store.h"
 #include "tests/support/run_command.h"
+#include "tests/support/two_namespaces.h"
 
 namespace kolo::faults {
 namespace {
@@ -278,41 +279,7 @@ TEST(Faults, MpirunARankKilledEndsTheJob) {
 
 // ---- Network namespaces ---------------------------------------------------------------------
 
-// Network namespaces <prefix><pid>a and ...b for one test, deleted when it ends. Creating them
-// needs root (CAP_SYS_ADMIN); ok() is false otherwise, and why() says why.
-class TwoNamespaces {
- public:
-  explicit TwoNamespaces(const std::string& prefix) : ns_(prefix + std::to_string(::getpid())) {
-    auto setup =
-        kolo::testing::run_command("ip netns add " + ns_ + "a && ip netns add " + ns_ + "b");
-    ok_ = setup.exit_code == 0;
-    why_ = "cannot create network namespaces (needs root): " + setup.output;
-    if (!ok_) remove();
-  }
-  ~TwoNamespaces() { remove(); }
-  TwoNamespaces(const TwoNamespaces&) = delete;
-  TwoNamespaces& operator=(const TwoNamespaces&) = delete;
-  bool ok() const { return ok_; }
-  const std::string& why() const { return why_; }
-  const std::string& name() const { return ns_; }
-  // The commands that address devices <ns>x (in a) and <ns>y (in b) as <subnet>.1/24 and .2/24
-  // and bring them and both loopbacks up.
-  std::string address_and_up(const std::string& subnet) const {
-    const std::string a = "ip netns exec " + ns_ + "a ", b = "ip netns exec " + ns_ + "b ";
-    return a + "ip addr add " + subnet + ".1/24 dev " + ns_ + "x && " + b + "ip addr add " +
-           subnet + ".2/24 dev " + ns_ + "y && " + a + "ip link set " + ns_ + "x up && " + b +
-           "ip link set " + ns_ + "y up && " + a + "ip link set lo up && " + b +
-           "ip link set lo up";
-  }
-
- private:
-  void remove() {
-    kolo::testing::run_command("ip netns del " + ns_ + "a; ip netns del " + ns_ + "b");
-  }
-  const std::string ns_;
-  bool ok_ = false;
-  std::string why_;
-};
+using kolo::testing::TwoNamespaces;  // tests/support/two_namespaces.h
 
 // ---- Two network namespaces, the link taken down --------------------------------------------
 
@@ -324,9 +291,8 @@ TEST(Faults, ALinkDownMidTrainingFailsBothNodesWithinTheOpTimeout) {
   TwoNamespaces namespaces("kf");
   if (!namespaces.ok()) GTEST_SKIP() << namespaces.why();
   const std::string& ns = namespaces.name();
-  const std::string a = "ip netns exec " + ns + "a ", b = "ip netns exec " + ns + "b ";
-  auto link = run_command("ip link add " + ns + "x netns " + ns + "a type veth peer name " + ns +
-                          "y netns " + ns + "b && " + namespaces.address_and_up("10.232.0"));
+  const std::string a = namespaces.a(), b = namespaces.b();
+  auto link = namespaces.link("10.232.0");
   ASSERT_EQ(link.exit_code, 0) << link.output;
   {
     auto node = [&](int k) {

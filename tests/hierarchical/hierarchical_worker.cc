@@ -1,0 +1,124 @@
+// One rank of the hierarchical allreduce's coordinator tests (hierarchical_test.cc): through
+// kolo::init() and the public API, allreduces tensors of several dtypes, ops, scales and sizes
+// (some fused, some larger than the fusion threshold, in-place and out-of-place), checks every
+// element against its closed form, and prints one FNV-1a digest of all results, so that a run
+// with KOLO_HIERARCHICAL_ALLREDUCE=1 can be compared byte for byte with a flat run.
+// Prints "rank R: digest D" and "rank R: hierarchical worker passed"; exit 1 on a failure.
+// Inputs are small integers, exact in every dtype whatever order ranks are combined in.
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kolo/kolo.h"
+
+namespace {
+
+int failures = 0;
+uint64_t digest = 1469598103934665603ull;
+
+void hash(const void* data, size_t bytes) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) digest = (digest ^ p[i]) * 1099511628211ull;
+}
+
+// Rank r's element i: (r + 1) * (i % 5 + 1), so every rank differs and the sums stay small.
+double input(int r, int64_t i) { return (r + 1.0) * static_cast<double>(i % 5 + 1); }
+
+double expected(kolo::ReduceOp op, int P, int64_t i, double pre, double post) {
+  const double unit = static_cast<double>(i % 5 + 1) * pre;
+  switch (op) {
+    case kolo::ReduceOp::kSum:
+      return unit * P * (P + 1) / 2 * post;
+    case kolo::ReduceOp::kAverage:
+      return unit * (P + 1) / 2 * post;
+    case kolo::ReduceOp::kMin:
+      return unit * post;
+    case kolo::ReduceOp::kMax:
+      return unit * P * post;
+    default:
+      return 0;
+  }
+}
+
+template <typename T>
+void check(const std::string& name, int64_t count, kolo::AllreduceOptions opts, bool in_place) {
+  const int r = kolo::rank(), P = kolo::size();
+  std::vector<T> in(static_cast<size_t>(count)), out(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) in[i] = static_cast<T>(input(r, i));
+  const kolo::Status st = in_place ? kolo::allreduce(name, kolo::view_of(in.data(), {count}), opts)
+                                   : kolo::allreduce(name, kolo::view_of(in.data(), {count}),
+                                                     kolo::view_of(out.data(), {count}), opts);
+  if (!st.ok()) {
+    std::fprintf(stderr, "rank %d: %s: %s\n", r, name.c_str(), st.to_string().c_str());
+    ++failures;
+    return;
+  }
+  const std::vector<T>& result = in_place ? in : out;
+  for (int64_t i = 0; i < count; ++i) {
+    const T want = static_cast<T>(expected(opts.op, P, i, opts.prescale, opts.postscale));
+    if (result[i] != want) {
+      std::fprintf(stderr, "rank %d: %s[%" PRId64 "] = %g, expected %g\n", r, name.c_str(), i,
+                   static_cast<double>(result[i]), static_cast<double>(want));
+      ++failures;
+      return;
+    }
+  }
+  hash(result.data(), result.size() * sizeof(T));
+}
+
+}  // namespace
+
+int main() {
+  if (kolo::Status st = kolo::init(); !st.ok()) {
+    std::fprintf(stderr, "init: %s\n", st.to_string().c_str());
+    return 1;
+  }
+  const int P = kolo::size();
+  using kolo::ReduceOp;
+  // P - 1 and P + 1 elements leave some ranks' shards one element short; 3 MiB of float32 is
+  // fused with nothing else under the default 4 MiB threshold, 6 MiB of it exceeds it.
+  for (int64_t count : {int64_t{1}, int64_t{P - 1}, int64_t{P + 1}, int64_t{1031}, int64_t{3 << 18},
+                        int64_t{6 << 18}}) {
+    const std::string n = std::to_string(count);
+    check<float>("f32.sum." + n, count, {}, true);
+    check<float>("f32.avg." + n, count, {.op = ReduceOp::kAverage}, false);
+    check<double>("f64.scaled." + n, count, {.prescale = 2.0, .postscale = 0.5}, true);
+    check<int32_t>("i32.max." + n, count, {.op = ReduceOp::kMax}, false);
+    check<int64_t>("i64.min." + n, count, {.op = ReduceOp::kMin}, true);
+    // (P + 1) / 2 is whole for odd P only: an even job averages integers that divide evenly.
+    if (P % 2 == 1) check<int64_t>("i64.avg." + n, count, {.op = ReduceOp::kAverage}, false);
+    check<int32_t>("i32.avg2." + n, count, {.op = ReduceOp::kAverage, .prescale = 2.0}, false);
+  }
+  // Tensors submitted together, so that the coordinator fuses them into one allreduce whose
+  // buffer the hierarchy splits without regard to where one tensor ends.
+  const int r = kolo::rank();
+  std::vector<std::vector<float>> batch(8);
+  std::vector<kolo::Handle> handles;
+  for (size_t t = 0; t < batch.size(); ++t) {
+    batch[t].resize(100 + 37 * t);
+    for (size_t i = 0; i < batch[t].size(); ++i) batch[t][i] = static_cast<float>(input(r, i));
+    handles.push_back(kolo::allreduce_async(
+        "batch." + std::to_string(t), kolo::view_of(batch[t].data(), {int64_t(batch[t].size())})));
+  }
+  for (size_t t = 0; t < batch.size(); ++t) {
+    if (!handles[t].wait().ok()) ++failures;
+    for (size_t i = 0; i < batch[t].size(); ++i)
+      if (batch[t][i] != static_cast<float>(expected(ReduceOp::kSum, P, i, 1, 1))) {
+        std::fprintf(stderr, "rank %d: batch.%zu[%zu] = %g\n", r, t, i, batch[t][i]);
+        ++failures;
+        break;
+      }
+    hash(batch[t].data(), batch[t].size() * sizeof(float));
+  }
+  std::printf("rank %d: digest %016" PRIx64 "\n", r, digest);
+  const kolo::Status down = kolo::shutdown();
+  if (!down.ok() || failures > 0) {
+    std::fprintf(stderr, "rank %d: %d failures; shutdown: %s\n", r, failures,
+                 down.to_string().c_str());
+    return 1;
+  }
+  std::printf("rank %d: hierarchical worker passed\n", r);
+  return 0;
+}
