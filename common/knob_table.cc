@@ -137,6 +137,7 @@ constexpr std::array<Knob, kKnobCount> kTable = {{
      .kind = kBool,
      .category = kCore,
      .change = kTunableAtRuntime,
+     .scope = kJob,
      .default_text = "0",
      .help = "allreduce in three stages on jobs of several hosts: reduce-scatter within each "
              "host (shm), allreduce across hosts between ranks of the same local rank, allgather "
