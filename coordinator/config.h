@@ -74,6 +74,8 @@ struct RuntimeConfig {
   // A process set's Runtime (coordinator/process_sets.h): what its messages call it, e.g.
   // "process set 1". Empty for the global set.
   std::string label;
+  // What a member calls to close it, for the message its other members get then.
+  std::string closed_by = "remove_process_set() or shutdown()";
   // How messages name this Runtime's ranks (Controller): rank_names[r] for rank r; empty:
   // their numbers. A point-to-point pair's Runtime names its two ranks by their job ranks.
   std::vector<int> rank_names;

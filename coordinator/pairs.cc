@@ -128,6 +128,7 @@ void PairTable::connect(int peer, Pair& pair) {
     config.autotune.enabled = false;
     config.label =
         "the point-to-point pair of ranks " + std::to_string(low) + " and " + std::to_string(high);
+    config.closed_by = "shutdown()";
     config.rank_names = {low, high};
     Topology t;
     t.rank = pair_rank;

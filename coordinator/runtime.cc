@@ -465,8 +465,7 @@ Status Runtime::cycle(bool shutdown_requested, bool& stop) {
                   " called shutdown()); pending operations were cancelled"
             : config_.label + " was removed (its rank " +
                   std::to_string(named_rank(config_, list.shutdown_rank)) +
-                  " called remove_process_set() or shutdown()); pending operations were "
-                  "cancelled"));
+                  " called " + config_.closed_by + "); pending operations were cancelled"));
     stop = true;
   }
   return Status::Ok();

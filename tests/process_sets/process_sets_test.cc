@@ -153,7 +153,7 @@ TEST(PointToPoint, PeersThatShutDownFailTheirPendingTransfersNamingThem) {
       << r.output;
   EXPECT_EQ(count_occurrences(r.output,
                               "rank 0 never: Aborted: recv 'never' from rank 1: the point-to-point "
-                              "pair of ranks 0 and 1 was removed (its rank 1 called"),
+                              "pair of ranks 0 and 1 was removed (its rank 1 called shutdown())"),
             1)
       << r.output;
 }
