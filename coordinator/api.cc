@@ -45,6 +45,16 @@ std::shared_ptr<coord::ProcessSetTable> current_sets() {
   return global().sets;
 }
 
+// A control plane's context: its waits are bounded by the stall shutdown time too, when that is
+// set and shorter (see init()), and its errors then name that setting.
+void bound_by_stall_time(BackendContext& ctx, std::chrono::nanoseconds stall) {
+  const auto bound = std::chrono::duration_cast<std::chrono::milliseconds>(stall);
+  if (bound.count() > 0 && bound < ctx.op_timeout) {
+    ctx.op_timeout = bound;
+    ctx.op_timeout_knob = "KOLO_STALL_SHUTDOWN_TIME";
+  }
+}
+
 // A process set's backends: the job's CPU backend connecting only the set's members (its
 // subgroup factory, else new connections through the store under the set's own prefix).
 coord::MakeSetBackends set_backends(const World& world, const coord::RuntimeConfig& config,
@@ -72,9 +82,7 @@ coord::MakeSetBackends set_backends(const World& world, const coord::RuntimeConf
     }
     KOLO_ASSIGN_OR_RETURN(b.data, create_subgroup_backend(name, ctx, ranks));
     ctx.store_prefix = ns + "/ctrl";
-    if (stall.count() > 0)
-      ctx.op_timeout =
-          std::min(ctx.op_timeout, std::chrono::duration_cast<std::chrono::milliseconds>(stall));
+    bound_by_stall_time(ctx, stall);
     KOLO_ASSIGN_OR_RETURN(b.control, create_subgroup_backend(name, ctx, ranks));
     return b;
   };
@@ -136,10 +144,7 @@ Status init() {
     // longer than the stall shutdown time means a frozen rank (stopped, or stuck outside
     // Kolo's thread): rank 0's stall inspector cannot see it from inside that wait, so the
     // wait itself is bounded.
-    if (config.stall_shutdown_time.count() > 0)
-      ctx.op_timeout = std::min(
-          ctx.op_timeout,
-          std::chrono::duration_cast<std::chrono::milliseconds>(config.stall_shutdown_time));
+    bound_by_stall_time(ctx, config.stall_shutdown_time);
     KOLO_ASSIGN_OR_RETURN(control, create_backend(config.cpu_operations, ctx));
   }
   if (world.size > 1) {
