@@ -172,10 +172,12 @@ class MpiBackend final : public Backend {
   // (abort_job, mpi_wait.h, says why): this never returns while MPI may use the buffers.
   Status complete(int started, MPI_Request& request, const char* op, const char* call,
                   int64_t count, DataType dtype, int64_t bytes) {
-    const std::string what = std::string("mpi ") + op + " (" + call + ")";
-    KOLO_RETURN_IF_ERROR(mpi_status(started, what));
+    // The context is built on failure only: this is every collective's hot path.
+    auto what = [&] { return std::string("mpi ") + op + " (" + call + ")"; };
+    if (started != MPI_SUCCESS) return mpi_status(started, what());
     Status st = wait_request(request, bytes, op_timeout_);
-    if (st.code() != StatusCode::kTimeout) return st.with_context(what);
+    if (st.ok()) return st;
+    if (st.code() != StatusCode::kTimeout) return st.with_context(what());
     abort_job("mpi " + std::string(op) + " of " + std::to_string(count) + " x " +
               std::string(dtype_name(dtype)) + " (" + call + ") on " + plane_ + ", rank " +
               std::to_string(rank_) + " of " + std::to_string(size_) + ": " + st.message() +
