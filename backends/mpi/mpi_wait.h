@@ -8,13 +8,13 @@
 //
 // Why spin first (Note [Polling an MPI request]): Open MPI 4.1 advances a nonblocking collective
 // (coll/libnbc) only inside MPI calls of this rank, so a rank that sleeps between tests stalls
-// its own transfer and its peers'. A wait therefore spins (MPI_Test back to back, which yields
-// the CPU when mpirun runs oversubscribed) for as long as the transfer may take on a slow link,
-// poll_spin(bytes); only a wait that outlasts that is waiting for a late or absent peer, and
-// sleeps between tests: for 1/8 of the time waited beyond the spin, between kMinPause and
-// kMaxPause. A completion after the spin is then seen at most 12.5% (and 1 ms) late, and a rank
-// waiting for a frozen peer wakes at most 1000 times a second instead of burning a core, as
-// Open MPI's own blocking wait does.
+// its own transfer and its peers'. A wait therefore spins (MPI_Test back to back; Open MPI
+// yields the CPU in it when mpirun placed more ranks than cores) for as long as the transfer
+// may take on a slow link, poll_spin(bytes). Only a wait that outlasts that is waiting for a
+// late or absent peer, and it sleeps between tests: for 1/8 of the time waited beyond the
+// spin, between kMinPause and kMaxPause. A completion after the spin is then seen at most
+// 12.5% (and 1 ms) late, and a rank waiting for a frozen peer wakes at most 1000 times a
+// second (about 2% of a core) instead of spinning, as Open MPI's own blocking wait does.
 //
 // Why abort rather than return (abort_job): a request still in flight at the deadline cannot
 // be cancelled (MPI_Cancel is for point-to-point receives only), and MPI may still write the
