@@ -14,7 +14,9 @@ namespace kolo {
 // Measured with two ranks on the 2-core development VM (vader, no single-copy): with pure
 // spinning a 1 MiB MPI_Iallreduce took ~0.9 ms; sleeping 50 us between tests made it ~3.7 ms
 // and 1 ms sleeps ~8 ms, because each sleep stops this rank's share of the pipelined transfer.
-// Hence the spin scales with the bytes moved, and the sleeps start only after it.
+// Hence the spin scales with the bytes moved, and the sleeps start only after it. Waiting on a
+// frozen rank (3 ranks, --oversubscribe, loaded VM), each survivor used 0.17 s of CPU in 10 s;
+// with the blocking collectives before, 4.5 s.
 
 std::chrono::nanoseconds poll_spin(int64_t bytes) {
   const double transfer_ns = static_cast<double>(std::max<int64_t>(bytes, 0)) * 1e9 /
