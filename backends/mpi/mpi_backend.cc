@@ -79,8 +79,7 @@ class MpiBackend final : public Backend {
       MPI_Request request = MPI_REQUEST_NULL;
       const int started = MPI_Iallreduce(send, byte_ptr(output, offset, element), n, type, op,
                                          comm_, &request);
-      KOLO_RETURN_IF_ERROR(complete(started, request, "allreduce", "MPI_Iallreduce", n, dtype,
-                                    n * static_cast<int64_t>(element)));
+      KOLO_RETURN_IF_ERROR(complete(started, request, "allreduce", "MPI_Iallreduce", n, dtype));
     }
     ops::finish_reduction(dtype, reduction, output, count, size_);
     return Status::Ok();
@@ -98,8 +97,7 @@ class MpiBackend final : public Backend {
     MPI_Request request = MPI_REQUEST_NULL;
     const int started = MPI_Iallgatherv(send, counts_[rank_], type, output, counts_.data(),
                                         displs_.data(), type, comm_, &request);
-    return complete(started, request, "allgather", "MPI_Iallgatherv", total, dtype,
-                    total * static_cast<int64_t>(dtype_size(dtype)));
+    return complete(started, request, "allgather", "MPI_Iallgatherv", total, dtype);
   }
 
   Status do_broadcast(void* data, int64_t count, DataType dtype, int root) override {
@@ -110,8 +108,7 @@ class MpiBackend final : public Backend {
       MPI_Request request = MPI_REQUEST_NULL;
       const int started =
           MPI_Ibcast(byte_ptr(data, offset, element), n, type, root, comm_, &request);
-      KOLO_RETURN_IF_ERROR(complete(started, request, "broadcast", "MPI_Ibcast", n, dtype,
-                                    n * static_cast<int64_t>(element)));
+      KOLO_RETURN_IF_ERROR(complete(started, request, "broadcast", "MPI_Ibcast", n, dtype));
     }
     return Status::Ok();
   }
@@ -129,8 +126,7 @@ class MpiBackend final : public Backend {
     const int started =
         MPI_Ialltoallv(input, counts_.data(), displs_.data(), type, output, recv_counts_.data(),
                        recv_displs_.data(), type, comm_, &request);
-    return complete(started, request, "alltoall", "MPI_Ialltoallv", most, dtype,
-                    most * static_cast<int64_t>(dtype_size(dtype)));
+    return complete(started, request, "alltoall", "MPI_Ialltoallv", most, dtype);
   }
 
   Status do_reducescatter(const void* input, void* output, DataType dtype,
@@ -154,8 +150,8 @@ class MpiBackend final : public Backend {
     MPI_Request request = MPI_REQUEST_NULL;
     const int started =
         MPI_Ireduce_scatter(send, output, counts_.data(), type, op, comm_, &request);
-    KOLO_RETURN_IF_ERROR(complete(started, request, "reducescatter", "MPI_Ireduce_scatter",
-                                  total, dtype, total * static_cast<int64_t>(dtype_size(dtype))));
+    KOLO_RETURN_IF_ERROR(
+        complete(started, request, "reducescatter", "MPI_Ireduce_scatter", total, dtype));
     ops::finish_reduction(dtype, reduction, output, counts[rank_], size_);
     return Status::Ok();
   }
@@ -163,23 +159,26 @@ class MpiBackend final : public Backend {
   Status do_barrier() override {
     MPI_Request request = MPI_REQUEST_NULL;
     const int started = MPI_Ibarrier(comm_, &request);
-    return complete(started, request, "barrier", "MPI_Ibarrier", 0, DataType::kUInt8, 0);
+    return complete(started, request, "barrier", "MPI_Ibarrier", /*count=*/-1, DataType::kUInt8);
   }
 
  private:
-  // Waits for `request`, which `call` started with return code `started`. Returns once it
+  // Waits for `request`, which `call` started with return code `started`; `count` elements of
+  // dtype are the most this rank sends or receives (-1: no data, a barrier). Returns once it
   // completed, or with MPI's error. A request still in flight after op_timeout_ ends the job
   // (abort_job, mpi_wait.h, says why): this never returns while MPI may use the buffers.
   Status complete(int started, MPI_Request& request, const char* op, const char* call,
-                  int64_t count, DataType dtype, int64_t bytes) {
+                  int64_t count, DataType dtype) {
     // The context is built on failure only: this is every collective's hot path.
     auto what = [&] { return std::string("mpi ") + op + " (" + call + ")"; };
     if (started != MPI_SUCCESS) return mpi_status(started, what());
+    const int64_t bytes = std::max<int64_t>(count, 0) * static_cast<int64_t>(dtype_size(dtype));
     Status st = wait_request(request, bytes, op_timeout_);
     if (st.ok()) return st;
     if (st.code() != StatusCode::kTimeout) return st.with_context(what());
-    abort_job("mpi " + std::string(op) + " of " + std::to_string(count) + " x " +
-              std::string(dtype_name(dtype)) + " (" + call + ") on " + plane_ + ", rank " +
+    const std::string data =
+        count < 0 ? "" : " of " + std::to_string(count) + " x " + std::string(dtype_name(dtype));
+    abort_job("mpi " + std::string(op) + data + " (" + call + ") on " + plane_ + ", rank " +
               std::to_string(rank_) + " of " + std::to_string(size_) + ": " + st.message() +
               " (" + timeout_knob_ +
               "): a rank of the communicator is frozen (stopped, or stuck outside Kolo) or the "
