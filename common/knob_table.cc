@@ -114,7 +114,8 @@ constexpr std::array<Knob, kKnobCount> kTable = {{
      .category = kCore,
      .default_text = "60s",
      .min = 1,
-     .help = "a transfer that makes no progress this long fails"},
+     .help = "a transfer that makes no progress this long fails; on mpi, an MPI call not "
+             "complete after this long ends the job (MPI_Abort, exit code 62)"},
     {.id = KnobId::kLogLevel,
      .name = "KOLO_LOG_LEVEL",
      .kind = kChoice,

@@ -40,13 +40,13 @@ for check in "${checks[@]}"; do
       configure build-asan -DKOLO_SANITIZE=address,undefined -DKOLO_FUZZ=ON -DKOLO_THREAD_SAFETY=ON
       cmake --build build-asan -j "$jobs"
       ctest --test-dir build-asan --output-on-failure --timeout 600 -j "$jobs" -L 'unit|multiprocess' \
-        -E Mpirun
+        -E 'Mpirun|MpiSingleton'
       # Open MPI leaks from plugins it has unloaded by exit, so LeakSanitizer cannot tell whose
-      # the memory was (the stack shows "<unknown module>"): jobs under mpirun run with every
-      # check but the leak check.
+      # the memory was (the stack shows "<unknown module>"): jobs under mpirun, and tests that
+      # run MPI in-process as a singleton, run with every check but the leak check.
       ASAN_OPTIONS="${ASAN_OPTIONS/detect_leaks=1/detect_leaks=0}" \
         ctest --test-dir build-asan --output-on-failure --timeout 600 -j "$jobs" \
-        -L 'unit|multiprocess' -R Mpirun
+        -L 'unit|multiprocess' -R 'Mpirun|MpiSingleton'
       ;;
     fuzz)
       configure build-asan -DKOLO_SANITIZE=address,undefined -DKOLO_FUZZ=ON -DKOLO_THREAD_SAFETY=ON

@@ -1,6 +1,8 @@
-// The mpi backend: every Backend collective is the matching MPI collective (MPI_Allreduce,
-// MPI_Allgatherv, MPI_Bcast, MPI_Alltoallv, MPI_Reduce_scatter, MPI_Barrier) on a private
-// duplicate of MPI_COMM_WORLD, so Kolo's traffic never matches the application's own messages.
+// The mpi backend: every Backend collective is the matching nonblocking MPI collective
+// (MPI_Iallreduce, MPI_Iallgatherv, MPI_Ibcast, MPI_Ialltoallv, MPI_Ireduce_scatter,
+// MPI_Ibarrier) on a private duplicate of MPI_COMM_WORLD, so Kolo's traffic never matches the
+// application's own messages, waited for by polling (backends/mpi/mpi_wait.h): spinning while
+// the transfer may still be moving, then sleeping between tests.
 //
 // Requirements: the process was launched by mpirun (or is an MPI singleton of size 1) and the
 // BackendContext's rank and size equal MPI_COMM_WORLD's; otherwise the factory fails with
@@ -10,6 +12,17 @@
 // Limits: MPI counts and displacements are C ints. allreduce and broadcast split larger
 // messages into pieces; allgather, alltoall and reducescatter return InvalidArgument naming
 // the count when a per-rank count or a total exceeds INT_MAX elements.
+//
+// Timeout: each MPI call (each piece of a split allreduce or broadcast) must complete within
+// the context's op_timeout (KOLO_OP_TIMEOUT; the control plane's is bounded by
+// KOLO_STALL_SHUTDOWN_TIME too, coordinator/api.cc). MPI reports no progress, so unlike tcp's
+// "no byte moved for op_timeout" this bounds the whole call: a transfer that legitimately
+// takes longer needs a larger KOLO_OP_TIMEOUT. One that does not complete in time ends the
+// job: the rank prints an error naming the operation, its communicator (data or control
+// plane) and size, the timeout and the setting it came from, then calls MPI_Abort with exit
+// code 62 (mpi_wait.h's abort_job says why it cannot return an error instead: MPI may still
+// write the buffers). Under mpirun that ends every rank, the frozen one included, and every
+// thread of each, so no caller waits forever.
 //
 // Errors: the communicator uses MPI_ERRORS_RETURN, so a failing MPI call returns IoError with
 // MPI_Error_string's text instead of aborting. (Open MPI 4.1's mpirun still tears the whole job

@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -404,6 +405,28 @@ TEST(CoordinatorJob, RestOfTheApiUnderMpirun) {
                   " --allow-run-as-root --oversubscribe -np 3 " + KOLO_TEST_WORKER + " api");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(count_occurrences(r.output, ": api passed"), 3) << r.output;
+}
+
+// As AFrozenRankFailsTheJobAfterTheStallShutdownTime, under mpirun with the mpi backend: rank 0
+// cannot return from the control plane's MPI collective (MPI may still write its buffers), so
+// after about the stall shutdown time it prints an error naming that setting and ends the job
+// with MPI_Abort (exit code 62), not after the 60 s op timeout.
+TEST(CoordinatorJob, AFrozenRankEndsTheJobAfterTheStallShutdownTimeUnderMpirun) {
+  const auto start = std::chrono::steady_clock::now();
+  auto r = run_command("OMPI_MCA_btl_vader_single_copy_mechanism=none KOLO_STALL_SHUTDOWN_TIME=2s "
+                       "KOLO_OP_TIMEOUT=60s " +
+                           std::string(KOLO_TEST_MPIRUN) +
+                           " --allow-run-as-root --oversubscribe -np 2 " + KOLO_TEST_WORKER +
+                           " freeze",
+                       40);
+  const auto seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start);
+  EXPECT_EQ(r.exit_code, 62) << r.output;
+  EXPECT_LT(seconds.count(), 20.0) << r.output;
+  EXPECT_NE(r.output.find("on the control plane (negotiation, 'kolo/s0/ctrl'), rank 0 of 2: did "
+                          "not complete within 2.0 s (KOLO_STALL_SHUTDOWN_TIME)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("passed"), std::string::npos) << r.output;
 }
 
 // A rank whose configuration is invalid fails before it joins the job; mpirun then ends the

@@ -261,10 +261,16 @@ TEST(Faults, TheStoreDyingDuringRendezvousFailsTheWaitingNode) {
 // ---- mpirun
 // ---------------------------------------------------------------------------------------
 #ifdef KOLO_TEST_MPIRUN
+// A job of three fault_worker ranks under mpirun (the mpi backend), with `env` exported to them.
+std::string mpirun_job(const std::string& env = "") {
+  return "OMPI_MCA_btl_vader_single_copy_mechanism=none " + env + " exec " +
+         std::string(KOLO_TEST_MPIRUN) + " --allow-run-as-root --oversubscribe -np 3 " + kWorker +
+         " 0";
+}
+
 // SIGKILL of a rank under mpirun with the mpi backend: Open MPI ends the job; nothing is left.
 TEST(Faults, MpirunARankKilledEndsTheJob) {
-  Launch job("OMPI_MCA_btl_vader_single_copy_mechanism=none exec " + std::string(KOLO_TEST_MPIRUN) +
-             " --allow-run-as-root --oversubscribe -np 3 " + kWorker + " 0");
+  Launch job(mpirun_job());
   ASSERT_TRUE(job.wait_for("rank 2 step 50", 1, 30s)) << job.output();
   const auto killed = Clock::now();
   ::kill(job.rank_pids().at(1), SIGKILL);
@@ -272,6 +278,37 @@ TEST(Faults, MpirunARankKilledEndsTheJob) {
   ASSERT_TRUE(status) << job.output();
   EXPECT_NE(exit_code(*status), 0) << job.output();
   expect_within("rank SIGKILLed (mpirun, mpi): mpirun exits", job.ended() - killed, 10.0, job);
+  expect_every_rank_gone(job, 5s);
+  expect_no_false_success(job);
+}
+
+// SIGSTOP of a rank under mpirun: Open MPI sees nothing wrong, the peer just stops answering.
+// The mpi backend polls its nonblocking collectives against KOLO_OP_TIMEOUT: each survivor
+// prints an error naming the operation and the timeout, then ends the job with MPI_Abort (a
+// collective in flight cannot be cancelled, so no rank returns to its caller); mpirun exits
+// with the abort's code 62 and takes every rank with it, the stopped one included.
+TEST(Faults, MpirunAFrozenRankEndsTheJobWithinTheOpTimeout) {
+  Launch job(mpirun_job("KOLO_OP_TIMEOUT=3s"));
+  ASSERT_TRUE(job.wait_for("rank 2 step 50", 1, 30s)) << job.output();
+  const auto stopped = Clock::now();
+  ::kill(job.rank_pids().at(1), SIGSTOP);
+  for (int survivor : {0, 2}) {
+    // "... rank 0 of 3: did not complete within 3.0 s (KOLO_OP_TIMEOUT): a rank of the
+    // communicator is frozen ..."
+    auto failed = job.wait_for("\\[kolo E rank " + std::to_string(survivor) + " .*rank " +
+                                   std::to_string(survivor) +
+                                   " of 3: did not complete within 3\\.0 s \\(KOLO_OP_TIMEOUT\\)",
+                               1, 20s);
+    ASSERT_TRUE(failed) << "rank " << survivor << "\n" << job.output();
+    expect_within("rank SIGSTOPped (mpirun, mpi, op timeout 3 s): rank " +
+                      std::to_string(survivor) + " reports the timeout",
+                  *failed - stopped, 3.0 + 3.0, job);
+  }
+  auto status = job.finish(30s);
+  ASSERT_TRUE(status) << job.output();
+  EXPECT_EQ(exit_code(*status), 62) << job.output();
+  expect_within("rank SIGSTOPped (mpirun, mpi, op timeout 3 s): mpirun exits",
+                job.ended() - stopped, 3.0 + 1.0 /* abort grace */ + 5.0, job);
   expect_every_rank_gone(job, 5s);
   expect_no_false_success(job);
 }
