@@ -64,12 +64,27 @@ void bound_by_stall_time(BackendContext& ctx, std::chrono::nanoseconds stall) {
 // A sub-group's backends (a process set's, a point-to-point pair's): the job's CPU backend
 // connecting only `ranks` (its subgroup factory, else new connections through the store under
 // `ns`), `tag` telling its creation apart from concurrent ones (BackendContext::group_tag).
+// `device_backend` (nccl, or empty) gets a communicator of the members too, made as the job's
+// is: a unique id through the store under `ns`. Not ncclCommSplit: that is collective over the
+// job's communicator, which only the global background thread may touch, while a group is made
+// by its members' threads alone (a pair by two ranks). A CPU backend chosen for CUDA tensors
+// (KOLO_GPU_OPERATIONS=tcp|mpi|shm) is not connected per group: the group stages them to its
+// data plane.
 Result<coord::SetBackends> group_backends(const World& world, const coord::RuntimeConfig& config,
-                                          const std::string& ns, int tag,
-                                          const std::vector<int>& ranks, int group_rank) {
+                                          const std::string& device_backend, const std::string& ns,
+                                          int tag, const std::vector<int>& ranks, int group_rank) {
   BackendContext ctx = backend_context(world, ns + "/data");
   ctx.rank = group_rank;
   ctx.size = static_cast<int>(ranks.size());
+  ctx.op_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(config.op_timeout);
+  ctx.group_tag = tag;
+  coord::SetBackends b;
+  if (!device_backend.empty()) {
+    // local_rank and local_size stay the job's: they choose this process's own GPU.
+    BackendContext dev = ctx;
+    dev.store_prefix = ns + "/gpu";
+    KOLO_ASSIGN_OR_RETURN(b.gpu, create_backend(device_backend, dev));
+  }
   // A group of a one-host job is on one host; otherwise its members count as on hosts of
   // their own (tcp then publishes a routable address).
   const bool one_host = world.local_size == world.size;
@@ -77,10 +92,7 @@ Result<coord::SetBackends> group_backends(const World& world, const coord::Runti
   ctx.local_size = one_host ? ctx.size : 1;
   ctx.cross_rank = one_host ? 0 : group_rank;
   ctx.cross_size = one_host ? 1 : ctx.size;
-  ctx.op_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(config.op_timeout);
-  ctx.group_tag = tag;
   const std::string& name = config.cpu_operations;
-  coord::SetBackends b;
   if (ranks.size() == 1) {  // as init() for a job of one rank
     b.data = make_local_backend(name);
     b.control = make_local_backend("control");
@@ -98,20 +110,22 @@ std::string session_prefix(int session) { return "kolo/s" + std::to_string(sessi
 // Group tags: even for process sets (by id), odd for pairs (by their two ranks), so that no
 // two groups that may be created at once share one (up to 32767 ranks within MPI's int tags).
 coord::MakeSetBackends set_backends(const World& world, const coord::RuntimeConfig& config,
-                                    int session) {
-  return [&world, config, session](int32_t id, const std::vector<int>& ranks, int set_rank) {
-    return group_backends(world, config, session_prefix(session) + "/ps" + std::to_string(id),
-                          2 * id, ranks, set_rank);
+                                    const std::string& device_backend, int session) {
+  return [&world, config, device_backend, session](int32_t id, const std::vector<int>& ranks,
+                                                   int set_rank) {
+    return group_backends(world, config, device_backend,
+                          session_prefix(session) + "/ps" + std::to_string(id), 2 * id, ranks,
+                          set_rank);
   };
 }
 
 coord::MakePairBackends pair_backends(const World& world, const coord::RuntimeConfig& config,
-                                      int session) {
-  return [&world, config, session](int low, int high, int pair_rank) {
+                                      const std::string& device_backend, int session) {
+  return [&world, config, device_backend, session](int low, int high, int pair_rank) {
     const std::string ns =
         session_prefix(session) + "/p2p/" + std::to_string(low) + "-" + std::to_string(high);
-    return group_backends(world, config, ns, 2 * (low * world.size + high) + 1, {low, high},
-                          pair_rank);
+    return group_backends(world, config, device_backend, ns, 2 * (low * world.size + high) + 1,
+                          {low, high}, pair_rank);
   };
 }
 
@@ -198,6 +212,13 @@ Status init() {
   KOLO_ASSIGN_OR_RETURN(
       std::string gpu_name,
       gpu_backend_choice(config.gpu_operations, coord::cuda_device_count(), world.local_size));
+  // nccl, when CUDA tensors have a device backend: process sets and pairs get one too.
+  std::string device_backend;
+  if (Result<const BackendEntry*> e = find_backend(gpu_name);
+      !gpu_name.empty() && e.ok() &&
+      std::find((*e)->devices.begin(), (*e)->devices.end(), DeviceKind::kCpu) ==
+          (*e)->devices.end())
+    device_backend = gpu_name;
   std::unique_ptr<Backend> gpu;
   if (!gpu_name.empty() && gpu_name != config.cpu_operations &&
       (world.size > 1 || gpu_name == "nccl")) {
@@ -210,11 +231,11 @@ Status init() {
                                                std::move(control), std::move(gpu)));
   std::shared_ptr<coord::Runtime> rt = std::move(created);
   g.world = std::move(world);
-  auto sets =
-      std::make_shared<coord::ProcessSetTable>(rt, set_backends(g.world, rt->config(), g.session));
-  auto pairs = std::make_shared<coord::PairTable>(rt, g.world.store.get(),
-                                                  session_prefix(g.session) + "/p2p",
-                                                  pair_backends(g.world, rt->config(), g.session));
+  auto sets = std::make_shared<coord::ProcessSetTable>(
+      rt, set_backends(g.world, rt->config(), device_backend, g.session));
+  auto pairs = std::make_shared<coord::PairTable>(
+      rt, g.world.store.get(), session_prefix(g.session) + "/p2p",
+      pair_backends(g.world, rt->config(), device_backend, g.session));
   ++g.session;
   // KOLO_PROCESS_SETS: every rank adds the same sets, in order, before init() returns.
   if (knobs.is_set(KnobId::kProcessSets)) {

@@ -133,9 +133,9 @@ void PairTable::connect(int peer, Pair& pair) {
     Topology t;
     t.rank = pair_rank;
     t.size = 2;
-    KOLO_ASSIGN_OR_RETURN(
-        std::unique_ptr<Runtime> rt,
-        Runtime::create(std::move(config), t, std::move(b.data), std::move(b.control)));
+    KOLO_ASSIGN_OR_RETURN(std::unique_ptr<Runtime> rt,
+                          Runtime::create(std::move(config), t, std::move(b.data),
+                                          std::move(b.control), std::move(b.gpu)));
     return std::shared_ptr<Runtime>(std::move(rt));
   };
   Result<std::shared_ptr<Runtime>> rt = connected();

@@ -119,9 +119,9 @@ Result<ProcessSet> ProcessSetTable::add(std::vector<int> ranks) {
     Topology t;
     t.rank = set_rank;
     t.size = static_cast<int>(members.size());
-    KOLO_ASSIGN_OR_RETURN(
-        std::unique_ptr<Runtime> rt,
-        Runtime::create(std::move(config), t, std::move(b.data), std::move(b.control)));
+    KOLO_ASSIGN_OR_RETURN(std::unique_ptr<Runtime> rt,
+                          Runtime::create(std::move(config), t, std::move(b.data),
+                                          std::move(b.control), std::move(b.gpu)));
     runtime = std::move(rt);
   }
   MutexLock lock(mu_);

@@ -29,6 +29,7 @@ namespace kolo::coord {
 // global ranks, ascending.
 struct SetBackends {
   std::unique_ptr<Backend> data, control;
+  std::unique_ptr<Backend> gpu;  // CUDA tensors' device backend (nccl); null: staged to data
 };
 using MakeSetBackends =
     std::function<Result<SetBackends>(int32_t id, const std::vector<int>& ranks, int set_rank)>;
