@@ -27,7 +27,8 @@ kolo::AllreduceOptions reduction(int op, double prescale, double postscale,
           .process_set = process_set};
 }
 
-// A GradientReducer::NoSync as a Python context manager.
+// A GradientReducer::NoSync as a Python context manager (held by pointer: NoSync does not
+// move).
 struct NoSyncScope {
   kt::GradientReducer& reducer;
   std::optional<kt::GradientReducer::NoSync> guard;
@@ -170,7 +171,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("submitted_handles", &kt::GradientReducer::submitted_handles)
       .def("bucket_names", &kt::GradientReducer::bucket_names)
       .def(
-          "no_sync", [](kt::GradientReducer& r) { return NoSyncScope{r, std::nullopt}; },
+          "no_sync",
+          [](kt::GradientReducer& r) {
+            return std::unique_ptr<NoSyncScope>(new NoSyncScope{r, std::nullopt});
+          },
           py::keep_alive<0, 1>());
   py::class_<NoSyncScope>(m, "NoSync")
       .def("__enter__", [](NoSyncScope& s) { s.guard.emplace(s.reducer); })

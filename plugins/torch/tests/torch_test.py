@@ -103,7 +103,8 @@ def mode_exact():
     expect(diff < 2e-2, "two passes, fp16: parameters differ from one process by %g" % diff)
     expect(1 < len(buckets) < 6 and opt.stats()["allreduces"] == 4 * len(buckets),
            "small buckets: %s, %s" % (buckets, opt.stats()))
-    # A third pass before step() is refused: its gradient would race with the allreduce.
+    check_no_sync(P, r)
+    # A second pass before step() is refused: its gradient would race with the allreduce.
     model = mlp(5)
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
                                    named_parameters=model.named_parameters())
@@ -113,7 +114,46 @@ def mode_exact():
         expect(False, "a second pass with backward_passes_per_step=1 did not raise")
     except RuntimeError as e:
         expect("more than backward_passes_per_step (1)" in str(e), "second pass: %s" % e)
+    try:
+        opt.zero_grad()
+        expect(False, "zero_grad() between backward and step did not raise")
+    except AssertionError:
+        pass
     opt.synchronize()
+    for bad, what in [({"compression": hvd.Compressor}, "compression"), ({"op": hvd.Max}, "op")]:
+        try:
+            hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), **bad)
+            expect(False, "DistributedOptimizer accepted a bad %s" % what)
+        except ValueError as e:
+            expect(what in str(e), "bad %s: %s" % (what, e))
+
+
+def check_no_sync(P, r):
+    """A pass under no_sync() then a synchronised pass: no communication for the first, and the
+    step's gradient is the sum of both passes' gradients of the union (equal batches per rank)."""
+    model, reference = mlp(11), mlp(11)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    torch.manual_seed(8)
+    for _ in range(2):
+        opt.zero_grad()
+        ref_opt.zero_grad()
+        for local in (True, False):
+            x, y = torch.randn(3 * P, 6), torch.randint(0, 3, (3 * P,))
+            before = opt.stats()["allreduces"]
+            if local:
+                with opt.no_sync():
+                    F.cross_entropy(model(x[3 * r:3 * r + 3]), y[3 * r:3 * r + 3]).backward()
+                expect(opt.stats()["allreduces"] == before, "no_sync() communicated")
+            else:
+                F.cross_entropy(model(x[3 * r:3 * r + 3]), y[3 * r:3 * r + 3]).backward()
+            F.cross_entropy(reference(x), y).backward()
+        opt.step()
+        ref_opt.step()
+    diff = max((p - q).abs().max().item()
+               for p, q in zip(model.parameters(), reference.parameters()))
+    expect(diff < 1e-5, "no_sync: parameters differ from one process by %g" % diff)
 
 
 def init_gloo():
