@@ -1,6 +1,8 @@
-// kolo::torch::DistributedOptimizer: the design of Kolo's own DistributedOptimizer
-// (framework/distributed/distributed_optimizer.h: Note [Buckets], Note [Exact averaging]) on
-// LibTorch's autograd.
+// kolo::torch::GradientReducer and DistributedOptimizer: the design of Kolo's own
+// DistributedOptimizer (framework/distributed/distributed_optimizer.h: Note [Buckets], Note
+// [Exact averaging]) on LibTorch's autograd. The reducer does the communication, the optimizer
+// adds a torch::optim::Optimizer's step; kolo.torch's Python DistributedOptimizer drives the
+// reducer, so Python runs no code per parameter or per bucket (one synchronize() per step).
 //
 // Hooks. Each parameter gets a post hook on its gradient accumulator (the AccumulateGrad node
 // that writes param.grad), through torch::autograd::impl::grad_accumulator() and
@@ -8,13 +10,19 @@
 // before the gradient is accumulated into .grad (it sees the incoming gradient, not the sum with
 // earlier passes), so it cannot tell when .grad is final; the accumulator's post hook runs
 // right after .grad was written. The accumulator is held weakly by the parameter, so the
-// optimizer keeps a reference (as the Reducer does), which also keeps the hook alive.
+// reducer keeps a reference (as the Reducer does), which also keeps the hook alive. The hooks
+// are C++: under Python's backward() they run without the GIL.
 //
 // Averaging (Note [Exact averaging]): each rank's gradient is scaled by its sample count (set
-// with set_local_batch_size; 1 when not given) divided by its backward passes, the buckets are
-// summed, and step() divides by the global count N (an int64 allreduce submitted with the
-// first bucket). Scaling happens locally, as Kolo requires equal scale factors on every rank.
-// With weight_by_sample_count = false the allreduce averages over ranks.
+// with set_local_batch_size; 1 when not given), divided by its backward passes when
+// mean_over_passes, the buckets are summed, and synchronize() divides by the global count N
+// (an int64 allreduce submitted with the first bucket). Scaling happens locally, as Kolo
+// requires equal scale factors on every rank. With weight_by_sample_count = false the allreduce
+// applies options.op (average or sum over ranks).
+//
+// Buckets follow the autotuner: mark_step() rebuilds them when kolo::tuned_bucket_bytes()
+// changed, which happens at the same step on every rank (Note [Autotune] in
+// coordinator/autotune.h), so bucket names agree across ranks.
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
@@ -24,7 +32,15 @@
 
 namespace kolo::torch {
 
-struct DistributedOptimizer::Impl {
+namespace {
+
+[[noreturn]] void invalid(const std::string& message) {
+  throw Error(Status::InvalidArgument("DistributedOptimizer: " + message));
+}
+
+}  // namespace
+
+struct GradientReducer::Impl {
   struct Param {
     std::string name;  // the parameter's name in the module
     at::Tensor tensor;
@@ -43,8 +59,9 @@ struct DistributedOptimizer::Impl {
     Handle handle;
   };
 
-  DistributedOptimizer& self;
+  const GradientReducer& self;
   DistributedOptions options;
+  int64_t bucket_bytes;  // options.bucket_bytes, or the autotuner's
   std::vector<Param> params;  // registration order
   std::vector<Bucket> buckets;
   int64_t local_count = 0;
@@ -52,8 +69,10 @@ struct DistributedOptimizer::Impl {
   at::Tensor count;  // int64 [1], allreduced with the first bucket
   Handle count_handle;
   bool count_submitted = false;
+  DistributedStats stats;
 
-  Impl(DistributedOptimizer& s, DistributedOptions o) : self(s), options(std::move(o)) {}
+  Impl(const GradientReducer& s, DistributedOptions o)
+      : self(s), options(std::move(o)), bucket_bytes(options.bucket_bytes) {}
 
   size_t wire_bytes(const Param& p) const {
     const size_t element =
@@ -61,7 +80,8 @@ struct DistributedOptimizer::Impl {
     return static_cast<size_t>(p.tensor.numel()) * element;
   }
 
-  // Note [Buckets]: reverse registration order, at most bucket_bytes each, one dtype each.
+  // Note [Buckets]: reverse registration order, at most bucket_bytes each, one dtype and
+  // device each.
   void build_buckets() {
     buckets.clear();
     std::vector<size_t> current;
@@ -84,16 +104,37 @@ struct DistributedOptimizer::Impl {
     };
     for (size_t k = params.size(); k-- > 0;) {
       const size_t b = wire_bytes(params[k]);
-      const bool other_dtype = !current.empty() && params[current.back()].tensor.scalar_type() !=
-                                                       params[k].tensor.scalar_type();
-      if (!current.empty() &&
-          (other_dtype || bytes + b > static_cast<size_t>(options.bucket_bytes))) {
-        close();
+      bool fresh = !current.empty() && bytes + b > static_cast<size_t>(bucket_bytes);
+      if (!current.empty()) {
+        const at::Tensor& head = params[current.back()].tensor;
+        fresh = fresh || head.scalar_type() != params[k].tensor.scalar_type() ||
+                head.device() != params[k].tensor.device();
       }
+      if (fresh) close();
       current.push_back(k);
       bytes += b;
     }
     close();
+  }
+
+  // The hook of params[i]: one backward pass wrote its .grad.
+  void on_pass(size_t i) {
+    Param& p = params[i];
+    if (self.no_sync_depth_ > 0) {
+      ++p.passes_local;
+      return;
+    }
+    if (p.passes_ready == options.backward_passes_per_step) {
+      throw Error(Status::PreconditionFailed(
+          "gradient of '" + p.name + "' computed more than backward_passes_per_step (" +
+          std::to_string(options.backward_passes_per_step) +
+          ") times before step() or synchronize(); increase backward_passes_per_step to "
+          "accumulate gradients locally"));
+    }
+    if (++p.passes_ready == options.backward_passes_per_step) {
+      on_ready(i);
+      ++stats.submitted_from_hooks;
+    }
   }
 
   // The gradient of params[i] is final for this step: scale it, and submit its bucket when it
@@ -103,16 +144,17 @@ struct DistributedOptimizer::Impl {
     at::Tensor& grad = p.tensor.mutable_grad();
     if (!grad.defined()) grad = at::zeros_like(p.tensor);
     if (!grad.is_contiguous()) grad = grad.contiguous();
-    const double weight = options.weight_by_sample_count
-                              ? (count_given ? static_cast<double>(local_count) : 1.0)
+    const double weight = options.weight_by_sample_count && count_given
+                              ? static_cast<double>(local_count)
                               : 1.0;
-    const double scale = weight / std::max(1, p.passes_ready + p.passes_local);
+    const int passes = options.mean_over_passes ? std::max(1, p.passes_ready + p.passes_local) : 1;
+    const double scale = weight / passes;
     ::torch::NoGradGuard no_grad;
     if (options.compression == Compression::kNone) {
       if (scale != 1.0) grad.mul_(scale);
     } else {
       const auto type = options.compression == Compression::kFloat16 ? at::kHalf : at::kBFloat16;
-      p.wire = (grad * scale).to(type);
+      p.wire = (scale != 1.0 ? grad * scale : grad).to(type);
     }
     Bucket& b = buckets[p.bucket];
     if (++b.ready == b.params.size()) submit(b);
@@ -122,20 +164,26 @@ struct DistributedOptimizer::Impl {
     if (!count_submitted) {
       count = at::full({1}, count_given ? local_count : int64_t{1}, at::kLong);
       if (options.weight_by_sample_count) {
-        count_handle = allreduce_async_(options.name_prefix + ".sample_count", count);
+        count_handle = allreduce_async_(options.name_prefix + ".sample_count", count,
+                                        {.process_set = options.process_set});
       }
       count_submitted = true;
     }
     std::vector<at::Tensor> tensors;
+    tensors.reserve(b.params.size());
     for (size_t i : b.params) {
       Param& p = params[i];
       tensors.push_back(options.compression == Compression::kNone ? p.tensor.grad() : p.wire);
     }
-    AllreduceOptions op;
-    op.op = options.weight_by_sample_count ? ReduceOp::kSum : ReduceOp::kAverage;
+    const AllreduceOptions op{
+        .op = options.weight_by_sample_count ? ReduceOp::kSum : options.op,
+        .prescale = 1.0 / options.gradient_predivide_factor,
+        .postscale = options.gradient_predivide_factor,
+        .process_set = options.process_set};
     b.handle = tensors.size() == 1 ? allreduce_async_(b.name, tensors[0], op)
                                    : grouped_allreduce_async_(b.name, tensors, op);
     b.submitted = true;
+    ++stats.allreduces;
   }
 
   void reset_step() {
@@ -152,18 +200,26 @@ struct DistributedOptimizer::Impl {
   }
 };
 
-DistributedOptimizer::DistributedOptimizer(
-    ::torch::optim::Optimizer& inner,
+GradientReducer::GradientReducer(
     const ::torch::OrderedDict<std::string, at::Tensor>& named_parameters,
     DistributedOptions options)
-    : inner_(inner), impl_(std::make_unique<Impl>(*this, std::move(options))) {
-  if (impl_->options.backward_passes_per_step < 1) {
-    throw Error(Status::InvalidArgument("backward_passes_per_step must be >= 1, got " +
-                                        std::to_string(impl_->options.backward_passes_per_step)));
+    : impl_(std::make_unique<Impl>(*this, std::move(options))) {
+  Impl& m = *impl_;
+  if (m.options.backward_passes_per_step < 1) {
+    invalid("backward_passes_per_step must be >= 1, got " +
+            std::to_string(m.options.backward_passes_per_step));
   }
-  if (impl_->options.bucket_bytes < 0) {
-    throw Error(Status::InvalidArgument("bucket_bytes must be >= 0, got " +
-                                        std::to_string(impl_->options.bucket_bytes)));
+  if (m.options.bucket_bytes < 0) {
+    invalid("bucket_bytes must be >= 0, got " + std::to_string(m.options.bucket_bytes));
+  }
+  if (!(m.options.gradient_predivide_factor > 0)) {
+    invalid("gradient_predivide_factor must be > 0, got " +
+            std::to_string(m.options.gradient_predivide_factor));
+  }
+  if (!m.options.weight_by_sample_count && m.options.op != ReduceOp::kAverage &&
+      m.options.op != ReduceOp::kSum) {
+    invalid("gradients are averaged or summed, got reduce op " +
+            std::to_string(static_cast<int>(m.options.op)));
   }
   for (const auto& item : named_parameters) {
     const at::Tensor& t = item.value();
@@ -172,53 +228,43 @@ DistributedOptimizer::DistributedOptimizer(
     Impl::Param p;
     p.name = item.key();
     p.tensor = t;
-    impl_->params.push_back(std::move(p));
+    m.params.push_back(std::move(p));
   }
-  impl_->build_buckets();
-  for (size_t i = 0; i < impl_->params.size(); ++i) {
-    Impl::Param& p = impl_->params[i];
+  if (std::optional<int64_t> tuned = tuned_bucket_bytes()) m.bucket_bytes = *tuned;
+  m.build_buckets();
+  for (size_t i = 0; i < m.params.size(); ++i) {
+    Impl::Param& p = m.params[i];
     p.accumulator = ::torch::autograd::impl::grad_accumulator(p.tensor);
-    if (!p.accumulator) {
-      throw Error(
-          Status::InvalidArgument("parameter '" + p.name + "' is not a leaf that requires grad"));
-    }
+    if (!p.accumulator) invalid("parameter '" + p.name + "' is not a leaf that requires grad");
     Impl* impl = impl_.get();
     p.hook_key =
         p.accumulator->add_post_hook(std::make_unique<::torch::autograd::utils::LambdaPostHook>(
             [impl, i](const ::torch::autograd::variable_list& outputs,
                       const ::torch::autograd::variable_list&) {
-              Impl::Param& q = impl->params[i];
-              if (!impl->self.sync_) {
-                ++q.passes_local;
-              } else if (++q.passes_ready == impl->options.backward_passes_per_step) {
-                impl->on_ready(i);
-                ++impl->self.stats_.submitted_from_hooks;
-              }
+              impl->on_pass(i);
               return outputs;
             }));
   }
 }
 
-DistributedOptimizer::~DistributedOptimizer() {
+GradientReducer::~GradientReducer() {
   for (Impl::Param& p : impl_->params) p.accumulator->del_post_hook(p.hook_key);
   // Allreduces still in flight write into gradients the caller may free: let them finish.
   for (Impl::Bucket& b : impl_->buckets) {
-    if (b.submitted) (void)b.handle.raw().wait();
+    if (b.handle.raw().valid()) (void)b.handle.raw().wait();
   }
+  if (impl_->count_handle.raw().valid()) (void)impl_->count_handle.raw().wait();
 }
 
-void DistributedOptimizer::set_local_batch_size(int64_t n) {
-  if (n < 0)
-    throw Error(Status::InvalidArgument("local batch size must be >= 0, got " + std::to_string(n)));
+void GradientReducer::set_local_batch_size(int64_t n) {
+  if (n < 0) invalid("local batch size must be >= 0, got " + std::to_string(n));
   impl_->local_count += n;
   impl_->count_given = true;
 }
 
-void DistributedOptimizer::zero_grad() { inner_.zero_grad(); }
-
-void DistributedOptimizer::step() {
+void GradientReducer::synchronize() {
   Impl& m = *impl_;
-  // Buckets holding a parameter that no pass used: reduced now, with zeros where needed.
+  // Buckets holding a parameter that no pass made final: reduced now, with zeros where needed.
   for (Impl::Bucket& b : m.buckets) {
     if (b.submitted) continue;
     for (size_t i : b.params) {
@@ -228,7 +274,7 @@ void DistributedOptimizer::step() {
         m.on_ready(i);  // submits the bucket with its last parameter
       }
     }
-    ++stats_.submitted_at_step;
+    ++m.stats.submitted_at_step;
   }
   std::optional<Error> failure;
   auto wait = [&](const Handle& h) {
@@ -258,24 +304,53 @@ void DistributedOptimizer::step() {
       }
     }
   }
-  inner_.step();
-  ++stats_.steps;
-  check(kolo::mark_step());
+  ++m.stats.steps;
   m.reset_step();
 }
 
-std::vector<kolo::Handle> DistributedOptimizer::submitted_handles() const {
-  std::vector<kolo::Handle> out;
+void GradientReducer::mark_step() {
+  check(kolo::mark_step());
+  Impl& m = *impl_;
+  std::optional<int64_t> tuned = tuned_bucket_bytes();
+  if (tuned && *tuned != m.bucket_bytes) {
+    m.bucket_bytes = *tuned;
+    m.build_buckets();
+  }
+}
+
+bool GradientReducer::pending() const {
   for (const Impl::Bucket& b : impl_->buckets) {
-    if (b.submitted) out.push_back(b.handle.raw());
+    if (b.submitted) return true;
+  }
+  return false;
+}
+
+const DistributedStats& GradientReducer::stats() const { return impl_->stats; }
+
+std::vector<Handle> GradientReducer::submitted_handles() const {
+  std::vector<Handle> out;
+  for (const Impl::Bucket& b : impl_->buckets) {
+    if (b.submitted) out.push_back(b.handle);
   }
   return out;
 }
 
-std::vector<std::string> DistributedOptimizer::bucket_names() const {
+std::vector<std::string> GradientReducer::bucket_names() const {
   std::vector<std::string> out;
   for (const Impl::Bucket& b : impl_->buckets) out.push_back(b.name);
   return out;
+}
+
+DistributedOptimizer::DistributedOptimizer(
+    ::torch::optim::Optimizer& inner,
+    const ::torch::OrderedDict<std::string, at::Tensor>& named_parameters,
+    DistributedOptions options)
+    : inner_(inner), reducer_(named_parameters, std::move(options)) {}
+
+void DistributedOptimizer::step() {
+  reducer_.synchronize();
+  inner_.step();
+  reducer_.mark_step();
 }
 
 }  // namespace kolo::torch

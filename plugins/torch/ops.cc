@@ -244,32 +244,39 @@ Handle grouped_allreduce_async(const std::string& name, const std::vector<at::Te
   return grouped_allreduce_async_(name, copies, opts);
 }
 
-Handle allgather_async(const std::string& name, const at::Tensor& tensor) {
+Handle allgather_async(const std::string& name, const at::Tensor& tensor,
+                       const ProcessSet& process_set) {
   auto s = std::make_unique<Handle::State>();
   TensorView v = prepare(*s, tensor, name, false);
-  s->handle = kolo::allgather_async(name, v, {.allocator = allocate_into(s, tensor)});
+  s->handle = kolo::allgather_async(
+      name, v, {.allocator = allocate_into(s, tensor), .process_set = process_set});
   return make_handle(std::move(s));
 }
 
-Handle broadcast_async_(const std::string& name, const at::Tensor& tensor, int root) {
+Handle broadcast_async_(const std::string& name, const at::Tensor& tensor, int root,
+                        const ProcessSet& process_set) {
   auto s = std::make_unique<Handle::State>();
   TensorView v = prepare(*s, tensor, name, true);
   s->outputs = {tensor};
-  s->handle = kolo::broadcast_async(name, v, {.root = root});
+  s->handle = kolo::broadcast_async(name, v, {.root = root, .process_set = process_set});
   return make_handle(std::move(s));
 }
 
-Handle broadcast_async(const std::string& name, const at::Tensor& tensor, int root) {
+Handle broadcast_async(const std::string& name, const at::Tensor& tensor, int root,
+                       const ProcessSet& process_set) {
   return broadcast_async_(
-      name, tensor.defined() ? tensor.clone(at::MemoryFormat::Contiguous) : tensor, root);
+      name, tensor.defined() ? tensor.clone(at::MemoryFormat::Contiguous) : tensor, root,
+      process_set);
 }
 
 Handle alltoall_async(const std::string& name, const at::Tensor& tensor,
-                      std::vector<int64_t> splits) {
+                      std::vector<int64_t> splits, const ProcessSet& process_set) {
   auto s = std::make_unique<Handle::State>();
   TensorView v = prepare(*s, tensor, name, false);
-  s->handle = kolo::alltoall_async(
-      name, v, {.splits = std::move(splits), .allocator = allocate_into(s, tensor)});
+  s->handle = kolo::alltoall_async(name, v,
+                                   {.splits = std::move(splits),
+                                    .allocator = allocate_into(s, tensor),
+                                    .process_set = process_set});
   return make_handle(std::move(s));
 }
 
@@ -290,13 +297,17 @@ at::Tensor allreduce(const std::string& name, const at::Tensor& tensor, Allreduc
 void allreduce_(const std::string& name, const at::Tensor& tensor, AllreduceOptions opts) {
   allreduce_async_(name, tensor, opts).wait();
 }
-at::Tensor allgather(const std::string& name, const at::Tensor& tensor) {
-  return allgather_async(name, tensor).wait_one();
+at::Tensor allgather(const std::string& name, const at::Tensor& tensor,
+                     const ProcessSet& process_set) {
+  return allgather_async(name, tensor, process_set).wait_one();
 }
-void broadcast_(const std::string& name, const at::Tensor& tensor, int root) {
-  broadcast_async_(name, tensor, root).wait();
+void broadcast_(const std::string& name, const at::Tensor& tensor, int root,
+                const ProcessSet& process_set) {
+  broadcast_async_(name, tensor, root, process_set).wait();
 }
-void barrier(const std::string& name) { check(kolo::barrier(name)); }
+void barrier(const std::string& name, const ProcessSet& process_set) {
+  check(kolo::barrier(name, process_set));
+}
 int join() {
   Result<int> last = kolo::join();
   check(last.status());

@@ -1,9 +1,11 @@
-// kolo.torch._kolo_torch: the C++ plugin's collectives (kolo/torch.h) for Python. The
-// Horovod-style API (names, handles as integers, DistributedOptimizer) is Python, in
-// kolo/torch/__init__.py. Waits release the GIL; errors become kolo.torch.KoloError (a
-// RuntimeError) carrying Kolo's message.
+// kolo.torch._kolo_torch: the C++ plugin's collectives, process sets and GradientReducer
+// (kolo/torch.h) for Python. The Horovod-style API (names, handles as integers,
+// DistributedOptimizer, ProcessSet) is Python, in kolo/torch/__init__.py. Waits release the GIL;
+// errors become kolo.torch.KoloError (a RuntimeError) carrying Kolo's message.
 #include <pybind11/stl.h>
 #include <torch/extension.h>
+
+#include <optional>
 
 #include "kolo/torch.h"
 
@@ -12,12 +14,25 @@ namespace kt = kolo::torch;
 
 namespace {
 
-kolo::AllreduceOptions reduction(int op, double prescale, double postscale) {
+kolo::ReduceOp reduce_op(int op) {
   if (!kolo::is_valid_reduce_op(op)) {
     throw kt::Error(kolo::Status::InvalidArgument("unknown reduce op " + std::to_string(op)));
   }
-  return {.op = static_cast<kolo::ReduceOp>(op), .prescale = prescale, .postscale = postscale};
+  return static_cast<kolo::ReduceOp>(op);
 }
+
+kolo::AllreduceOptions reduction(int op, double prescale, double postscale,
+                                 const kolo::ProcessSet& process_set) {
+  return {.op = reduce_op(op), .prescale = prescale, .postscale = postscale,
+          .process_set = process_set};
+}
+
+// A GradientReducer::NoSync as a Python context manager (held by pointer: NoSync does not
+// move).
+struct NoSyncScope {
+  kt::GradientReducer& reducer;
+  std::optional<kt::GradientReducer::NoSync> guard;
+};
 
 }  // namespace
 
@@ -54,45 +69,114 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("wait", &kt::Handle::wait, py::call_guard<py::gil_scoped_release>())
       .def("received_splits", &kt::Handle::received_splits);
 
+  py::class_<kolo::ProcessSet>(m, "ProcessSet")
+      .def("id", &kolo::ProcessSet::id)
+      .def("ranks", &kolo::ProcessSet::ranks)
+      .def("size", &kolo::ProcessSet::size)
+      .def("rank", &kolo::ProcessSet::rank)
+      .def("includes", &kolo::ProcessSet::includes)
+      .def("__repr__", &kolo::ProcessSet::to_string);
   m.def(
-      "allreduce_async_",
-      [](const std::string& name, const at::Tensor& t, int op, double pre, double post) {
-        return kt::allreduce_async_(name, t, reduction(op, pre, post));
+      "add_process_set",
+      [](std::vector<int> ranks) {
+        kolo::Result<kolo::ProcessSet> set = kolo::add_process_set(std::move(ranks));
+        kt::check(set.status());
+        return set.value();
       },
-      py::arg("name"), py::arg("tensor"), py::arg("op"), py::arg("prescale") = 1.0,
-      py::arg("postscale") = 1.0);
+      py::call_guard<py::gil_scoped_release>());
   m.def(
-      "allreduce_async",
-      [](const std::string& name, const at::Tensor& t, int op, double pre, double post) {
-        return kt::allreduce_async(name, t, reduction(op, pre, post));
-      },
-      py::arg("name"), py::arg("tensor"), py::arg("op"), py::arg("prescale") = 1.0,
-      py::arg("postscale") = 1.0);
-  m.def(
-      "grouped_allreduce_async_",
-      [](const std::string& name, const std::vector<at::Tensor>& ts, int op, double pre,
-         double post) { return kt::grouped_allreduce_async_(name, ts, reduction(op, pre, post)); },
-      py::arg("name"), py::arg("tensors"), py::arg("op"), py::arg("prescale") = 1.0,
-      py::arg("postscale") = 1.0);
-  m.def(
-      "grouped_allreduce_async",
-      [](const std::string& name, const std::vector<at::Tensor>& ts, int op, double pre,
-         double post) { return kt::grouped_allreduce_async(name, ts, reduction(op, pre, post)); },
-      py::arg("name"), py::arg("tensors"), py::arg("op"), py::arg("prescale") = 1.0,
-      py::arg("postscale") = 1.0);
+      "remove_process_set",
+      [](const kolo::ProcessSet& set) { kt::check(kolo::remove_process_set(set)); },
+      py::call_guard<py::gil_scoped_release>());
+  m.def("global_process_set", &kolo::global_process_set);
+
+  // Collectives: every argument positional, the process set last (kolo/torch/__init__.py
+  // resolves horovod's defaults).
+  m.def("allreduce_async_", [](const std::string& name, const at::Tensor& t, int op, double pre,
+                               double post, const kolo::ProcessSet& ps) {
+    return kt::allreduce_async_(name, t, reduction(op, pre, post, ps));
+  });
+  m.def("allreduce_async", [](const std::string& name, const at::Tensor& t, int op, double pre,
+                              double post, const kolo::ProcessSet& ps) {
+    return kt::allreduce_async(name, t, reduction(op, pre, post, ps));
+  });
+  m.def("grouped_allreduce_async_",
+        [](const std::string& name, const std::vector<at::Tensor>& ts, int op, double pre,
+           double post, const kolo::ProcessSet& ps) {
+          return kt::grouped_allreduce_async_(name, ts, reduction(op, pre, post, ps));
+        });
+  m.def("grouped_allreduce_async",
+        [](const std::string& name, const std::vector<at::Tensor>& ts, int op, double pre,
+           double post, const kolo::ProcessSet& ps) {
+          return kt::grouped_allreduce_async(name, ts, reduction(op, pre, post, ps));
+        });
   m.def("allgather_async", &kt::allgather_async);
   m.def("broadcast_async_", &kt::broadcast_async_);
   m.def("broadcast_async", &kt::broadcast_async);
   m.def("alltoall_async", &kt::alltoall_async);
+  m.def("reducescatter_async", [](const std::string& name, const at::Tensor& t, int op,
+                                  double pre, double post, const kolo::ProcessSet& ps) {
+    return kt::reducescatter_async(name, t, reduction(op, pre, post, ps));
+  });
   m.def(
-      "reducescatter_async",
-      [](const std::string& name, const at::Tensor& t, int op, double pre, double post) {
-        return kt::reducescatter_async(name, t, reduction(op, pre, post));
-      },
-      py::arg("name"), py::arg("tensor"), py::arg("op"), py::arg("prescale") = 1.0,
-      py::arg("postscale") = 1.0);
-  m.def(
-      "barrier", [](const std::string& name) { kt::barrier(name); },
+      "barrier",
+      [](const std::string& name, const kolo::ProcessSet& ps) { kt::barrier(name, ps); },
       py::call_guard<py::gil_scoped_release>());
   m.def("join", &kt::join, py::call_guard<py::gil_scoped_release>());
+
+  // The Python DistributedOptimizer's communication: hooks, buckets and averaging in C++, so
+  // that a step costs Python one synchronize() call, not one call per parameter.
+  py::class_<kt::GradientReducer>(m, "GradientReducer")
+      .def(py::init([](const std::vector<std::pair<std::string, at::Tensor>>& named_parameters,
+                       int backward_passes_per_step, int compression,
+                       bool weight_by_sample_count, int op, bool mean_over_passes,
+                       double gradient_predivide_factor, int64_t bucket_bytes,
+                       const kolo::ProcessSet& process_set) {
+             ::torch::OrderedDict<std::string, at::Tensor> params;
+             for (const auto& [name, tensor] : named_parameters) params.insert(name, tensor);
+             kt::DistributedOptions options;
+             options.backward_passes_per_step = backward_passes_per_step;
+             if (compression < 0 || compression > static_cast<int>(kt::Compression::kBFloat16)) {
+               throw kt::Error(kolo::Status::InvalidArgument("unknown compression " +
+                                                             std::to_string(compression)));
+             }
+             options.compression = static_cast<kt::Compression>(compression);
+             options.weight_by_sample_count = weight_by_sample_count;
+             options.op = reduce_op(op);
+             options.mean_over_passes = mean_over_passes;
+             options.gradient_predivide_factor = gradient_predivide_factor;
+             options.bucket_bytes = bucket_bytes;
+             options.process_set = process_set;
+             return std::make_unique<kt::GradientReducer>(params, std::move(options));
+           }),
+           py::arg("named_parameters"), py::arg("backward_passes_per_step"),
+           py::arg("compression"), py::arg("weight_by_sample_count"), py::arg("op"),
+           py::arg("mean_over_passes"), py::arg("gradient_predivide_factor"),
+           py::arg("bucket_bytes"), py::arg("process_set"))
+      .def("set_local_batch_size", &kt::GradientReducer::set_local_batch_size)
+      .def("synchronize", &kt::GradientReducer::synchronize,
+           py::call_guard<py::gil_scoped_release>())
+      .def("mark_step", &kt::GradientReducer::mark_step)
+      .def("pending", &kt::GradientReducer::pending)
+      .def("stats",
+           [](const kt::GradientReducer& r) {
+             const kt::DistributedStats& s = r.stats();
+             py::dict d;
+             d["steps"] = s.steps;
+             d["submitted_from_hooks"] = s.submitted_from_hooks;
+             d["submitted_at_step"] = s.submitted_at_step;
+             d["allreduces"] = s.allreduces;
+             return d;
+           })
+      .def("submitted_handles", &kt::GradientReducer::submitted_handles)
+      .def("bucket_names", &kt::GradientReducer::bucket_names)
+      .def(
+          "no_sync",
+          [](kt::GradientReducer& r) {
+            return std::unique_ptr<NoSyncScope>(new NoSyncScope{r, std::nullopt});
+          },
+          py::keep_alive<0, 1>());
+  py::class_<NoSyncScope>(m, "NoSync")
+      .def("__enter__", [](NoSyncScope& s) { s.guard.emplace(s.reducer); })
+      .def("__exit__", [](NoSyncScope& s, const py::args&) { s.guard.reset(); });
 }

@@ -94,8 +94,14 @@ TEST(TorchPython, UnevenBatchesGlooCollectivesOverlapAndMismatchTwoRanks) {
   EXPECT_EQ(count_occurrences(out, "error: KoloError Mismatch: allreduce 'layer3.weight.grad'"), 2)
       << out;
 }
-TEST(TorchPython, UnevenBatchesEqualOneProcessThreeRanks) {
-  run_ok(3, test_script("exact"), "exact");
+// Three ranks: the exact mode, then a process set of ranks 1 and 2.
+TEST(TorchPython, UnevenBatchesAndProcessSetThreeRanks) {
+  const std::string out = run_ok(3, test_script("exact,process_set"), "exact");
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_EQ(count_occurrences(out, "[" + std::to_string(rank) + "] [ok] process_set"), 1)
+        << "rank " << rank << "\n"
+        << out;
+  }
 }
 TEST(TorchPython, ExampleTrains) {
   expect_example_runs(python(std::string(TORCH_EXAMPLES) + "/torch_python/train.py", ""));

@@ -1,10 +1,15 @@
 """One rank of kolo.torch's tests (torch_test.cc runs it under kolorun). Modes:
   exact     P ranks with uneven local batches (SGD + momentum, 4 steps) equal one process on the
-            union of the batches, computed in this same process.
+            union of the batches, computed in this same process; with the default bucket size
+            one allreduce per step carries every gradient; with small buckets, two backward
+            passes per step and fp16 compression, still the union's (Horovod sums passes).
   gloo      every collective equals torch.distributed with the gloo backend on the same inputs,
             in the same job, or a closed form where gloo has no such collective.
   overlap   the first layer's gradient hook sees allreduces already submitted and completed.
   mismatch  a shape mismatch raises KoloError on every rank, naming the tensor.
+  process_set  (3+ ranks) a set of ranks 1.. (excluding rank 0): every collective with
+            process_set gives the closed form on the members, DistributedOptimizer(process_set=)
+            equals one process on the members' batches, rank 0 is refused naming the set.
 Modes may be combined, "exact,gloo". Prints "[ok] <mode>" per mode whose checks held, "FAIL ..."
 otherwise.
 """
@@ -41,35 +46,114 @@ def rows_of(r):  # rank r holds r + 2 rows of each global batch
     return begin, begin + r + 2
 
 
-def mode_exact():
-    P, r = hvd.size(), hvd.rank()
+def train_exact(P, r, passes=1, **options):
+    """4 steps of SGD + momentum on the rows of rank r of P (of the process_set option, if
+    any) against one process on the union; returns (largest parameter difference, the
+    DistributedOptimizer)."""
     total = rows_of(P - 1)[1]
-    model = mlp(100 + r)
-    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    if options.get("process_set") is None:
+        model = mlp(100 + r)
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    else:
+        model = mlp(100)  # broadcast_parameters is global; the non-members do not train
     reference = mlp(100)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
+                                   backward_passes_per_step=passes, **options)
     ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
     torch.manual_seed(7)
     for _ in range(4):
         opt.zero_grad()
         ref_opt.zero_grad()
-        x, y = torch.randn(total, 6), torch.randint(0, 3, (total,))
-        b, e = rows_of(r)
-        opt.set_local_batch_size(e - b)
-        F.cross_entropy(model(x[b:e]), y[b:e]).backward()
-        F.cross_entropy(reference(x), y).backward()
+        for _ in range(passes):  # Horovod's backward_passes_per_step sums the passes
+            x, y = torch.randn(total, 6), torch.randint(0, 3, (total,))
+            b, e = rows_of(r)
+            opt.set_local_batch_size(e - b)
+            F.cross_entropy(model(x[b:e]), y[b:e]).backward()
+            F.cross_entropy(reference(x), y).backward()
         opt.step()
         ref_opt.step()
     diff = max((p - q).abs().max().item()
                for p, q in zip(model.parameters(), reference.parameters()))
-    print("max_diff %.3g hooks %d" % (diff, opt.submitted_during_backward))
+    return diff, opt
+
+
+def mode_exact():
+    P, r = hvd.size(), hvd.rank()
+    diff, opt = train_exact(P, r)
+    stats, buckets = opt.stats(), opt.bucket_names()
+    print("max_diff %.3g hooks %d buckets %d allreduces %d" % (
+        diff, opt.submitted_during_backward, len(buckets), stats["allreduces"]))
     expect(diff < 1e-5, "parameters differ from one process by %g" % diff)
+    # Note [Buckets]: the MLP's 6 gradients (0.6 KB) fit one default bucket: one allreduce per
+    # step (plus the sample count), submitted from the hook of the last gradient.
+    expect(buckets == ["grad.bucket0(4.bias..0.weight)"], "buckets %s" % buckets)
+    expect(stats["allreduces"] == 4 and stats["submitted_from_hooks"] == 4 * 6 and
+           stats["submitted_at_step"] == 0, "per-step allreduces: %s" % stats)
     # The optimizer's state (momentum) is the same on every rank after a broadcast.
     hvd.broadcast_optimizer_state(opt, root_rank=0)
     buf = next(iter(opt.state_dict()["state"].values()))["momentum_buffer"]
     expect(torch.equal(hvd.allreduce(buf, op=hvd.Max), hvd.allreduce(buf, op=hvd.Min)),
            "momentum buffers differ between ranks")
+    # Small buckets (several allreduces per step), two passes per step, fp16 on the wire.
+    diff, opt = train_exact(P, r, passes=2, compression=hvd.Compression.fp16,
+                            bucket_size=200)
+    buckets = opt.bucket_names()
+    print("passes 2 fp16 max_diff %.3g buckets %d" % (diff, len(buckets)))
+    expect(diff < 2e-2, "two passes, fp16: parameters differ from one process by %g" % diff)
+    expect(1 < len(buckets) < 6 and opt.stats()["allreduces"] == 4 * len(buckets),
+           "small buckets: %s, %s" % (buckets, opt.stats()))
+    check_no_sync(P, r)
+    # A second pass before step() is refused: its gradient would race with the allreduce.
+    model = mlp(5)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    model(torch.randn(2, 6)).sum().backward()
+    try:
+        model(torch.randn(2, 6)).sum().backward()
+        expect(False, "a second pass with backward_passes_per_step=1 did not raise")
+    except RuntimeError as e:
+        expect("more than backward_passes_per_step (1)" in str(e), "second pass: %s" % e)
+    try:
+        opt.zero_grad()
+        expect(False, "zero_grad() between backward and step did not raise")
+    except AssertionError:
+        pass
+    opt.synchronize()
+    for bad, what in [({"compression": hvd.Compressor}, "compression"), ({"op": hvd.Max}, "op")]:
+        try:
+            hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), **bad)
+            expect(False, "DistributedOptimizer accepted a bad %s" % what)
+        except ValueError as e:
+            expect(what in str(e), "bad %s: %s" % (what, e))
+
+
+def check_no_sync(P, r):
+    """A pass under no_sync() then a synchronised pass: no communication for the first, and the
+    step's gradient is the sum of both passes' gradients of the union (equal batches per rank)."""
+    model, reference = mlp(11), mlp(11)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    torch.manual_seed(8)
+    for _ in range(2):
+        opt.zero_grad()
+        ref_opt.zero_grad()
+        for local in (True, False):
+            x, y = torch.randn(3 * P, 6), torch.randint(0, 3, (3 * P,))
+            before = opt.stats()["allreduces"]
+            if local:
+                with opt.no_sync():
+                    F.cross_entropy(model(x[3 * r:3 * r + 3]), y[3 * r:3 * r + 3]).backward()
+                expect(opt.stats()["allreduces"] == before, "no_sync() communicated")
+            else:
+                F.cross_entropy(model(x[3 * r:3 * r + 3]), y[3 * r:3 * r + 3]).backward()
+            F.cross_entropy(reference(x), y).backward()
+        opt.step()
+        ref_opt.step()
+    diff = max((p - q).abs().max().item()
+               for p, q in zip(model.parameters(), reference.parameters()))
+    expect(diff < 1e-5, "no_sync: parameters differ from one process by %g" % diff)
 
 
 def init_gloo():
@@ -169,13 +253,13 @@ def mode_gloo():
 def mode_overlap():
     model = mlp(3)
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                   named_parameters=model.named_parameters())
+                                   named_parameters=model.named_parameters(), bucket_size=0)
     seen = {}
 
     def first_layer_hook(grad):  # runs at the end of backward: the first layer is last
-        handles = list(opt._handles.values())
+        handles = opt._reducer.submitted_handles()
         seen["submitted"] = len(handles)
-        seen["completed"] = bool(handles) and handles[0][0].wait() is not None
+        seen["completed"] = bool(handles) and handles[0].wait() is not None
         return grad
 
     model[0].weight.register_hook(first_layer_hook)
@@ -196,13 +280,75 @@ def mode_mismatch():
         expect("layer3.weight.grad" in str(e), "the error names the tensor")
 
 
+def mode_process_set():
+    P, r = hvd.size(), hvd.rank()
+    expect(P >= 3, "process_set needs 3 or more ranks")
+    g = hvd.global_process_set
+    expect((g.process_set_id, g.size(), g.rank(), g.ranks, g.included()) ==
+           (0, P, r, list(range(P)), True), "global set: %s" % g)
+    ps = hvd.add_process_set(range(1, P))  # every rank but 0
+    M, k = P - 1, r - 1  # members, this rank's set rank
+    expect((ps.process_set_id, ps.size(), ps.rank(), ps.ranks, ps.included()) ==
+           (1, M, k, list(range(1, P)), r > 0), "set of ranks 1..: %s rank %s" % (ps, ps.rank()))
+    if r == 0:
+        try:
+            hvd.allreduce(torch.ones(2), name="outside", process_set=ps)
+            expect(False, "rank 0 allreduced on a set without it")
+        except hvd.KoloError as e:
+            expect("rank 0 is not in process set 1" in str(e), "non-member: %s" % e)
+    else:
+        # Closed forms over the members: set rank k holds k + 1 everywhere.
+        v = float(k + 1)
+        tri = M * (M + 1) / 2
+        same(hvd.allreduce(torch.full((3,), v), op=hvd.Sum, process_set=ps),
+             torch.full((3,), tri), "set allreduce sum")
+        same(hvd.allreduce(torch.full((3,), v), process_set=ps), torch.full((3,), tri / M),
+             "set allreduce average")
+        t = torch.full((2, 2), v)
+        hvd.allreduce_(t, op=hvd.Max, process_set=ps)
+        same(t, torch.full((2, 2), float(M)), "set allreduce_ max")
+        got = hvd.grouped_allreduce([torch.full((2,), v), torch.full((3,), 2 * v)], op=hvd.Sum,
+                                    process_set=ps)
+        same(got[0], torch.full((2,), tri), "set grouped_allreduce [0]")
+        same(got[1], torch.full((3,), 2 * tri), "set grouped_allreduce [1]")
+        same(hvd.allgather(torch.full((k + 1, 2), v), process_set=ps),
+             torch.cat([torch.full((q + 1, 2), q + 1.0) for q in range(M)]), "set allgather")
+        same(hvd.broadcast(torch.full((4,), v), root_rank=M - 1, process_set=ps),
+             torch.full((4,), float(M)), "set broadcast from the last member")
+        a = torch.arange(2.0 * M).reshape(M, 2) + 100 * k  # row j goes to set rank j
+        same(hvd.alltoall(a, process_set=ps),
+             torch.stack([torch.tensor([2.0 * k, 2.0 * k + 1]) + 100 * q for q in range(M)]),
+             "set alltoall")
+        s = torch.arange(2.0 * M) * v  # 2 elements per member
+        same(hvd.reducescatter(s, op=hvd.Sum, process_set=ps),
+             torch.arange(2.0 * k, 2.0 * k + 2) * tri, "set reducescatter")
+        hvd.barrier(process_set=ps)
+        expect(hvd.broadcast_object({"from": r}, root_rank=0, process_set=ps) == {"from": 1},
+               "set broadcast_object")
+        # Gradients averaged over the members only equal one process on their batches.
+        diff, opt = train_exact(M, k, process_set=ps)
+        print("process_set max_diff %.3g" % diff)
+        expect(diff < 1e-5, "set training differs from one process by %g" % diff)
+    # The global set works beside it, and the set goes away on every rank.
+    # (Named: the members' unnamed operations advanced their counters, not rank 0's.)
+    same(hvd.allreduce(torch.ones(1), op=hvd.Sum, name="global.after"),
+         torch.full((1,), float(P)), "global after")
+    expect(hvd.remove_process_set(ps) and ps.process_set_id is None, "remove_process_set")
+    expect(not hvd.remove_process_set(hvd.global_process_set), "the global set stays")
+    try:
+        hvd.allreduce(torch.ones(1), process_set=ps)
+        expect(False, "a removed set was usable")
+    except ValueError as e:
+        expect("was not added" in str(e), "removed set: %s" % e)
+
+
 if __name__ == "__main__":
     # Several modes in one job ("exact,gloo"): each launch pays for importing torch.
     hvd.init()
     for mode in sys.argv[1].split(","):
         before = failures
         {"exact": mode_exact, "gloo": mode_gloo, "overlap": mode_overlap,
-         "mismatch": mode_mismatch}[mode]()
+         "mismatch": mode_mismatch, "process_set": mode_process_set}[mode]()
         if failures == before:
             print("[ok]", mode)
     hvd.shutdown()

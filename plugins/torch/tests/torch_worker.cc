@@ -89,6 +89,12 @@ int mode_exact(int passes, kt::Compression compression) {
   const double tolerance = compression == kt::Compression::kNone ? 1e-5 : 2e-2;
   expect(diff < tolerance, "parameters differ from one process by " + std::to_string(diff));
   expect(opt.stats().submitted_at_step == 0, "every bucket was submitted from a hook");
+  // Note [Buckets]: fewer allreduces than gradients, one per bucket and step.
+  const auto buckets = static_cast<int64_t>(opt.bucket_names().size());
+  expect(buckets > 1 && buckets < static_cast<int64_t>(ps.size()) &&
+             opt.stats().allreduces == 4 * buckets,
+         "allreduces " + std::to_string(opt.stats().allreduces) + " for " +
+             std::to_string(buckets) + " buckets of " + std::to_string(ps.size()) + " gradients");
   return 0;
 }
 
@@ -104,9 +110,9 @@ int mode_overlap() {
   bool completed = false;
   auto first = model->named_parameters()["0.weight"];
   first.register_hook([&](torch::Tensor g) {
-    std::vector<kolo::Handle> hs = opt.submitted_handles();
+    std::vector<kt::Handle> hs = opt.submitted_handles();
     submitted = hs.size();
-    completed = !hs.empty() && hs[0].wait(std::chrono::seconds(30)).ok();
+    completed = !hs.empty() && hs[0].raw().wait(std::chrono::seconds(30)).ok();
     return g;
   });
   torch::Tensor x = torch::randn({4, 6});

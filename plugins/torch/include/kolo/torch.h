@@ -96,6 +96,9 @@ class Handle {
 };
 
 // In place: the result replaces `tensor` (the "_" forms). Out of place: a new tensor.
+// Process sets (kolo/process_set.h): every operation runs on the global set unless given one
+// (AllreduceOptions::process_set, or the process_set argument); a broadcast's root is a rank of
+// the set. Submitting to a set this rank is not in fails the Handle naming the set and rank.
 Handle allreduce_async_(const std::string& name, const at::Tensor& tensor,
                         AllreduceOptions opts = {});
 Handle allreduce_async(const std::string& name, const at::Tensor& tensor,
@@ -105,21 +108,26 @@ Handle grouped_allreduce_async_(const std::string& name, const std::vector<at::T
 Handle grouped_allreduce_async(const std::string& name, const std::vector<at::Tensor>& tensors,
                                AllreduceOptions opts = {});
 // Output: every rank's tensor concatenated along dim 0 (same dtype and device as the input).
-Handle allgather_async(const std::string& name, const at::Tensor& tensor);
-Handle broadcast_async_(const std::string& name, const at::Tensor& tensor, int root = 0);
-Handle broadcast_async(const std::string& name, const at::Tensor& tensor, int root = 0);
+Handle allgather_async(const std::string& name, const at::Tensor& tensor,
+                       const ProcessSet& process_set = {});
+Handle broadcast_async_(const std::string& name, const at::Tensor& tensor, int root = 0,
+                        const ProcessSet& process_set = {});
+Handle broadcast_async(const std::string& name, const at::Tensor& tensor, int root = 0,
+                       const ProcessSet& process_set = {});
 // splits: rows sent to each rank (empty: equal shares).
 Handle alltoall_async(const std::string& name, const at::Tensor& tensor,
-                      std::vector<int64_t> splits = {});
+                      std::vector<int64_t> splits = {}, const ProcessSet& process_set = {});
 Handle reducescatter_async(const std::string& name, const at::Tensor& tensor,
                            AllreduceOptions opts = {});
 
 // Blocking forms.
 at::Tensor allreduce(const std::string& name, const at::Tensor& tensor, AllreduceOptions opts = {});
 void allreduce_(const std::string& name, const at::Tensor& tensor, AllreduceOptions opts = {});
-at::Tensor allgather(const std::string& name, const at::Tensor& tensor);
-void broadcast_(const std::string& name, const at::Tensor& tensor, int root = 0);
-void barrier(const std::string& name = "barrier");
+at::Tensor allgather(const std::string& name, const at::Tensor& tensor,
+                     const ProcessSet& process_set = {});
+void broadcast_(const std::string& name, const at::Tensor& tensor, int root = 0,
+                const ProcessSet& process_set = {});
+void barrier(const std::string& name = "barrier", const ProcessSet& process_set = {});
 // Completes once every rank joined; returns the rank that joined last (kolo::join()).
 int join();
 
@@ -143,60 +151,115 @@ enum class Compression { kNone, kFloat16, kBFloat16 };
 struct DistributedOptions {
   int backward_passes_per_step = 1;
   Compression compression = Compression::kNone;
-  std::string name_prefix = "grad";         // allreduce names: "<prefix>.<parameter>" or buckets
-  bool weight_by_sample_count = true;       // Note [Exact averaging] (distributed_optimizer.cc)
-  int64_t bucket_bytes = int64_t{4} << 20;  // 0: one bucket per parameter
+  std::string name_prefix = "grad";    // allreduce names: "<prefix>.<parameter>" or buckets
+  bool weight_by_sample_count = true;  // Note [Exact averaging] (distributed_optimizer.cc)
+  // Without weight_by_sample_count: kAverage (over ranks) or kSum.
+  ReduceOp op = ReduceOp::kAverage;
+  // The step's gradient is the mean over its backward passes; false: their sum (Horovod's
+  // backward_passes_per_step, whose scripts divide the loss themselves).
+  bool mean_over_passes = true;
+  // Allreduce prescale 1 / f and postscale f (Horovod's gradient_predivide_factor: keeps 16-bit
+  // sums in range). Must be > 0.
+  double gradient_predivide_factor = 1.0;
+  // Note [Buckets]. 0: one bucket per parameter. The autotuner's size (kolo::tuned_bucket_bytes)
+  // replaces it once there is one, between steps.
+  int64_t bucket_bytes = int64_t{4} << 20;
+  ProcessSet process_set = {};  // the ranks that average gradients (every member must train)
 };
 
 struct DistributedStats {
-  int64_t steps = 0;
+  int64_t steps = 0;                 // completed synchronize() calls
   int64_t submitted_from_hooks = 0;  // gradients that became final inside backward
-  int64_t submitted_at_step = 0;     // buckets step() submitted (a parameter no pass used)
+  int64_t submitted_at_step = 0;     // buckets synchronize() submitted (a parameter no pass used)
+  int64_t allreduces = 0;            // gradient allreduces submitted: one per bucket and step
 };
 
-// See distributed_optimizer.cc for the design (hooks, buckets, averaging).
+// The communication half of DistributedOptimizer, for optimizers that are not a
+// torch::optim::Optimizer (kolo.torch's Python DistributedOptimizer drives one): hooks on the
+// parameters' gradient accumulators submit each bucket's allreduce the moment its gradients are
+// final; synchronize() waits for them and leaves the averaged gradient in each parameter's
+// .grad. See distributed_optimizer.cc for the design (hooks, buckets, averaging).
+//
+// Errors: the constructor throws Error(InvalidArgument) for a bad option or a parameter Kolo
+// cannot reduce (naming it). A backward pass that makes a gradient final a second time before
+// synchronize() throws Error(PreconditionFailed) out of backward(). Thread-safety: hooks run on
+// autograd's threads; one step at a time (backward, then synchronize) on one thread.
+class GradientReducer {
+ public:
+  GradientReducer(const ::torch::OrderedDict<std::string, at::Tensor>& named_parameters,
+                  DistributedOptions options = {});
+  // Waits for the allreduces still in flight (they write into the gradients).
+  ~GradientReducer();
+  GradientReducer(const GradientReducer&) = delete;
+  GradientReducer& operator=(const GradientReducer&) = delete;
+
+  // Adds n samples to this rank's count for the current step (call before backward).
+  void set_local_batch_size(int64_t n);
+  // Submits the buckets no pass made final (zeros for unused parameters: other ranks may have
+  // used them), waits for every allreduce, and leaves the step's averaged gradient in .grad.
+  // Throws Error (naming the tensor) when an allreduce failed; the state is reset either way.
+  void synchronize();
+  // kolo::mark_step() (throwing), then the buckets follow the autotuner's size if it changed:
+  // call once per step, after the optimizer's step.
+  void mark_step();
+  // A bucket's allreduce was submitted and synchronize() has not run yet (zeroing gradients
+  // now would race with Kolo writing them).
+  bool pending() const;
+
+  // While a NoSync lives, backward passes only accumulate gradients locally (no
+  // communication), as DDP's no_sync(); the next pass outside it reduces the sum. Such passes
+  // count as passes of the step (with mean_over_passes, the step's gradient is the mean over
+  // its passes). Nests.
+  class NoSync {
+   public:
+    explicit NoSync(GradientReducer& r) : r_(r) { ++r_.no_sync_depth_; }
+    ~NoSync() { --r_.no_sync_depth_; }
+    NoSync(const NoSync&) = delete;
+    NoSync& operator=(const NoSync&) = delete;
+
+   private:
+    GradientReducer& r_;
+  };
+  NoSync no_sync() { return NoSync(*this); }
+
+  const DistributedStats& stats() const;
+  // The allreduces submitted so far in this step (tests: progress during backward).
+  std::vector<Handle> submitted_handles() const;
+  std::vector<std::string> bucket_names() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  int no_sync_depth_ = 0;
+};
+
+// Data-parallel training around any torch::optim::Optimizer: a GradientReducer on the
+// parameters, whose averaged gradients step() hands to the inner optimizer.
 class DistributedOptimizer {
  public:
   DistributedOptimizer(::torch::optim::Optimizer& inner,
                        const ::torch::OrderedDict<std::string, at::Tensor>& named_parameters,
                        DistributedOptions options = {});
-  ~DistributedOptimizer();
-  DistributedOptimizer(const DistributedOptimizer&) = delete;
-  DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
 
   // Adds n samples to this rank's count for the current step (call before backward).
-  void set_local_batch_size(int64_t n);
-  void zero_grad();
+  void set_local_batch_size(int64_t n) { reducer_.set_local_batch_size(n); }
+  void zero_grad() { inner_.zero_grad(); }
   // Waits for every bucket's allreduce, averages, runs the inner optimizer's step. Throws
   // Error (naming the tensor) when an allreduce failed; the parameters are then unchanged.
   void step();
 
-  // While a NoSync lives, backward passes only accumulate gradients locally (no
-  // communication), as DDP's no_sync(); the next pass outside it reduces the sum. Such passes
-  // count as passes of the step (the step's gradient is the mean over its passes).
-  class NoSync {
-   public:
-    explicit NoSync(DistributedOptimizer& o) : o_(o) { o_.sync_ = false; }
-    ~NoSync() { o_.sync_ = true; }
-
-   private:
-    DistributedOptimizer& o_;
-  };
-  NoSync no_sync() { return NoSync(*this); }
+  using NoSync = GradientReducer::NoSync;
+  NoSync no_sync() { return reducer_.no_sync(); }
 
   ::torch::optim::Optimizer& inner() { return inner_; }
-  const DistributedStats& stats() const { return stats_; }
-  // The handles submitted so far in this step (tests: progress during backward).
-  std::vector<kolo::Handle> submitted_handles() const;
-  std::vector<std::string> bucket_names() const;
+  GradientReducer& reducer() { return reducer_; }
+  const DistributedStats& stats() const { return reducer_.stats(); }
+  std::vector<Handle> submitted_handles() const { return reducer_.submitted_handles(); }
+  std::vector<std::string> bucket_names() const { return reducer_.bucket_names(); }
 
  private:
-  struct Impl;
-  friend struct Impl;
   ::torch::optim::Optimizer& inner_;
-  std::unique_ptr<Impl> impl_;
-  DistributedStats stats_;
-  bool sync_ = true;
+  GradientReducer reducer_;
 };
 
 }  // namespace kolo::torch

@@ -11,8 +11,14 @@ Errors raise KoloError (a RuntimeError) carrying Kolo's message, which names the
 and what differs. Names: as in Horovod, an operation without a name gets "<op>.noname.<n>" from
 a per-process counter, so every rank must call unnamed operations in the same order.
 
+Process sets are horovod.torch's: add_process_set(ranks) (collective: every rank calls it, in the
+same order), remove_process_set, global_process_set, ProcessSet.rank()/size()/included()/ranks,
+and the process_set argument of every collective and of DistributedOptimizer. A broadcast's
+root_rank is a rank of the set (0..size()-1), as in Horovod.
+
 Beyond Horovod: DistributedOptimizer.set_local_batch_size(n) weights each rank's gradient by its
-sample count (Kolo's exact averaging: uneven local batches give the gradient of the union).
+sample count (Kolo's exact averaging: uneven local batches give the gradient of the union), and
+DistributedOptimizer.no_sync() accumulates gradients locally as DDP's no_sync() does.
 """
 import contextlib
 import io
@@ -32,7 +38,6 @@ Max = _C.MAX
 Product = _C.PRODUCT
 Adasum = -1  # Horovod's Adasum: not implemented by Kolo (refused with KoloError)
 
-init = _C.init
 shutdown = _C.shutdown
 is_initialized = _C.is_initialized
 rank = _C.rank
@@ -41,6 +46,18 @@ local_rank = _C.local_rank
 local_size = _C.local_size
 cross_rank = _C.cross_rank
 cross_size = _C.cross_size
+
+
+def init(comm=None, process_sets=None):
+    """Joins the job (kolorun's environment). process_sets: ProcessSet objects or rank lists to
+    add right away (horovod.torch's static process sets; KOLO_PROCESS_SETS does the same)."""
+    if comm is not None:
+        raise ValueError("kolo.torch.init: comm (an MPI communicator) is not supported; launch "
+                         "with kolorun or mpirun")
+    _C.init()
+    if process_sets is not None and process_sets != "dynamic":
+        for ps in process_sets:
+            add_process_set(ps)
 
 
 def mpi_threads_supported():
@@ -89,6 +106,85 @@ class Compression:
     bf16 = BF16Compressor
 
 
+# ---- Process sets -----------------------------------------------------------------------------
+
+class ProcessSet:
+    """A set of ranks that run collectives together (horovod.torch's ProcessSet). Made from a
+    list of global ranks; usable once added with add_process_set (or passed to init)."""
+
+    def __init__(self, ranks):
+        self._ranks = sorted(int(r) for r in ranks)
+        self._set = None  # the _kolo_torch.ProcessSet once added
+
+    @property
+    def process_set_id(self):
+        """0 for the global set, 1, 2, ... in the order sets were added; None until added."""
+        return None if self._set is None else self._set.id()
+
+    @property
+    def ranks(self):
+        """The global ranks of the members, ascending."""
+        return self._ranks if self._set is None else self._set.ranks()
+
+    def size(self):
+        """The number of members; None until added."""
+        return None if self._set is None else self._set.size()
+
+    def rank(self):
+        """This process's rank within the set (0..size()-1), -1 when not a member; None until
+        added."""
+        return None if self._set is None else self._set.rank()
+
+    def included(self):
+        """Whether this process is a member; None until added."""
+        return None if self._set is None else self._set.includes(rank())
+
+    def __str__(self):
+        return "ProcessSet(process_set_id=%s, ranks=%s)" % (self.process_set_id, self.ranks)
+
+    __repr__ = __str__
+
+
+global_process_set = ProcessSet([])
+global_process_set._set = _C.global_process_set()
+
+
+def add_process_set(process_set):
+    """Adds a set of global ranks (a ProcessSet or a list) and returns it as a ProcessSet.
+    Collective: every rank calls it with the same ranks, in the same order relative to other
+    add/remove calls. Raises KoloError naming what was wrong (a rank twice or out of range,
+    ranks that disagree)."""
+    if not isinstance(process_set, ProcessSet):
+        process_set = ProcessSet(process_set)
+    if process_set._set is not None:
+        raise ValueError("%s was added already" % process_set)
+    process_set._set = _C.add_process_set(process_set._ranks)
+    return process_set
+
+
+def remove_process_set(process_set):
+    """Removes a set added with add_process_set (each member should call it); pending
+    operations on it fail. Returns False for the global set, which stays (as Horovod)."""
+    if process_set._set is None:
+        raise ValueError("%s was not added or was removed already" % process_set)
+    if process_set._set.id() == 0:
+        return False
+    _C.remove_process_set(process_set._set)
+    process_set._set = None
+    return True
+
+
+def _set_of(process_set):
+    """The _kolo_torch.ProcessSet of a process_set argument (None: the global set)."""
+    if process_set is None:
+        return global_process_set._set
+    if not isinstance(process_set, ProcessSet):
+        raise TypeError("process_set must be a kolo.torch.ProcessSet, got %r" % (process_set,))
+    if process_set._set is None:
+        raise ValueError("%s was not added (add_process_set) or was removed" % process_set)
+    return process_set._set
+
+
 # ---- Handles --------------------------------------------------------------------------------
 
 _handles = {}  # int -> (kolo handle, postprocess(outputs) -> result)
@@ -135,118 +231,124 @@ def _one(outputs):
 
 
 # ---- Collectives ------------------------------------------------------------------------------
+# process_set: a ProcessSet added with add_process_set; None or global_process_set: every rank.
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                    postscale_factor=1.0, process_set=None):
+                    postscale_factor=1.0, process_set=global_process_set):
     h = _C.allreduce_async(_name("allreduce", name), tensor, _op(op, average), prescale_factor,
-                           postscale_factor)
+                           postscale_factor, _set_of(process_set))
     return _register(h, _one)
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                     postscale_factor=1.0, process_set=None):
+                     postscale_factor=1.0, process_set=global_process_set):
     h = _C.allreduce_async_(_name("allreduce", name), tensor, _op(op, average), prescale_factor,
-                            postscale_factor)
+                            postscale_factor, _set_of(process_set))
     return _register(h, _one)
 
 
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
-              prescale_factor=1.0, postscale_factor=1.0, process_set=None):
+              prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     compressed, ctx = compression.compress(tensor)
     out = synchronize(allreduce_async(compressed, average, name, op, prescale_factor,
-                                      postscale_factor))
+                                      postscale_factor, process_set))
     return compression.decompress(out, ctx)
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-               postscale_factor=1.0, process_set=None):
+               postscale_factor=1.0, process_set=global_process_set):
     return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
-                                        postscale_factor))
+                                        postscale_factor, process_set))
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                            postscale_factor=1.0, process_set=None):
+                            postscale_factor=1.0, process_set=global_process_set):
     h = _C.grouped_allreduce_async(_name("grouped_allreduce", name), list(tensors),
-                                   _op(op, average), prescale_factor, postscale_factor)
+                                   _op(op, average), prescale_factor, postscale_factor,
+                                   _set_of(process_set))
     return _register(h, list)
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                             postscale_factor=1.0, process_set=None):
+                             postscale_factor=1.0, process_set=global_process_set):
     h = _C.grouped_allreduce_async_(_name("grouped_allreduce", name), list(tensors),
-                                    _op(op, average), prescale_factor, postscale_factor)
+                                    _op(op, average), prescale_factor, postscale_factor,
+                                    _set_of(process_set))
     return _register(h, list)
 
 
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
-                      prescale_factor=1.0, postscale_factor=1.0, process_set=None):
+                      prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     pairs = [compression.compress(t) for t in tensors]
     outs = synchronize(grouped_allreduce_async([c for c, _ in pairs], average, name, op,
-                                               prescale_factor, postscale_factor))
+                                               prescale_factor, postscale_factor, process_set))
     return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, pairs)]
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                       postscale_factor=1.0, process_set=None):
+                       postscale_factor=1.0, process_set=global_process_set):
     return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
-                                                postscale_factor))
+                                                postscale_factor, process_set))
 
 
-def allgather_async(tensor, name=None, process_set=None):
-    return _register(_C.allgather_async(_name("allgather", name), tensor), _one)
+def allgather_async(tensor, name=None, process_set=global_process_set):
+    return _register(_C.allgather_async(_name("allgather", name), tensor, _set_of(process_set)),
+                     _one)
 
 
-def allgather(tensor, name=None, process_set=None):
-    return synchronize(allgather_async(tensor, name))
+def allgather(tensor, name=None, process_set=global_process_set):
+    return synchronize(allgather_async(tensor, name, process_set))
 
 
-def broadcast_async(tensor, root_rank, name=None, process_set=None):
-    return _register(_C.broadcast_async(_name("broadcast", name), tensor, root_rank), _one)
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    return _register(_C.broadcast_async(_name("broadcast", name), tensor, root_rank,
+                                        _set_of(process_set)), _one)
 
 
-def broadcast_async_(tensor, root_rank, name=None, process_set=None):
-    return _register(_C.broadcast_async_(_name("broadcast", name), tensor, root_rank), _one)
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+    return _register(_C.broadcast_async_(_name("broadcast", name), tensor, root_rank,
+                                         _set_of(process_set)), _one)
 
 
-def broadcast(tensor, root_rank, name=None, process_set=None):
-    return synchronize(broadcast_async(tensor, root_rank, name))
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    return synchronize(broadcast_async(tensor, root_rank, name, process_set))
 
 
-def broadcast_(tensor, root_rank, name=None, process_set=None):
-    return synchronize(broadcast_async_(tensor, root_rank, name))
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
 
-def alltoall_async(tensor, splits=None, name=None, process_set=None):
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     split_list = [] if splits is None else [int(s) for s in splits]
-    h = _C.alltoall_async(_name("alltoall", name), tensor, split_list)
+    h = _C.alltoall_async(_name("alltoall", name), tensor, split_list, _set_of(process_set))
     if splits is None:
         return _register(h, _one)
     return _register(h, lambda outs: (outs[0], torch.tensor(h.received_splits(),
                                                             dtype=torch.int32)))
 
 
-def alltoall(tensor, splits=None, name=None, process_set=None):
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     """The rows received from every rank; with splits, also how many came from each."""
-    return synchronize(alltoall_async(tensor, splits, name))
+    return synchronize(alltoall_async(tensor, splits, name, process_set))
 
 
-def reducescatter_async(tensor, name=None, op=Average, process_set=None, prescale_factor=1.0,
-                        postscale_factor=1.0):
+def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
+                        prescale_factor=1.0, postscale_factor=1.0):
     h = _C.reducescatter_async(_name("reducescatter", name), tensor, _op(op, None),
-                               prescale_factor, postscale_factor)
+                               prescale_factor, postscale_factor, _set_of(process_set))
     return _register(h, _one)
 
 
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
-                  process_set=None, prescale_factor=1.0, postscale_factor=1.0):
+                  process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
     compressed, ctx = compression.compress(tensor)
-    out = synchronize(reducescatter_async(compressed, name, op, None, prescale_factor,
+    out = synchronize(reducescatter_async(compressed, name, op, process_set, prescale_factor,
                                           postscale_factor))
     return compression.decompress(out, ctx)
 
 
-def barrier(process_set=None):
-    _C.barrier("barrier")
+def barrier(process_set=global_process_set):
+    _C.barrier("barrier", _set_of(process_set))
 
 
 def join(device=-1):
@@ -272,19 +374,20 @@ def broadcast_parameters(params, root_rank=0):
         synchronize(h)
 
 
-def broadcast_object(obj, root_rank=0, name=None, process_set=None):
-    """Returns root_rank's `obj` (pickled) on every rank."""
+def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
+    """Returns root_rank's `obj` (pickled) on every rank (of the process set)."""
     name = _name("broadcast_object", name)
-    if rank() == root_rank:
+    is_root = _set_of(process_set).rank() == root_rank
+    if is_root:
         payload = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
         n = torch.tensor([payload.numel()], dtype=torch.int64)
     else:
         n = torch.zeros(1, dtype=torch.int64)
-    broadcast_(n, root_rank, name=name + ".size")
-    if rank() != root_rank:
+    broadcast_(n, root_rank, name=name + ".size", process_set=process_set)
+    if not is_root:
         payload = torch.empty(int(n.item()), dtype=torch.uint8)
-    broadcast_(payload, root_rank, name=name)
-    return obj if rank() == root_rank else pickle.loads(payload.numpy().tobytes())
+    broadcast_(payload, root_rank, name=name, process_set=process_set)
+    return obj if is_root else pickle.loads(payload.numpy().tobytes())
 
 
 def broadcast_optimizer_state(optimizer, root_rank=0):
@@ -301,15 +404,21 @@ def broadcast_optimizer_state(optimizer, root_rank=0):
 
 # ---- DistributedOptimizer -------------------------------------------------------------------
 
-class _DistributedOptimizer(torch.optim.Optimizer):
-    """Horovod's design: a hook on each parameter's gradient accumulator submits its allreduce
-    the moment the gradient is final (communication overlaps the rest of backward); step()
-    waits for them and runs the wrapped optimizer's step."""
+_WIRE = {Compression.none: 0, Compression.fp16: 1, Compression.bf16: 2}  # kolo::torch::Compression
+BUCKET_BYTES = 4 << 20  # kolo::torch::DistributedOptions::bucket_bytes
 
-    def __init__(self, params, named_parameters, compression, backward_passes_per_step=1,
-                 op=Average, gradient_predivide_factor=1.0):
+
+class _DistributedOptimizer(torch.optim.Optimizer):
+    """Horovod's API on Kolo's C++ GradientReducer (kolo/torch.h), the communication of
+    Kolo::torch's DistributedOptimizer: a post hook on each parameter's gradient accumulator
+    counts passes; when the last gradient of a bucket (Note [Buckets]: reverse registration
+    order, up to bucket_size bytes) is final, one allreduce carries the whole bucket while
+    backward goes on. The hooks are C++, so a step costs Python no code per parameter: step()
+    calls synchronize() (waits, averages in place), the wrapped optimizer's step, mark_step()."""
+
+    def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
+                 gradient_predivide_factor, bucket_size, process_set):
         super(self.__class__, self).__init__(params)
-        self._compression = compression
         if named_parameters is not None:
             named_parameters = list(named_parameters)
         else:
@@ -324,95 +433,55 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if missing:
             raise ValueError("named_parameters was specified, but one or more model parameters "
                              "were not named")
-        self._parameter_names = {id(v): "grad." + k for k, v in named_parameters}
+        if compression not in _WIRE:
+            raise ValueError("kolo.torch's DistributedOptimizer compresses in C++: compression "
+                             "must be Compression.none, fp16 or bf16, got %r" % (compression,))
+        op = _op(op, None)
+        if op not in (Average, Sum):
+            raise ValueError("DistributedOptimizer: op must be Average or Sum, got %r" % (op,))
+        name_of = {id(v): k for k, v in named_parameters}
+        # Registration order: the optimizer's; the reducer buckets from the end.
+        ordered = [(name_of[id(p)], p) for g in self.param_groups for p in g["params"]
+                   if p.requires_grad]
         self.backward_passes_per_step = backward_passes_per_step
-        self._op = _op(op, None)
-        self._predivide = gradient_predivide_factor
-        self._delay = {}
-        self._handles = {}  # param -> (kolo handle, ctx, output tensor)
-        self._grad_accs = []
-        self._requires_update = set()
+        # Average: Kolo's exact averaging (sample counts from set_local_batch_size; without
+        # them, the mean over ranks). Passes are summed as Horovod sums them.
+        self._reducer = _C.GradientReducer(
+            ordered, backward_passes_per_step=backward_passes_per_step,
+            compression=_WIRE[compression], weight_by_sample_count=op == Average, op=op,
+            mean_over_passes=False, gradient_predivide_factor=gradient_predivide_factor,
+            bucket_bytes=bucket_size, process_set=_set_of(process_set))
         self._synchronized = False
         self._should_synchronize = True
-        self._local_count = None  # set_local_batch_size: Kolo's exact averaging
-        self._count = None
-        self._count_handle = None
-        self.submitted_during_backward = 0
-        self._register_hooks()
 
     def set_local_batch_size(self, n):
         """Adds n samples to this rank's count for this step: the reduced gradient is then the
         sample-weighted mean over ranks (exact for uneven local batches)."""
-        self._local_count = (self._local_count or 0) + int(n)
+        self._reducer.set_local_batch_size(n)
 
-    def _register_hooks(self):
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.requires_grad:
-                    self._requires_update.add(p)
-                    self._delay[p] = self.backward_passes_per_step
-                    # The AccumulateGrad node of p: its hook runs once p.grad is written.
-                    grad_acc = p.expand_as(p).grad_fn.next_functions[0][0]
-                    grad_acc.register_hook(self._make_hook(p))
-                    self._grad_accs.append(grad_acc)
+    @property
+    def submitted_during_backward(self):
+        """Gradients whose hook found them final during backward, since construction."""
+        return self._reducer.stats()["submitted_from_hooks"]
 
-    def _make_hook(self, p):
-        def hook(*ignore):
-            if p in self._handles:
-                raise AssertionError(
-                    "Gradients were computed more than backward_passes_per_step times before "
-                    "call to step(). Increase backward_passes_per_step to accumulate gradients "
-                    "locally.")
-            self._delay[p] -= 1
-            if self._delay[p] == 0:
-                self._handles[p] = self._submit(p)
-                self.submitted_during_backward += 1
-        return hook
+    def stats(self):
+        """Counters since construction: steps, submitted_from_hooks, submitted_at_step and
+        allreduces (gradient allreduces submitted: one per bucket and step)."""
+        return self._reducer.stats()
 
-    def _submit(self, p):
-        name = self._parameter_names[id(p)]
-        if p.grad is None:
-            p.grad = torch.zeros_like(p)
-        grad = p.grad
-        op, pre, post = self._op, 1.0, 1.0
-        if self._local_count is not None:
-            if self._count_handle is None:
-                self._count = torch.tensor([self._local_count], dtype=torch.int64)
-                self._count_handle = _C.allreduce_async_("grad.sample_count", self._count, Sum)
-            with torch.no_grad():
-                grad.mul_(float(self._local_count))
-            op = Sum
-        elif op == Average and self._predivide != 1.0:
-            pre, post = 1.0 / self._predivide, self._predivide
-        compressed, ctx = self._compression.compress(grad)
-        if compressed is grad:
-            return _C.allreduce_async_(name, grad, op, pre, post), ctx, None
-        return _C.allreduce_async_(name, compressed, op, pre, post), ctx, compressed
+    def bucket_names(self):
+        return self._reducer.bucket_names()
 
     def synchronize(self):
-        for p in self._requires_update - set(self._handles):
-            self._handles[p] = self._submit(p)
-        total = None
-        if self._count_handle is not None:
-            self._count_handle.wait()
-            total = float(self._count.item())
-        try:
-            for p, (handle, ctx, compressed) in self._handles.items():
-                handle.wait()
-                with torch.no_grad():
-                    if compressed is not None:
-                        p.grad.copy_(self._compression.decompress(compressed, ctx))
-                    if total == 0:
-                        p.grad.zero_()  # no rank had samples this step
-                    elif total is not None:
-                        p.grad.div_(total)
-        finally:
-            self._handles.clear()
-            for p in self._delay:
-                self._delay[p] = self.backward_passes_per_step
-            self._local_count = None
-            self._count_handle = None
+        """Waits for every bucket's allreduce (submitting those no backward pass completed) and
+        leaves the averaged gradients in .grad. Raises KoloError naming the tensor on failure."""
+        self._reducer.synchronize()
         self._synchronized = True
+
+    def no_sync(self):
+        """A context in which backward passes accumulate gradients locally (no communication),
+        as DDP's no_sync(); the next pass outside it reduces the sum."""
+        return self._reducer.no_sync()
 
     @contextlib.contextmanager
     def skip_synchronize(self):
@@ -430,11 +499,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                               "synchronize(); use skip_synchronize() around step()")
             self.synchronize()
         self._synchronized = False
-        _C.mark_step()
-        return super(self.__class__, self).step(closure)
+        loss = super(self.__class__, self).step(closure)
+        self._reducer.mark_step()  # the autotuner's step boundary; buckets follow its size
+        return loss
 
     def zero_grad(self, *args, **kwargs):
-        if self._handles:
+        if self._reducer.pending():
             raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
                                  "before optimizer.step() or optimizer.synchronize()")
         return super(self.__class__, self).zero_grad(*args, **kwargs)
@@ -442,9 +512,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
-                         num_groups=0, groups=None, sparse_as_dense=False, process_set=None):
-    """Wraps `optimizer` (an instance) in a class deriving from its class, as Horovod does."""
+                         num_groups=0, groups=None, sparse_as_dense=False,
+                         process_set=global_process_set, bucket_size=BUCKET_BYTES):
+    """Wraps `optimizer` (an instance) in a class deriving from its class, as Horovod does.
+    Gradients travel in buckets of up to bucket_size bytes (0: one allreduce per parameter; the
+    autotuner's size replaces it when KOLO_AUTOTUNE is on). num_groups and groups (Horovod's
+    manual grouping) are superseded by the buckets; process_set: the ranks that average."""
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
-               op, gradient_predivide_factor)
+               op, gradient_predivide_factor, bucket_size, process_set)
