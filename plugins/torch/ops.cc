@@ -218,6 +218,9 @@ Handle allreduce_async(const std::string& name, const at::Tensor& tensor, Allred
   TensorView in = prepare(*s, tensor, name, /*in_place=*/false);
   at::Tensor out = at::empty_like(s->inputs.back(), at::MemoryFormat::Contiguous);
   TensorView ov = view_of(out, name);
+  // `out` may reuse a block the current stream still reads: write it only after that stream's
+  // work so far, which the input's ready event (recorded on it) marks.
+  ov.ready_event = in.ready_event;
   s->outputs = {out};
   s->handle = kolo::allreduce_async(name, in, ov, opts);
   return make_handle(std::move(s));
