@@ -105,6 +105,8 @@ void PairTable::connect(int peer, Pair& pair) {
   auto give_up = [&]() -> Status {
     if (stopping_.load())
       return Status::Aborted("kolo was shut down on rank " + std::to_string(me_));
+    // The job failed (a peer died, say): the peer may never come.
+    if (Status failed = global_->failure(); !failed.ok()) return failed;
     const auto waited = std::chrono::steady_clock::now() - start;
     const std::string stall = "stall: rank " + std::to_string(me_) + " has waited " +
                               format_duration(waited) + " for rank " + std::to_string(peer) +
@@ -175,8 +177,11 @@ void PairTable::shutdown() {
     pairs.swap(pairs_);
   }
   stopping_.store(true);
-  // A peer waiting to meet this rank would otherwise wait for good.
-  (void)store_->set(prefix_ + "/gone/" + std::to_string(me_), "1");
+  // A peer waiting to meet this rank would otherwise wait for good. Not after the job failed:
+  // the peers' own Runtimes fail too, which ends their waits, while the store may be out of
+  // reach (node 0 died, the link is down) and a write would hold this process for the store's
+  // I/O timeout, at exit included.
+  if (global_->failure().ok()) (void)store_->set(prefix_ + "/gone/" + std::to_string(me_), "1");
   for (auto& [peer, pair] : pairs)
     if (pair->connector.joinable()) pair->connector.join();
   const Status closed = Status::Aborted("kolo was shut down on rank " + std::to_string(me_));

@@ -265,6 +265,11 @@ std::vector<std::string> Runtime::stall_warnings() const {
   return stall_warnings_;
 }
 
+Status Runtime::failure() const {
+  MutexLock lock(mu_);
+  return stopped_ ? final_status_ : Status::Ok();
+}
+
 void Runtime::end_queue_span(Entry& e) {
   if (e.traced && timeline_.active()) {
     timeline_.end(e.request.name);  // QUEUE

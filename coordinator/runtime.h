@@ -90,6 +90,9 @@ class Runtime {
   std::string backend_name() const { return std::string(data_->name()); }
   // Stall warnings rank 0 has issued so far (also logged at warning level).
   std::vector<std::string> stall_warnings() const;
+  // Ok while this Runtime accepts submissions; afterwards why they fail (the failure that
+  // stopped it, or its shutdown). Any thread.
+  Status failure() const;
 
  private:
   Runtime(RuntimeConfig config, Topology topology, std::unique_ptr<Backend> data,
