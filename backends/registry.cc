@@ -108,19 +108,18 @@ Result<int> gpu_of_local_rank(int local_rank, int local_size, int visible_gpus) 
         "per rank");
   if (visible_gpus == 1) return 0;
   if (local_size > visible_gpus)
-    return Status::InvalidArgument(std::to_string(local_size) +
-                                   " ranks run on this host but it has " +
-                                   std::to_string(visible_gpus) +
-                                   " visible GPU(s); NCCL needs one GPU per rank");
+    return Status::InvalidArgument(
+        std::to_string(local_size) + " ranks run on this host but it has " +
+        std::to_string(visible_gpus) + " visible GPU(s); NCCL needs one GPU per rank");
   return local_rank;
 }
 
-Result<std::string> gpu_backend_choice(std::string_view requested, int visible_gpus,
-                                       int local_size, bool gpu_per_process) {
+Result<std::string> gpu_backend_choice(std::string_view requested, int visible_gpus, int local_size,
+                                       bool gpu_per_process) {
   if (requested.empty()) {
     Result<const BackendEntry*> nccl = find_backend("nccl");
-    const bool fits = visible_gpus > 0 && (local_size <= visible_gpus ||
-                                           (visible_gpus == 1 && gpu_per_process));
+    const bool fits =
+        visible_gpus > 0 && (local_size <= visible_gpus || (visible_gpus == 1 && gpu_per_process));
     return std::string(nccl.ok() && fits ? "nccl" : "");
   }
   const std::string what = "KOLO_GPU_OPERATIONS=" + std::string(requested);

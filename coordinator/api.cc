@@ -197,10 +197,9 @@ Status init() {
   }
   // CUDA tensors: a device backend (nccl) of their own, or a CPU backend other than the data
   // plane's that they are staged to; none when they are staged to the data plane's backend.
-  KOLO_ASSIGN_OR_RETURN(
-      std::string gpu_name,
-      gpu_backend_choice(config.gpu_operations, coord::cuda_device_count(), world.local_size,
-                         gpu_per_process()));
+  KOLO_ASSIGN_OR_RETURN(std::string gpu_name,
+                        gpu_backend_choice(config.gpu_operations, coord::cuda_device_count(),
+                                           world.local_size, gpu_per_process()));
   std::unique_ptr<Backend> gpu;
   if (!gpu_name.empty() && gpu_name != config.cpu_operations &&
       (world.size > 1 || gpu_name == "nccl")) {

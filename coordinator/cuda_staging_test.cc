@@ -100,7 +100,8 @@ std::vector<float> values(int rank, size_t n, float base) {
 // Keeps `stream` busy for a while (tens of milliseconds of memsets), so that a copy that is
 // not ordered after the work queued behind it would run first and see stale data.
 void keep_busy(DeviceBuffer& big, size_t bytes, cudaStream_t stream) {
-  for (int i = 0; i < 200; ++i) ASSERT_EQ(cudaMemsetAsync(big.data(), i, bytes, stream), cudaSuccess);
+  for (int i = 0; i < 200; ++i)
+    ASSERT_EQ(cudaMemsetAsync(big.data(), i, bytes, stream), cudaSuccess);
 }
 
 TEST_F(CudaRuntimeTest, StagingCopiesFollowTheLegacyStreamAndTheOutputsReadyEvent) {
@@ -128,7 +129,8 @@ TEST_F(CudaRuntimeTest, StagingCopiesFollowTheLegacyStreamAndTheOutputsReadyEven
   ASSERT_EQ(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking), cudaSuccess);
   ASSERT_EQ(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), cudaSuccess);
   keep_busy(big, kBig, producer);
-  ASSERT_EQ(cudaMemsetAsync(dst.data(), 0, kSmall, producer), cudaSuccess);  // the producer's last use
+  // The producer's last use of the output.
+  ASSERT_EQ(cudaMemsetAsync(dst.data(), 0, kSmall, producer), cudaSuccess);
   ASSERT_EQ(cudaEventRecord(ready, producer), cudaSuccess);
   std::memset(*host, 5, kSmall);
   TensorView out = cuda_view(dst.data(), {static_cast<int64_t>(kSmall)});

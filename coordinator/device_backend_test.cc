@@ -289,11 +289,10 @@ TEST(DeviceBackendTest, AnAllocatorOutputInHostMemoryIsRefusedAndStandsInOnTheDe
   EXPECT_EQ(h.wait(std::chrono::seconds(20)).to_string(),
             "InvalidArgument: allgather 'g' (output): the tensor says cuda:0 but its data "
             "pointer is unregistered host memory");
-  EXPECT_EQ(ops_of(one.fake->log()),
-            (std::vector<std::string>{"wait_ready allgather 'g'",
-                                      "wait_ready allgather 'g' (output)",
-                                      "stand_in allgather 'g'", "allgather",
-                                      "fence allgather 'g'"}));
+  EXPECT_EQ(
+      ops_of(one.fake->log()),
+      (std::vector<std::string>{"wait_ready allgather 'g'", "wait_ready allgather 'g' (output)",
+                                "stand_in allgather 'g'", "allgather", "fence allgather 'g'"}));
   EXPECT_EQ(host_out, std::vector<float>(4, 0.0f));  // never written
 }
 

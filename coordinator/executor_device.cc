@@ -70,8 +70,7 @@ void Executor::finish_on_device(const std::vector<BatchItem>& batch, const Statu
     if (item.entry && item.entry->traced) end_op_span(item, batch.size(), status);
 }
 
-void* Executor::device_output(Entry& entry, void* allocated, size_t bytes,
-                              Status& alloc_status) {
+void* Executor::device_output(Entry& entry, void* allocated, size_t bytes, Status& alloc_status) {
   const std::string what =
       std::string(op_type_name(entry.request.type)) + " '" + entry.request.name + "'";
   const Device device = entry.inputs[0].device;

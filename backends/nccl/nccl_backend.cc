@@ -483,7 +483,7 @@ Status NcclBackend::finish_call(const std::string& what) {
 }
 
 Result<void*> NcclBackend::grow(void*& buffer, size_t& capacity, size_t bytes,
-                                 const std::string& what) {
+                                const std::string& what) {
   if (bytes <= capacity && buffer) return buffer;
   // Stream-ordered, after its last use; inside an open group that use is not queued yet, so
   // the free waits until close_group() launched the group.
@@ -583,10 +583,9 @@ void NcclBackend::fence(const std::string& what, const Publish& publish, Done do
       },
       // A group that failed to launch (NCCL refused it: nothing was lost on the peers, the
       // communicator stays) fails the op, once what was queued before it has run.
-      launched.ok() ? std::move(done)
-                    : Done([done = std::move(done), launched](const Status& st) {
-                        done(st.ok() ? launched : st);
-                      }));
+      launched.ok() ? std::move(done) : Done([done = std::move(done), launched](const Status& st) {
+        done(st.ok() ? launched : st);
+      }));
   cv_.notify_all();
 }
 

@@ -301,10 +301,13 @@ TEST_F(NcclOneRankTest, AFusedBatchIsOneGroupWithItsPostScalesAfterTheReduction)
   for (const DeviceArray<float>* t : {&a, &b, &c})
     ASSERT_TRUE(device_->wait_ready(Device::cuda(0), t->data, nullptr, "allreduce 'abc'").ok());
   const auto n = static_cast<int64_t>(x.size());
-  ASSERT_TRUE(backend_->allreduce(a.data, a.data, n, DataType::kFloat32, {ReduceOp::kSum, 1.0, 2.0}).ok());
-  ASSERT_TRUE(backend_->allreduce(b.data, b.data, n, DataType::kFloat32, {ReduceOp::kSum, 3.0, 1.0}).ok());
   ASSERT_TRUE(
-      backend_->allreduce(c.data, out_c.data, n, DataType::kFloat32, {ReduceOp::kAverage, 1.0, 0.5}).ok());
+      backend_->allreduce(a.data, a.data, n, DataType::kFloat32, {ReduceOp::kSum, 1.0, 2.0}).ok());
+  ASSERT_TRUE(
+      backend_->allreduce(b.data, b.data, n, DataType::kFloat32, {ReduceOp::kSum, 3.0, 1.0}).ok());
+  ASSERT_TRUE(
+      backend_->allreduce(c.data, out_c.data, n, DataType::kFloat32, {ReduceOp::kAverage, 1.0, 0.5})
+          .ok());
   std::shared_ptr<void> event;
   Status st = fence_and_wait(*device_, "allreduce 'a' and 2 more", &event);
   ASSERT_TRUE(st.ok()) << st.to_string();
@@ -336,7 +339,8 @@ TEST_F(NcclOneRankTest, WithoutAReadyEventItWaitsForTheLegacyDefaultStream) {
   // legacy default stream is ordered by the mark wait_ready records there. The legacy stream
   // is kept busy first, so that reading too early would see the old values.
   const std::vector<float> x = iota(1 << 20);
-  DeviceArray<float> t(x), out(std::vector<float>(x.size(), 0)), busy(std::vector<float>(1 << 24, 1));
+  DeviceArray<float> t(x), out(std::vector<float>(x.size(), 0)),
+      busy(std::vector<float>(1 << 24, 1));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   for (int i = 0; i < 200; ++i)
     ASSERT_EQ(nccl::scale_on_stream(busy.data, busy.data, 1 << 24, nccl::ScaleType::kFloat32, 1.0,
@@ -372,9 +376,8 @@ TEST_F(NcclOneRankTest, ConcurrentAbortsFailEveryOpWithTheFirstReasonAndNoneOk) 
   device_->abort(first);
   std::thread second([&] { device_->abort(Status::Timeout("a later reason")); });
   second.join();
-  ASSERT_EQ(calls.load(), 8 - std::count_if(results.begin(), results.end(), [](const Status& s) {
-                            return s.ok();
-                          }));
+  ASSERT_EQ(calls.load(), 8 - std::count_if(results.begin(), results.end(),
+                                            [](const Status& s) { return s.ok(); }));
   for (int i = 0; i < 8; ++i) {
     const Status& st = results[static_cast<size_t>(i)];
     if (st.ok()) continue;  // completed before the abort began: legitimately OK
