@@ -224,6 +224,9 @@ class NcclBackend final : public DeviceBackend {
   bool in_op_ = false;
   bool legacy_waited_ = false;  // this operation's stream already waits for the legacy stream
   bool group_open_ = false;     // open_group() ran: comm_mu_ is held
+  // The thread that holds comm_mu_ for the open group (abort() from it must end the group
+  // first, or it would wait on itself).
+  std::atomic<std::thread::id> group_owner_{};
   std::vector<PostScale> post_scales_;
   std::vector<void*> retired_;  // buffers outgrown inside the open group: freed after it
   nccl::PendingOps pending_;
@@ -379,6 +382,7 @@ Status NcclBackend::open_group(const std::string& what) {
     return nccl_status(r, what + ": ncclGroupStart");
   }
   group_open_ = true;
+  group_owner_ = std::this_thread::get_id();
   return Status::Ok();
 }
 
@@ -387,6 +391,7 @@ Status NcclBackend::close_group(const std::string& what) {
   // Closed even after a failed call in it, or the communicator stays in the group.
   const ncclResult_t ended = ncclGroupEnd();
   group_open_ = false;
+  group_owner_ = std::thread::id();
   comm_mu_.unlock();
   Status st = settle(ended, what + ": ncclGroupEnd");
   std::vector<PostScale> post = std::move(post_scales_);
@@ -593,6 +598,9 @@ void NcclBackend::abort(const Status& why) {
   // Closed first: from now on no op completes OK (an aborted kernel exits, and its event
   // fires, with its buffers half written) and every new call fails with this first reason.
   pending_.close(why);
+  // The background thread inside an operation (the runtime failing between its calls):
+  // release the group it holds, so that the abort below does not wait on this thread.
+  if (group_owner_ == std::this_thread::get_id()) (void)close_group("nccl abort");
   {
     // A second caller waits here until the first one's ncclCommAbort returned.
     MutexLock lock(comm_mu_);
