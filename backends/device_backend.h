@@ -3,11 +3,15 @@
 //
 // Protocol, one operation at a time (the coordinator's background thread):
 //   wait_ready(...) for each tensor  -> the backend's stream waits for the tensor's producer
-//   allreduce(...)/allgather(...)... -> queued on that stream, return at once
-//   fence(what, done)                -> records the completion event; done(status) runs later
-// Collectives called outside such a sequence (no wait_ready since the last fence) keep
-// Backend's blocking contract: they return once the device finished them (polled, bounded by
-// the op timeout), so benchmarks and tests may read the buffers right after.
+//   allreduce(...)/allgather(...)... -> recorded (nccl: into one NCCL group), return at once
+//   fence(what, publish, done)       -> launches them, records the completion event, hands it
+//                                       to publish; done(status) runs later
+// An operation's collectives are one unit on the device: nccl launches them together at
+// fence(), so a call's output may not feed a later call of the same operation. Collectives
+// called outside such a sequence (no wait_ready since the last fence) keep Backend's blocking
+// contract: they run after the work queued on the legacy default stream and return once the
+// device finished them (polled, bounded by the op timeout), so benchmarks and tests may read
+// the buffers right after.
 //
 // Failures: `done` gets the error of its own operation, naming `what`. When the communicator
 // fails (an asynchronous NCCL error, an operation past KOLO_OP_TIMEOUT, or abort() because the
@@ -30,23 +34,37 @@ namespace kolo {
 class DeviceBackend : public Backend {
  public:
   using Done = std::function<void(const Status&)>;
+  // Receives the completion event (a cudaEvent_t that stays valid while the pointer is held).
+  using Publish = std::function<void(std::shared_ptr<void> event)>;
 
-  // Orders the next collectives after `ready_event` (a cudaEvent_t recorded by the producer;
-  // null: the data is ready, or was written on the legacy default stream, which the backend's
-  // stream also waits for) and checks that `data` is device memory on the communicator's
-  // device. `what` names the operation and tensor for errors. InvalidArgument naming it for a
-  // tensor on another device, a host pointer labelled as CUDA, or an event that is not one.
+  // Orders the next collectives after `ready_event` (a cudaEvent_t recorded by the producer,
+  // which must stay valid until this returns; the caller keeps it until the handle completes
+  // to be safe) and checks that `data` is device memory on the communicator's device. A null
+  // event: the data is ready, or was written on the legacy default stream; the backend's own
+  // stream does not wait for that stream by itself (it is non-blocking, so that communication
+  // overlaps compute), so it waits for an event recorded there now. `what` names the operation
+  // and tensor for errors. InvalidArgument naming it for a tensor on another device, a host
+  // pointer labelled as CUDA, or an event that is not one.
   virtual Status wait_ready(Device device, const void* data, void* ready_event,
                             const std::string& what) = 0;
 
-  // Ends the operation begun by wait_ready: records its completion event on the stream and
-  // returns it (a cudaEvent_t that stays valid while the returned pointer is held), after which
-  // `done` runs exactly once. Null when the event could not be recorded; `done` has then
-  // already run with the error.
-  virtual std::shared_ptr<void> fence(const std::string& what, Done done) = 0;
+  // Device memory of at least `bytes` on the communicator's device, owned by the backend and
+  // valid until the next stand_in() call: the stand-in output of a tensor whose allocator
+  // failed, so that this rank still takes part and its peers are not stranded. Its contents
+  // are garbage. An error (naming `what`) when the device cannot allocate it.
+  virtual Result<void*> stand_in(size_t bytes, const std::string& what) = 0;
+
+  // Ends the operation begun by wait_ready: launches its collectives, records its completion
+  // event on the stream, calls publish(event) (on the calling thread, before `done` can run),
+  // after which `done` runs exactly once. When the event cannot be recorded, publish is not
+  // called, the communicator is aborted (its work may still be queued) and `done` has already
+  // run with the error when fence returns.
+  virtual void fence(const std::string& what, const Publish& publish, Done done) = 0;
 
   // A peer failed (the control plane or the store says so): abort the communicator and fail
-  // every pending operation with `why` (which names the peer). Idempotent.
+  // every pending operation with `why` (which names the peer). Idempotent and safe from any
+  // thread at any time: a second caller waits until the first one's abort has returned, and
+  // every operation fails with the first caller's reason, none completes OK after abort began.
   virtual void abort(const Status& why) = 0;
 };
 

@@ -121,9 +121,11 @@ Result<std::unique_ptr<Backend>> create_subgroup_backend(std::string_view name,
 std::string default_cpu_backend(const World& world);
 
 // The backend for CUDA tensors (KOLO_GPU_OPERATIONS). `requested` is the knob's value, empty
-// when unset; `visible_gpus` what this process sees; `local_size` the ranks on this host. Unset:
-// "nccl" when the build has it and every rank of the host can have a GPU of its own
-// (0 < local_size <= visible_gpus; NCCL refuses two ranks on one GPU), else "" (CUDA tensors,
+// when unset; `visible_gpus` what this process sees; `local_size` the ranks on this host;
+// `gpu_per_process`: the launcher gave this process a GPU of its own (CUDA_VISIBLE_DEVICES is
+// set, as SLURM --gpus-per-task=1 and similar launchers do). Unset: "nccl" when the build has
+// it and every rank of the host can have a GPU of its own (0 < local_size <= visible_gpus, or
+// one visible GPU per process; NCCL refuses two ranks on one GPU), else "" (CUDA tensors,
 // if any, are staged through host memory to the CPU backend, so a CPU job on a GPU machine
 // with more ranks than GPUs still starts).
 // A CPU backend's name is returned as is: CUDA tensors are then staged to that backend.
@@ -131,7 +133,14 @@ std::string default_cpu_backend(const World& world);
 // tcp, mpi" for a backend not in this build, and "KOLO_GPU_OPERATIONS=nccl: this process
 // sees no GPU" when a device backend was asked for and there is no device.
 Result<std::string> gpu_backend_choice(std::string_view requested, int visible_gpus,
-                                       int local_size = 1);
+                                       int local_size = 1, bool gpu_per_process = false);
+
+// The GPU (an ordinal among the visible ones) of the rank `local_rank` of `local_size` on its
+// host: with exactly one visible GPU, that one (each process was given its own through
+// CUDA_VISIBLE_DEVICES; ranks that share it are refused by NCCL at init, naming the duplicate
+// GPU); with several, the local rank's own. Unsupported when none is visible; InvalidArgument
+// when the host has more ranks than its several visible GPUs.
+Result<int> gpu_of_local_rank(int local_rank, int local_size, int visible_gpus);
 
 // The job this process belongs to, and who said so.
 struct LaunchedWorld {

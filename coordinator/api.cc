@@ -1,6 +1,7 @@
 // The global entry points of kolo/kolo.h: one process-wide Runtime built by init().
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <mutex>
 
 #include "backends/hierarchical/hierarchical_backend.h"
@@ -21,6 +22,13 @@
 namespace kolo {
 
 namespace {
+
+// The launcher gave this process its own GPUs (SLURM --gpus-per-task, mpirun wrappers): a
+// process that sees one GPU then has one of its own, whatever the host's rank count.
+bool gpu_per_process() {
+  const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
+  return v != nullptr && *v != '\0';
+}
 
 struct Global {
   std::mutex mu;  // serialises init/shutdown
@@ -209,9 +217,9 @@ Status init() {
   }
   // CUDA tensors: a device backend (nccl) of their own, or a CPU backend other than the data
   // plane's that they are staged to; none when they are staged to the data plane's backend.
-  KOLO_ASSIGN_OR_RETURN(
-      std::string gpu_name,
-      gpu_backend_choice(config.gpu_operations, coord::cuda_device_count(), world.local_size));
+  KOLO_ASSIGN_OR_RETURN(std::string gpu_name,
+                        gpu_backend_choice(config.gpu_operations, coord::cuda_device_count(),
+                                           world.local_size, gpu_per_process()));
   // nccl, when CUDA tensors have a device backend: process sets and pairs get one too.
   std::string device_backend;
   if (Result<const BackendEntry*> e = find_backend(gpu_name);

@@ -45,8 +45,9 @@ Status check_device(const std::string& what, const std::string& name, const Devi
 CudaStaging::~CudaStaging() {
   for (auto& [device, s] : streams_) {
     cudaSetDevice(device);
-    cudaStreamSynchronize(static_cast<cudaStream_t>(s));
-    cudaStreamDestroy(static_cast<cudaStream_t>(s));
+    cudaStreamSynchronize(static_cast<cudaStream_t>(s.stream));
+    cudaStreamDestroy(static_cast<cudaStream_t>(s.stream));
+    if (s.mark) cudaEventDestroy(static_cast<cudaEvent_t>(s.mark));
   }
   for (auto& b : buffers_)
     if (b.data) cudaFreeHost(b.data);
@@ -76,32 +77,50 @@ Result<void*> CudaStaging::host_buffer(Slot slot, size_t bytes) {
   return p;
 }
 
-Result<void*> CudaStaging::stream(int device) {
-  auto it = streams_.find(device);
+Result<void*> CudaStaging::stream_after(int device, void* ready_event, const std::string& what) {
   cudaError_t err = cudaSetDevice(device);
   if (err != cudaSuccess) return cuda_error(err, "cudaSetDevice(" + std::to_string(device) + ")");
-  if (it != streams_.end()) return it->second;
-  cudaStream_t s = nullptr;
-  // A blocking stream: its copies also wait for work queued on the legacy default stream,
-  // so a tensor written there is safe to stage even without a ready event (correct first;
-  // producers on other streams pass their event).
-  err = cudaStreamCreateWithFlags(&s, cudaStreamDefault);
-  if (err != cudaSuccess) return cuda_error(err, "cudaStreamCreate on cuda:" + std::to_string(device));
-  streams_[device] = s;
+  auto it = streams_.find(device);
+  if (it == streams_.end()) {
+    // Non-blocking: a blocking stream would make the legacy default stream (the framework's
+    // compute) wait for every staging copy, and the copies for all of it. The legacy stream's
+    // work is waited for explicitly, through the mark, where there is no ready event.
+    Stream created;
+    cudaStream_t s = nullptr;
+    err = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    if (err != cudaSuccess)
+      return cuda_error(err, "cudaStreamCreate on cuda:" + std::to_string(device));
+    created.stream = s;
+    cudaEvent_t mark = nullptr;
+    err = cudaEventCreateWithFlags(&mark, cudaEventDisableTiming);
+    if (err != cudaSuccess) {
+      cudaStreamDestroy(s);
+      return cuda_error(err, "cudaEventCreate on cuda:" + std::to_string(device));
+    }
+    created.mark = mark;
+    it = streams_.emplace(device, created).first;
+  }
+  auto s = static_cast<cudaStream_t>(it->second.stream);
+  auto event = static_cast<cudaEvent_t>(ready_event);
+  if (!event) {
+    event = static_cast<cudaEvent_t>(it->second.mark);
+    err = cudaEventRecord(event, cudaStreamLegacy);
+    if (err != cudaSuccess) return cuda_error(err, what + " (ordering after the default stream)");
+  }
+  err = cudaStreamWaitEvent(s, event, 0);
+  if (err != cudaSuccess)
+    return cuda_error(err, what + (ready_event ? " (waiting for its ready event)"
+                                               : " (ordering after the default stream)"));
   return static_cast<void*>(s);
 }
 
 Status CudaStaging::copy_to_host(void* dst, const TensorView& src, size_t bytes,
                                  const std::string& name) {
   if (bytes == 0) return Status::Ok();
-  KOLO_ASSIGN_OR_RETURN(void* sp, stream(src.device.index));
-  auto s = static_cast<cudaStream_t>(sp);
   const std::string what = "staging tensor '" + name + "' from " + src.device.to_string();
-  if (src.ready_event) {
-    cudaError_t err = cudaStreamWaitEvent(s, static_cast<cudaEvent_t>(src.ready_event), 0);
-    if (err != cudaSuccess) return cuda_error(err, what + " (waiting for its ready event)");
-  }
-  cudaError_t err = cudaMemcpyAsync(dst, src.data, bytes, cudaMemcpyDeviceToHost, s);
+  KOLO_ASSIGN_OR_RETURN(void* sp, stream_after(src.device.index, src.ready_event, what));
+  cudaError_t err =
+      cudaMemcpyAsync(dst, src.data, bytes, cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(sp));
   if (err != cudaSuccess) return cuda_error(err, what);
   return Status::Ok();
 }
@@ -109,18 +128,18 @@ Status CudaStaging::copy_to_host(void* dst, const TensorView& src, size_t bytes,
 Status CudaStaging::copy_to_device(const TensorView& dst, const void* src, size_t bytes,
                                    const std::string& name) {
   if (bytes == 0) return Status::Ok();
-  KOLO_ASSIGN_OR_RETURN(void* sp, stream(dst.device.index));
-  cudaError_t err = cudaMemcpyAsync(dst.data, src, bytes, cudaMemcpyHostToDevice,
-                                    static_cast<cudaStream_t>(sp));
-  if (err != cudaSuccess)
-    return cuda_error(err, "copying the result of '" + name + "' to " + dst.device.to_string());
+  const std::string what = "copying the result of '" + name + "' to " + dst.device.to_string();
+  KOLO_ASSIGN_OR_RETURN(void* sp, stream_after(dst.device.index, dst.ready_event, what));
+  cudaError_t err =
+      cudaMemcpyAsync(dst.data, src, bytes, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(sp));
+  if (err != cudaSuccess) return cuda_error(err, what);
   return Status::Ok();
 }
 
 Status CudaStaging::synchronize() {
   for (auto& [device, s] : streams_) {
     cudaError_t err = cudaSetDevice(device);
-    if (err == cudaSuccess) err = cudaStreamSynchronize(static_cast<cudaStream_t>(s));
+    if (err == cudaSuccess) err = cudaStreamSynchronize(static_cast<cudaStream_t>(s.stream));
     if (err != cudaSuccess)
       return cuda_error(err, "waiting for staging copies on cuda:" + std::to_string(device));
   }

@@ -49,9 +49,12 @@ class CudaStaging {
   Result<void*> host_buffer(Slot slot, size_t bytes);
 
   // Queues a copy of `bytes` from the CUDA tensor `src` into host memory `dst`, ordered after
-  // src.ready_event (when set) on the device's copy stream. `name` is for error messages.
+  // src.ready_event on the device's copy stream; without one, after the work queued so far on
+  // the legacy default stream (the copy streams are non-blocking, so that staging does not
+  // hold up compute there). `name` is for error messages.
   Status copy_to_host(void* dst, const TensorView& src, size_t bytes, const std::string& name);
-  // Queues a copy of `bytes` from host `src` into the CUDA tensor `dst`.
+  // Queues a copy of `bytes` from host `src` into the CUDA tensor `dst`, ordered the same way
+  // after dst.ready_event (an output may still be in use by its producer's stream).
   Status copy_to_device(const TensorView& dst, const void* src, size_t bytes,
                         const std::string& name);
   // Blocks until every queued copy has finished. The first copy error is returned here if
@@ -63,11 +66,16 @@ class CudaStaging {
     void* data = nullptr;
     size_t capacity = 0;
   };
-  // The copy stream of a device (created on first use), as an opaque cudaStream_t.
-  Result<void*> stream(int device);
+  struct Stream {
+    void* stream = nullptr;  // cudaStream_t, non-blocking
+    void* mark = nullptr;    // cudaEvent_t recorded on the legacy default stream
+  };
+  // The copy stream of a device (created on first use), ordered after `ready_event` (a
+  // cudaEvent_t), or after the legacy default stream when it is null.
+  Result<void*> stream_after(int device, void* ready_event, const std::string& what);
 
   std::array<Buffer, 3> buffers_;
-  std::map<int, void*> streams_;  // device ordinal -> cudaStream_t
+  std::map<int, Stream> streams_;  // device ordinal -> its copy stream
 };
 
 }  // namespace kolo::coord

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <vector>
 
 #include "coordinator/test_cluster.h"
@@ -94,6 +95,54 @@ std::vector<float> values(int rank, size_t n, float base) {
   std::vector<float> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = base + static_cast<float>(rank * 10 + i % 7);
   return v;
+}
+
+// Keeps `stream` busy for a while (tens of milliseconds of memsets), so that a copy that is
+// not ordered after the work queued behind it would run first and see stale data.
+void keep_busy(DeviceBuffer& big, size_t bytes, cudaStream_t stream) {
+  for (int i = 0; i < 200; ++i)
+    ASSERT_EQ(cudaMemsetAsync(big.data(), i, bytes, stream), cudaSuccess);
+}
+
+TEST_F(CudaRuntimeTest, StagingCopiesFollowTheLegacyStreamAndTheOutputsReadyEvent) {
+  // The copy streams are non-blocking: without a ready event a copy must still follow the
+  // legacy default stream (where the framework writes), and a result must not be written into
+  // an output before that output's ready event.
+  constexpr size_t kBig = size_t{64} << 20, kSmall = 4096;
+  DeviceBuffer big(kBig), src(kSmall), dst(kSmall);
+  ASSERT_EQ(cudaMemset(src.data(), 0, kSmall), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  CudaStaging staging;
+  Result<void*> host = staging.host_buffer(CudaStaging::Slot::kInput, kSmall);
+  ASSERT_TRUE(host.ok()) << host.status().to_string();
+  keep_busy(big, kBig, cudaStreamLegacy);
+  ASSERT_EQ(cudaMemsetAsync(src.data(), 7, kSmall, cudaStreamLegacy), cudaSuccess);
+  TensorView in = cuda_view(src.data(), {static_cast<int64_t>(kSmall)});
+  in.dtype = DataType::kUInt8;
+  ASSERT_TRUE(staging.copy_to_host(*host, in, kSmall, "legacy").ok());
+  ASSERT_TRUE(staging.synchronize().ok());
+  const auto* got = static_cast<const unsigned char*>(*host);
+  for (size_t i = 0; i < kSmall; i += 97) ASSERT_EQ(got[i], 7) << i;
+
+  cudaStream_t producer;
+  cudaEvent_t ready;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), cudaSuccess);
+  keep_busy(big, kBig, producer);
+  // The producer's last use of the output.
+  ASSERT_EQ(cudaMemsetAsync(dst.data(), 0, kSmall, producer), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(ready, producer), cudaSuccess);
+  std::memset(*host, 5, kSmall);
+  TensorView out = cuda_view(dst.data(), {static_cast<int64_t>(kSmall)});
+  out.dtype = DataType::kUInt8;
+  out.ready_event = ready;
+  ASSERT_TRUE(staging.copy_to_device(out, *host, kSmall, "out").ok());
+  ASSERT_TRUE(staging.synchronize().ok());
+  ASSERT_EQ(cudaStreamSynchronize(producer), cudaSuccess);
+  std::vector<unsigned char> result = dst.download<unsigned char>(kSmall);
+  for (size_t i = 0; i < kSmall; i += 97) ASSERT_EQ(result[i], 5) << i;
+  cudaEventDestroy(ready);
+  cudaStreamDestroy(producer);
 }
 
 // The same allreduces on CPU and CUDA tensors give the same results: one tensor alone,

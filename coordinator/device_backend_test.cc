@@ -12,6 +12,7 @@
 #include "backends/channel_backend.h"
 #include "backends/local_backend.h"
 #include "common/thread_annotations.h"
+#include "coordinator/executor.h"
 #include "coordinator/runtime.h"
 #include "coordinator/submit.h"
 #include "coordinator/test_cluster.h"
@@ -46,13 +47,27 @@ class FakeDeviceBackend : public DeviceBackend {
                                      " but its data pointer is unregistered host memory");
     return Status::Ok();
   }
-  std::shared_ptr<void> fence(const std::string& what, Done done) override {
+  Result<void*> stand_in(size_t bytes, const std::string& what) override {
     MutexLock lock(mu_);
-    log_.push_back("fence " + what);
-    auto event = std::make_shared<int>(static_cast<int>(log_.size()));
-    queue_.push_back(std::move(done));
-    cv_.notify_all();
-    return event;
+    log_.push_back("stand_in " + what);
+    stand_in_.resize(bytes);
+    return static_cast<void*>(stand_in_.data());
+  }
+  void fence(const std::string& what, const Publish& publish, Done done) override {
+    auto event = std::make_shared<int>(0);
+    {
+      MutexLock lock(mu_);
+      log_.push_back("fence " + what);
+      if (!complete_in_fence_) {
+        publish(event);
+        queue_.push_back(std::move(done));
+        cv_.notify_all();
+        return;
+      }
+    }
+    // The watchdog's fastest case: the op completes before fence returns.
+    publish(event);
+    done(Status::Ok());
   }
   void abort(const Status& why) override {
     MutexLock lock(mu_);
@@ -66,6 +81,10 @@ class FakeDeviceBackend : public DeviceBackend {
   void poison(const void* data) {
     MutexLock lock(mu_);
     poisoned_ = data;
+  }
+  void complete_in_fence() {
+    MutexLock lock(mu_);
+    complete_in_fence_ = true;
   }
   std::thread::id completer_id() const { return completer_.get_id(); }
 
@@ -107,6 +126,8 @@ class FakeDeviceBackend : public DeviceBackend {
   std::vector<std::string> log_ KOLO_GUARDED_BY(mu_);
   std::deque<Done> queue_ KOLO_GUARDED_BY(mu_);
   const void* poisoned_ KOLO_GUARDED_BY(mu_) = nullptr;
+  bool complete_in_fence_ KOLO_GUARDED_BY(mu_) = false;
+  std::vector<char> stand_in_ KOLO_GUARDED_BY(mu_);
   bool stop_ KOLO_GUARDED_BY(mu_) = false;
   std::thread completer_;
 };
@@ -200,6 +221,79 @@ TEST(DeviceBackendTest, ARefusedTensorFailsItsHandleNamingItAndStopsTheRuntime) 
   ASSERT_TRUE(later_entry.ok());
   Handle later = one.runtime->submit(std::move(*later_entry));
   EXPECT_EQ(later.wait(std::chrono::seconds(20)).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(DeviceBackendTest, TheCompletionEventIsSetBeforeTheHandleCompletes) {
+  // The watchdog may complete an op the moment it is registered: a callback that runs at
+  // completion (a c10d-style Work::synchronize) must already find the event.
+  OneRank one;
+  one.fake->complete_in_fence();
+  std::vector<float> x(8, 1.0f);
+  auto built = on_cuda(build_allreduce("x", host_view(x), host_view(x), {}));
+  std::shared_ptr<detail::OpState> state = built->state;
+  void* seen = &seen;  // overwritten by the callback
+  state->then([&seen, state](const Status&) { seen = state->completion_event(); });
+  Handle h = one.runtime->submit(std::move(built));
+  ASSERT_TRUE(h.wait(std::chrono::seconds(20)).ok()) << h.status().to_string();
+  EXPECT_NE(seen, nullptr);
+  EXPECT_NE(seen, static_cast<void*>(&seen));
+  EXPECT_EQ(seen, h.completion_event());
+}
+
+TEST(DeviceBackendTest, AJoinedRanksBatchIsNeitherPreparedNorFencedOnTheDevice) {
+  // A rank that joined has no entry for a CUDA op: every rank refuses it (Unsupported) before
+  // any backend call, and this rank has no handle, so nothing may be queued or fenced (a fenced
+  // op without a handle left the watchdog querying a destroyed event).
+  FakeDeviceBackend fake;
+  std::unique_ptr<Backend> local = make_local_backend("local");
+  Timeline timeline;
+  Executor executor(*local, timeline, &fake);
+  Response r;
+  r.name = "w";
+  r.type = OpType::kAllreduce;
+  r.device = Device::cuda(0);
+  r.shapes = {{4}};
+  r.joined = {0};
+  EXPECT_TRUE(executor.run({BatchItem{&r, nullptr}}).ok());
+  EXPECT_TRUE(fake.log().empty()) << fake.log().front();
+}
+
+std::vector<std::string> ops_of(const std::vector<std::string>& log) {
+  std::vector<std::string> out;
+  for (const auto& line : log)
+    if (line.rfind("abort ", 0) != 0) out.push_back(line);  // the runtime's stop, if any
+  return out;
+}
+
+TEST(DeviceBackendTest, ANullAllocatorOutputStandsInOnTheDevice) {
+  // Host scratch given to NCCL would be an illegal address, which ends the CUDA context.
+  OneRank one;
+  std::vector<float> x(4, 1.0f);
+  AllgatherOptions opts;
+  opts.allocator = [](const std::vector<int64_t>&, DataType) -> void* { return nullptr; };
+  Handle h = one.runtime->submit(on_cuda(build_allgather("g", host_view(x), opts)));
+  EXPECT_EQ(h.wait(std::chrono::seconds(20)).to_string(),
+            "InvalidArgument: allgather 'g': the output allocator returned null for shape [4]");
+  EXPECT_EQ(ops_of(one.fake->log()),
+            (std::vector<std::string>{"wait_ready allgather 'g'", "stand_in allgather 'g'",
+                                      "allgather", "fence allgather 'g'"}));
+}
+
+TEST(DeviceBackendTest, AnAllocatorOutputInHostMemoryIsRefusedAndStandsInOnTheDevice) {
+  OneRank one;
+  std::vector<float> x(4, 1.0f), host_out(4, 0.0f);
+  one.fake->poison(host_out.data());  // the fake's "not device memory"
+  AllgatherOptions opts;
+  opts.allocator = [&](const std::vector<int64_t>&, DataType) -> void* { return host_out.data(); };
+  Handle h = one.runtime->submit(on_cuda(build_allgather("g", host_view(x), opts)));
+  EXPECT_EQ(h.wait(std::chrono::seconds(20)).to_string(),
+            "InvalidArgument: allgather 'g' (output): the tensor says cuda:0 but its data "
+            "pointer is unregistered host memory");
+  EXPECT_EQ(
+      ops_of(one.fake->log()),
+      (std::vector<std::string>{"wait_ready allgather 'g'", "wait_ready allgather 'g' (output)",
+                                "stand_in allgather 'g'", "allgather", "fence allgather 'g'"}));
+  EXPECT_EQ(host_out, std::vector<float>(4, 0.0f));  // never written
 }
 
 }  // namespace

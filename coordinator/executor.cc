@@ -1,5 +1,6 @@
 #include "coordinator/executor.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/text.h"
@@ -83,12 +84,18 @@ void* Executor::allocate_output(Entry& entry, const std::vector<int64_t>& shape,
   size_t bytes = static_cast<size_t>(num_elements(shape)) * dtype_size(dtype);
   if (entry.allocator) {
     void* p = entry.allocator(shape, dtype);
-    if (p == nullptr && bytes > 0) {
+    if (p == nullptr && bytes > 0)
       alloc_status = Status::InvalidArgument(
           std::string(op_type_name(entry.request.type)) + " '" + entry.request.name +
           "': the output allocator returned null for shape " + shape_string(shape));
-      return scratch_.get(bytes);  // still take part, so the other ranks are not stranded
+    // On a device backend the output is checked and a failed one stands in on the device.
+    if (deferred_ && bytes > 0) {
+      void* out = device_output(entry, p, bytes, alloc_status);
+      if (out == p) entry.state->set_output(shape, p);
+      return out;
     }
+    if (p == nullptr && bytes > 0)
+      return scratch_.get(bytes);  // still take part, so the other ranks are not stranded
     entry.state->set_output(shape, p);
     return p;
   }
@@ -117,7 +124,12 @@ Status Executor::run(const std::vector<BatchItem>& batch) {
   // events are waited on by their staging copies (MEMCPY_D2H), on a copy stream.
   begin(batch, "WAIT_FOR_DATA");
   end(batch);
-  if (active_ == gpu_ && device_ && head.type != OpType::kBarrier && head.type != OpType::kJoin) {
+  // A batch with no entry here (this rank joined) has nothing for the device: through_host()
+  // refuses it on every rank, and there is no handle to fence.
+  const bool has_entry =
+      std::any_of(batch.begin(), batch.end(), [](const BatchItem& b) { return b.entry; });
+  if (active_ == gpu_ && device_ && has_entry && head.type != OpType::kBarrier &&
+      head.type != OpType::kJoin) {
     KOLO_RETURN_IF_ERROR(prepare_on_device(batch));
     deferred_ = true;  // reset by the next run()
   }

@@ -97,6 +97,10 @@ class Executor {
   // finish() of a deferred batch: fences it on the device backend; the handles complete with
   // the completion event's outcome (or `status` when the call already failed).
   void finish_on_device(const std::vector<BatchItem>& batch, const Status& status);
+  // The device output of an entry of a deferred batch: `allocated` (the allocator's) when it
+  // is device memory on the tensor's device, else (null, host memory) the backend's stand-in
+  // device memory of `bytes`, with alloc_status set to why (null when even that failed).
+  void* device_output(Entry& entry, void* allocated, size_t bytes, Status& alloc_status);
 
   // CUDA staging (executor_staging.cc).
   // Whether the response's tensors go to the backend through host memory: false when the

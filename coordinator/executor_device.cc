@@ -54,15 +54,40 @@ void Executor::finish_on_device(const std::vector<BatchItem>& batch, const Statu
   for (const auto& item : batch)
     if (item.entry) states.push_back(item.entry->state);
   // The fence also ends the backend's operation after a failed call; the handles then get
-  // that failure rather than the (irrelevant) completion of whatever was queued.
-  std::shared_ptr<void> event =
-      device_->fence(describe(batch), [states, status](const Status& done) {
+  // that failure rather than the (irrelevant) completion of whatever was queued. The event is
+  // published before the backend registers the operation (op_state.h: set before it can
+  // complete), so a caller never sees a completed GPU handle without its event.
+  device_->fence(
+      describe(batch),
+      [&states](const std::shared_ptr<void>& event) {
+        for (const auto& s : states) s->set_completion_event(event);
+      },
+      [states, status](const Status& done) {
         for (const auto& s : states) s->complete(status.ok() ? done : status);
       });
-  for (const auto& s : states) s->set_completion_event(event);
   if (!timeline_.active()) return;
   for (const auto& item : batch)
     if (item.entry && item.entry->traced) end_op_span(item, batch.size(), status);
+}
+
+void* Executor::device_output(Entry& entry, void* allocated, size_t bytes, Status& alloc_status) {
+  const std::string what =
+      std::string(op_type_name(entry.request.type)) + " '" + entry.request.name + "'";
+  const Device device = entry.inputs[0].device;
+  if (allocated != nullptr) {
+    // The backend writes it on the device: host memory there would be an illegal address,
+    // which ends the CUDA context for every later operation.
+    Status checked = device_->wait_ready(device, allocated, nullptr, what + " (output)");
+    if (checked.ok()) return allocated;
+    alloc_status = checked;
+  }
+  // Still take part, so the other ranks are not stranded: into device memory of the backend.
+  Result<void*> stand_in = device_->stand_in(bytes, what);
+  if (!stand_in.ok()) {
+    if (alloc_status.ok()) alloc_status = stand_in.status();
+    return nullptr;  // the backend refuses a null buffer: an error, not a crash
+  }
+  return *stand_in;
 }
 
 }  // namespace kolo::coord

@@ -28,7 +28,9 @@ CudaStaging::~CudaStaging() = default;
 
 Result<void*> CudaStaging::host_buffer(Slot, size_t) { return no_cuda("pinned staging buffer"); }
 
-Result<void*> CudaStaging::stream(int) { return no_cuda("CUDA copy stream"); }
+Result<void*> CudaStaging::stream_after(int, void*, const std::string&) {
+  return no_cuda("CUDA copy stream");
+}
 
 Status CudaStaging::copy_to_host(void*, const TensorView&, size_t, const std::string& name) {
   return no_cuda("staging tensor '" + name + "'");

@@ -3,11 +3,14 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <thread>
+#include <vector>
 
 #include "backends/nccl/nccl_errors.h"
 #include "backends/nccl/nccl_kernels.h"
@@ -29,6 +32,42 @@ using nccl::nccl_status;
 // layer's backward time, rarely enough to leave the CPU to the training loop.
 constexpr auto kPollInterval = std::chrono::microseconds(100);
 constexpr auto kIdleInterval = std::chrono::milliseconds(10);
+// How long a host wait on NCCL or the GPU yields before it sleeps: since NCCL 2.23 every
+// ncclGroupEnd on a non-blocking communicator returns ncclInProgress and launches from a
+// helper thread within tens of microseconds; a 100 us sleep would dominate a small collective.
+constexpr auto kSpinFor = std::chrono::microseconds(200);
+
+// Yields while `start` is recent, sleeps a poll interval after.
+void backoff(Clock::time_point start) {
+  if (Clock::now() - start < kSpinFor)
+    std::this_thread::yield();
+  else
+    std::this_thread::sleep_for(kPollInterval);
+}
+
+// Makes `device` current for a scope on a thread that is not Kolo's (the caller's thread in
+// connect, in the destructor, in a blocking collective), and restores the caller's device.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) {
+      (void)cudaGetLastError();
+      previous_ = -1;
+    }
+    status_ = cudaSetDevice(device);
+    if (previous_ == device) previous_ = -1;  // nothing to restore
+  }
+  ~DeviceGuard() {
+    if (previous_ >= 0) cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+  cudaError_t status() const { return status_; }
+
+ private:
+  int previous_ = -1;
+  cudaError_t status_ = cudaSuccess;
+};
 
 nccl::ScaleType scale_type(DataType dtype) {
   switch (dtype) {
@@ -73,7 +112,8 @@ class NcclBackend final : public DeviceBackend {
 
   Status wait_ready(Device device, const void* data, void* ready_event,
                     const std::string& what) override;
-  std::shared_ptr<void> fence(const std::string& what, Done done) override;
+  Result<void*> stand_in(size_t bytes, const std::string& what) override;
+  void fence(const std::string& what, const Publish& publish, Done done) override;
   void abort(const Status& why) override;
 
  protected:
@@ -90,8 +130,11 @@ class NcclBackend final : public DeviceBackend {
   Status do_barrier() override;
 
  private:
-  // Every call starts here: the current device, and the communicator's sticky failure.
-  Status enter(const char* op);
+  // Every collective starts here: the communicator's sticky failure, the current device,
+  // and outside an operation the order after the legacy default stream (the blocking
+  // contract). The device guard restores the caller's device (a blocking call runs on the
+  // caller's thread); inside an operation it is the background thread, already on device_.
+  Status enter(const char* op, std::optional<DeviceGuard>& guard);
   // The result of an NCCL call in non-blocking mode: ncclInProgress means "queued, the
   // communicator is busy"; it is polled (bounded by the op timeout) until it settles.
   Status settle(ncclResult_t r, const std::string& what);
@@ -101,13 +144,36 @@ class NcclBackend final : public DeviceBackend {
   static Status group_call(ncclResult_t r, const std::string& what) {
     return r == ncclSuccess || r == ncclInProgress ? Status::Ok() : nccl_status(r, what);
   }
+  // Makes stream_ wait for the work queued so far on the legacy default stream (once per
+  // operation: one mark covers every tensor of it).
+  Status wait_for_legacy_stream(const std::string& what);
+  // The group of the running operation. open_group() (the first collective after wait_ready)
+  // takes comm_mu_ and calls ncclGroupStart; every collective until fence() is recorded into
+  // that one group; close_group() calls ncclGroupEnd, releases comm_mu_, settles the group
+  // once and then queues the deferred post-scale kernels (they must follow the NCCL kernels,
+  // which NCCL enqueues only when the group settles). Holding comm_mu_ for the open group is
+  // what keeps abort() (another thread) from freeing the communicator inside it; the
+  // background thread holds it only while it queues work, never while it waits.
+  Status open_group(const std::string& what) KOLO_NO_THREAD_SAFETY_ANALYSIS;
+  Status close_group(const std::string& what) KOLO_NO_THREAD_SAFETY_ANALYSIS;
+  // Runs NCCL call f(comm): into the open group inside an operation, else on its own, settled.
+  template <typename F>
+  Status nccl_call(F f, const std::string& what) {
+    if (group_open_) return group_call(f(comm_), what);
+    return settle(locked(f), what);
+  }
   Status scale(void* dst, const void* src, int64_t n, DataType dtype, double factor,
                const std::string& what);
+  // A post-scale of a collective's output: queued now outside an operation, after the group
+  // settles inside one.
+  Status post_scale(void* data, int64_t n, DataType dtype, double factor, const std::string& what);
   // Outside an operation begun by wait_ready: Backend's blocking contract (see
   // device_backend.h). Inside one: nothing, fence() completes it.
   Status finish_call(const std::string& what);
   // Device scratch of at least `bytes` (stream-ordered allocation: no host wait).
   Result<void*> scratch(size_t bytes);
+  // `buffer` (of `capacity` bytes) grown to at least `bytes`, stream-ordered.
+  Result<void*> grow(void*& buffer, size_t& capacity, size_t bytes, const std::string& what);
   // Grouped point-to-point: sends send_counts[j] elements from input and receives
   // recv_counts[j] into output for every peer j, the own block as a device copy. same_input:
   // every peer gets the same block, input's first send_counts[j] elements (allgather).
@@ -134,14 +200,35 @@ class NcclBackend final : public DeviceBackend {
     return last_nccl_error(comm_);
   }
 
+  struct PostScale {
+    void* data;
+    int64_t n;
+    DataType dtype;
+    double factor;
+    std::string what;
+  };
+
   const int rank_, size_, device_;
   const std::chrono::milliseconds op_timeout_;
   Mutex comm_mu_;  // guards comm_ after connect(): every call and the abort
   ncclComm_t comm_ = nullptr;
+  // Non-blocking: neither waits for nor holds up the legacy default stream, where the
+  // framework computes; wait_for_legacy_stream() orders it after that stream where needed.
   cudaStream_t stream_ = nullptr;
+  cudaEvent_t legacy_mark_ = nullptr;  // recorded on the legacy stream, waited on by stream_
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
-  bool in_op_ = false;  // between wait_ready and fence (the background thread's)
+  void* stand_in_ = nullptr;
+  size_t stand_in_bytes_ = 0;
+  // The background thread's operation state, between wait_ready and fence.
+  bool in_op_ = false;
+  bool legacy_waited_ = false;  // this operation's stream already waits for the legacy stream
+  bool group_open_ = false;     // open_group() ran: comm_mu_ is held
+  // The thread that holds comm_mu_ for the open group (abort() from it must end the group
+  // first, or it would wait on itself).
+  std::atomic<std::thread::id> group_owner_{};
+  std::vector<PostScale> post_scales_;
+  std::vector<void*> retired_;  // buffers outgrown inside the open group: freed after it
   nccl::PendingOps pending_;
   std::atomic<bool> aborted_{false};
   Mutex mu_;  // guards the watchdog's sleep and stop request
@@ -151,6 +238,7 @@ class NcclBackend final : public DeviceBackend {
 };
 
 NcclBackend::~NcclBackend() {
+  if (group_open_) (void)close_group("nccl shutdown");  // a fence never came: launch, then wait
   if (stream_) {
     // Let queued work finish (bounded by the op timeout); the watchdog completes it.
     const auto deadline = Clock::now() + op_timeout_;
@@ -165,7 +253,7 @@ NcclBackend::~NcclBackend() {
   cv_.notify_all();
   if (watchdog_.joinable()) watchdog_.join();
   pending_.fail_all(Status::Aborted("the nccl backend was shut down"));
-  cudaSetDevice(device_);
+  DeviceGuard guard(device_);
   if (comm_ && !aborted_) {
     // Finalize flushes outstanding work; in non-blocking mode it returns at once and is
     // polled. Whatever goes wrong, abort releases the communicator without waiting on peers.
@@ -182,20 +270,39 @@ NcclBackend::~NcclBackend() {
     }
   }
   if (scratch_) cudaFreeAsync(scratch_, stream_);
+  if (stand_in_) cudaFreeAsync(stand_in_, stream_);
   if (stream_) {
-    cudaStreamSynchronize(stream_);
-    cudaStreamDestroy(stream_);
+    // Polled, never cudaStreamSynchronize: a kernel stuck on a peer (finalize timed out before
+    // the abort ended it) must not hang the shutdown.
+    const auto deadline = Clock::now() + op_timeout_;
+    const auto start = Clock::now();
+    cudaError_t q = cudaStreamQuery(stream_);
+    while (q == cudaErrorNotReady && Clock::now() < deadline) {
+      backoff(start);
+      q = cudaStreamQuery(stream_);
+    }
+    if (q == cudaErrorNotReady)
+      KOLO_LOG_ERROR("nccl: the stream of cuda:" << device_ << " still runs after "
+                                                 << format_duration(op_timeout_)
+                                                 << " at shutdown; it is left to the driver");
+    else
+      cudaStreamDestroy(stream_);
   }
+  if (legacy_mark_) cudaEventDestroy(legacy_mark_);
 }
 
 Status NcclBackend::connect(const BackendContext& ctx) {
   const std::string me =
       "nccl rank " + std::to_string(rank_) + " (cuda:" + std::to_string(device_) + ")";
-  KOLO_RETURN_IF_ERROR(cuda(cudaSetDevice(device_), me + ": cudaSetDevice"));
-  // A blocking stream, like the staging one: it also waits for work on the legacy default
-  // stream, so a tensor written there is safe to use without a ready event.
-  KOLO_RETURN_IF_ERROR(
-      cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamDefault), me + ": creating its stream"));
+  DeviceGuard guard(device_);  // the caller's thread: its device is restored
+  KOLO_RETURN_IF_ERROR(cuda(guard.status(), me + ": cudaSetDevice"));
+  // Non-blocking (as PyTorch's streams are): a blocking stream would serialise every
+  // collective with the compute on the legacy default stream, both ways. The legacy stream's
+  // work is waited for through legacy_mark_ where the contract asks for it (wait_ready).
+  KOLO_RETURN_IF_ERROR(cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
+                            me + ": creating its stream"));
+  KOLO_RETURN_IF_ERROR(cuda(cudaEventCreateWithFlags(&legacy_mark_, cudaEventDisableTiming),
+                            me + ": creating its event"));
 
   ncclUniqueId id;
   const std::string key = ctx.store_prefix + "/nccl/id";
@@ -240,14 +347,65 @@ Status NcclBackend::connect(const BackendContext& ctx) {
   return Status::Ok();
 }
 
-Status NcclBackend::enter(const char* op) {
+Status NcclBackend::enter(const char* op, std::optional<DeviceGuard>& guard) {
+  const std::string what = std::string("nccl ") + op;
   Status failed = pending_.failure();
-  if (!failed.ok()) return failed.with_context(std::string("nccl ") + op);
-  return cuda(cudaSetDevice(device_), std::string("nccl ") + op + ": cudaSetDevice");
+  if (!failed.ok()) return failed.with_context(what);
+  if (in_op_) return open_group(what);  // the background thread: on device_ since wait_ready
+  guard.emplace(device_);
+  KOLO_RETURN_IF_ERROR(cuda(guard->status(), what + ": cudaSetDevice"));
+  return wait_for_legacy_stream(what);
+}
+
+Status NcclBackend::wait_for_legacy_stream(const std::string& what) {
+  if (legacy_waited_) return Status::Ok();
+  KOLO_RETURN_IF_ERROR(cuda(cudaEventRecord(legacy_mark_, cudaStreamLegacy),
+                            what + ": recording an event on the legacy default stream"));
+  KOLO_RETURN_IF_ERROR(cuda(cudaStreamWaitEvent(stream_, legacy_mark_, 0),
+                            what + ": waiting for the legacy default stream"));
+  legacy_waited_ = in_op_;  // outside an operation every call waits anew
+  return Status::Ok();
+}
+
+Status NcclBackend::open_group(const std::string& what) {
+  if (group_open_) return Status::Ok();
+  comm_mu_.lock();
+  if (!comm_) {
+    comm_mu_.unlock();
+    Status failed = pending_.failure();
+    return failed.ok() ? Status::Aborted(what + ": the communicator was aborted")
+                       : failed.with_context(what);
+  }
+  const ncclResult_t r = ncclGroupStart();
+  if (r != ncclSuccess) {
+    comm_mu_.unlock();
+    return nccl_status(r, what + ": ncclGroupStart");
+  }
+  group_open_ = true;
+  group_owner_ = std::this_thread::get_id();
+  return Status::Ok();
+}
+
+Status NcclBackend::close_group(const std::string& what) {
+  if (!group_open_) return Status::Ok();
+  // Closed even after a failed call in it, or the communicator stays in the group.
+  const ncclResult_t ended = ncclGroupEnd();
+  group_open_ = false;
+  group_owner_ = std::thread::id();
+  comm_mu_.unlock();
+  Status st = settle(ended, what + ": ncclGroupEnd");
+  std::vector<PostScale> post = std::move(post_scales_);
+  post_scales_.clear();
+  for (const PostScale& p : post)
+    if (st.ok()) st = scale(p.data, p.data, p.n, p.dtype, p.factor, p.what);
+  for (void* b : retired_) cudaFreeAsync(b, stream_);
+  retired_.clear();
+  return st;
 }
 
 Status NcclBackend::settle(ncclResult_t r, const std::string& what) {
-  const auto deadline = Clock::now() + op_timeout_;
+  const auto start = Clock::now();
+  const auto deadline = start + op_timeout_;
   while (r == ncclInProgress) {
     if (Clock::now() > deadline) {
       Status st = Status::Timeout(what + ": NCCL did not accept the call within " +
@@ -255,7 +413,7 @@ Status NcclBackend::settle(ncclResult_t r, const std::string& what) {
       abort(st);
       return st;
     }
-    std::this_thread::sleep_for(kPollInterval);
+    backoff(start);
     r = async_error();
   }
   if (r == ncclSuccess) return Status::Ok();
@@ -280,6 +438,14 @@ Status NcclBackend::scale(void* dst, const void* src, int64_t n, DataType dtype,
               what + ": scale kernel");
 }
 
+Status NcclBackend::post_scale(void* data, int64_t n, DataType dtype, double factor,
+                               const std::string& what) {
+  if (factor == 1.0 || n == 0) return Status::Ok();
+  if (!group_open_) return scale(data, data, n, dtype, factor, what);
+  post_scales_.push_back({data, n, dtype, factor, what});
+  return Status::Ok();
+}
+
 Status NcclBackend::finish_call(const std::string& what) {
   if (in_op_) return Status::Ok();
   // Blocking contract outside an operation: poll an event (never cudaStreamSynchronize,
@@ -287,7 +453,8 @@ Status NcclBackend::finish_call(const std::string& what) {
   cudaEvent_t ev = nullptr;
   KOLO_RETURN_IF_ERROR(cuda(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), what));
   Status st = cuda(cudaEventRecord(ev, stream_), what + ": cudaEventRecord");
-  const auto deadline = Clock::now() + op_timeout_;
+  const auto start = Clock::now();
+  const auto deadline = start + op_timeout_;
   while (st.ok()) {
     cudaError_t q = cudaEventQuery(ev);
     if (q == cudaSuccess) break;
@@ -312,34 +479,49 @@ Status NcclBackend::finish_call(const std::string& what) {
       abort(st);
       break;
     }
-    // Spin (yielding) for the first millisecond, as cudaStreamSynchronize would: a small
-    // collective completes in microseconds and a sleep would dominate it.
-    if (Clock::now() - (deadline - op_timeout_) > std::chrono::milliseconds(1))
-      std::this_thread::sleep_for(kPollInterval);
-    else
-      std::this_thread::yield();
+    // Spin (yielding) first, as cudaStreamSynchronize would: a small collective completes
+    // in microseconds and a sleep would dominate it.
+    backoff(start);
   }
   cudaEventDestroy(ev);
   return st;
 }
 
+Result<void*> NcclBackend::grow(void*& buffer, size_t& capacity, size_t bytes,
+                                const std::string& what) {
+  if (bytes <= capacity && buffer) return buffer;
+  // Stream-ordered, after its last use; inside an open group that use is not queued yet, so
+  // the free waits until close_group() launched the group.
+  if (buffer) {
+    if (group_open_)
+      retired_.push_back(buffer);
+    else
+      cudaFreeAsync(buffer, stream_);
+  }
+  buffer = nullptr;
+  capacity = 0;
+  const size_t want = std::max<size_t>(bytes, 4096);
+  KOLO_RETURN_IF_ERROR(cuda(cudaMallocAsync(&buffer, want, stream_),
+                            what + ": allocating " + std::to_string(want) +
+                                " bytes of device memory on cuda:" + std::to_string(device_)));
+  capacity = want;
+  return buffer;
+}
+
 Result<void*> NcclBackend::scratch(size_t bytes) {
-  if (bytes <= scratch_bytes_ && scratch_) return scratch_;
-  if (scratch_) cudaFreeAsync(scratch_, stream_);  // stream-ordered: after its last use
-  scratch_ = nullptr;
-  scratch_bytes_ = 0;
-  const size_t capacity = std::max<size_t>(bytes, 4096);
-  KOLO_RETURN_IF_ERROR(
-      cuda(cudaMallocAsync(&scratch_, capacity, stream_),
-           "nccl: allocating " + std::to_string(capacity) + " bytes of device scratch"));
-  scratch_bytes_ = capacity;
-  return scratch_;
+  return grow(scratch_, scratch_bytes_, bytes, "nccl scratch");
+}
+
+Result<void*> NcclBackend::stand_in(size_t bytes, const std::string& what) {
+  return grow(stand_in_, stand_in_bytes_, bytes, what + ": a stand-in output");
 }
 
 Status NcclBackend::wait_ready(Device device, const void* data, void* ready_event,
                                const std::string& what) {
-  KOLO_RETURN_IF_ERROR(enter("wait_ready"));
+  if (Status failed = pending_.failure(); !failed.ok()) return failed.with_context(what);
   in_op_ = true;
+  // The background thread (Kolo's own): it stays on device_.
+  KOLO_RETURN_IF_ERROR(cuda(cudaSetDevice(device_), what + ": cudaSetDevice"));
   if (!device.is_cuda() || device.index != device_)
     return Status::InvalidArgument(
         what + ": the tensor is on " + device.to_string() +
@@ -359,59 +541,77 @@ Status NcclBackend::wait_ready(Device device, const void* data, void* ready_even
       return Status::InvalidArgument(what + ": the tensor says " + device.to_string() +
                                      " but its memory is on cuda:" + std::to_string(attr.device));
   }
-  if (ready_event) {
-    cudaError_t err = cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(ready_event), 0);
-    if (err != cudaSuccess) {
-      (void)cudaGetLastError();
-      return Status::InvalidArgument(what + ": its ready event is not a usable CUDA event (" +
-                                     cudaGetErrorName(err) + ": " + cudaGetErrorString(err) + ")");
-    }
+  if (!ready_event) return wait_for_legacy_stream(what);
+  cudaError_t err = cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(ready_event), 0);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return Status::InvalidArgument(what + ": its ready event is not a usable CUDA event (" +
+                                   cudaGetErrorName(err) + ": " + cudaGetErrorString(err) + ")");
   }
   return Status::Ok();
 }
 
-std::shared_ptr<void> NcclBackend::fence(const std::string& what, Done done) {
+void NcclBackend::fence(const std::string& what, const Publish& publish, Done done) {
+  // Launch the operation's group (and its post-scales) before its completion event. Inside
+  // the group the calls only recorded work: NCCL reports their errors here.
+  const Status launched = close_group(what);
   in_op_ = false;
-  cudaEvent_t ev = nullptr;
+  legacy_waited_ = false;
   if (Status failed = pending_.failure(); !failed.ok()) {
     done(nccl::op_failure(what, failed));  // the communicator is gone: name this op
-    return nullptr;
+    return;
   }
-  Status st = enter("fence");
-  if (st.ok()) st = cuda(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), what);
-  if (st.ok()) st = cuda(cudaEventRecord(ev, stream_), what + ": recording its completion event");
-  if (!st.ok()) {
+  cudaEvent_t ev = nullptr;
+  Status recorded = cuda(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), what);
+  if (recorded.ok())
+    recorded = cuda(cudaEventRecord(ev, stream_), what + ": recording its completion event");
+  if (!recorded.ok()) {
     if (ev) cudaEventDestroy(ev);
-    done(st);
-    return nullptr;
+    // Work of this operation may still be queued, with nothing to tell when it ends: abort,
+    // so that no buffer is written after its handle reports the failure.
+    abort(recorded);
+    done(recorded);
+    return;
   }
   // Destroying an event whose work is still queued is allowed: CUDA frees it on completion.
   std::shared_ptr<void> event(ev, [](void* e) { cudaEventDestroy(static_cast<cudaEvent_t>(e)); });
+  // Published before the op is registered: the watchdog may complete it at once.
+  publish(event);
   pending_.add(
       what,
-      [ev]() -> Result<bool> {
-        cudaError_t q = cudaEventQuery(ev);
+      // Holds the event: the query must never see a destroyed one, whoever else drops it.
+      [event]() -> Result<bool> {
+        cudaError_t q = cudaEventQuery(static_cast<cudaEvent_t>(event.get()));
         if (q == cudaSuccess) return true;
         if (q == cudaErrorNotReady) return false;
         return cuda_status(q, "waiting for its completion event");
       },
-      std::move(done));
+      // A group that failed to launch (NCCL refused it: nothing was lost on the peers, the
+      // communicator stays) fails the op, once what was queued before it has run.
+      launched.ok() ? std::move(done) : Done([done = std::move(done), launched](const Status& st) {
+        done(st.ok() ? launched : st);
+      }));
   cv_.notify_all();
-  return event;
 }
 
 void NcclBackend::abort(const Status& why) {
-  if (aborted_.exchange(true)) {
-    pending_.fail_all(why);  // keeps the first reason
-    return;
-  }
-  KOLO_LOG_ERROR("nccl: aborting the communicator: " << why.to_string());
-  // Abort first: no pending op may be reported failed while NCCL can still write its buffers.
+  // Closed first: from now on no op completes OK (an aborted kernel exits, and its event
+  // fires, with its buffers half written) and every new call fails with this first reason.
+  pending_.close(why);
+  // The background thread inside an operation (the runtime failing between its calls):
+  // release the group it holds, so that the abort below does not wait on this thread.
+  if (group_owner_ == std::this_thread::get_id()) (void)close_group("nccl abort");
   {
+    // A second caller waits here until the first one's ncclCommAbort returned.
     MutexLock lock(comm_mu_);
-    if (comm_) ncclCommAbort(comm_);
-    comm_ = nullptr;
+    if (comm_) {
+      KOLO_LOG_ERROR("nccl: aborting the communicator: " << pending_.failure().to_string());
+      ncclCommAbort(comm_);
+      comm_ = nullptr;
+    }
   }
+  aborted_ = true;
+  // Only now, with NCCL unable to write their buffers, are the ops reported failed.
   pending_.fail_all(why);
 }
 
@@ -427,11 +627,11 @@ void NcclBackend::watchdog() {
                        : std::chrono::microseconds(kIdleInterval));
       if (stop_) return;
     }
-    if (aborted_) continue;
+    if (!pending_.failure().ok()) continue;  // closed: an abort runs or ran
     Status st = pending_.poll(op_timeout_);
     if (st.ok()) {
       const ncclResult_t async = async_error();
-      if (async != ncclSuccess && async != ncclInProgress && !aborted_)
+      if (async != ncclSuccess && async != ncclInProgress && pending_.failure().ok())
         st = nccl_status(async, "the nccl communicator", last_error());
     }
     if (!st.ok()) abort(st);
@@ -441,22 +641,24 @@ void NcclBackend::watchdog() {
 Status NcclBackend::do_allreduce(const void* input, void* output, int64_t count, DataType dtype,
                                  const Reduction& reduction) {
   const std::string what = "nccl allreduce";
-  KOLO_RETURN_IF_ERROR(enter("allreduce"));
+  std::optional<DeviceGuard> guard;
+  KOLO_RETURN_IF_ERROR(enter("allreduce", guard));
   // A prescale is a kernel into the output, then the reduction is in place there; without one
-  // NCCL reads the input directly.
+  // NCCL reads the input directly. (Inside a group the kernel is queued at once, so before
+  // the group's NCCL kernels, which NCCL enqueues when the group ends.)
   const void* src = input;
   if (reduction.prescale != 1.0) {
     KOLO_RETURN_IF_ERROR(scale(output, input, count, dtype, reduction.prescale, what));
     src = output;
   }
-  KOLO_RETURN_IF_ERROR(settle(
-      locked([&](ncclComm_t c) {
+  KOLO_RETURN_IF_ERROR(nccl_call(
+      [&](ncclComm_t c) {
         return ncclAllReduce(src, output, static_cast<size_t>(count),
                              static_cast<ncclDataType_t>(nccl::nccl_dtype(dtype)),
                              static_cast<ncclRedOp_t>(nccl::nccl_op(reduction.op)), c, stream_);
-      }),
+      },
       what));
-  KOLO_RETURN_IF_ERROR(scale(output, output, count, dtype, reduction.postscale, what));
+  KOLO_RETURN_IF_ERROR(post_scale(output, count, dtype, reduction.postscale, what));
   return finish_call(what);
 }
 
@@ -469,11 +671,11 @@ Status NcclBackend::exchange(const void* input, void* output, DataType dtype,
   auto in = static_cast<const char*>(input);
   auto out = static_cast<char*>(output);
   int64_t send_off = 0, recv_off = 0;
-  // The whole group under comm_mu_: an abort must not free the communicator between the calls
-  // of an open group. Inside a group the calls only record work (no InProgress to poll).
-  MutexLock lock(comm_mu_);
-  if (!comm_) return pending_.failure().with_context(what);
-  Status st = group_call(ncclGroupStart(), what + ": ncclGroupStart");
+  // In a group: the operation's (inside one), or one of its own, so that an abort cannot
+  // free the communicator between the calls of an open group.
+  const bool own_group = !group_open_;
+  if (own_group) KOLO_RETURN_IF_ERROR(open_group(what));
+  Status st;
   for (int j = 0; j < size_ && st.ok(); ++j) {
     const int64_t s = send_counts[j], rc = recv_counts[j];
     if (j == rank_) {
@@ -495,26 +697,25 @@ Status NcclBackend::exchange(const void* input, void* output, DataType dtype,
     if (!same_input) send_off += s;
     recv_off += rc;
   }
-  // The group must be closed even after a failed call, or the communicator stays in it.
-  const ncclResult_t ended = ncclGroupEnd();
-  lock.unlock();
-  Status end_status = settle(ended, what + ": ncclGroupEnd");
+  if (!own_group) return st;
+  Status end_status = close_group(what);
   return st.ok() ? end_status : st;
 }
 
 Status NcclBackend::do_allgather(const void* input, void* output, DataType dtype,
                                  const std::vector<int64_t>& counts) {
   const std::string what = "nccl allgather";
-  KOLO_RETURN_IF_ERROR(enter("allgather"));
+  std::optional<DeviceGuard> guard;
+  KOLO_RETURN_IF_ERROR(enter("allgather", guard));
   const bool equal =
       std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts[0]; });
   if (equal) {
     // ncclAllGather is in place when input is this rank's slot of output.
-    KOLO_RETURN_IF_ERROR(settle(
-        locked([&](ncclComm_t c) {
+    KOLO_RETURN_IF_ERROR(nccl_call(
+        [&](ncclComm_t c) {
           return ncclAllGather(input, output, static_cast<size_t>(counts[0]),
                                static_cast<ncclDataType_t>(nccl::nccl_dtype(dtype)), c, stream_);
-        }),
+        },
         what));
   } else {
     // Every rank sends its one block to every other rank.
@@ -527,14 +728,15 @@ Status NcclBackend::do_allgather(const void* input, void* output, DataType dtype
 
 Status NcclBackend::do_broadcast(void* data, int64_t count, DataType dtype, int root) {
   const std::string what = "nccl broadcast";
-  KOLO_RETURN_IF_ERROR(enter("broadcast"));
-  KOLO_RETURN_IF_ERROR(settle(locked([&](ncclComm_t c) {
-                                return ncclBroadcast(
-                                    data, data, static_cast<size_t>(count),
-                                    static_cast<ncclDataType_t>(nccl::nccl_dtype(dtype)), root, c,
-                                    stream_);
-                              }),
-                              what));
+  std::optional<DeviceGuard> guard;
+  KOLO_RETURN_IF_ERROR(enter("broadcast", guard));
+  KOLO_RETURN_IF_ERROR(nccl_call(
+      [&](ncclComm_t c) {
+        return ncclBroadcast(data, data, static_cast<size_t>(count),
+                             static_cast<ncclDataType_t>(nccl::nccl_dtype(dtype)), root, c,
+                             stream_);
+      },
+      what));
   return finish_call(what);
 }
 
@@ -542,7 +744,8 @@ Status NcclBackend::do_alltoall(const void* input, void* output, DataType dtype,
                                 const std::vector<int64_t>& send_counts,
                                 const std::vector<int64_t>& recv_counts) {
   const std::string what = "nccl alltoall";
-  KOLO_RETURN_IF_ERROR(enter("alltoall"));
+  std::optional<DeviceGuard> guard;
+  KOLO_RETURN_IF_ERROR(enter("alltoall", guard));
   KOLO_RETURN_IF_ERROR(
       exchange(input, output, dtype, send_counts, recv_counts, /*same_input=*/false, what));
   return finish_call(what);
@@ -552,7 +755,8 @@ Status NcclBackend::do_reducescatter(const void* input, void* output, DataType d
                                      const Reduction& reduction,
                                      const std::vector<int64_t>& counts) {
   const std::string what = "nccl reducescatter";
-  KOLO_RETURN_IF_ERROR(enter("reducescatter"));
+  std::optional<DeviceGuard> guard;
+  KOLO_RETURN_IF_ERROR(enter("reducescatter", guard));
   const size_t esize = dtype_size(dtype);
   const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
   const void* src = input;
@@ -566,18 +770,17 @@ Status NcclBackend::do_reducescatter(const void* input, void* output, DataType d
   const bool equal =
       std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts[0]; });
   if (equal) {
-    KOLO_RETURN_IF_ERROR(settle(
-        locked([&](ncclComm_t c) {
+    KOLO_RETURN_IF_ERROR(nccl_call(
+        [&](ncclComm_t c) {
           return ncclReduceScatter(src, output, static_cast<size_t>(counts[0]), dt, op, c, stream_);
-        }),
+        },
         what));
   } else {
     // NCCL has no reduce-scatter with per-rank counts: one ncclReduce per block, to the rank
-    // that owns it, in one group (NCCL schedules them together).
-    // Under comm_mu_ for the whole group, as in exchange().
-    MutexLock lock(comm_mu_);
-    if (!comm_) return pending_.failure().with_context(what);
-    Status st = group_call(ncclGroupStart(), what + ": ncclGroupStart");
+    // that owns it, in one group (NCCL schedules them together), as in exchange().
+    const bool own_group = !group_open_;
+    if (own_group) KOLO_RETURN_IF_ERROR(open_group(what));
+    Status st;
     int64_t off = 0;
     for (int r = 0; r < size_ && st.ok(); ++r) {
       if (counts[r] > 0)
@@ -586,26 +789,28 @@ Status NcclBackend::do_reducescatter(const void* input, void* output, DataType d
                         what + ": ncclReduce of rank " + std::to_string(r) + "'s block");
       off += counts[r];
     }
-    const ncclResult_t ended = ncclGroupEnd();
-    lock.unlock();
-    Status end_status = settle(ended, what + ": ncclGroupEnd");
+    Status end_status = own_group ? close_group(what) : Status::Ok();
     KOLO_RETURN_IF_ERROR(st.ok() ? end_status : st);
   }
-  KOLO_RETURN_IF_ERROR(scale(output, output, counts[rank_], dtype, reduction.postscale, what));
+  KOLO_RETURN_IF_ERROR(post_scale(output, counts[rank_], dtype, reduction.postscale, what));
   return finish_call(what);
 }
 
 Status NcclBackend::do_barrier() {
   const std::string what = "nccl barrier";
-  KOLO_RETURN_IF_ERROR(enter("barrier"));
-  KOLO_ASSIGN_OR_RETURN(void* one, scratch(sizeof(int32_t)));
-  KOLO_RETURN_IF_ERROR(settle(locked([&](ncclComm_t c) {
-                                return ncclAllReduce(one, one, 1, ncclInt32, ncclSum, c, stream_);
-                              }),
-                              what));
+  // A barrier is always blocking, that is its point: it launches an open group first.
+  KOLO_RETURN_IF_ERROR(close_group(what));
   const bool was_in_op = in_op_;
-  in_op_ = false;  // a barrier is always blocking: that is its point
-  Status st = finish_call(what);
+  in_op_ = false;
+  std::optional<DeviceGuard> guard;
+  Status st = enter("barrier", guard);
+  Result<void*> one = st.ok() ? scratch(sizeof(int32_t)) : Result<void*>(st);
+  if (!one.ok()) st = one.status();
+  if (st.ok())
+    st = nccl_call(
+        [&](ncclComm_t c) { return ncclAllReduce(*one, *one, 1, ncclInt32, ncclSum, c, stream_); },
+        what);
+  if (st.ok()) st = finish_call(what);
   in_op_ = was_in_op;
   return st;
 }
@@ -618,18 +823,12 @@ Result<std::unique_ptr<Backend>> make_nccl_backend(const BackendContext& ctx) {
     (void)cudaGetLastError();
     count = 0;
   }
-  if (count == 0)
-    return Status::Unsupported(
-        "nccl: this process sees no CUDA device (CUDA_VISIBLE_DEVICES, "
-        "driver); NCCL needs one GPU per rank");
-  if (ctx.local_size > count)
-    return Status::InvalidArgument("nccl: " + std::to_string(ctx.local_size) +
-                                   " ranks run on this host but it has " + std::to_string(count) +
-                                   " visible GPU(s); NCCL needs one GPU per rank");
+  Result<int> device = gpu_of_local_rank(ctx.local_rank, ctx.local_size, count);
+  if (!device.ok()) return device.status().with_context("nccl");
   if (ctx.size > 1 && ctx.store == nullptr)
     return Status::InvalidArgument("nccl: context.store must not be null for a group of " +
                                    std::to_string(ctx.size) + " ranks");
-  auto backend = std::make_unique<NcclBackend>(ctx.rank, ctx.size, ctx.local_rank, ctx.op_timeout);
+  auto backend = std::make_unique<NcclBackend>(ctx.rank, ctx.size, *device, ctx.op_timeout);
   KOLO_RETURN_IF_ERROR(backend->connect(ctx));
   return std::unique_ptr<Backend>(std::move(backend));
 }

@@ -1,5 +1,6 @@
 // The nccl backend: Kolo's collectives on CUDA tensors with NCCL, on one communicator per
-// process (rank r of the job is rank r of the communicator, on GPU local_rank).
+// process (rank r of the job is rank r of the communicator, on gpu_of_local_rank(): the local
+// rank's GPU, or the only one the process sees).
 //
 // Bootstrap: rank 0 calls ncclGetUniqueId and publishes it in the rendezvous store under
 // `<store_prefix>/nccl/id`; the other ranks read it (within connect_timeout) and every rank
@@ -8,8 +9,11 @@
 // A one-rank group needs no store.
 //
 // Data path (DeviceBackend's protocol, backends/device_backend.h): the collectives run on this
-// backend's stream for the device, after cudaStreamWaitEvent on each tensor's ready event; the
-// pre- and post-scale of an allreduce are device kernels on the same stream (nccl_kernels.h);
+// backend's non-blocking stream for the device, after cudaStreamWaitEvent on each tensor's
+// ready event (or on an event recorded on the legacy default stream when there is none); the
+// collectives of one operation are one NCCL group, launched and settled once at fence(); the
+// pre- and post-scale of an allreduce are device kernels on the same stream (nccl_kernels.h),
+// the post-scale queued after the group;
 // average is ncclAvg. Allgather with equal counts is ncclAllGather; with per-rank counts, and
 // alltoall, it is grouped ncclSend/ncclRecv (exactly the bytes each rank has, no padded copy
 // and no compaction pass; padding to the largest count would move size * max bytes). A
@@ -19,11 +23,14 @@
 // Completion: fence() records an event; the backend's watchdog thread polls it with
 // cudaEventQuery (no host thread ever blocks on the GPU), polls ncclCommGetAsyncError, and
 // aborts the communicator (ncclCommAbort) when NCCL reports an error, when the oldest pending
-// operation has run longer than op_timeout (KOLO_OP_TIMEOUT), or when abort() is called;
-// every pending operation then fails with that error (PendingOps, pending_ops.h).
+// operation has run longer than op_timeout (KOLO_OP_TIMEOUT), when an event cannot be
+// recorded, or when abort() is called. The abort closes PendingOps first (no operation
+// completes OK after it began), aborts the communicator, then fails every pending operation
+// with the first reason (pending_ops.h).
 //
 // Errors: Unsupported when the process sees no GPU; InvalidArgument when this host has more
-// ranks than GPUs (NCCL refuses two ranks on one GPU); Timeout when the communicator is not
+// ranks than its several visible GPUs (NCCL refuses two ranks on one GPU, and says so at init
+// when ranks that see one GPU each share it); Timeout when the communicator is not
 // ready within connect_timeout; NCCL and CUDA errors as nccl_errors.h maps them, naming the
 // operation and tensor.
 // Thread-safety: DeviceBackend's.

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "backends/nccl/nccl_kernels.h"
 #include "backends/registry.h"
 
 namespace kolo {
@@ -70,6 +71,26 @@ TEST(NcclSelectionTest, AnExplicitChoiceIsCheckedAgainstTheBuildAndTheGpus) {
       << unknown.status().to_string();
 }
 
+TEST(NcclSelectionTest, OneGpuVisiblePerProcessIsThatProcesssGpu) {
+  // SLURM --gpus-per-task=1, Kubernetes: CUDA_VISIBLE_DEVICES gives each rank one GPU, seen as
+  // cuda:0, while the host runs several ranks.
+  EXPECT_EQ(gpu_of_local_rank(0, 4, 1).value(), 0);
+  EXPECT_EQ(gpu_of_local_rank(3, 4, 1).value(), 0);
+  EXPECT_EQ(gpu_of_local_rank(3, 4, 4).value(), 3);  // all GPUs visible: the local rank's
+  EXPECT_EQ(gpu_of_local_rank(1, 2, 8).value(), 1);
+  Result<int> crowded = gpu_of_local_rank(2, 4, 2);
+  ASSERT_FALSE(crowded.ok());
+  EXPECT_EQ(crowded.status().to_string(),
+            "InvalidArgument: 4 ranks run on this host but it has 2 visible GPU(s); NCCL needs "
+            "one GPU per rank");
+  EXPECT_EQ(gpu_of_local_rank(0, 1, 0).status().code(), StatusCode::kUnsupported);
+  // The default takes nccl with one GPU per process, and stages when the ranks would share it.
+  EXPECT_EQ(gpu_backend_choice("", 1, 4, /*gpu_per_process=*/true).value(), "nccl");
+  EXPECT_EQ(gpu_backend_choice("", 1, 4, /*gpu_per_process=*/false).value(), "");
+  EXPECT_EQ(gpu_backend_choice("", 2, 4, /*gpu_per_process=*/true).value(), "");
+  EXPECT_EQ(gpu_backend_choice("nccl", 1, 4).value(), "nccl");  // asked for: NCCL decides
+}
+
 TEST(NcclRegistryTest, TheEntryTakesCudaBuffersOnly) {
   Result<const BackendEntry*> entry = find_backend("nccl");
   ASSERT_TRUE(entry.ok()) << entry.status().to_string();
@@ -90,6 +111,9 @@ TEST(NcclFactoryTest, WithoutAGpuItIsUnsupported) {
 
 TEST(NcclFactoryTest, MoreRanksOnAHostThanGpusIsRefused) {
   KOLO_REQUIRE_GPU();
+  if (visible_gpus() == 1)
+    GTEST_SKIP() << "one visible GPU is this process's own (gpu_of_local_rank): the refusal "
+                    "needs two or more";
   BackendContext ctx = one_rank();
   ctx.local_size = visible_gpus() + 1;
   Result<std::unique_ptr<Backend>> b = create_backend("nccl", ctx);
@@ -131,6 +155,29 @@ class NcclOneRankTest : public ::testing::Test {
   std::unique_ptr<Backend> backend_;
   DeviceBackend* device_ = nullptr;
 };
+
+void ignore_event(const std::shared_ptr<void>&) {}
+
+// Runs an operation's fence and waits (bounded) for its done; returns done's status.
+Status fence_and_wait(DeviceBackend& device, const std::string& what,
+                      std::shared_ptr<void>* event = nullptr) {
+  auto result = std::make_shared<Status>(Status::Internal("done never ran"));
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  device.fence(
+      what,
+      [&](std::shared_ptr<void> e) {
+        if (event) *event = std::move(e);
+      },
+      [result, calls](const Status& st) {
+        *result = st;
+        calls->fetch_add(1);
+      });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (calls->load() == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(calls->load(), 1);
+  return *result;
+}
 
 std::vector<float> iota(size_t n, float from = 1) {
   std::vector<float> v(n);
@@ -225,10 +272,13 @@ TEST_F(NcclOneRankTest, AsyncProtocolWaitsForTheReadyEventAndCompletesThroughThe
                   .ok());
   std::atomic<int> calls{0};
   Status result = Status::Internal("not called");
-  std::shared_ptr<void> event = device_->fence("allreduce 't'", [&](const Status& st) {
-    result = st;
-    calls.fetch_add(1);
-  });
+  std::shared_ptr<void> event;
+  device_->fence(
+      "allreduce 't'", [&](std::shared_ptr<void> e) { event = std::move(e); },
+      [&](const Status& st) {
+        result = st;
+        calls.fetch_add(1);
+      });
   ASSERT_NE(event, nullptr);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (calls.load() == 0 && std::chrono::steady_clock::now() < deadline)
@@ -242,25 +292,122 @@ TEST_F(NcclOneRankTest, AsyncProtocolWaitsForTheReadyEventAndCompletesThroughThe
   cudaStreamDestroy(producer);
 }
 
+TEST_F(NcclOneRankTest, AFusedBatchIsOneGroupWithItsPostScalesAfterTheReduction) {
+  // Three tensors of one operation, recorded into one NCCL group: each postscale kernel must
+  // run after the group's allreduce (queued before it, the out-of-place result would be the
+  // unscaled input), each prescale before it.
+  const std::vector<float> x = iota(4096);
+  DeviceArray<float> a(x), b(x), c(x), out_c(std::vector<float>(x.size(), -1));
+  for (const DeviceArray<float>* t : {&a, &b, &c})
+    ASSERT_TRUE(device_->wait_ready(Device::cuda(0), t->data, nullptr, "allreduce 'abc'").ok());
+  const auto n = static_cast<int64_t>(x.size());
+  ASSERT_TRUE(
+      backend_->allreduce(a.data, a.data, n, DataType::kFloat32, {ReduceOp::kSum, 1.0, 2.0}).ok());
+  ASSERT_TRUE(
+      backend_->allreduce(b.data, b.data, n, DataType::kFloat32, {ReduceOp::kSum, 3.0, 1.0}).ok());
+  ASSERT_TRUE(
+      backend_->allreduce(c.data, out_c.data, n, DataType::kFloat32, {ReduceOp::kAverage, 1.0, 0.5})
+          .ok());
+  std::shared_ptr<void> event;
+  Status st = fence_and_wait(*device_, "allreduce 'a' and 2 more", &event);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  ASSERT_NE(event, nullptr);
+  const std::vector<float> ga = a.get(), gb = b.get(), gc = out_c.get();
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(ga[i], 2 * x[i]) << i;
+    ASSERT_EQ(gb[i], 3 * x[i]) << i;
+    ASSERT_EQ(gc[i], 0.5f * x[i]) << i;
+  }
+  EXPECT_EQ(c.get(), x);
+}
+
+TEST_F(NcclOneRankTest, AnOpWhoseEventTheCallerDropsStillCompletes) {
+  // The executor drops the event when no handle holds it (a batch with no entry on this rank):
+  // the watchdog's query must keep it alive, or it queries a destroyed event and aborts.
+  DeviceArray<float> t(iota(1 << 16));
+  ASSERT_TRUE(device_->wait_ready(Device::cuda(0), t.data, nullptr, "allreduce 't'").ok());
+  ASSERT_TRUE(backend_->allreduce(t.data, t.data, 1 << 16, DataType::kFloat32, {}).ok());
+  Status st = fence_and_wait(*device_, "allreduce 't'");  // the event is dropped at once
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  // The communicator is alive: the next operation works.
+  DeviceArray<float> u(iota(8));
+  EXPECT_TRUE(backend_->allreduce(u.data, u.data, 8, DataType::kFloat32, {}).ok());
+}
+
+TEST_F(NcclOneRankTest, WithoutAReadyEventItWaitsForTheLegacyDefaultStream) {
+  // The stream is non-blocking (no serialisation with compute), so a tensor written on the
+  // legacy default stream is ordered by the mark wait_ready records there. The legacy stream
+  // is kept busy first, so that reading too early would see the old values.
+  const std::vector<float> x = iota(1 << 20);
+  DeviceArray<float> t(x), out(std::vector<float>(x.size(), 0)),
+      busy(std::vector<float>(1 << 24, 1));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  for (int i = 0; i < 200; ++i)
+    ASSERT_EQ(nccl::scale_on_stream(busy.data, busy.data, 1 << 24, nccl::ScaleType::kFloat32, 1.0,
+                                    nullptr),
+              0);
+  ASSERT_EQ(nccl::scale_on_stream(t.data, t.data, 1 << 20, nccl::ScaleType::kFloat32, 3.0, nullptr),
+            0);
+  ASSERT_TRUE(device_->wait_ready(Device::cuda(0), t.data, nullptr, "allreduce 't'").ok());
+  ASSERT_TRUE(backend_->allreduce(t.data, out.data, 1 << 20, DataType::kFloat32, {}).ok());
+  Status st = fence_and_wait(*device_, "allreduce 't'");
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  const std::vector<float> got = out.get();
+  for (size_t i = 0; i < x.size(); i += 4099) ASSERT_EQ(got[i], 3 * x[i]) << i;
+}
+
+TEST_F(NcclOneRankTest, ConcurrentAbortsFailEveryOpWithTheFirstReasonAndNoneOk) {
+  // Two callers at once (the runtime's PeerFailure and the watchdog's own error): every op
+  // fails, none reports OK (the abort ends kernels, whose events then fire), and the reason is
+  // the first caller's.
+  DeviceArray<float> t(iota(1 << 22));
+  std::vector<Status> results(8, Status::Internal("done never ran"));
+  std::atomic<int> calls{0};
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_TRUE(device_->wait_ready(Device::cuda(0), t.data, nullptr, "allreduce 't'").ok());
+    ASSERT_TRUE(backend_->allreduce(t.data, t.data, 1 << 22, DataType::kFloat32, {}).ok());
+    device_->fence("allreduce 't" + std::to_string(i) + "'", ignore_event,
+                   [&results, &calls, i](const Status& st) {
+                     results[static_cast<size_t>(i)] = st;
+                     calls.fetch_add(1);
+                   });
+  }
+  const Status first = Status::PeerFailure("rank 1 (gpu-host-2:4000) closed the connection");
+  device_->abort(first);
+  std::thread second([&] { device_->abort(Status::Timeout("a later reason")); });
+  second.join();
+  ASSERT_EQ(calls.load(), 8 - std::count_if(results.begin(), results.end(),
+                                            [](const Status& s) { return s.ok(); }));
+  for (int i = 0; i < 8; ++i) {
+    const Status& st = results[static_cast<size_t>(i)];
+    if (st.ok()) continue;  // completed before the abort began: legitimately OK
+    EXPECT_EQ(st.code(), StatusCode::kPeerFailure) << st.to_string();
+  }
+  // An op after the abort never reports OK.
+  Status late = fence_and_wait(*device_, "allreduce 'late'");
+  EXPECT_EQ(late.to_string(),
+            "PeerFailure: allreduce 'late': rank 1 (gpu-host-2:4000) closed the connection");
+}
+
 TEST_F(NcclOneRankTest, BadTensorsAreErrorsNamingThem) {
   std::vector<float> host(16, 1.0f);
   Status st = device_->wait_ready(Device::cuda(0), host.data(), nullptr, "allreduce 'h'");
   EXPECT_EQ(st.to_string(),
             "InvalidArgument: allreduce 'h': the tensor says cuda:0 but its data pointer is "
             "unregistered host memory");
-  (void)device_->fence("allreduce 'h'", [](const Status&) {});
+  device_->fence("allreduce 'h'", ignore_event, [](const Status&) {});
   st = device_->wait_ready(Device::cuda(visible_gpus()), nullptr, nullptr, "allreduce 'far'");
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("allreduce 'far': the tensor is on cuda:"), std::string::npos)
       << st.to_string();
-  (void)device_->fence("allreduce 'far'", [](const Status&) {});
+  device_->fence("allreduce 'far'", ignore_event, [](const Status&) {});
 }
 
 TEST_F(NcclOneRankTest, AbortFailsPendingAndLaterOperationsNamingThePeer) {
   const Status peer = Status::PeerFailure("rank 1 (gpu-host-2:4000) closed the connection");
   device_->abort(peer);
   Status late = Status::Ok();
-  (void)device_->fence("allreduce 'late'", [&](const Status& st) { late = st; });
+  device_->fence("allreduce 'late'", ignore_event, [&](const Status& st) { late = st; });
   EXPECT_EQ(late.to_string(),
             "PeerFailure: allreduce 'late': rank 1 (gpu-host-2:4000) closed the connection");
   DeviceArray<float> t(iota(8));

@@ -52,7 +52,6 @@ Status cuda_status(int err, const std::string& what) {
     case cudaErrorInvalidValue:
     case cudaErrorInvalidResourceHandle:
     case cudaErrorInvalidDevice:
-    case cudaErrorIllegalAddress:
       code = StatusCode::kInvalidArgument;
       break;
     default:

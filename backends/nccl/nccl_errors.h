@@ -21,9 +21,10 @@ Status nccl_status(int result, const std::string& what, const std::string& detai
 
 // `err` is a cudaError_t. "<what>: CUDA error <cudaGetErrorName>: <cudaGetErrorString>" with:
 //   cudaErrorInvalidValue, cudaErrorInvalidResourceHandle (an event that is not an event),
-//   cudaErrorInvalidDevice, cudaErrorIllegalAddress (a host pointer labelled as CUDA)
-//     -> InvalidArgument
-//   everything else -> Internal.  cudaSuccess gives OK.
+//   cudaErrorInvalidDevice -> InvalidArgument (the call was refused, nothing else is harmed)
+//   everything else -> Internal, among them cudaErrorIllegalAddress (a kernel touched memory
+//     it must not: sticky, the process's CUDA context is unusable from then on; bad pointers
+//     are caught before any launch, by wait_ready).  cudaSuccess gives OK.
 Status cuda_status(int err, const std::string& what);
 
 // The ncclDataType_t of a dtype; every Kolo dtype has one (float16 and bfloat16 natively).

@@ -42,9 +42,11 @@ TEST(NcclErrorsTest, CudaErrorsMapToCodesAndNameTheTensor) {
   EXPECT_EQ(event.message(), std::string("allreduce 'g': its ready event: CUDA error "
                                          "cudaErrorInvalidResourceHandle: ") +
                                  cudaGetErrorString(cudaErrorInvalidResourceHandle));
-  for (cudaError_t e : {cudaErrorInvalidValue, cudaErrorInvalidDevice, cudaErrorIllegalAddress})
+  for (cudaError_t e : {cudaErrorInvalidValue, cudaErrorInvalidDevice})
     EXPECT_EQ(cuda_status(e, "t").code(), StatusCode::kInvalidArgument) << cudaGetErrorName(e);
-  for (cudaError_t e : {cudaErrorMemoryAllocation, cudaErrorLaunchFailure, cudaErrorNoDevice})
+  // Fatal to the CUDA context (sticky): never reported as the caller's bad argument.
+  for (cudaError_t e : {cudaErrorIllegalAddress, cudaErrorMemoryAllocation, cudaErrorLaunchFailure,
+                        cudaErrorNoDevice})
     EXPECT_EQ(cuda_status(e, "t").code(), StatusCode::kInternal) << cudaGetErrorName(e);
 }
 

@@ -31,7 +31,8 @@ Status PendingOps::poll(std::chrono::nanoseconds timeout, Clock::time_point now)
     Clock::time_point started;
     {
       MutexLock lock(mu_);
-      if (ops_.empty() || !failure_.ok()) return Status::Ok();
+      if (!failure_.ok()) return failure_;
+      if (ops_.empty()) return Status::Ok();
       query = ops_.front().query;
       what = ops_.front().what;
       started = ops_.front().started;
@@ -48,7 +49,9 @@ Status PendingOps::poll(std::chrono::nanoseconds timeout, Clock::time_point now)
     Done done;
     {
       MutexLock lock(mu_);
-      if (ops_.empty() || !failure_.ok()) return Status::Ok();  // fail_all() took it meanwhile
+      // Closed meanwhile: the event may have fired because the abort ended the kernel.
+      if (!failure_.ok()) return failure_;
+      if (ops_.empty()) return Status::Ok();
       done = std::move(ops_.front().done);
       ops_.pop_front();
       // The next op runs after this one on the stream: its time starts now at the earliest,
@@ -59,12 +62,21 @@ Status PendingOps::poll(std::chrono::nanoseconds timeout, Clock::time_point now)
   }
 }
 
+void PendingOps::close_locked(const Status& why) {
+  if (failure_.ok()) failure_ = why.ok() ? Status::Aborted("communicator closed") : why;
+}
+
+void PendingOps::close(const Status& why) {
+  MutexLock lock(mu_);
+  close_locked(why);
+}
+
 size_t PendingOps::fail_all(const Status& why) {
   std::deque<Op> failed;
   Status reason;
   {
     MutexLock lock(mu_);
-    if (failure_.ok()) failure_ = why.ok() ? Status::Aborted("communicator closed") : why;
+    close_locked(why);
     reason = failure_;
     failed.swap(ops_);
   }

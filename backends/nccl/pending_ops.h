@@ -10,6 +10,11 @@
 // communicator, prefixed by the op's own description (e.g. "allreduce 'grad/w'"). After a
 // failure the set is closed: add() fails the new op at once with the same error.
 //
+// The abort order (NcclBackend::abort): close(why) first, so that no op can complete OK from
+// then on (an aborted kernel exits, and its event fires, with its buffers half written); then
+// the communicator is aborted; then fail_all() reports every op failed, once NCCL can no
+// longer write their buffers.
+//
 // Thread-safety: every method may be called from any thread; `done` and `query` run in the
 // calling thread outside the lock, so they may call back into PendingOps.
 #pragma once
@@ -37,17 +42,24 @@ class PendingOps {
 
   // Completes the finished ops at the head of the queue. Returns OK, or the reason the
   // communicator must be aborted: an op's query error, or Timeout when the oldest op has been
-  // running longer than `timeout` ("... did not complete within 60s (KOLO_OP_TIMEOUT)").
-  // It does not fail the ops itself: the caller aborts the communicator first, then calls
-  // fail_all() (an op must not be reported failed while NCCL may still write its buffers).
+  // running longer than `timeout` ("... did not complete within 60s (KOLO_OP_TIMEOUT)"), or,
+  // once closed, the closing reason (and it completes nothing: a closed set's ops only fail).
+  // It does not fail the ops itself: the caller closes the set and aborts the communicator
+  // first, then calls fail_all() (an op must not be reported failed while NCCL may still write
+  // its buffers).
   Status poll(std::chrono::nanoseconds timeout, Clock::time_point now = Clock::now());
 
-  // Closes the set with `why` and fails every pending op with "<what>: <why>" (same code).
-  // Returns how many ops it failed. Later calls keep the first reason and fail nothing more.
+  // Closes the set with `why` (the first reason wins; an OK `why` reads as Aborted) and runs
+  // no `done`: from now on no op completes OK and add() fails new ops at once. The pending ops
+  // stay until fail_all().
+  void close(const Status& why);
+
+  // close(why), then fails every pending op with "<what>: <reason>" (same code), the reason
+  // being the first one the set was closed with. Returns how many ops it failed.
   size_t fail_all(const Status& why);
 
   size_t size() const;
-  // OK while open; the reason given to fail_all() after.
+  // OK while open; the reason it was closed with after.
   Status failure() const;
 
  private:
@@ -58,6 +70,8 @@ class PendingOps {
     Clock::time_point started;
   };
   mutable Mutex mu_;
+  void close_locked(const Status& why) KOLO_REQUIRES(mu_);
+
   std::deque<Op> ops_ KOLO_GUARDED_BY(mu_);
   Status failure_ KOLO_GUARDED_BY(mu_);
 };

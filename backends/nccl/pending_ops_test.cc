@@ -119,7 +119,66 @@ TEST(PendingOpsTest, FailAllFailsEveryPendingOpNamingItAndClosesTheSet) {
   EXPECT_EQ(ops.fail_all(Status::Timeout("later")), 0u);
   EXPECT_EQ(ops.failure().code(), StatusCode::kPeerFailure);
   EXPECT_EQ(ops.size(), 0u);
-  EXPECT_TRUE(ops.poll(seconds(60)).ok());  // nothing left to poll
+  EXPECT_EQ(ops.poll(seconds(60)).to_string(),  // closed: never OK again
+            "PeerFailure: rank 2 (10.0.0.3:4000) closed the connection");
+}
+
+// The abort order: close, abort the communicator, fail_all. An aborted kernel exits and its
+// event fires, so between close and fail_all a finished query means nothing: no op may
+// complete OK, and the ops fail with close()'s reason, not a later caller's.
+TEST(PendingOpsTest, CloseBeforeFailAllCompletesNothingAndKeepsTheFirstReason) {
+  PendingOps ops;
+  const auto t0 = Clock::now();
+  auto a = std::make_shared<FakeOp>(), b = std::make_shared<FakeOp>();
+  add(ops, "allreduce 'a'", a, t0);
+  add(ops, "allreduce 'b'", b, t0);
+  const Status peer = Status::PeerFailure("rank 1 (gpu-2:4000) closed the connection");
+  ops.close(peer);
+  a->finished = b->finished = true;  // the abort ended their kernels
+  EXPECT_EQ(ops.poll(seconds(60), t0).to_string(), peer.to_string());
+  EXPECT_TRUE(a->results.empty());
+  EXPECT_TRUE(b->results.empty());
+  EXPECT_EQ(ops.size(), 2u);  // still pending: NCCL may be writing their buffers
+  EXPECT_EQ(ops.failure().to_string(), peer.to_string());
+  auto late = std::make_shared<FakeOp>();
+  add(ops, "allreduce 'late'", late, t0);  // closed: fails at once
+  ASSERT_EQ(late->results.size(), 1u);
+  EXPECT_EQ(late->results[0].to_string(),
+            "PeerFailure: allreduce 'late': rank 1 (gpu-2:4000) closed the connection");
+  // A second caller (the watchdog's own error) comes later: the first reason stays.
+  EXPECT_EQ(ops.fail_all(Status::Internal("ncclCommGetAsyncError: ncclSystemError")), 2u);
+  ASSERT_EQ(a->results.size(), 1u);
+  ASSERT_EQ(b->results.size(), 1u);
+  EXPECT_EQ(a->results[0].to_string(),
+            "PeerFailure: allreduce 'a': rank 1 (gpu-2:4000) closed the connection");
+  EXPECT_EQ(b->results[0].to_string(),
+            "PeerFailure: allreduce 'b': rank 1 (gpu-2:4000) closed the connection");
+}
+
+TEST(PendingOpsTest, AnOpWhoseQueryRacesWithCloseIsNotCompleted) {
+  // The watchdog queried the event (done: the abort ended the kernel) while another thread
+  // closed the set: poll re-checks under the lock and completes nothing.
+  PendingOps ops;
+  std::vector<Status> results;
+  const Status timeout = Status::Timeout("allreduce 'x': did not complete within 1.0 s");
+  ops.add(
+      "allreduce 'x'",
+      [&]() -> Result<bool> {
+        ops.close(timeout);
+        return true;
+      },
+      [&](const Status& st) { results.push_back(st); });
+  EXPECT_EQ(ops.poll(seconds(60)).to_string(), timeout.to_string());
+  EXPECT_TRUE(results.empty());
+  EXPECT_EQ(ops.fail_all(timeout), 1u);
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(results[0].code(), StatusCode::kTimeout);
+}
+
+TEST(PendingOpsTest, CloseWithOkReadsAsAborted) {
+  PendingOps ops;
+  ops.close(Status::Ok());
+  EXPECT_EQ(ops.failure().to_string(), "Aborted: communicator closed");
 }
 
 TEST(PendingOpsTest, DoneMayAddTheNextOp) {

@@ -24,7 +24,9 @@ struct TensorView {
   Device device = Device::cpu();
   // For CUDA tensors: a cudaEvent_t (passed as void* so this header needs no CUDA) that is
   // recorded after the producer wrote the data; Kolo orders its reads after it. May be null
-  // when the data is ready or was written on the legacy default stream.
+  // when the data is ready or was written on the legacy default stream. The event must stay
+  // valid until Kolo has queued the wait on it, at some point before the Handle completes: keep
+  // it (and do not record it again) until the Handle completes.
   void* ready_event = nullptr;
 
   int64_t num_elements() const;
