@@ -135,13 +135,6 @@ std::string default_cpu_backend(const World& world);
 Result<std::string> gpu_backend_choice(std::string_view requested, int visible_gpus,
                                        int local_size = 1, bool gpu_per_process = false);
 
-// The GPU (an ordinal among the visible ones) of the rank `local_rank` of `local_size` on its
-// host: with exactly one visible GPU, that one (each process was given its own through
-// CUDA_VISIBLE_DEVICES; ranks that share it are refused by NCCL at init, naming the duplicate
-// GPU); with several, the local rank's own. Unsupported when none is visible; InvalidArgument
-// when the host has more ranks than its several visible GPUs.
-Result<int> gpu_of_local_rank(int local_rank, int local_size, int visible_gpus);
-
 // The job this process belongs to, and who said so.
 struct LaunchedWorld {
   World world;
