@@ -1,8 +1,8 @@
 #include "coordinator/autotune.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <sstream>
@@ -172,9 +172,9 @@ void Tuner::step_time(double seconds) {
     announced_converged_ = true;
     const auto& best = search_->best();
     const double t = search_->best_seconds(), d = search_->default_seconds();
-    KOLO_LOG_INFO("autotune: converged after "
-                  << boundaries_ << " steps: " << describe(best) << "; step time " << ms(t)
-                  << " (default " << ms(d) << ", " << percent(t / d) << ")");
+    KOLO_LOG_INFO("autotune: converged after " << boundaries_ << " steps: " << describe(best)
+                                               << "; step time " << ms(t) << " (default " << ms(d)
+                                               << ", " << percent(t / d) << ")");
   }
 }
 
@@ -256,9 +256,9 @@ void Tuner::log_trial(const SearchTrial& trial) {
   const int64_t bucket = dims[2].values[trial.point[2]];
   const double ratio = trial.seconds / search_->default_seconds();
   const char* phase = trial.confirmation ? "confirm" : search_->converged() ? "final" : "search";
-  KOLO_LOG_INFO("autotune: " << describe(trial.point) << ": step time " << ms(trial.seconds)
-                             << " (" << trial.steps << " steps), " << percent(ratio)
-                             << " vs default" << (trial.best_so_far ? ", best so far" : ""));
+  KOLO_LOG_INFO("autotune: " << describe(trial.point) << ": step time " << ms(trial.seconds) << " ("
+                             << trial.steps << " steps), " << percent(ratio) << " vs default"
+                             << (trial.best_so_far ? ", best so far" : ""));
   if (csv_) {
     // A categorical column holds the value as the knob is written (0/1 for a bool).
     std::string choices;
@@ -267,9 +267,8 @@ void Tuner::log_trial(const SearchTrial& trial) {
       choices += std::string(categorical[i].choices[choice_of(trial.point, i)]) + ",";
     std::fprintf(csv_, "%lld,%lld,%.3f,%lld,%s%.4f,%d,%.4f,%d,%s\n",
                  static_cast<long long>(boundaries_), static_cast<long long>(threshold),
-                 static_cast<double>(cycle) / 1e3, static_cast<long long>(bucket),
-                 choices.c_str(), trial.seconds * 1e3, trial.steps, ratio,
-                 trial.best_so_far ? 1 : 0, phase);
+                 static_cast<double>(cycle) / 1e3, static_cast<long long>(bucket), choices.c_str(),
+                 trial.seconds * 1e3, trial.steps, ratio, trial.best_so_far ? 1 : 0, phase);
     std::fflush(csv_);
   }
   timeline_.counter("autotune score", {{"step_time_ms", std::to_string(trial.seconds * 1e3)},

@@ -175,8 +175,7 @@ void AutotuneSearch::advance() {
   const int per_point = options_.lag + options_.warmup + options_.samples;
   // A pattern candidate may be extended to twice its samples.
   const int per_candidate = per_point + options_.samples;
-  const bool out_of_budget =
-      steps_ - budget_from_ + per_candidate + 2 * per_point > budget_;
+  const bool out_of_budget = steps_ - budget_from_ + per_candidate + 2 * per_point > budget_;
   switch (phase_) {
     case Phase::kDefault:
       if (start_ != default_ && !out_of_budget) {

@@ -60,7 +60,7 @@ struct SearchOptions {
   // Budget in steps, skip_step()s included; past it, the search goes straight to the
   // confirmation. Each other choice of a categorical dimension adds half of it (its descent).
   int max_steps = 200;
-  int lag = 0;  // skipped steps expected per change (for the budget)
+  int lag = 0;             // skipped steps expected per change (for the budget)
   int initial_stride = 4;  // grid steps
 };
 

@@ -157,10 +157,10 @@ TEST(TunerTest, CategoricalKnobIsSearchedUnlessFixed) {
     }
     const auto rows = csv_rows(csv);
     ASSERT_GE(rows.size(), 3u);
-    EXPECT_EQ(rows[0], (std::vector<std::string>{
-                           "step", "fusion_threshold_bytes", "cycle_time_us", "bucket_bytes",
-                           "hierarchical_allreduce", "step_time_ms", "steps", "ratio_to_default",
-                           "best_so_far", "phase"}));
+    EXPECT_EQ(rows[0],
+              (std::vector<std::string>{"step", "fusion_threshold_bytes", "cycle_time_us",
+                                        "bucket_bytes", "hierarchical_allreduce", "step_time_ms",
+                                        "steps", "ratio_to_default", "best_so_far", "phase"}));
     std::set<std::string> column;
     for (size_t r = 1; r < rows.size(); ++r) {
       ASSERT_EQ(rows[r].size(), 10u);

@@ -55,8 +55,8 @@ Result<RuntimeConfig> config_from_knobs(const KnobSet& knobs,
   for (const Knob& k : all_knobs()) {
     if (!is_categorical_tunable(k)) continue;
     CategoricalTunable t{k.id, knob_choices(k)};
-    const std::string value = k.kind == KnobKind::kBool ? (knobs.boolean(k.id) ? "1" : "0")
-                                                         : knobs.text(k.id);
+    const std::string value =
+        k.kind == KnobKind::kBool ? (knobs.boolean(k.id) ? "1" : "0") : knobs.text(k.id);
     t.initial = static_cast<size_t>(std::find(t.choices.begin(), t.choices.end(), value) -
                                     t.choices.begin());
     t.fixed = knobs.is_set(k.id);

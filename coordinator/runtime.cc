@@ -244,10 +244,9 @@ Status Runtime::apply_tuning(const TuneDecision& d) {
                           {"bucket_bytes", std::to_string(d.bucket_bytes)}};
   for (const TunedChoice& c : d.choices) {
     const Knob& k = knob(static_cast<KnobId>(c.knob));  // a registry row (the parser checked)
-    auto flip = is_categorical_tunable(k) &&
-                        static_cast<size_t>(c.choice) < knob_choices(k).size()
-                    ? categorical_switch(k.id, *data_)
-                    : nullptr;
+    std::function<void(size_t)> flip;
+    if (is_categorical_tunable(k) && static_cast<size_t>(c.choice) < knob_choices(k).size())
+      flip = categorical_switch(k.id, *data_);
     // Rank 0 searches only what its own data plane can switch, and every rank's is built
     // alike; a rank that cannot follow would run other collectives than its peers.
     if (!flip)

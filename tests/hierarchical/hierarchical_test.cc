@@ -6,7 +6,6 @@
 // collective_checks.h on the composite) and through the coordinator (hierarchical_worker:
 // exact closed forms, and a digest of every result equal to a flat run's).
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cstdio>
@@ -328,10 +327,10 @@ std::vector<std::vector<std::string>> expect_same_history(const ProcessRun& r) {
 // on at least once, every rank at the same cycle and step, and every result of every step stays
 // exact (closed forms in the worker, and the digest of all of them equals an untuned flat run's).
 TEST(Autotune, SwitchesTheHierarchyOnEveryRankInTheSameCycleAndResultsStayExact) {
-  const std::string trace =
-      ::testing::TempDir() + "kolo_hier_tune_" + std::to_string(::getpid()) + ".json";
+  const std::string trace = ::testing::TempDir() + "kolo_hier_tune_" + std::to_string(::getpid());
   ProcessRun flat = run_command(nodes(2, 2, "", kSteps), 100);
-  ProcessRun tuned = run_command(nodes(2, 2, kTune + " KOLO_TIMELINE=" + trace, kSteps), 100);
+  ProcessRun tuned =
+      run_command(nodes(2, 2, kTune + " KOLO_TIMELINE=" + trace + ".json", kSteps), 100);
   for (const ProcessRun* r : {&flat, &tuned}) {
     EXPECT_NE(r->output.find(zeros(2)), std::string::npos) << r->output;
     EXPECT_EQ(count_occurrences(r->output, "hierarchical worker passed"), 4) << r->output;
@@ -355,8 +354,7 @@ TEST(Autotune, SwitchesTheHierarchyOnEveryRankInTheSameCycleAndResultsStayExact)
       << tuned.output;
   // Each rank's timeline has the switch on its "autotune" counter track, as 0/1.
   for (int rank = 0; rank < 4; ++rank) {
-    const std::string path = ::testing::TempDir() + "kolo_hier_tune_" +
-                             std::to_string(::getpid()) + ".rank" + std::to_string(rank) + ".json";
+    const std::string path = trace + ".rank" + std::to_string(rank) + ".json";
     std::ifstream in(path);
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     EXPECT_GE(count_occurrences(text, "\"hierarchical_allreduce\":1}"), 1) << path;
