@@ -362,6 +362,31 @@ TEST(Autotune, SwitchesTheHierarchyOnEveryRankInTheSameCycleAndResultsStayExact)
   }
 }
 
+// Hosts of unequal rank counts (2 + 1, started by hand as in UnequalHostsFailInitNamingThem):
+// the hierarchy offered to the autotuner is not built, so the job trains flat and the tuner
+// searches the rest only.
+TEST(Autotune, UnequalHostsKeepTheFlatBackendAndAreNotSearched) {
+  auto server = kolo::TcpStoreServer::start("127.0.0.1", 0, "s3cret");
+  ASSERT_TRUE(server.ok()) << server.status().to_string();
+  ProcessRun r =
+      run_command(by_hand(**server, {{0, 2, 0, 2}, {1, 2, 0, 2}, {0, 1, 1, 2}}, kTune, kSteps), 60);
+  for (int rank = 0; rank < 3; ++rank)
+    EXPECT_NE(r.output.find("rank " + std::to_string(rank) + " exit 0"), std::string::npos)
+        << r.output;
+  EXPECT_EQ(count_occurrences(r.output, "hierarchical allreduce not used: hosts hold different "
+                                        "numbers of ranks"),
+            3)
+      << r.output;
+  EXPECT_EQ(count_occurrences(r.output, "searching KOLO_HIERARCHICAL_ALLREDUCE"), 0) << r.output;
+  const auto by_rank = histories(r.output);
+  ASSERT_EQ(by_rank.size(), 3u) << r.output;
+  EXPECT_FALSE(by_rank.begin()->second.empty()) << r.output;  // the rest was tuned
+  for (const auto& [rank, entries] : by_rank) {
+    EXPECT_EQ(entries, by_rank.begin()->second) << "rank " << rank;
+    for (const auto& e : entries) EXPECT_EQ(e.back(), "0") << "rank " << rank;
+  }
+}
+
 // Set by the user, to either value, the knob is never searched nor changed.
 TEST(Autotune, NeverChangesAUserSetHierarchicalAllreduce) {
   for (const std::string value : {"0", "1"}) {
