@@ -373,8 +373,9 @@ TEST(Autotune, UnequalHostsKeepTheFlatBackendAndAreNotSearched) {
   for (int rank = 0; rank < 3; ++rank)
     EXPECT_NE(r.output.find("rank " + std::to_string(rank) + " exit 0"), std::string::npos)
         << r.output;
-  EXPECT_EQ(count_occurrences(r.output, "hierarchical allreduce not used: hosts hold different "
-                                        "numbers of ranks"),
+  EXPECT_EQ(count_occurrences(r.output,
+                              "hierarchical allreduce not used: hosts hold different "
+                              "numbers of ranks"),
             3)
       << r.output;
   EXPECT_EQ(count_occurrences(r.output, "searching KOLO_HIERARCHICAL_ALLREDUCE"), 0) << r.output;
