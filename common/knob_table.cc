@@ -131,8 +131,8 @@ constexpr std::array<Knob, kKnobCount> kTable = {{
      .default_doc = "none",
      .help = "process sets that `kolo::init()` adds (ids 1, 2, ... in this order; "
              "`kolo::process_sets()` returns them), e.g. `0,1;2,3`"},
-    // Tunable, but only switched on by the user so far: the autotuner's categorical search
-    // (issue 11) is what will toggle it in a job that left it unset.
+    // Tunable and a kBool: a categorical dimension of the autotuner's search, in a job of
+    // several hosts of equal rank counts that left it unset (Note [Hierarchical allreduce]).
     {.id = KnobId::kHierarchicalAllreduce,
      .name = "KOLO_HIERARCHICAL_ALLREDUCE",
      .kind = kBool,
@@ -151,7 +151,8 @@ constexpr std::array<Knob, kKnobCount> kTable = {{
      .category = kCore,
      .scope = kJob,
      .default_text = "0",
-     .help = "tune fusion threshold, cycle time and gradient bucket size while the job trains"},
+     .help = "tune fusion threshold, cycle time, gradient bucket size and, on several hosts, the "
+             "hierarchical allreduce while the job trains"},
     {.id = KnobId::kAutotuneLog,
      .name = "KOLO_AUTOTUNE_LOG",
      .kind = kText,

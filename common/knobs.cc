@@ -64,6 +64,20 @@ const Knob* find_knob(std::string_view name) {
   return nullptr;
 }
 
+bool is_categorical_tunable(const Knob& k) {
+  return k.change == KnobChange::kTunableAtRuntime &&
+         (k.kind == KnobKind::kBool || k.kind == KnobKind::kChoice);
+}
+
+std::vector<std::string_view> knob_choices(const Knob& k) {
+  if (k.kind == KnobKind::kBool) return {"0", "1"};
+  if (k.kind == KnobKind::kChoice) {
+    std::span<const std::string_view> names = k.choices();
+    return {names.begin(), names.end()};
+  }
+  return {};
+}
+
 std::string flag_name(const Knob& k) {
   if (k.category == KnobCategory::kLauncher) return "";
   std::string flag = "--";

@@ -103,7 +103,9 @@ enum class KnobCategory { kCore, kChannelBackend, kTcpBackend, kShmBackend, kLau
 // component that uses them starts (init, a backend's factory). kTunableAtRuntime ones are the
 // initial value of what the autotuner (KOLO_AUTOTUNE, coordinator/autotune.h) may change later,
 // so their readers must not cache them where a change could not reach; one the user set is
-// left as set.
+// left as set. A tunable kBool or kChoice knob is a categorical dimension of the autotuner's
+// search (is_categorical_tunable: every choice is tried, none is "between" two others); a
+// tunable size or duration is a numeric one, searched over its KOLO_AUTOTUNE_*_FROM/TO range.
 enum class KnobChange { kFixedAtInit, kTunableAtRuntime };
 
 // Whether ranks may hold different values. A kJob knob shapes what the ranks do together (the
@@ -140,6 +142,12 @@ std::span<const Knob> all_knobs();
 const Knob& knob(KnobId id);
 // The knob named `name` ("KOLO_CYCLE_TIME"), or nullptr.
 const Knob* find_knob(std::string_view name);
+
+// Whether the autotuner searches `k` as a categorical dimension (see KnobChange).
+bool is_categorical_tunable(const Knob& k);
+// The values a categorical knob takes, in the order the autotuner indexes them: "0", "1" for a
+// kBool, the choices for a kChoice; empty for other kinds.
+std::vector<std::string_view> knob_choices(const Knob& k);
 
 // A retired name and the knob that replaced it.
 struct RetiredKnob {

@@ -69,6 +69,20 @@ TEST(Knobs, OnlyTheAutotunersKnobsMayChangeWhileTheJobRuns) {
                                                     "KOLO_HIERARCHICAL_ALLREDUCE"}));
 }
 
+// A tunable bool or choice is a categorical dimension of the autotuner's search; a tunable size
+// or duration is not, nor is a bool that may not change at run time.
+TEST(Knobs, CategoricalTunablesAreTheTunableBoolsAndChoices) {
+  std::vector<std::string_view> categorical;
+  for (const Knob& k : all_knobs())
+    if (is_categorical_tunable(k)) categorical.push_back(k.name);
+  EXPECT_EQ(categorical, (std::vector<std::string_view>{"KOLO_HIERARCHICAL_ALLREDUCE"}));
+  EXPECT_EQ(knob_choices(knob(KnobId::kHierarchicalAllreduce)),
+            (std::vector<std::string_view>{"0", "1"}));
+  EXPECT_EQ(knob_choices(knob(KnobId::kLogLevel)).front(), "trace");
+  EXPECT_TRUE(knob_choices(knob(KnobId::kFusionThreshold)).empty());
+  EXPECT_FALSE(is_categorical_tunable(knob(KnobId::kTimelineMarkCycles)));
+}
+
 TEST(Knobs, FlagNamesDeriveFromTheVariableAndLauncherKnobsHaveNone) {
   EXPECT_EQ(flag_name(knob(KnobId::kFusionThreshold)), "--fusion-threshold");
   EXPECT_EQ(flag_name(knob(KnobId::kTcpSocketBuffer)), "--tcp-socket-buffer");

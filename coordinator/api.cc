@@ -196,11 +196,18 @@ Status init() {
     BackendContext ctx = backend_context(world, ns + "/data");
     ctx.op_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(config.op_timeout);
     KOLO_ASSIGN_OR_RETURN(data, create_backend(config.cpu_operations, ctx));
-    if (config.hierarchical_allreduce) {  // the control plane stays flat: its messages are small
-      KOLO_ASSIGN_OR_RETURN(data, make_hierarchical_backend(
-                                      std::move(data), ctx,
-                                      hierarchical_options(launched, config.cpu_operations,
-                                                           knobs.is_set(KnobId::kCpuOperations))));
+    // The control plane stays flat: its messages are small. The hierarchy is built when asked
+    // for, and offered to the autotuner (not required, so unequal hosts keep the flat backend;
+    // off until the tuner switches it on). Both conditions are job-wide values, which every
+    // rank agreed on above, so that every rank builds it or none: whether the tuner searches
+    // it (the knob left unset) is rank 0's business alone.
+    if (config.hierarchical_allreduce || config.autotune.enabled) {
+      HierarchicalOptions options = hierarchical_options(launched, config.cpu_operations,
+                                                         knobs.is_set(KnobId::kCpuOperations));
+      options.required = config.hierarchical_allreduce;
+      KOLO_ASSIGN_OR_RETURN(data, make_hierarchical_backend(std::move(data), ctx, options));
+      if (auto* h = dynamic_cast<HierarchicalBackend*>(data.get()))
+        h->set_hierarchical(config.hierarchical_allreduce);
     }
     ctx.store_prefix = ns + "/ctrl";
     // Every rank takes part in a control round at least every heartbeat, so a control wait
@@ -347,7 +354,7 @@ std::vector<AppliedTuning> autotune_history() {
   std::vector<AppliedTuning> out;
   for (const auto& a : rt->applied_tunings())
     out.push_back({a.cycle, a.decision.apply_step, a.decision.fusion_threshold,
-                   a.decision.cycle_time_ns, a.decision.bucket_bytes});
+                   a.decision.cycle_time_ns, a.decision.bucket_bytes, a.hierarchical});
   return out;
 }
 

@@ -1,6 +1,7 @@
 #include "coordinator/autotune.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -47,6 +48,12 @@ constexpr double kChange = 0.15;
 
 }  // namespace
 
+std::string categorical_column(KnobId id) {
+  std::string name(knob(id).name.substr(5));  // without "KOLO_"
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return name;
+}
+
 Result<std::unique_ptr<Tuner>> Tuner::create(const RuntimeConfig& config, Timeline& timeline) {
   std::FILE* csv = nullptr;
   const std::string& path = config.autotune.log_path;
@@ -56,10 +63,11 @@ Result<std::unique_ptr<Tuner>> Tuner::create(const RuntimeConfig& config, Timeli
       return Status::IoError("KOLO_AUTOTUNE_LOG=" + path +
                              ": cannot open for writing: " + std::strerror(errno));
     // Units in the header, so that the file reads without this comment.
-    std::fputs(
-        "step,fusion_threshold_bytes,cycle_time_us,bucket_bytes,step_time_ms,steps,"
-        "ratio_to_default,best_so_far,phase\n",
-        csv);
+    std::string header = "step,fusion_threshold_bytes,cycle_time_us,bucket_bytes,";
+    for (const CategoricalTunable& t : config.autotune.categorical)
+      header += categorical_column(t.id) + ",";
+    header += "step_time_ms,steps,ratio_to_default,best_so_far,phase\n";
+    std::fputs(header.c_str(), csv);
     std::fflush(csv);
   }
   return std::unique_ptr<Tuner>(new Tuner(config, timeline, csv));
@@ -92,6 +100,19 @@ void Tuner::start_search(Mode mode, const std::string& anchor) {
   SearchPoint start = {nearest_index(dims[0].values, prior.fusion_threshold),
                        nearest_index(dims[1].values, prior.cycle_time_ns),
                        nearest_index(dims[2].values, prior.bucket_bytes)};
+  // Then one dimension per categorical tunable of the registry (dims[kCategorical + i] is
+  // config_.autotune.categorical[i]); its values are choice indices. The prior says nothing
+  // about them: the search starts from the value at init.
+  for (const CategoricalTunable& t : a.categorical) {
+    SearchDimension d{categorical_column(t.id), {static_cast<int64_t>(t.initial)}, 0, true};
+    if (!t.fixed) {
+      d.values.clear();
+      for (size_t c = 0; c < t.choices.size(); ++c) d.values.push_back(static_cast<int64_t>(c));
+      d.default_index = t.initial;
+    }
+    start.push_back(d.default_index);
+    dims.push_back(std::move(d));
+  }
   search_.emplace(std::move(dims), std::move(start), SearchOptions{.samples = a.samples, .lag = 2});
   KOLO_LOG_INFO("autotune: link latency "
                 << ms(link_.latency_s) << ", bandwidth "
@@ -101,7 +122,8 @@ void Tuner::start_search(Mode mode, const std::string& anchor) {
                                       "kolo::mark_step() calls (training steps)")
                         : "no kolo::mark_step() calls seen: scoring configurations by the "
                           "period of the repeating operation '" +
-                              anchor + "' (bucket size not tuned)"));
+                              anchor + "' (bucket size not tuned)")
+                << searched_choices());
 }
 
 void Tuner::observe(const std::vector<Clock::time_point>& marks,
@@ -149,15 +171,10 @@ void Tuner::step_time(double seconds) {
   if (search_->converged() && !announced_converged_) {
     announced_converged_ = true;
     const auto& best = search_->best();
-    const auto& dims = search_->dims();
     const double t = search_->best_seconds(), d = search_->default_seconds();
-    KOLO_LOG_INFO("autotune: converged after "
-                  << boundaries_ << " steps: threshold "
-                  << format_size(static_cast<uint64_t>(dims[0].values[best[0]])) << ", cycle "
-                  << format_duration(std::chrono::nanoseconds(dims[1].values[best[1]]))
-                  << ", bucket " << format_size(static_cast<uint64_t>(dims[2].values[best[2]]))
-                  << "; step time " << ms(t) << " (default " << ms(d) << ", " << percent(t / d)
-                  << ")");
+    KOLO_LOG_INFO("autotune: converged after " << boundaries_ << " steps: " << describe(best)
+                                               << "; step time " << ms(t) << " (default " << ms(d)
+                                               << ", " << percent(t / d) << ")");
   }
 }
 
@@ -193,7 +210,43 @@ TuneDecision Tuner::decision_for(const SearchPoint& p) const {
   d.fusion_threshold = static_cast<uint64_t>(dims[0].values[p[0]]);
   d.cycle_time_ns = dims[1].values[p[1]];
   d.bucket_bytes = dims[2].values[p[2]];
+  const auto& categorical = config_.autotune.categorical;
+  for (size_t i = 0; i < categorical.size(); ++i)
+    if (!categorical[i].fixed)
+      d.choices.push_back(
+          {static_cast<int32_t>(categorical[i].id), static_cast<int32_t>(choice_of(p, i))});
   return d;
+}
+
+std::string Tuner::describe(const SearchPoint& p) const {
+  const auto& dims = search_->dims();
+  std::ostringstream os;
+  os << "threshold " << format_size(static_cast<uint64_t>(dims[0].values[p[0]])) << ", cycle "
+     << format_duration(std::chrono::nanoseconds(dims[1].values[p[1]])) << ", bucket "
+     << format_size(static_cast<uint64_t>(dims[2].values[p[2]]));
+  // Only the searched categorical knobs: a job that cannot switch one keeps its lines short.
+  const auto& categorical = config_.autotune.categorical;
+  for (size_t i = 0; i < categorical.size(); ++i) {
+    if (categorical[i].fixed) continue;
+    const size_t choice = choice_of(p, i);
+    std::string name = categorical_column(categorical[i].id);
+    std::replace(name.begin(), name.end(), '_', ' ');
+    os << ", " << name << " "
+       << (knob(categorical[i].id).kind == KnobKind::kBool ? (choice ? "on" : "off")
+                                                           : categorical[i].choices[choice]);
+  }
+  return os.str();
+}
+
+size_t Tuner::choice_of(const SearchPoint& p, size_t i) const {
+  return static_cast<size_t>(search_->dims()[kCategorical + i].values[p[kCategorical + i]]);
+}
+
+std::string Tuner::searched_choices() const {
+  std::string out;
+  for (const CategoricalTunable& t : config_.autotune.categorical)
+    if (!t.fixed) out += "; searching " + std::string(knob(t.id).name) + " too";
+  return out;
 }
 
 void Tuner::log_trial(const SearchTrial& trial) {
@@ -203,16 +256,18 @@ void Tuner::log_trial(const SearchTrial& trial) {
   const int64_t bucket = dims[2].values[trial.point[2]];
   const double ratio = trial.seconds / search_->default_seconds();
   const char* phase = trial.confirmation ? "confirm" : search_->converged() ? "final" : "search";
-  KOLO_LOG_INFO("autotune: threshold "
-                << format_size(static_cast<uint64_t>(threshold)) << ", cycle "
-                << format_duration(std::chrono::nanoseconds(cycle)) << ", bucket "
-                << format_size(static_cast<uint64_t>(bucket)) << ": step time " << ms(trial.seconds)
-                << " (" << trial.steps << " steps), " << percent(ratio) << " vs default"
-                << (trial.best_so_far ? ", best so far" : ""));
+  KOLO_LOG_INFO("autotune: " << describe(trial.point) << ": step time " << ms(trial.seconds) << " ("
+                             << trial.steps << " steps), " << percent(ratio) << " vs default"
+                             << (trial.best_so_far ? ", best so far" : ""));
   if (csv_) {
-    std::fprintf(csv_, "%lld,%lld,%.3f,%lld,%.4f,%d,%.4f,%d,%s\n",
+    // A categorical column holds the value as the knob is written (0/1 for a bool).
+    std::string choices;
+    const auto& categorical = config_.autotune.categorical;
+    for (size_t i = 0; i < categorical.size(); ++i)
+      choices += std::string(categorical[i].choices[choice_of(trial.point, i)]) + ",";
+    std::fprintf(csv_, "%lld,%lld,%.3f,%lld,%s%.4f,%d,%.4f,%d,%s\n",
                  static_cast<long long>(boundaries_), static_cast<long long>(threshold),
-                 static_cast<double>(cycle) / 1e3, static_cast<long long>(bucket),
+                 static_cast<double>(cycle) / 1e3, static_cast<long long>(bucket), choices.c_str(),
                  trial.seconds * 1e3, trial.steps, ratio, trial.best_so_far ? 1 : 0, phase);
     std::fflush(csv_);
   }

@@ -16,6 +16,11 @@
 // most m0 + 1 steps when the decision reaches it, and every rank switches at boundary S. This
 // needs every step to run at least one collective across ranks, which DistributedOptimizer does.
 //
+// Categorical knobs (the registry's tunable kBool/kChoice knobs, config.autotune.categorical)
+// travel as TuneDecision::choices and are switched by every rank in that same cycle, before it
+// executes the cycle's responses; a knob the user set, or one this job's data plane cannot
+// switch, is fixed and named in no decision (docs/architecture.md 7a).
+//
 // The score is the wall time between rank 0's boundaries. In synchronous data-parallel training
 // every step ends with collectives that wait for the slowest rank, so over a few steps rank 0's
 // step time is the slowest rank's. The first step under a new configuration is discarded
@@ -45,6 +50,10 @@ namespace kolo::coord {
 // DistributedOptions::bucket_bytes' default: the bucket size the tuner starts from.
 inline constexpr int64_t kDefaultBucketBytes = int64_t{4} << 20;
 
+// A categorical knob's CSV column and timeline counter series: "hierarchical_allreduce" for
+// KOLO_HIERARCHICAL_ALLREDUCE.
+std::string categorical_column(KnobId id);
+
 class Tuner {
  public:
   using Clock = std::chrono::steady_clock;
@@ -73,6 +82,15 @@ class Tuner {
   void step_time(double seconds);
   void log_trial(const SearchTrial& trial);
   TuneDecision decision_for(const SearchPoint& p) const;
+  // "threshold 4 MiB, cycle 1 ms, bucket 4 MiB[, hierarchical allreduce on]", for the log.
+  std::string describe(const SearchPoint& p) const;
+  // "; searching KOLO_HIERARCHICAL_ALLREDUCE too" per categorical knob searched.
+  std::string searched_choices() const;
+  // The search's dimensions: threshold, cycle, bucket, then from this index on one per
+  // config_.autotune.categorical entry, in its order.
+  static constexpr size_t kCategorical = 3;
+  // The choice index of config_.autotune.categorical[i] at `p`.
+  size_t choice_of(const SearchPoint& p, size_t i) const;
   void watch(double seconds);  // continuous mode, after convergence
 
   const RuntimeConfig config_;

@@ -57,6 +57,12 @@ AutotuneSearch::AutotuneSearch(std::vector<SearchDimension> dims, SearchPoint st
         return p;
       }()),
       start_(std::move(start)),
+      budget_([&] {
+        int alternatives = 0;
+        for (const auto& d : dims_)
+          if (d.categorical) alternatives += static_cast<int>(d.values.size()) - 1;
+        return options.max_steps + alternatives * (options.max_steps / 2);
+      }()),
       stride_(options.initial_stride) {
   KOLO_ENFORCE(start_.size() == dims_.size(), "AutotuneSearch: start point has "
                                                   << start_.size() << " coordinates, expected "
@@ -129,7 +135,9 @@ void AutotuneSearch::finish_measurement() {
   }
   if (phase_ == Phase::kDefault || phase_ == Phase::kStart)
     best_ = score_of(start_) < score_of(default_) ? start_ : default_;
-  finished_->best_so_far = finished_->point == best_;
+  // During a categorical alternative's descent best_ is that descent's best, not the search's.
+  finished_->best_so_far =
+      finished_->point == best_ && !(champion_ && score_of(*champion_) < score_of(best_));
 }
 
 std::vector<SearchPoint> AutotuneSearch::neighbours() const {
@@ -167,8 +175,7 @@ void AutotuneSearch::advance() {
   const int per_point = options_.lag + options_.warmup + options_.samples;
   // A pattern candidate may be extended to twice its samples.
   const int per_candidate = per_point + options_.samples;
-  const bool out_of_budget =
-      steps_ - budget_from_ + per_candidate + 2 * per_point > options_.max_steps;
+  const bool out_of_budget = steps_ - budget_from_ + per_candidate + 2 * per_point > budget_;
   switch (phase_) {
     case Phase::kDefault:
       if (start_ != default_ && !out_of_budget) {
@@ -196,17 +203,32 @@ void AutotuneSearch::advance() {
           queue_ = neighbours();
           continue;
         }
+        // This descent has ended; the next categorical alternative gets one of its own.
+        if (next_descent()) {
+          if (!measured_.count(best_)) {
+            phase_ = Phase::kRebase;
+            measure(best_);
+            return;
+          }
+          queue_ = neighbours();
+          continue;
+        }
         // A second look with the budget left: the best and its nearest neighbours measured
         // afresh (the best's samples pooled), since near the optimum the differences are
         // of the order of the noise and one unlucky sample decides.
         const int polish_cost = 2 * static_cast<int>(dims_.size()) * per_candidate + 3 * per_point;
-        if (polished_ || steps_ - budget_from_ + polish_cost > options_.max_steps) break;
+        if (polished_ || steps_ - budget_from_ + polish_cost > budget_) break;
         polished_ = true;
         queue_ = neighbours();
-        for (const auto& p : queue_) measured_.erase(p);
+        // The default keeps its samples: every ratio is reported against it, and the
+        // confirmation measures it again anyway.
+        for (const auto& p : queue_)
+          if (p != default_) measured_.erase(p);
         measure(best_);
         return;
       }
+      // Out of budget in the middle of a descent: an earlier one's result may be better.
+      if (champion_ && score_of(*champion_) < score_of(best_)) best_ = *champion_;
       if (best_ == default_) break;  // nothing to confirm against
       phase_ = Phase::kConfirmBest;
       measure(best_);
@@ -227,10 +249,39 @@ void AutotuneSearch::advance() {
   queue_.clear();
 }
 
+bool AutotuneSearch::next_descent() {
+  if (!descents_planned_) {
+    descents_planned_ = true;
+    for (size_t d = 0; d < dims_.size(); ++d) {
+      if (!dims_[d].categorical) continue;
+      for (size_t c = 0; c < dims_[d].values.size(); ++c) {
+        if (c == best_[d]) continue;
+        SearchPoint p = best_;
+        p[d] = c;
+        descents_.push_back(std::move(p));
+      }
+    }
+  }
+  if (!champion_ || score_of(best_) < score_of(*champion_)) champion_ = best_;
+  if (descents_.empty()) {
+    best_ = *champion_;
+    return false;
+  }
+  best_ = std::move(descents_.front());
+  descents_.erase(descents_.begin());
+  stride_ = std::min(2, options_.initial_stride);
+  last_move_.reset();
+  return true;
+}
+
 void AutotuneSearch::restart_local() {
   measured_.clear();
   spreads_.clear();
   last_move_.reset();
+  // A local search only: the categorical neighbours are still tried, but no descent of their own.
+  descents_planned_ = true;
+  descents_.clear();
+  champion_.reset();
   stride_ = 1;
   polished_ = false;
   budget_from_ = steps_;

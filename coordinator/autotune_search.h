@@ -12,8 +12,13 @@
 //   3. a pattern search from the better of the two: around the best point it tries +-stride
 //      grid steps along each dimension (every other choice of a categorical one), moves to any
 //      candidate that beats the best by more than the noise margin and tries the same direction
-//      again first; when no neighbour wins it halves the stride (4, 2, 1 grid steps); at
-//      stride 1, budget permitting, it measures the best and its neighbours once more afresh;
+//      again first; when no neighbour wins it halves the stride (4, 2, 1 grid steps). A
+//      categorical choice may move the numeric optimum (the hierarchical allreduce wants larger
+//      buffers than the flat one), so that the other choice loses at the first descent's
+//      optimum yet wins at its own: when that descent ends, each other choice of each
+//      categorical dimension gets a descent of its own (stride 2, then 1) from the best point
+//      with that choice, and the best of all descents goes on. Then, at stride 1 and budget
+//      permitting, it measures the best and its neighbours once more afresh;
 //   4. a confirmation: the best point and the default are measured once more, the samples
 //      pooled, and the default wins unless the best still beats it by the margin. So the final
 //      configuration is never slower than the default beyond noise.
@@ -23,7 +28,9 @@
 // is max(min_gain, the median half relative range of the configurations measured so far), so
 // on a noisy machine the search demands larger gains instead of chasing noise. A point already
 // measured is not measured again (except in the confirmation), which bounds the steps: with 3
-// dimensions, 4 steps per point, about 25-40 points, i.e. 100-160 steps.
+// dimensions, 4 steps per point, about 25-40 points, i.e. 100-160 steps. A categorical
+// alternative's descent adds half the budget (the hierarchical allreduce: 300 steps in all,
+// which the joint synthetic test needs to end within 5% of the optimum).
 //
 // Thread-safety: none; one owner.
 #pragma once
@@ -50,9 +57,10 @@ struct SearchOptions {
   int warmup = 1;          // steps discarded after each change
   int samples = 3;         // steps scored per configuration (their median)
   double min_gain = 0.02;  // smallest relative gain that counts as better
-  int max_steps = 200;     // budget in steps, skip_step()s included
-  int lag = 0;  // skipped steps expected per change (for the budget)     // past this, go straight
-                // to the confirmation
+  // Budget in steps, skip_step()s included; past it, the search goes straight to the
+  // confirmation. Each other choice of a categorical dimension adds half of it (its descent).
+  int max_steps = 200;
+  int lag = 0;             // skipped steps expected per change (for the budget)
   int initial_stride = 4;  // grid steps
 };
 
@@ -107,11 +115,15 @@ class AutotuneSearch {
   void advance();  // picks the next point to measure (or finishes)
   std::vector<SearchPoint> neighbours() const;
   void measure(SearchPoint p);
+  // At the end of a descent: keeps the better of it and the earlier ones (champion_); then
+  // makes the next categorical alternative best_ (true), or the champion (false: none left).
+  bool next_descent();
 
   const std::vector<SearchDimension> dims_;
   const SearchOptions options_;
   const SearchPoint default_;
   SearchPoint start_;
+  const int budget_;  // max_steps, plus half of it per categorical alternative
   Phase phase_ = Phase::kDefault;
   SearchPoint current_;
   SearchPoint best_;
@@ -128,6 +140,11 @@ class AutotuneSearch {
   std::vector<double> spreads_;  // relative spread of each measurement
   // The move that won last, tried again first (pattern search's "keep going").
   std::optional<std::pair<size_t, int>> last_move_;
+  // Categorical alternatives still to descend from (planned when the first descent ends), and
+  // the best point of the descents finished so far.
+  bool descents_planned_ = false;
+  std::vector<SearchPoint> descents_;
+  std::optional<SearchPoint> champion_;
 };
 
 // The analytic prior (Note [Autotune search]). A link with per-message latency L seconds and

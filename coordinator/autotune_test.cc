@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <set>
 #include <sstream>
 
 namespace kolo::coord {
@@ -99,6 +100,76 @@ TEST(TunerTest, ProgramsThatMarkNoStepsAreTunedByTheirRepeatingNames) {
   for (const auto& d : decisions) {
     EXPECT_EQ(d.bucket_bytes, kDefaultBucketBytes);  // no DistributedOptimizer: not searched
     EXPECT_EQ(d.apply_step, 2);                      // no marks: steps_marked() stays 0
+  }
+}
+
+std::vector<std::vector<std::string>> csv_rows(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::vector<std::string>> rows;
+  for (std::string line; std::getline(in, line);) {
+    std::vector<std::string> fields;
+    std::stringstream ss(line);
+    for (std::string f; std::getline(ss, f, ',');) fields.push_back(f);
+    rows.push_back(std::move(fields));
+  }
+  return rows;
+}
+
+// KOLO_HIERARCHICAL_ALLREDUCE as a categorical dimension (the registry marks it; config_from_knobs
+// lists it): searched, the decisions carry its choice and the search ends on the faster path
+// (here the hierarchy, 40% faster whatever else is chosen); fixed (set by the user, or a job
+// that cannot switch it), no decision names it. The CSV has its column either way.
+TEST(TunerTest, CategoricalKnobIsSearchedUnlessFixed) {
+  for (bool fixed : {false, true}) {
+    SCOPED_TRACE(fixed ? "fixed" : "searched");
+    const std::string csv = temp_csv(fixed ? "cat_fixed.csv" : "cat_searched.csv");
+    RuntimeConfig c = tuned_config(csv, false);
+    ASSERT_EQ(c.autotune.categorical.size(), 0u);  // a hand-built config lists none
+    c.autotune.categorical.push_back(
+        {KnobId::kHierarchicalAllreduce, {"0", "1"}, /*initial=*/0, fixed});
+    Timeline timeline;
+    auto tuner = Tuner::create(c, timeline);
+    ASSERT_TRUE(tuner.ok()) << tuner.status().to_string();
+    (*tuner)->set_link({50e-6, 1e9});
+    auto now = Clock::time_point{} + std::chrono::seconds(1);
+    std::vector<TuneDecision> decisions;
+    bool hierarchical = false;  // as applied, from each decision's apply_step on
+    for (int64_t step = 1; step <= 250; ++step) {
+      for (const auto& d : decisions)
+        if (d.apply_step == step)
+          for (const TunedChoice& ch : d.choices) hierarchical = ch.choice == 1;
+      now += std::chrono::milliseconds(hierarchical ? 6 : 10);
+      (*tuner)->observe({now}, {}, now);
+      if (auto d = (*tuner)->take_decision(step)) decisions.push_back(*d);
+    }
+    ASSERT_FALSE(decisions.empty());
+    bool named = false;
+    for (const auto& d : decisions) {
+      for (const TunedChoice& ch : d.choices) {
+        EXPECT_EQ(ch.knob, static_cast<int32_t>(KnobId::kHierarchicalAllreduce));
+        named = true;
+      }
+      EXPECT_EQ(d.choices.size(), fixed ? 0u : 1u);
+    }
+    EXPECT_EQ(named, !fixed);
+    if (!fixed) {
+      EXPECT_EQ(decisions.back().choices.at(0).choice, 1);
+    }
+    const auto rows = csv_rows(csv);
+    ASSERT_GE(rows.size(), 3u);
+    EXPECT_EQ(rows[0],
+              (std::vector<std::string>{"step", "fusion_threshold_bytes", "cycle_time_us",
+                                        "bucket_bytes", "hierarchical_allreduce", "step_time_ms",
+                                        "steps", "ratio_to_default", "best_so_far", "phase"}));
+    std::set<std::string> column;
+    for (size_t r = 1; r < rows.size(); ++r) {
+      ASSERT_EQ(rows[r].size(), 10u);
+      column.insert(rows[r][4]);
+    }
+    const std::set<std::string> expected =
+        fixed ? std::set<std::string>{"0"} : std::set<std::string>{"0", "1"};
+    EXPECT_EQ(column, expected);
+    std::remove(csv.c_str());
   }
 }
 

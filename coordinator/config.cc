@@ -52,6 +52,16 @@ Result<RuntimeConfig> config_from_knobs(const KnobSet& knobs,
   a.bucket_max = knobs.size(KnobId::kAutotuneBucketTo);
   a.fusion_fixed = knobs.is_set(KnobId::kFusionThreshold);
   a.cycle_fixed = knobs.is_set(KnobId::kCycleTime);
+  for (const Knob& k : all_knobs()) {
+    if (!is_categorical_tunable(k)) continue;
+    CategoricalTunable t{k.id, knob_choices(k)};
+    const std::string value =
+        k.kind == KnobKind::kBool ? (knobs.boolean(k.id) ? "1" : "0") : knobs.text(k.id);
+    t.initial = static_cast<size_t>(std::find(t.choices.begin(), t.choices.end(), value) -
+                                    t.choices.begin());
+    t.fixed = knobs.is_set(k.id);
+    a.categorical.push_back(std::move(t));
+  }
   for (auto [lo, hi] : {std::pair{KnobId::kAutotuneFusionFrom, KnobId::kAutotuneFusionTo},
                         std::pair{KnobId::kAutotuneCycleFrom, KnobId::kAutotuneCycleTo},
                         std::pair{KnobId::kAutotuneBucketFrom, KnobId::kAutotuneBucketTo}}) {

@@ -8,12 +8,24 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/knobs.h"
 #include "kolo/status.h"
 
 namespace kolo::coord {
+
+// A categorical knob the autotuner may switch: one the registry marks tunable and of a kBool
+// or kChoice kind (is_categorical_tunable, common/knobs.h).
+struct CategoricalTunable {
+  KnobId id;
+  std::vector<std::string_view> choices;  // knob_choices(): "0", "1" for a bool
+  size_t initial = 0;                     // the index of the value at init
+  // Not searched: the user set it, or this job cannot switch it (Runtime::create decides:
+  // e.g. no hierarchy to switch to).
+  bool fixed = true;
+};
 
 // The autotuner's knobs (KOLO_AUTOTUNE*; coordinator/autotune.h). Ranges are inclusive and
 // checked (min <= max) by config_from_knobs.
@@ -29,6 +41,9 @@ struct AutotuneConfig {
   // Knobs the user set are fixed at their value and left out of the search.
   bool fusion_fixed = false;
   bool cycle_fixed = false;
+  // Every categorical tunable of the registry, in registry order (so the same list on every
+  // rank); fixed unless the user left it unset.
+  std::vector<CategoricalTunable> categorical;
 };
 
 struct RuntimeConfig {

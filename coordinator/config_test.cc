@@ -52,6 +52,24 @@ TEST(ConfigTest, AutotuneKnobsAndTheirRanges) {
       << maybe.status().to_string();
 }
 
+// The categorical tunables come from the registry: the hierarchical allreduce, at its value,
+// searched only when the user left it unset.
+TEST(ConfigTest, CategoricalTunablesComeFromTheRegistryAndASetOneIsFixed) {
+  const RuntimeConfig d = parse({{"KOLO_AUTOTUNE", "1"}});
+  ASSERT_EQ(d.autotune.categorical.size(), 1u);
+  const CategoricalTunable& t = d.autotune.categorical[0];
+  EXPECT_EQ(t.id, KnobId::kHierarchicalAllreduce);
+  EXPECT_EQ(t.choices, (std::vector<std::string_view>{"0", "1"}));
+  EXPECT_EQ(t.initial, 0u);
+  EXPECT_FALSE(t.fixed);
+  for (const char* value : {"0", "on"}) {
+    const RuntimeConfig c = parse({{"KOLO_AUTOTUNE", "1"}, {"KOLO_HIERARCHICAL_ALLREDUCE", value}});
+    ASSERT_EQ(c.autotune.categorical.size(), 1u);
+    EXPECT_TRUE(c.autotune.categorical[0].fixed) << value;
+    EXPECT_EQ(c.autotune.categorical[0].initial, std::string(value) == "on" ? 1u : 0u);
+  }
+}
+
 TEST(ConfigTest, RegistryDefaultsAreRuntimeConfigsDefaults) {
   const RuntimeConfig c = parse({});
   const RuntimeConfig d;

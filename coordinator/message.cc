@@ -3,6 +3,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "common/knobs.h"
+
 namespace kolo::coord {
 
 const char* op_type_name(OpType type) {
@@ -98,6 +100,16 @@ class Reader {
   void fail(std::string msg) {
     if (error_.empty()) error_ = std::move(msg);
   }
+  // Whether n items of `unit` bytes each fit in what is left (fails otherwise); bounds a
+  // count before anything is reserved for it.
+  bool need_count(uint64_t n, size_t unit, const char* what) {
+    if (n > (in_.size() - pos_) / unit) {
+      fail(std::string("truncated message: ") + what + " claims " + std::to_string(n) +
+           " items but only " + std::to_string(in_.size() - pos_) + " bytes remain");
+      return false;
+    }
+    return true;
+  }
 
  private:
   template <typename T>
@@ -110,14 +122,6 @@ class Reader {
     if (n > 0) std::memcpy(out.data(), in_.data() + pos_, n * sizeof(T));
     pos_ += n * sizeof(T);
     return out;
-  }
-  bool need_count(uint64_t n, size_t unit, const char* what) {
-    if (n > (in_.size() - pos_) / unit) {
-      fail(std::string("truncated message: ") + what + " claims " + std::to_string(n) +
-           " items but only " + std::to_string(in_.size() - pos_) + " bytes remain");
-      return false;
-    }
-    return true;
   }
   bool need(uint64_t n, const char* what) { return need_count(n, 1, what); }
 
@@ -199,6 +203,23 @@ Response read_response(Reader& r) {
   return p;
 }
 
+std::vector<TunedChoice> read_choices(Reader& r) {
+  std::vector<TunedChoice> out;
+  const uint64_t n = r.pod<uint64_t>("tune choice count");
+  if (r.failed() || !r.need_count(n, 2 * sizeof(int32_t), "tune choices")) return out;
+  out.reserve(n);
+  for (uint64_t i = 0; i < n && !r.failed(); ++i) {
+    TunedChoice c;
+    c.knob = r.pod<int32_t>("tune choice knob");
+    c.choice = r.pod<int32_t>("tune choice");
+    if (!r.failed() && (c.knob < 0 || c.knob >= static_cast<int32_t>(kKnobCount) || c.choice < 0))
+      r.fail("tune choice has invalid knob " + std::to_string(c.knob) + " or choice " +
+             std::to_string(c.choice));
+    out.push_back(c);
+  }
+  return out;
+}
+
 Status finish(const Reader& r, const char* what) {
   if (r.failed()) return Status::Internal(std::string("malformed ") + what + ": " + r.error());
   if (!r.done()) return Status::Internal(std::string("malformed ") + what + ": trailing bytes");
@@ -240,6 +261,11 @@ std::string serialize(const ResponseList& list) {
   w.pod(list.tune.fusion_threshold);
   w.pod(list.tune.cycle_time_ns);
   w.pod(list.tune.bucket_bytes);
+  w.pod<uint64_t>(list.tune.choices.size());
+  for (const TunedChoice& c : list.tune.choices) {
+    w.pod(c.knob);
+    w.pod(c.choice);
+  }
   return w.take();
 }
 
@@ -257,6 +283,7 @@ Result<ResponseList> parse_response_list(const std::string& bytes) {
   list.tune.fusion_threshold = r.pod<uint64_t>("tune threshold");
   list.tune.cycle_time_ns = r.pod<int64_t>("tune cycle time");
   list.tune.bucket_bytes = r.pod<int64_t>("tune bucket");
+  list.tune.choices = read_choices(r);
   KOLO_RETURN_IF_ERROR(finish(r, "response list"));
   return list;
 }

@@ -71,14 +71,28 @@ struct Response {
   bool operator==(const Response&) const = default;
 };
 
+// One categorical knob's value in a TuneDecision: the knob (a KnobId, common/knobs.h) and the
+// index of its value among knob_choices() (for a bool: 0 or 1). The parser checks only that
+// both are non-negative and the knob a registry row; the runtime checks that the knob is
+// categorical and tunable and the index in range (it fails the job otherwise).
+struct TunedChoice {
+  int32_t knob = 0;
+  int32_t choice = 0;
+
+  bool operator==(const TunedChoice&) const = default;
+};
+
 // The autotuner's new configuration (Note [Autotune] in autotune.h). Every rank applies the
-// fusion threshold and cycle time in the cycle that carries it, the bucket size from its
-// apply_step-th step boundary on. apply_step < 0: no change.
+// fusion threshold, the cycle time and the choices in the cycle that carries it, the bucket
+// size from its apply_step-th step boundary on. apply_step < 0: no change.
 struct TuneDecision {
   int64_t apply_step = -1;
   uint64_t fusion_threshold = 0;
   int64_t cycle_time_ns = 0;
   int64_t bucket_bytes = 0;
+  // The categorical knobs the tuner searches (none it leaves alone), e.g. the hierarchical
+  // allreduce.
+  std::vector<TunedChoice> choices;
 
   bool operator==(const TuneDecision&) const = default;
 };

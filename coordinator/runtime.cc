@@ -1,7 +1,9 @@
 #include "coordinator/runtime.h"
 
 #include <algorithm>
+#include <functional>
 
+#include "backends/hierarchical/hierarchical_backend.h"
 #include "common/logging.h"
 #include "common/text.h"
 #include "coordinator/fusion.h"
@@ -32,6 +34,23 @@
 namespace kolo::coord {
 
 namespace {
+
+// The run-time switch of categorical tunable `id` (Note [Autotune]) in the data plane `data`,
+// which takes a choice index; null when this job's data plane cannot switch it. One case per
+// categorical knob of the registry. Called on the background thread only, which alone touches
+// the data plane, between two cycles' collectives: a switch never meets a collective in flight.
+std::function<void(size_t)> categorical_switch(KnobId id, Backend& data) {
+  switch (id) {
+    case KnobId::kHierarchicalAllreduce:
+      // The composite exists where init built it (asked for, or offered to the autotuner on
+      // several hosts of equal rank counts); elsewhere the data plane is flat for good.
+      if (auto* h = dynamic_cast<HierarchicalBackend*>(&data))
+        return [h](size_t choice) { h->set_hierarchical(choice == 1); };
+      return nullptr;
+    default:
+      return nullptr;
+  }
+}
 
 // How this Runtime's messages name `rank` (RuntimeConfig::rank_names).
 int named_rank(const RuntimeConfig& config, int rank) {
@@ -95,6 +114,9 @@ Result<std::unique_ptr<Runtime>> Runtime::create(RuntimeConfig config, Topology 
                                    std::to_string(gpu->size()) + ", the topology rank " +
                                    std::to_string(topology.rank) + " of " +
                                    std::to_string(topology.size));
+  // A categorical knob this job cannot switch is not searched (rank 0's tuner reads this).
+  for (CategoricalTunable& t : config.autotune.categorical)
+    if (!t.fixed && !categorical_switch(t.id, *data)) t.fixed = true;
   std::unique_ptr<Runtime> rt(new Runtime(std::move(config), topology, std::move(data),
                                           std::move(control), std::move(gpu)));
   if (rt->config_.autotune.enabled && topology.rank == 0) {
@@ -216,21 +238,40 @@ std::optional<int64_t> Runtime::tuned_bucket_bytes() const {
   return std::nullopt;
 }
 
-void Runtime::apply_tuning(const TuneDecision& d) {
+Status Runtime::apply_tuning(const TuneDecision& d) {
+  TimelineArgs counter = {{"fusion_threshold_bytes", std::to_string(d.fusion_threshold)},
+                          {"cycle_time_us", std::to_string(d.cycle_time_ns / 1000)},
+                          {"bucket_bytes", std::to_string(d.bucket_bytes)}};
+  for (const TunedChoice& c : d.choices) {
+    const Knob& k = knob(static_cast<KnobId>(c.knob));  // a registry row (the parser checked)
+    std::function<void(size_t)> flip;
+    if (is_categorical_tunable(k) && static_cast<size_t>(c.choice) < knob_choices(k).size())
+      flip = categorical_switch(k.id, *data_);
+    // Rank 0 searches only what its own data plane can switch, and every rank's is built
+    // alike; a rank that cannot follow would run other collectives than its peers.
+    if (!flip)
+      return Status::Internal("autotune: rank " + std::to_string(topology_.rank) +
+                              " cannot switch " + std::string(k.name) + " to choice " +
+                              std::to_string(c.choice) + " (data backend " +
+                              std::string(data_->name()) + ")");
+    flip(static_cast<size_t>(c.choice));
+    counter.push_back({categorical_column(k.id), std::to_string(c.choice)});
+  }
   fusion_threshold_ = d.fusion_threshold;
   cycle_time_ = std::chrono::nanoseconds(d.cycle_time_ns);
+  const auto* hierarchy = dynamic_cast<const HierarchicalBackend*>(data_.get());
+  const bool hierarchical = hierarchy && hierarchy->hierarchical();
   {
     MutexLock lock(mu_);
-    applied_.push_back({cycles_, d});
+    applied_.push_back({cycles_, d, hierarchical});
   }
   KOLO_LOG_DEBUG("autotune: cycle "
                  << cycles_ << ": threshold " << format_size(d.fusion_threshold) << ", cycle time "
                  << format_duration(cycle_time_) << ", bucket "
                  << format_size(static_cast<uint64_t>(d.bucket_bytes)) << " from step "
-                 << d.apply_step);
-  timeline_.counter("autotune", {{"fusion_threshold_bytes", std::to_string(d.fusion_threshold)},
-                                 {"cycle_time_us", std::to_string(d.cycle_time_ns / 1000)},
-                                 {"bucket_bytes", std::to_string(d.bucket_bytes)}});
+                 << d.apply_step << ", hierarchical allreduce " << (hierarchical ? "on" : "off"));
+  timeline_.counter("autotune", counter);
+  return Status::Ok();
 }
 
 Status Runtime::measure_link() {
@@ -448,7 +489,7 @@ Status Runtime::cycle(bool shutdown_requested, bool& stop) {
     join_to_send_ = false;
     KOLO_RETURN_IF_ERROR(negotiate_slow(mine, list));
     for (const auto& name : list.evictions) cache_.erase(name);
-    if (list.tune.apply_step >= 0) apply_tuning(list.tune);
+    if (list.tune.apply_step >= 0) KOLO_RETURN_IF_ERROR(apply_tuning(list.tune));
     joined_ranks_ = list.joined;
     responses.insert(responses.end(), std::make_move_iterator(list.responses.begin()),
                      std::make_move_iterator(list.responses.end()));

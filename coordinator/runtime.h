@@ -78,6 +78,9 @@ class Runtime {
   struct AppliedTuning {
     int64_t cycle = 0;      // the background cycle that applied it (same on every rank)
     TuneDecision decision;  // apply_step: the first step that uses its bucket size
+    // Allreduces run hierarchically from this cycle on (KOLO_HIERARCHICAL_ALLREDUCE; false
+    // where the data plane has no hierarchy), whether or not the tuner searches it.
+    bool hierarchical = false;
   };
   std::vector<AppliedTuning> applied_tunings() const;
   // The tuned gradient bucket size for the step after steps_marked() steps; nullopt before the
@@ -117,8 +120,9 @@ class Runtime {
   void retire(const std::vector<BatchItem>& items);
   void end_negotiate_spans(const std::vector<BatchItem>& items);
   void fail_all(const Status& status);
-  // Every rank, in the same cycle: adopts the autotuner's decision.
-  void apply_tuning(const TuneDecision& d);
+  // Every rank, in the same cycle: adopts the autotuner's decision. Internal when it names a
+  // categorical knob this rank cannot switch (the job then fails: ranks would diverge).
+  Status apply_tuning(const TuneDecision& d);
   // Every rank, before the first cycle, when autotuning: a few timed allreduces on the data
   // backend, for the tuner's prior (rank 0 keeps the result).
   Status measure_link();

@@ -141,9 +141,12 @@ Result<std::unique_ptr<Backend>> make_hierarchical_backend(std::unique_ptr<Backe
     return flat;
   }
   if (plan->trivial()) {
-    KOLO_LOG_INFO("hierarchical allreduce: "
-                  << (plan->cross_ranks.size() == 1 ? "one host" : "one rank per host")
-                  << ", so the flat " << flat->name() << " backend is the hierarchy");
+    const char* why = plan->cross_ranks.size() == 1 ? "one host" : "one rank per host";
+    if (options.required)
+      KOLO_LOG_INFO("hierarchical allreduce: " << why << ", so the flat " << flat->name()
+                                               << " backend is the hierarchy");
+    else
+      KOLO_LOG_INFO("hierarchical allreduce not used: " << why);
     return flat;
   }
   const std::string host = std::to_string(job.cross_rank);

@@ -108,6 +108,10 @@ struct AppliedTuning {
   uint64_t fusion_threshold = 0;  // bytes
   int64_t cycle_time_ns = 0;
   int64_t bucket_bytes = 0;
+  // Allreduces run hierarchically from `cycle` on (KOLO_HIERARCHICAL_ALLREDUCE, which the
+  // autotuner switches in a job of several hosts of equal rank counts that left it unset);
+  // false where the job has no hierarchy.
+  bool hierarchical_allreduce = false;
 };
 // Every configuration applied since init(), in order; empty before init. Thread-safe.
 std::vector<AppliedTuning> autotune_history();

@@ -10,6 +10,7 @@
 
 #include "backends/tcp/auth.h"
 #include "backends/tcp/wire.h"
+#include "common/knobs.h"
 #include "coordinator/message.h"
 #include "framework/data/idx_reader.h"
 #include "framework/optim/serialize.h"
@@ -79,6 +80,12 @@ void negotiation() {
   coord::ResponseList list;
   list.responses = {run, error};
   list.evictions = {"old"};
+  // An autotuner's decision with a categorical choice (the hierarchical allreduce on).
+  list.tune.apply_step = 7;
+  list.tune.fusion_threshold = 1 << 20;
+  list.tune.cycle_time_ns = 500000;
+  list.tune.bucket_bytes = 1 << 22;
+  list.tune.choices = {{static_cast<int32_t>(KnobId::kHierarchicalAllreduce), 1}};
   write_seed("fuzz_negotiation", "responses", coord::serialize(list));
 }
 

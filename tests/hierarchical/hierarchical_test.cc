@@ -6,9 +6,14 @@
 // collective_checks.h on the composite) and through the coordinator (hierarchical_worker:
 // exact closed forms, and a digest of every result equal to a flat run's).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -272,6 +277,132 @@ TEST(NetworkNamespaces, TwoHostsOfTwoEqualTheFlatResult) {
                              100);
   }
   expect_hierarchy_equals_flat(runs["0"], runs["1"]);
+}
+
+// The autotuner's categorical dimension (issue 11). Threshold and cycle time are set, so fixed,
+// the bucket grid is {0, 4 MiB} and one step is scored per configuration: the hierarchy (when
+// searched) is the third configuration tried, a dozen steps in.
+const std::string kTune =
+    "KOLO_LOG_LEVEL=info KOLO_AUTOTUNE=1 KOLO_AUTOTUNE_SAMPLES=1 KOLO_AUTOTUNE_BUCKET_FROM=4MiB "
+    "KOLO_AUTOTUNE_BUCKET_TO=4MiB KOLO_FUSION_THRESHOLD=1MiB KOLO_CYCLE_TIME=1ms";
+const std::string kSteps = kWorker + " --steps 30";
+
+// Each rank's applied configurations (hierarchical_worker --steps), split into their fields
+// cycle/from_step/threshold/cycle_ns/bucket/hierarchical.
+std::map<std::string, std::vector<std::vector<std::string>>> histories(const std::string& output) {
+  std::map<std::string, std::vector<std::vector<std::string>>> out;
+  const std::regex line("rank (\\d+): autotune history:([^\\n]*)");
+  for (std::sregex_iterator it(output.begin(), output.end(), line), end; it != end; ++it) {
+    auto& entries = out[(*it)[1]];
+    std::istringstream words((*it)[2].str());
+    for (std::string w; words >> w;) {
+      std::vector<std::string> fields;
+      std::stringstream ss(w);
+      for (std::string f; std::getline(ss, f, '/');) fields.push_back(f);
+      entries.push_back(fields);
+    }
+  }
+  return out;
+}
+
+// Every rank recorded the same configurations (so each switched the hierarchy in the same cycle,
+// before the same step), and none changed the user-set threshold or cycle time. Returns rank 0's.
+std::vector<std::vector<std::string>> expect_same_history(const ProcessRun& r) {
+  const auto by_rank = histories(r.output);
+  EXPECT_EQ(by_rank.size(), 4u) << r.output;
+  if (by_rank.empty()) return {};
+  const auto& first = by_rank.begin()->second;
+  for (const auto& [rank, entries] : by_rank) EXPECT_EQ(entries, first) << "rank " << rank;
+  EXPECT_FALSE(first.empty()) << r.output;
+  for (const auto& e : first) {
+    EXPECT_EQ(e.size(), 6u);
+    if (e.size() != 6u) break;
+    EXPECT_EQ(e[2], "1048576");
+    EXPECT_EQ(e[3], "1000000");
+  }
+  return first;
+}
+
+// Left unset on two hosts of two ranks, the knob is searched: the tuner switches the hierarchy
+// on at least once, every rank at the same cycle and step, and every result of every step stays
+// exact (closed forms in the worker, and the digest of all of them equals an untuned flat run's).
+TEST(Autotune, SwitchesTheHierarchyOnEveryRankInTheSameCycleAndResultsStayExact) {
+  const std::string trace = ::testing::TempDir() + "kolo_hier_tune_" + std::to_string(::getpid());
+  ProcessRun flat = run_command(nodes(2, 2, "", kSteps), 100);
+  ProcessRun tuned =
+      run_command(nodes(2, 2, kTune + " KOLO_TIMELINE=" + trace + ".json", kSteps), 100);
+  for (const ProcessRun* r : {&flat, &tuned}) {
+    EXPECT_NE(r->output.find(zeros(2)), std::string::npos) << r->output;
+    EXPECT_EQ(count_occurrences(r->output, "hierarchical worker passed"), 4) << r->output;
+  }
+  EXPECT_EQ(digests(flat.output).size(), 4u) << flat.output;
+  EXPECT_EQ(digests(tuned.output), digests(flat.output)) << tuned.output;
+  // Built off (the default is flat) on every rank, searched by rank 0.
+  EXPECT_EQ(count_occurrences(tuned.output, "hierarchical allreduce: 2 hosts of 2 ranks"), 4)
+      << tuned.output;
+  EXPECT_EQ(count_occurrences(tuned.output, "searching KOLO_HIERARCHICAL_ALLREDUCE too"), 1)
+      << tuned.output;
+  const auto history = expect_same_history(tuned);
+  int switches = 0;
+  std::string state = "0";
+  for (const auto& e : history) {
+    if (e.size() == 6u && e[5] != state) ++switches;
+    if (e.size() == 6u) state = e[5];
+  }
+  EXPECT_GE(switches, 1) << tuned.output;
+  EXPECT_NE(tuned.output.find(", hierarchical allreduce on: step time "), std::string::npos)
+      << tuned.output;
+  // Each rank's timeline has the switch on its "autotune" counter track, as 0/1.
+  for (int rank = 0; rank < 4; ++rank) {
+    const std::string path = trace + ".rank" + std::to_string(rank) + ".json";
+    std::ifstream in(path);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_GE(count_occurrences(text, "\"hierarchical_allreduce\":1}"), 1) << path;
+    std::remove(path.c_str());
+  }
+}
+
+// Hosts of unequal rank counts (2 + 1, started by hand as in UnequalHostsFailInitNamingThem):
+// the hierarchy offered to the autotuner is not built, so the job trains flat and the tuner
+// searches the rest only.
+TEST(Autotune, UnequalHostsKeepTheFlatBackendAndAreNotSearched) {
+  auto server = kolo::TcpStoreServer::start("127.0.0.1", 0, "s3cret");
+  ASSERT_TRUE(server.ok()) << server.status().to_string();
+  ProcessRun r =
+      run_command(by_hand(**server, {{0, 2, 0, 2}, {1, 2, 0, 2}, {0, 1, 1, 2}}, kTune, kSteps), 60);
+  for (int rank = 0; rank < 3; ++rank)
+    EXPECT_NE(r.output.find("rank " + std::to_string(rank) + " exit 0"), std::string::npos)
+        << r.output;
+  EXPECT_EQ(count_occurrences(r.output,
+                              "hierarchical allreduce not used: hosts hold different "
+                              "numbers of ranks"),
+            3)
+      << r.output;
+  EXPECT_EQ(count_occurrences(r.output, "searching KOLO_HIERARCHICAL_ALLREDUCE"), 0) << r.output;
+  const auto by_rank = histories(r.output);
+  ASSERT_EQ(by_rank.size(), 3u) << r.output;
+  EXPECT_FALSE(by_rank.begin()->second.empty()) << r.output;  // the rest was tuned
+  for (const auto& [rank, entries] : by_rank) {
+    EXPECT_EQ(entries, by_rank.begin()->second) << "rank " << rank;
+    for (const auto& e : entries) EXPECT_EQ(e.back(), "0") << "rank " << rank;
+  }
+}
+
+// Set by the user, to either value, the knob is never searched nor changed.
+TEST(Autotune, NeverChangesAUserSetHierarchicalAllreduce) {
+  for (const std::string value : {"0", "1"}) {
+    SCOPED_TRACE("KOLO_HIERARCHICAL_ALLREDUCE=" + value);
+    ProcessRun r =
+        run_command(nodes(2, 2, kTune + " KOLO_HIERARCHICAL_ALLREDUCE=" + value, kSteps), 100);
+    EXPECT_NE(r.output.find(zeros(2)), std::string::npos) << r.output;
+    EXPECT_EQ(count_occurrences(r.output, "hierarchical worker passed"), 4) << r.output;
+    EXPECT_EQ(count_occurrences(r.output, "searching KOLO_HIERARCHICAL_ALLREDUCE"), 0) << r.output;
+    for (const auto& e : expect_same_history(r)) {
+      if (e.size() == 6u) {
+        EXPECT_EQ(e[5], value);
+      }
+    }
+  }
 }
 
 }  // namespace

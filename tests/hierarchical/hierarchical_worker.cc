@@ -5,8 +5,13 @@
 // with KOLO_HIERARCHICAL_ALLREDUCE=1 can be compared byte for byte with a flat run.
 // Prints "rank R: digest D" and "rank R: hierarchical worker passed"; exit 1 on a failure.
 // Inputs are small integers, exact in every dtype whatever order ranks are combined in.
+// With --steps N (the autotuner's test): instead, N training-like steps, each the same three
+// allreduces (two beyond the piggy-back size, so that the data plane runs them) followed by
+// kolo::mark_step(); then every rank prints "rank R: autotune history:" and each
+// configuration applied as cycle/from_step/threshold/cycle_ns/bucket/hierarchical(0|1).
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -68,13 +73,26 @@ void check(const std::string& name, int64_t count, kolo::AllreduceOptions opts, 
   hash(result.data(), result.size() * sizeof(T));
 }
 
-}  // namespace
-
-int main() {
-  if (kolo::Status st = kolo::init(); !st.ok()) {
-    std::fprintf(stderr, "init: %s\n", st.to_string().c_str());
-    return 1;
+// --steps: the same names every step, so that after the first step they hit the response
+// cache, as a training loop's gradients do.
+void steps(int n) {
+  using kolo::ReduceOp;
+  const int P = kolo::size();
+  for (int step = 0; step < n; ++step) {
+    check<float>("step.f32.sum", 1031, {}, true);
+    check<int32_t>("step.i32.avg2", 3001, {.op = ReduceOp::kAverage, .prescale = 2.0}, false);
+    check<double>("step.f64.scaled", P + 1, {.prescale = 2.0, .postscale = 0.5}, true);
+    if (!kolo::mark_step().ok()) ++failures;
   }
+  std::string line = "rank " + std::to_string(kolo::rank()) + ": autotune history:";
+  for (const kolo::AppliedTuning& a : kolo::autotune_history())
+    line += " " + std::to_string(a.cycle) + "/" + std::to_string(a.from_step) + "/" +
+            std::to_string(a.fusion_threshold) + "/" + std::to_string(a.cycle_time_ns) + "/" +
+            std::to_string(a.bucket_bytes) + "/" + (a.hierarchical_allreduce ? "1" : "0");
+  std::printf("%s\n", line.c_str());
+}
+
+void one_of_each() {
   const int P = kolo::size();
   using kolo::ReduceOp;
   // P - 1 and P + 1 elements leave some ranks' shards one element short; 3 MiB of float32 is
@@ -112,6 +130,27 @@ int main() {
       }
     hash(batch[t].data(), batch[t].size() * sizeof(float));
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int n_steps = 0;
+  if (argc == 3 && std::strcmp(argv[1], "--steps") == 0) {
+    n_steps = std::atoi(argv[2]);
+  } else if (argc != 1) {
+    std::fprintf(stderr, "usage: %s [--steps N]\n", argv[0]);
+    return 2;
+  }
+  if (kolo::Status st = kolo::init(); !st.ok()) {
+    std::fprintf(stderr, "init: %s\n", st.to_string().c_str());
+    return 1;
+  }
+  const int r = kolo::rank();
+  if (n_steps > 0)
+    steps(n_steps);
+  else
+    one_of_each();
   std::printf("rank %d: digest %016" PRIx64 "\n", r, digest);
   const kolo::Status down = kolo::shutdown();
   if (!down.ok() || failures > 0) {

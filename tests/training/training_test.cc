@@ -390,26 +390,27 @@ TEST_F(TrainingTest, AutotuneChangesConfigurationsAtTheSameStepOnEveryRankAndRes
     expect_close(read_params(out), one, 1e-4);
 
     // The CSV has its header and a row per measured configuration from the first on: the
-    // default (4 MiB, 1 ms, 4 MiB) at ratio 1.
+    // default (4 MiB, 1 ms, 4 MiB, flat: one host has no hierarchy to try) at ratio 1.
     std::istringstream rows(read_file(csv));
     std::string header, first;
     std::getline(rows, header);
     EXPECT_EQ(header,
-              "step,fusion_threshold_bytes,cycle_time_us,bucket_bytes,step_time_ms,steps,"
-              "ratio_to_default,best_so_far,phase");
+              "step,fusion_threshold_bytes,cycle_time_us,bucket_bytes,hierarchical_allreduce,"
+              "step_time_ms,steps,ratio_to_default,best_so_far,phase");
     ASSERT_TRUE(std::getline(rows, first));
     std::vector<std::string> f;
     std::stringstream fields(first);
     for (std::string x; std::getline(fields, x, ',');) f.push_back(x);
-    ASSERT_EQ(f.size(), 9u) << first;
+    ASSERT_EQ(f.size(), 10u) << first;
     EXPECT_EQ(f[1], "4194304");
     EXPECT_EQ(f[2], "1000.000");
     EXPECT_EQ(f[3], "4194304");
-    EXPECT_GT(std::stod(f[4]), 0.0);
-    EXPECT_EQ(f[5], "2");  // one warm-up step, one scored
-    EXPECT_EQ(f[6], "1.0000");
-    EXPECT_EQ(f[7], "1");
-    EXPECT_EQ(f[8], "search");
+    EXPECT_EQ(f[4], "0");
+    EXPECT_GT(std::stod(f[5]), 0.0);
+    EXPECT_EQ(f[6], "2");  // one warm-up step, one scored
+    EXPECT_EQ(f[7], "1.0000");
+    EXPECT_EQ(f[8], "1");
+    EXPECT_EQ(f[9], "search");
     int more = 0;
     for (std::string row; std::getline(rows, row);) ++more;
     EXPECT_GE(more, 2);
