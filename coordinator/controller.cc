@@ -17,10 +17,11 @@ std::string rank_list(const std::vector<int>& ranks) {
 
 std::string values_by_rank(const std::vector<std::pair<int, std::string>>& values) {
   std::vector<std::pair<std::string, std::vector<int>>> groups;
-  for (const auto& [r, v] : values) {
-    auto g = std::find_if(groups.begin(), groups.end(), [&](auto& p) { return p.first == v; });
-    if (g == groups.end()) groups.push_back({v, {r}});
-    else g->second.push_back(r);
+  for (const auto& [rank, value] : values) {
+    auto g = std::find_if(groups.begin(), groups.end(),
+                          [&value = value](auto& p) { return p.first == value; });
+    if (g == groups.end()) groups.push_back({value, {rank}});
+    else g->second.push_back(rank);
   }
   std::string msg;
   for (size_t i = 0; i < groups.size(); ++i) {
