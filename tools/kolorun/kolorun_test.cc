@@ -685,6 +685,22 @@ TEST(Kolorun, AFailureOnOneNodeStopsTheRanksOfTheOther) {
       << n0.err();
 }
 
+// A rank that cannot start on node 1 (its command is missing there) stops node 0's ranks too,
+// as any other failure does: node 1's kolorun used to return at once without telling the
+// others, so node 0's ranks ran on (here: sleep forever; a real job's waited in init()).
+TEST(Kolorun, ARankThatCannotStartOnOneNodeStopsTheOtherNode) {
+  SecretFile secret("s");
+  std::string rdzv = "127.0.0.1:" + std::to_string(free_port());
+  Proc n0(node_args(0, rdzv, secret.path, 2, {kChild, "sleep"}));
+  Proc n1(node_args(1, rdzv, secret.path, 2, {"/nonexistent/kolo-program"}));
+  EXPECT_EQ(exit_code(n1.finish(20s)), 1) << n1.err();
+  EXPECT_EQ(exit_code(n0.finish(20s)), 1) << n0.err();
+  const std::string cause = "cannot start rank 2: /nonexistent/kolo-program: No such file";
+  EXPECT_NE(n1.err().find("kolorun: " + cause), std::string::npos) << n1.err();
+  EXPECT_NE(n0.err().find("kolorun: node 1: " + cause), std::string::npos) << n0.err();
+  EXPECT_NE(n0.err().find("stopping this node's ranks"), std::string::npos) << n0.err();
+}
+
 // kolorun for node k of a two-node job of one rank per node, waiting up to 60 s for the other.
 std::vector<std::string> one_rank_node(const std::string& rdzv, int k,
                                        std::vector<std::string> command) {
