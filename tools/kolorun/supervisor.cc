@@ -262,6 +262,9 @@ Result<int> supervise(const std::vector<RankSpec>& ranks, const SuperviseOptions
         report_at = Clock::now() + (signaled ? Clock::duration::zero() : kSettle);
       }
     }
+    // A failure still held when kolorun was interrupted, or another node's failure arrived, is
+    // not the job's first: that one has been reported (and on_failure called) already.
+    if (suspect && (interrupted_by || remote_failure)) suspect.reset();
     if (suspect && (Clock::now() >= *report_at || alive_count() == 0)) {
       first_failure = suspect;
       suspect.reset();
