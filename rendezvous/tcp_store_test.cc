@@ -481,6 +481,27 @@ TEST(TcpStore, ServerStopFailsAPendingWaitWithIoError) {
   Status st = c->wait({"never"}, 30s);
   t.join();
   EXPECT_EQ(st.code(), StatusCode::kIoError) << st.to_string();
+  // The error names the call it broke.
+  EXPECT_EQ(st.message().rfind("store wait \"never\": store at " + server->address(), 0), 0u)
+      << st.to_string();
+}
+
+// A wait as long as milliseconds::max() waits for the key (the server clamps it to
+// kMaxTimeoutMs). The client's deadline, now + wait + I/O timeout, used to overflow (undefined
+// behaviour), which here came out as a deadline just under the 200 ms I/O timeout: the get
+// failed with "no reply before the I/O deadline" before the key was set.
+TEST(TcpStore, AGetWithoutALimitWaitsForTheKey) {
+  auto server = start_server();
+  auto c = TcpStore::connect({"127.0.0.1", server->port()}, kSecret, 5s, 200ms).value();
+  auto other = TcpStore::connect({"127.0.0.1", server->port()}, kSecret, 5s).value();
+  std::thread t([&] {
+    std::this_thread::sleep_for(500ms);
+    EXPECT_TRUE(other->set("late", "v").ok());
+  });
+  Result<std::string> got = c->get("late", std::chrono::milliseconds::max());
+  t.join();
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_EQ(*got, "v");
 }
 
 TEST(TcpStoreServer, BindingAPortInUseIsAnIoErrorNamingIt) {
