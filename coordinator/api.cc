@@ -49,6 +49,16 @@ std::shared_ptr<coord::ProcessSetTable> current_sets() {
   return global().sets;
 }
 
+// A control plane's context: its waits are bounded by the stall shutdown time too, when that is
+// set and shorter (see init()), and its errors then name that setting.
+void bound_by_stall_time(BackendContext& ctx, std::chrono::nanoseconds stall) {
+  const auto bound = std::chrono::duration_cast<std::chrono::milliseconds>(stall);
+  if (bound.count() > 0 && bound < ctx.op_timeout) {
+    ctx.op_timeout = bound;
+    ctx.op_timeout_knob = "KOLO_STALL_SHUTDOWN_TIME";
+  }
+}
+
 // A sub-group's backends (a process set's, a point-to-point pair's): the job's CPU backend
 // connecting only `ranks` (its subgroup factory, else new connections through the store under
 // `ns`), `tag` telling its creation apart from concurrent ones (BackendContext::group_tag).
@@ -76,10 +86,7 @@ Result<coord::SetBackends> group_backends(const World& world, const coord::Runti
   }
   KOLO_ASSIGN_OR_RETURN(b.data, create_subgroup_backend(name, ctx, ranks));
   ctx.store_prefix = ns + "/ctrl";
-  if (config.stall_shutdown_time.count() > 0)
-    ctx.op_timeout =
-        std::min(ctx.op_timeout,
-                 std::chrono::duration_cast<std::chrono::milliseconds>(config.stall_shutdown_time));
+  bound_by_stall_time(ctx, config.stall_shutdown_time);
   KOLO_ASSIGN_OR_RETURN(b.control, create_subgroup_backend(name, ctx, ranks));
   return b;
 }
@@ -176,10 +183,7 @@ Status init() {
     // longer than the stall shutdown time means a frozen rank (stopped, or stuck outside
     // Kolo's thread): rank 0's stall inspector cannot see it from inside that wait, so the
     // wait itself is bounded.
-    if (config.stall_shutdown_time.count() > 0)
-      ctx.op_timeout = std::min(
-          ctx.op_timeout,
-          std::chrono::duration_cast<std::chrono::milliseconds>(config.stall_shutdown_time));
+    bound_by_stall_time(ctx, config.stall_shutdown_time);
     KOLO_ASSIGN_OR_RETURN(control, create_backend(config.cpu_operations, ctx));
   }
   if (world.size > 1) {

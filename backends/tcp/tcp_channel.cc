@@ -395,7 +395,8 @@ Status TcpChannel::wait(const ops::Request& request) {
       Status timeout = Status::Timeout(
           "tcp: a transfer with " + where + " made no progress for " +
           std::to_string(options_.op_timeout.count()) +
-          " ms (KOLO_OP_TIMEOUT); the peer is stuck or the ranks' operations do not match");
+          " ms (" + options_.op_timeout_knob +
+          "); the peer is stuck or the ranks' operations do not match");
       if (link) fail(*link, timeout);
       completion->complete(timeout);
     }

@@ -457,6 +457,7 @@ Result<std::unique_ptr<TcpChannel>> connect_channel(const BackendContext& contex
   }
   TcpChannelOptions channel_options;
   channel_options.op_timeout = context.op_timeout;
+  channel_options.op_timeout_knob = context.op_timeout_knob;
   channel_options.max_frame_bytes = options.max_frame_bytes;
   channel_options.spin = options.spin;
   channel_options.integrity = options.integrity;
