@@ -23,11 +23,13 @@ namespace kolo {
 namespace {
 
 struct Global {
-  std::mutex mu;                                 // serialises init/shutdown
+  std::mutex mu;  // serialises init/shutdown
+  // Declared first, so destroyed last: at exit without shutdown() (a rank that failed), the
+  // tables' destructors still use its store (PairTable::shutdown() writes its "gone" key).
+  World world;                                   // outlives the runtime's backends
   std::shared_ptr<coord::Runtime> runtime;       // set while initialised
   std::shared_ptr<coord::ProcessSetTable> sets;  // with runtime
   std::shared_ptr<coord::PairTable> pairs;       // with runtime
-  World world;                                   // outlives the runtime's backends
   bool was_shut_down = false;
   // init() after shutdown() must not meet the previous session's rendezvous keys (a store
   // never deletes keys), so every session namespaces them; all ranks count alike.
