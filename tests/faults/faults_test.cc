@@ -154,6 +154,34 @@ TEST_P(OneNode, AFrozenRankFailsTheOthersWithinTheOpTimeout) {
   expect_no_false_success(job);
 }
 
+// SIGKILL of a rank that started a helper (system("sleep 600 &")): the helper must hold none
+// of the rank's connections (they used to be inherited: tcp's sockets were not close-on-exec,
+// so the survivors saw no end of stream and waited out the 30 s op timeout), and it must not
+// outlive the job (kolorun used to signal only the process groups of ranks still alive).
+TEST_P(OneNode, ARankKilledWhileItsHelperRunsFailsTheOthersAtOnceAndLeavesNothing) {
+  Launch job(kolorun_job(3, backend_env() + " FAULT_SURVIVE_SIGTERM=1 KOLO_OP_TIMEOUT=30s " +
+                                "FAULT_HELPER='sleep 600 & echo helper pid $!'"));
+  ASSERT_TRUE(job.wait_for("rank 2 step 50", 1, 30s)) << job.output();
+  std::smatch m;
+  const std::string out = job.output();
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(helper pid (\d+))"))) << out;
+  const pid_t helper = std::stoi(m[1]);
+  const auto killed = Clock::now();
+  ::kill(job.rank_pids().at(1), SIGKILL);
+  auto failed = job.wait_for(R"(rank [02] failed .*PeerFailure: .*rank [12])", 2, 40s);
+  ASSERT_TRUE(failed) << job.output();
+  expect_within("rank with a helper SIGKILLed (" + backend() + "): survivors fail",
+                *failed - killed, 5.0, job);
+  auto status = job.finish(20s);
+  ASSERT_TRUE(status) << job.output();
+  const auto deadline = Clock::now() + 5s;
+  while (!has_ended(helper) && Clock::now() < deadline) std::this_thread::sleep_for(20ms);
+  EXPECT_TRUE(has_ended(helper)) << "the helper (pid " << helper << ") was left running";
+  if (!has_ended(helper)) ::kill(helper, SIGKILL);
+  expect_every_rank_gone(job, 5s);
+  expect_no_false_success(job);
+}
+
 // SIGKILL of kolorun: it can forward nothing, yet every rank dies with it (PR_SET_PDEATHSIG).
 // On shm, the ranks' segments go with them.
 TEST(Faults, KillingKolorunEndsEveryRank) {
