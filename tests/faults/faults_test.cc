@@ -48,12 +48,16 @@ void expect_no_false_success(const Launch& job) {
   EXPECT_EQ(job.output().find(" done"), std::string::npos) << job.output();
 }
 
+// Whether `pid` has ended by `deadline`.
+bool ends_by(pid_t pid, Clock::time_point deadline) {
+  while (!has_ended(pid) && Clock::now() < deadline) std::this_thread::sleep_for(20ms);
+  return has_ended(pid);
+}
+
 void expect_every_rank_gone(const Launch& job, std::chrono::milliseconds bound) {
   const auto deadline = Clock::now() + bound;
-  for (const auto& [rank, pid] : job.rank_pids()) {
-    while (!has_ended(pid) && Clock::now() < deadline) std::this_thread::sleep_for(20ms);
-    EXPECT_TRUE(has_ended(pid)) << "rank " << rank << " (pid " << pid << ") was left running";
-  }
+  for (const auto& [rank, pid] : job.rank_pids())
+    EXPECT_TRUE(ends_by(pid, deadline)) << "rank " << rank << " (pid " << pid << ") was left running";
 }
 
 // The shm backend's segments are memfds: they live exactly as long as a process maps them. None
@@ -174,9 +178,7 @@ TEST_P(OneNode, ARankKilledWhileItsHelperRunsFailsTheOthersAtOnceAndLeavesNothin
                 *failed - killed, 5.0, job);
   auto status = job.finish(20s);
   ASSERT_TRUE(status) << job.output();
-  const auto deadline = Clock::now() + 5s;
-  while (!has_ended(helper) && Clock::now() < deadline) std::this_thread::sleep_for(20ms);
-  EXPECT_TRUE(has_ended(helper)) << "the helper (pid " << helper << ") was left running";
+  EXPECT_TRUE(ends_by(helper, Clock::now() + 5s)) << "the helper (pid " << helper << ") was left";
   if (!has_ended(helper)) ::kill(helper, SIGKILL);
   expect_every_rank_gone(job, 5s);
   expect_no_false_success(job);
