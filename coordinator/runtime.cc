@@ -393,8 +393,7 @@ void Runtime::loop() {
     } catch (const std::exception& e) {
       // Anything else (bad_alloc, a library's exception) would end the process through
       // std::terminate with no handle completed: stop as above, naming it.
-      st = Status::Internal(std::string("kolo background loop: unexpected exception: ") +
-                            e.what());
+      st = Status::Internal(std::string("kolo background loop: unexpected exception: ") + e.what());
     }
     if (!st.ok()) return stop_after_failure(st);
     if (stop) return;

@@ -242,8 +242,7 @@ Result<Response> TcpStore::call(const Request& req, std::chrono::milliseconds se
   const std::string what = describe(req);
   auto conn = acquire();
   if (!conn.ok()) return conn.status().with_context(what);
-  Result<Response> got =
-      roundtrip(**conn, address_, req, deadline_after(clamped, io_timeout_));
+  Result<Response> got = roundtrip(**conn, address_, req, deadline_after(clamped, io_timeout_));
   if (!got.ok()) return got.status().with_context(what);
   Response resp = std::move(*got);
   release(std::move(*conn));  // only a connection whose reply was read whole goes back

@@ -394,8 +394,7 @@ Status TcpChannel::wait(const ops::Request& request) {
       const std::string where = link ? link->name() : std::string("a peer");
       Status timeout = Status::Timeout(
           "tcp: a transfer with " + where + " made no progress for " +
-          std::to_string(options_.op_timeout.count()) +
-          " ms (" + options_.op_timeout_knob +
+          std::to_string(options_.op_timeout.count()) + " ms (" + options_.op_timeout_knob +
           "); the peer is stuck or the ranks' operations do not match");
       if (link) fail(*link, timeout);
       completion->complete(timeout);

@@ -59,7 +59,7 @@ namespace kolo::tcp {
 
 struct TcpChannelOptions {
   std::chrono::milliseconds op_timeout{60000};
-  std::string op_timeout_knob = "KOLO_OP_TIMEOUT";  // named by the timeout's error
+  std::string op_timeout_knob = "KOLO_OP_TIMEOUT";   // named by the timeout's error
   uint64_t max_frame_bytes = kDefaultMaxFrameBytes;  // > 0; must match on every rank
   // How long wait() polls without sleeping after the last byte moved (see "Spin, then block").
   std::chrono::microseconds spin{kDefaultSpin};

@@ -125,8 +125,7 @@ TEST(CoordinatorJob, AFrozenRankFailsTheJobAfterTheStallShutdownTime) {
     EXPECT_NE(r.exit_code, 0) << r.output;
     EXPECT_NE(r.exit_code, 124) << r.output;
     std::smatch m;
-    ASSERT_TRUE(
-        std::regex_search(r.output, m, std::regex(R"(rank 0 failed after (\d+) ms: (.*))")))
+    ASSERT_TRUE(std::regex_search(r.output, m, std::regex(R"(rank 0 failed after (\d+) ms: (.*))")))
         << r.output;
     EXPECT_GE(std::stol(m[1]), 1500) << r.output;
     EXPECT_LT(std::stol(m[1]), 10000) << r.output;

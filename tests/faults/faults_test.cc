@@ -57,7 +57,8 @@ bool ends_by(pid_t pid, Clock::time_point deadline) {
 void expect_every_rank_gone(const Launch& job, std::chrono::milliseconds bound) {
   const auto deadline = Clock::now() + bound;
   for (const auto& [rank, pid] : job.rank_pids())
-    EXPECT_TRUE(ends_by(pid, deadline)) << "rank " << rank << " (pid " << pid << ") was left running";
+    EXPECT_TRUE(ends_by(pid, deadline))
+        << "rank " << rank << " (pid " << pid << ") was left running";
 }
 
 // The shm backend's segments are memfds: they live exactly as long as a process maps them. None

@@ -481,11 +481,11 @@ TEST(Kolorun, AnInterruptionWhileAFailureIsHeldIsTheOnlyReport) {
   TempDir dir;
   const std::string pid_file = dir.path + "/pid1";
   // Rank 0 waits until rank 1 has been reaped (its pid is gone), then interrupts kolorun.
-  std::string script = "if [ \"$KOLO_RANK\" = 1 ]; then echo $$ > " + pid_file +
-                       ".tmp; mv " + pid_file + ".tmp " + pid_file + "; exit 3; fi; " +
-                       "while [ ! -e " + pid_file + " ]; do sleep 0.01; done; " +
-                       "while kill -0 $(cat " + pid_file + ") 2>/dev/null; do sleep 0.01; done; " +
-                       "kill -INT $PPID; exec " + kChild + " sleep";
+  std::string script = "if [ \"$KOLO_RANK\" = 1 ]; then echo $$ > " + pid_file + ".tmp; mv " +
+                       pid_file + ".tmp " + pid_file + "; exit 3; fi; " + "while [ ! -e " +
+                       pid_file + " ]; do sleep 0.01; done; " + "while kill -0 $(cat " + pid_file +
+                       ") 2>/dev/null; do sleep 0.01; done; " + "kill -INT $PPID; exec " + kChild +
+                       " sleep";
   Proc p({kKolorun, "-np", "2", "sh", "-c", script});
   EXPECT_EQ(exit_code(p.finish(20s)), 128 + SIGINT) << p.err();
   EXPECT_NE(p.err().find("kolorun: got SIGINT; forwarding it to 1 rank(s)"), std::string::npos)
