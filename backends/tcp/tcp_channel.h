@@ -114,7 +114,8 @@ class TcpChannel : public ops::Channel {
   void on_read_tagged(Link& link, size_t n);
   void deliver_staged(Link& link);
   void on_read_error(Link& link, const boost::system::error_code& ec);
-  void fail(Link& link, const Status& status);
+  // close: whether the socket closes now (see the definition).
+  void fail(Link& link, const Status& status, bool close);
   uint64_t frame_bound() const;  // the largest frame payload this channel sends or accepts
   Link* link_of(const ops::Completion* completion);
 
