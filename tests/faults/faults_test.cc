@@ -71,6 +71,22 @@ void expect_no_shm_segment_left(uint64_t since) {
   }
 }
 
+// Ranks 0, 1 and 3 of a job whose rank 2 failed: what each names as the cause (its error's
+// text before what it saw itself) contains `named`.
+void expect_survivors_name(const Launch& job, const std::string& backend,
+                           const std::string& named) {
+  const std::string out = job.output();
+  for (int r : {0, 1, 3}) {
+    std::smatch m;
+    const std::string line_re = "rank " + std::to_string(r) + " failed [^\n]*";
+    ASSERT_TRUE(std::regex_search(out, m, std::regex(line_re))) << out;
+    const std::string line = m.str();
+    const std::string cause = line.substr(0, line.find("; this rank"));
+    EXPECT_NE(cause.find(named), std::string::npos) << backend << ": " << line;
+    std::printf("[fault] %s: %s\n", backend.c_str(), line.c_str());
+  }
+}
+
 // A kolorun job of `np` ranks on one node, each running until an error.
 std::string kolorun_job(int np, const std::string& env = "") {
   return env + " exec " + kKolorun + " -np " + std::to_string(np) + " --grace 1s " + kWorker + " 0";
@@ -122,17 +138,7 @@ TEST_P(OneNode, EverySurvivorNamesTheKilledRank) {
   ASSERT_TRUE(job.wait_for("rank 3 step 50", 1, 30s)) << job.output();
   ::kill(job.rank_pids().at(2), SIGKILL);
   ASSERT_TRUE(job.wait_for(R"(rank [013] failed )", 3, 10s)) << job.output();
-  const std::string out = job.output();
-  for (int r : {0, 1, 3}) {
-    std::smatch m;
-    const std::string line_re = "rank " + std::to_string(r) + " failed [^\n]*";
-    ASSERT_TRUE(std::regex_search(out, m, std::regex(line_re))) << out;
-    // What the survivor names as the cause, before what it saw itself.
-    const std::string line = m.str();
-    const std::string cause = line.substr(0, line.find("; this rank"));
-    EXPECT_NE(cause.find("rank 2 ("), std::string::npos) << backend() << ": " << line;
-    std::printf("[fault] %s: %s\n", backend().c_str(), line.c_str());
-  }
+  expect_survivors_name(job, backend(), "rank 2 (");
   auto status = job.finish(20s);
   ASSERT_TRUE(status) << job.output();
   expect_every_rank_gone(job, 5s);
@@ -155,6 +161,22 @@ TEST_P(OneNode, AFrozenRankFailsTheOthersWithinTheOpTimeout) {
   EXPECT_EQ(exit_code(*status), 3) << job.output();  // the first rank to fail exits 3
   expect_within("rank SIGSTOPped (" + backend() + "): kolorun exits after the failure",
                 job.ended() - *failed, 1.0 /* grace */ + 3.0, job);
+  expect_every_rank_gone(job, 5s);
+  expect_no_false_success(job);
+}
+
+// SIGSTOP of rank 2 of 4: every survivor's first cause names rank 2. Nothing breaks; each
+// survivor times out on the link it waited on, often a live rank's (in the control plane's ring
+// rank 0 waits on rank 3, which waits on rank 2), and used to name that rank. The failure board
+// names the one rank that recorded no failure (coordinator/failure_board.h).
+TEST_P(OneNode, EverySurvivorNamesTheFrozenRank) {
+  Launch job(kolorun_job(4, backend_env() + " FAULT_SURVIVE_SIGTERM=1 KOLO_OP_TIMEOUT=3s"));
+  ASSERT_TRUE(job.wait_for("rank 3 step 50", 1, 30s)) << job.output();
+  ::kill(job.rank_pids().at(2), SIGSTOP);
+  ASSERT_TRUE(job.wait_for(R"(rank [013] failed )", 3, 20s)) << job.output();
+  expect_survivors_name(job, backend(), "first failure: rank 2 stopped answering");
+  auto status = job.finish(20s);
+  ASSERT_TRUE(status) << job.output();
   expect_every_rank_gone(job, 5s);
   expect_no_false_success(job);
 }
