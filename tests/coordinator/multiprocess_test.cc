@@ -135,6 +135,21 @@ TEST(CoordinatorJob, AFrozenRankFailsTheJobAfterTheStallShutdownTime) {
   }
 }
 
+// Suspicion S1 of the review of issue 15: the control plane's bound by the stall shutdown time
+// (above) might fail a healthy job whose ranks wait unevenly. Rank 0 sends 1 GiB to rank 1 in
+// one alltoall (with per-frame integrity: ~2 s here); ranks 2 and 3 exchange nothing. They do
+// not return to the control plane early, though: the backend's alltoall keeps every rank until
+// it completes (a data-plane wait, bounded by KOLO_OP_TIMEOUT's progress rule), so the job
+// passes with KOLO_STALL_SHUTDOWN_TIME=1s (tcp, and shm by hand with 4 GiB: 17 s).
+TEST(CoordinatorJob, AnUnevenAlltoallLongerThanTheStallShutdownTimeIsNoStall) {
+  auto r = run_command("KOLO_STALL_SHUTDOWN_TIME=1s KOLO_CPU_OPERATIONS=tcp KOLO_TCP_INTEGRITY=1 " +
+                           std::string(KOLO_TEST_KOLORUN) + " -np 4 " + KOLO_TEST_WORKER +
+                           " uneven 1024",
+                       120);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(count_occurrences(r.output, "uneven passed"), 4) << r.output;
+}
+
 // A failed operation's span carries its Status, and the error is an instant on its row.
 TEST(CoordinatorJob, TimelineShowsAMismatchOnTheTensorsRow) {
   char dir[] = "/tmp/kolo-coord-mismatch-XXXXXX";
