@@ -300,8 +300,9 @@ TEST(TcpStoreServer, ManyIdleConnectionsDoNotKeepAMemberOut) {
 // outsider floods the store with connections that send a hello and stay idle; each member
 // waits for 55-75 newer connections before its hello, which puts it near the front of the
 // line just as its handshake completes. A race, so a stress test: before the fix the process
-// died of SIGSEGV in about one run of four here (Release), and the list's size was left off by
-// one, which the final count of open idle connections checks.
+// died of SIGSEGV in about one run of four here (Release; under ASan, a SEGV in list::erase
+// from the proof's handler), and the list's size was left off by one, which the final count of
+// open idle connections checks.
 TEST(TcpStoreServer, MembersAuthenticatingDuringAFloodOfIdleConnections) {
   auto server = start_server();
   const int port = server->port();
