@@ -41,6 +41,9 @@ struct BackendContext {
   std::string secret;  // the job's shared secret: peers must prove they know it
   std::chrono::milliseconds connect_timeout{30000};
   std::chrono::milliseconds op_timeout{60000};  // a transfer that makes no progress this long fails
+  // The setting op_timeout comes from, for error messages: the control plane's is bounded by
+  // KOLO_STALL_SHUTDOWN_TIME when that is shorter (coordinator/api.cc).
+  std::string op_timeout_knob = "KOLO_OP_TIMEOUT";
   // A sub-group's tag (SubgroupFactory): groups that share a member and may be created at the
   // same time, from different threads, must have different tags (mpi passes it to
   // MPI_Comm_create_group, whose concurrent calls are told apart by it). >= 0.

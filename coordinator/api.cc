@@ -35,6 +35,7 @@ struct Global {
   // Declared first, so destroyed last: a program that exits without kolo::shutdown() runs
   // these destructors, and the tables' shutdown and the backends still use the world's store.
   World world;
+  std::shared_ptr<Store> quick_store;            // quick_store(): the board's and the pairs'
   std::shared_ptr<coord::Runtime> runtime;       // set while initialised
   std::shared_ptr<coord::ProcessSetTable> sets;  // with runtime
   std::shared_ptr<coord::PairTable> pairs;       // with runtime
@@ -143,10 +144,12 @@ void log_knobs(const KnobSet& knobs) {
   for (const std::string& line : knobs.echo_lines()) KOLO_LOG_INFO(line);
 }
 
-// The store a FailureBoard records in: a client of its own with short timeouts when the store
-// is a TcpStore at KOLO_STORE_ADDR (so that a failing rank never waits long on a lost store),
-// else the world's (in-process, or set up by a launcher such as mpirun), borrowed.
-std::shared_ptr<Store> failure_board_store(const KnobSet& knobs, World& world) {
+// The store of the FailureBoard and the PairTable, whose calls are small: a client of its own
+// with short timeouts when the store is a TcpStore at KOLO_STORE_ADDR, so that a failing rank
+// never waits long on a lost store (node 0 gone, a partition), neither to record its failure
+// nor to say "gone" in PairTable::shutdown() at its exit; else the world's (in-process, or set
+// up by a launcher such as mpirun), borrowed.
+std::shared_ptr<Store> quick_store(const KnobSet& knobs, World& world) {
   constexpr std::chrono::seconds kBound{1};
   if (!knobs.text(KnobId::kStoreAddr).empty()) {
     Result<HostPort> hp = parse_host_port(knobs.text(KnobId::kStoreAddr), "KOLO_STORE_ADDR");
@@ -217,9 +220,10 @@ Status init() {
     bound_by_stall_time(ctx, config.stall_shutdown_time);
     KOLO_ASSIGN_OR_RETURN(control, create_backend(config.cpu_operations, ctx));
   }
+  std::shared_ptr<Store> quick = quick_store(knobs, world);
   if (world.size > 1) {
-    auto board = std::make_shared<coord::FailureBoard>(failure_board_store(knobs, world),
-                                                       session_prefix(g.session), world.rank);
+    auto board = std::make_shared<coord::FailureBoard>(quick, session_prefix(g.session), world.rank,
+                                                       world.size);
     config.name_first_failure = [board](const Status& st) { return board->name_first_failure(st); };
   }
   // CUDA tensors: a device backend (nccl) of their own, or a CPU backend other than the data
@@ -246,10 +250,11 @@ Status init() {
                                                std::move(control), std::move(gpu)));
   std::shared_ptr<coord::Runtime> rt = std::move(created);
   g.world = std::move(world);
+  g.quick_store = quick;
   auto sets = std::make_shared<coord::ProcessSetTable>(
       rt, set_backends(g.world, rt->config(), device_backend, g.session));
   auto pairs = std::make_shared<coord::PairTable>(
-      rt, g.world.store.get(), session_prefix(g.session) + "/p2p",
+      rt, quick.get(), session_prefix(g.session) + "/p2p",
       pair_backends(g.world, rt->config(), device_backend, g.session));
   ++g.session;
   // KOLO_PROCESS_SETS: every rank adds the same sets, in order, before init() returns.
@@ -260,6 +265,7 @@ Status init() {
         pairs->shutdown();
         sets->shutdown();
         (void)rt->shutdown();
+        g.quick_store.reset();
         g.world = World{};
         return added.status().with_context("KOLO_PROCESS_SETS=" + knobs.raw(KnobId::kProcessSets));
       }
@@ -297,6 +303,7 @@ Status shutdown() {
   Status st = rt->shutdown();
   rt.reset();
   std::lock_guard<std::mutex> lock(g.mu);
+  g.quick_store.reset();
   g.world = World{};
   return st;
 }

@@ -11,6 +11,12 @@
 // link break finds its record already there: the first record is the observation of the
 // original fault, and the first cause wins on every rank.
 //
+// A frozen rank (stopped, or stuck outside Kolo) records nothing and breaks nothing: every
+// other rank times out on whichever link it waited on, often a live rank that itself waits on
+// the frozen one (recursive doubling, rings). So when the failure is a timeout, a rank waits up
+// to a second for every rank's record, and when exactly one rank recorded nothing, that rank is
+// named as the one that stopped answering, ahead of the first record.
+//
 // Keys: <prefix>/failure/count (store add) and <prefix>/failure/<n> (the n-th record, "rank R
 // saw: <status>"). The store calls are bounded by the store client's own I/O timeout; api.cc
 // gives the board a client of its own with a short one, so that a store that cannot be reached
@@ -22,6 +28,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common/thread_annotations.h"
@@ -33,14 +40,17 @@ namespace kolo::coord {
 class FailureBoard {
  public:
   // `store` is shared with the caller (it may be a client of the board's own); `prefix`
-  // namespaces the keys (the session's, e.g. "kolo/s0").
-  FailureBoard(std::shared_ptr<Store> store, std::string prefix, int rank);
+  // namespaces the keys (the session's, e.g. "kolo/s0"); `size` is the number of ranks.
+  FailureBoard(std::shared_ptr<Store> store, std::string prefix, int rank, int size);
 
   // Records `observed` (this rank's failure) when it is about a peer (PeerFailure, Timeout,
   // IoError) and returns what this rank should report: `observed` when it is the job's first
   // record or the store cannot tell; otherwise a Status of observed's code that names the first
   // record ahead of what this rank saw: "the job's first failure, as rank 1 saw it: <status>;
-  // this rank then saw: <observed message>". Any other status is returned unchanged.
+  // this rank then saw: <observed message>". When the failure is a timeout (this rank's or the
+  // first record) and exactly one other rank recorded nothing within kSettle: "the job's first
+  // failure: rank S stopped answering (...); as rank R saw it: ...; this rank then saw: ...".
+  // Any other status is returned unchanged.
   // A rank records once: later calls (the executor's and then the background loop's report of
   // one failure) reuse the first answer and do no store I/O.
   Status name_first_failure(const Status& observed);
@@ -50,10 +60,14 @@ class FailureBoard {
 
   // Returns what name_first_failure returns for the first peer failure, with store I/O.
   Status record_and_name(const Status& observed);
+  // The one rank that recorded no failure within kSettle (every rank's record is awaited);
+  // nullopt when none or several did, or the store cannot tell.
+  std::optional<int> silent_rank();
 
   const std::shared_ptr<Store> store_;
   const std::string prefix_;
   const int rank_;
+  const int size_;
   Mutex mu_;
   bool recorded_ KOLO_GUARDED_BY(mu_) = false;
   Status first_observed_ KOLO_GUARDED_BY(mu_);

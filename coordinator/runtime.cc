@@ -58,6 +58,29 @@ int named_rank(const RuntimeConfig& config, int rank) {
                                                                            : rank;
 }
 
+// The largest serialized request or response list a rank may announce, and the largest sum of
+// all ranks' request lists. Far above any real list (10,000 requests take ~1 MiB); a length
+// beyond it, or below 0, is a broken or hostile peer, and must not reach an allocation.
+constexpr int64_t kMaxListBytes = int64_t{1} << 30;
+
+// The byte counts of an allgather of request lists, as the ranks announced them, checked before
+// anything is allocated from them; returns their sum.
+Result<int64_t> checked_list_lengths(const std::vector<int64_t>& lengths,
+                                     const RuntimeConfig& config) {
+  int64_t total = 0;
+  for (size_t r = 0; r < lengths.size(); ++r) {
+    const int64_t l = lengths[r];
+    if (l < 0 || l > kMaxListBytes - total)
+      return Status::IoError(
+          "negotiation: rank " + std::to_string(named_rank(config, static_cast<int>(r))) +
+          " announced a request list of " + std::to_string(l) + " bytes (the lists may take " +
+          std::to_string(kMaxListBytes) + " bytes in all; " + std::to_string(total) +
+          " before it); the ranks are out of step or a peer is broken");
+    total += l;
+  }
+  return total;
+}
+
 }  // namespace
 
 std::string timeline_path_for_rank(const std::string& path, int rank, int size) {
@@ -366,11 +389,7 @@ void Runtime::spin_for_submission() {
 void Runtime::loop() {
   set_log_rank(topology_.rank);
   if (config_.autotune.enabled) {
-    if (Status st = measure_link(); !st.ok()) {
-      KOLO_LOG_ERROR("kolo background loop stopped: " << st.to_string());
-      fail_all_and_abort(st);
-      return;
-    }
+    if (Status st = measure_link(); !st.ok()) return stop_after_failure(st);
   }
   auto last_start = std::chrono::steady_clock::now() - cycle_time_;
   for (;;) {
@@ -417,16 +436,21 @@ void Runtime::loop() {
       // A broken invariant (KOLO_ENFORCE), i.e. a bug in Kolo. The ranks may be out of step,
       // so the runtime stops as after a backend failure and every handle gets the error.
       st = e.status();
+    } catch (const std::exception& e) {
+      // Anything else (bad_alloc, a library's exception) would end the process through
+      // std::terminate with no handle completed: stop as above, naming it.
+      st = Status::Internal(std::string("kolo background loop: unexpected exception: ") + e.what());
     }
-    if (!st.ok()) {
-      if (config_.name_first_failure) st = config_.name_first_failure(st);
-      KOLO_LOG_ERROR("kolo background loop stopped: " << st.to_string());
-      timeline_.instant({}, "FAILURE", timeline_status_args(st));
-      fail_all_and_abort(st);
-      return;
-    }
+    if (!st.ok()) return stop_after_failure(st);
     if (stop) return;
   }
+}
+
+void Runtime::stop_after_failure(Status st) {
+  if (config_.name_first_failure) st = config_.name_first_failure(st);
+  KOLO_LOG_ERROR("kolo background loop stopped: " << st.to_string());
+  timeline_.instant({}, "FAILURE", timeline_status_args(st));
+  fail_all_and_abort(st);
 }
 
 Status Runtime::cycle(bool shutdown_requested, bool& stop) {
@@ -525,8 +549,7 @@ Status Runtime::negotiate_slow(const RequestList& mine, ResponseList& out) {
   KOLO_RETURN_IF_ERROR(
       control_->allgather(&length, lengths.data(), DataType::kInt64, std::vector<int64_t>(size, 1))
           .with_context("negotiation (request sizes)"));
-  int64_t total = 0;
-  for (int64_t l : lengths) total += l;
+  KOLO_ASSIGN_OR_RETURN(const int64_t total, checked_list_lengths(lengths, config_));
   std::string all(static_cast<size_t>(total), '\0');
   KOLO_RETURN_IF_ERROR(control_->allgather(bytes.data(), all.data(), DataType::kUInt8, lengths)
                            .with_context("negotiation (requests)"));
@@ -555,6 +578,11 @@ Status Runtime::negotiate_slow(const RequestList& mine, ResponseList& out) {
   }
   KOLO_RETURN_IF_ERROR(control_->broadcast(&reply_length, 1, DataType::kInt64, 0)
                            .with_context("negotiation (response size)"));
+  if (reply_length < 0 || reply_length > kMaxListBytes)
+    return Status::IoError("negotiation: rank " + std::to_string(named_rank(config_, 0)) +
+                           " announced a response list of " + std::to_string(reply_length) +
+                           " bytes (at most " + std::to_string(kMaxListBytes) +
+                           "); the ranks are out of step or a peer is broken");
   reply.resize(static_cast<size_t>(reply_length));
   KOLO_RETURN_IF_ERROR(control_->broadcast(reply.data(), reply_length, DataType::kUInt8, 0)
                            .with_context("negotiation (responses)"));

@@ -102,6 +102,9 @@ class Runtime {
           std::unique_ptr<Backend> control, std::unique_ptr<Backend> gpu);
   // The background loop stopped with `why`: fail everything, the GPU backend's work included.
   void fail_all_and_abort(const Status& why);
+  // The background loop's end after a failure (the link measurement's included): names the
+  // job's first failure (RuntimeConfig::name_first_failure), logs, then fail_all_and_abort.
+  void stop_after_failure(Status st);
   void loop();
   // Before sleeping idle: briefly watch for a submission (a quick resubmission then costs
   // no wake-up).

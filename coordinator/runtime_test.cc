@@ -328,6 +328,67 @@ TEST(RuntimeTest, DeadRankFailsPendingAndLaterHandlesWithinTheTimeout) {
   EXPECT_EQ(later.wait(1s).message(), st.message());
 }
 
+// A failure in autotune's link measurement (before the first cycle) goes through the failure
+// board like any other, so that every rank names the job's first failure: it used to skip
+// name_first_failure and report only what this rank saw.
+TEST(RuntimeTest, AFailedLinkMeasurementIsNamedThroughTheFailureBoard) {
+  RuntimeConfig config = test_config();
+  config.autotune.enabled = true;
+  config.autotune.samples = 1;
+  config.name_first_failure = [](const Status& st) {
+    return Status(st.code(), "named by the board: " + st.message());
+  };
+  Cluster c(2, config, 300ms, /*start_ranks=*/1);  // rank 1 never measures
+  std::vector<float> v(1, 1.0f);
+  Status st = allreduce(c[0], "after", v).wait(10s);
+  EXPECT_EQ(st.message().rfind("named by the board: ", 0), 0u) << st.to_string();
+  EXPECT_NE(st.message().find("autotune (link measurement)"), std::string::npos) << st.to_string();
+}
+
+// A peer's announced list sizes come off the wire: one that is negative or absurd is refused
+// with an error naming the rank, where it used to reach std::string's constructor (or resize),
+// throw length_error past the loop's catch and end the process through std::terminate. The
+// peer here is a hand-driven control plane speaking the cycle's first collectives (Note
+// [Cycle]); the other rank is a real Runtime.
+TEST(RuntimeTest, AnAbsurdListSizeFromAPeerFailsNamingItNotTheProcess) {
+  RuntimeConfig config = test_config();
+  config.piggyback_bytes = 0;  // step 1 as an allreduce of the cache bits
+  const std::vector<int64_t> lengths = {-1, int64_t{1} << 62};
+  for (int real : {0, 1}) {
+    for (int64_t bad : lengths) {
+      SCOPED_TRACE("real rank " + std::to_string(real) + ", announced " + std::to_string(bad));
+      const int fake = 1 - real;
+      auto data = ops::make_thread_channels(2, 5s);
+      auto ctrl = ops::make_thread_channels(2, 5s);
+      auto rt = Runtime::create(config, Topology{real, 2},
+                                std::make_unique<ChannelBackend>("data", std::move(data[real])),
+                                std::make_unique<ChannelBackend>("ctrl", std::move(ctrl[real])));
+      ASSERT_TRUE(rt.ok()) << rt.status().to_string();
+      std::vector<float> v(1, 1.0f);
+      Handle h = allreduce(**rt, "t", v);
+      ChannelBackend peer("ctrl", std::move(ctrl[fake]));
+      std::vector<uint8_t> bits(1 + config.cache_capacity, 0);  // 0: the slow path
+      ASSERT_TRUE(peer.allreduce(bits.data(), bits.data(), static_cast<int64_t>(bits.size()),
+                                 DataType::kUInt8, Reduction{ReduceOp::kMin})
+                      .ok());
+      std::vector<int64_t> sizes(2);
+      int64_t mine = real == 0 ? bad : 0;  // as rank 1, the request list; as rank 0, empty
+      ASSERT_TRUE(peer.allgather(&mine, sizes.data(), DataType::kInt64, {1, 1}).ok());
+      std::string expected = "rank 1 announced a request list of " + std::to_string(bad);
+      if (real == 1) {  // as rank 0: take rank 1's requests, then announce the response's size
+        std::string requests(static_cast<size_t>(sizes[1]), '\0');
+        const char none = 0;
+        ASSERT_TRUE(peer.allgather(&none, requests.data(), DataType::kUInt8, sizes).ok());
+        ASSERT_TRUE(peer.broadcast(&bad, 1, DataType::kInt64, 0).ok());
+        expected = "rank 0 announced a response list of " + std::to_string(bad);
+      }
+      Status st = h.wait(10s);
+      EXPECT_EQ(st.code(), StatusCode::kIoError) << st.to_string();
+      EXPECT_NE(st.message().find(expected), std::string::npos) << st.to_string();
+    }
+  }
+}
+
 TEST(RuntimeTest, JoinedRankContributesIdentity) {
   Cluster c(3);
   c.each([&](int r) {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <iterator>
 #include <optional>
 #include <thread>
 
@@ -28,6 +29,16 @@ struct TcpStore::Connection {
 };
 
 namespace {
+
+// now + a + b, saturating: a timeout as long as milliseconds::max() means no limit, not an
+// overflow.
+Clock::time_point deadline_after(std::chrono::milliseconds a, std::chrono::milliseconds b) {
+  const auto now = Clock::now();
+  const auto room = std::chrono::duration_cast<std::chrono::milliseconds>(
+      Clock::time_point::max() - now - std::chrono::milliseconds(1));
+  if (a >= room || b >= room - a) return Clock::time_point::max();
+  return now + a + b;
+}
 
 // Reads or writes exactly n bytes before deadline; timed_out (and a closed socket) after it.
 boost::system::error_code transfer(TcpStore::Connection& c, bool write, void* data, size_t n,
@@ -150,7 +161,7 @@ Result<std::unique_ptr<TcpStore::Connection>> TcpStore::acquire() {
   }
   // The server may not be listening yet (another node's kolorun still starting): retry
   // refused or failed attempts with a growing pause until connect_timeout.
-  auto deadline = Clock::now() + connect_timeout_;
+  auto deadline = deadline_after(connect_timeout_, std::chrono::milliseconds(0));
   auto pause = std::chrono::milliseconds(20);
   std::string last_error;
   while (true) {
@@ -200,8 +211,8 @@ Result<Response> roundtrip(TcpStore::Connection& c, const HostPort& addr, const 
     ec = transfer(c, false, body.data() + have, step, deadline);
   }
   if (ec == asio::error::timed_out)
-    return Status::IoError(where + ": no reply to the request for key \"" + req.keys.front() +
-                           "\" before the I/O deadline; the server may be stuck or gone");
+    return Status::IoError(where +
+                           ": no reply before the I/O deadline; the server may be stuck or gone");
   if (ec) return Status::IoError(where + ": connection failed: " + ec.message());
   if (!c.mac->open(body))
     return Status::IoError(where + ": a reply failed its integrity check (altered on the way?)");
@@ -210,15 +221,31 @@ Result<Response> roundtrip(TcpStore::Connection& c, const HostPort& addr, const 
   return std::move(*resp);
 }
 
+// What a transport error was doing, e.g. `store get "kolo/s0/x"`: a lost or garbled
+// connection names the call it broke (the server's own errors name it already).
+std::string describe(const Request& req) {
+  static constexpr const char* kNames[] = {"?", "set", "get", "wait", "add", "check"};
+  const auto op = static_cast<size_t>(req.op);
+  std::string what = std::string("store ") + (op < std::size(kNames) ? kNames[op] : "?");
+  if (!req.keys.empty()) what += " \"" + req.keys.front() + "\"";
+  if (req.keys.size() > 1) what += " (and " + std::to_string(req.keys.size() - 1) + " more keys)";
+  return what;
+}
+
 }  // namespace
 
-// The deadline is the server-side wait (if any) plus io_timeout, so a slow network never turns
-// a successful wait into an error.
+// The deadline is the server-side wait (if any, as the server clamps it) plus io_timeout, so a
+// slow network never turns a successful wait into an error.
 Result<Response> TcpStore::call(const Request& req, std::chrono::milliseconds server_wait) {
-  KOLO_ASSIGN_OR_RETURN(auto conn, acquire());
-  KOLO_ASSIGN_OR_RETURN(Response resp,
-                        roundtrip(*conn, address_, req, Clock::now() + server_wait + io_timeout_));
-  release(std::move(conn));  // only a connection whose reply was read whole goes back
+  const auto clamped = std::min<std::chrono::milliseconds>(
+      server_wait, std::chrono::milliseconds(static_cast<int64_t>(kMaxTimeoutMs)));
+  const std::string what = describe(req);
+  auto conn = acquire();
+  if (!conn.ok()) return conn.status().with_context(what);
+  Result<Response> got = roundtrip(**conn, address_, req, deadline_after(clamped, io_timeout_));
+  if (!got.ok()) return got.status().with_context(what);
+  Response resp = std::move(*got);
+  release(std::move(*conn));  // only a connection whose reply was read whole goes back
   if (resp.reply == Reply::kError) {
     // A code this build does not know (a newer or broken server) still fails, as Internal.
     auto code =

@@ -2,6 +2,9 @@
 // first authenticates (Note [TcpStore authentication]), then reads a request, answers it, and
 // reads the next; a get/wait whose keys are missing parks the session in `waiting` until a
 // set/add completes it or its timer fires.
+// A handler can run after its session was closed with a success code (Asio completes a read at
+// once when the bytes are there, and queues the handler; an eviction may run first), so the
+// handshake's handlers check closed_, not only the error code.
 #include <fcntl.h>
 
 #include <algorithm>
@@ -96,7 +99,7 @@ class Session : public std::enable_shared_from_this<Session> {
     auto self = shared_from_this();
     asio::async_read(socket_, asio::buffer(hello_),
                      [this, self](boost::system::error_code ec, size_t) {
-                       if (ec) return close();
+                       if (ec || closed_) return close();
                        auto client = decode_hello(hello_);
                        if (!client) return close();
                        client_nonce_ = *client;
@@ -106,7 +109,7 @@ class Session : public std::enable_shared_from_this<Session> {
                        std::copy(tag.begin(), tag.end(), challenge_.begin() + kNonceBytes);
                        asio::async_write(socket_, asio::buffer(challenge_),
                                          [this, self](boost::system::error_code ec, size_t) {
-                                           if (ec) return close();
+                                           if (ec || closed_) return close();
                                            read_proof();
                                          });
                      });
@@ -116,7 +119,8 @@ class Session : public std::enable_shared_from_this<Session> {
     auto self = shared_from_this();
     asio::async_read(
         socket_, asio::buffer(proof_), [this, self](boost::system::error_code ec, size_t) {
-          if (ec) return close();
+          // Closed meanwhile (evicted, or the authentication limit): in_line_ is erased already.
+          if (ec || closed_) return close();
           const bool ok = tags_equal(proof_, client_tag(server_.key, client_nonce_, server_nonce_));
           verdict_[0] = ok ? 1 : 0;
           if (ok) {
@@ -126,7 +130,7 @@ class Session : public std::enable_shared_from_this<Session> {
           }
           asio::async_write(socket_, asio::buffer(verdict_),
                             [this, self, ok](boost::system::error_code ec, size_t) {
-                              if (ec || !ok) return close();
+                              if (ec || !ok || closed_) return close();
                               read_header();
                             });
         });

@@ -9,6 +9,7 @@
 #include <list>
 
 #include "backends/tcp/auth.h"
+#include "backends/tcp/close_on_exec.h"
 #include "backends/tcp/host_address.h"
 #include "common/logging.h"
 
@@ -145,6 +146,7 @@ class PeerAcceptor {
         });
         return;
       }
+      close_on_exec(socket);
       error_code e;
       const tcp::endpoint remote = socket.remote_endpoint(e);
       if (!e) {

@@ -80,7 +80,9 @@ TcpChannel::TcpChannel(int rank, int size, std::unique_ptr<asio::io_context> io,
 
 TcpChannel::~TcpChannel() {
   for (auto& link : links_)
-    if (link) fail(*link, Status::Aborted("the tcp channel to " + link->name() + " was closed"));
+    if (link)
+      fail(*link, Status::Aborted("the tcp channel to " + link->name() + " was closed"),
+           /*close=*/true);
 }
 
 Status TcpChannel::check_peer(const char* op, int peer, const void* data, size_t bytes) const {
@@ -153,8 +155,10 @@ void TcpChannel::start_write(Link& link) {
     link.writing = false;
     if (!link.failure.ok()) return;  // broken meanwhile; the transfer was already failed
     if (ec) {
-      fail(link, Status::PeerFailure("tcp: sending to " + link.name() + " failed: " + ec.message() +
-                                     " (the peer process likely died)"));
+      fail(link,
+           Status::PeerFailure("tcp: sending to " + link.name() + " failed: " + ec.message() +
+                               " (the peer process likely died)"),
+           /*close=*/true);
       return;
     }
     on_written(link, n);
@@ -228,7 +232,8 @@ void TcpChannel::on_read(Link& link, size_t n) {
     // The header is complete: check it before trusting its length.
     Result<uint64_t> length = decode_frame_header(link.rx_header, options_.max_frame_bytes);
     if (!length.ok()) {
-      fail(link, length.status().with_context("tcp: bad frame from " + link.name()));
+      fail(link, length.status().with_context("tcp: bad frame from " + link.name()),
+           /*close=*/false);
       return;
     }
     link.rx_in_frame = true;
@@ -246,10 +251,12 @@ void TcpChannel::on_read_error(Link& link, const error_code& ec) {
   const Transfer& t = link.recvs.front();
   std::string what = ec == asio::error::eof ? "the connection was closed by the peer"
                                             : "receive failed: " + ec.message();
-  fail(link, Status::PeerFailure("tcp: " + what + " while receiving a " + std::to_string(t.size) +
-                                 "-byte message from " + link.name() + " after " +
-                                 std::to_string(t.offset) +
-                                 " of its bytes (the peer process likely died)"));
+  fail(link,
+       Status::PeerFailure("tcp: " + what + " while receiving a " + std::to_string(t.size) +
+                           "-byte message from " + link.name() + " after " +
+                           std::to_string(t.offset) +
+                           " of its bytes (the peer process likely died)"),
+       /*close=*/true);
 }
 
 uint64_t TcpChannel::frame_bound() const {
@@ -285,7 +292,8 @@ void TcpChannel::on_read_tagged(Link& link, size_t n) {
     if (link.rx_header_done == kFrameHeaderBytes) {
       Result<uint64_t> length = decode_frame_header(link.rx_header, frame_bound(), kFrameTagged);
       if (!length.ok()) {
-        fail(link, length.status().with_context("tcp: bad frame from " + link.name()));
+        fail(link, length.status().with_context("tcp: bad frame from " + link.name()),
+             /*close=*/false);
         return;
       }
       link.rx_in_frame = true;
@@ -307,7 +315,8 @@ void TcpChannel::on_read_tagged(Link& link, size_t n) {
          Status::IoError("tcp: integrity check failed on frame " + std::to_string(link.rx_seq) +
                          " (" + std::to_string(length) + " bytes) from " + link.name() +
                          ": the frame was altered, replayed, reordered or dropped on the "
-                         "way (KOLO_TCP_INTEGRITY); its bytes were not used"));
+                         "way (KOLO_TCP_INTEGRITY); its bytes were not used"),
+         /*close=*/false);
     return;
   }
   ++link.rx_seq;
@@ -335,15 +344,26 @@ void TcpChannel::deliver_staged(Link& link) {
   }
 }
 
-// Breaks the link for good: closes the socket (so no later read touches a caller's buffer) and
-// fails every queued transfer with `status`. Handlers still queued in io_ see the failure and
-// return without touching the transfers.
-void TcpChannel::fail(Link& link, const Status& status) {
-  if (!link.failure.ok()) return;
-  link.failure = status;
+// Breaks the link for good: cancels or closes the socket (either way no later read touches a
+// caller's buffer) and fails every queued transfer with `status`. Handlers still queued in io_
+// see the failure and return without touching the transfers.
+// A failure this rank detected itself (a timeout, a bad or altered frame) keeps the connection
+// open: closing it would fail the peer at once, and the peer could then record its "connection
+// closed by this rank" on the failure board before this rank records what it saw
+// (coordinator/failure_board.h). It closes with the channel (the process's exit, shutdown()).
+void TcpChannel::fail(Link& link, const Status& status, bool close) {
   error_code ignored;
-  link.socket->shutdown(StreamSocket::shutdown_both, ignored);
-  link.socket->close(ignored);
+  if (!link.failure.ok()) {
+    if (close) link.socket->close(ignored);  // the channel's end: a link kept open closes now
+    return;
+  }
+  link.failure = status;
+  if (close) {
+    link.socket->shutdown(StreamSocket::shutdown_both, ignored);
+    link.socket->close(ignored);
+  } else {
+    link.socket->cancel(ignored);
+  }
   auto sends = std::move(link.sends);
   auto recvs = std::move(link.recvs);
   link.sends.clear();
@@ -394,9 +414,9 @@ Status TcpChannel::wait(const ops::Request& request) {
       const std::string where = link ? link->name() : std::string("a peer");
       Status timeout = Status::Timeout(
           "tcp: a transfer with " + where + " made no progress for " +
-          std::to_string(options_.op_timeout.count()) +
-          " ms (KOLO_OP_TIMEOUT); the peer is stuck or the ranks' operations do not match");
-      if (link) fail(*link, timeout);
+          std::to_string(options_.op_timeout.count()) + " ms (" + options_.op_timeout_knob +
+          "); the peer is stuck or the ranks' operations do not match");
+      if (link) fail(*link, timeout, /*close=*/false);
       completion->complete(timeout);
     }
   }

@@ -59,6 +59,7 @@ namespace kolo::tcp {
 
 struct TcpChannelOptions {
   std::chrono::milliseconds op_timeout{60000};
+  std::string op_timeout_knob = "KOLO_OP_TIMEOUT";   // named by the timeout's error
   uint64_t max_frame_bytes = kDefaultMaxFrameBytes;  // > 0; must match on every rank
   // How long wait() polls without sleeping after the last byte moved (see "Spin, then block").
   std::chrono::microseconds spin{kDefaultSpin};
@@ -113,7 +114,8 @@ class TcpChannel : public ops::Channel {
   void on_read_tagged(Link& link, size_t n);
   void deliver_staged(Link& link);
   void on_read_error(Link& link, const boost::system::error_code& ec);
-  void fail(Link& link, const Status& status);
+  // close: whether the socket closes now (see the definition).
+  void fail(Link& link, const Status& status, bool close);
   uint64_t frame_bound() const;  // the largest frame payload this channel sends or accepts
   Link* link_of(const ops::Completion* completion);
 

@@ -325,24 +325,32 @@ TEST(TcpChannelTest, PeerClosingMidTransferFailsPendingAndLaterRequests) {
   EXPECT_EQ(later.code(), StatusCode::kPeerFailure);
 }
 
-TEST(TcpChannelTest, NoProgressTimesOutNamingThePeer) {
-  MemoryStore store;
-  std::vector<Result<std::unique_ptr<TcpChannel>>> ch;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) ch.emplace_back(Status::Internal("not run"));
-  for (int r = 0; r < 2; ++r)
-    threads.emplace_back([&, r] {
-      BackendContext c = context(store, r, 2);
-      c.op_timeout = milliseconds(200);
-      ch[r] = connect_channel(c, {});
-    });
-  for (auto& t : threads) t.join();
-  ASSERT_TRUE(ch[0].ok() && ch[1].ok());
-  uint8_t byte = 0;
-  Status s = (*ch[0])->recv(1, &byte, 1);  // rank 1 never sends
-  EXPECT_EQ(s.code(), StatusCode::kTimeout);
-  EXPECT_NE(s.message().find("rank 1"), std::string::npos) << s.message();
-  EXPECT_EQ((*ch[0])->recv(1, &byte, 1).code(), StatusCode::kTimeout);  // stays broken
+// The timeout names the peer, and the setting it came from: a control plane bounded by the
+// stall shutdown time used to say KOLO_OP_TIMEOUT, which the user may have set to a minute.
+TEST(TcpChannelTest, NoProgressTimesOutNamingThePeerAndTheSetting) {
+  for (const std::string knob : {"", "KOLO_STALL_SHUTDOWN_TIME"}) {
+    SCOPED_TRACE("op_timeout_knob " + knob);
+    MemoryStore store;
+    std::vector<Result<std::unique_ptr<TcpChannel>>> ch;
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) ch.emplace_back(Status::Internal("not run"));
+    for (int r = 0; r < 2; ++r)
+      threads.emplace_back([&, r] {
+        BackendContext c = context(store, r, 2);
+        c.op_timeout = milliseconds(200);
+        if (!knob.empty()) c.op_timeout_knob = knob;
+        ch[r] = connect_channel(c, {});
+      });
+    for (auto& t : threads) t.join();
+    ASSERT_TRUE(ch[0].ok() && ch[1].ok());
+    uint8_t byte = 0;
+    Status s = (*ch[0])->recv(1, &byte, 1);  // rank 1 never sends
+    EXPECT_EQ(s.code(), StatusCode::kTimeout);
+    EXPECT_NE(s.message().find("rank 1"), std::string::npos) << s.message();
+    const std::string named = knob.empty() ? "KOLO_OP_TIMEOUT" : knob;
+    EXPECT_NE(s.message().find("for 200 ms (" + named + ")"), std::string::npos) << s.message();
+    EXPECT_EQ((*ch[0])->recv(1, &byte, 1).code(), StatusCode::kTimeout);  // stays broken
+  }
 }
 
 // A same-host pair switches to AF_UNIX only when both ranks allow it; any mix of settings still

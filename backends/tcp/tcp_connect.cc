@@ -13,6 +13,7 @@
 
 #include "backends/tcp/accept_peers.h"
 #include "backends/tcp/auth.h"
+#include "backends/tcp/close_on_exec.h"
 #include "backends/tcp/host_address.h"
 #include "common/knobs.h"
 #include "common/logging.h"
@@ -196,6 +197,7 @@ class Bootstrap {
       bind_address = asio::ip::address_v6::any();
     const tcp::endpoint endpoint(bind_address, 0);
     acceptor_.open(endpoint.protocol(), ec);
+    if (!ec) close_on_exec(acceptor_);
     if (!ec) set_buffers(acceptor_);  // accepted sockets inherit the buffer sizes
     if (!ec) acceptor_.bind(endpoint, ec);
     if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
@@ -227,6 +229,7 @@ class Bootstrap {
       if (!ec) {
         socket = std::make_unique<tcp::socket>(io_);
         socket->open(endpoints.begin()->endpoint().protocol(), ec);
+        if (!ec) close_on_exec(*socket);
         if (!ec) set_buffers(*socket);
       }
       if (!ec) {
@@ -326,6 +329,7 @@ class Bootstrap {
         error_code ec;
         const asio::local::stream_protocol::endpoint ep(std::string(1, '\0') + path);
         listener.open(ep.protocol(), ec);
+        if (!ec) close_on_exec(listener);
         if (!ec) listener.bind(ep, ec);
         if (!ec) listener.listen(asio::socket_base::max_listen_connections, ec);
         if (!ec) {
@@ -362,6 +366,7 @@ class Bootstrap {
         if (ec)
           return Status::IoError(me() + ": accepting the same-host socket of " + name +
                                  " failed: " + ec.message());
+        close_on_exec(*u);
         // The peer sends its token right after connecting; a silent intruder only gets a short
         // while before the next connection is taken.
         Nonce got{};
@@ -392,8 +397,11 @@ class Bootstrap {
     if (offer[0] == 1 && same_host) {
       const std::string path(reinterpret_cast<const char*>(offer.data() + 1), kUnixNameBytes);
       error_code ec;
+      const asio::local::stream_protocol::endpoint ep(std::string(1, '\0') + path);
+      u->open(ep.protocol(), ec);
+      if (!ec) close_on_exec(*u);
       // A connect to a listening AF_UNIX socket completes at once (the backlog takes it).
-      u->connect(asio::local::stream_protocol::endpoint(std::string(1, '\0') + path), ec);
+      if (!ec) u->connect(ep, ec);
       if (!ec) answer[0] = 1;
     }
     if (offer[0] == 0) return keep_tcp();  // no offer: the offerer expects no answer
@@ -457,6 +465,7 @@ Result<std::unique_ptr<TcpChannel>> connect_channel(const BackendContext& contex
   }
   TcpChannelOptions channel_options;
   channel_options.op_timeout = context.op_timeout;
+  channel_options.op_timeout_knob = context.op_timeout_knob;
   channel_options.max_frame_bytes = options.max_frame_bytes;
   channel_options.spin = options.spin;
   channel_options.integrity = options.integrity;

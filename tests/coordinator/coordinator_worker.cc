@@ -1,9 +1,12 @@
 // One rank of a coordinator multi-process test: `coordinator_worker <scenario> [dir]`.
 // Prints "rank R: <scenario> passed" on success; failures print what differed and exit 1.
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -259,6 +262,35 @@ void window() {
   }
 }
 
+// Rank 0 sends `mib` MiB to rank 1 in one alltoall; every other pair exchanges nothing. The
+// other ranks are done at once and wait in the control plane's next round for ranks 0 and 1.
+void uneven(int64_t mib) {
+  const int r = kolo::rank();
+  const int64_t rows = r == 0 ? mib << 18 : 0;  // floats: 2^18 per MiB
+  // calloc: fresh zero pages, not written here, so that rank 0 is not late for lack of time.
+  std::unique_ptr<float, decltype(&std::free)> in(
+      static_cast<float*>(std::calloc(static_cast<size_t>(std::max<int64_t>(rows, 1)), 4)),
+      &std::free);
+  std::vector<int64_t> splits(static_cast<size_t>(kolo::size()), 0);
+  if (r == 0) splits[1] = rows;
+  std::vector<float> v(1, 1.0f);  // start together
+  ok(kolo::allreduce("ready", kolo::view_of(v.data(), {1})), "ready");
+  const auto start = std::chrono::steady_clock::now();
+  auto got = kolo::alltoall("uneven", kolo::view_of(in.get(), {rows}), splits);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - start);
+  if (got.ok())
+    std::printf("rank %d uneven alltoall ok after %lld ms\n", r,
+                static_cast<long long>(ms.count()));
+  else
+    std::printf("rank %d uneven alltoall failed after %lld ms: %s\n", r,
+                static_cast<long long>(ms.count()), got.status().to_string().c_str());
+  std::fflush(stdout);
+  if (!got.ok()) ++failures;
+  // A round of the control plane after it, so that every rank sees a failure of the job.
+  ok(kolo::allreduce("after", kolo::view_of(v.data(), {1})), "after");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -286,6 +318,8 @@ int main(int argc, char** argv) {
   else if (scenario == "window") window();
   else if (scenario == "api") api();
   else if (scenario == "grouped_mismatch") grouped_mismatch();
+  else if (scenario == "uneven")
+    uneven(argc > 2 ? std::atol(argv[2]) : 256);
   ok(kolo::shutdown(), "shutdown");
   kolo::Status after = kolo::allreduce("late", kolo::view_of(early.data(), {1}));
   if (after.message().find("kolo::shutdown() was called") == std::string::npos) ++failures;

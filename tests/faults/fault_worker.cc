@@ -6,6 +6,8 @@
 // With FAULT_SURVIVE_SIGTERM set, the rank ignores SIGTERM, so that a test sees it detect a
 // dead peer by itself rather than be stopped by kolorun first (kolorun's SIGKILL after the
 // grace period still ends it).
+// With FAULT_HELPER set, rank 1 runs it with system() after init: a helper process it starts
+// (which inherits whatever the rank did not mark close-on-exec).
 // Prints, each line flushed: "rank R pid P ready" after init; "rank R step S" every 50 steps;
 // "rank R done" at the end; on an error "rank R failed N ms after its last success: <status>"
 // (exit 3); on a wrong result "rank R WRONG RESULT at step S: got G, expected E" (exit 4).
@@ -38,6 +40,8 @@ int main(int argc, char** argv) {
   }
   const int rank = kolo::rank(), size = kolo::size();
   const std::string me = "rank " + std::to_string(rank);
+  if (const char* helper = std::getenv("FAULT_HELPER"); helper && rank == 1)
+    (void)std::system(helper);
   say(me + " pid " + std::to_string(::getpid()) + " ready");
   std::vector<int64_t> values(64);
   auto last_success = std::chrono::steady_clock::now();

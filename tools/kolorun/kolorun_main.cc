@@ -52,8 +52,11 @@ int main(int argc, char** argv) {
     supervise_options.remote_failure_fd = watch->fd();
   }
   auto code = supervise(job->ranks, supervise_options);
-  if (!code.ok()) {
+  if (!code.ok()) {  // a rank could not start: the other nodes' ranks must not wait for it
     std::cerr << "kolorun: " << code.status().message() << "\n";
+    if (job->watch) job->watch->publish(code.status().message());
+    if (kolo::Status s = finish_job(*job, *options, /*failed=*/true); !s.ok())
+      std::cerr << "kolorun: warning: " << s.message() << "\n";
     return 1;
   }
   if (kolo::Status s = finish_job(*job, *options, *code != 0); !s.ok())

@@ -473,6 +473,27 @@ TEST(Kolorun, AFailingRankStopsTheOthersAndIsNamed) {
   EXPECT_EQ(seen, 2) << p.out();
 }
 
+// Rank 1 exits 3, and kolorun is interrupted within the 250 ms that it holds such a failure
+// (Note [Which failure kolorun reports]): the interruption was reported first, so kolorun exits
+// 128 + SIGINT and reports nothing more. It used to report the held failure too ("stopping the
+// other ranks" a second time; on several nodes, on_failure twice) and exit with status 3.
+TEST(Kolorun, AnInterruptionWhileAFailureIsHeldIsTheOnlyReport) {
+  TempDir dir;
+  const std::string pid_file = dir.path + "/pid1";
+  // Rank 0 waits until rank 1 has been reaped (its pid is gone), then interrupts kolorun.
+  std::string script = "if [ \"$KOLO_RANK\" = 1 ]; then echo $$ > " + pid_file + ".tmp; mv " +
+                       pid_file + ".tmp " + pid_file + "; exit 3; fi; " + "while [ ! -e " +
+                       pid_file + " ]; do sleep 0.01; done; " + "while kill -0 $(cat " + pid_file +
+                       ") 2>/dev/null; do sleep 0.01; done; " + "kill -INT $PPID; exec " + kChild +
+                       " sleep";
+  Proc p({kKolorun, "-np", "2", "sh", "-c", script});
+  EXPECT_EQ(exit_code(p.finish(20s)), 128 + SIGINT) << p.err();
+  EXPECT_NE(p.err().find("kolorun: got SIGINT; forwarding it to 1 rank(s)"), std::string::npos)
+      << p.err();
+  EXPECT_EQ(p.err().find("exited with status 3"), std::string::npos) << p.err();
+  EXPECT_EQ(p.err().find("stopping the other ranks"), std::string::npos) << p.err();
+}
+
 TEST(Kolorun, ARankKilledByASignalIsNamedWithTheSignal) {
   Proc p({kKolorun, "-np", "2", "sh", "-c",
           "if [ \"$KOLO_RANK\" = 0 ]; then kill -9 $$; fi; exec " + kChild + " sleep"});
@@ -683,6 +704,22 @@ TEST(Kolorun, AFailureOnOneNodeStopsTheRanksOfTheOther) {
   EXPECT_TRUE(std::regex_search(
       n0.err(), std::regex(R"(kolorun: node 1: rank 3 \(pid \d+\) exited with status 7\n)")))
       << n0.err();
+}
+
+// A rank that cannot start on node 1 (its command is missing there) stops node 0's ranks too,
+// as any other failure does: node 1's kolorun used to return at once without telling the
+// others, so node 0's ranks ran on (here: sleep forever; a real job's waited in init()).
+TEST(Kolorun, ARankThatCannotStartOnOneNodeStopsTheOtherNode) {
+  SecretFile secret("s");
+  std::string rdzv = "127.0.0.1:" + std::to_string(free_port());
+  Proc n0(node_args(0, rdzv, secret.path, 2, {kChild, "sleep"}));
+  Proc n1(node_args(1, rdzv, secret.path, 2, {"/nonexistent/kolo-program"}));
+  EXPECT_EQ(exit_code(n1.finish(20s)), 1) << n1.err();
+  EXPECT_EQ(exit_code(n0.finish(20s)), 1) << n0.err();
+  const std::string cause = "cannot start rank 2: /nonexistent/kolo-program: No such file";
+  EXPECT_NE(n1.err().find("kolorun: " + cause), std::string::npos) << n1.err();
+  EXPECT_NE(n0.err().find("kolorun: node 1: " + cause), std::string::npos) << n0.err();
+  EXPECT_NE(n0.err().find("stopping this node's ranks"), std::string::npos) << n0.err();
 }
 
 // kolorun for node k of a two-node job of one rank per node, waiting up to 60 s for the other.

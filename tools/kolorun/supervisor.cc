@@ -43,6 +43,7 @@ struct Child {
   pid_t pid = -1;
   bool alive = false;
   int status = 0;                // waitpid status once reaped
+  bool group_gone = false;       // its process group has no member left (kill said ESRCH)
   int out_fd = -1, err_fd = -1;  // read ends, -1 when closed or not tagging
   std::unique_ptr<LinePrefixer> out, err;
 };
@@ -174,9 +175,14 @@ Status spawn(const RankSpec& spec, bool tag, Child& child) {
   return Status::Ok();
 }
 
+// Each rank's whole process group, also once the rank itself was reaped: what it started (a
+// helper run by system()) stays in its group and must not outlive the job. The kernel does not
+// reuse a pid while a process group of that number exists, so the signal reaches nobody else.
 void signal_all(std::vector<Child>& children, int sig) {
-  for (auto& c : children)
-    if (c.alive) ::kill(-c.pid, sig);  // the rank's whole process group
+  for (auto& c : children) {
+    if (c.pid <= 0 || c.group_gone) continue;
+    if (::kill(-c.pid, sig) != 0 && errno == ESRCH) c.group_gone = true;
+  }
 }
 
 // Reads what is available on fd into its prefixer; closes fd at EOF or error.
@@ -262,6 +268,9 @@ Result<int> supervise(const std::vector<RankSpec>& ranks, const SuperviseOptions
         report_at = Clock::now() + (signaled ? Clock::duration::zero() : kSettle);
       }
     }
+    // A failure still held when kolorun was interrupted, or another node's failure arrived, is
+    // not the job's first: that one has been reported (and on_failure called) already.
+    if (suspect && (interrupted_by || remote_failure)) suspect.reset();
     if (suspect && (Clock::now() >= *report_at || alive_count() == 0)) {
       first_failure = suspect;
       suspect.reset();
@@ -279,7 +288,10 @@ Result<int> supervise(const std::vector<RankSpec>& ranks, const SuperviseOptions
     for (auto& c : children) pipes_open |= (c.out_fd >= 0 || c.err_fd >= 0);
     if (alive == 0 && !pipes_open) break;
     auto now = Clock::now();
-    if (alive == 0 && !drain_until) drain_until = now + std::chrono::seconds(1);
+    if (alive == 0 && !drain_until) {
+      signal_all(children, SIGKILL);  // what the ranks left in their groups holds the pipes
+      drain_until = now + std::chrono::seconds(1);
+    }
     if (drain_until && now >= *drain_until) {
       // A grandchild still holds a pipe open; stop reading so kolorun can report and exit.
       for (auto& c : children) {
@@ -363,6 +375,8 @@ Result<int> supervise(const std::vector<RankSpec>& ranks, const SuperviseOptions
     }
   }
 
+  // Every rank has exited; what they left running in their process groups goes with them.
+  signal_all(children, SIGKILL);
   // No rank is left to forward a signal to: from here on SIGINT/SIGTERM end kolorun itself,
   // whatever it does next (node 0 waiting for the other nodes, say).
   for (int s : {SIGINT, SIGTERM, SIGHUP}) ::signal(s, SIG_DFL);

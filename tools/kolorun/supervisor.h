@@ -8,7 +8,9 @@
 // SIGINT and SIGTERM handlers write to, so nothing is done inside a signal handler.
 // When a rank exits non-zero or dies by a signal, kolorun reports it, sends SIGTERM to every
 // other rank and SIGKILL to those still alive after the grace period. SIGINT/SIGTERM sent to
-// kolorun are forwarded the same way (a second one escalates to SIGKILL at once).
+// kolorun are forwarded the same way (a second one escalates to SIGKILL at once). Signals go to
+// each rank's process group, a rank that has exited included (helpers it started live on in
+// it), and once every rank has exited, whatever is left in their groups gets SIGKILL.
 #pragma once
 
 #include <chrono>
