@@ -48,9 +48,6 @@ struct BackendContext {
   // same time, from different threads, must have different tags (mpi passes it to
   // MPI_Comm_create_group, whose concurrent calls are told apart by it). >= 0.
   int group_tag = 0;
-  // The setting op_timeout comes from, for error messages: the control plane's is bounded by
-  // KOLO_STALL_SHUTDOWN_TIME when that is shorter (coordinator/api.cc).
-  std::string op_timeout_knob = "KOLO_OP_TIMEOUT";
 };
 
 // The context that connects `world`'s ranks under `store_prefix`: topology, store and secret
