@@ -67,6 +67,9 @@ const char* idx_type_name(IdxType type) {
 }
 
 int64_t IdxArray::numel() const {
+  // A zero dimension empties the array whatever the others are: read_idx accepts such a file
+  // even when the other dimensions' product would overflow (a fuzzer found it).
+  if (std::find(dims.begin(), dims.end(), 0) != dims.end()) return 0;
   int64_t n = 1;
   for (int64_t d : dims) n *= d;
   return n;

@@ -61,6 +61,17 @@ TEST(IdxReader, MultiByteElementsAreBigEndian) {
   EXPECT_EQ(v[1], -2);
 }
 
+// Dimensions 2^31 x 2^31 x 0 describe an empty array: it reads, and numel() is 0 rather than
+// an overflowing product (a libFuzzer finding, fuzz_data_files).
+TEST(IdxReader, AZeroDimensionEmptiesTheArrayWhateverTheOthers) {
+  ScratchDir dir("idx");
+  write_bytes(dir.file("empty"), {0, 0, 0x08, 3, 0x80, 0, 0, 0, 0x80, 0, 0, 0, 0, 0, 0, 0});
+  IdxArray a = read_idx(dir.file("empty"));
+  EXPECT_EQ(a.dims, (std::vector<int64_t>{int64_t{1} << 31, int64_t{1} << 31, 0}));
+  EXPECT_EQ(a.numel(), 0);
+  EXPECT_TRUE(a.data.empty());
+}
+
 TEST(IdxReader, MalformedFilesNameFileOffsetAndExpectation) {
   ScratchDir dir("idx");
   const std::string f = dir.file("bad");
