@@ -15,10 +15,7 @@ namespace {
 
 using nlohmann::json;
 
-int64_t pid_of(const json& event) {
-  auto it = event.find("pid");
-  return it != event.end() && it->is_number() ? it->get<int64_t>() : 0;
-}
+int64_t pid_of(const json& event) { return integer_or(event, "pid", 0); }
 
 // Keeps the nanosecond decimals exact-looking after the shift ("12.345", not "12.3449999").
 double round_to_ns(double us) { return std::round(us * 1000.0) / 1000.0; }

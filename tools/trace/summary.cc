@@ -39,15 +39,13 @@ bool is_negotiation(std::string_view name) {
                        name[n.size()] == '_');  // e.g. NEGOTIATE_ALLREDUCE
 }
 
-int64_t int_field(const json& e, std::string_view key) {
-  auto it = e.find(key);
-  return it != e.end() && it->is_number() ? it->get<int64_t>() : 0;
-}
+int64_t int_field(const json& e, std::string_view key) { return integer_or(e, key, 0); }
 
 uint64_t bytes_arg(const json& args) {
   auto it = args.find("bytes");
   if (it == args.end()) return 0;
-  if (it->is_number()) return it->get<double>() > 0 ? it->get<uint64_t>() : 0;
+  if (it->is_number())
+    return static_cast<uint64_t>(std::max<int64_t>(integer_or(args, "bytes", 0), 0));
   if (it->is_string()) {
     const std::string& s = it->get_ref<const std::string&>();
     uint64_t v = 0;

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <optional>
@@ -130,7 +132,7 @@ Status extract_events(json doc, const std::string& name, TraceFile& out) {
                                        ") needs a numeric args." +
                                        std::string(trace_format::kWallClockUsArg));
       }
-      int64_t pid = e.contains("pid") && e["pid"].is_number() ? e["pid"].get<int64_t>() : 0;
+      const int64_t pid = integer_or(e, "pid", 0);
       out.wall_clock_us.emplace(pid, wall->get<int64_t>());
     }
   }
@@ -144,6 +146,22 @@ double number_or(const json& object, std::string_view key, double fallback) {
   auto it = object.find(key);
   if (it == object.end() || !it->is_number()) return fallback;
   return it->get<double>();
+}
+
+int64_t integer_or(const json& object, std::string_view key, int64_t fallback) {
+  auto it = object.find(key);
+  if (it == object.end() || !it->is_number()) return fallback;
+  if (it->is_number_unsigned()) {
+    const uint64_t v = it->get<uint64_t>();
+    return v > uint64_t{INT64_MAX} ? INT64_MAX : static_cast<int64_t>(v);
+  }
+  if (it->is_number_integer()) return it->get<int64_t>();
+  const double d = it->get<double>();
+  if (std::isnan(d)) return fallback;
+  // 2^63 is exactly representable; every double below it converts without overflow.
+  if (d >= 9223372036854775808.0) return INT64_MAX;
+  if (d <= -9223372036854775808.0) return INT64_MIN;
+  return static_cast<int64_t>(d);
 }
 
 Result<TraceFile> parse_trace(std::string_view text, const std::string& name) {

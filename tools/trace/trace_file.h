@@ -36,5 +36,10 @@ Result<TraceFile> parse_trace(std::string_view text, const std::string& name);
 
 // The value of a numeric JSON field as a double, or `fallback` when absent or not a number.
 double number_or(const nlohmann::json& object, std::string_view key, double fallback);
+// The value of a numeric JSON field as an integer: an integer as it is (clamped to int64's
+// range), a float truncated and clamped (NaN: `fallback`), `fallback` when absent or not a
+// number. (nlohmann's get<int64_t> of an out-of-range float is undefined behaviour, which
+// fuzz_trace_reader found: every integer read of a trace goes through here.)
+int64_t integer_or(const nlohmann::json& object, std::string_view key, int64_t fallback);
 
 }  // namespace kolo::trace

@@ -330,6 +330,22 @@ TEST(Summary, CountsBytesAndTimePerKindTensorAndPhase) {
   EXPECT_EQ(s.unmatched_ends, 0u);
 }
 
+// Numbers out of an integer's range (a float in JSON) are clamped, not converted with undefined
+// behaviour (a libFuzzer finding, fuzz_trace_reader: "bytes":4.2e47).
+TEST(Summary, NumbersOutOfRangeAreClamped) {
+  const json events = json::parse(
+      R"([{"name":"thread_name","ph":"M","pid":0,"tid":1,"ts":0,"args":{"name":"g"}},)"
+      R"({"name":"ALLREDUCE","ph":"X","pid":0,"tid":1,"ts":15,"dur":60,"args":{"bytes":4.2e47}},)"
+      R"({"name":"ALLREDUCE","ph":"X","pid":0,"tid":1,"ts":80,"dur":5,"args":{"bytes":-1e300}}])");
+  TraceSummary s = summarize(events);
+  EXPECT_EQ(s.by_kind.at({"ALLREDUCE", 0, ""}).bytes, uint64_t{INT64_MAX});
+  EXPECT_EQ(integer_or(json::parse(R"({"pid":1e300})"), "pid", 7), INT64_MAX);
+  EXPECT_EQ(integer_or(json::parse(R"({"pid":-1e300})"), "pid", 7), INT64_MIN);
+  EXPECT_EQ(integer_or(json::parse(R"({"pid":18446744073709551615})"), "pid", 7), INT64_MAX);
+  EXPECT_EQ(integer_or(json::parse(R"({"pid":-3.7})"), "pid", 7), -3);
+  EXPECT_EQ(integer_or(json::parse(R"({"pid":"x"})"), "pid", 7), 7);
+}
+
 TEST(Summary, StragglerIsTheRankWhoseNegotiateBeganLastOnTheCommonClock) {
   TraceSummary s = summarize(merge_traces(two_rank_job()).events);
   EXPECT_EQ(s.negotiations, 3u);
