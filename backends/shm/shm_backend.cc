@@ -109,14 +109,15 @@ long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* 
 
 class ShmBackend : public Backend {
  public:
-  ShmBackend(std::unique_ptr<Segment> segment, int rank, std::chrono::milliseconds op_timeout)
+  ShmBackend(std::unique_ptr<Segment> segment, int rank, std::chrono::milliseconds op_timeout,
+             std::string op_timeout_knob)
       : seg_(std::move(segment)),
         rank_(rank),
         size_(seg_->size()),
         chunk_(static_cast<int64_t>(seg_->chunk_bytes())),
-        threshold_(std::min<int64_t>(static_cast<int64_t>(seg_->header().threshold_bytes),
-                                     chunk_)),
+        threshold_(std::min<int64_t>(static_cast<int64_t>(seg_->header().threshold_bytes), chunk_)),
         op_timeout_(op_timeout),
+        op_timeout_knob_(std::move(op_timeout_knob)),
         pidfds_(static_cast<size_t>(size_), -1) {
     for (int p = 0; p < size_; ++p)
       if (p != rank_)
@@ -450,9 +451,9 @@ class ShmBackend : public Backend {
                                    ") died; rank " + std::to_string(rank_) + " was waiting for it");
       if (Clock::now() - start >= op_timeout_)
         return Status::Timeout("shm " + std::string(op_) + ": rank " + std::to_string(rank_) +
-                               " waited " + std::to_string(op_timeout_.count()) +
-                               " ms for rank " + std::to_string(peer) +
-                               " (KOLO_OP_TIMEOUT), which is alive but did not progress");
+                               " waited " + std::to_string(op_timeout_.count()) + " ms for rank " +
+                               std::to_string(peer) + " (" + op_timeout_knob_ +
+                               "), which is alive but did not progress");
     }
   }
 
@@ -487,6 +488,7 @@ class ShmBackend : public Backend {
   const int64_t chunk_;
   const int64_t threshold_;
   const std::chrono::milliseconds op_timeout_;
+  const std::string op_timeout_knob_;  // the setting op_timeout_ came from, for the error
   std::vector<int> pidfds_;
   int64_t use_ = -1;  // buffer uses so far, minus one (the same on every rank)
   const char* op_ = "";
@@ -510,8 +512,8 @@ Result<std::unique_ptr<Backend>> make_shm_backend(const BackendContext& context)
                                    std::to_string(context.op_timeout.count()));
   KOLO_ASSIGN_OR_RETURN(std::unique_ptr<shm::Segment> segment,
                         shm::connect_segment(context, params));
-  return std::unique_ptr<Backend>(
-      std::make_unique<ShmBackend>(std::move(segment), context.rank, context.op_timeout));
+  return std::unique_ptr<Backend>(std::make_unique<ShmBackend>(
+      std::move(segment), context.rank, context.op_timeout, context.op_timeout_knob));
 }
 
 BackendEntry backend_entry_shm() {
