@@ -566,6 +566,29 @@ TEST(Kolorun, SigtermIsForwardedToEveryRank) {
       << p.err();
 }
 
+// Starts args with the descriptors fa sets up (Proc reads both outputs; these tests must not).
+pid_t spawn_with(std::vector<std::string> args, const posix_spawn_file_actions_t& fa) {
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  EXPECT_EQ(posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ), 0);
+  return pid;
+}
+
+// The wait status of pid once it exits, or nullopt when it outlived `bound` (it is then killed;
+// a kolorun's ranks die with it).
+std::optional<int> exit_within(pid_t pid, std::chrono::milliseconds bound) {
+  int status = 0;
+  for (auto deadline = Clock::now() + bound; Clock::now() < deadline;) {
+    if (::waitpid(pid, &status, WNOHANG) == pid) return status;
+    std::this_thread::sleep_for(20ms);
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, &status, 0);
+  return std::nullopt;
+}
+
 // Note [kolorun output never blocks]: with its stdout a pipe that nobody reads, and ranks
 // printing without end, kolorun still obeys SIGINT: it exits 128 + SIGINT within seconds and no
 // rank is left. It used to sit in write(2) on the full pipe until the reader went away.
@@ -578,13 +601,8 @@ TEST(Kolorun, SigintIsObeyedWhileNobodyReadsTheOutput) {
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, out[1], 1);
   posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  std::vector<std::string> args = {kKolorun, "--grace", "1s", "-np", "2", "-x",
-                                   "READY_DIR=" + dir.path, kChild, "flood"};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  ASSERT_EQ(posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ), 0);
+  const pid_t pid = spawn_with(
+      {kKolorun, "--grace", "1s", "-np", "2", "-x", "READY_DIR=" + dir.path, kChild, "flood"}, fa);
   posix_spawn_file_actions_destroy(&fa);
   ::close(out[1]);
   auto read_err = [&] {
@@ -616,20 +634,11 @@ TEST(Kolorun, SigintIsObeyedWhileNobodyReadsTheOutput) {
   ::kill(pid, SIGINT);
   // The bound is generous for a loaded machine: --grace is 1 s, draining and flushing take at
   // most 3 s more. Before the fix kolorun never exited while the pipe stayed unread.
-  int status = 0;
-  pid_t reaped = 0;
-  for (auto deadline = Clock::now() + 15s; reaped == 0 && Clock::now() < deadline;) {
-    reaped = ::waitpid(pid, &status, WNOHANG);
-    if (reaped == 0) std::this_thread::sleep_for(20ms);
-  }
-  if (reaped == 0) {
-    ::kill(pid, SIGKILL);  // its ranks die with it (PR_SET_PDEATHSIG)
-    ::waitpid(pid, &status, 0);
-    ::close(out[0]);
-    FAIL() << "kolorun outlived SIGINT by 15 s while its stdout was not read\n" << read_err();
-  }
+  const std::optional<int> status = exit_within(pid, 15s);
   ::close(out[0]);
-  EXPECT_EQ(exit_code(status), 128 + SIGINT) << read_err();
+  ASSERT_TRUE(status) << "kolorun outlived SIGINT by 15 s while its stdout was not read\n"
+                      << read_err();
+  EXPECT_EQ(exit_code(*status), 128 + SIGINT) << read_err();
   EXPECT_NE(read_err().find("kolorun: got SIGINT; forwarding it to 2 rank(s)"), std::string::npos)
       << read_err();
   EXPECT_TRUE(std::regex_search(
@@ -637,6 +646,20 @@ TEST(Kolorun, SigintIsObeyedWhileNobodyReadsTheOutput) {
                              R"(read them within 2 s of the interruption\n$)")))
       << read_err();
   for (pid_t rank : ranks()) EXPECT_TRUE(has_ended(rank)) << "rank pid " << rank << " is left";
+}
+
+// kolorun started with stdout and stderr closed runs its job to the end: its output is dropped,
+// never waited for (a closed descriptor never reports that it takes more).
+TEST(Kolorun, ClosedStdoutAndStderrAreNotWaitedFor) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addclose(&fa, 1);
+  posix_spawn_file_actions_addclose(&fa, 2);
+  const pid_t pid = spawn_with({kKolorun, "-np", "2", kChild, "env"}, fa);
+  posix_spawn_file_actions_destroy(&fa);
+  const std::optional<int> status = exit_within(pid, 20s);
+  ASSERT_TRUE(status) << "kolorun with closed stdout and stderr did not end a 2-rank env job";
+  EXPECT_EQ(exit_code(*status), 0);
 }
 
 // Sets environment variables for the kolorun processes a test starts; restores them after.

@@ -1,5 +1,6 @@
 #include "tools/kolorun/output_sink.h"
 
+#include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
 #include <sys/stat.h>
@@ -11,6 +12,10 @@
 namespace kolo::kolorun {
 
 OutputSink::OutputSink(int fd) : fd_(fd) {
+  // Closed (kolorun started with >&-) or read-only: nothing can be written, and poll would
+  // never report POLLOUT for it, so the buffer must not wait for that.
+  const int flags = ::fcntl(fd, F_GETFL);
+  broken_ = flags < 0 || (flags & O_ACCMODE) == O_RDONLY;
   struct stat st {};
   always_writable_ = ::fstat(fd, &st) == 0 && (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode));
 }
@@ -33,7 +38,8 @@ size_t OutputSink::flush() {
       pollfd p{fd_, POLLOUT, 0};
       int r = ::poll(&p, 1, 0);
       if (r < 0 && errno == EINTR) continue;
-      if (r <= 0 || !(p.revents & (POLLOUT | POLLERR | POLLHUP))) break;
+      // An error, a hung-up reader or a closed fd (POLLNVAL): the write says which, and fails.
+      if (r <= 0 || !(p.revents & (POLLOUT | POLLERR | POLLHUP | POLLNVAL))) break;
       chunk = std::min<size_t>(chunk, PIPE_BUF);
     }
     ssize_t n = ::write(fd_, buf_.data() + head_, chunk);

@@ -35,6 +35,8 @@ class OutputSink {
   // most one read of a rank's pipe with its prefixes.
   static constexpr size_t kLimit = size_t{1} << 20;
 
+  // fd as it is now: a closed or read-only one drops everything. Make sinks before opening
+  // other descriptors, which could otherwise take the number of a closed stdout or stderr.
   explicit OutputSink(int fd);
 
   int fd() const { return fd_; }

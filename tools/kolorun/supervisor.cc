@@ -236,6 +236,16 @@ std::string signal_name(int sig) {
 }
 
 Result<int> supervise(const std::vector<RankSpec>& ranks, const SuperviseOptions& options) {
+  // Note [kolorun output never blocks]. stdout and stderr share a sink when they are one file;
+  // made first, while a closed fd 1 or 2 is still closed (see OutputSink's constructor).
+  OutputSink stdout_sink(1);
+  std::optional<OutputSink> own_stderr;
+  if (!same_file(1, 2)) own_stderr.emplace(2);
+  OutputSink& stderr_sink = own_stderr ? *own_stderr : stdout_sink;
+  std::vector<OutputSink*> sinks = {&stdout_sink};
+  if (own_stderr) sinks.push_back(&*own_stderr);
+  auto say = [&](const std::string& line) { stderr_sink.write("kolorun: " + line + "\n"); };
+
   if (::pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0)
     return Status::IoError(std::string("kolorun: pipe: ") + strerror(errno));
   struct sigaction sa = {};
@@ -244,15 +254,6 @@ Result<int> supervise(const std::vector<RankSpec>& ranks, const SuperviseOptions
   sa.sa_flags = SA_RESTART;
   for (int s : {SIGINT, SIGTERM, SIGCHLD, SIGHUP}) ::sigaction(s, &sa, nullptr);
   ::signal(SIGPIPE, SIG_IGN);  // a closed stdout must not kill the supervisor
-
-  // Note [kolorun output never blocks]. stdout and stderr share a sink when they are one file.
-  OutputSink stdout_sink(1);
-  std::optional<OutputSink> own_stderr;
-  if (!same_file(1, 2)) own_stderr.emplace(2);
-  OutputSink& stderr_sink = own_stderr ? *own_stderr : stdout_sink;
-  std::vector<OutputSink*> sinks = {&stdout_sink};
-  if (own_stderr) sinks.push_back(&*own_stderr);
-  auto say = [&](const std::string& line) { stderr_sink.write("kolorun: " + line + "\n"); };
 
   std::vector<Child> children(ranks.size());
   for (size_t i = 0; i < ranks.size(); ++i) {
