@@ -65,7 +65,8 @@ size_t OutputSink::drop() {
 }
 
 bool same_file(int a, int b) {
-  struct stat sa {}, sb {};
+  struct stat sa = {};
+  struct stat sb = {};
   if (::fstat(a, &sa) != 0 || ::fstat(b, &sb) != 0) return false;
   return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino && sa.st_rdev == sb.st_rdev;
 }
