@@ -1,4 +1,6 @@
 // kolorun: the launcher. See `kolorun --help` and Note [kolorun supervision] in supervisor.h.
+#include <fcntl.h>
+
 #include <iostream>
 #include <string>
 
@@ -10,6 +12,10 @@ int main(int argc, char** argv) {
   using namespace kolo::kolorun;
   // How each rank starts (Note [Ranks die with kolorun] in supervisor.h).
   if (argc > 1 && std::string(argv[1]) == kExecRankFlag) return exec_rank_main(argc, argv);
+  // Started with stdin, stdout or stderr closed (>&-), kolorun's first sockets and pipes would
+  // take those numbers and its messages would go into them: /dev/null stands in.
+  for (int fd = 0; fd <= 2; ++fd)
+    if (::fcntl(fd, F_GETFD) < 0 && ::open("/dev/null", O_RDWR) != fd) return 2;
   std::vector<std::string> args(argv + 1, argv + argc);
   auto options = parse_options(args);
   if (!options.ok()) {

@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -372,10 +373,13 @@ TEST(LinePrefixer, PrefixesWholeLinesAndHoldsPartialOnes) {
   int p[2];
   ASSERT_EQ(::pipe(p), 0);
   {
-    LinePrefixer lines("[7] ", p[1]);
+    OutputSink sink(p[1]);
+    LinePrefixer lines("[7] ", sink);
     lines.feed("a\nb");
     lines.feed("c\n\nd");
     lines.finish();
+    EXPECT_EQ(sink.flush(), 24u);
+    EXPECT_FALSE(sink.wants_write());
   }
   ::close(p[1]);
   std::string got;
@@ -560,6 +564,102 @@ TEST(Kolorun, SigtermIsForwardedToEveryRank) {
   EXPECT_NE(p.out().find("[1] got SIGTERM\n"), std::string::npos) << p.out();
   EXPECT_NE(p.err().find("kolorun: got SIGTERM; forwarding it to 2 rank(s)"), std::string::npos)
       << p.err();
+}
+
+// Starts args with the descriptors fa sets up (Proc reads both outputs; these tests must not).
+pid_t spawn_with(std::vector<std::string> args, const posix_spawn_file_actions_t& fa) {
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  EXPECT_EQ(posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ), 0);
+  return pid;
+}
+
+// The wait status of pid once it exits, or nullopt when it outlived `bound` (it is then killed;
+// a kolorun's ranks die with it).
+std::optional<int> exit_within(pid_t pid, std::chrono::milliseconds bound) {
+  int status = 0;
+  for (auto deadline = Clock::now() + bound; Clock::now() < deadline;) {
+    if (::waitpid(pid, &status, WNOHANG) == pid) return status;
+    std::this_thread::sleep_for(20ms);
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, &status, 0);
+  return std::nullopt;
+}
+
+// Note [kolorun output never blocks]: with its stdout a pipe that nobody reads, and ranks
+// printing without end, kolorun still obeys SIGINT: it exits 128 + SIGINT within seconds and no
+// rank is left. It used to sit in write(2) on the full pipe until the reader went away.
+TEST(Kolorun, SigintIsObeyedWhileNobodyReadsTheOutput) {
+  TempDir dir;
+  const std::string err_path = dir.path + "/stderr";
+  int out[2];
+  ASSERT_EQ(::pipe2(out, O_CLOEXEC), 0);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  const pid_t pid = spawn_with(
+      {kKolorun, "--grace", "1s", "-np", "2", "-x", "READY_DIR=" + dir.path, kChild, "flood"}, fa);
+  posix_spawn_file_actions_destroy(&fa);
+  ::close(out[1]);
+  auto read_err = [&] {
+    std::ifstream in(err_path);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  auto ranks = [&] {
+    std::vector<pid_t> pids;
+    for (const char* rank : {"/0", "/1"}) {
+      std::ifstream in(dir.path + rank);
+      pid_t pid = 0;
+      if (in >> pid) pids.push_back(pid);
+    }
+    return pids;
+  };
+  // Both ranks flood, and the pipe is full: what it holds stops growing (its page slots are
+  // all taken; they need not hold a full page each, so the count stays under F_GETPIPE_SZ).
+  int unread = 0, before = -1;
+  for (auto deadline = Clock::now() + 20s;
+       Clock::now() < deadline && (ranks().size() < 2 || unread == 0 || unread != before);) {
+    before = unread;
+    std::this_thread::sleep_for(200ms);
+    ASSERT_EQ(::ioctl(out[0], FIONREAD, &unread), 0);
+  }
+  ASSERT_EQ(ranks().size(), 2u) << read_err();
+  ASSERT_GT(unread, ::fcntl(out[0], F_GETPIPE_SZ) / 2);
+  ASSERT_EQ(unread, before);
+
+  ::kill(pid, SIGINT);
+  // The bound is generous for a loaded machine: --grace is 1 s, draining and flushing take at
+  // most 3 s more. Before the fix kolorun never exited while the pipe stayed unread.
+  const std::optional<int> status = exit_within(pid, 15s);
+  ::close(out[0]);
+  ASSERT_TRUE(status) << "kolorun outlived SIGINT by 15 s while its stdout was not read\n"
+                      << read_err();
+  EXPECT_EQ(exit_code(*status), 128 + SIGINT) << read_err();
+  EXPECT_NE(read_err().find("kolorun: got SIGINT; forwarding it to 2 rank(s)"), std::string::npos)
+      << read_err();
+  EXPECT_TRUE(std::regex_search(
+      read_err(), std::regex(R"(\nkolorun: dropped the last \d+ bytes of output to stdout: nobody )"
+                             R"(read them within 2 s of the interruption\n$)")))
+      << read_err();
+  for (pid_t rank : ranks()) EXPECT_TRUE(has_ended(rank)) << "rank pid " << rank << " is left";
+}
+
+// kolorun started with stdout and stderr closed runs its job to the end: its output is dropped,
+// never waited for (a closed descriptor never reports that it takes more).
+TEST(Kolorun, ClosedStdoutAndStderrAreNotWaitedFor) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addclose(&fa, 1);
+  posix_spawn_file_actions_addclose(&fa, 2);
+  const pid_t pid = spawn_with({kKolorun, "-np", "2", kChild, "env"}, fa);
+  posix_spawn_file_actions_destroy(&fa);
+  const std::optional<int> status = exit_within(pid, 20s);
+  ASSERT_TRUE(status) << "kolorun with closed stdout and stderr did not end a 2-rank env job";
+  EXPECT_EQ(exit_code(*status), 0);
 }
 
 // Sets environment variables for the kolorun processes a test starts; restores them after.

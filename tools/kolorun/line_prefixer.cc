@@ -16,12 +16,9 @@ void write_all(int fd, std::string_view data) {
 }
 
 void LinePrefixer::emit(std::string_view line) {
-  std::string out;
-  out.reserve(prefix_.size() + line.size() + 1);
-  out += prefix_;
-  out += line;
-  out += '\n';
-  write_all(fd_, out);
+  sink_.write(prefix_);
+  sink_.write(line);
+  sink_.write("\n");
 }
 
 void LinePrefixer::feed(std::string_view data) {

@@ -20,6 +20,7 @@
 
 #include "tools/kolorun/cpu_binding.h"
 #include "tools/kolorun/line_prefixer.h"
+#include "tools/kolorun/output_sink.h"
 
 namespace kolo::kolorun {
 namespace {
@@ -28,6 +29,8 @@ using Clock = std::chrono::steady_clock;
 
 // Note [Which failure kolorun reports] (supervise).
 constexpr std::chrono::milliseconds kSettle{250};
+// Once kolorun was interrupted, how long it still waits at exit for its output to be read.
+constexpr std::chrono::seconds kFlushBound{2};
 
 int g_signal_pipe[2] = {-1, -1};  // written by signal handlers, read by the poll loop
 
@@ -62,8 +65,6 @@ int exit_code_of(int status) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-void say(const std::string& line) { write_all(2, "kolorun: " + line + "\n"); }
-
 // The environment as "K=V" strings plus the char* array posix_spawn wants.
 struct Envp {
   std::vector<std::string> strings;
@@ -91,14 +92,15 @@ Status check_runnable(const RankSpec& spec) {
     size_t end = dirs.find(':', begin);
     if (end == std::string::npos) end = dirs.size();
     std::string dir = dirs.substr(begin, end - begin);
-    if (dir.empty()) dir = ".";
+    if (dir.empty()) dir.push_back('.');
     if (::access((dir + "/" + cmd).c_str(), X_OK) == 0) return Status::Ok();
     begin = end + 1;
   }
   return fail(ENOENT);
 }
 
-Status spawn(const RankSpec& spec, bool tag, Child& child) {
+Status spawn(const RankSpec& spec, bool tag, OutputSink& out_sink, OutputSink& err_sink,
+             Child& child) {
   KOLO_RETURN_IF_ERROR(check_runnable(spec));
   // The child inherits this thread's affinity mask at spawn (posix_spawn has no attribute
   // for it); the guard restores ours afterwards.
@@ -169,8 +171,8 @@ Status spawn(const RankSpec& spec, bool tag, Child& child) {
     std::string prefix = "[";
     prefix += std::to_string(spec.rank);
     prefix += "] ";
-    child.out = std::make_unique<LinePrefixer>(prefix, 1);
-    child.err = std::make_unique<LinePrefixer>(prefix, 2);
+    child.out = std::make_unique<LinePrefixer>(prefix, out_sink);
+    child.err = std::make_unique<LinePrefixer>(prefix, err_sink);
   }
   return Status::Ok();
 }
@@ -199,6 +201,33 @@ void pump(int& fd, LinePrefixer& lines) {
   lines.feed(std::string_view(buf, static_cast<size_t>(n)));
 }
 
+// Note [kolorun output never blocks]: writes what is buffered while the readers take it. Not
+// interrupted, it waits as long as they keep the descriptors open (a pager; the signals that
+// would end that wait have their default action again, so they end kolorun); interrupted, it
+// waits at most kFlushBound, then drops the rest and says so on stderr if that is writable.
+void flush_at_exit(const std::vector<OutputSink*>& sinks, bool interrupted) {
+  const auto deadline = Clock::now() + kFlushBound;
+  while (true) {
+    std::vector<pollfd> fds;
+    for (OutputSink* s : sinks)
+      if (s->wants_write()) fds.push_back({s->fd(), POLLOUT, 0});
+    if (fds.empty()) return;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (interrupted && left.count() <= 0) break;
+    int wait_ms = interrupted ? static_cast<int>(std::min<int64_t>(left.count(), 100)) : 100;
+    ::poll(fds.data(), fds.size(), wait_ms);
+    for (OutputSink* s : sinks) s->flush();
+  }
+  for (OutputSink* s : sinks) {
+    if (!s->wants_write()) continue;
+    OutputSink note(2);
+    note.write("kolorun: dropped the last " + std::to_string(s->drop()) + " bytes of output to " +
+               (s->fd() == 1 ? "stdout" : "stderr") + ": nobody read them within " +
+               std::to_string(kFlushBound.count()) + " s of the interruption\n");
+    note.flush();
+  }
+}
+
 }  // namespace
 
 std::string signal_name(int sig) {
@@ -207,6 +236,16 @@ std::string signal_name(int sig) {
 }
 
 Result<int> supervise(const std::vector<RankSpec>& ranks, const SuperviseOptions& options) {
+  // Note [kolorun output never blocks]. stdout and stderr share a sink when they are one file;
+  // made first, while a closed fd 1 or 2 is still closed (see OutputSink's constructor).
+  OutputSink stdout_sink(1);
+  std::optional<OutputSink> own_stderr;
+  if (!same_file(1, 2)) own_stderr.emplace(2);
+  OutputSink& stderr_sink = own_stderr ? *own_stderr : stdout_sink;
+  std::vector<OutputSink*> sinks = {&stdout_sink};
+  if (own_stderr) sinks.push_back(&*own_stderr);
+  auto say = [&](const std::string& line) { stderr_sink.write("kolorun: " + line + "\n"); };
+
   if (::pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0)
     return Status::IoError(std::string("kolorun: pipe: ") + strerror(errno));
   struct sigaction sa = {};
@@ -218,7 +257,7 @@ Result<int> supervise(const std::vector<RankSpec>& ranks, const SuperviseOptions
 
   std::vector<Child> children(ranks.size());
   for (size_t i = 0; i < ranks.size(); ++i) {
-    Status s = spawn(ranks[i], options.tag_output, children[i]);
+    Status s = spawn(ranks[i], options.tag_output, stdout_sink, stderr_sink, children[i]);
     if (!s.ok()) {
       signal_all(children, SIGKILL);
       for (auto& c : children)
@@ -292,6 +331,12 @@ Result<int> supervise(const std::vector<RankSpec>& ranks, const SuperviseOptions
       signal_all(children, SIGKILL);  // what the ranks left in their groups holds the pipes
       drain_until = now + std::chrono::seconds(1);
     }
+    // Pipes left unread because the output is not being taken (a full sink) do not count as
+    // a grandchild holding them, unless kolorun was interrupted: then the rest may go.
+    bool held_back = false;
+    for (auto& c : children)
+      held_back |= (c.out_fd >= 0 && stdout_sink.full()) || (c.err_fd >= 0 && stderr_sink.full());
+    if (drain_until && held_back && !interrupted_by) drain_until = now + std::chrono::seconds(1);
     if (drain_until && now >= *drain_until) {
       // A grandchild still holds a pipe open; stop reading so kolorun can report and exit.
       for (auto& c : children) {
@@ -318,9 +363,13 @@ Result<int> supervise(const std::vector<RankSpec>& ranks, const SuperviseOptions
       remote_index = fds.size();
       fds.push_back({options.remote_failure_fd, POLLIN, 0});
     }
+    for (OutputSink* sink : sinks)
+      if (sink->wants_write()) fds.push_back({sink->fd(), POLLOUT, 0});
+    // A full sink's pipes are not read (Note [kolorun output never blocks]).
+    const size_t first_pipe = fds.size();
     for (auto& c : children) {
-      if (c.out_fd >= 0) fds.push_back({c.out_fd, POLLIN, 0});
-      if (c.err_fd >= 0) fds.push_back({c.err_fd, POLLIN, 0});
+      if (c.out_fd >= 0 && !stdout_sink.full()) fds.push_back({c.out_fd, POLLIN, 0});
+      if (c.err_fd >= 0 && !stderr_sink.full()) fds.push_back({c.err_fd, POLLIN, 0});
     }
     // Wake at least every 100 ms: a SIGCHLD that raced with the waitpid scan is then seen late
     // by at most that much, and the grace/drain deadlines are checked.
@@ -364,15 +413,16 @@ Result<int> supervise(const std::vector<RankSpec>& ranks, const SuperviseOptions
       }
     }
     for (auto& c : children) {
-      for (size_t k = 1; k < fds.size(); ++k) {
-        if (k == remote_index) continue;
+      for (size_t k = first_pipe; k < fds.size(); ++k) {
         if (!(fds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-        if (fds[k].fd == c.out_fd)
+        // Checked again per pipe: one loop's reads overshoot kLimit by one read at most.
+        if (fds[k].fd == c.out_fd && !stdout_sink.full())
           pump(c.out_fd, *c.out);
-        else if (fds[k].fd == c.err_fd)
+        else if (fds[k].fd == c.err_fd && !stderr_sink.full())
           pump(c.err_fd, *c.err);
       }
     }
+    for (OutputSink* sink : sinks) sink->flush();
   }
 
   // Every rank has exited; what they left running in their process groups goes with them.
@@ -382,6 +432,7 @@ Result<int> supervise(const std::vector<RankSpec>& ranks, const SuperviseOptions
   for (int s : {SIGINT, SIGTERM, SIGHUP}) ::signal(s, SIG_DFL);
   ::close(g_signal_pipe[0]);
   ::close(g_signal_pipe[1]);
+  flush_at_exit(sinks, interrupted_by != 0);
   if (first_failure) return exit_code_of(children[*first_failure].status);
   if (interrupted_by) return 128 + interrupted_by;
   if (remote_failure) return 1;

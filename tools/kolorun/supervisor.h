@@ -5,7 +5,9 @@
 // a terminal's Ctrl-C reaches only kolorun, which forwards it once). Its stdin is /dev/null;
 // with tagging on, its stdout and stderr are pipes that kolorun reads and prefixes line by
 // line. One thread runs one poll() loop over those pipes and a self-pipe that the SIGCHLD,
-// SIGINT and SIGTERM handlers write to, so nothing is done inside a signal handler.
+// SIGINT and SIGTERM handlers write to, so nothing is done inside a signal handler. That loop
+// never waits on whoever reads kolorun's own output (Note [kolorun output never blocks] in
+// output_sink.h).
 // When a rank exits non-zero or dies by a signal, kolorun reports it, sends SIGTERM to every
 // other rank and SIGKILL to those still alive after the grace period. SIGINT/SIGTERM sent to
 // kolorun are forwarded the same way (a second one escalates to SIGKILL at once). Signals go to

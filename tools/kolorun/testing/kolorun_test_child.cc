@@ -7,6 +7,7 @@
 //   sleep-report print "ready", then on SIGTERM print "got SIGTERM" and exit 0
 //   ignore-term  print "ready", ignore SIGTERM and sleep (only SIGKILL stops it)
 //   world        world_from_env(), then a rendezvous barrier over its store; print "world ok"
+//   flood        write its pid to READY_DIR/<KOLO_RANK>, then print 100-byte lines forever
 #include <signal.h>
 #include <unistd.h>
 
@@ -70,6 +71,21 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     mark_ready();
     while (true) ::pause();
+  }
+  if (mode == "flood") {
+    // Told through a file: kolorun's forwarding of this rank's output is what is under test.
+    const char* dir = std::getenv("READY_DIR");
+    const char* rank = std::getenv("KOLO_RANK");
+    if (dir && rank) {
+      std::string path = std::string(dir) + "/" + rank, tmp = path + ".tmp";
+      if (FILE* f = std::fopen(tmp.c_str(), "w")) {
+        std::fprintf(f, "%d\n", static_cast<int>(::getpid()));
+        std::fclose(f);
+        std::rename(tmp.c_str(), path.c_str());
+      }
+    }
+    const std::string line(99, 'x');
+    while (true) std::printf("%s\n", line.c_str());
   }
   if (mode == "world") {
     auto w = kolo::world_from_env();
