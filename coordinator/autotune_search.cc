@@ -120,6 +120,8 @@ void AutotuneSearch::finish_measurement() {
   if (m > 0) spreads_.push_back((*hi - *lo) / (2 * m));
   auto& all = measured_[current_];
   all.insert(all.end(), samples_.begin(), samples_.end());
+  if (phase_ == Phase::kConfirmBest) confirm_best_ = samples_;
+  if (phase_ == Phase::kConfirmDefault) confirm_default_ = samples_;
   finished_ = SearchTrial{current_, m, steps_on_current_, false,
                           phase_ == Phase::kConfirmBest || phase_ == Phase::kConfirmDefault};
   // An extended (ambiguous) candidate has twice the samples; it moves the search when it is
@@ -238,8 +240,9 @@ void AutotuneSearch::advance() {
       measure(default_);
       return;
     case Phase::kConfirmDefault:
-      // Pooled samples of both: the default stays unless the best still wins by the margin.
-      if (!(score_of(best_) < score_of(default_) * (1 - margin()))) best_ = default_;
+      // The two measurements just taken, side by side: earlier samples of either may come from
+      // a machine under another load. The default stays unless the best wins by the margin.
+      if (!(median(confirm_best_) < median(confirm_default_) * (1 - margin()))) best_ = default_;
       break;
     case Phase::kDone:
       break;

@@ -19,9 +19,11 @@
 //      categorical dimension gets a descent of its own (stride 2, then 1) from the best point
 //      with that choice, and the best of all descents goes on. Then, at stride 1 and budget
 //      permitting, it measures the best and its neighbours once more afresh;
-//   4. a confirmation: the best point and the default are measured once more, the samples
-//      pooled, and the default wins unless the best still beats it by the margin. So the final
-//      configuration is never slower than the default beyond noise.
+//   4. a confirmation: the best point and the default are measured once more, one right after
+//      the other, and the default wins unless the best beats it by the margin in these two
+//      measurements alone (earlier samples may come from a machine under another load: a
+//      default measured while another job ran makes every later point look better). So the
+//      final configuration is never slower than the default beyond noise.
 // Each configuration is scored by the median of `samples` step times after `warmup` discarded
 // steps (the first step after a change pays for new buckets and cache misses); a candidate
 // within twice the margin of the best is measured twice as long before it is judged. The margin
@@ -138,6 +140,8 @@ class AutotuneSearch {
   std::vector<SearchPoint> queue_;                       // candidates left at this stride
   std::optional<SearchTrial> finished_;
   std::vector<double> spreads_;  // relative spread of each measurement
+  // The confirmation's own samples of the best and the default (not pooled with older ones).
+  std::vector<double> confirm_best_, confirm_default_;
   // The move that won last, tried again first (pattern search's "keep going").
   std::optional<std::pair<size_t, int>> last_move_;
   // Categorical alternatives still to descend from (planned when the first descent ends), and
