@@ -72,14 +72,21 @@ Status run(const CollectiveOptions& o) {
   const World& world = launched.world;
   const BackendContext ctx = backend_context(world, "kolo-bench");
   KOLO_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, create_backend(o.backend, ctx));
-  // KOLO_HIERARCHICAL_ALLREDUCE=1 times the hierarchy with --backend across hosts, as
-  // kolo::init() builds it (within a host: shm, or KOLO_CPU_OPERATIONS when set).
+  // KOLO_HIERARCHICAL_ALLREDUCE=1 or KOLO_HIERARCHICAL_ALLGATHER=1 times the hierarchy with
+  // --backend across hosts, as kolo::init() builds it (within a host: shm, or
+  // KOLO_CPU_OPERATIONS when set); each knob switches its own collective.
   KOLO_ASSIGN_OR_RETURN(KnobSet knobs, KnobSet::from_process_env());
-  if (knobs.boolean(KnobId::kHierarchicalAllreduce)) {
-    KOLO_ASSIGN_OR_RETURN(backend, make_hierarchical_backend(
-                                       std::move(backend), ctx,
-                                       hierarchical_options(launched, o.backend,
-                                                            knobs.is_set(KnobId::kCpuOperations))));
+  const bool allreduce = knobs.boolean(KnobId::kHierarchicalAllreduce);
+  const bool allgather = knobs.boolean(KnobId::kHierarchicalAllgather);
+  if (allreduce || allgather) {
+    HierarchicalOptions options =
+        hierarchical_options(launched, o.backend, knobs.is_set(KnobId::kCpuOperations));
+    if (!allreduce) options.knob = "KOLO_HIERARCHICAL_ALLGATHER";
+    KOLO_ASSIGN_OR_RETURN(backend, make_hierarchical_backend(std::move(backend), ctx, options));
+    if (auto* h = dynamic_cast<HierarchicalBackend*>(backend.get())) {
+      h->set_hierarchical(allreduce);
+      h->set_hierarchical_allgather(allgather);
+    }
   }
   const std::string backend_name =
       backend->name() == "hierarchical" ? "hierarchical over " + o.backend : o.backend;

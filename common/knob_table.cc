@@ -143,6 +143,16 @@ constexpr std::array<Knob, kKnobCount> kTable = {{
      .help = "allreduce in three stages on jobs of several hosts: reduce-scatter within each "
              "host (shm), allreduce across hosts between ranks of the same local rank, allgather "
              "within each host; `1` needs the same number of ranks on every host"},
+    // Fixed at init: training allgathers little, so the autotuner leaves it to the user.
+    {.id = KnobId::kHierarchicalAllgather,
+     .name = "KOLO_HIERARCHICAL_ALLGATHER",
+     .kind = kBool,
+     .category = kCore,
+     .scope = kJob,
+     .default_text = "0",
+     .help = "allgather in three stages on jobs of several hosts: within each host, one shard "
+             "of each host's data across hosts per local rank, within each host again; "
+             "`1` needs the same number of ranks on every host"},
     // The autotuner (coordinator/autotune.h). Each range bounds one searched dimension; a
     // minimum above its maximum is an error at init (config_from_knobs).
     {.id = KnobId::kAutotune,

@@ -43,6 +43,7 @@ enum class KnobId : int {
   kLogLevel,
   kProcessSets,
   kHierarchicalAllreduce,
+  kHierarchicalAllgather,
   // autotuner (issue 11)
   kAutotune,
   kAutotuneLog,

@@ -22,6 +22,7 @@ Result<RuntimeConfig> config_from_knobs(const KnobSet& knobs,
                                    " takes no CPU tensors; use it as KOLO_GPU_OPERATIONS");
   if (knobs.is_set(KnobId::kGpuOperations)) c.gpu_operations = knobs.text(KnobId::kGpuOperations);
   c.hierarchical_allreduce = knobs.boolean(KnobId::kHierarchicalAllreduce);
+  c.hierarchical_allgather = knobs.boolean(KnobId::kHierarchicalAllgather);
   c.fusion_threshold = knobs.size(KnobId::kFusionThreshold);
   c.cycle_time = knobs.duration(KnobId::kCycleTime);
   c.cache_capacity = static_cast<uint64_t>(knobs.integer(KnobId::kCacheCapacity));
@@ -83,6 +84,7 @@ Result<RuntimeConfig> config_from_knobs(const KnobSet& knobs,
                  << " KOLO_CPU_OPERATIONS=" << c.cpu_operations
                  << " KOLO_GPU_OPERATIONS=" << c.gpu_operations
                  << " KOLO_HIERARCHICAL_ALLREDUCE=" << c.hierarchical_allreduce
+                 << " KOLO_HIERARCHICAL_ALLGATHER=" << c.hierarchical_allgather
                  << " KOLO_TIMELINE=" << c.timeline_path);
   return c;
 }

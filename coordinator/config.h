@@ -76,6 +76,9 @@ struct RuntimeConfig {
   // KOLO_HIERARCHICAL_ALLREDUCE: init() builds the data plane as the hierarchical composite
   // (backends/hierarchical/hierarchical_backend.h), and hosts of unequal rank counts fail it.
   bool hierarchical_allreduce = false;
+  // KOLO_HIERARCHICAL_ALLGATHER: the same composite, allgathers through it (set_hierarchical_
+  // allgather); either knob builds it, and each switches its own collective.
+  bool hierarchical_allgather = false;
   // KOLO_GPU_OPERATIONS as set; empty when unset (gpu_backend_choice picks the default).
   std::string gpu_operations;
   // An idle rank still takes part in a cycle this often, so that rank 0's stall inspector

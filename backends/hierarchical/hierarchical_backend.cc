@@ -27,14 +27,18 @@ BackendContext subgroup_context(const BackendContext& job, const std::vector<int
   return ctx;
 }
 
-// "hierarchical allreduce, <stage>, whose ranks 0, 1 are ranks 2, 3".
-std::string stage_context(const std::string& stage, const std::vector<int>& ranks) {
+// "hierarchical <op>, <stage>, whose ranks 0, 1 are ranks 2, 3".
+std::string stage_context(const std::string& op, const std::string& stage,
+                          const std::vector<int>& ranks) {
+  // Appended piece by piece: GCC 12's -Wrestrict misfires on a chain of operator+ here.
   std::string group, job;
   for (size_t i = 0; i < ranks.size(); ++i) {
-    group += (i == 0 ? "" : ", ") + std::to_string(i);
-    job += (i == 0 ? "" : ", ") + std::to_string(ranks[i]);
+    group.append(i == 0 ? "" : ", ").append(std::to_string(i));
+    job.append(i == 0 ? "" : ", ").append(std::to_string(ranks[i]));
   }
-  return "hierarchical allreduce, " + stage + ", whose ranks " + group + " are ranks " + job;
+  std::string out = "hierarchical ";
+  out.append(op).append(", ").append(stage).append(", whose ranks ").append(group);
+  return out.append(" are ranks ").append(job);
 }
 
 }  // namespace
@@ -42,12 +46,20 @@ std::string stage_context(const std::string& stage, const std::vector<int>& rank
 HierarchicalBackend::HierarchicalBackend(const Hierarchy& plan, std::unique_ptr<Backend> flat,
                                          std::unique_ptr<Backend> intra,
                                          std::unique_ptr<Backend> cross)
-    : flat_(std::move(flat)),
+    : plan_(plan),
+      flat_(std::move(flat)),
       intra_(std::move(intra)),
       cross_(std::move(cross)),
-      reducescatter_context_(stage_context("reduce-scatter within the host", plan.intra_ranks)),
-      allreduce_context_(stage_context("allreduce across hosts", plan.cross_ranks)),
-      allgather_context_(stage_context("allgather within the host", plan.intra_ranks)) {}
+      reducescatter_context_(
+          stage_context("allreduce", "reduce-scatter within the host", plan.intra_ranks)),
+      allreduce_context_(stage_context("allreduce", "allreduce across hosts", plan.cross_ranks)),
+      allgather_context_(stage_context("allreduce", "allgather within the host", plan.intra_ranks)),
+      gather_host_context_(
+          stage_context("allgather", "the host's blocks within the host", plan.intra_ranks)),
+      gather_cross_context_(
+          stage_context("allgather", "the hosts' shards across hosts", plan.cross_ranks)),
+      gather_shards_context_(
+          stage_context("allgather", "every shard within the host", plan.intra_ranks)) {}
 
 Status HierarchicalBackend::do_allreduce(const void* input, void* output, int64_t count,
                                          DataType dtype, const Reduction& reduction) {
@@ -87,7 +99,34 @@ Status HierarchicalBackend::do_allreduce(const void* input, void* output, int64_
 
 Status HierarchicalBackend::do_allgather(const void* input, void* output, DataType dtype,
                                          const std::vector<int64_t>& counts) {
-  return flat_->allgather(input, output, dtype, counts);
+  if (!hierarchical_allgather_) return flat_->allgather(input, output, dtype, counts);
+  if (counts != allgather_counts_) {
+    allgather_plan_ = plan_allgather(plan_, rank(), counts);
+    allgather_counts_ = counts;
+  }
+  const AllgatherPlan& p = allgather_plan_;
+  if (p.total == 0) return Status::Ok();
+  const size_t es = dtype_size(dtype);
+  auto fit = [es](std::vector<std::byte>& buffer, int64_t elements) {
+    if (buffer.size() < static_cast<size_t>(elements) * es) buffer.resize(elements * es);
+    return buffer.data();
+  };
+  // The output is written only by the unpack below, after `input` (which may lie in it) has
+  // been read by the first stage.
+  std::byte* host_block = fit(host_block_, p.host_total);
+  std::byte* shards = fit(shards_, p.cross_total);
+  std::byte* gathered = fit(gathered_, p.total);
+  KOLO_RETURN_IF_ERROR(intra_->allgather(input, host_block, dtype, p.host_counts)
+                           .with_context(gather_host_context_));
+  KOLO_RETURN_IF_ERROR(
+      cross_->allgather(host_block + p.shard_offset * es, shards, dtype, p.cross_counts)
+          .with_context(gather_cross_context_));
+  KOLO_RETURN_IF_ERROR(intra_->allgather(shards, gathered, dtype, p.gather_counts)
+                           .with_context(gather_shards_context_));
+  auto* out = static_cast<std::byte*>(output);
+  for (const AllgatherPlan::Run& run : p.unpack)
+    std::memcpy(out + run.to * es, gathered + run.from * es, static_cast<size_t>(run.count) * es);
+  return Status::Ok();
 }
 
 Status HierarchicalBackend::do_broadcast(void* data, int64_t count, DataType dtype, int root) {
@@ -124,29 +163,32 @@ Result<std::unique_ptr<Backend>> make_hierarchical_backend(std::unique_ptr<Backe
                                                            const BackendContext& job,
                                                            const HierarchicalOptions& options) {
   if (flat->size() == 1) return flat;
+  // "hierarchical allreduce" (or allgather): what the log lines call the knob's request.
+  const std::string label = options.knob == "KOLO_HIERARCHICAL_ALLGATHER"
+                                ? "hierarchical allgather"
+                                : "hierarchical allreduce";
   // Every rank's host, gathered on the flat backend, so that every rank plans the same grid
   // (and reaches the same verdict on unequal hosts) whatever order the launcher numbered
   // ranks in.
   std::vector<int32_t> host_of32(flat->size());
   const int32_t my_host = job.cross_rank;
-  KOLO_RETURN_IF_ERROR(
-      flat->allgather(&my_host, host_of32.data(), DataType::kInt32,
-                      std::vector<int64_t>(flat->size(), 1))
-          .with_context("KOLO_HIERARCHICAL_ALLREDUCE: gathering every rank's host"));
+  KOLO_RETURN_IF_ERROR(flat->allgather(&my_host, host_of32.data(), DataType::kInt32,
+                                       std::vector<int64_t>(flat->size(), 1))
+                           .with_context(options.knob + ": gathering every rank's host"));
   const std::vector<int> host_of(host_of32.begin(), host_of32.end());
   Result<Hierarchy> plan = plan_hierarchy(host_of, flat->rank());
   if (!plan.ok()) {
-    if (options.required) return plan.status().with_context("KOLO_HIERARCHICAL_ALLREDUCE=1");
-    KOLO_LOG_INFO("hierarchical allreduce not used: " << plan.status().message());
+    if (options.required) return plan.status().with_context(options.knob + "=1");
+    KOLO_LOG_INFO(label << " not used: " << plan.status().message());
     return flat;
   }
   if (plan->trivial()) {
     const char* why = plan->cross_ranks.size() == 1 ? "one host" : "one rank per host";
     if (options.required)
-      KOLO_LOG_INFO("hierarchical allreduce: " << why << ", so the flat " << flat->name()
-                                               << " backend is the hierarchy");
+      KOLO_LOG_INFO(label << ": " << why << ", so the flat " << flat->name()
+                          << " backend is the hierarchy");
     else
-      KOLO_LOG_INFO("hierarchical allreduce not used: " << why);
+      KOLO_LOG_INFO(label << " not used: " << why);
     return flat;
   }
   const std::string host = std::to_string(job.cross_rank);
@@ -164,9 +206,9 @@ Result<std::unique_ptr<Backend>> make_hierarchical_backend(std::unique_ptr<Backe
           subgroup_context(job, plan->cross_ranks, plan->cross_rank, /*same_host=*/false,
                            job.store_prefix + "/hier/position" + std::to_string(plan->intra_rank)),
           plan->cross_ranks));
-  KOLO_LOG_INFO("hierarchical allreduce: "
-                << plan->cross_ranks.size() << " hosts of " << plan->intra_ranks.size()
-                << " ranks, " << options.intra << " within a host, " << options.cross << " across");
+  KOLO_LOG_INFO(label << ": " << plan->cross_ranks.size() << " hosts of "
+                      << plan->intra_ranks.size() << " ranks, " << options.intra
+                      << " within a host, " << options.cross << " across");
   return std::unique_ptr<Backend>(
       new HierarchicalBackend(*plan, std::move(flat), std::move(intra), std::move(cross)));
 }

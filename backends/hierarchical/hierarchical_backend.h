@@ -6,10 +6,10 @@
 //   cross  the ranks at this rank's position on every host (the job's CPU backend),
 // that runs an allreduce as a reduce-scatter within the host (an even split of the elements
 // over the host's ranks, the first count % L shards one element longer), an allreduce of this
-// rank's shard across hosts and an allgather within the host. Every other collective is the
-// flat backend's, allgather included (a hierarchical one would also send fewer bytes out of
-// each host, but has to reorder blocks into rank order and was left for a measurement on real
-// hosts; the Note says why).
+// rank's shard across hosts and an allgather within the host. With set_hierarchical_allgather
+// (KOLO_HIERARCHICAL_ALLGATHER), an allgather runs as an allgather within the host, one of
+// each host's block's shards across hosts and another within the host, then a copy into rank
+// order (plan_allgather in hierarchy.h). Every other collective is the flat backend's.
 //
 // Reduction semantics are the flat path's exactly (kolo::Reduction, docs/architecture.md
 // section 4): the prescale is applied once, to each rank's input, by the intra reduce-scatter;
@@ -17,11 +17,11 @@
 // job's size and the postscale are applied once, to the shard, by ops::finish_reduction. So
 // integers stay exact, and an average of values whose sum divides evenly is exact.
 //
-// Errors: a stage's error, prefixed with the stage and its group's ranks in the job, since the
-// sub-backend's message names ranks of the group ("hierarchical allreduce, reduce-scatter
-// within the host, whose ranks 0, 1 are ranks 2, 3: ..."). A failed stage fails this rank at once;
-// the ranks of other hosts waiting on it fail with their backend's errors (a dead peer, or the op
-// timeout). Thread-safety: one thread at a time, as every Backend.
+// Errors: a stage's error, prefixed with the collective, the stage and its group's ranks in
+// the job, since the sub-backend's message names ranks of the group ("hierarchical allreduce,
+// reduce-scatter within the host, whose ranks 0, 1 are ranks 2, 3: ..."). A failed stage fails this
+// rank at once; the ranks of other hosts waiting on it fail with their backend's errors (a dead
+// peer, or the op timeout). Thread-safety: one thread at a time, as every Backend.
 #pragma once
 
 #include <memory>
@@ -43,6 +43,10 @@ struct HierarchicalOptions {
   // Otherwise (a caller that only offers the hierarchy, such as an autotuner) such a job
   // keeps the flat backend.
   bool required = false;
+  // The knob that asked for the hierarchy, for messages: KOLO_HIERARCHICAL_ALLREDUCE (log
+  // lines "hierarchical allreduce: ...") or KOLO_HIERARCHICAL_ALLGATHER ("hierarchical
+  // allgather: ..."), when only that one is set.
+  std::string knob = "KOLO_HIERARCHICAL_ALLREDUCE";
 };
 
 // The options of a job that asked for the hierarchy (KOLO_HIERARCHICAL_ALLREDUCE=1, so
@@ -87,6 +91,10 @@ class HierarchicalBackend final : public Backend {
 
   void set_hierarchical(bool on) { hierarchical_ = on; }
   bool hierarchical() const { return hierarchical_; }
+  // Allgathers hierarchically (off after make_hierarchical_backend); the same rule as
+  // set_hierarchical: every rank flips it between the same two collectives.
+  void set_hierarchical_allgather(bool on) { hierarchical_allgather_ = on; }
+  bool hierarchical_allgather() const { return hierarchical_allgather_; }
 
  protected:
   Status do_allreduce(const void* input, void* output, int64_t count, DataType dtype,
@@ -102,14 +110,22 @@ class HierarchicalBackend final : public Backend {
   Status do_barrier() override;
 
  private:
+  const Hierarchy plan_;
   const std::unique_ptr<Backend> flat_, intra_, cross_;
   bool hierarchical_ = true;
+  bool hierarchical_allgather_ = false;
   std::vector<int64_t> shard_counts_;  // per intra rank; reused across calls
   std::vector<std::byte> scratch_;     // an in-place allreduce's shard; grows to the largest
+  // The allgather's plan for the last counts seen (training allgathers the same sizes again),
+  // and its three stages' buffers, which grow to the largest.
+  std::vector<int64_t> allgather_counts_;
+  AllgatherPlan allgather_plan_;
+  std::vector<std::byte> host_block_, shards_, gathered_;
   // Each stage's error prefix, which maps the group's ranks (what the sub-backend's message
   // names) to the job's: "hierarchical allreduce, allreduce across hosts, whose ranks 0, 1
   // are ranks 1, 3".
   std::string reducescatter_context_, allreduce_context_, allgather_context_;
+  std::string gather_host_context_, gather_cross_context_, gather_shards_context_;
 };
 
 }  // namespace kolo

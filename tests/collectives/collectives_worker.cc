@@ -10,8 +10,9 @@
 // the survivors must see an error. mismatch mode: rank r allreduces 10 + r floats; every rank
 // must fail (exit 3) instead of reading past its peers' data. --counts: the element counts of
 // the checks (collective_checks.h). --hierarchical: the backend is the hierarchical composite
-// (backends/hierarchical) over --backend, with INTRA within each host; its creation must not
-// fall back to the flat backend, and the checks run again with its switch off.
+// (backends/hierarchical) over --backend, with INTRA within each host, allreduce and allgather
+// hierarchical; its creation must not fall back to the flat backend, and the checks run again
+// with both switches off.
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -111,17 +112,20 @@ int main(int argc, char** argv) {
                   1);
     backend_name = "hierarchical " + intra + "/" + backend_name;
   }
+  auto* hierarchy = dynamic_cast<kolo::HierarchicalBackend*>(backend->get());
+  if (hierarchy) hierarchy->set_hierarchical_allgather(true);  // both collectives hierarchical
   if (mode == "kill") return kill_mode(**backend);
   if (mode == "mismatch") return mismatch_mode(**backend);
   auto passed = kolo::testing::run_collective_checks(**backend, counts);
   if (!passed.ok()) return fail(ctx.rank, "check failed", passed.status(), 1);
-  if (auto* h = dynamic_cast<kolo::HierarchicalBackend*>(backend->get())) {
-    // The autotuner's switch, flipped alike on every rank: the same checks on the flat path.
-    h->set_hierarchical(false);
+  if (hierarchy) {
+    // The switches, flipped alike on every rank: the same checks on the flat paths.
+    hierarchy->set_hierarchical(false);
+    hierarchy->set_hierarchical_allgather(false);
     auto flat = kolo::testing::run_collective_checks(**backend, {ctx.size + 1});
     if (!flat.ok())
       return fail(ctx.rank, "check failed after set_hierarchical(false)", flat.status(), 1);
-    h->set_hierarchical(true);
+    hierarchy->set_hierarchical(true);
   }
   std::printf("collectives_worker rank %d of %d (%s): %d checks passed\n", ctx.rank, ctx.size,
               backend_name.c_str(), *passed);

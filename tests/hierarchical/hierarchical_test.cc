@@ -90,6 +90,29 @@ INSTANTIATE_TEST_SUITE_P(Hosts, Grid,
                                   std::to_string(info.param.np) + "_" + info.param.intra;
                          });
 
+// Hosts whose ranks interleave (host = rank % hosts, as mpirun's round-robin layout numbers
+// them): the cross groups' order is not the hosts' order, and every host's block is scattered
+// over the output, so the hierarchical allgather's unpack takes the general path. One kolorun;
+// each rank rewrites its own host and position before the worker starts.
+TEST(InterleavedHosts, EveryCollectiveExact) {
+  for (int hosts : {2, 3}) {
+    // \$ reaches each rank's sh, which expands it (run_command's bash only unescapes it).
+    const std::string place = "export KOLO_CROSS_RANK=\\$((KOLO_RANK % " + std::to_string(hosts) +
+                              ")) KOLO_CROSS_SIZE=" + std::to_string(hosts) +
+                              " KOLO_LOCAL_RANK=\\$((KOLO_RANK / " + std::to_string(hosts) +
+                              ")) KOLO_LOCAL_SIZE=2; ";
+    const int P = 2 * hosts;
+    ProcessRun r =
+        run_command("KOLO_SHM_CHUNK=4KiB KOLO_SHM_THRESHOLD=1KiB " + kKolorun + " -np " +
+                        std::to_string(P) + " sh -c \"" + place + "exec " + kCollectives +
+                        " --backend tcp --hierarchical shm --counts 0,1,5,1031,3001\"",
+                    100);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(count_occurrences(r.output, "(hierarchical shm/tcp): "), P) << r.output;
+    EXPECT_EQ(count_occurrences(r.output, "checks passed"), P) << r.output;
+  }
+}
+
 #ifdef KOLO_TEST_MPIRUN
 // mpi at both levels (its subgroup factory: MPI_Comm_create_group for the host and for the
 // position), on two simulated hosts of two ranks: mpirun starts the ranks, and each reads a
@@ -124,18 +147,20 @@ std::map<std::string, std::string> digests(const std::string& output) {
   return out;
 }
 
-// Two hierarchical_worker jobs of two hosts of two ranks, `flat` with the knob off and `hier`
-// with it on: both passed, only `hier` built the hierarchy, and their results are equal.
-void expect_hierarchy_equals_flat(const ProcessRun& flat, const ProcessRun& hier) {
+// Two hierarchical_worker jobs of two hosts of two ranks, `flat` with the knobs off and `hier`
+// with one on: both passed, only `hier` built the hierarchy (its info line begins with `label`),
+// and their results are equal.
+void expect_hierarchy_equals_flat(const ProcessRun& flat, const ProcessRun& hier,
+                                  const std::string& label = "hierarchical allreduce") {
   for (const ProcessRun* r : {&flat, &hier}) {
     EXPECT_NE(r->output.find(zeros(2)), std::string::npos) << r->output;
     EXPECT_EQ(count_occurrences(r->output, "hierarchical worker passed"), 4) << r->output;
   }
   EXPECT_EQ(count_occurrences(flat.output, "hierarchical allreduce: "), 0) << flat.output;
-  EXPECT_EQ(count_occurrences(hier.output,
-                              "hierarchical allreduce: 2 hosts of 2 ranks, shm within a host, "
-                              "tcp across"),
-            4)
+  EXPECT_EQ(count_occurrences(flat.output, "hierarchical allgather: "), 0) << flat.output;
+  EXPECT_EQ(
+      count_occurrences(hier.output, label + ": 2 hosts of 2 ranks, shm within a host, tcp across"),
+      4)
       << hier.output;
   EXPECT_EQ(digests(flat.output).size(), 4u) << flat.output;
   EXPECT_EQ(digests(hier.output), digests(flat.output)) << hier.output;
@@ -148,6 +173,9 @@ TEST(Coordinator, TwoHostsOfTwoEqualTheFlatResult) {
   ProcessRun hier =
       run_command(nodes(2, 2, "KOLO_LOG_LEVEL=info KOLO_HIERARCHICAL_ALLREDUCE=1", kWorker), 100);
   expect_hierarchy_equals_flat(flat, hier);
+  ProcessRun gather =
+      run_command(nodes(2, 2, "KOLO_LOG_LEVEL=info KOLO_HIERARCHICAL_ALLGATHER=1", kWorker), 100);
+  expect_hierarchy_equals_flat(flat, gather, "hierarchical allgather");
 }
 
 // One host, or one rank per host: the hierarchy is the flat backend, said once per rank.
@@ -265,18 +293,22 @@ TEST(NetworkNamespaces, TwoHostsOfTwoEqualTheFlatResult) {
   ProcessRun link = namespaces.link("10.234.0");
   ASSERT_EQ(link.exit_code, 0) << link.output;
   std::map<std::string, ProcessRun> runs;
-  for (const char* knob : {"0", "1"}) {
-    const std::string job = std::string(" KOLO_LOG_LEVEL=info KOLO_HIERARCHICAL_ALLREDUCE=") +
-                            knob + " " + kKolorun +
+  // Flat, the hierarchical allreduce, and both collectives hierarchical.
+  for (const char* knobs : {"KOLO_HIERARCHICAL_ALLREDUCE=0", "KOLO_HIERARCHICAL_ALLREDUCE=1",
+                            "KOLO_HIERARCHICAL_ALLREDUCE=1 KOLO_HIERARCHICAL_ALLGATHER=1"}) {
+    const std::string job = std::string(" KOLO_LOG_LEVEL=info ") + knobs + " " + kKolorun +
                             " --nnodes 2 --rdzv 10.234.0.1:29733 --secret nodes -np 2 ";
     // Each node's tcp backend publishes its veth address (KOLO_TCP_HOST).
-    runs[knob] = run_command(namespaces.a() + "env KOLO_TCP_HOST=10.234.0.1" + job +
-                                 "--node-rank 0 " + kWorker + " & p=$!; " + namespaces.b() +
-                                 "env KOLO_TCP_HOST=10.234.0.2" + job + "--node-rank 1 " + kWorker +
-                                 "; e=$?; wait $p; echo \"node exits $? $e\"",
-                             100);
+    runs[knobs] = run_command(namespaces.a() + "env KOLO_TCP_HOST=10.234.0.1" + job +
+                                  "--node-rank 0 " + kWorker + " & p=$!; " + namespaces.b() +
+                                  "env KOLO_TCP_HOST=10.234.0.2" + job + "--node-rank 1 " +
+                                  kWorker + "; e=$?; wait $p; echo \"node exits $? $e\"",
+                              100);
   }
-  expect_hierarchy_equals_flat(runs["0"], runs["1"]);
+  const ProcessRun& flat = runs["KOLO_HIERARCHICAL_ALLREDUCE=0"];
+  expect_hierarchy_equals_flat(flat, runs["KOLO_HIERARCHICAL_ALLREDUCE=1"]);
+  expect_hierarchy_equals_flat(flat,
+                               runs["KOLO_HIERARCHICAL_ALLREDUCE=1 KOLO_HIERARCHICAL_ALLGATHER=1"]);
 }
 
 // The autotuner's categorical dimension (issue 11). Threshold and cycle time are set, so fixed,

@@ -1,8 +1,10 @@
 // One rank of the hierarchical allreduce's coordinator tests (hierarchical_test.cc): through
 // kolo::init() and the public API, allreduces tensors of several dtypes, ops, scales and sizes
 // (some fused, some larger than the fusion threshold, in-place and out-of-place), checks every
-// element against its closed form, and prints one FNV-1a digest of all results, so that a run
-// with KOLO_HIERARCHICAL_ALLREDUCE=1 can be compared byte for byte with a flat run.
+// element against its closed form, then allgathers rows of per-rank counts (none on some
+// ranks, some fused), and prints one FNV-1a digest of all results, so that a run with
+// KOLO_HIERARCHICAL_ALLREDUCE=1 or KOLO_HIERARCHICAL_ALLGATHER=1 can be compared byte for byte
+// with a flat run.
 // Prints "rank R: digest D" and "rank R: hierarchical worker passed"; exit 1 on a failure.
 // Inputs are small integers, exact in every dtype whatever order ranks are combined in.
 // With --steps N (the autotuner's test): instead, N training-like steps, each the same three
@@ -132,6 +134,42 @@ void one_of_each() {
   }
 }
 
+// Rank q contributes (q * 3 + k) % 4 rows of `cols` values, row j of it q * 1000 + j, so that
+// some ranks contribute nothing; every rank checks the whole concatenation in rank order.
+void allgathers() {
+  const int r = kolo::rank(), P = kolo::size();
+  auto rows_of = [](int q, int k) { return static_cast<int64_t>((q * 3 + k) % 4); };
+  std::vector<std::vector<double>> inputs;
+  std::vector<kolo::Handle> handles;
+  for (int k = 0; k < 6; ++k) {
+    const int64_t cols = k < 3 ? 7 : 20000;  // small ones fuse, large ones do not
+    inputs.emplace_back(static_cast<size_t>(rows_of(r, k) * cols));
+    for (int64_t j = 0; j < rows_of(r, k) * cols; ++j) inputs.back()[j] = r * 1000.0 + j;
+    handles.push_back(kolo::allgather_async(
+        "gather." + std::to_string(k), kolo::view_of(inputs.back().data(), {rows_of(r, k), cols})));
+  }
+  for (int k = 0; k < 6; ++k) {
+    const int64_t cols = k < 3 ? 7 : 20000;
+    if (kolo::Status st = handles[k].wait(); !st.ok()) {
+      std::fprintf(stderr, "rank %d: gather.%d: %s\n", r, k, st.to_string().c_str());
+      ++failures;
+      continue;
+    }
+    std::vector<double> want;
+    for (int q = 0; q < P; ++q)
+      for (int64_t j = 0; j < rows_of(q, k) * cols; ++j) want.push_back(q * 1000.0 + j);
+    const auto* got = static_cast<const double*>(handles[k].output_data());
+    if (handles[k].output_shape() !=
+            std::vector<int64_t>{static_cast<int64_t>(want.size()) / cols, cols} ||
+        (!want.empty() && std::memcmp(got, want.data(), want.size() * sizeof(double)) != 0)) {
+      std::fprintf(stderr, "rank %d: gather.%d: wrong result\n", r, k);
+      ++failures;
+      continue;
+    }
+    hash(want.data(), want.size() * sizeof(double));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -150,7 +188,7 @@ int main(int argc, char** argv) {
   if (n_steps > 0)
     steps(n_steps);
   else
-    one_of_each();
+    one_of_each(), allgathers();
   std::printf("rank %d: digest %016" PRIx64 "\n", r, digest);
   const kolo::Status down = kolo::shutdown();
   if (!down.ok() || failures > 0) {
