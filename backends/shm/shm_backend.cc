@@ -12,9 +12,11 @@
 #include <climits>
 #include <csignal>
 #include <cstring>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "backends/shm/piece_index.h"
 #include "backends/shm/shm_segment.h"
 #include "common/knobs.h"
 #include "ops/reduce.h"
@@ -136,14 +138,14 @@ class ShmBackend : public Backend {
  protected:
   Status do_allreduce(const void* input, void* output, int64_t count, DataType dtype,
                       const Reduction& reduction) override {
-    const int64_t es = static_cast<int64_t>(dtype_size(dtype));
-    return run("allreduce", [&]() -> Status {
-      BufferHeader d = descriptor(Kind::kAllreduce, dtype, count);
-      d.op = static_cast<uint32_t>(reduction.op);
-      if (count * es <= threshold_) return allreduce_one_round(input, output, count, dtype,
-                                                               reduction, d);
-      return allreduce_chunked(input, output, count, dtype, reduction, d);
-    });
+    const AllreducePiece whole{input, output, count};
+    return allreduce(std::span<const AllreducePiece>(&whole, 1), dtype, reduction);
+  }
+
+  bool has_allreduce_pieces() const override { return true; }
+  Status do_allreduce_pieces(const std::vector<AllreducePiece>& pieces, DataType dtype,
+                             const Reduction& reduction) override {
+    return allreduce(pieces, dtype, reduction);
   }
 
   Status do_allgather(const void* input, void* output, DataType dtype,
@@ -315,27 +317,52 @@ class ShmBackend : public Backend {
     return s;
   }
 
-  Status allreduce_one_round(const void* input, void* output, int64_t count, DataType dtype,
-                             const Reduction& reduction, const BufferHeader& d) {
+  // An allreduce is always one of pieces (a plain one has a single piece), so that both
+  // entry points run the same protocol with the same descriptor (the total count): a fused
+  // batch on one rank matches a plain allreduce of its total on another.
+  Status allreduce(std::span<const AllreducePiece> pieces, DataType dtype,
+                   const Reduction& reduction) {
+    return run("allreduce", [&]() -> Status {
+      const int64_t count = pieces_.reset(pieces);
+      BufferHeader d = descriptor(Kind::kAllreduce, dtype, count);
+      d.op = static_cast<uint32_t>(reduction.op);
+      const int64_t es = static_cast<int64_t>(dtype_size(dtype));
+      if (count * es <= threshold_) return allreduce_one_round(dtype, reduction, d);
+      return allreduce_chunked(dtype, reduction, d);
+    });
+  }
+
+  // The pieces' inputs (prescaled) go into this rank's buffer; every rank then reduces all P
+  // buffers, in rank order, straight into each piece's output.
+  Status allreduce_one_round(DataType dtype, const Reduction& reduction, const BufferHeader& d) {
+    const int64_t count = pieces_.total();
+    const int64_t es = static_cast<int64_t>(dtype_size(dtype));
     KOLO_RETURN_IF_ERROR(begin_use());
-    if (count > 0) ops::scale_copy(dtype, buffer(rank_), input, count, reduction.prescale);
+    pieces_.for_each(0, count, [&](const AllreducePiece& p, int64_t at, int64_t off, int64_t n) {
+      ops::scale_copy(dtype, buffer(rank_) + off * es, static_cast<const char*>(p.input) + at * es,
+                      n, reduction.prescale);
+    });
     KOLO_RETURN_IF_ERROR(share(0, d));
-    if (count == 0) return Status::Ok();
-    reduce_all(output, 0, count, dtype, reduction.op);
-    ops::finish_reduction(dtype, reduction, output, count, size_);
+    pieces_.for_each(0, count, [&](const AllreducePiece& p, int64_t at, int64_t off, int64_t n) {
+      char* out = static_cast<char*>(p.output) + at * es;
+      reduce_all(out, off * es, n, dtype, reduction.op);
+      ops::finish_reduction(dtype, reduction, out, n, size_);
+    });
     return Status::Ok();
   }
 
-  Status allreduce_chunked(const void* input, void* output, int64_t count, DataType dtype,
-                           const Reduction& reduction, const BufferHeader& d) {
+  Status allreduce_chunked(DataType dtype, const Reduction& reduction, const BufferHeader& d) {
+    const int64_t count = pieces_.total();
     const int64_t es = static_cast<int64_t>(dtype_size(dtype));
     const int64_t per_use = chunk_ / es;
-    const char* in = static_cast<const char*>(input);
-    char* out = static_cast<char*>(output);
     for (int64_t k = 0, first = 0; first < count; ++k, first += per_use) {
       KOLO_RETURN_IF_ERROR(begin_use());
       const int64_t n = std::min(per_use, count - first);
-      ops::scale_copy(dtype, buffer(rank_), in + first * es, n, reduction.prescale);
+      pieces_.for_each(
+          first, n, [&](const AllreducePiece& p, int64_t at, int64_t off, int64_t len) {
+            ops::scale_copy(dtype, buffer(rank_) + off * es,
+                            static_cast<const char*>(p.input) + at * es, len, reduction.prescale);
+          });
       KOLO_RETURN_IF_ERROR(share(k, d));
       // This rank's share of the chunk, reduced from every buffer into its own (peers read
       // only their own shares of it meanwhile).
@@ -347,11 +374,16 @@ class ShmBackend : public Backend {
       if (hi > lo) ops::finish_reduction(dtype, reduction, mine, hi - lo, size_);
       publish(mark2());
       KOLO_RETURN_IF_ERROR(wait_all(mark2()));
+      // Every share out, from its owner's buffer into the pieces. Only this chunk's elements
+      // are written, and their inputs were read above, so in-place pieces are safe.
       for (int p = 0; p < size_; ++p) {
         const int64_t plo = n * p / size_, phi = n * (p + 1) / size_;
-        if (phi > plo)
-          std::memcpy(out + (first + plo) * es, buffer(p) + plo * es,
-                      static_cast<size_t>((phi - plo) * es));
+        const char* src = buffer(p) + plo * es;
+        pieces_.for_each(first + plo, phi - plo,
+                         [&](const AllreducePiece& piece, int64_t at, int64_t off, int64_t len) {
+                           std::memcpy(static_cast<char*>(piece.output) + at * es, src + off * es,
+                                       static_cast<size_t>(len * es));
+                         });
       }
     }
     return Status::Ok();
@@ -490,6 +522,7 @@ class ShmBackend : public Backend {
   const std::chrono::milliseconds op_timeout_;
   const std::string op_timeout_knob_;  // the setting op_timeout_ came from, for the error
   std::vector<int> pidfds_;
+  shm::PieceIndex pieces_;  // the running allreduce's pieces
   int64_t use_ = -1;  // buffer uses so far, minus one (the same on every rank)
   const char* op_ = "";
   Status broken_;
