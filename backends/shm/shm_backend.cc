@@ -29,13 +29,18 @@ using Clock = std::chrono::steady_clock;
 using shm::BufferHeader;
 using shm::Segment;
 
-// A waiter first polls the peer's counter (a reply that is about to come is caught without a
-// syscall), then polls while yielding its core for a while (on an oversubscribed host the peer
-// gets to run, and this rank stays runnable instead of paying a wake-up), then sleeps on the
-// futex, so an idle rank stops using its core within kYieldFor. Measured on the loaded 2-core
-// VM (docs/benchmarks.md): sleeping right after the polls made small allreduces 10-40x slower
-// on average than polling with sched_yield, as Open MPI does when oversubscribed.
-constexpr int kSpin = 1000;
+// A waiter first polls the peer's counter for kSpinFor (a reply that is about to come is caught
+// without a syscall), then polls while yielding its core until kYieldFor (on an oversubscribed
+// host the peer gets to run, and this rank stays runnable instead of paying a wake-up), then
+// sleeps on the futex, so an idle rank stops using its core within kYieldFor. Measured on the
+// 2-core VM (docs/benchmarks.md): sleeping right after the polls made small allreduces 10-40x
+// slower on average than polling with sched_yield, as Open MPI does when oversubscribed.
+// The spin is bounded by time, not by a number of polls: a pause instruction takes 65 ns on
+// that VM's AMD EPYC (a few to 140 ns elsewhere), so 1000 polls spun for 65 us, during which a
+// rank with more ranks than cores kept the core from the rank it waited for: 4 ranks on 2 cores
+// took 82 us for a 4 KiB allreduce (2.2x Open MPI), 7 us with a 1 us spin. Two ranks on two
+// cores were as fast with the short spin (0.9 us).
+constexpr std::chrono::nanoseconds kSpinFor{1000};
 constexpr std::chrono::microseconds kYieldFor{200};
 // A sleeping waiter wakes this often to check that the rank it waits for is alive.
 constexpr long kSleepSliceNs = 5'000'000;
@@ -457,11 +462,13 @@ class ShmBackend : public Backend {
 
   Status wait_peer(int peer, uint32_t target) {
     shm::RankLine& line = seg_->line(peer);
-    for (int i = 0; i < kSpin; ++i) {
-      if (reached(line.seq.load(std::memory_order_acquire), target)) return Status::Ok();
-      cpu_relax();
-    }
     const auto start = Clock::now();
+    do {
+      for (int i = 0; i < 8; ++i) {  // a clock read (tens of ns) every few polls
+        if (reached(line.seq.load(std::memory_order_acquire), target)) return Status::Ok();
+        cpu_relax();
+      }
+    } while (Clock::now() - start < kSpinFor);
     while (Clock::now() - start < kYieldFor) {
       if (reached(line.seq.load(std::memory_order_acquire), target)) return Status::Ok();
       sched_yield();
