@@ -1,6 +1,7 @@
 #include "backends/backend.h"
 
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <string>
 
@@ -23,6 +24,29 @@ Status Backend::allreduce(const void* input, void* output, int64_t count, DataTy
   KOLO_RETURN_IF_ERROR(validate_buffer("allreduce", "input", input, count));
   KOLO_RETURN_IF_ERROR(validate_buffer("allreduce", "output", output, count));
   return do_allreduce(input, output, count, dtype, reduction);
+}
+
+Status Backend::allreduce_pieces(const std::vector<AllreducePiece>& pieces, DataType dtype,
+                                 const Reduction& reduction) {
+  KOLO_RETURN_IF_ERROR(validate_dtype("allreduce_pieces", dtype));
+  KOLO_RETURN_IF_ERROR(validate_reduction("allreduce_pieces", reduction));
+  int64_t total = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const AllreducePiece& p = pieces[i];
+    const bool valid = p.count == 0 || (p.count > 0 && p.input && p.output);
+    if (valid && p.count <= std::numeric_limits<int64_t>::max() - total) {
+      total += p.count;
+      continue;
+    }
+    // The names are built only for the message: the loop runs per fused batch.
+    const std::string piece = "pieces[" + std::to_string(i) + "]";
+    KOLO_RETURN_IF_ERROR(validate_buffer("allreduce_pieces", piece + ".input", p.input, p.count));
+    KOLO_RETURN_IF_ERROR(validate_buffer("allreduce_pieces", piece + ".output", p.output, p.count));
+    return Status::InvalidArgument("allreduce_pieces: the total count must fit in int64, got " +
+                                   std::to_string(total) + " before " + piece + " of " +
+                                   std::to_string(p.count));
+  }
+  return do_allreduce_pieces(pieces, dtype, reduction);
 }
 
 Status Backend::allgather(const void* input, void* output, DataType dtype,
@@ -74,6 +98,10 @@ Status Backend::unsupported(std::string_view op) const {
 
 Status Backend::do_allreduce(const void*, void*, int64_t, DataType, const Reduction&) {
   return unsupported("allreduce");
+}
+Status Backend::do_allreduce_pieces(const std::vector<AllreducePiece>&, DataType,
+                                    const Reduction&) {
+  return unsupported("allreduce_pieces");
 }
 Status Backend::do_allgather(const void*, void*, DataType, const std::vector<int64_t>&) {
   return unsupported("allgather");

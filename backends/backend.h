@@ -33,6 +33,15 @@
 
 namespace kolo {
 
+// One tensor of a fused allreduce (Backend::allreduce_pieces): count elements read from input,
+// its part of the result written to output. input == output is in-place; otherwise no piece's
+// buffers overlap another's.
+struct AllreducePiece {
+  const void* input = nullptr;
+  void* output = nullptr;
+  int64_t count = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -65,11 +74,29 @@ class Backend {
                        const std::vector<int64_t>& counts);
   Status barrier() { return do_barrier(); }
 
+  // Optional: whether allreduce_pieces is implemented. The same answer on every rank (it
+  // depends on the backend only).
+  virtual bool has_allreduce_pieces() const { return false; }
+  // Note [Allreduce pieces]. The allreduce of the pieces' inputs concatenated in order, each
+  // piece's part of the result written to its output: the same values, bit for bit, as
+  // copying the inputs into one buffer, allreduce() of it, and copying the parts out. It lets
+  // the executor fuse a batch without its fusion buffer: a backend that moves data through
+  // staging of its own (shm) reads and writes the tensors where they are, which saves a copy
+  // in and a copy out of every byte. The ranks agree on the total count (a backend may check
+  // only that; how it is cut into pieces may differ between ranks), and a call on one rank
+  // matches an allreduce() of that total on another. Backends without it
+  // (has_allreduce_pieces() false) return unsupported("allreduce_pieces"); callers then use
+  // a buffer of their own and allreduce().
+  Status allreduce_pieces(const std::vector<AllreducePiece>& pieces, DataType dtype,
+                          const Reduction& reduction);
+
  protected:
   // The implementations, called with validated arguments only. The defaults return
   // unsupported(<op>).
   virtual Status do_allreduce(const void* input, void* output, int64_t count, DataType dtype,
                               const Reduction& reduction);
+  virtual Status do_allreduce_pieces(const std::vector<AllreducePiece>& pieces, DataType dtype,
+                                     const Reduction& reduction);
   virtual Status do_allgather(const void* input, void* output, DataType dtype,
                               const std::vector<int64_t>& counts);
   virtual Status do_broadcast(void* data, int64_t count, DataType dtype, int root);

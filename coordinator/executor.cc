@@ -206,6 +206,27 @@ Status Executor::allreduce(const std::vector<BatchItem>& batch) {
     return st;
   }
 
+  // A backend that reads and writes the tensors where they are fuses the batch without the
+  // fusion buffer (Note [Allreduce pieces] in backends/backend.h): no copy in, no copy out.
+  // Every rank decides alike (same backend, same response); a batch that a rank joined keeps
+  // the buffer, which holds that rank's stand-in identity (and a backend's pieces call matches
+  // a plain allreduce of the same total anyway).
+  const bool every_entry =
+      std::all_of(batch.begin(), batch.end(), [](const BatchItem& b) { return b.entry; });
+  if (!cuda && head.device.is_cpu() && head.joined.empty() && every_entry &&
+      backend().has_allreduce_pieces()) {
+    pieces_.clear();
+    for (const auto& item : batch)
+      for (size_t k = 0; k < item.response->shapes.size(); ++k)
+        pieces_.push_back({item.entry->inputs[k].data, item.entry->outputs[k].data,
+                           num_elements(item.response->shapes[k])});
+    begin(batch, op_span(OpType::kAllreduce), args);
+    const Status st = backend().allreduce_pieces(pieces_, head.dtype, reduction);
+    end(batch, st);
+    finish(batch, st);
+    return st;
+  }
+
   // CUDA tensors copy straight into the pinned fusion buffer; the scale factors are then
   // applied on the host copy.
   auto* buffer = static_cast<char*>(cuda ? host_buffer(CudaStaging::Slot::kFusion, total_bytes)

@@ -2,7 +2,9 @@
 //
 // Per batch: copy into the persistent fusion buffer with the prescale fused into the copy
 // (skipped for a single tensor: the backend works on the caller's memory directly), one
-// backend call, copy out with the postscale fused in, then every entry's callbacks. A rank
+// backend call, copy out with the postscale fused in, then every entry's callbacks. A backend
+// with allreduce_pieces (shm) gets a CPU batch's tensors as they are instead, with no fusion
+// buffer (Note [Allreduce pieces] in backends/backend.h). A rank
 // that had joined has no entry for a response; it contributes the reduction's identity (or
 // zero rows) and discards the result. Each phase is a timeline span on the tensor's track.
 //
@@ -131,6 +133,7 @@ class Executor {
   Backend* active_ = &backend_;      // set by run() for each batch
   bool deferred_ = false;            // the batch runs on device_: finish() fences it
   ops::Workspace fusion_buffer_;     // persistent: grows to the largest batch and stays
+  std::vector<AllreducePiece> pieces_;  // a batch's tensors for allreduce_pieces (reused)
   ops::Workspace scratch_;           // joined ranks' stand-in buffers
   ops::Workspace prescaled_;         // reduce_gathered: one rank's input times the prescale
   CudaStaging staging_;              // pinned buffers and copy streams (idle for CPU tensors)

@@ -12,9 +12,11 @@
 #include <climits>
 #include <csignal>
 #include <cstring>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "backends/shm/piece_index.h"
 #include "backends/shm/shm_segment.h"
 #include "common/knobs.h"
 #include "ops/reduce.h"
@@ -27,13 +29,18 @@ using Clock = std::chrono::steady_clock;
 using shm::BufferHeader;
 using shm::Segment;
 
-// A waiter first polls the peer's counter (a reply that is about to come is caught without a
-// syscall), then polls while yielding its core for a while (on an oversubscribed host the peer
-// gets to run, and this rank stays runnable instead of paying a wake-up), then sleeps on the
-// futex, so an idle rank stops using its core within kYieldFor. Measured on the loaded 2-core
-// VM (docs/benchmarks.md): sleeping right after the polls made small allreduces 10-40x slower
-// on average than polling with sched_yield, as Open MPI does when oversubscribed.
-constexpr int kSpin = 1000;
+// A waiter first polls the peer's counter for kSpinFor (a reply that is about to come is caught
+// without a syscall), then polls while yielding its core until kYieldFor (on an oversubscribed
+// host the peer gets to run, and this rank stays runnable instead of paying a wake-up), then
+// sleeps on the futex, so an idle rank stops using its core within kYieldFor. Measured on the
+// 2-core VM (docs/benchmarks.md): sleeping right after the polls made small allreduces 10-40x
+// slower on average than polling with sched_yield, as Open MPI does when oversubscribed.
+// The spin is bounded by time, not by a number of polls: a pause instruction takes 65 ns on
+// that VM's AMD EPYC (a few to 140 ns elsewhere), so 1000 polls spun for 65 us, during which a
+// rank with more ranks than cores kept the core from the rank it waited for: 4 ranks on 2 cores
+// took 82 us for a 4 KiB allreduce (2.2x Open MPI), 7 us with a 1 us spin. Two ranks on two
+// cores were as fast with the short spin (0.9 us).
+constexpr std::chrono::nanoseconds kSpinFor{1000};
 constexpr std::chrono::microseconds kYieldFor{200};
 // A sleeping waiter wakes this often to check that the rank it waits for is alive.
 constexpr long kSleepSliceNs = 5'000'000;
@@ -136,14 +143,14 @@ class ShmBackend : public Backend {
  protected:
   Status do_allreduce(const void* input, void* output, int64_t count, DataType dtype,
                       const Reduction& reduction) override {
-    const int64_t es = static_cast<int64_t>(dtype_size(dtype));
-    return run("allreduce", [&]() -> Status {
-      BufferHeader d = descriptor(Kind::kAllreduce, dtype, count);
-      d.op = static_cast<uint32_t>(reduction.op);
-      if (count * es <= threshold_) return allreduce_one_round(input, output, count, dtype,
-                                                               reduction, d);
-      return allreduce_chunked(input, output, count, dtype, reduction, d);
-    });
+    const AllreducePiece whole{input, output, count};
+    return allreduce(std::span<const AllreducePiece>(&whole, 1), dtype, reduction);
+  }
+
+  bool has_allreduce_pieces() const override { return true; }
+  Status do_allreduce_pieces(const std::vector<AllreducePiece>& pieces, DataType dtype,
+                             const Reduction& reduction) override {
+    return allreduce(pieces, dtype, reduction);
   }
 
   Status do_allgather(const void* input, void* output, DataType dtype,
@@ -315,27 +322,52 @@ class ShmBackend : public Backend {
     return s;
   }
 
-  Status allreduce_one_round(const void* input, void* output, int64_t count, DataType dtype,
-                             const Reduction& reduction, const BufferHeader& d) {
+  // An allreduce is always one of pieces (a plain one has a single piece), so that both
+  // entry points run the same protocol with the same descriptor (the total count): a fused
+  // batch on one rank matches a plain allreduce of its total on another.
+  Status allreduce(std::span<const AllreducePiece> pieces, DataType dtype,
+                   const Reduction& reduction) {
+    return run("allreduce", [&]() -> Status {
+      const int64_t count = pieces_.reset(pieces);
+      BufferHeader d = descriptor(Kind::kAllreduce, dtype, count);
+      d.op = static_cast<uint32_t>(reduction.op);
+      const int64_t es = static_cast<int64_t>(dtype_size(dtype));
+      if (count * es <= threshold_) return allreduce_one_round(dtype, reduction, d);
+      return allreduce_chunked(dtype, reduction, d);
+    });
+  }
+
+  // The pieces' inputs (prescaled) go into this rank's buffer; every rank then reduces all P
+  // buffers, in rank order, straight into each piece's output.
+  Status allreduce_one_round(DataType dtype, const Reduction& reduction, const BufferHeader& d) {
+    const int64_t count = pieces_.total();
+    const int64_t es = static_cast<int64_t>(dtype_size(dtype));
     KOLO_RETURN_IF_ERROR(begin_use());
-    if (count > 0) ops::scale_copy(dtype, buffer(rank_), input, count, reduction.prescale);
+    pieces_.for_each(0, count, [&](const AllreducePiece& p, int64_t at, int64_t off, int64_t n) {
+      ops::scale_copy(dtype, buffer(rank_) + off * es, static_cast<const char*>(p.input) + at * es,
+                      n, reduction.prescale);
+    });
     KOLO_RETURN_IF_ERROR(share(0, d));
-    if (count == 0) return Status::Ok();
-    reduce_all(output, 0, count, dtype, reduction.op);
-    ops::finish_reduction(dtype, reduction, output, count, size_);
+    pieces_.for_each(0, count, [&](const AllreducePiece& p, int64_t at, int64_t off, int64_t n) {
+      char* out = static_cast<char*>(p.output) + at * es;
+      reduce_all(out, off * es, n, dtype, reduction.op);
+      ops::finish_reduction(dtype, reduction, out, n, size_);
+    });
     return Status::Ok();
   }
 
-  Status allreduce_chunked(const void* input, void* output, int64_t count, DataType dtype,
-                           const Reduction& reduction, const BufferHeader& d) {
+  Status allreduce_chunked(DataType dtype, const Reduction& reduction, const BufferHeader& d) {
+    const int64_t count = pieces_.total();
     const int64_t es = static_cast<int64_t>(dtype_size(dtype));
     const int64_t per_use = chunk_ / es;
-    const char* in = static_cast<const char*>(input);
-    char* out = static_cast<char*>(output);
     for (int64_t k = 0, first = 0; first < count; ++k, first += per_use) {
       KOLO_RETURN_IF_ERROR(begin_use());
       const int64_t n = std::min(per_use, count - first);
-      ops::scale_copy(dtype, buffer(rank_), in + first * es, n, reduction.prescale);
+      pieces_.for_each(
+          first, n, [&](const AllreducePiece& p, int64_t at, int64_t off, int64_t len) {
+            ops::scale_copy(dtype, buffer(rank_) + off * es,
+                            static_cast<const char*>(p.input) + at * es, len, reduction.prescale);
+          });
       KOLO_RETURN_IF_ERROR(share(k, d));
       // This rank's share of the chunk, reduced from every buffer into its own (peers read
       // only their own shares of it meanwhile).
@@ -347,11 +379,16 @@ class ShmBackend : public Backend {
       if (hi > lo) ops::finish_reduction(dtype, reduction, mine, hi - lo, size_);
       publish(mark2());
       KOLO_RETURN_IF_ERROR(wait_all(mark2()));
+      // Every share out, from its owner's buffer into the pieces. Only this chunk's elements
+      // are written, and their inputs were read above, so in-place pieces are safe.
       for (int p = 0; p < size_; ++p) {
         const int64_t plo = n * p / size_, phi = n * (p + 1) / size_;
-        if (phi > plo)
-          std::memcpy(out + (first + plo) * es, buffer(p) + plo * es,
-                      static_cast<size_t>((phi - plo) * es));
+        const char* src = buffer(p) + plo * es;
+        pieces_.for_each(first + plo, phi - plo,
+                         [&](const AllreducePiece& piece, int64_t at, int64_t off, int64_t len) {
+                           std::memcpy(static_cast<char*>(piece.output) + at * es, src + off * es,
+                                       static_cast<size_t>(len * es));
+                         });
       }
     }
     return Status::Ok();
@@ -425,11 +462,13 @@ class ShmBackend : public Backend {
 
   Status wait_peer(int peer, uint32_t target) {
     shm::RankLine& line = seg_->line(peer);
-    for (int i = 0; i < kSpin; ++i) {
-      if (reached(line.seq.load(std::memory_order_acquire), target)) return Status::Ok();
-      cpu_relax();
-    }
     const auto start = Clock::now();
+    do {
+      for (int i = 0; i < 8; ++i) {  // a clock read (tens of ns) every few polls
+        if (reached(line.seq.load(std::memory_order_acquire), target)) return Status::Ok();
+        cpu_relax();
+      }
+    } while (Clock::now() - start < kSpinFor);
     while (Clock::now() - start < kYieldFor) {
       if (reached(line.seq.load(std::memory_order_acquire), target)) return Status::Ok();
       sched_yield();
@@ -490,6 +529,7 @@ class ShmBackend : public Backend {
   const std::chrono::milliseconds op_timeout_;
   const std::string op_timeout_knob_;  // the setting op_timeout_ came from, for the error
   std::vector<int> pidfds_;
+  shm::PieceIndex pieces_;  // the running allreduce's pieces
   int64_t use_ = -1;  // buffer uses so far, minus one (the same on every rank)
   const char* op_ = "";
   Status broken_;

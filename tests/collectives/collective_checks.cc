@@ -1,7 +1,9 @@
 #include "tests/collectives/collective_checks.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <numeric>
 #include <sstream>
 #include <string>
@@ -203,6 +205,87 @@ struct Checker {
     return Status::Ok();
   }
 
+  // allreduce_pieces (Note [Allreduce pieces]): `total` elements cut into pieces, each its own
+  // buffer, the cut differing between ranks (only the total must agree). "coarse" mixes
+  // members of 0 and 1 elements with ones that straddle shm chunk and region boundaries;
+  // "fine" makes thousands of members of 0-3 elements. Even pieces are in place, odd ones out
+  // of place. "plain on odd ranks": odd ranks call allreduce() on the total instead, which a
+  // pieces call must match.
+  static std::vector<int64_t> cut(int64_t total, bool fine, int rank) {
+    static constexpr int64_t kCoarse[] = {0, 1, 5, 0, 1, 37, 300, 2, 1029, 1};
+    std::vector<int64_t> pieces;
+    for (int64_t j = 0, left = total; left > 0 || j == 0; ++j) {
+      const int64_t want = fine ? (j + rank) % 4 : kCoarse[(j + rank) % std::size(kCoarse)];
+      pieces.push_back(std::min(want, left));
+      left -= pieces.back();
+    }
+    pieces.push_back(0);  // a trailing empty member
+    return pieces;
+  }
+
+  Status allreduce_pieces(DataType dtype, ReduceOp op, int64_t total) {
+    const std::vector<double> expected = reduced(op, dtype, size, total);
+    const std::vector<char> in = encode(dtype, inputs(op, dtype, rank, size, total));
+    const size_t es = dtype_size(dtype);
+    struct Layout {
+      const char* name;
+      bool fine;
+      bool plain;
+    };
+    for (const Layout& layout : {Layout{"coarse", false, false}, Layout{"fine", true, false},
+                                 Layout{"plain on odd ranks", false, true}}) {
+      std::vector<Reduction> reductions{{op}};
+      if (op == ReduceOp::kSum || op == ReduceOp::kAverage) reductions.push_back({op, 2.0, 0.5});
+      for (const Reduction& opts : reductions) {
+        const std::vector<int64_t> counts = cut(total, layout.fine, rank);
+        std::vector<std::vector<char>> ins, outs;
+        std::vector<AllreducePiece> pieces;
+        int64_t at = 0;
+        for (size_t k = 0; k < counts.size(); ++k) {
+          const char* from = in.data() + at * es;
+          ins.emplace_back(from, from + counts[k] * es);
+          outs.emplace_back(counts[k] * es + 1, 0);  // + 1: a piece's output is never empty
+          at += counts[k];
+        }
+        for (size_t k = 0; k < counts.size(); ++k) {
+          void* out = k % 2 == 0 ? ins[k].data() : outs[k].data();
+          pieces.push_back({ins[k].data(), out, counts[k]});
+        }
+        std::vector<char> plain(in.size() + 1);
+        const Status call = layout.plain && rank % 2 == 1
+                                ? b.allreduce(in.data(), plain.data(), total, dtype, opts)
+                                : b.allreduce_pieces(pieces, dtype, opts);
+        std::vector<char> got;
+        if (layout.plain && rank % 2 == 1) {
+          got = plain;
+        } else {
+          for (size_t k = 0; k < counts.size(); ++k) {
+            const std::vector<char>& out = k % 2 == 0 ? ins[k] : outs[k];
+            got.insert(got.end(), out.begin(), out.begin() + counts[k] * es);
+          }
+        }
+        std::ostringstream what;
+        what << label("allreduce_pieces", op, total, layout.name) << " in " << counts.size()
+             << " pieces" << (opts.prescale != 1.0 ? " prescale 2 postscale 0.5" : "");
+        KOLO_RETURN_IF_ERROR(expect(what.str(), call, dtype, got.data(), expected));
+      }
+    }
+    return Status::Ok();
+  }
+
+  // A backend without allreduce_pieces says so, naming itself and the op.
+  Status pieces_unsupported() {
+    float x = 1;
+    const Status s = b.allreduce_pieces({{&x, &x, 1}}, DataType::kFloat32, {});
+    const std::string want =
+        "backend " + std::string(b.name()) + " does not support allreduce_pieces";
+    if (s.code() != StatusCode::kUnsupported || s.message() != want)
+      return Status::Internal("allreduce_pieces on " + std::string(b.name()) + ": expected " +
+                              "Unsupported \"" + want + "\", got " + s.to_string());
+    ++passed;
+    return Status::Ok();
+  }
+
   // Per-rank count patterns for allgather and reducescatter: equal, empty, uneven, one empty.
   std::vector<std::vector<int64_t>> count_patterns() const {
     std::vector<std::vector<int64_t>> patterns;
@@ -345,6 +428,18 @@ struct Checker {
         "reducescatter NaN prescale",
         b.reducescatter(&x, &x, DataType::kFloat32, {ReduceOp::kSum, std::nan(""), 1.0},
                         std::vector<int64_t>(size, 0))));
+    float y = 0;
+    KOLO_RETURN_IF_ERROR(
+        expect_invalid("allreduce_pieces negative count",
+                       b.allreduce_pieces({{&x, &x, 1}, {&y, &y, -2}}, DataType::kFloat32, {})));
+    const Status null_output =
+        b.allreduce_pieces({{&x, &x, 1}, {&y, nullptr, 1}}, DataType::kFloat32, {});
+    if (null_output.message().find("pieces[1].output") == std::string::npos)
+      return Status::Internal(
+          "allreduce_pieces null output: expected a message naming "
+          "pieces[1].output, got " +
+          null_output.to_string());
+    KOLO_RETURN_IF_ERROR(expect_invalid("allreduce_pieces null output", null_output));
     return expect_invalid("alltoall negative recv count",
                           b.alltoall(&x, &x, DataType::kFloat32, std::vector<int64_t>(size, 1),
                                      std::vector<int64_t>(size, -1)));
@@ -377,6 +472,9 @@ Result<int> run_collective_checks(Backend& backend, std::vector<int64_t> counts)
   for (DataType dtype : kDtypes) {
     for (ReduceOp op : kOps)
       for (int64_t count : counts) KOLO_RETURN_IF_ERROR(c.allreduce(dtype, op, count));
+    if (backend.has_allreduce_pieces())
+      for (ReduceOp op : kOps)
+        for (int64_t count : counts) KOLO_RETURN_IF_ERROR(c.allreduce_pieces(dtype, op, count));
     for (const auto& counts : c.count_patterns()) {
       KOLO_RETURN_IF_ERROR(c.allgather(dtype, counts));
       for (ReduceOp op : kOps) KOLO_RETURN_IF_ERROR(c.reducescatter(dtype, op, counts));
@@ -387,6 +485,7 @@ Result<int> run_collective_checks(Backend& backend, std::vector<int64_t> counts)
     }
     for (int pattern = 0; pattern < 4; ++pattern) KOLO_RETURN_IF_ERROR(c.alltoall(dtype, pattern));
   }
+  if (!backend.has_allreduce_pieces()) KOLO_RETURN_IF_ERROR(c.pieces_unsupported());
   for (int i = 0; i < 3; ++i) {
     KOLO_RETURN_IF_ERROR(backend.barrier().with_context("barrier"));
     ++c.passed;

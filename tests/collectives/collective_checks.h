@@ -14,7 +14,10 @@
 namespace kolo::testing {
 
 // Runs every collective x dtype x reduce op x shape (`counts` elements, by default 0, 1, 7 and
-// 1031; per-rank patterns of each of them, uneven and empty per-rank splits, in-place and out-of-place, pre/post-scaling) and the argument checks.
+// 1031; per-rank patterns of each of them, uneven and empty per-rank splits, in-place and
+// out-of-place, pre/post-scaling) and the argument checks; allreduce_pieces too, with each
+// count cut into pieces differently on each rank (or its Unsupported error, where the backend
+// lacks it).
 // All ranks must call it together. Returns the number of checks passed, or the first failure:
 // a Status naming the collective, dtype, op, shape, element index, expected and actual value.
 Result<int> run_collective_checks(Backend& backend, std::vector<int64_t> counts = {});
