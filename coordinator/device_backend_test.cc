@@ -53,21 +53,32 @@ class FakeDeviceBackend : public DeviceBackend {
     stand_in_.resize(bytes);
     return static_cast<void*>(stand_in_.data());
   }
-  void fence(const std::string& what, const Publish& publish, Done done) override {
+  Status fence(const std::string& what, const Publish& publish, Done done) override {
     auto event = std::make_shared<int>(0);
     {
       MutexLock lock(mu_);
       log_.push_back("fence " + what);
+      if (fail_fence_) {
+        // NCCL refused the group: nccl aborts, fails the op and reports it.
+        log_.push_back("abort at fence");
+        Status st = Status::InvalidArgument(what +
+                                            ": NCCL error ncclInvalidArgument: invalid "
+                                            "argument (ncclGroupEnd)");
+        lock.unlock();
+        done(st);
+        return st;
+      }
       if (!complete_in_fence_) {
         publish(event);
         queue_.push_back(std::move(done));
         cv_.notify_all();
-        return;
+        return Status::Ok();
       }
     }
     // The watchdog's fastest case: the op completes before fence returns.
     publish(event);
     done(Status::Ok());
+    return Status::Ok();
   }
   void abort(const Status& why) override {
     MutexLock lock(mu_);
@@ -85,6 +96,10 @@ class FakeDeviceBackend : public DeviceBackend {
   void complete_in_fence() {
     MutexLock lock(mu_);
     complete_in_fence_ = true;
+  }
+  void fail_fence() {
+    MutexLock lock(mu_);
+    fail_fence_ = true;
   }
   std::thread::id completer_id() const { return completer_.get_id(); }
 
@@ -127,6 +142,7 @@ class FakeDeviceBackend : public DeviceBackend {
   std::deque<Done> queue_ KOLO_GUARDED_BY(mu_);
   const void* poisoned_ KOLO_GUARDED_BY(mu_) = nullptr;
   bool complete_in_fence_ KOLO_GUARDED_BY(mu_) = false;
+  bool fail_fence_ KOLO_GUARDED_BY(mu_) = false;
   std::vector<char> stand_in_ KOLO_GUARDED_BY(mu_);
   bool stop_ KOLO_GUARDED_BY(mu_) = false;
   std::thread completer_;
@@ -198,6 +214,26 @@ TEST(DeviceBackendTest, DeviceOutputsNeedAnAllocator) {
   EXPECT_EQ(std::count(log.begin(), log.end(), "allgather"), 0);
 }
 
+// Whether the fake logs a line starting with `prefix` within 20 s (the runtime stops on its
+// background thread, after the handle completed).
+bool logs_within_20s(const FakeDeviceBackend& fake, const std::string& prefix) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < deadline) {
+    for (const auto& line : fake.log())
+      if (line.rfind(prefix, 0) == 0) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
+// The outcome of a host allreduce submitted after the runtime stopped: its failure.
+Status later_host_op(OneRank& one) {
+  std::vector<float> y(4, 1.0f);
+  auto later = build_allreduce("later", view_of(y.data(), {4}), view_of(y.data(), {4}), {});
+  if (!later.ok()) return later.status();
+  return one.runtime->submit(std::move(*later)).wait(std::chrono::seconds(20));
+}
+
 TEST(DeviceBackendTest, ARefusedTensorFailsItsHandleNamingItAndStopsTheRuntime) {
   OneRank one;
   std::vector<float> x(4, 1.0f);
@@ -209,18 +245,26 @@ TEST(DeviceBackendTest, ARefusedTensorFailsItsHandleNamingItAndStopsTheRuntime) 
             "InvalidArgument: allreduce 'bad': the tensor says cuda:0 but its data pointer is "
             "unregistered host memory");
   // The runtime stopped (peers may be inside the collective) and aborted the GPU backend.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  bool aborted = false;
-  while (!aborted && std::chrono::steady_clock::now() < deadline) {
-    for (const auto& line : one.fake->log()) aborted |= line.rfind("abort ", 0) == 0;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  EXPECT_TRUE(aborted);
-  std::vector<float> y(4, 1.0f);
-  auto later_entry = build_allreduce("later", view_of(y.data(), {4}), view_of(y.data(), {4}), {});
-  ASSERT_TRUE(later_entry.ok());
-  Handle later = one.runtime->submit(std::move(*later_entry));
-  EXPECT_EQ(later.wait(std::chrono::seconds(20)).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(logs_within_20s(*one.fake, "abort "));
+  EXPECT_EQ(later_host_op(one).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(DeviceBackendTest, AnOperationThatCannotLaunchFailsItsHandleAndStopsTheRuntime) {
+  // NCCL refused this rank's group (settle: an invalid argument): the peers launched their side
+  // and wait for this rank, so the runtime stops (it used to go on, and the peers waited for
+  // KOLO_OP_TIMEOUT), and the control plane tells them.
+  OneRank one;
+  one.fake->fail_fence();
+  std::vector<float> x(4, 1.0f);
+  Handle h = one.runtime->submit(on_cuda(build_allreduce("x", host_view(x), host_view(x), {})));
+  EXPECT_EQ(h.wait(std::chrono::seconds(20)).to_string(),
+            "InvalidArgument: allreduce 'x': NCCL error ncclInvalidArgument: invalid argument "
+            "(ncclGroupEnd)");
+  // The runtime's fail_all_and_abort, with the fence's error.
+  EXPECT_TRUE(logs_within_20s(*one.fake, "abort InvalidArgument"));
+  EXPECT_EQ(later_host_op(one).to_string(),
+            "InvalidArgument: allreduce 'x': NCCL error ncclInvalidArgument: invalid argument "
+            "(ncclGroupEnd)");
 }
 
 TEST(DeviceBackendTest, TheCompletionEventIsSetBeforeTheHandleCompletes) {

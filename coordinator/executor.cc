@@ -111,6 +111,15 @@ Status Executor::run(const std::vector<BatchItem>& batch) {
   const Response& head = *batch.front().response;
   active_ = gpu_ && head.device.is_cuda() ? gpu_ : &backend_;
   deferred_ = false;
+  fence_status_ = Status::Ok();
+  Status st = dispatch(batch);
+  // A device operation that could not be launched in full strands the peers like a failed
+  // call: the runtime must stop (device_backend.h, fence).
+  return st.ok() ? fence_status_ : st;
+}
+
+Status Executor::dispatch(const std::vector<BatchItem>& batch) {
+  const Response& head = *batch.front().response;
   if (head.kind == Response::Kind::kError) {
     Status error(head.error_code, head.error);
     // Shown where the user looks for it: on the tensor's own row.

@@ -26,9 +26,10 @@
 // done (executor_device.cc), on the backend's watchdog thread; the timeline's spans of such an
 // operation end when it was queued. A gpu backend that takes host memory is staged to as
 // above. A tensor a DeviceBackend refuses (wrong device, a host pointer labelled CUDA, a bad
-// ready event, no allocator for a device output) fails its handle and stops the runtime
-// (run() returns the error): the other ranks already wait in the collective, and the control
-// plane's PeerFailure (or the op timeout) is what releases them.
+// ready event, no allocator for a device output), and an operation it cannot launch (fence()
+// fails: NCCL refused the group), fails its handle and stops the runtime (run() returns the
+// error): the other ranks already wait in the collective, and the control plane's PeerFailure
+// (or the op timeout) is what releases them.
 //
 // Not thread-safe: the background thread's.
 #pragma once
@@ -70,6 +71,8 @@ class Executor {
   void reduce_gathered(const BatchItem& item, const std::vector<const void*>& inputs);
 
  private:
+  // run() of a batch, but for the outcome of a device operation's fence.
+  Status dispatch(const std::vector<BatchItem>& batch);
   Status allreduce(const std::vector<BatchItem>& batch);
   Status allgather(const BatchItem& item);
   Status broadcast(const BatchItem& item);
@@ -130,6 +133,7 @@ class Executor {
   DeviceBackend* device_ = nullptr;  // gpu_ when it takes CUDA buffers directly
   Backend* active_ = &backend_;      // set by run() for each batch
   bool deferred_ = false;            // the batch runs on device_: finish() fences it
+  Status fence_status_;              // the batch's fence: not OK when it could not launch
   ops::Workspace fusion_buffer_;     // persistent: grows to the largest batch and stays
   ops::Workspace scratch_;           // joined ranks' stand-in buffers
   ops::Workspace prescaled_;         // reduce_gathered: one rank's input times the prescale

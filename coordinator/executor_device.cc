@@ -57,7 +57,7 @@ void Executor::finish_on_device(const std::vector<BatchItem>& batch, const Statu
   // that failure rather than the (irrelevant) completion of whatever was queued. The event is
   // published before the backend registers the operation (op_state.h: set before it can
   // complete), so a caller never sees a completed GPU handle without its event.
-  device_->fence(
+  fence_status_ = device_->fence(
       describe(batch),
       [&states](const std::shared_ptr<void>& event) {
         for (const auto& s : states) s->set_completion_event(event);

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <cstring>
 #include <numeric>
 #include <optional>
@@ -30,8 +29,8 @@ using nccl::nccl_status;
 // How often the watchdog looks at the pending events and the communicator's error state:
 // often enough that a completed gradient is handed back within a fraction of a typical
 // layer's backward time, rarely enough to leave the CPU to the training loop.
+// With nothing pending it sleeps on PendingOps' condition variable (pending_ops.h).
 constexpr auto kPollInterval = std::chrono::microseconds(100);
-constexpr auto kIdleInterval = std::chrono::milliseconds(10);
 // How long a host wait on NCCL or the GPU yields before it sleeps: since NCCL 2.23 every
 // ncclGroupEnd on a non-blocking communicator returns ncclInProgress and launches from a
 // helper thread within tens of microseconds; a 100 us sleep would dominate a small collective.
@@ -113,7 +112,7 @@ class NcclBackend final : public DeviceBackend {
   Status wait_ready(Device device, const void* data, void* ready_event,
                     const std::string& what) override;
   Result<void*> stand_in(size_t bytes, const std::string& what) override;
-  void fence(const std::string& what, const Publish& publish, Done done) override;
+  Status fence(const std::string& what, const Publish& publish, Done done) override;
   void abort(const Status& why) override;
 
  protected:
@@ -229,11 +228,8 @@ class NcclBackend final : public DeviceBackend {
   std::atomic<std::thread::id> group_owner_{};
   std::vector<PostScale> post_scales_;
   std::vector<void*> retired_;  // buffers outgrown inside the open group: freed after it
-  nccl::PendingOps pending_;
+  nccl::PendingOps pending_;    // also the watchdog's sleep and stop request
   std::atomic<bool> aborted_{false};
-  Mutex mu_;  // guards the watchdog's sleep and stop request
-  std::condition_variable cv_;
-  bool stop_ KOLO_GUARDED_BY(mu_) = false;
   std::thread watchdog_;
 };
 
@@ -246,11 +242,7 @@ NcclBackend::~NcclBackend() {
       std::this_thread::sleep_for(kPollInterval);
     if (pending_.size() > 0) abort(Status::Aborted("the nccl backend was shut down"));
   }
-  {
-    MutexLock lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
+  pending_.shutdown();
   if (watchdog_.joinable()) watchdog_.join();
   pending_.fail_all(Status::Aborted("the nccl backend was shut down"));
   DeviceGuard guard(device_);
@@ -420,8 +412,11 @@ Status NcclBackend::settle(ncclResult_t r, const std::string& what) {
   // Aborted meanwhile (by the watchdog or the runtime): that reason, not the symptom.
   if (Status failed = pending_.failure(); !failed.ok()) return failed.with_context(what);
   Status st = nccl_status(r, what, last_error());
-  // An asynchronous or remote error ruins the communicator; an invalid argument does not.
-  if (st.code() != StatusCode::kInvalidArgument) abort(st);
+  // Every error aborts, an invalid argument too: it leaves the communicator usable, but the
+  // peers' side of this collective was launched and would wait for this rank until
+  // KOLO_OP_TIMEOUT. Aborted, this rank fails at once and the runtime stops, which the peers
+  // learn from the control plane.
+  abort(st);
   return st;
 }
 
@@ -551,15 +546,24 @@ Status NcclBackend::wait_ready(Device device, const void* data, void* ready_even
   return Status::Ok();
 }
 
-void NcclBackend::fence(const std::string& what, const Publish& publish, Done done) {
+Status NcclBackend::fence(const std::string& what, const Publish& publish, Done done) {
   // Launch the operation's group (and its post-scales) before its completion event. Inside
-  // the group the calls only recorded work: NCCL reports their errors here.
+  // the group the calls only recorded work: NCCL reports their errors here (and settle()
+  // aborted the communicator for them).
   const Status launched = close_group(what);
   in_op_ = false;
   legacy_waited_ = false;
+  // A group (or a post-scale) that did not launch leaves part of this operation unqueued,
+  // which the peers' side waits for: abort, so that they learn it.
+  if (!launched.ok()) abort(launched);
   if (Status failed = pending_.failure(); !failed.ok()) {
-    done(nccl::op_failure(what, failed));  // the communicator is gone: name this op
-    return;
+    // Closed: an abort began, maybe on another thread and still inside ncclCommAbort, with
+    // this op's work queued. abort() returns only once the communicator is gone, so that no
+    // buffer is written after the handle reports the failure.
+    abort(failed);
+    Status st = nccl::op_failure(what, pending_.failure());
+    done(st);
+    return st;
   }
   cudaEvent_t ev = nullptr;
   Status recorded = cuda(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), what);
@@ -571,7 +575,7 @@ void NcclBackend::fence(const std::string& what, const Publish& publish, Done do
     // so that no buffer is written after its handle reports the failure.
     abort(recorded);
     done(recorded);
-    return;
+    return recorded;
   }
   // Destroying an event whose work is still queued is allowed: CUDA frees it on completion.
   std::shared_ptr<void> event(ev, [](void* e) { cudaEventDestroy(static_cast<cudaEvent_t>(e)); });
@@ -586,12 +590,8 @@ void NcclBackend::fence(const std::string& what, const Publish& publish, Done do
         if (q == cudaErrorNotReady) return false;
         return cuda_status(q, "waiting for its completion event");
       },
-      // A group that failed to launch (NCCL refused it: nothing was lost on the peers, the
-      // communicator stays) fails the op, once what was queued before it has run.
-      launched.ok() ? std::move(done) : Done([done = std::move(done), launched](const Status& st) {
-        done(st.ok() ? launched : st);
-      }));
-  cv_.notify_all();
+      std::move(done));
+  return Status::Ok();
 }
 
 void NcclBackend::abort(const Status& why) {
@@ -617,16 +617,7 @@ void NcclBackend::abort(const Status& why) {
 
 void NcclBackend::watchdog() {
   cudaSetDevice(device_);
-  for (;;) {
-    {
-      MutexLock lock(mu_);
-      if (stop_) return;
-      cv_.wait_for(lock.native(),
-                   pending_.size() > 0
-                       ? std::chrono::duration_cast<std::chrono::microseconds>(kPollInterval)
-                       : std::chrono::microseconds(kIdleInterval));
-      if (stop_) return;
-    }
+  while (pending_.wait(kPollInterval)) {
     if (!pending_.failure().ok()) continue;  // closed: an abort runs or ran
     Status st = pending_.poll(op_timeout_);
     if (st.ok()) {

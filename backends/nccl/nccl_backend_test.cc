@@ -163,7 +163,7 @@ Status fence_and_wait(DeviceBackend& device, const std::string& what,
                       std::shared_ptr<void>* event = nullptr) {
   auto result = std::make_shared<Status>(Status::Internal("done never ran"));
   auto calls = std::make_shared<std::atomic<int>>(0);
-  device.fence(
+  const Status fenced = device.fence(
       what,
       [&](std::shared_ptr<void> e) {
         if (event) *event = std::move(e);
@@ -176,6 +176,9 @@ Status fence_and_wait(DeviceBackend& device, const std::string& what,
   while (calls->load() == 0 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   EXPECT_EQ(calls->load(), 1);
+  if (!fenced.ok()) {
+    EXPECT_EQ(fenced.to_string(), result->to_string());  // fence told what done got
+  }
   return *result;
 }
 
@@ -273,12 +276,14 @@ TEST_F(NcclOneRankTest, AsyncProtocolWaitsForTheReadyEventAndCompletesThroughThe
   std::atomic<int> calls{0};
   Status result = Status::Internal("not called");
   std::shared_ptr<void> event;
-  device_->fence(
-      "allreduce 't'", [&](std::shared_ptr<void> e) { event = std::move(e); },
-      [&](const Status& st) {
-        result = st;
-        calls.fetch_add(1);
-      });
+  ASSERT_TRUE(device_
+                  ->fence(
+                      "allreduce 't'", [&](std::shared_ptr<void> e) { event = std::move(e); },
+                      [&](const Status& st) {
+                        result = st;
+                        calls.fetch_add(1);
+                      })
+                  .ok());
   ASSERT_NE(event, nullptr);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (calls.load() == 0 && std::chrono::steady_clock::now() < deadline)
@@ -366,11 +371,13 @@ TEST_F(NcclOneRankTest, ConcurrentAbortsFailEveryOpWithTheFirstReasonAndNoneOk) 
   for (int i = 0; i < 8; ++i) {
     ASSERT_TRUE(device_->wait_ready(Device::cuda(0), t.data, nullptr, "allreduce 't'").ok());
     ASSERT_TRUE(backend_->allreduce(t.data, t.data, 1 << 22, DataType::kFloat32, {}).ok());
-    device_->fence("allreduce 't" + std::to_string(i) + "'", ignore_event,
-                   [&results, &calls, i](const Status& st) {
-                     results[static_cast<size_t>(i)] = st;
-                     calls.fetch_add(1);
-                   });
+    ASSERT_TRUE(device_
+                    ->fence("allreduce 't" + std::to_string(i) + "'", ignore_event,
+                            [&results, &calls, i](const Status& st) {
+                              results[static_cast<size_t>(i)] = st;
+                              calls.fetch_add(1);
+                            })
+                    .ok());
   }
   const Status first = Status::PeerFailure("rank 1 (gpu-host-2:4000) closed the connection");
   device_->abort(first);
@@ -395,25 +402,42 @@ TEST_F(NcclOneRankTest, BadTensorsAreErrorsNamingThem) {
   EXPECT_EQ(st.to_string(),
             "InvalidArgument: allreduce 'h': the tensor says cuda:0 but its data pointer is "
             "unregistered host memory");
-  device_->fence("allreduce 'h'", ignore_event, [](const Status&) {});
+  // Nothing was queued for it: the fence of the refused operation launches nothing.
+  EXPECT_TRUE(device_->fence("allreduce 'h'", ignore_event, [](const Status&) {}).ok());
   st = device_->wait_ready(Device::cuda(visible_gpus()), nullptr, nullptr, "allreduce 'far'");
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("allreduce 'far': the tensor is on cuda:"), std::string::npos)
       << st.to_string();
-  device_->fence("allreduce 'far'", ignore_event, [](const Status&) {});
+  EXPECT_TRUE(device_->fence("allreduce 'far'", ignore_event, [](const Status&) {}).ok());
 }
 
 TEST_F(NcclOneRankTest, AbortFailsPendingAndLaterOperationsNamingThePeer) {
   const Status peer = Status::PeerFailure("rank 1 (gpu-host-2:4000) closed the connection");
   device_->abort(peer);
   Status late = Status::Ok();
-  device_->fence("allreduce 'late'", ignore_event, [&](const Status& st) { late = st; });
+  const Status fenced =
+      device_->fence("allreduce 'late'", ignore_event, [&](const Status& st) { late = st; });
   EXPECT_EQ(late.to_string(),
             "PeerFailure: allreduce 'late': rank 1 (gpu-host-2:4000) closed the connection");
+  EXPECT_EQ(fenced.to_string(), late.to_string());
   DeviceArray<float> t(iota(8));
   Status st = backend_->allreduce(t.data, t.data, 8, DataType::kFloat32, {});
   EXPECT_EQ(st.code(), StatusCode::kPeerFailure);
   EXPECT_NE(st.message().find("rank 1 (gpu-host-2:4000)"), std::string::npos) << st.to_string();
+}
+
+TEST_F(NcclOneRankTest, ACallNcclRefusesAbortsTheCommunicator) {
+  // Review suspicion S5: an invalid argument used to leave the communicator up while the
+  // peers' side of the collective waited for this rank until KOLO_OP_TIMEOUT. NCCL's argument
+  // check refuses a host buffer: the call fails, and so does every later one, with that reason.
+  std::vector<float> host(8, 1.0f);
+  Status st = backend_->allreduce(host.data(), host.data(), 8, DataType::kFloat32, {});
+  ASSERT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+  EXPECT_NE(st.message().find("nccl allreduce"), std::string::npos) << st.to_string();
+  DeviceArray<float> t(iota(8));
+  Status later = backend_->allreduce(t.data, t.data, 8, DataType::kFloat32, {});
+  EXPECT_EQ(later.code(), StatusCode::kInvalidArgument) << later.to_string();
+  EXPECT_NE(later.message().find(st.message()), std::string::npos) << later.to_string();
 }
 
 }  // namespace
