@@ -14,6 +14,7 @@
 #include "backends/nccl/nccl_errors.h"
 #include "backends/nccl/nccl_kernels.h"
 #include "backends/nccl/pending_ops.h"
+#include "common/cuda_device_guard.h"
 #include "common/logging.h"
 #include "common/thread_annotations.h"
 #include "kolo/units.h"
@@ -44,51 +45,8 @@ void backoff(Clock::time_point start) {
     std::this_thread::sleep_for(kPollInterval);
 }
 
-// Makes `device` current for a scope on a thread that is not Kolo's (the caller's thread in
-// connect, in the destructor, in a blocking collective), and restores the caller's device.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    if (cudaGetDevice(&previous_) != cudaSuccess) {
-      (void)cudaGetLastError();
-      previous_ = -1;
-    }
-    status_ = cudaSetDevice(device);
-    if (previous_ == device) previous_ = -1;  // nothing to restore
-  }
-  ~DeviceGuard() {
-    if (previous_ >= 0) cudaSetDevice(previous_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-  cudaError_t status() const { return status_; }
-
- private:
-  int previous_ = -1;
-  cudaError_t status_ = cudaSuccess;
-};
-
-nccl::ScaleType scale_type(DataType dtype) {
-  switch (dtype) {
-    case DataType::kUInt8:
-      return nccl::ScaleType::kUInt8;
-    case DataType::kInt8:
-      return nccl::ScaleType::kInt8;
-    case DataType::kInt32:
-      return nccl::ScaleType::kInt32;
-    case DataType::kInt64:
-      return nccl::ScaleType::kInt64;
-    case DataType::kFloat16:
-      return nccl::ScaleType::kFloat16;
-    case DataType::kBFloat16:
-      return nccl::ScaleType::kBFloat16;
-    case DataType::kFloat32:
-      return nccl::ScaleType::kFloat32;
-    case DataType::kFloat64:
-      return nccl::ScaleType::kFloat64;
-  }
-  return nccl::ScaleType::kFloat32;  // unreachable: Backend validated the dtype
-}
+// The caller's thread (connect, the destructor, a blocking collective) gets its device back.
+using DeviceGuard = CudaDeviceGuard;
 
 std::string last_nccl_error(ncclComm_t comm) {
   const char* s = comm ? ncclGetLastError(comm) : nullptr;
@@ -161,11 +119,15 @@ class NcclBackend final : public DeviceBackend {
     if (group_open_) return group_call(f(comm_), what);
     return settle(locked(f), what);
   }
-  Status scale(void* dst, const void* src, int64_t n, DataType dtype, double factor,
-               const std::string& what);
-  // A post-scale of a collective's output: queued now outside an operation, after the group
-  // settles inside one.
-  Status post_scale(void* data, int64_t n, DataType dtype, double factor, const std::string& what);
+  // dst = src * mul / div on the stream (nccl_kernels.h); a plain copy when that is src.
+  Status map(void* dst, const void* src, int64_t n, DataType dtype, double mul, double div,
+             const std::string& what);
+  // ops::finish_reduction's rule on a reduction's output, so that every dtype's result is
+  // the CPU backends': kAverage was an NCCL sum (nccl_op) and divides by the ranks here, then
+  // the postscale, each rounded as the host rounds it. Queued now outside an operation,
+  // after the group settles inside one (the kernels must follow the NCCL kernels).
+  Status finish_reduction(void* data, int64_t n, DataType dtype, const Reduction& reduction,
+                          const std::string& what);
   // Outside an operation begun by wait_ready: Backend's blocking contract (see
   // device_backend.h). Inside one: nothing, fence() completes it.
   Status finish_call(const std::string& what);
@@ -199,11 +161,11 @@ class NcclBackend final : public DeviceBackend {
     return last_nccl_error(comm_);
   }
 
-  struct PostScale {
+  struct PostMap {
     void* data;
     int64_t n;
     DataType dtype;
-    double factor;
+    double mul, div;
     std::string what;
   };
 
@@ -226,7 +188,7 @@ class NcclBackend final : public DeviceBackend {
   // The thread that holds comm_mu_ for the open group (abort() from it must end the group
   // first, or it would wait on itself).
   std::atomic<std::thread::id> group_owner_{};
-  std::vector<PostScale> post_scales_;
+  std::vector<PostMap> post_maps_;
   std::vector<void*> retired_;  // buffers outgrown inside the open group: freed after it
   nccl::PendingOps pending_;    // also the watchdog's sleep and stop request
   std::atomic<bool> aborted_{false};
@@ -386,10 +348,10 @@ Status NcclBackend::close_group(const std::string& what) {
   group_owner_ = std::thread::id();
   comm_mu_.unlock();
   Status st = settle(ended, what + ": ncclGroupEnd");
-  std::vector<PostScale> post = std::move(post_scales_);
-  post_scales_.clear();
-  for (const PostScale& p : post)
-    if (st.ok()) st = scale(p.data, p.data, p.n, p.dtype, p.factor, p.what);
+  std::vector<PostMap> post = std::move(post_maps_);
+  post_maps_.clear();
+  for (const PostMap& p : post)
+    if (st.ok()) st = map(p.data, p.data, p.n, p.dtype, p.mul, p.div, p.what);
   for (void* b : retired_) cudaFreeAsync(b, stream_);
   retired_.clear();
   return st;
@@ -420,24 +382,34 @@ Status NcclBackend::settle(ncclResult_t r, const std::string& what) {
   return st;
 }
 
-Status NcclBackend::scale(void* dst, const void* src, int64_t n, DataType dtype, double factor,
-                          const std::string& what) {
-  if (factor == 1.0) {
+Status NcclBackend::map(void* dst, const void* src, int64_t n, DataType dtype, double mul,
+                        double div, const std::string& what) {
+  if (mul == 1.0 && div == 1.0) {
     if (dst == src || n == 0) return Status::Ok();
     return cuda(cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * dtype_size(dtype),
                                 cudaMemcpyDeviceToDevice, stream_),
                 what + ": copy");
   }
   return cuda(static_cast<cudaError_t>(
-                  nccl::scale_on_stream(dst, src, n, scale_type(dtype), factor, stream_)),
-              what + ": scale kernel");
+                  nccl::map_on_stream(dst, src, n, nccl::kernel_type(dtype), mul, div, stream_)),
+              what + (div == 1.0 ? ": scale kernel" : ": average kernel"));
 }
 
-Status NcclBackend::post_scale(void* data, int64_t n, DataType dtype, double factor,
-                               const std::string& what) {
-  if (factor == 1.0 || n == 0) return Status::Ok();
-  if (!group_open_) return scale(data, data, n, dtype, factor, what);
-  post_scales_.push_back({data, n, dtype, factor, what});
+Status NcclBackend::finish_reduction(void* data, int64_t n, DataType dtype,
+                                     const Reduction& reduction, const std::string& what) {
+  if (n == 0) return Status::Ok();
+  // Two passes, as ops::finish_reduction makes them: one fused x * post / size would round
+  // once where the host rounds twice.
+  std::vector<PostMap> maps;
+  if (reduction.op == ReduceOp::kAverage && size_ > 1)
+    maps.push_back({data, n, dtype, 1.0, static_cast<double>(size_), what});
+  if (reduction.postscale != 1.0) maps.push_back({data, n, dtype, reduction.postscale, 1.0, what});
+  for (PostMap& p : maps) {
+    if (group_open_)
+      post_maps_.push_back(std::move(p));
+    else
+      KOLO_RETURN_IF_ERROR(map(p.data, p.data, p.n, p.dtype, p.mul, p.div, p.what));
+  }
   return Status::Ok();
 }
 
@@ -639,7 +611,7 @@ Status NcclBackend::do_allreduce(const void* input, void* output, int64_t count,
   // the group's NCCL kernels, which NCCL enqueues when the group ends.)
   const void* src = input;
   if (reduction.prescale != 1.0) {
-    KOLO_RETURN_IF_ERROR(scale(output, input, count, dtype, reduction.prescale, what));
+    KOLO_RETURN_IF_ERROR(map(output, input, count, dtype, reduction.prescale, 1.0, what));
     src = output;
   }
   KOLO_RETURN_IF_ERROR(nccl_call(
@@ -649,7 +621,7 @@ Status NcclBackend::do_allreduce(const void* input, void* output, int64_t count,
                              static_cast<ncclRedOp_t>(nccl::nccl_op(reduction.op)), c, stream_);
       },
       what));
-  KOLO_RETURN_IF_ERROR(post_scale(output, count, dtype, reduction.postscale, what));
+  KOLO_RETURN_IF_ERROR(finish_reduction(output, count, dtype, reduction, what));
   return finish_call(what);
 }
 
@@ -753,7 +725,7 @@ Status NcclBackend::do_reducescatter(const void* input, void* output, DataType d
   const void* src = input;
   if (reduction.prescale != 1.0) {
     KOLO_ASSIGN_OR_RETURN(void* scaled, scratch(static_cast<size_t>(total) * esize));
-    KOLO_RETURN_IF_ERROR(scale(scaled, input, total, dtype, reduction.prescale, what));
+    KOLO_RETURN_IF_ERROR(map(scaled, input, total, dtype, reduction.prescale, 1.0, what));
     src = scaled;
   }
   const auto dt = static_cast<ncclDataType_t>(nccl::nccl_dtype(dtype));
@@ -783,7 +755,7 @@ Status NcclBackend::do_reducescatter(const void* input, void* output, DataType d
     Status end_status = own_group ? close_group(what) : Status::Ok();
     KOLO_RETURN_IF_ERROR(st.ok() ? end_status : st);
   }
-  KOLO_RETURN_IF_ERROR(post_scale(output, counts[rank_], dtype, reduction.postscale, what));
+  KOLO_RETURN_IF_ERROR(finish_reduction(output, counts[rank_], dtype, reduction, what));
   return finish_call(what);
 }
 

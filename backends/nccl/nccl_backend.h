@@ -13,12 +13,12 @@
 // ready event (or on an event recorded on the legacy default stream when there is none); the
 // collectives of one operation are one NCCL group, launched and settled once at fence(); the
 // pre- and post-scale of an allreduce are device kernels on the same stream (nccl_kernels.h),
-// the post-scale queued after the group;
-// average is ncclAvg. Allgather with equal counts is ncclAllGather; with per-rank counts, and
-// alltoall, it is grouped ncclSend/ncclRecv (exactly the bytes each rank has, no padded copy
-// and no compaction pass; padding to the largest count would move size * max bytes). A
-// reducescatter with equal counts is ncclReduceScatter, with per-rank counts a group of
-// ncclReduce (one per rank's block). float16 and bfloat16 are NCCL types.
+// the post-scale queued after the group; an average is an NCCL sum and a division kernel
+// (ncclAvg's results are not the CPU backends', nccl_errors.h). Allgather with equal counts is
+// ncclAllGather; with per-rank counts, and alltoall, it is grouped ncclSend/ncclRecv (exactly the
+// bytes each rank has, no padded copy and no compaction pass; padding to the largest count would
+// move size * max bytes). A reducescatter with equal counts is ncclReduceScatter, with per-rank
+// counts a group of ncclReduce (one per rank's block). float16 and bfloat16 are NCCL types.
 //
 // Completion: fence() records an event; the backend's watchdog thread polls it with
 // cudaEventQuery (no host thread ever blocks on the GPU), polls ncclCommGetAsyncError, and

@@ -9,11 +9,15 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
+#include <random>
 #include <thread>
 #include <vector>
 
+#include "backends/nccl/nccl_errors.h"
 #include "backends/nccl/nccl_kernels.h"
 #include "backends/registry.h"
+#include "ops/reduce.h"
 
 namespace kolo {
 namespace {
@@ -348,11 +352,12 @@ TEST_F(NcclOneRankTest, WithoutAReadyEventItWaitsForTheLegacyDefaultStream) {
       busy(std::vector<float>(1 << 24, 1));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   for (int i = 0; i < 200; ++i)
-    ASSERT_EQ(nccl::scale_on_stream(busy.data, busy.data, 1 << 24, nccl::ScaleType::kFloat32, 1.0,
-                                    nullptr),
+    ASSERT_EQ(nccl::map_on_stream(busy.data, busy.data, 1 << 24, nccl::ScaleType::kFloat32, 1.0,
+                                  1.0, nullptr),
               0);
-  ASSERT_EQ(nccl::scale_on_stream(t.data, t.data, 1 << 20, nccl::ScaleType::kFloat32, 3.0, nullptr),
-            0);
+  ASSERT_EQ(
+      nccl::map_on_stream(t.data, t.data, 1 << 20, nccl::ScaleType::kFloat32, 3.0, 1.0, nullptr),
+      0);
   ASSERT_TRUE(device_->wait_ready(Device::cuda(0), t.data, nullptr, "allreduce 't'").ok());
   ASSERT_TRUE(backend_->allreduce(t.data, out.data, 1 << 20, DataType::kFloat32, {}).ok());
   Status st = fence_and_wait(*device_, "allreduce 't'");
@@ -438,6 +443,73 @@ TEST_F(NcclOneRankTest, ACallNcclRefusesAbortsTheCommunicator) {
   Status later = backend_->allreduce(t.data, t.data, 8, DataType::kFloat32, {});
   EXPECT_EQ(later.code(), StatusCode::kInvalidArgument) << later.to_string();
   EXPECT_NE(later.message().find(st.message()), std::string::npos) << later.to_string();
+}
+
+// n random values of dtype as bytes: every bit pattern of an integer (int64 beyond 2^53, where
+// the host's double rounds); floats with a random sign and mantissa and an exponent within
+// 2^+-10 of one (no NaN, infinity or subnormal: their handling is not the point here).
+std::vector<uint8_t> random_values(DataType dtype, int n) {
+  std::mt19937_64 rng(12);
+  const size_t size = dtype_size(dtype);
+  std::vector<uint8_t> bytes(static_cast<size_t>(n) * size);
+  for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+  int mantissa_bits = 0;  // of an IEEE-style format of 8 * size bits
+  if (dtype == DataType::kFloat16) mantissa_bits = 10;
+  if (dtype == DataType::kBFloat16) mantissa_bits = 7;
+  if (dtype == DataType::kFloat32) mantissa_bits = 23;
+  if (dtype == DataType::kFloat64) mantissa_bits = 52;
+  if (mantissa_bits == 0) return bytes;
+  const int exponent_bits = static_cast<int>(8 * size) - 1 - mantissa_bits;
+  const uint64_t bias = (uint64_t{1} << (exponent_bits - 1)) - 1;
+  const uint64_t field = ((uint64_t{1} << exponent_bits) - 1) << mantissa_bits;
+  for (size_t at = 0; at < bytes.size(); at += size) {
+    uint64_t bits = 0;
+    std::memcpy(&bits, bytes.data() + at, size);  // little-endian, as the GPU
+    const uint64_t exponent = bias - 10 + rng() % 21;
+    bits = (bits & ~field) | (exponent << mantissa_bits);
+    std::memcpy(bytes.data() + at, &bits, size);
+  }
+  return bytes;
+}
+
+TEST_F(NcclOneRankTest, TheAverageAndScaleKernelsComputeWhatTheHostComputes) {
+  // Review S6: an average over NCCL is a sum, then the division and the postscale on the
+  // device; they must give the CPU backends' bytes (ops::finish_reduction) for every dtype, or
+  // a job's result would depend on whether its tensors live on a GPU. ncclAvg did not:
+  // premultiplied floats, integer-arithmetic integers.
+  const int n = 3001;
+  for (DataType dtype :
+       {DataType::kUInt8, DataType::kInt8, DataType::kInt32, DataType::kInt64, DataType::kFloat16,
+        DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64}) {
+    std::vector<uint8_t> host = random_values(dtype, n);
+    DeviceArray<uint8_t> dev(host);
+    ops::finish_reduction(dtype, {ReduceOp::kAverage, 1.0, 0.3}, host.data(), n, 3);
+    ASSERT_EQ(
+        nccl::map_on_stream(dev.data, dev.data, n, nccl::kernel_type(dtype), 1.0, 3.0, nullptr), 0);
+    ASSERT_EQ(
+        nccl::map_on_stream(dev.data, dev.data, n, nccl::kernel_type(dtype), 0.3, 1.0, nullptr), 0);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<uint8_t> got = dev.get();
+    size_t differ = 0;
+    for (size_t i = 0; i < host.size(); ++i) differ += got[i] != host[i];
+    EXPECT_EQ(differ, 0u) << dtype_name(dtype) << ": bytes that differ from ops::finish_reduction";
+  }
+}
+
+TEST_F(NcclOneRankTest, AnIntegerAverageIsTheHostsAverage) {
+  // One rank: the division by one is skipped, and the result is the input times the scales,
+  // truncated as the host truncates.
+  const std::vector<int32_t> x = {-7, -3, 0, 5, 9, 2147483};
+  DeviceArray<int32_t> t(x);
+  ASSERT_TRUE(backend_
+                  ->allreduce(t.data, t.data, static_cast<int64_t>(x.size()), DataType::kInt32,
+                              {ReduceOp::kAverage, 1.0, 0.5})
+                  .ok());
+  std::vector<int32_t> want = x;
+  ops::finish_reduction(DataType::kInt32, {ReduceOp::kAverage, 1.0, 0.5}, want.data(),
+                        static_cast<int64_t>(want.size()), 1);
+  EXPECT_EQ(t.get(), want);
+  EXPECT_EQ(want, (std::vector<int32_t>{-3, -1, 0, 2, 4, 1073741}));
 }
 
 }  // namespace
