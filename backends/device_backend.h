@@ -73,6 +73,12 @@ class DeviceBackend : public Backend {
   // a failed collective, so that the control plane tells the peers.
   virtual Status fence(const std::string& what, const Publish& publish, Done done) = 0;
 
+  // OK while the communicator is usable; once it was aborted (by abort(), or by the backend
+  // itself: an NCCL error, an operation past KOLO_OP_TIMEOUT), the first reason. Any thread.
+  // The runtime polls it every cycle and stops when it is set, so that the control plane
+  // tells the peers: their side of the failed operation waits for this rank otherwise.
+  virtual Status failure() const = 0;
+
   // A peer failed (the control plane or the store says so): abort the communicator and fail
   // every pending operation with `why` (which names the peer). Idempotent and safe from any
   // thread at any time: a second caller waits until the first one's abort has returned, and

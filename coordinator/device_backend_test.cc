@@ -84,6 +84,10 @@ class FakeDeviceBackend : public DeviceBackend {
     MutexLock lock(mu_);
     log_.push_back("abort " + why.to_string());
   }
+  Status failure() const override {
+    MutexLock lock(mu_);
+    return failure_;
+  }
 
   std::vector<std::string> log() const {
     MutexLock lock(mu_);
@@ -96,6 +100,11 @@ class FakeDeviceBackend : public DeviceBackend {
   void complete_in_fence() {
     MutexLock lock(mu_);
     complete_in_fence_ = true;
+  }
+  // The watchdog's own abort (an NCCL error, the op timeout), which nobody asked for.
+  void abort_by_itself(const Status& why) {
+    MutexLock lock(mu_);
+    failure_ = why;
   }
   void fail_fence() {
     MutexLock lock(mu_);
@@ -143,6 +152,7 @@ class FakeDeviceBackend : public DeviceBackend {
   const void* poisoned_ KOLO_GUARDED_BY(mu_) = nullptr;
   bool complete_in_fence_ KOLO_GUARDED_BY(mu_) = false;
   bool fail_fence_ KOLO_GUARDED_BY(mu_) = false;
+  Status failure_ KOLO_GUARDED_BY(mu_);
   std::vector<char> stand_in_ KOLO_GUARDED_BY(mu_);
   bool stop_ KOLO_GUARDED_BY(mu_) = false;
   std::thread completer_;
@@ -265,6 +275,20 @@ TEST(DeviceBackendTest, AnOperationThatCannotLaunchFailsItsHandleAndStopsTheRunt
   EXPECT_EQ(later_host_op(one).to_string(),
             "InvalidArgument: allreduce 'x': NCCL error ncclInvalidArgument: invalid argument "
             "(ncclGroupEnd)");
+}
+
+TEST(DeviceBackendTest, ABackendThatAbortedByItselfStopsTheRuntime) {
+  // Review S2: the watchdog aborted (a peer's side of an operation never came), and the
+  // runtime went on as if nothing happened: the peers, stuck in their side of that operation,
+  // learnt nothing until their own op timeout, and a shutdown waited for it. Now the runtime
+  // stops within a cycle, with the backend's reason, which the control plane carries.
+  OneRank one;
+  const Status timeout = Status::Timeout(
+      "allreduce 'w': did not complete on the GPU within 1.0 s (KOLO_OP_TIMEOUT): a peer is "
+      "dead or stuck, or the ranks' operations do not match");
+  one.fake->abort_by_itself(timeout);
+  EXPECT_EQ(later_host_op(one).to_string(), timeout.to_string());
+  EXPECT_TRUE(logs_within_20s(*one.fake, "abort " + timeout.to_string()));
 }
 
 TEST(DeviceBackendTest, TheCompletionEventIsSetBeforeTheHandleCompletes) {

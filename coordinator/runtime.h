@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/device_backend.h"
 #include "common/thread_annotations.h"
 #include "coordinator/autotune.h"
 #include "coordinator/config.h"
@@ -135,7 +136,8 @@ class Runtime {
   const Topology topology_;
   std::unique_ptr<Backend> data_;
   std::unique_ptr<Backend> control_;
-  std::unique_ptr<Backend> gpu_;  // may be null; declared before executor_, which borrows it
+  std::unique_ptr<Backend> gpu_;     // may be null; declared before executor_, which borrows it
+  DeviceBackend* device_ = nullptr;  // gpu_ when it is a DeviceBackend (nccl)
   // A SIGTERM from kolorun (or Ctrl-C) closes the file in order before the process ends.
   Timeline timeline_{TimelineOptions{.stop_on_signals = true}};
 

@@ -72,6 +72,7 @@ class NcclBackend final : public DeviceBackend {
   Result<void*> stand_in(size_t bytes, const std::string& what) override;
   Status fence(const std::string& what, const Publish& publish, Done done) override;
   void abort(const Status& why) override;
+  Status failure() const override { return pending_.failure(); }
 
  protected:
   Status do_allreduce(const void* input, void* output, int64_t count, DataType dtype,
