@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "backends/nccl/abort_notice.h"
 #include "backends/nccl/nccl_errors.h"
 #include "backends/nccl/nccl_kernels.h"
 #include "backends/nccl/pending_ops.h"
@@ -36,6 +37,8 @@ constexpr auto kPollInterval = std::chrono::microseconds(100);
 // ncclGroupEnd on a non-blocking communicator returns ncclInProgress and launches from a
 // helper thread within tens of microseconds; a 100 us sleep would dominate a small collective.
 constexpr auto kSpinFor = std::chrono::microseconds(200);
+// How often a shutdown that waits for GPU work looks for a peer's abort notice in the store.
+constexpr auto kNoticeInterval = std::chrono::milliseconds(200);
 
 // Yields while `start` is recent, sleeps a poll interval after.
 void backoff(Clock::time_point start) {
@@ -55,8 +58,12 @@ std::string last_nccl_error(ncclComm_t comm) {
 
 class NcclBackend final : public DeviceBackend {
  public:
-  NcclBackend(int rank, int size, int device, std::chrono::milliseconds op_timeout)
-      : rank_(rank), size_(size), device_(device), op_timeout_(op_timeout) {}
+  NcclBackend(const BackendContext& ctx, int device)
+      : rank_(ctx.rank),
+        size_(ctx.size),
+        device_(device),
+        op_timeout_(ctx.op_timeout),
+        notice_(ctx.size > 1 ? ctx.store : nullptr, ctx.store_prefix, ctx.rank) {}
   ~NcclBackend() override;
 
   // Creates the stream and communicator and starts the watchdog.
@@ -71,7 +78,8 @@ class NcclBackend final : public DeviceBackend {
                     const std::string& what) override;
   Result<void*> stand_in(size_t bytes, const std::string& what) override;
   Status fence(const std::string& what, const Publish& publish, Done done) override;
-  void abort(const Status& why) override;
+  // A peer failed (the runtime says so): the peers know, no notice is published.
+  void abort(const Status& why) override { (void)abort_communicator(why); }
   Status failure() const override { return pending_.failure(); }
 
  protected:
@@ -143,6 +151,14 @@ class NcclBackend final : public DeviceBackend {
                   const std::vector<int64_t>& send_counts, const std::vector<int64_t>& recv_counts,
                   bool same_input, const std::string& what);
   void watchdog();
+  // The abort protocol (close, ncclCommAbort once, fail every op); returns whether this call
+  // aborted the communicator (false: it was already gone).
+  bool abort_communicator(const Status& why);
+  // This rank's own failure (an NCCL error, a timeout, an operation that cannot launch, a
+  // shutdown with work left): abort, then publish the notice for the peers (abort_notice.h),
+  // whose side of the operation waits for this rank. The ops have failed before the store
+  // call, which may take the store's I/O timeout when the store is gone.
+  void fail(const Status& why);
 
   // Runs f(comm) under comm_mu_, so that abort() (any thread) never frees the communicator
   // under a call; returns ncclInvalidUsage once the communicator was aborted (settle() then
@@ -172,7 +188,8 @@ class NcclBackend final : public DeviceBackend {
 
   const int rank_, size_, device_;
   const std::chrono::milliseconds op_timeout_;
-  Mutex comm_mu_;  // guards comm_ after connect(): every call and the abort
+  nccl::AbortNotice notice_;  // this rank's abort for the peers, and theirs for it
+  Mutex comm_mu_;             // guards comm_ after connect(): every call and the abort
   ncclComm_t comm_ = nullptr;
   // Non-blocking: neither waits for nor holds up the legacy default stream, where the
   // framework computes; wait_for_legacy_stream() orders it after that stream where needed.
@@ -199,11 +216,21 @@ class NcclBackend final : public DeviceBackend {
 NcclBackend::~NcclBackend() {
   if (group_open_) (void)close_group("nccl shutdown");  // a fence never came: launch, then wait
   if (stream_) {
-    // Let queued work finish (bounded by the op timeout); the watchdog completes it.
+    // Let queued work finish (bounded by the op timeout); the watchdog completes it. The
+    // runtimes no longer talk (an orderly shutdown was agreed), so a peer that aborted since
+    // is learnt from its notice in the store (abort_notice.h), not at the op timeout.
     const auto deadline = Clock::now() + op_timeout_;
-    while (pending_.size() > 0 && !aborted_ && Clock::now() < deadline)
+    auto next_look = Clock::now();
+    while (pending_.size() > 0 && !aborted_ && Clock::now() < deadline) {
       std::this_thread::sleep_for(kPollInterval);
-    if (pending_.size() > 0) abort(Status::Aborted("the nccl backend was shut down"));
+      if (Clock::now() < next_look) continue;
+      next_look = Clock::now() + kNoticeInterval;
+      Result<std::optional<std::string>> peer = notice_.first();
+      if (peer.ok() && *peer)
+        abort(Status::PeerFailure("nccl: a peer aborted its communicator (" + **peer +
+                                  "), so this rank's pending GPU operations cannot complete"));
+    }
+    if (pending_.size() > 0) fail(Status::Aborted("the nccl backend was shut down"));
   }
   pending_.shutdown();
   if (watchdog_.joinable()) watchdog_.join();
@@ -365,7 +392,7 @@ Status NcclBackend::settle(ncclResult_t r, const std::string& what) {
     if (Clock::now() > deadline) {
       Status st = Status::Timeout(what + ": NCCL did not accept the call within " +
                                   format_duration(op_timeout_) + " (KOLO_OP_TIMEOUT)");
-      abort(st);
+      fail(st);
       return st;
     }
     backoff(start);
@@ -379,7 +406,7 @@ Status NcclBackend::settle(ncclResult_t r, const std::string& what) {
   // peers' side of this collective was launched and would wait for this rank until
   // KOLO_OP_TIMEOUT. Aborted, this rank fails at once and the runtime stops, which the peers
   // learn from the control plane.
-  abort(st);
+  fail(st);
   return st;
 }
 
@@ -437,14 +464,14 @@ Status NcclBackend::finish_call(const std::string& what) {
     const ncclResult_t async = async_error();
     if (async != ncclSuccess && async != ncclInProgress) {
       st = nccl_status(async, what, last_error());
-      abort(st);
+      fail(st);
       break;
     }
     if (Clock::now() > deadline) {
       st = Status::Timeout(what + ": did not complete on the GPU within " +
                            format_duration(op_timeout_) +
                            " (KOLO_OP_TIMEOUT): a peer is dead or stuck");
-      abort(st);
+      fail(st);
       break;
     }
     // Spin (yielding) first, as cudaStreamSynchronize would: a small collective completes
@@ -528,7 +555,7 @@ Status NcclBackend::fence(const std::string& what, const Publish& publish, Done 
   legacy_waited_ = false;
   // A group (or a post-scale) that did not launch leaves part of this operation unqueued,
   // which the peers' side waits for: abort, so that they learn it.
-  if (!launched.ok()) abort(launched);
+  if (!launched.ok()) fail(launched);
   if (Status failed = pending_.failure(); !failed.ok()) {
     // Closed: an abort began, maybe on another thread and still inside ncclCommAbort, with
     // this op's work queued. abort() returns only once the communicator is gone, so that no
@@ -546,7 +573,7 @@ Status NcclBackend::fence(const std::string& what, const Publish& publish, Done 
     if (ev) cudaEventDestroy(ev);
     // Work of this operation may still be queued, with nothing to tell when it ends: abort,
     // so that no buffer is written after its handle reports the failure.
-    abort(recorded);
+    fail(recorded);
     done(recorded);
     return recorded;
   }
@@ -567,13 +594,14 @@ Status NcclBackend::fence(const std::string& what, const Publish& publish, Done 
   return Status::Ok();
 }
 
-void NcclBackend::abort(const Status& why) {
+bool NcclBackend::abort_communicator(const Status& why) {
   // Closed first: from now on no op completes OK (an aborted kernel exits, and its event
   // fires, with its buffers half written) and every new call fails with this first reason.
   pending_.close(why);
   // The background thread inside an operation (the runtime failing between its calls):
   // release the group it holds, so that the abort below does not wait on this thread.
   if (group_owner_ == std::this_thread::get_id()) (void)close_group("nccl abort");
+  bool aborted_now = false;
   {
     // A second caller waits here until the first one's ncclCommAbort returned.
     MutexLock lock(comm_mu_);
@@ -581,11 +609,22 @@ void NcclBackend::abort(const Status& why) {
       KOLO_LOG_ERROR("nccl: aborting the communicator: " << pending_.failure().to_string());
       ncclCommAbort(comm_);
       comm_ = nullptr;
+      aborted_now = true;
     }
   }
   aborted_ = true;
   // Only now, with NCCL unable to write their buffers, are the ops reported failed.
   pending_.fail_all(why);
+  return aborted_now;
+}
+
+void NcclBackend::fail(const Status& why) {
+  if (!abort_communicator(why)) return;
+  // The first abort of the group names the cause; a store that cannot be reached only loses
+  // the notice.
+  if (Status told = notice_.publish(pending_.failure()); !told.ok())
+    KOLO_LOG_WARNING(
+        "nccl: could not publish this rank's abort in the store: " << told.to_string());
 }
 
 void NcclBackend::watchdog() {
@@ -598,7 +637,7 @@ void NcclBackend::watchdog() {
       if (async != ncclSuccess && async != ncclInProgress && pending_.failure().ok())
         st = nccl_status(async, "the nccl communicator", last_error());
     }
-    if (!st.ok()) abort(st);
+    if (!st.ok()) fail(st);
   }
 }
 
@@ -792,7 +831,7 @@ Result<std::unique_ptr<Backend>> make_nccl_backend(const BackendContext& ctx) {
   if (ctx.size > 1 && ctx.store == nullptr)
     return Status::InvalidArgument("nccl: context.store must not be null for a group of " +
                                    std::to_string(ctx.size) + " ranks");
-  auto backend = std::make_unique<NcclBackend>(ctx.rank, ctx.size, *device, ctx.op_timeout);
+  auto backend = std::make_unique<NcclBackend>(ctx, *device);
   KOLO_RETURN_IF_ERROR(backend->connect(ctx));
   return std::unique_ptr<Backend>(std::move(backend));
 }

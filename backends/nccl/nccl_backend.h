@@ -26,7 +26,10 @@
 // operation has run longer than op_timeout (KOLO_OP_TIMEOUT), when an event cannot be
 // recorded, or when abort() is called. The abort closes PendingOps first (no operation
 // completes OK after it began), aborts the communicator, then fails every pending operation
-// with the first reason (pending_ops.h).
+// with the first reason (pending_ops.h). An abort of the backend's own (not abort(): the
+// runtime's peer failure, which the peers know) is published in the store (abort_notice.h);
+// a shutdown that waits for GPU work reads the peers' notices, so that a peer's abort after
+// the runtimes agreed to shut down costs it a fraction of a second, not KOLO_OP_TIMEOUT.
 //
 // Errors: Unsupported when the process sees no GPU; InvalidArgument when this host has more
 // ranks than its several visible GPUs (NCCL refuses two ranks on one GPU, and says so at init
