@@ -2,11 +2,14 @@
 // without a GPU: a one-rank fake whose collectives are the local backend's on host memory
 // labelled cuda:0, and whose fence completes from another thread, as nccl's watchdog does.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "backends/channel_backend.h"
@@ -289,6 +292,40 @@ TEST(DeviceBackendTest, ABackendThatAbortedByItselfStopsTheRuntime) {
   one.fake->abort_by_itself(timeout);
   EXPECT_EQ(later_host_op(one).to_string(), timeout.to_string());
   EXPECT_TRUE(logs_within_20s(*one.fake, "abort " + timeout.to_string()));
+}
+
+TEST(DeviceBackendTest, AGpuOperationsSpansEndWhenTheDeviceFinishedIt) {
+  // They used to end when the operation was queued, so a trace showed no GPU time at all. The
+  // fake's "GPU" works 20 ms after the fence: the backend's span lasts at least that long.
+  OneRank one;
+  const std::string trace =
+      ::testing::TempDir() + "device_spans_" + std::to_string(::getpid()) + ".json";
+  ASSERT_TRUE(one.runtime->timeline().start(trace, 0).ok());
+  std::vector<float> x(8, 1.0f);
+  Handle h = one.runtime->submit(on_cuda(build_allreduce("x", host_view(x), host_view(x), {})));
+  ASSERT_TRUE(h.wait(std::chrono::seconds(20)).ok()) << h.status().to_string();
+  one.runtime->timeline().stop();
+  std::ifstream in(trace);
+  const nlohmann::json events = nlohmann::json::parse(in);
+  std::remove(trace.c_str());
+  const nlohmann::json *op = nullptr, *gpu = nullptr;
+  for (const auto& e : events) {
+    if (e.at("ph") != "X") continue;
+    if (e.at("name") == "ALLREDUCE") op = &e;
+    if (e.at("name") == "FAKEGPU_ALLREDUCE") gpu = &e;
+  }
+  ASSERT_NE(op, nullptr) << events.dump();
+  ASSERT_NE(gpu, nullptr) << events.dump();
+  EXPECT_GE(gpu->at("dur").get<double>(), 20000.0);  // microseconds
+  auto end = [](const nlohmann::json& e) {
+    return e.at("ts").get<double>() + e.at("dur").get<double>();
+  };
+  EXPECT_LE(op->at("ts").get<double>(), gpu->at("ts").get<double>());
+  EXPECT_GE(end(*op), end(*gpu));
+  EXPECT_EQ(op->at("args").at("backend"), "fakegpu");
+  EXPECT_EQ(op->at("args").at("status"), "OK");
+  EXPECT_EQ(op->at("args").at("fused"), 1);
+  EXPECT_EQ(op->at("tid"), gpu->at("tid"));
 }
 
 TEST(DeviceBackendTest, TheCompletionEventIsSetBeforeTheHandleCompletes) {

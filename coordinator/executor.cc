@@ -39,7 +39,8 @@ void Executor::begin(const std::vector<BatchItem>& batch, const std::string& pha
 }
 
 void Executor::end(const std::vector<BatchItem>& batch, const Status& status) {
-  if (!timeline_.active()) return;
+  // A device operation's spans end when the device finished it (finish_on_device).
+  if (!timeline_.active() || deferred_) return;
   for (const auto& item : batch) {
     if (item.entry && item.entry->traced) {
       // Only a failed phase says so: the operation's span carries the final status anyway.
@@ -68,13 +69,17 @@ void Executor::finish(const std::vector<BatchItem>& batch, const Status& outcome
   }
 }
 
-void Executor::end_op_span(const BatchItem& item, size_t fused, const Status& status) {
+TimelineArgs Executor::op_span_args(const BatchItem& item, size_t fused) const {
   const Response& p = *item.response;
-  TimelineArgs args = {{"bytes", std::to_string(response_bytes(p))},
-                       {"dtype", std::string(dtype_name(p.dtype))},
-                       {"shape", p.shapes.empty() ? "[]" : shape_string(p.shapes[0])},
-                       {"backend", std::string(backend().name())},
-                       {"fused", std::to_string(fused)}};
+  return {{"bytes", std::to_string(response_bytes(p))},
+          {"dtype", std::string(dtype_name(p.dtype))},
+          {"shape", p.shapes.empty() ? "[]" : shape_string(p.shapes[0])},
+          {"backend", std::string(backend().name())},
+          {"fused", std::to_string(fused)}};
+}
+
+void Executor::end_op_span(const BatchItem& item, size_t fused, const Status& status) {
+  TimelineArgs args = op_span_args(item, fused);
   for (auto& kv : timeline_status_args(status)) args.push_back(std::move(kv));
   timeline_.end(item.entry->request.name, std::move(args));
 }
