@@ -554,8 +554,12 @@ Status NcclBackend::fence(const std::string& what, const Publish& publish, Done 
   in_op_ = false;
   legacy_waited_ = false;
   // A group (or a post-scale) that did not launch leaves part of this operation unqueued,
-  // which the peers' side waits for: abort, so that they learn it.
-  if (!launched.ok()) fail(launched);
+  // which the peers' side waits for: abort, so that they learn it. `launched` names the op.
+  if (!launched.ok()) {
+    fail(launched);  // returns once the communicator is gone
+    done(launched);
+    return launched;
+  }
   if (Status failed = pending_.failure(); !failed.ok()) {
     // Closed: an abort began, maybe on another thread and still inside ncclCommAbort, with
     // this op's work queued. abort() returns only once the communicator is gone, so that no

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -21,6 +22,11 @@
 
 namespace kolo {
 namespace {
+
+// NCCL reads its parameters once per process, at the first communicator: this binary's
+// communicators check that every buffer is device memory (ACallNcclRefusesAbortsTheCommunicator
+// relies on it; the other tests pass device buffers only).
+const int kNcclChecksPointers = setenv("NCCL_CHECK_POINTERS", "1", /*overwrite=*/1);
 
 int visible_gpus() {
   int n = 0;
@@ -431,20 +437,6 @@ TEST_F(NcclOneRankTest, AbortFailsPendingAndLaterOperationsNamingThePeer) {
   EXPECT_NE(st.message().find("rank 1 (gpu-host-2:4000)"), std::string::npos) << st.to_string();
 }
 
-TEST_F(NcclOneRankTest, ACallNcclRefusesAbortsTheCommunicator) {
-  // Review suspicion S5: an invalid argument used to leave the communicator up while the
-  // peers' side of the collective waited for this rank until KOLO_OP_TIMEOUT. NCCL's argument
-  // check refuses a host buffer: the call fails, and so does every later one, with that reason.
-  std::vector<float> host(8, 1.0f);
-  Status st = backend_->allreduce(host.data(), host.data(), 8, DataType::kFloat32, {});
-  ASSERT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
-  EXPECT_NE(st.message().find("nccl allreduce"), std::string::npos) << st.to_string();
-  DeviceArray<float> t(iota(8));
-  Status later = backend_->allreduce(t.data, t.data, 8, DataType::kFloat32, {});
-  EXPECT_EQ(later.code(), StatusCode::kInvalidArgument) << later.to_string();
-  EXPECT_NE(later.message().find(st.message()), std::string::npos) << later.to_string();
-}
-
 // n random values of dtype as bytes: every bit pattern of an integer (int64 beyond 2^53, where
 // the host's double rounds); floats with a random sign and mantissa and an exponent within
 // 2^+-10 of one (no NaN, infinity or subnormal: their handling is not the point here).
@@ -510,6 +502,23 @@ TEST_F(NcclOneRankTest, AnIntegerAverageIsTheHostsAverage) {
                         static_cast<int64_t>(want.size()), 1);
   EXPECT_EQ(t.get(), want);
   EXPECT_EQ(want, (std::vector<int32_t>{-3, -1, 0, 2, 4, 1073741}));
+}
+
+TEST_F(NcclOneRankTest, ACallNcclRefusesAbortsTheCommunicator) {
+  // Review suspicion S5: an invalid argument used to leave the communicator up while the
+  // peers' side of the collective waited for this rank until KOLO_OP_TIMEOUT. NCCL's pointer
+  // check (NCCL_CHECK_POINTERS, set for this binary above) refuses a host buffer: the call
+  // fails, and so does every later one, with that reason. Last of the file: were the check
+  // off, the kernel would read host memory and end this process's CUDA context.
+  ASSERT_STREQ(std::getenv("NCCL_CHECK_POINTERS"), "1");
+  std::vector<float> host(8, 1.0f);
+  Status st = backend_->allreduce(host.data(), host.data(), 8, DataType::kFloat32, {});
+  ASSERT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+  EXPECT_NE(st.message().find("nccl allreduce"), std::string::npos) << st.to_string();
+  DeviceArray<float> t(iota(8));
+  Status later = backend_->allreduce(t.data, t.data, 8, DataType::kFloat32, {});
+  EXPECT_EQ(later.code(), StatusCode::kInvalidArgument) << later.to_string();
+  EXPECT_NE(later.message().find(st.message()), std::string::npos) << later.to_string();
 }
 
 }  // namespace
