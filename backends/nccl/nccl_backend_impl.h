@@ -120,6 +120,10 @@ class NcclBackend final : public DeviceBackend {
   // background thread holds it only while it queues work, never while it waits.
   Status open_group(const std::string& what) KOLO_NO_THREAD_SAFETY_ANALYSIS;
   Status close_group(const std::string& what) KOLO_NO_THREAD_SAFETY_ANALYSIS;
+  // close_group() of a group a blocking collective opened for its own calls (exchange, the
+  // per-rank reducescatter); `calls`: how recording them went. A refused call fails the
+  // communicator, as settle() does: the rest of the group launched, and the peers wait for it.
+  Status end_own_group(const Status& calls, const std::string& what);
   // Runs NCCL call f(comm): into the open group inside an operation, else on its own, settled.
   template <typename F>
   Status nccl_call(F f, const std::string& what) {

@@ -72,6 +72,14 @@ Status NcclBackend::close_group(const std::string& what) {
   return st;
 }
 
+Status NcclBackend::end_own_group(const Status& calls, const std::string& what) {
+  Status ended = close_group(what);
+  if (calls.ok()) return ended;
+  // The group launched without the refused call: the peers wait for its part.
+  fail(calls);
+  return calls;
+}
+
 Status NcclBackend::settle(ncclResult_t r, const std::string& what) {
   const auto start = Clock::now();
   const auto deadline = start + op_timeout_;
@@ -228,9 +236,7 @@ Status NcclBackend::exchange(const void* input, void* output, DataType dtype,
     if (!same_input) send_off += s;
     recv_off += rc;
   }
-  if (!own_group) return st;
-  Status end_status = close_group(what);
-  return st.ok() ? end_status : st;
+  return own_group ? end_own_group(st, what) : st;
 }
 
 Status NcclBackend::do_allgather(const void* input, void* output, DataType dtype,
@@ -319,8 +325,7 @@ Status NcclBackend::do_reducescatter(const void* input, void* output, DataType d
                         what + ": ncclReduce of rank " + std::to_string(r) + "'s block");
       off += counts[r];
     }
-    Status end_status = own_group ? close_group(what) : Status::Ok();
-    KOLO_RETURN_IF_ERROR(st.ok() ? end_status : st);
+    KOLO_RETURN_IF_ERROR(own_group ? end_own_group(st, what) : st);
   }
   KOLO_RETURN_IF_ERROR(finish_reduction(output, counts[rank_], dtype, reduction, what));
   return finish_call(what);
