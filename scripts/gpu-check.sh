@@ -118,6 +118,7 @@ confirms=(
   "nccl_test NcclOneRankTest.TheAverageAndScaleKernelsComputeWhatTheHostComputes"       # S6
   "nccl_test NcclOneRankTest.AnIntegerAverageIsTheHostsAverage"                         # S6
   "framework_cuda CudaTest.RecordEventLeavesTheCallersDeviceCurrent"  # device restored; 2 GPUs
+  "coordinator_cuda CudaRuntimeTest.ANcclOperationsSpansEndWhenTheGpuFinishedIt"  # GPU time traced
 )
 for entry in "${confirms[@]}"; do
   read -r log test <<<"$entry"
