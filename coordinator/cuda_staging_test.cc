@@ -1,5 +1,6 @@
 // CUDA tensors through the coordinator: submission checks in every build; with a GPU,
-// allreduce/allgather/broadcast of device tensors on in-process ranks against CPU results.
+// allreduce/allgather/broadcast of device tensors on in-process ranks against CPU results, and
+// the trace of an operation on the nccl backend.
 #include "coordinator/cuda_staging.h"
 
 #include <gtest/gtest.h>
