@@ -5,7 +5,8 @@
 //   wait_ready(...) for each tensor  -> the backend's stream waits for the tensor's producer
 //   allreduce(...)/allgather(...)... -> recorded (nccl: into one NCCL group), return at once
 //   fence(what, publish, done)       -> launches them, records the completion event, hands it
-//                                       to publish; done(status) runs later
+//                                       to publish; done(status) runs later; an error when
+//                                       the operation could not be launched
 // An operation's collectives are one unit on the device: nccl launches them together at
 // fence(), so a call's output may not feed a later call of the same operation. Collectives
 // called outside such a sequence (no wait_ready since the last fence) keep Backend's blocking
@@ -64,10 +65,19 @@ class DeviceBackend : public Backend {
 
   // Ends the operation begun by wait_ready: launches its collectives, records its completion
   // event on the stream, calls publish(event) (on the calling thread, before `done` can run),
-  // after which `done` runs exactly once. When the event cannot be recorded, publish is not
-  // called, the communicator is aborted (its work may still be queued) and `done` has already
-  // run with the error when fence returns.
-  virtual void fence(const std::string& what, const Publish& publish, Done done) = 0;
+  // after which `done` runs exactly once, and returns OK. When the operation cannot be
+  // launched in full (NCCL refused its group, a kernel did not launch, the event cannot be
+  // recorded) or the communicator was aborted before, publish is not called, the communicator
+  // is aborted (the peers' side of the operation would wait for this rank), `done` has run
+  // with the error naming `what`, and fence returns that error: the caller must stop as after
+  // a failed collective, so that the control plane tells the peers.
+  virtual Status fence(const std::string& what, const Publish& publish, Done done) = 0;
+
+  // OK while the communicator is usable; once it was aborted (by abort(), or by the backend
+  // itself: an NCCL error, an operation past KOLO_OP_TIMEOUT), the first reason. Any thread.
+  // The runtime polls it every cycle and stops when it is set, so that the control plane
+  // tells the peers: their side of the failed operation waits for this rank otherwise.
+  virtual Status failure() const = 0;
 
   // A peer failed (the control plane or the store says so): abort the communicator and fail
   // every pending operation with `why` (which names the peer). Idempotent and safe from any

@@ -4,11 +4,12 @@
 # <folder> -> the source folder. A component adds its root PUBLIC (its dependents may include
 # its headers) or, with INTERNAL, PRIVATE. So an include against the layering (the framework
 # reaching into common/, anything into coordinator/) fails to compile, as does one of a
-# component that is not linked. The public API, include/kolo/, is visible to all. One header
-# crosses the layering: common/thread_annotations.h (macros and two inline classes, nothing to
-# link) is visible, privately, to a target that calls kolo_thread_annotations(): the framework's
-# locking is checked by Clang's analysis like the core's, without its installed headers
-# depending on it.
+# component that is not linked. The public API, include/kolo/, is visible to all. Two headers
+# of common/ cross the layering, each inline with nothing to link, visible privately to a target
+# that asks for it with kolo_common_header(): thread_annotations.h (the framework's locking is
+# checked by Clang's analysis like the core's) and cuda_device_guard.h (the framework's CUDA
+# code restores the caller's device as the core's does), without the framework's installed
+# headers depending on them.
 #
 # kolo_folder_root(OUT): the include root of the current source folder's top-level folder.
 function(kolo_folder_root out)
@@ -22,14 +23,14 @@ function(kolo_folder_root out)
   set(${out} ${root} PARENT_SCOPE)
 endfunction()
 
-# kolo_thread_annotations(TARGET): TARGET's sources may include "common/thread_annotations.h"
-# (and no other header of common/); its own installed headers must not.
-function(kolo_thread_annotations target)
-  set(root ${PROJECT_BINARY_DIR}/include_roots/thread_annotations)
-  if(NOT EXISTS ${root}/common/thread_annotations.h)
+# kolo_common_header(TARGET HEADER): TARGET's sources may include "common/HEADER" (one of the
+# two above, and no other header of common/); its own installed headers must not.
+function(kolo_common_header target header)
+  string(REGEX REPLACE "\\.h$" "" stem "${header}")
+  set(root ${PROJECT_BINARY_DIR}/include_roots/${stem})
+  if(NOT EXISTS ${root}/common/${header})
     file(MAKE_DIRECTORY ${root}/common)
-    file(CREATE_LINK ${PROJECT_SOURCE_DIR}/common/thread_annotations.h
-         ${root}/common/thread_annotations.h SYMBOLIC)
+    file(CREATE_LINK ${PROJECT_SOURCE_DIR}/common/${header} ${root}/common/${header} SYMBOLIC)
   endif()
   target_include_directories(${target} PRIVATE ${root})
 endfunction()

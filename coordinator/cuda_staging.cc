@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "common/cuda_device_guard.h"
+
 namespace kolo::coord {
 
 namespace {
@@ -37,14 +39,14 @@ Status check_device(const std::string& what, const std::string& name, const Devi
   if (device.index < 0 || device.index >= count)
     return Status::InvalidArgument(what + ": tensor '" + name + "' is on " + device.to_string() +
                                    " but this process sees " + std::to_string(count) +
-                                   " CUDA device(s) (valid ordinals: [0, " +
-                                   std::to_string(count) + "))");
+                                   " CUDA device(s) (valid ordinals: [0, " + std::to_string(count) +
+                                   "))");
   return Status::Ok();
 }
 
 CudaStaging::~CudaStaging() {
   for (auto& [device, s] : streams_) {
-    cudaSetDevice(device);
+    CudaDeviceGuard guard(device);  // the thread that shuts Kolo down is the user's
     cudaStreamSynchronize(static_cast<cudaStream_t>(s.stream));
     cudaStreamDestroy(static_cast<cudaStream_t>(s.stream));
     if (s.mark) cudaEventDestroy(static_cast<cudaEvent_t>(s.mark));
@@ -70,8 +72,8 @@ Result<void*> CudaStaging::host_buffer(Slot slot, size_t bytes) {
   // Portable: the buffer is pinned for every device, whichever one the tensor lives on.
   cudaError_t err = cudaHostAlloc(&p, capacity, cudaHostAllocPortable);
   if (err != cudaSuccess)
-    return cuda_error(err, "cudaHostAlloc of " + std::to_string(capacity) +
-                               " bytes of pinned staging memory");
+    return cuda_error(
+        err, "cudaHostAlloc of " + std::to_string(capacity) + " bytes of pinned staging memory");
   b.data = p;
   b.capacity = capacity;
   return p;

@@ -1,5 +1,6 @@
 // CUDA tensors through the coordinator: submission checks in every build; with a GPU,
-// allreduce/allgather/broadcast of device tensors on in-process ranks against CPU results.
+// allreduce/allgather/broadcast of device tensors on in-process ranks against CPU results, and
+// the trace of an operation on the nccl backend.
 #include "coordinator/cuda_staging.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +12,13 @@
 
 #ifdef KOLO_HAVE_CUDA
 #include <cuda_runtime_api.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "backends/local_backend.h"
+#include "backends/registry.h"
 #endif
 
 namespace kolo::coord {
@@ -171,18 +179,22 @@ TEST_F(CudaRuntimeTest, AllreduceMatchesCpu) {
     ASSERT_EQ(cudaEventRecord(ready, producer), cudaSuccess);
 
     std::vector<Handle> hs;
-    auto sizes = [&](size_t i) { return std::vector<int64_t>{static_cast<int64_t>(cpu[i].size())}; };
+    auto sizes = [&](size_t i) {
+      return std::vector<int64_t>{static_cast<int64_t>(cpu[i].size())};
+    };
     for (int pass = 0; pass < 2; ++pass) {
       const bool on_gpu = pass == 1;
       auto view = [&](size_t i) {
-        TensorView v = on_gpu ? cuda_view(gpu[i]->data(), sizes(i)) : view_of(cpu[i].data(), sizes(i));
+        TensorView v =
+            on_gpu ? cuda_view(gpu[i]->data(), sizes(i)) : view_of(cpu[i].data(), sizes(i));
         if (on_gpu && i == 1) v.ready_event = ready;
         return v;
       };
       std::string p = on_gpu ? "gpu." : "cpu.";
       hs.push_back(submit(c[r], build_allreduce(p + "single", view(0), view(0), avg)));
       hs.push_back(submit(c[r], build_allreduce(p + "big", view(1), view(1), {})));
-      hs.push_back(submit(c[r], build_grouped_allreduce(p + "group", {view(2), view(3)}, {ReduceOp::kMax})));
+      hs.push_back(
+          submit(c[r], build_grouped_allreduce(p + "group", {view(2), view(3)}, {ReduceOp::kMax})));
     }
     for (auto& h : hs) ASSERT_TRUE(h.wait().ok()) << h.name() << ": " << h.wait().to_string();
     for (size_t i = 0; i < cpu.size(); ++i)
@@ -210,7 +222,8 @@ TEST_F(CudaRuntimeTest, AllgatherAndBroadcastMatchCpu) {
       dout = std::make_unique<DeviceBuffer>(s[0] * s[1] * dtype_size(dt));
       return dout->data();
     };
-    auto dev_out = submit(c[r], build_allgather("ag.gpu.dev", cuda_view(din.data(), shape), to_device));
+    auto dev_out =
+        submit(c[r], build_allgather("ag.gpu.dev", cuda_view(din.data(), shape), to_device));
     // broadcast from rank 1.
     std::vector<float> b = values(r, 17, 5), bcpu = b;
     DeviceBuffer db(b.size() * sizeof(float));
@@ -232,6 +245,51 @@ TEST_F(CudaRuntimeTest, AllgatherAndBroadcastMatchCpu) {
     EXPECT_EQ(db.download<float>(17), bcpu);
     EXPECT_EQ(bcpu, values(1, 17, 5));
   });
+}
+
+TEST_F(CudaRuntimeTest, ANcclOperationsSpansEndWhenTheGpuFinishedIt) {
+  // A GPU operation's timeline spans used to end when it was queued, so a trace showed none of
+  // its GPU time. Here the allreduce waits on the GPU behind busy work on the legacy stream
+  // (it has no ready event): its NCCL_ALLREDUCE span must last most of that work.
+  BackendContext one;  // rank 0 of 1: no store
+  one.op_timeout = std::chrono::milliseconds(60000);
+  Result<std::unique_ptr<Backend>> nccl = create_backend("nccl", one);
+  if (!nccl.ok()) GTEST_SKIP() << "no nccl backend here: " << nccl.status().to_string();
+  auto rt = Runtime::create(testkit::test_config(), Topology{}, make_local_backend("local"),
+                            make_local_backend("control"), std::move(*nccl));
+  ASSERT_TRUE(rt.ok()) << rt.status().to_string();
+  constexpr size_t kBig = size_t{64} << 20;
+  DeviceBuffer big(kBig), t(4096 * sizeof(float));
+  t.upload(std::vector<float>(4096, 1.0f));
+  // How long the busy work alone keeps the GPU: the bound below is a quarter of it.
+  cudaEvent_t e0, e1;
+  ASSERT_EQ(cudaEventCreate(&e0), cudaSuccess);
+  ASSERT_EQ(cudaEventCreate(&e1), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(e0, cudaStreamLegacy), cudaSuccess);
+  for (int i = 0; i < 10; ++i) keep_busy(big, kBig, cudaStreamLegacy);
+  ASSERT_EQ(cudaEventRecord(e1, cudaStreamLegacy), cudaSuccess);
+  ASSERT_EQ(cudaEventSynchronize(e1), cudaSuccess);
+  float busy_ms = 0;
+  ASSERT_EQ(cudaEventElapsedTime(&busy_ms, e0, e1), cudaSuccess);
+  const std::string trace =
+      ::testing::TempDir() + "nccl_spans_" + std::to_string(::getpid()) + ".json";
+  ASSERT_TRUE((*rt)->timeline().start(trace, 0).ok());
+  for (int i = 0; i < 10; ++i) keep_busy(big, kBig, cudaStreamLegacy);
+  TensorView v = cuda_view(t.data(), {4096});
+  Handle h = submit(**rt, build_allreduce("t", v, v, {}));
+  ASSERT_TRUE(h.wait().ok()) << h.wait().to_string();
+  (*rt)->timeline().stop();
+  std::ifstream in(trace);
+  const nlohmann::json events = nlohmann::json::parse(in);
+  std::remove(trace.c_str());
+  double gpu_us = -1;
+  for (const auto& e : events)
+    if (e.at("ph") == "X" && e.at("name") == "NCCL_ALLREDUCE") gpu_us = e.at("dur").get<double>();
+  ASSERT_GE(gpu_us, 0) << "no NCCL_ALLREDUCE span: " << events.dump();
+  EXPECT_GE(gpu_us, busy_ms * 1000 / 4) << "busy work alone: " << busy_ms << " ms";
+  EXPECT_EQ(t.download<float>(1)[0], 1.0f);  // one rank: the sum is the input
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
 }
 
 #endif  // KOLO_HAVE_CUDA

@@ -2,11 +2,14 @@
 // without a GPU: a one-rank fake whose collectives are the local backend's on host memory
 // labelled cuda:0, and whose fence completes from another thread, as nccl's watchdog does.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "backends/channel_backend.h"
@@ -53,25 +56,40 @@ class FakeDeviceBackend : public DeviceBackend {
     stand_in_.resize(bytes);
     return static_cast<void*>(stand_in_.data());
   }
-  void fence(const std::string& what, const Publish& publish, Done done) override {
+  Status fence(const std::string& what, const Publish& publish, Done done) override {
     auto event = std::make_shared<int>(0);
     {
       MutexLock lock(mu_);
       log_.push_back("fence " + what);
+      if (fail_fence_) {
+        // NCCL refused the group: nccl aborts, fails the op and reports it.
+        log_.push_back("abort at fence");
+        Status st = Status::InvalidArgument(what +
+                                            ": NCCL error ncclInvalidArgument: invalid "
+                                            "argument (ncclGroupEnd)");
+        lock.unlock();
+        done(st);
+        return st;
+      }
       if (!complete_in_fence_) {
         publish(event);
         queue_.push_back(std::move(done));
         cv_.notify_all();
-        return;
+        return Status::Ok();
       }
     }
     // The watchdog's fastest case: the op completes before fence returns.
     publish(event);
     done(Status::Ok());
+    return Status::Ok();
   }
   void abort(const Status& why) override {
     MutexLock lock(mu_);
     log_.push_back("abort " + why.to_string());
+  }
+  Status failure() const override {
+    MutexLock lock(mu_);
+    return failure_;
   }
 
   std::vector<std::string> log() const {
@@ -85,6 +103,15 @@ class FakeDeviceBackend : public DeviceBackend {
   void complete_in_fence() {
     MutexLock lock(mu_);
     complete_in_fence_ = true;
+  }
+  // The watchdog's own abort (an NCCL error, the op timeout), which nobody asked for.
+  void abort_by_itself(const Status& why) {
+    MutexLock lock(mu_);
+    failure_ = why;
+  }
+  void fail_fence() {
+    MutexLock lock(mu_);
+    fail_fence_ = true;
   }
   std::thread::id completer_id() const { return completer_.get_id(); }
 
@@ -127,6 +154,8 @@ class FakeDeviceBackend : public DeviceBackend {
   std::deque<Done> queue_ KOLO_GUARDED_BY(mu_);
   const void* poisoned_ KOLO_GUARDED_BY(mu_) = nullptr;
   bool complete_in_fence_ KOLO_GUARDED_BY(mu_) = false;
+  bool fail_fence_ KOLO_GUARDED_BY(mu_) = false;
+  Status failure_ KOLO_GUARDED_BY(mu_);
   std::vector<char> stand_in_ KOLO_GUARDED_BY(mu_);
   bool stop_ KOLO_GUARDED_BY(mu_) = false;
   std::thread completer_;
@@ -198,6 +227,26 @@ TEST(DeviceBackendTest, DeviceOutputsNeedAnAllocator) {
   EXPECT_EQ(std::count(log.begin(), log.end(), "allgather"), 0);
 }
 
+// Whether the fake logs a line starting with `prefix` within 20 s (the runtime stops on its
+// background thread, after the handle completed).
+bool logs_within_20s(const FakeDeviceBackend& fake, const std::string& prefix) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < deadline) {
+    for (const auto& line : fake.log())
+      if (line.rfind(prefix, 0) == 0) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
+// The outcome of a host allreduce submitted after the runtime stopped: its failure.
+Status later_host_op(OneRank& one) {
+  std::vector<float> y(4, 1.0f);
+  auto later = build_allreduce("later", view_of(y.data(), {4}), view_of(y.data(), {4}), {});
+  if (!later.ok()) return later.status();
+  return one.runtime->submit(std::move(*later)).wait(std::chrono::seconds(20));
+}
+
 TEST(DeviceBackendTest, ARefusedTensorFailsItsHandleNamingItAndStopsTheRuntime) {
   OneRank one;
   std::vector<float> x(4, 1.0f);
@@ -209,18 +258,74 @@ TEST(DeviceBackendTest, ARefusedTensorFailsItsHandleNamingItAndStopsTheRuntime) 
             "InvalidArgument: allreduce 'bad': the tensor says cuda:0 but its data pointer is "
             "unregistered host memory");
   // The runtime stopped (peers may be inside the collective) and aborted the GPU backend.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  bool aborted = false;
-  while (!aborted && std::chrono::steady_clock::now() < deadline) {
-    for (const auto& line : one.fake->log()) aborted |= line.rfind("abort ", 0) == 0;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_TRUE(logs_within_20s(*one.fake, "abort "));
+  EXPECT_EQ(later_host_op(one).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(DeviceBackendTest, AnOperationThatCannotLaunchFailsItsHandleAndStopsTheRuntime) {
+  // NCCL refused this rank's group (settle: an invalid argument): the peers launched their side
+  // and wait for this rank, so the runtime stops (it used to go on, and the peers waited for
+  // KOLO_OP_TIMEOUT), and the control plane tells them.
+  OneRank one;
+  one.fake->fail_fence();
+  std::vector<float> x(4, 1.0f);
+  Handle h = one.runtime->submit(on_cuda(build_allreduce("x", host_view(x), host_view(x), {})));
+  EXPECT_EQ(h.wait(std::chrono::seconds(20)).to_string(),
+            "InvalidArgument: allreduce 'x': NCCL error ncclInvalidArgument: invalid argument "
+            "(ncclGroupEnd)");
+  // The runtime's fail_all_and_abort, with the fence's error.
+  EXPECT_TRUE(logs_within_20s(*one.fake, "abort InvalidArgument"));
+  EXPECT_EQ(later_host_op(one).to_string(),
+            "InvalidArgument: allreduce 'x': NCCL error ncclInvalidArgument: invalid argument "
+            "(ncclGroupEnd)");
+}
+
+TEST(DeviceBackendTest, ABackendThatAbortedByItselfStopsTheRuntime) {
+  // Review S2: the watchdog aborted (a peer's side of an operation never came), and the
+  // runtime went on as if nothing happened: the peers, stuck in their side of that operation,
+  // learnt nothing until their own op timeout, and a shutdown waited for it. Now the runtime
+  // stops within a cycle, with the backend's reason, which the control plane carries.
+  OneRank one;
+  const Status timeout = Status::Timeout(
+      "allreduce 'w': did not complete on the GPU within 1.0 s (KOLO_OP_TIMEOUT): a peer is "
+      "dead or stuck, or the ranks' operations do not match");
+  one.fake->abort_by_itself(timeout);
+  EXPECT_EQ(later_host_op(one).to_string(), timeout.to_string());
+  EXPECT_TRUE(logs_within_20s(*one.fake, "abort " + timeout.to_string()));
+}
+
+TEST(DeviceBackendTest, AGpuOperationsSpansEndWhenTheDeviceFinishedIt) {
+  // They used to end when the operation was queued, so a trace showed no GPU time at all. The
+  // fake's "GPU" works 20 ms after the fence: the backend's span lasts at least that long.
+  OneRank one;
+  const std::string trace =
+      ::testing::TempDir() + "device_spans_" + std::to_string(::getpid()) + ".json";
+  ASSERT_TRUE(one.runtime->timeline().start(trace, 0).ok());
+  std::vector<float> x(8, 1.0f);
+  Handle h = one.runtime->submit(on_cuda(build_allreduce("x", host_view(x), host_view(x), {})));
+  ASSERT_TRUE(h.wait(std::chrono::seconds(20)).ok()) << h.status().to_string();
+  one.runtime->timeline().stop();
+  std::ifstream in(trace);
+  const nlohmann::json events = nlohmann::json::parse(in);
+  std::remove(trace.c_str());
+  const nlohmann::json *op = nullptr, *gpu = nullptr;
+  for (const auto& e : events) {
+    if (e.at("ph") != "X") continue;
+    if (e.at("name") == "ALLREDUCE") op = &e;
+    if (e.at("name") == "FAKEGPU_ALLREDUCE") gpu = &e;
   }
-  EXPECT_TRUE(aborted);
-  std::vector<float> y(4, 1.0f);
-  auto later_entry = build_allreduce("later", view_of(y.data(), {4}), view_of(y.data(), {4}), {});
-  ASSERT_TRUE(later_entry.ok());
-  Handle later = one.runtime->submit(std::move(*later_entry));
-  EXPECT_EQ(later.wait(std::chrono::seconds(20)).code(), StatusCode::kInvalidArgument);
+  ASSERT_NE(op, nullptr) << events.dump();
+  ASSERT_NE(gpu, nullptr) << events.dump();
+  EXPECT_GE(gpu->at("dur").get<double>(), 20000.0);  // microseconds
+  auto end = [](const nlohmann::json& e) {
+    return e.at("ts").get<double>() + e.at("dur").get<double>();
+  };
+  EXPECT_LE(op->at("ts").get<double>(), gpu->at("ts").get<double>());
+  EXPECT_GE(end(*op), end(*gpu));
+  EXPECT_EQ(op->at("args").at("backend"), "fakegpu");
+  EXPECT_EQ(op->at("args").at("status"), "OK");
+  EXPECT_EQ(op->at("args").at("fused"), 1);
+  EXPECT_EQ(op->at("tid"), gpu->at("tid"));
 }
 
 TEST(DeviceBackendTest, TheCompletionEventIsSetBeforeTheHandleCompletes) {

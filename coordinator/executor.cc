@@ -39,7 +39,8 @@ void Executor::begin(const std::vector<BatchItem>& batch, const std::string& pha
 }
 
 void Executor::end(const std::vector<BatchItem>& batch, const Status& status) {
-  if (!timeline_.active()) return;
+  // A device operation's spans end when the device finished it (finish_on_device).
+  if (!timeline_.active() || deferred_) return;
   for (const auto& item : batch) {
     if (item.entry && item.entry->traced) {
       // Only a failed phase says so: the operation's span carries the final status anyway.
@@ -68,13 +69,17 @@ void Executor::finish(const std::vector<BatchItem>& batch, const Status& outcome
   }
 }
 
-void Executor::end_op_span(const BatchItem& item, size_t fused, const Status& status) {
+TimelineArgs Executor::op_span_args(const BatchItem& item, size_t fused) const {
   const Response& p = *item.response;
-  TimelineArgs args = {{"bytes", std::to_string(response_bytes(p))},
-                       {"dtype", std::string(dtype_name(p.dtype))},
-                       {"shape", p.shapes.empty() ? "[]" : shape_string(p.shapes[0])},
-                       {"backend", std::string(backend().name())},
-                       {"fused", std::to_string(fused)}};
+  return {{"bytes", std::to_string(response_bytes(p))},
+          {"dtype", std::string(dtype_name(p.dtype))},
+          {"shape", p.shapes.empty() ? "[]" : shape_string(p.shapes[0])},
+          {"backend", std::string(backend().name())},
+          {"fused", std::to_string(fused)}};
+}
+
+void Executor::end_op_span(const BatchItem& item, size_t fused, const Status& status) {
+  TimelineArgs args = op_span_args(item, fused);
   for (auto& kv : timeline_status_args(status)) args.push_back(std::move(kv));
   timeline_.end(item.entry->request.name, std::move(args));
 }
@@ -111,6 +116,15 @@ Status Executor::run(const std::vector<BatchItem>& batch) {
   const Response& head = *batch.front().response;
   active_ = gpu_ && head.device.is_cuda() ? gpu_ : &backend_;
   deferred_ = false;
+  fence_status_ = Status::Ok();
+  Status st = dispatch(batch);
+  // A device operation that could not be launched in full strands the peers like a failed
+  // call: the runtime must stop (device_backend.h, fence).
+  return st.ok() ? fence_status_ : st;
+}
+
+Status Executor::dispatch(const std::vector<BatchItem>& batch) {
+  const Response& head = *batch.front().response;
   if (head.kind == Response::Kind::kError) {
     Status error(head.error_code, head.error);
     // Shown where the user looks for it: on the tensor's own row.

@@ -26,11 +26,15 @@
 // caller's device buffers after wait_ready() on each tensor's ready event; its calls only queue
 // work on its stream, and the handles complete when its fence() reports the completion event
 // done (executor_device.cc), on the backend's watchdog thread; the timeline's spans of such an
-// operation end when it was queued. A gpu backend that takes host memory is staged to as
+// operation (the backend's phase, e.g. NCCL_ALLREDUCE, and the operation's own) end there too,
+// so a trace shows the time on the GPU; they are detached from the tensor's track
+// (Timeline::detach), whose name the next operation may take before this one completes. A gpu
+// backend that takes host memory is staged to as
 // above. A tensor a DeviceBackend refuses (wrong device, a host pointer labelled CUDA, a bad
-// ready event, no allocator for a device output) fails its handle and stops the runtime
-// (run() returns the error): the other ranks already wait in the collective, and the control
-// plane's PeerFailure (or the op timeout) is what releases them.
+// ready event, no allocator for a device output), and an operation it cannot launch (fence()
+// fails: NCCL refused the group), fails its handle and stops the runtime (run() returns the
+// error): the other ranks already wait in the collective, and the control plane's PeerFailure
+// (or the op timeout) is what releases them.
 //
 // Not thread-safe: the background thread's.
 #pragma once
@@ -72,6 +76,8 @@ class Executor {
   void reduce_gathered(const BatchItem& item, const std::vector<const void*>& inputs);
 
  private:
+  // run() of a batch, but for the outcome of a device operation's fence.
+  Status dispatch(const std::vector<BatchItem>& batch);
   Status allreduce(const std::vector<BatchItem>& batch);
   Status allgather(const BatchItem& item);
   Status broadcast(const BatchItem& item);
@@ -89,6 +95,8 @@ class Executor {
   void finish(const std::vector<BatchItem>& batch, const Status& status);
   // Ends a traced entry's operation span (opened at submission) with the batch's details.
   void end_op_span(const BatchItem& item, size_t fused, const Status& status);
+  // Those details, but the status: bytes, dtype, shape, backend, fused.
+  TimelineArgs op_span_args(const BatchItem& item, size_t fused) const;
   // The backend of the batch being run: gpu_ for CUDA tensors when there is one.
   Backend& backend() const { return *active_; }
 
@@ -132,6 +140,7 @@ class Executor {
   DeviceBackend* device_ = nullptr;  // gpu_ when it takes CUDA buffers directly
   Backend* active_ = &backend_;      // set by run() for each batch
   bool deferred_ = false;            // the batch runs on device_: finish() fences it
+  Status fence_status_;              // the batch's fence: not OK when it could not launch
   ops::Workspace fusion_buffer_;     // persistent: grows to the largest batch and stays
   std::vector<AllreducePiece> pieces_;  // a batch's tensors for allreduce_pieces (reused)
   ops::Workspace scratch_;           // joined ranks' stand-in buffers

@@ -53,21 +53,42 @@ void Executor::finish_on_device(const std::vector<BatchItem>& batch, const Statu
   std::vector<std::shared_ptr<detail::OpState>> states;
   for (const auto& item : batch)
     if (item.entry) states.push_back(item.entry->state);
+  // The traced entries' open spans (the backend's phase, the operation) end when the device
+  // finished the operation, not now that it is queued: the trace shows the GPU time. Detached,
+  // because the tensor's name is free again and its next operation may begin on that track.
+  struct Spans {
+    uint64_t token;
+    TimelineArgs op_args;
+  };
+  std::vector<Spans> spans;
+  if (timeline_.active())
+    for (const auto& item : batch)
+      if (item.entry && item.entry->traced)
+        spans.push_back(
+            {timeline_.detach(item.entry->request.name), op_span_args(item, batch.size())});
+  // The Runtime declares its Timeline before its GPU backend: the backend's last done
+  // callbacks (its destructor fails what is left) still find it.
+  Timeline* timeline = &timeline_;
   // The fence also ends the backend's operation after a failed call; the handles then get
   // that failure rather than the (irrelevant) completion of whatever was queued. The event is
   // published before the backend registers the operation (op_state.h: set before it can
   // complete), so a caller never sees a completed GPU handle without its event.
-  device_->fence(
+  fence_status_ = device_->fence(
       describe(batch),
       [&states](const std::shared_ptr<void>& event) {
         for (const auto& s : states) s->set_completion_event(event);
       },
-      [states, status](const Status& done) {
-        for (const auto& s : states) s->complete(status.ok() ? done : status);
+      [states, status, spans = std::move(spans), timeline](const Status& done) {
+        const Status outcome = status.ok() ? done : status;
+        // The spans first: a waiter that complete() wakes may stop the timeline.
+        const TimelineArgs failed = outcome.ok() ? TimelineArgs{} : timeline_status_args(outcome);
+        for (const Spans& s : spans) {
+          TimelineArgs op = s.op_args;
+          for (auto& kv : timeline_status_args(outcome)) op.push_back(std::move(kv));
+          timeline->end_detached(s.token, failed, op);
+        }
+        for (const auto& s : states) s->complete(outcome);
       });
-  if (!timeline_.active()) return;
-  for (const auto& item : batch)
-    if (item.entry && item.entry->traced) end_op_span(item, batch.size(), status);
 }
 
 void* Executor::device_output(Entry& entry, void* allocated, size_t bytes, Status& alloc_status) {

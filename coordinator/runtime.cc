@@ -116,6 +116,7 @@ Runtime::Runtime(RuntimeConfig config, Topology topology, std::unique_ptr<Backen
         topology_.size, StallConfig{config_.stall_check_time, config_.stall_shutdown_time},
         config_.rank_names);
   if (config_.name_first_failure) executor_.name_failures_with(config_.name_first_failure);
+  device_ = dynamic_cast<DeviceBackend*>(gpu_.get());
 }
 
 Result<std::unique_ptr<Runtime>> Runtime::create(RuntimeConfig config, Topology topology,
@@ -345,7 +346,7 @@ void Runtime::fail_all_and_abort(const Status& why) {
   fail_all(why);
   // A peer died (or this rank broke): NCCL would wait for it forever, so the GPU work still
   // queued fails now with the reason, which names the peer when a peer is the cause.
-  if (auto* device = dynamic_cast<DeviceBackend*>(gpu_.get())) device->abort(why);
+  if (device_) device_->abort(why);
 }
 
 void Runtime::fail_all(const Status& status) {
@@ -429,7 +430,12 @@ void Runtime::loop() {
       if (e->traced && timeline_.active() && e->pending_since >= last_start) end_queue_span(*e);
     last_start = std::chrono::steady_clock::now();
     bool stop = false;
-    Status st;
+    // A device backend that aborted by itself (an NCCL error, an operation past
+    // KOLO_OP_TIMEOUT): stop, so that the control plane tells the peers, whose side of the
+    // failed operation would otherwise wait for this rank until their own op timeout. Checked
+    // every cycle, so within a heartbeat.
+    Status st = device_ ? device_->failure() : Status::Ok();
+    if (!st.ok()) return stop_after_failure(st);
     try {
       st = cycle(shutdown_requested, stop);
     } catch (const Error& e) {
@@ -534,8 +540,8 @@ Status Runtime::cycle(bool shutdown_requested, bool& stop) {
             ? "kolo was shut down (rank " + std::to_string(list.shutdown_rank) +
                   " called shutdown()); pending operations were cancelled"
             : config_.label + " was removed (its rank " +
-                  std::to_string(named_rank(config_, list.shutdown_rank)) +
-                  " called " + config_.closed_by + "); pending operations were cancelled"));
+                  std::to_string(named_rank(config_, list.shutdown_rank)) + " called " +
+                  config_.closed_by + "); pending operations were cancelled"));
     stop = true;
   }
   return Status::Ok();

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/device_backend.h"
 #include "common/thread_annotations.h"
 #include "coordinator/autotune.h"
 #include "coordinator/config.h"
@@ -133,11 +134,14 @@ class Runtime {
 
   const RuntimeConfig config_;
   const Topology topology_;
+  // A SIGTERM from kolorun (or Ctrl-C) closes the file in order before the process ends.
+  // Declared before gpu_, which outlives it otherwise: the device backend's destructor runs
+  // the last completions, which end their operations' spans.
+  Timeline timeline_{TimelineOptions{.stop_on_signals = true}};
   std::unique_ptr<Backend> data_;
   std::unique_ptr<Backend> control_;
-  std::unique_ptr<Backend> gpu_;  // may be null; declared before executor_, which borrows it
-  // A SIGTERM from kolorun (or Ctrl-C) closes the file in order before the process ends.
-  Timeline timeline_{TimelineOptions{.stop_on_signals = true}};
+  std::unique_ptr<Backend> gpu_;     // may be null; declared before executor_, which borrows it
+  DeviceBackend* device_ = nullptr;  // gpu_ when it is a DeviceBackend (nccl)
 
   mutable Mutex mu_;
   std::condition_variable cv_;

@@ -6,6 +6,11 @@
 #include "framework/autograd.h"
 #include "framework/functional.h"
 #include "framework/nn/layers.h"
+#if defined(KOLO_HAVE_CUDA)
+#include <cuda_runtime_api.h>
+
+#include "framework/kernels/cuda_allocator.h"
+#endif
 
 namespace kolo::fw {
 namespace {
@@ -88,6 +93,21 @@ TEST_F(CudaTest, ElementwiseAndReductionsMatchCpu) {
   expect_close(log_softmax(a.reshape({10, 100})).to_vector(),
                log_softmax(da.reshape({10, 100})).to_vector(), 1e-4f);
 }
+
+#if defined(KOLO_HAVE_CUDA)
+TEST_F(CudaTest, RecordEventLeavesTheCallersDeviceCurrent) {
+  // DistributedOptimizer records a gradient's ready event on the user's thread: recording it on
+  // the gradient's GPU must not move that thread's later allocations and launches there.
+  if (cuda_device_count() < 2) GTEST_SKIP() << "needs 2 GPUs (with one, every device is cuda:0)";
+  ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+  std::shared_ptr<void> event = cuda_alloc::record_event(0);
+  ASSERT_NE(event, nullptr);
+  int current = -1;
+  ASSERT_EQ(cudaGetDevice(&current), cudaSuccess);
+  EXPECT_EQ(current, 1);
+  EXPECT_EQ(cudaEventSynchronize(static_cast<cudaEvent_t>(event.get())), cudaSuccess);
+}
+#endif
 
 }  // namespace
 }  // namespace kolo::fw

@@ -105,6 +105,33 @@ run_test coordinator_cuda "$bin/coordinator_test" --gtest_filter='*Cuda*:*Device
 run_test framework_cuda "$bin/framework_test" --gtest_filter='*Cuda*'
 run_test models_cuda "$bin/train_fashion_mnist_models_test" --gtest_filter='*Cuda*'
 
+# 4b. The fixes of the GPU path's review that were written and unit-tested without a GPU and
+#     only a GPU can confirm: each test is named in the summary with its outcome, so that a
+#     pass is seen rather than assumed (a skip says why in its log).
+confirms=(
+  "nccl_test NcclOneRankTest.ConcurrentAbortsFailEveryOpWithTheFirstReasonAndNoneOk"    # defect 1
+  "nccl_test NcclOneRankTest.AnOpWhoseEventTheCallerDropsStillCompletes"                # defect 2
+  "nccl_test NcclOneRankTest.AFusedBatchIsOneGroupWithItsPostScalesAfterTheReduction"   # defect 3
+  "nccl_test NcclOneRankTest.WithoutAReadyEventItWaitsForTheLegacyDefaultStream"        # defect 4
+  "coordinator_cuda CudaRuntimeTest.StagingCopiesFollowTheLegacyStreamAndTheOutputsReadyEvent"  # 5
+  "nccl_test NcclOneRankTest.ACallNcclRefusesAbortsTheCommunicator"                     # S5
+  "nccl_test NcclOneRankTest.TheAverageAndScaleKernelsComputeWhatTheHostComputes"       # S6
+  "nccl_test NcclOneRankTest.AnIntegerAverageIsTheHostsAverage"                         # S6
+  "framework_cuda CudaTest.RecordEventLeavesTheCallersDeviceCurrent"  # device restored; 2 GPUs
+  "coordinator_cuda CudaRuntimeTest.ANcclOperationsSpansEndWhenTheGpuFinishedIt"  # GPU time traced
+)
+for entry in "${confirms[@]}"; do
+  read -r log test <<<"$entry"
+  if grep -qE "^\[       OK \] $test " "$log_dir/$log.log" 2>/dev/null; then
+    note "  confirmed on this GPU: $test"
+  elif grep -qE "^\[  SKIPPED \] $test" "$log_dir/$log.log" 2>/dev/null; then
+    note "  skipped here (reason in $log_dir/$log.log): $test"
+  else
+    status=1
+    note "  NOT confirmed (failed or did not run, $log_dir/$log.log): $test"
+  fi
+done
+
 
 # 5. The main job on GPUs: 1 rank, then N ranks (one GPU each) when there are several.
 main_job() {

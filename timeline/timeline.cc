@@ -4,6 +4,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <system_error>
@@ -61,6 +62,8 @@ struct Track {
   int tid;
   bool named = false;          // its thread_name record has been queued
   std::vector<OpenSpan> open;  // innermost last
+  // detach()'s groups of spans, by token: open, but off the stack (innermost last each).
+  std::map<uint64_t, std::vector<OpenSpan>> detached;
 };
 
 }  // namespace
@@ -104,6 +107,8 @@ struct Timeline::Impl final : timeline_detail::SignalStoppable {
   std::vector<TraceEvent> pending;
   std::unordered_map<std::string, Track, StringHash, std::equal_to<>> tracks;
   int next_tid = trace_format::kMarkersTid + 1;
+  uint64_t next_token = 1;
+  std::unordered_map<uint64_t, std::string> detached_tracks;  // token -> its track's tensor
   uint64_t unmatched_ends = 0;
   Status write_status;
 
@@ -119,7 +124,7 @@ struct Timeline::Impl final : timeline_detail::SignalStoppable {
     auto it = tracks.find(tensor);
     if (it != tracks.end()) return it->second;
     int tid = next_tid++;
-    return tracks.emplace(std::string(tensor), Track{tid, false, {}}).first->second;
+    return tracks.emplace(std::string(tensor), Track{tid, false, {}, {}}).first->second;
   }
 
   // REQUIRES(mu). Queues a kept event of `track`, preceded by the track's name the first time.
@@ -158,12 +163,13 @@ struct Timeline::Impl final : timeline_detail::SignalStoppable {
   // which would end the parent before its child and leave the child's end unmatched.
   static int64_t nested_end(int64_t ts, int64_t levels_inside) { return ts + levels_inside; }
 
-  // REQUIRES(mu). Closes the innermost open span of `track` at `ts`, with `more` args.
-  // past_limit: queued even when the queue is full (stop()'s final events).
-  void close_span(Track& track, std::string_view tensor, int64_t ts, TimelineArgs more,
-                  bool past_limit = false) {
-    OpenSpan span = std::move(track.open.back());
-    track.open.pop_back();
+  // REQUIRES(mu). Closes the innermost span of `stack` (track.open or one of its detached
+  // groups) at `ts`, with `more` args. past_limit: queued even when the queue is full (stop()'s
+  // final events).
+  void close_span(Track& track, std::vector<OpenSpan>& stack, std::string_view tensor, int64_t ts,
+                  TimelineArgs more, bool past_limit = false) {
+    OpenSpan span = std::move(stack.back());
+    stack.pop_back();
     add_args(span.args, std::move(more));
     TraceEvent event{EventKind::kComplete, track.tid,           span.ts_ns, ts - span.ts_ns,
                      std::move(span.name), std::move(span.args)};
@@ -174,11 +180,14 @@ struct Timeline::Impl final : timeline_detail::SignalStoppable {
     }
   }
 
-  // REQUIRES(mu). Closes every open span of `track`, innermost first, at `ts` (nested_end).
-  void close_all(Track& track, std::string_view tensor, int64_t ts, const TimelineArgs& args,
-                 bool past_limit) {
-    for (int64_t gap = 0; !track.open.empty(); ++gap) {
-      close_span(track, tensor, nested_end(ts, gap), args, past_limit);
+  // REQUIRES(mu). Closes every span of `stack`, innermost first, at `ts` (nested_end), the
+  // outermost with `outermost` args too.
+  void close_all(Track& track, std::vector<OpenSpan>& stack, std::string_view tensor, int64_t ts,
+                 const TimelineArgs& args, bool past_limit, const TimelineArgs& outermost = {}) {
+    for (int64_t gap = 0; !stack.empty(); ++gap) {
+      TimelineArgs more = args;
+      if (stack.size() == 1) add_args(more, outermost);
+      close_span(track, stack, tensor, nested_end(ts, gap), std::move(more), past_limit);
     }
   }
 
@@ -196,13 +205,40 @@ struct Timeline::Impl final : timeline_detail::SignalStoppable {
       ++unmatched_ends;
       return;
     }
-    close_span(track, tensor, now_ns(), std::move(args));
+    close_span(track, track.open, tensor, now_ns(), std::move(args));
   }
 
   void end_all(std::string_view tensor, const TimelineArgs& args) {
     std::lock_guard<std::mutex> lock(mu);
     if (!recording) return;
-    close_all(track_for(tensor), tensor, now_ns(), args, /*past_limit=*/false);
+    Track& track = track_for(tensor);
+    close_all(track, track.open, tensor, now_ns(), args, /*past_limit=*/false);
+  }
+
+  uint64_t detach(std::string_view tensor) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!recording) return 0;
+    Track& track = track_for(tensor);
+    if (track.open.empty()) return 0;
+    const uint64_t token = next_token++;
+    track.detached.emplace(token, std::move(track.open));
+    track.open.clear();
+    detached_tracks.emplace(token, std::string(tensor));
+    return token;
+  }
+
+  void end_detached(uint64_t token, const TimelineArgs& args, const TimelineArgs& outermost) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!recording) return;
+    auto it = detached_tracks.find(token);
+    if (it == detached_tracks.end()) return;
+    const std::string tensor = std::move(it->second);
+    detached_tracks.erase(it);
+    Track& track = track_for(tensor);
+    auto group = track.detached.find(token);
+    if (group == track.detached.end()) return;
+    close_all(track, group->second, tensor, now_ns(), args, /*past_limit=*/false, outermost);
+    track.detached.erase(group);
   }
 
   void instant(EventKind kind, std::string_view tensor, std::string_view name,
@@ -221,7 +257,13 @@ struct Timeline::Impl final : timeline_detail::SignalStoppable {
     TimelineArgs aborted = {
         {std::string(trace_format::kStatusArg), std::string(trace_format::kStatusAborted)},
         {std::string(trace_format::kReasonArg), std::string(reason)}};
-    for (auto& [tensor, track] : tracks) close_all(track, tensor, ts, aborted, /*past_limit=*/true);
+    for (auto& [tensor, track] : tracks) {
+      close_all(track, track.open, tensor, ts, aborted, /*past_limit=*/true);
+      for (auto& [token, stack] : track.detached)
+        close_all(track, stack, tensor, ts, aborted, /*past_limit=*/true);
+      track.detached.clear();
+    }
+    detached_tracks.clear();
   }
 
   // REQUIRES(mu), on the writer: the open spans as they are now, for the file's tail. Their
@@ -229,24 +271,32 @@ struct Timeline::Impl final : timeline_detail::SignalStoppable {
   void snapshot_open_spans(std::vector<TraceEvent>& out) {
     int64_t ts = now_ns();
     for (auto& [tensor, track] : tracks) {
-      for (size_t i = 0; i < track.open.size(); ++i) {
-        const OpenSpan& span = track.open[i];
-        int64_t gap = static_cast<int64_t>(track.open.size() - 1 - i);
-        if (!track.named) {
-          track.named = true;
-          pending.push_back(
-              TraceEvent{EventKind::kThreadName, track.tid, 0, 0, std::string(tensor), {}});
-        }
-        TraceEvent e{EventKind::kComplete,
-                     track.tid,
-                     span.ts_ns,
-                     nested_end(ts, gap) - span.ts_ns,
-                     span.name,
-                     span.args};
-        add_args(e.args,
-                 {{std::string(trace_format::kStatusArg), std::string(trace_format::kStatusOpen)}});
-        out.push_back(std::move(e));
+      snapshot_stack(track, track.open, tensor, ts, out);
+      for (const auto& [token, stack] : track.detached)
+        snapshot_stack(track, stack, tensor, ts, out);
+    }
+  }
+
+  // REQUIRES(mu). snapshot_open_spans() of one stack of spans of `track`.
+  void snapshot_stack(Track& track, const std::vector<OpenSpan>& stack, const std::string& tensor,
+                      int64_t ts, std::vector<TraceEvent>& out) {
+    for (size_t i = 0; i < stack.size(); ++i) {
+      const OpenSpan& span = stack[i];
+      int64_t gap = static_cast<int64_t>(stack.size() - 1 - i);
+      if (!track.named) {
+        track.named = true;
+        pending.push_back(
+            TraceEvent{EventKind::kThreadName, track.tid, 0, 0, std::string(tensor), {}});
       }
+      TraceEvent e{EventKind::kComplete,
+                   track.tid,
+                   span.ts_ns,
+                   nested_end(ts, gap) - span.ts_ns,
+                   span.name,
+                   span.args};
+      add_args(e.args,
+               {{std::string(trace_format::kStatusArg), std::string(trace_format::kStatusOpen)}});
+      out.push_back(std::move(e));
     }
   }
 
@@ -386,8 +436,9 @@ Status Timeline::start(const std::string& path, int rank, bool mark_cycles) {
     m.pending.clear();
     m.pending.reserve(m.reserve_size());
     m.tracks.clear();
+    m.detached_tracks.clear();
     // The markers track is named in the header.
-    m.tracks.emplace(std::string(), Track{trace_format::kMarkersTid, true, {}});
+    m.tracks.emplace(std::string(), Track{trace_format::kMarkersTid, true, {}, {}});
     m.next_tid = trace_format::kMarkersTid + 1;
     m.unmatched_ends = 0;
     m.dropped.store(0, std::memory_order_relaxed);
@@ -447,6 +498,7 @@ void Timeline::Impl::stop(std::string_view reason) {
   m.sink.reset();
   std::lock_guard<std::mutex> lock(m.mu);
   m.tracks.clear();
+  m.detached_tracks.clear();
   m.pending = {};  // give the queue's memory back while stopped
 }
 
@@ -465,6 +517,17 @@ void Timeline::end(std::string_view tensor, TimelineArgs args) {
 void Timeline::end_all(std::string_view tensor, const TimelineArgs& args) {
   if (!active()) return;
   impl_->end_all(tensor, args);
+}
+
+uint64_t Timeline::detach(std::string_view tensor) {
+  if (!active()) return 0;
+  return impl_->detach(tensor);
+}
+
+void Timeline::end_detached(uint64_t token, const TimelineArgs& args,
+                            const TimelineArgs& outermost) {
+  if (token == 0 || !active()) return;
+  impl_->end_detached(token, args, outermost);
 }
 
 void Timeline::instant(std::string_view tensor, std::string_view name, TimelineArgs args) {

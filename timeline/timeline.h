@@ -98,6 +98,16 @@ class Timeline {
   // Closes every open span on the track of `tensor`, innermost first, each with `args` added:
   // how a failed operation's phases all end with its Status.
   void end_all(std::string_view tensor, const TimelineArgs& args);
+  // Takes the open spans of `tensor`'s track off its stack and returns a token for them: they
+  // stay open (written as open at a flush, "aborted" at stop()) and on that track, but the
+  // track's next begin() nests anew, and end_detached() ends them later, from any thread. How
+  // an operation that completes elsewhere (a GPU operation, on the nccl watchdog) keeps its
+  // spans open while its tensor's name is already free for the next one. 0 (nothing taken)
+  // when the track has no open span or the timeline is not recording.
+  uint64_t detach(std::string_view tensor);
+  // Closes every span of `token`, innermost first, each with `args` added and the outermost
+  // with `outermost` added too. A token of 0, or one already ended, is ignored.
+  void end_detached(uint64_t token, const TimelineArgs& args, const TimelineArgs& outermost = {});
   // An instant event on the track of `tensor` (or the markers track when tensor is empty).
   void instant(std::string_view tensor, std::string_view name, TimelineArgs args = {});
   // An instant on the markers track that viewers draw across every row ("s":"g").

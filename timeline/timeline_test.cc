@@ -569,5 +569,54 @@ TEST(Timeline, WriteErrorsAreReportedNotFatal) {
   EXPECT_NE(s.message().find("'/dev/full'"), std::string::npos) << s.message();
 }
 
+TEST(Timeline, DetachedSpansEndLaterWhileTheTrackNestsTheNextOperation) {
+  // A GPU operation's spans stay open until its completion event fires on the watchdog, while
+  // the next operation of the same tensor name begins on the same track.
+  std::string path = temp_path("detached.json");
+  Timeline tl;
+  ASSERT_TRUE(tl.start(path, 0).ok());
+  EXPECT_EQ(tl.detach("w"), 0u);  // nothing open
+  tl.begin("w", "ALLREDUCE", {{"bytes", "64"}});
+  tl.begin("w", "NCCL_ALLREDUCE");
+  const uint64_t token = tl.detach("w");
+  ASSERT_NE(token, 0u);
+  tl.begin("w", "ALLREDUCE");  // the next one: a fresh stack
+  tl.begin("w", "QUEUE");
+  std::thread([&] { tl.end_detached(token, {}, {{"status", "OK"}, {"backend", "nccl"}}); }).join();
+  tl.end_detached(token, {{"status", "late"}});  // already ended: ignored
+  tl.end("w");
+  tl.end("w", {{"status", "OK"}});
+  tl.stop();
+  const json events = read_json(path);
+  std::vector<json> spans = of_phase(events, "X");
+  ASSERT_EQ(spans.size(), 4u);
+  // In the order they ended: the detached pair first (innermost first), then the new pair.
+  EXPECT_EQ(spans[0].at("name"), "NCCL_ALLREDUCE");
+  EXPECT_FALSE(spans[0].contains("args"));  // no args at its begin, none added: it succeeded
+  EXPECT_EQ(spans[1].at("name"), "ALLREDUCE");
+  EXPECT_EQ(spans[1].at("args"), (json{{"bytes", 64}, {"status", "OK"}, {"backend", "nccl"}}));
+  EXPECT_GE(span_end(spans[1]), span_end(spans[0]));  // the outer one ends around the inner
+  EXPECT_EQ(spans[2].at("name"), "QUEUE");
+  EXPECT_EQ(spans[3].at("name"), "ALLREDUCE");
+  EXPECT_EQ(spans[3].at("args"), (json{{"status", "OK"}}));
+  for (const json& e : spans) EXPECT_EQ(e.at("tid"), spans[0].at("tid"));
+  EXPECT_EQ(find_meta(events, tf::kStatsEvent)->at("args").at(tf::kUnmatchedEndsArg), 0);
+}
+
+TEST(Timeline, DetachedSpansStillOpenAtStopAreAborted) {
+  std::string path = temp_path("detached_stop.json");
+  Timeline tl;
+  ASSERT_TRUE(tl.start(path, 0).ok());
+  tl.begin("w", "ALLGATHER");
+  const uint64_t token = tl.detach("w");
+  tl.stop("the job ended");
+  tl.end_detached(token, {});  // after stop: nothing
+  const std::vector<json> spans = of_phase(read_json(path), "X");
+  ASSERT_EQ(spans.size(), 1u);
+  EXPECT_EQ(spans[0].at("name"), "ALLGATHER");
+  EXPECT_EQ(spans[0].at("args").at(tf::kStatusArg), std::string(tf::kStatusAborted));
+  EXPECT_EQ(spans[0].at("args").at(tf::kReasonArg), "the job ended");
+}
+
 }  // namespace
 }  // namespace kolo

@@ -3,254 +3,38 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
-#include <algorithm>
-#include <atomic>
-#include <condition_variable>
 #include <cstring>
-#include <numeric>
+#include <memory>
 #include <optional>
 #include <thread>
-#include <vector>
 
-#include "backends/nccl/nccl_errors.h"
-#include "backends/nccl/nccl_kernels.h"
-#include "backends/nccl/pending_ops.h"
+#include "backends/nccl/nccl_backend_impl.h"
 #include "common/logging.h"
-#include "common/thread_annotations.h"
 #include "kolo/units.h"
 
 namespace kolo {
-
-namespace {
-
-using Clock = std::chrono::steady_clock;
-using nccl::cuda_status;
-using nccl::nccl_status;
-
-// How often the watchdog looks at the pending events and the communicator's error state:
-// often enough that a completed gradient is handed back within a fraction of a typical
-// layer's backward time, rarely enough to leave the CPU to the training loop.
-constexpr auto kPollInterval = std::chrono::microseconds(100);
-constexpr auto kIdleInterval = std::chrono::milliseconds(10);
-// How long a host wait on NCCL or the GPU yields before it sleeps: since NCCL 2.23 every
-// ncclGroupEnd on a non-blocking communicator returns ncclInProgress and launches from a
-// helper thread within tens of microseconds; a 100 us sleep would dominate a small collective.
-constexpr auto kSpinFor = std::chrono::microseconds(200);
-
-// Yields while `start` is recent, sleeps a poll interval after.
-void backoff(Clock::time_point start) {
-  if (Clock::now() - start < kSpinFor)
-    std::this_thread::yield();
-  else
-    std::this_thread::sleep_for(kPollInterval);
-}
-
-// Makes `device` current for a scope on a thread that is not Kolo's (the caller's thread in
-// connect, in the destructor, in a blocking collective), and restores the caller's device.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    if (cudaGetDevice(&previous_) != cudaSuccess) {
-      (void)cudaGetLastError();
-      previous_ = -1;
-    }
-    status_ = cudaSetDevice(device);
-    if (previous_ == device) previous_ = -1;  // nothing to restore
-  }
-  ~DeviceGuard() {
-    if (previous_ >= 0) cudaSetDevice(previous_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-  cudaError_t status() const { return status_; }
-
- private:
-  int previous_ = -1;
-  cudaError_t status_ = cudaSuccess;
-};
-
-nccl::ScaleType scale_type(DataType dtype) {
-  switch (dtype) {
-    case DataType::kUInt8:
-      return nccl::ScaleType::kUInt8;
-    case DataType::kInt8:
-      return nccl::ScaleType::kInt8;
-    case DataType::kInt32:
-      return nccl::ScaleType::kInt32;
-    case DataType::kInt64:
-      return nccl::ScaleType::kInt64;
-    case DataType::kFloat16:
-      return nccl::ScaleType::kFloat16;
-    case DataType::kBFloat16:
-      return nccl::ScaleType::kBFloat16;
-    case DataType::kFloat32:
-      return nccl::ScaleType::kFloat32;
-    case DataType::kFloat64:
-      return nccl::ScaleType::kFloat64;
-  }
-  return nccl::ScaleType::kFloat32;  // unreachable: Backend validated the dtype
-}
-
-std::string last_nccl_error(ncclComm_t comm) {
-  const char* s = comm ? ncclGetLastError(comm) : nullptr;
-  return s ? s : "";
-}
-
-class NcclBackend final : public DeviceBackend {
- public:
-  NcclBackend(int rank, int size, int device, std::chrono::milliseconds op_timeout)
-      : rank_(rank), size_(size), device_(device), op_timeout_(op_timeout) {}
-  ~NcclBackend() override;
-
-  // Creates the stream and communicator and starts the watchdog.
-  Status connect(const BackendContext& ctx);
-
-  std::string_view name() const override { return "nccl"; }
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  bool supports(Device device) const override { return device.is_cuda(); }
-
-  Status wait_ready(Device device, const void* data, void* ready_event,
-                    const std::string& what) override;
-  Result<void*> stand_in(size_t bytes, const std::string& what) override;
-  void fence(const std::string& what, const Publish& publish, Done done) override;
-  void abort(const Status& why) override;
-
- protected:
-  Status do_allreduce(const void* input, void* output, int64_t count, DataType dtype,
-                      const Reduction& reduction) override;
-  Status do_allgather(const void* input, void* output, DataType dtype,
-                      const std::vector<int64_t>& counts) override;
-  Status do_broadcast(void* data, int64_t count, DataType dtype, int root) override;
-  Status do_alltoall(const void* input, void* output, DataType dtype,
-                     const std::vector<int64_t>& send_counts,
-                     const std::vector<int64_t>& recv_counts) override;
-  Status do_reducescatter(const void* input, void* output, DataType dtype,
-                          const Reduction& reduction, const std::vector<int64_t>& counts) override;
-  Status do_barrier() override;
-
- private:
-  // Every collective starts here: the communicator's sticky failure, the current device,
-  // and outside an operation the order after the legacy default stream (the blocking
-  // contract). The device guard restores the caller's device (a blocking call runs on the
-  // caller's thread); inside an operation it is the background thread, already on device_.
-  Status enter(const char* op, std::optional<DeviceGuard>& guard);
-  // The result of an NCCL call in non-blocking mode: ncclInProgress means "queued, the
-  // communicator is busy"; it is polled (bounded by the op timeout) until it settles.
-  Status settle(ncclResult_t r, const std::string& what);
-  Status cuda(cudaError_t err, const std::string& what) { return cuda_status(err, what); }
-  // A call inside an open group (comm_mu_ held): it only records work, so anything but
-  // success (or InProgress) is an error, returned without aborting (abort needs comm_mu_).
-  static Status group_call(ncclResult_t r, const std::string& what) {
-    return r == ncclSuccess || r == ncclInProgress ? Status::Ok() : nccl_status(r, what);
-  }
-  // Makes stream_ wait for the work queued so far on the legacy default stream (once per
-  // operation: one mark covers every tensor of it).
-  Status wait_for_legacy_stream(const std::string& what);
-  // The group of the running operation. open_group() (the first collective after wait_ready)
-  // takes comm_mu_ and calls ncclGroupStart; every collective until fence() is recorded into
-  // that one group; close_group() calls ncclGroupEnd, releases comm_mu_, settles the group
-  // once and then queues the deferred post-scale kernels (they must follow the NCCL kernels,
-  // which NCCL enqueues only when the group settles). Holding comm_mu_ for the open group is
-  // what keeps abort() (another thread) from freeing the communicator inside it; the
-  // background thread holds it only while it queues work, never while it waits.
-  Status open_group(const std::string& what) KOLO_NO_THREAD_SAFETY_ANALYSIS;
-  Status close_group(const std::string& what) KOLO_NO_THREAD_SAFETY_ANALYSIS;
-  // Runs NCCL call f(comm): into the open group inside an operation, else on its own, settled.
-  template <typename F>
-  Status nccl_call(F f, const std::string& what) {
-    if (group_open_) return group_call(f(comm_), what);
-    return settle(locked(f), what);
-  }
-  Status scale(void* dst, const void* src, int64_t n, DataType dtype, double factor,
-               const std::string& what);
-  // A post-scale of a collective's output: queued now outside an operation, after the group
-  // settles inside one.
-  Status post_scale(void* data, int64_t n, DataType dtype, double factor, const std::string& what);
-  // Outside an operation begun by wait_ready: Backend's blocking contract (see
-  // device_backend.h). Inside one: nothing, fence() completes it.
-  Status finish_call(const std::string& what);
-  // Device scratch of at least `bytes` (stream-ordered allocation: no host wait).
-  Result<void*> scratch(size_t bytes);
-  // `buffer` (of `capacity` bytes) grown to at least `bytes`, stream-ordered.
-  Result<void*> grow(void*& buffer, size_t& capacity, size_t bytes, const std::string& what);
-  // Grouped point-to-point: sends send_counts[j] elements from input and receives
-  // recv_counts[j] into output for every peer j, the own block as a device copy. same_input:
-  // every peer gets the same block, input's first send_counts[j] elements (allgather).
-  Status exchange(const void* input, void* output, DataType dtype,
-                  const std::vector<int64_t>& send_counts, const std::vector<int64_t>& recv_counts,
-                  bool same_input, const std::string& what);
-  void watchdog();
-
-  // Runs f(comm) under comm_mu_, so that abort() (any thread) never frees the communicator
-  // under a call; returns ncclInvalidUsage once the communicator was aborted (settle() then
-  // reports the abort's reason). Non-blocking mode: no NCCL call waits, so neither does this.
-  template <typename F>
-  ncclResult_t locked(F f) {
-    MutexLock lock(comm_mu_);
-    return comm_ ? f(comm_) : ncclInvalidUsage;
-  }
-  ncclResult_t async_error() {
-    ncclResult_t r = ncclSuccess;
-    ncclResult_t q = locked([&](ncclComm_t c) { return ncclCommGetAsyncError(c, &r); });
-    return q == ncclSuccess ? r : q;
-  }
-  std::string last_error() {
-    MutexLock lock(comm_mu_);
-    return last_nccl_error(comm_);
-  }
-
-  struct PostScale {
-    void* data;
-    int64_t n;
-    DataType dtype;
-    double factor;
-    std::string what;
-  };
-
-  const int rank_, size_, device_;
-  const std::chrono::milliseconds op_timeout_;
-  Mutex comm_mu_;  // guards comm_ after connect(): every call and the abort
-  ncclComm_t comm_ = nullptr;
-  // Non-blocking: neither waits for nor holds up the legacy default stream, where the
-  // framework computes; wait_for_legacy_stream() orders it after that stream where needed.
-  cudaStream_t stream_ = nullptr;
-  cudaEvent_t legacy_mark_ = nullptr;  // recorded on the legacy stream, waited on by stream_
-  void* scratch_ = nullptr;
-  size_t scratch_bytes_ = 0;
-  void* stand_in_ = nullptr;
-  size_t stand_in_bytes_ = 0;
-  // The background thread's operation state, between wait_ready and fence.
-  bool in_op_ = false;
-  bool legacy_waited_ = false;  // this operation's stream already waits for the legacy stream
-  bool group_open_ = false;     // open_group() ran: comm_mu_ is held
-  // The thread that holds comm_mu_ for the open group (abort() from it must end the group
-  // first, or it would wait on itself).
-  std::atomic<std::thread::id> group_owner_{};
-  std::vector<PostScale> post_scales_;
-  std::vector<void*> retired_;  // buffers outgrown inside the open group: freed after it
-  nccl::PendingOps pending_;
-  std::atomic<bool> aborted_{false};
-  Mutex mu_;  // guards the watchdog's sleep and stop request
-  std::condition_variable cv_;
-  bool stop_ KOLO_GUARDED_BY(mu_) = false;
-  std::thread watchdog_;
-};
+namespace nccl {
 
 NcclBackend::~NcclBackend() {
   if (group_open_) (void)close_group("nccl shutdown");  // a fence never came: launch, then wait
   if (stream_) {
-    // Let queued work finish (bounded by the op timeout); the watchdog completes it.
+    // Let queued work finish (bounded by the op timeout); the watchdog completes it. The
+    // runtimes no longer talk (an orderly shutdown was agreed), so a peer that aborted since
+    // is learnt from its notice in the store (abort_notice.h), not at the op timeout.
     const auto deadline = Clock::now() + op_timeout_;
-    while (pending_.size() > 0 && !aborted_ && Clock::now() < deadline)
+    auto next_look = Clock::now();
+    while (pending_.size() > 0 && !aborted_ && Clock::now() < deadline) {
       std::this_thread::sleep_for(kPollInterval);
-    if (pending_.size() > 0) abort(Status::Aborted("the nccl backend was shut down"));
+      if (Clock::now() < next_look) continue;
+      next_look = Clock::now() + kNoticeInterval;
+      Result<std::optional<std::string>> peer = notice_.first();
+      if (peer.ok() && *peer)
+        abort(Status::PeerFailure("nccl: a peer aborted its communicator (" + **peer +
+                                  "), so this rank's pending GPU operations cannot complete"));
+    }
+    if (pending_.size() > 0) fail(Status::Aborted("the nccl backend was shut down"));
   }
-  {
-    MutexLock lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
+  pending_.shutdown();
   if (watchdog_.joinable()) watchdog_.join();
   pending_.fail_all(Status::Aborted("the nccl backend was shut down"));
   DeviceGuard guard(device_);
@@ -347,146 +131,6 @@ Status NcclBackend::connect(const BackendContext& ctx) {
   return Status::Ok();
 }
 
-Status NcclBackend::enter(const char* op, std::optional<DeviceGuard>& guard) {
-  const std::string what = std::string("nccl ") + op;
-  Status failed = pending_.failure();
-  if (!failed.ok()) return failed.with_context(what);
-  if (in_op_) return open_group(what);  // the background thread: on device_ since wait_ready
-  guard.emplace(device_);
-  KOLO_RETURN_IF_ERROR(cuda(guard->status(), what + ": cudaSetDevice"));
-  return wait_for_legacy_stream(what);
-}
-
-Status NcclBackend::wait_for_legacy_stream(const std::string& what) {
-  if (legacy_waited_) return Status::Ok();
-  KOLO_RETURN_IF_ERROR(cuda(cudaEventRecord(legacy_mark_, cudaStreamLegacy),
-                            what + ": recording an event on the legacy default stream"));
-  KOLO_RETURN_IF_ERROR(cuda(cudaStreamWaitEvent(stream_, legacy_mark_, 0),
-                            what + ": waiting for the legacy default stream"));
-  legacy_waited_ = in_op_;  // outside an operation every call waits anew
-  return Status::Ok();
-}
-
-Status NcclBackend::open_group(const std::string& what) {
-  if (group_open_) return Status::Ok();
-  comm_mu_.lock();
-  if (!comm_) {
-    comm_mu_.unlock();
-    Status failed = pending_.failure();
-    return failed.ok() ? Status::Aborted(what + ": the communicator was aborted")
-                       : failed.with_context(what);
-  }
-  const ncclResult_t r = ncclGroupStart();
-  if (r != ncclSuccess) {
-    comm_mu_.unlock();
-    return nccl_status(r, what + ": ncclGroupStart");
-  }
-  group_open_ = true;
-  group_owner_ = std::this_thread::get_id();
-  return Status::Ok();
-}
-
-Status NcclBackend::close_group(const std::string& what) {
-  if (!group_open_) return Status::Ok();
-  // Closed even after a failed call in it, or the communicator stays in the group.
-  const ncclResult_t ended = ncclGroupEnd();
-  group_open_ = false;
-  group_owner_ = std::thread::id();
-  comm_mu_.unlock();
-  Status st = settle(ended, what + ": ncclGroupEnd");
-  std::vector<PostScale> post = std::move(post_scales_);
-  post_scales_.clear();
-  for (const PostScale& p : post)
-    if (st.ok()) st = scale(p.data, p.data, p.n, p.dtype, p.factor, p.what);
-  for (void* b : retired_) cudaFreeAsync(b, stream_);
-  retired_.clear();
-  return st;
-}
-
-Status NcclBackend::settle(ncclResult_t r, const std::string& what) {
-  const auto start = Clock::now();
-  const auto deadline = start + op_timeout_;
-  while (r == ncclInProgress) {
-    if (Clock::now() > deadline) {
-      Status st = Status::Timeout(what + ": NCCL did not accept the call within " +
-                                  format_duration(op_timeout_) + " (KOLO_OP_TIMEOUT)");
-      abort(st);
-      return st;
-    }
-    backoff(start);
-    r = async_error();
-  }
-  if (r == ncclSuccess) return Status::Ok();
-  // Aborted meanwhile (by the watchdog or the runtime): that reason, not the symptom.
-  if (Status failed = pending_.failure(); !failed.ok()) return failed.with_context(what);
-  Status st = nccl_status(r, what, last_error());
-  // An asynchronous or remote error ruins the communicator; an invalid argument does not.
-  if (st.code() != StatusCode::kInvalidArgument) abort(st);
-  return st;
-}
-
-Status NcclBackend::scale(void* dst, const void* src, int64_t n, DataType dtype, double factor,
-                          const std::string& what) {
-  if (factor == 1.0) {
-    if (dst == src || n == 0) return Status::Ok();
-    return cuda(cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * dtype_size(dtype),
-                                cudaMemcpyDeviceToDevice, stream_),
-                what + ": copy");
-  }
-  return cuda(static_cast<cudaError_t>(
-                  nccl::scale_on_stream(dst, src, n, scale_type(dtype), factor, stream_)),
-              what + ": scale kernel");
-}
-
-Status NcclBackend::post_scale(void* data, int64_t n, DataType dtype, double factor,
-                               const std::string& what) {
-  if (factor == 1.0 || n == 0) return Status::Ok();
-  if (!group_open_) return scale(data, data, n, dtype, factor, what);
-  post_scales_.push_back({data, n, dtype, factor, what});
-  return Status::Ok();
-}
-
-Status NcclBackend::finish_call(const std::string& what) {
-  if (in_op_) return Status::Ok();
-  // Blocking contract outside an operation: poll an event (never cudaStreamSynchronize,
-  // which would hang on a dead peer), bounded by the op timeout and the async error.
-  cudaEvent_t ev = nullptr;
-  KOLO_RETURN_IF_ERROR(cuda(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), what));
-  Status st = cuda(cudaEventRecord(ev, stream_), what + ": cudaEventRecord");
-  const auto start = Clock::now();
-  const auto deadline = start + op_timeout_;
-  while (st.ok()) {
-    cudaError_t q = cudaEventQuery(ev);
-    if (q == cudaSuccess) break;
-    if (q != cudaErrorNotReady) {
-      st = cuda(q, what);
-      break;
-    }
-    if (Status failed = pending_.failure(); !failed.ok()) {
-      st = failed.with_context(what);
-      break;
-    }
-    const ncclResult_t async = async_error();
-    if (async != ncclSuccess && async != ncclInProgress) {
-      st = nccl_status(async, what, last_error());
-      abort(st);
-      break;
-    }
-    if (Clock::now() > deadline) {
-      st = Status::Timeout(what + ": did not complete on the GPU within " +
-                           format_duration(op_timeout_) +
-                           " (KOLO_OP_TIMEOUT): a peer is dead or stuck");
-      abort(st);
-      break;
-    }
-    // Spin (yielding) first, as cudaStreamSynchronize would: a small collective completes
-    // in microseconds and a sleep would dominate it.
-    backoff(start);
-  }
-  cudaEventDestroy(ev);
-  return st;
-}
-
 Result<void*> NcclBackend::grow(void*& buffer, size_t& capacity, size_t bytes,
                                 const std::string& what) {
   if (bytes <= capacity && buffer) return buffer;
@@ -551,15 +195,28 @@ Status NcclBackend::wait_ready(Device device, const void* data, void* ready_even
   return Status::Ok();
 }
 
-void NcclBackend::fence(const std::string& what, const Publish& publish, Done done) {
+Status NcclBackend::fence(const std::string& what, const Publish& publish, Done done) {
   // Launch the operation's group (and its post-scales) before its completion event. Inside
-  // the group the calls only recorded work: NCCL reports their errors here.
+  // the group the calls only recorded work: NCCL reports their errors here (and settle()
+  // aborted the communicator for them).
   const Status launched = close_group(what);
   in_op_ = false;
   legacy_waited_ = false;
+  // A group (or a post-scale) that did not launch leaves part of this operation unqueued,
+  // which the peers' side waits for: abort, so that they learn it. `launched` names the op.
+  if (!launched.ok()) {
+    fail(launched);  // returns once the communicator is gone
+    done(launched);
+    return launched;
+  }
   if (Status failed = pending_.failure(); !failed.ok()) {
-    done(nccl::op_failure(what, failed));  // the communicator is gone: name this op
-    return;
+    // Closed: an abort began, maybe on another thread and still inside ncclCommAbort, with
+    // this op's work queued. abort() returns only once the communicator is gone, so that no
+    // buffer is written after the handle reports the failure.
+    abort(failed);
+    Status st = op_failure(what, pending_.failure());
+    done(st);
+    return st;
   }
   cudaEvent_t ev = nullptr;
   Status recorded = cuda(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), what);
@@ -569,9 +226,9 @@ void NcclBackend::fence(const std::string& what, const Publish& publish, Done do
     if (ev) cudaEventDestroy(ev);
     // Work of this operation may still be queued, with nothing to tell when it ends: abort,
     // so that no buffer is written after its handle reports the failure.
-    abort(recorded);
+    fail(recorded);
     done(recorded);
-    return;
+    return recorded;
   }
   // Destroying an event whose work is still queued is allowed: CUDA frees it on completion.
   std::shared_ptr<void> event(ev, [](void* e) { cudaEventDestroy(static_cast<cudaEvent_t>(e)); });
@@ -586,21 +243,18 @@ void NcclBackend::fence(const std::string& what, const Publish& publish, Done do
         if (q == cudaErrorNotReady) return false;
         return cuda_status(q, "waiting for its completion event");
       },
-      // A group that failed to launch (NCCL refused it: nothing was lost on the peers, the
-      // communicator stays) fails the op, once what was queued before it has run.
-      launched.ok() ? std::move(done) : Done([done = std::move(done), launched](const Status& st) {
-        done(st.ok() ? launched : st);
-      }));
-  cv_.notify_all();
+      std::move(done));
+  return Status::Ok();
 }
 
-void NcclBackend::abort(const Status& why) {
+bool NcclBackend::abort_communicator(const Status& why) {
   // Closed first: from now on no op completes OK (an aborted kernel exits, and its event
   // fires, with its buffers half written) and every new call fails with this first reason.
   pending_.close(why);
   // The background thread inside an operation (the runtime failing between its calls):
   // release the group it holds, so that the abort below does not wait on this thread.
   if (group_owner_ == std::this_thread::get_id()) (void)close_group("nccl abort");
+  bool aborted_now = false;
   {
     // A second caller waits here until the first one's ncclCommAbort returned.
     MutexLock lock(comm_mu_);
@@ -608,25 +262,27 @@ void NcclBackend::abort(const Status& why) {
       KOLO_LOG_ERROR("nccl: aborting the communicator: " << pending_.failure().to_string());
       ncclCommAbort(comm_);
       comm_ = nullptr;
+      aborted_now = true;
     }
   }
   aborted_ = true;
   // Only now, with NCCL unable to write their buffers, are the ops reported failed.
   pending_.fail_all(why);
+  return aborted_now;
+}
+
+void NcclBackend::fail(const Status& why) {
+  if (!abort_communicator(why)) return;
+  // The first abort of the group names the cause; a store that cannot be reached only loses
+  // the notice.
+  if (Status told = notice_.publish(pending_.failure()); !told.ok())
+    KOLO_LOG_WARNING(
+        "nccl: could not publish this rank's abort in the store: " << told.to_string());
 }
 
 void NcclBackend::watchdog() {
   cudaSetDevice(device_);
-  for (;;) {
-    {
-      MutexLock lock(mu_);
-      if (stop_) return;
-      cv_.wait_for(lock.native(),
-                   pending_.size() > 0
-                       ? std::chrono::duration_cast<std::chrono::microseconds>(kPollInterval)
-                       : std::chrono::microseconds(kIdleInterval));
-      if (stop_) return;
-    }
+  while (pending_.wait(kPollInterval)) {
     if (!pending_.failure().ok()) continue;  // closed: an abort runs or ran
     Status st = pending_.poll(op_timeout_);
     if (st.ok()) {
@@ -634,188 +290,11 @@ void NcclBackend::watchdog() {
       if (async != ncclSuccess && async != ncclInProgress && pending_.failure().ok())
         st = nccl_status(async, "the nccl communicator", last_error());
     }
-    if (!st.ok()) abort(st);
+    if (!st.ok()) fail(st);
   }
 }
 
-Status NcclBackend::do_allreduce(const void* input, void* output, int64_t count, DataType dtype,
-                                 const Reduction& reduction) {
-  const std::string what = "nccl allreduce";
-  std::optional<DeviceGuard> guard;
-  KOLO_RETURN_IF_ERROR(enter("allreduce", guard));
-  // A prescale is a kernel into the output, then the reduction is in place there; without one
-  // NCCL reads the input directly. (Inside a group the kernel is queued at once, so before
-  // the group's NCCL kernels, which NCCL enqueues when the group ends.)
-  const void* src = input;
-  if (reduction.prescale != 1.0) {
-    KOLO_RETURN_IF_ERROR(scale(output, input, count, dtype, reduction.prescale, what));
-    src = output;
-  }
-  KOLO_RETURN_IF_ERROR(nccl_call(
-      [&](ncclComm_t c) {
-        return ncclAllReduce(src, output, static_cast<size_t>(count),
-                             static_cast<ncclDataType_t>(nccl::nccl_dtype(dtype)),
-                             static_cast<ncclRedOp_t>(nccl::nccl_op(reduction.op)), c, stream_);
-      },
-      what));
-  KOLO_RETURN_IF_ERROR(post_scale(output, count, dtype, reduction.postscale, what));
-  return finish_call(what);
-}
-
-Status NcclBackend::exchange(const void* input, void* output, DataType dtype,
-                             const std::vector<int64_t>& send_counts,
-                             const std::vector<int64_t>& recv_counts, bool same_input,
-                             const std::string& what) {
-  const size_t esize = dtype_size(dtype);
-  const auto dt = static_cast<ncclDataType_t>(nccl::nccl_dtype(dtype));
-  auto in = static_cast<const char*>(input);
-  auto out = static_cast<char*>(output);
-  int64_t send_off = 0, recv_off = 0;
-  // In a group: the operation's (inside one), or one of its own, so that an abort cannot
-  // free the communicator between the calls of an open group.
-  const bool own_group = !group_open_;
-  if (own_group) KOLO_RETURN_IF_ERROR(open_group(what));
-  Status st;
-  for (int j = 0; j < size_ && st.ok(); ++j) {
-    const int64_t s = send_counts[j], rc = recv_counts[j];
-    if (j == rank_) {
-      if (s > 0 && in + send_off * esize != out + recv_off * esize)
-        st =
-            cuda(cudaMemcpyAsync(out + recv_off * esize, in + send_off * esize,
-                                 static_cast<size_t>(s) * esize, cudaMemcpyDeviceToDevice, stream_),
-                 what + ": own block");
-    } else {
-      if (s > 0)
-        st = group_call(
-            ncclSend(in + send_off * esize, static_cast<size_t>(s), dt, j, comm_, stream_),
-            what + ": ncclSend to rank " + std::to_string(j));
-      if (st.ok() && rc > 0)
-        st = group_call(
-            ncclRecv(out + recv_off * esize, static_cast<size_t>(rc), dt, j, comm_, stream_),
-            what + ": ncclRecv from rank " + std::to_string(j));
-    }
-    if (!same_input) send_off += s;
-    recv_off += rc;
-  }
-  if (!own_group) return st;
-  Status end_status = close_group(what);
-  return st.ok() ? end_status : st;
-}
-
-Status NcclBackend::do_allgather(const void* input, void* output, DataType dtype,
-                                 const std::vector<int64_t>& counts) {
-  const std::string what = "nccl allgather";
-  std::optional<DeviceGuard> guard;
-  KOLO_RETURN_IF_ERROR(enter("allgather", guard));
-  const bool equal =
-      std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts[0]; });
-  if (equal) {
-    // ncclAllGather is in place when input is this rank's slot of output.
-    KOLO_RETURN_IF_ERROR(nccl_call(
-        [&](ncclComm_t c) {
-          return ncclAllGather(input, output, static_cast<size_t>(counts[0]),
-                               static_cast<ncclDataType_t>(nccl::nccl_dtype(dtype)), c, stream_);
-        },
-        what));
-  } else {
-    // Every rank sends its one block to every other rank.
-    KOLO_RETURN_IF_ERROR(exchange(input, output, dtype,
-                                  std::vector<int64_t>(static_cast<size_t>(size_), counts[rank_]),
-                                  counts, /*same_input=*/true, what));
-  }
-  return finish_call(what);
-}
-
-Status NcclBackend::do_broadcast(void* data, int64_t count, DataType dtype, int root) {
-  const std::string what = "nccl broadcast";
-  std::optional<DeviceGuard> guard;
-  KOLO_RETURN_IF_ERROR(enter("broadcast", guard));
-  KOLO_RETURN_IF_ERROR(nccl_call(
-      [&](ncclComm_t c) {
-        return ncclBroadcast(data, data, static_cast<size_t>(count),
-                             static_cast<ncclDataType_t>(nccl::nccl_dtype(dtype)), root, c,
-                             stream_);
-      },
-      what));
-  return finish_call(what);
-}
-
-Status NcclBackend::do_alltoall(const void* input, void* output, DataType dtype,
-                                const std::vector<int64_t>& send_counts,
-                                const std::vector<int64_t>& recv_counts) {
-  const std::string what = "nccl alltoall";
-  std::optional<DeviceGuard> guard;
-  KOLO_RETURN_IF_ERROR(enter("alltoall", guard));
-  KOLO_RETURN_IF_ERROR(
-      exchange(input, output, dtype, send_counts, recv_counts, /*same_input=*/false, what));
-  return finish_call(what);
-}
-
-Status NcclBackend::do_reducescatter(const void* input, void* output, DataType dtype,
-                                     const Reduction& reduction,
-                                     const std::vector<int64_t>& counts) {
-  const std::string what = "nccl reducescatter";
-  std::optional<DeviceGuard> guard;
-  KOLO_RETURN_IF_ERROR(enter("reducescatter", guard));
-  const size_t esize = dtype_size(dtype);
-  const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
-  const void* src = input;
-  if (reduction.prescale != 1.0) {
-    KOLO_ASSIGN_OR_RETURN(void* scaled, scratch(static_cast<size_t>(total) * esize));
-    KOLO_RETURN_IF_ERROR(scale(scaled, input, total, dtype, reduction.prescale, what));
-    src = scaled;
-  }
-  const auto dt = static_cast<ncclDataType_t>(nccl::nccl_dtype(dtype));
-  const auto op = static_cast<ncclRedOp_t>(nccl::nccl_op(reduction.op));
-  const bool equal =
-      std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts[0]; });
-  if (equal) {
-    KOLO_RETURN_IF_ERROR(nccl_call(
-        [&](ncclComm_t c) {
-          return ncclReduceScatter(src, output, static_cast<size_t>(counts[0]), dt, op, c, stream_);
-        },
-        what));
-  } else {
-    // NCCL has no reduce-scatter with per-rank counts: one ncclReduce per block, to the rank
-    // that owns it, in one group (NCCL schedules them together), as in exchange().
-    const bool own_group = !group_open_;
-    if (own_group) KOLO_RETURN_IF_ERROR(open_group(what));
-    Status st;
-    int64_t off = 0;
-    for (int r = 0; r < size_ && st.ok(); ++r) {
-      if (counts[r] > 0)
-        st = group_call(ncclReduce(static_cast<const char*>(src) + off * esize, output,
-                                   static_cast<size_t>(counts[r]), dt, op, r, comm_, stream_),
-                        what + ": ncclReduce of rank " + std::to_string(r) + "'s block");
-      off += counts[r];
-    }
-    Status end_status = own_group ? close_group(what) : Status::Ok();
-    KOLO_RETURN_IF_ERROR(st.ok() ? end_status : st);
-  }
-  KOLO_RETURN_IF_ERROR(post_scale(output, counts[rank_], dtype, reduction.postscale, what));
-  return finish_call(what);
-}
-
-Status NcclBackend::do_barrier() {
-  const std::string what = "nccl barrier";
-  // A barrier is always blocking, that is its point: it launches an open group first.
-  KOLO_RETURN_IF_ERROR(close_group(what));
-  const bool was_in_op = in_op_;
-  in_op_ = false;
-  std::optional<DeviceGuard> guard;
-  Status st = enter("barrier", guard);
-  Result<void*> one = st.ok() ? scratch(sizeof(int32_t)) : Result<void*>(st);
-  if (!one.ok()) st = one.status();
-  if (st.ok())
-    st = nccl_call(
-        [&](ncclComm_t c) { return ncclAllReduce(*one, *one, 1, ncclInt32, ncclSum, c, stream_); },
-        what);
-  if (st.ok()) st = finish_call(what);
-  in_op_ = was_in_op;
-  return st;
-}
-
-}  // namespace
+}  // namespace nccl
 
 Result<std::unique_ptr<Backend>> make_nccl_backend(const BackendContext& ctx) {
   int count = 0;
@@ -828,7 +307,7 @@ Result<std::unique_ptr<Backend>> make_nccl_backend(const BackendContext& ctx) {
   if (ctx.size > 1 && ctx.store == nullptr)
     return Status::InvalidArgument("nccl: context.store must not be null for a group of " +
                                    std::to_string(ctx.size) + " ranks");
-  auto backend = std::make_unique<NcclBackend>(ctx.rank, ctx.size, *device, ctx.op_timeout);
+  auto backend = std::make_unique<nccl::NcclBackend>(ctx, *device);
   KOLO_RETURN_IF_ERROR(backend->connect(ctx));
   return std::unique_ptr<Backend>(std::move(backend));
 }

@@ -13,12 +13,12 @@
 // ready event (or on an event recorded on the legacy default stream when there is none); the
 // collectives of one operation are one NCCL group, launched and settled once at fence(); the
 // pre- and post-scale of an allreduce are device kernels on the same stream (nccl_kernels.h),
-// the post-scale queued after the group;
-// average is ncclAvg. Allgather with equal counts is ncclAllGather; with per-rank counts, and
-// alltoall, it is grouped ncclSend/ncclRecv (exactly the bytes each rank has, no padded copy
-// and no compaction pass; padding to the largest count would move size * max bytes). A
-// reducescatter with equal counts is ncclReduceScatter, with per-rank counts a group of
-// ncclReduce (one per rank's block). float16 and bfloat16 are NCCL types.
+// the post-scale queued after the group; an average is an NCCL sum and a division kernel
+// (ncclAvg's results are not the CPU backends', nccl_errors.h). Allgather with equal counts is
+// ncclAllGather; with per-rank counts, and alltoall, it is grouped ncclSend/ncclRecv (exactly the
+// bytes each rank has, no padded copy and no compaction pass; padding to the largest count would
+// move size * max bytes). A reducescatter with equal counts is ncclReduceScatter, with per-rank
+// counts a group of ncclReduce (one per rank's block). float16 and bfloat16 are NCCL types.
 //
 // Completion: fence() records an event; the backend's watchdog thread polls it with
 // cudaEventQuery (no host thread ever blocks on the GPU), polls ncclCommGetAsyncError, and
@@ -26,7 +26,10 @@
 // operation has run longer than op_timeout (KOLO_OP_TIMEOUT), when an event cannot be
 // recorded, or when abort() is called. The abort closes PendingOps first (no operation
 // completes OK after it began), aborts the communicator, then fails every pending operation
-// with the first reason (pending_ops.h).
+// with the first reason (pending_ops.h). An abort of the backend's own (not abort(): the
+// runtime's peer failure, which the peers know) is published in the store (abort_notice.h);
+// a shutdown that waits for GPU work reads the peers' notices, so that a peer's abort after
+// the runtimes agreed to shut down costs it a fraction of a second, not KOLO_OP_TIMEOUT.
 //
 // Errors: Unsupported when the process sees no GPU; InvalidArgument when this host has more
 // ranks than its several visible GPUs (NCCL refuses two ranks on one GPU, and says so at init

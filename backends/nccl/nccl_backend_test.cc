@@ -9,14 +9,24 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <random>
 #include <thread>
 #include <vector>
 
+#include "backends/nccl/nccl_errors.h"
 #include "backends/nccl/nccl_kernels.h"
 #include "backends/registry.h"
+#include "ops/reduce.h"
 
 namespace kolo {
 namespace {
+
+// NCCL reads its parameters once per process, at the first communicator: this binary's
+// communicators check that every buffer is device memory (ACallNcclRefusesAbortsTheCommunicator
+// relies on it; the other tests pass device buffers only).
+const int kNcclChecksPointers = setenv("NCCL_CHECK_POINTERS", "1", /*overwrite=*/1);
 
 int visible_gpus() {
   int n = 0;
@@ -163,7 +173,7 @@ Status fence_and_wait(DeviceBackend& device, const std::string& what,
                       std::shared_ptr<void>* event = nullptr) {
   auto result = std::make_shared<Status>(Status::Internal("done never ran"));
   auto calls = std::make_shared<std::atomic<int>>(0);
-  device.fence(
+  const Status fenced = device.fence(
       what,
       [&](std::shared_ptr<void> e) {
         if (event) *event = std::move(e);
@@ -176,6 +186,9 @@ Status fence_and_wait(DeviceBackend& device, const std::string& what,
   while (calls->load() == 0 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   EXPECT_EQ(calls->load(), 1);
+  if (!fenced.ok()) {
+    EXPECT_EQ(fenced.to_string(), result->to_string());  // fence told what done got
+  }
   return *result;
 }
 
@@ -273,12 +286,14 @@ TEST_F(NcclOneRankTest, AsyncProtocolWaitsForTheReadyEventAndCompletesThroughThe
   std::atomic<int> calls{0};
   Status result = Status::Internal("not called");
   std::shared_ptr<void> event;
-  device_->fence(
-      "allreduce 't'", [&](std::shared_ptr<void> e) { event = std::move(e); },
-      [&](const Status& st) {
-        result = st;
-        calls.fetch_add(1);
-      });
+  ASSERT_TRUE(device_
+                  ->fence(
+                      "allreduce 't'", [&](std::shared_ptr<void> e) { event = std::move(e); },
+                      [&](const Status& st) {
+                        result = st;
+                        calls.fetch_add(1);
+                      })
+                  .ok());
   ASSERT_NE(event, nullptr);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (calls.load() == 0 && std::chrono::steady_clock::now() < deadline)
@@ -343,11 +358,12 @@ TEST_F(NcclOneRankTest, WithoutAReadyEventItWaitsForTheLegacyDefaultStream) {
       busy(std::vector<float>(1 << 24, 1));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   for (int i = 0; i < 200; ++i)
-    ASSERT_EQ(nccl::scale_on_stream(busy.data, busy.data, 1 << 24, nccl::ScaleType::kFloat32, 1.0,
-                                    nullptr),
+    ASSERT_EQ(nccl::map_on_stream(busy.data, busy.data, 1 << 24, nccl::ScaleType::kFloat32, 1.0,
+                                  1.0, nullptr),
               0);
-  ASSERT_EQ(nccl::scale_on_stream(t.data, t.data, 1 << 20, nccl::ScaleType::kFloat32, 3.0, nullptr),
-            0);
+  ASSERT_EQ(
+      nccl::map_on_stream(t.data, t.data, 1 << 20, nccl::ScaleType::kFloat32, 3.0, 1.0, nullptr),
+      0);
   ASSERT_TRUE(device_->wait_ready(Device::cuda(0), t.data, nullptr, "allreduce 't'").ok());
   ASSERT_TRUE(backend_->allreduce(t.data, out.data, 1 << 20, DataType::kFloat32, {}).ok());
   Status st = fence_and_wait(*device_, "allreduce 't'");
@@ -366,11 +382,13 @@ TEST_F(NcclOneRankTest, ConcurrentAbortsFailEveryOpWithTheFirstReasonAndNoneOk) 
   for (int i = 0; i < 8; ++i) {
     ASSERT_TRUE(device_->wait_ready(Device::cuda(0), t.data, nullptr, "allreduce 't'").ok());
     ASSERT_TRUE(backend_->allreduce(t.data, t.data, 1 << 22, DataType::kFloat32, {}).ok());
-    device_->fence("allreduce 't" + std::to_string(i) + "'", ignore_event,
-                   [&results, &calls, i](const Status& st) {
-                     results[static_cast<size_t>(i)] = st;
-                     calls.fetch_add(1);
-                   });
+    ASSERT_TRUE(device_
+                    ->fence("allreduce 't" + std::to_string(i) + "'", ignore_event,
+                            [&results, &calls, i](const Status& st) {
+                              results[static_cast<size_t>(i)] = st;
+                              calls.fetch_add(1);
+                            })
+                    .ok());
   }
   const Status first = Status::PeerFailure("rank 1 (gpu-host-2:4000) closed the connection");
   device_->abort(first);
@@ -395,25 +413,112 @@ TEST_F(NcclOneRankTest, BadTensorsAreErrorsNamingThem) {
   EXPECT_EQ(st.to_string(),
             "InvalidArgument: allreduce 'h': the tensor says cuda:0 but its data pointer is "
             "unregistered host memory");
-  device_->fence("allreduce 'h'", ignore_event, [](const Status&) {});
+  // Nothing was queued for it: the fence of the refused operation launches nothing.
+  EXPECT_TRUE(device_->fence("allreduce 'h'", ignore_event, [](const Status&) {}).ok());
   st = device_->wait_ready(Device::cuda(visible_gpus()), nullptr, nullptr, "allreduce 'far'");
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("allreduce 'far': the tensor is on cuda:"), std::string::npos)
       << st.to_string();
-  device_->fence("allreduce 'far'", ignore_event, [](const Status&) {});
+  EXPECT_TRUE(device_->fence("allreduce 'far'", ignore_event, [](const Status&) {}).ok());
 }
 
 TEST_F(NcclOneRankTest, AbortFailsPendingAndLaterOperationsNamingThePeer) {
   const Status peer = Status::PeerFailure("rank 1 (gpu-host-2:4000) closed the connection");
   device_->abort(peer);
   Status late = Status::Ok();
-  device_->fence("allreduce 'late'", ignore_event, [&](const Status& st) { late = st; });
+  const Status fenced =
+      device_->fence("allreduce 'late'", ignore_event, [&](const Status& st) { late = st; });
   EXPECT_EQ(late.to_string(),
             "PeerFailure: allreduce 'late': rank 1 (gpu-host-2:4000) closed the connection");
+  EXPECT_EQ(fenced.to_string(), late.to_string());
   DeviceArray<float> t(iota(8));
   Status st = backend_->allreduce(t.data, t.data, 8, DataType::kFloat32, {});
   EXPECT_EQ(st.code(), StatusCode::kPeerFailure);
   EXPECT_NE(st.message().find("rank 1 (gpu-host-2:4000)"), std::string::npos) << st.to_string();
+}
+
+// n random values of dtype as bytes: every bit pattern of an integer (int64 beyond 2^53, where
+// the host's double rounds); floats with a random sign and mantissa and an exponent within
+// 2^+-10 of one (no NaN, infinity or subnormal: their handling is not the point here).
+std::vector<uint8_t> random_values(DataType dtype, int n) {
+  std::mt19937_64 rng(12);
+  const size_t size = dtype_size(dtype);
+  std::vector<uint8_t> bytes(static_cast<size_t>(n) * size);
+  for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+  int mantissa_bits = 0;  // of an IEEE-style format of 8 * size bits
+  if (dtype == DataType::kFloat16) mantissa_bits = 10;
+  if (dtype == DataType::kBFloat16) mantissa_bits = 7;
+  if (dtype == DataType::kFloat32) mantissa_bits = 23;
+  if (dtype == DataType::kFloat64) mantissa_bits = 52;
+  if (mantissa_bits == 0) return bytes;
+  const int exponent_bits = static_cast<int>(8 * size) - 1 - mantissa_bits;
+  const uint64_t bias = (uint64_t{1} << (exponent_bits - 1)) - 1;
+  const uint64_t field = ((uint64_t{1} << exponent_bits) - 1) << mantissa_bits;
+  for (size_t at = 0; at < bytes.size(); at += size) {
+    uint64_t bits = 0;
+    std::memcpy(&bits, bytes.data() + at, size);  // little-endian, as the GPU
+    const uint64_t exponent = bias - 10 + rng() % 21;
+    bits = (bits & ~field) | (exponent << mantissa_bits);
+    std::memcpy(bytes.data() + at, &bits, size);
+  }
+  return bytes;
+}
+
+TEST_F(NcclOneRankTest, TheAverageAndScaleKernelsComputeWhatTheHostComputes) {
+  // Review S6: an average over NCCL is a sum, then the division and the postscale on the
+  // device; they must give the CPU backends' bytes (ops::finish_reduction) for every dtype, or
+  // a job's result would depend on whether its tensors live on a GPU. ncclAvg did not:
+  // premultiplied floats, integer-arithmetic integers.
+  const int n = 3001;
+  for (DataType dtype :
+       {DataType::kUInt8, DataType::kInt8, DataType::kInt32, DataType::kInt64, DataType::kFloat16,
+        DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64}) {
+    std::vector<uint8_t> host = random_values(dtype, n);
+    DeviceArray<uint8_t> dev(host);
+    ops::finish_reduction(dtype, {ReduceOp::kAverage, 1.0, 0.3}, host.data(), n, 3);
+    ASSERT_EQ(
+        nccl::map_on_stream(dev.data, dev.data, n, nccl::kernel_type(dtype), 1.0, 3.0, nullptr), 0);
+    ASSERT_EQ(
+        nccl::map_on_stream(dev.data, dev.data, n, nccl::kernel_type(dtype), 0.3, 1.0, nullptr), 0);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<uint8_t> got = dev.get();
+    size_t differ = 0;
+    for (size_t i = 0; i < host.size(); ++i) differ += got[i] != host[i];
+    EXPECT_EQ(differ, 0u) << dtype_name(dtype) << ": bytes that differ from ops::finish_reduction";
+  }
+}
+
+TEST_F(NcclOneRankTest, AnIntegerAverageIsTheHostsAverage) {
+  // One rank: the division by one is skipped, and the result is the input times the scales,
+  // truncated as the host truncates.
+  const std::vector<int32_t> x = {-7, -3, 0, 5, 9, 2147483};
+  DeviceArray<int32_t> t(x);
+  ASSERT_TRUE(backend_
+                  ->allreduce(t.data, t.data, static_cast<int64_t>(x.size()), DataType::kInt32,
+                              {ReduceOp::kAverage, 1.0, 0.5})
+                  .ok());
+  std::vector<int32_t> want = x;
+  ops::finish_reduction(DataType::kInt32, {ReduceOp::kAverage, 1.0, 0.5}, want.data(),
+                        static_cast<int64_t>(want.size()), 1);
+  EXPECT_EQ(t.get(), want);
+  EXPECT_EQ(want, (std::vector<int32_t>{-3, -1, 0, 2, 4, 1073741}));
+}
+
+TEST_F(NcclOneRankTest, ACallNcclRefusesAbortsTheCommunicator) {
+  // Review suspicion S5: an invalid argument used to leave the communicator up while the
+  // peers' side of the collective waited for this rank until KOLO_OP_TIMEOUT. NCCL's pointer
+  // check (NCCL_CHECK_POINTERS, set for this binary above) refuses a host buffer: the call
+  // fails, and so does every later one, with that reason. Last of the file: were the check
+  // off, the kernel would read host memory and end this process's CUDA context.
+  ASSERT_STREQ(std::getenv("NCCL_CHECK_POINTERS"), "1");
+  std::vector<float> host(8, 1.0f);
+  Status st = backend_->allreduce(host.data(), host.data(), 8, DataType::kFloat32, {});
+  ASSERT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+  EXPECT_NE(st.message().find("nccl allreduce"), std::string::npos) << st.to_string();
+  DeviceArray<float> t(iota(8));
+  Status later = backend_->allreduce(t.data, t.data, 8, DataType::kFloat32, {});
+  EXPECT_EQ(later.code(), StatusCode::kInvalidArgument) << later.to_string();
+  EXPECT_NE(later.message().find(st.message()), std::string::npos) << later.to_string();
 }
 
 }  // namespace

@@ -87,7 +87,7 @@ int nccl_op(ReduceOp op) {
     case ReduceOp::kSum:
       return ncclSum;
     case ReduceOp::kAverage:
-      return ncclAvg;
+      return ncclSum;  // then divided by the ranks, as the host does (nccl_errors.h)
     case ReduceOp::kMin:
       return ncclMin;
     case ReduceOp::kMax:
@@ -96,6 +96,28 @@ int nccl_op(ReduceOp op) {
       return ncclProd;
   }
   return ncclSum;  // unreachable: Backend validated the op
+}
+
+ScaleType kernel_type(DataType dtype) {
+  switch (dtype) {
+    case DataType::kUInt8:
+      return ScaleType::kUInt8;
+    case DataType::kInt8:
+      return ScaleType::kInt8;
+    case DataType::kInt32:
+      return ScaleType::kInt32;
+    case DataType::kInt64:
+      return ScaleType::kInt64;
+    case DataType::kFloat16:
+      return ScaleType::kFloat16;
+    case DataType::kBFloat16:
+      return ScaleType::kBFloat16;
+    case DataType::kFloat32:
+      return ScaleType::kFloat32;
+    case DataType::kFloat64:
+      return ScaleType::kFloat64;
+  }
+  return ScaleType::kFloat32;  // unreachable: Backend validated the dtype
 }
 
 }  // namespace kolo::nccl

@@ -1,10 +1,12 @@
-// The translation of NCCL and CUDA results, types and reductions into Kolo's terms. Pure
+// The translation of NCCL and CUDA results, types and reductions into Kolo's terms (and of
+// Kolo's dtypes into the kernels'). Pure
 // functions: none of them touches a device, so they are unit-tested on machines without a GPU.
 // Thread-safety: all of them may be called from any thread.
 #pragma once
 
 #include <string>
 
+#include "backends/nccl/nccl_kernels.h"
 #include "kolo/status.h"
 #include "kolo/types.h"
 
@@ -29,7 +31,13 @@ Status cuda_status(int err, const std::string& what);
 
 // The ncclDataType_t of a dtype; every Kolo dtype has one (float16 and bfloat16 natively).
 int nccl_dtype(DataType dtype);
-// The ncclRedOp_t of an op. kAverage maps to ncclAvg (NCCL >= 2.10).
+// The element type of the device kernels (nccl_kernels.h) for a dtype.
+ScaleType kernel_type(DataType dtype);
+
+// The ncclRedOp_t of an op. kAverage maps to ncclSum: the backend divides the sum afterwards
+// as the host does (ops::finish_reduction), because ncclAvg is not the CPU backends' average:
+// for floats it premultiplies by 1/n (an evenly dividing sum is then not exact), for integers
+// it divides in integer arithmetic (int64 beyond 2^53 differs from the host's double).
 int nccl_op(ReduceOp op);
 
 }  // namespace kolo::nccl

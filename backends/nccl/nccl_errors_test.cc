@@ -59,8 +59,17 @@ TEST(NcclErrorsTest, EveryDtypeAndOpHasItsNcclCounterpart) {
   EXPECT_EQ(nccl_dtype(DataType::kBFloat16), ncclBfloat16);
   EXPECT_EQ(nccl_dtype(DataType::kFloat32), ncclFloat32);
   EXPECT_EQ(nccl_dtype(DataType::kFloat64), ncclFloat64);
+  EXPECT_EQ(kernel_type(DataType::kUInt8), ScaleType::kUInt8);
+  EXPECT_EQ(kernel_type(DataType::kInt8), ScaleType::kInt8);
+  EXPECT_EQ(kernel_type(DataType::kInt32), ScaleType::kInt32);
+  EXPECT_EQ(kernel_type(DataType::kInt64), ScaleType::kInt64);
+  EXPECT_EQ(kernel_type(DataType::kFloat16), ScaleType::kFloat16);
+  EXPECT_EQ(kernel_type(DataType::kBFloat16), ScaleType::kBFloat16);
+  EXPECT_EQ(kernel_type(DataType::kFloat32), ScaleType::kFloat32);
+  EXPECT_EQ(kernel_type(DataType::kFloat64), ScaleType::kFloat64);
   EXPECT_EQ(nccl_op(ReduceOp::kSum), ncclSum);
-  EXPECT_EQ(nccl_op(ReduceOp::kAverage), ncclAvg);
+  // Summed, then divided by the ranks as the host divides (ncclAvg rounds differently).
+  EXPECT_EQ(nccl_op(ReduceOp::kAverage), ncclSum);
   EXPECT_EQ(nccl_op(ReduceOp::kMin), ncclMin);
   EXPECT_EQ(nccl_op(ReduceOp::kMax), ncclMax);
   EXPECT_EQ(nccl_op(ReduceOp::kProduct), ncclProd);

@@ -12,16 +12,19 @@ Status op_failure(const std::string& what, const Status& why) {
 }
 
 void PendingOps::add(std::string what, Query query, Done done, Clock::time_point now) {
-  Status closed;
+  Status failed;
   {
     MutexLock lock(mu_);
-    closed = failure_;
-    if (closed.ok()) {
+    if (!failed_all_) {
+      // Closed but not failed yet: an abort is inside ncclCommAbort on another thread, and
+      // this op's buffers are only safe to report once it returned: fail_all() fails it.
       ops_.push_back({std::move(what), std::move(query), std::move(done), now});
+      cv_.notify_all();
       return;
     }
+    failed = failure_;
   }
-  done(op_failure(what, closed));
+  done(op_failure(what, failed));
 }
 
 Status PendingOps::poll(std::chrono::nanoseconds timeout, Clock::time_point now) {
@@ -77,11 +80,29 @@ size_t PendingOps::fail_all(const Status& why) {
   {
     MutexLock lock(mu_);
     close_locked(why);
+    failed_all_ = true;
     reason = failure_;
     failed.swap(ops_);
   }
   for (Op& op : failed) op.done(op_failure(op.what, reason));
   return failed.size();
+}
+
+bool PendingOps::wait(std::chrono::nanoseconds interval) {
+  MutexLock lock(mu_);
+  if (ops_.empty())
+    cv_.wait(lock.native(), [&]() KOLO_REQUIRES(mu_) { return shut_down_ || !ops_.empty(); });
+  else if (!shut_down_)
+    cv_.wait_for(lock.native(), interval, [&]() KOLO_REQUIRES(mu_) { return shut_down_; });
+  return !shut_down_;
+}
+
+void PendingOps::shutdown() {
+  {
+    MutexLock lock(mu_);
+    shut_down_ = true;
+  }
+  cv_.notify_all();
 }
 
 size_t PendingOps::size() const {

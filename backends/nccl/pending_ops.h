@@ -7,19 +7,24 @@
 //
 // Ops complete in the order they were added (they run on one stream). Every op's `done` runs
 // exactly once: with OK when its query says so, or with the failure that ended the
-// communicator, prefixed by the op's own description (e.g. "allreduce 'grad/w'"). After a
-// failure the set is closed: add() fails the new op at once with the same error.
+// communicator, prefixed by the op's own description (e.g. "allreduce 'grad/w'").
 //
 // The abort order (NcclBackend::abort): close(why) first, so that no op can complete OK from
 // then on (an aborted kernel exits, and its event fires, with its buffers half written); then
 // the communicator is aborted; then fail_all() reports every op failed, once NCCL can no
-// longer write their buffers.
+// longer write their buffers. An op added between close() and fail_all() (another thread's
+// abort is inside ncclCommAbort) waits in the set for fail_all(), for the same reason; one
+// added after fail_all() fails at once.
+//
+// The watchdog sleeps in wait(): on a condition variable while nothing is pending (an idle
+// backend costs no CPU), at most a poll interval while ops are pending.
 //
 // Thread-safety: every method may be called from any thread; `done` and `query` run in the
 // calling thread outside the lock, so they may call back into PendingOps.
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <deque>
 #include <functional>
@@ -37,7 +42,8 @@ class PendingOps {
   using Query = std::function<Result<bool>()>;
   using Done = std::function<void(const Status&)>;
 
-  // Queues an op described by `what` (names its tensors), started at `now`.
+  // Queues an op described by `what` (names its tensors), started at `now`, and wakes wait().
+  // After fail_all() it runs done(failure) at once instead, in the calling thread.
   void add(std::string what, Query query, Done done, Clock::time_point now = Clock::now());
 
   // Completes the finished ops at the head of the queue. Returns OK, or the reason the
@@ -55,8 +61,15 @@ class PendingOps {
   void close(const Status& why);
 
   // close(why), then fails every pending op with "<what>: <reason>" (same code), the reason
-  // being the first one the set was closed with. Returns how many ops it failed.
+  // being the first one the set was closed with, and every op added later at once. Returns
+  // how many ops it failed.
   size_t fail_all(const Status& why);
+
+  // The watchdog's sleep: returns after at most `interval` while ops are pending; while none
+  // are, blocks until add() or shutdown(). Returns false once shutdown() was called.
+  bool wait(std::chrono::nanoseconds interval);
+  // Ends every wait(), now and later (the backend's destructor, before it joins the watchdog).
+  void shutdown();
 
   size_t size() const;
   // OK while open; the reason it was closed with after.
@@ -72,8 +85,11 @@ class PendingOps {
   mutable Mutex mu_;
   void close_locked(const Status& why) KOLO_REQUIRES(mu_);
 
+  std::condition_variable cv_;  // add() and shutdown() wake wait()
   std::deque<Op> ops_ KOLO_GUARDED_BY(mu_);
   Status failure_ KOLO_GUARDED_BY(mu_);
+  bool failed_all_ KOLO_GUARDED_BY(mu_) = false;  // fail_all() ran: add() fails at once
+  bool shut_down_ KOLO_GUARDED_BY(mu_) = false;
 };
 
 // "<what>: <why's message>" with why's code: how one pending op reports the communicator's end.

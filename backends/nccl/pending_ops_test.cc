@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <memory>
+#include <thread>
 #include <vector>
 
 namespace kolo::nccl {
@@ -140,13 +142,16 @@ TEST(PendingOpsTest, CloseBeforeFailAllCompletesNothingAndKeepsTheFirstReason) {
   EXPECT_TRUE(b->results.empty());
   EXPECT_EQ(ops.size(), 2u);  // still pending: NCCL may be writing their buffers
   EXPECT_EQ(ops.failure().to_string(), peer.to_string());
+  // Closed, the abort still inside ncclCommAbort: a new op is not failed yet either (NCCL may
+  // still write its buffers, fence() queued work for it before it saw the close).
   auto late = std::make_shared<FakeOp>();
-  add(ops, "allreduce 'late'", late, t0);  // closed: fails at once
+  add(ops, "allreduce 'late'", late, t0);
+  EXPECT_TRUE(late->results.empty());
+  // A second caller (the watchdog's own error) comes later: the first reason stays.
+  EXPECT_EQ(ops.fail_all(Status::Internal("ncclCommGetAsyncError: ncclSystemError")), 3u);
   ASSERT_EQ(late->results.size(), 1u);
   EXPECT_EQ(late->results[0].to_string(),
             "PeerFailure: allreduce 'late': rank 1 (gpu-2:4000) closed the connection");
-  // A second caller (the watchdog's own error) comes later: the first reason stays.
-  EXPECT_EQ(ops.fail_all(Status::Internal("ncclCommGetAsyncError: ncclSystemError")), 2u);
   ASSERT_EQ(a->results.size(), 1u);
   ASSERT_EQ(b->results.size(), 1u);
   EXPECT_EQ(a->results[0].to_string(),
@@ -173,6 +178,47 @@ TEST(PendingOpsTest, AnOpWhoseQueryRacesWithCloseIsNotCompleted) {
   EXPECT_EQ(ops.fail_all(timeout), 1u);
   ASSERT_EQ(results.size(), 1u);
   EXPECT_EQ(results[0].code(), StatusCode::kTimeout);
+}
+
+TEST(PendingOpsTest, AnOpAddedAfterFailAllFailsAtOnceWithTheFirstReason) {
+  PendingOps ops;
+  const Status timeout = Status::Timeout("allreduce 'x': did not complete within 1.0 s");
+  EXPECT_EQ(ops.fail_all(timeout), 0u);
+  auto late = std::make_shared<FakeOp>();
+  add(ops, "broadcast 'y'", late, Clock::now());
+  ASSERT_EQ(late->results.size(), 1u);
+  EXPECT_EQ(late->results[0].to_string(),
+            "Timeout: broadcast 'y': allreduce 'x': did not complete within 1.0 s");
+  EXPECT_EQ(ops.size(), 0u);
+}
+
+TEST(PendingOpsTest, AnIdleWaitBlocksUntilAnOpIsAddedOrShutdown) {
+  // The watchdog of an idle backend sleeps on the condition variable, however long the
+  // interval it passes: it wakes for an add() (then polls at the interval) and for shutdown().
+  PendingOps ops;
+  std::atomic<int> wakeups{0};
+  std::atomic<bool> running{true};
+  std::thread watchdog([&] {
+    while (ops.wait(std::chrono::microseconds(1))) ++wakeups;
+    running = false;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(wakeups.load(), 0);  // 50 ms idle: not one wake-up at a 1 us interval
+  auto op = std::make_shared<FakeOp>();
+  add(ops, "allreduce 'a'", op, Clock::now());
+  while (wakeups.load() == 0) std::this_thread::yield();  // woken by the add
+  EXPECT_TRUE(ops.poll(seconds(60)).ok());
+  op->finished = true;
+  EXPECT_TRUE(ops.poll(seconds(60)).ok());
+  ASSERT_EQ(op->results.size(), 1u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // idle again: it blocks
+  const int idle = wakeups.load();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(wakeups.load(), idle);
+  ops.shutdown();
+  watchdog.join();
+  EXPECT_FALSE(running.load());
+  EXPECT_FALSE(ops.wait(std::chrono::seconds(60)));  // after shutdown: at once
 }
 
 TEST(PendingOpsTest, CloseWithOkReadsAsAborted) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cuda_device_guard.h"
 #include "kolo/status.h"
 
 namespace kolo::fw::cuda_alloc {
@@ -95,7 +96,8 @@ Stats stats() {
 
 std::shared_ptr<void> record_event(int device) {
   cudaEvent_t event = nullptr;
-  cudaError_t err = cudaSetDevice(device);
+  CudaDeviceGuard guard(device);  // the caller's thread: its current device is left as it was
+  cudaError_t err = guard.status();
   if (err == cudaSuccess) err = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
   if (err == cudaSuccess) err = cudaEventRecord(event, nullptr);  // the legacy default stream
   if (err != cudaSuccess) {

@@ -29,7 +29,8 @@ Stats stats();
 // A cudaEvent_t (as void*) recorded now on `device`'s legacy default stream, where the
 // framework's kernels run: what a kolo::TensorView's ready_event wants for a tensor the
 // framework just wrote. Destroyed when the last pointer goes (CUDA defers that until the event
-// completed). Throws kolo::Error(kIoError) when CUDA fails.
+// completed). The calling thread's current device is restored. Throws kolo::Error(kIoError)
+// when CUDA fails.
 std::shared_ptr<void> record_event(int device);
 
 // Rounded size class used for bucketing (exposed for tests).

@@ -1,0 +1,353 @@
+// NcclBackend's collectives (nccl_backend_impl.h): each one outside an operation is its own
+// group, settled, and waited for (Backend's blocking contract); inside one, it is recorded into
+// the operation's group, which fence() launches.
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backends/nccl/nccl_backend_impl.h"
+#include "backends/nccl/nccl_kernels.h"
+#include "kolo/units.h"
+
+namespace kolo::nccl {
+
+Status NcclBackend::enter(const char* op, std::optional<DeviceGuard>& guard) {
+  const std::string what = std::string("nccl ") + op;
+  Status failed = pending_.failure();
+  if (!failed.ok()) return failed.with_context(what);
+  if (in_op_) return open_group(what);  // the background thread: on device_ since wait_ready
+  guard.emplace(device_);
+  KOLO_RETURN_IF_ERROR(cuda(guard->status(), what + ": cudaSetDevice"));
+  return wait_for_legacy_stream(what);
+}
+
+Status NcclBackend::wait_for_legacy_stream(const std::string& what) {
+  if (legacy_waited_) return Status::Ok();
+  KOLO_RETURN_IF_ERROR(cuda(cudaEventRecord(legacy_mark_, cudaStreamLegacy),
+                            what + ": recording an event on the legacy default stream"));
+  KOLO_RETURN_IF_ERROR(cuda(cudaStreamWaitEvent(stream_, legacy_mark_, 0),
+                            what + ": waiting for the legacy default stream"));
+  legacy_waited_ = in_op_;  // outside an operation every call waits anew
+  return Status::Ok();
+}
+
+Status NcclBackend::open_group(const std::string& what) {
+  if (group_open_) return Status::Ok();
+  comm_mu_.lock();
+  if (!comm_) {
+    comm_mu_.unlock();
+    Status failed = pending_.failure();
+    return failed.ok() ? Status::Aborted(what + ": the communicator was aborted")
+                       : failed.with_context(what);
+  }
+  const ncclResult_t r = ncclGroupStart();
+  if (r != ncclSuccess) {
+    comm_mu_.unlock();
+    return nccl_status(r, what + ": ncclGroupStart");
+  }
+  group_open_ = true;
+  group_owner_ = std::this_thread::get_id();
+  return Status::Ok();
+}
+
+Status NcclBackend::close_group(const std::string& what) {
+  if (!group_open_) return Status::Ok();
+  // Closed even after a failed call in it, or the communicator stays in the group.
+  const ncclResult_t ended = ncclGroupEnd();
+  group_open_ = false;
+  group_owner_ = std::thread::id();
+  comm_mu_.unlock();
+  Status st = settle(ended, what + ": ncclGroupEnd");
+  std::vector<PostMap> post = std::move(post_maps_);
+  post_maps_.clear();
+  for (const PostMap& p : post)
+    if (st.ok()) st = map(p.data, p.data, p.n, p.dtype, p.mul, p.div, p.what);
+  for (void* b : retired_) cudaFreeAsync(b, stream_);
+  retired_.clear();
+  return st;
+}
+
+Status NcclBackend::end_own_group(const Status& calls, const std::string& what) {
+  Status ended = close_group(what);
+  if (calls.ok()) return ended;
+  // The group launched without the refused call: the peers wait for its part.
+  fail(calls);
+  return calls;
+}
+
+Status NcclBackend::settle(ncclResult_t r, const std::string& what) {
+  const auto start = Clock::now();
+  const auto deadline = start + op_timeout_;
+  while (r == ncclInProgress) {
+    if (Clock::now() > deadline) {
+      Status st = Status::Timeout(what + ": NCCL did not accept the call within " +
+                                  format_duration(op_timeout_) + " (KOLO_OP_TIMEOUT)");
+      fail(st);
+      return st;
+    }
+    backoff(start);
+    r = async_error();
+  }
+  if (r == ncclSuccess) return Status::Ok();
+  // Aborted meanwhile (by the watchdog or the runtime): that reason, not the symptom.
+  if (Status failed = pending_.failure(); !failed.ok()) return failed.with_context(what);
+  Status st = nccl_status(r, what, last_error());
+  // Every error aborts, an invalid argument too: it leaves the communicator usable, but the
+  // peers' side of this collective was launched and would wait for this rank until
+  // KOLO_OP_TIMEOUT. Aborted, this rank fails at once and the runtime stops, which the peers
+  // learn from the control plane.
+  fail(st);
+  return st;
+}
+
+Status NcclBackend::map(void* dst, const void* src, int64_t n, DataType dtype, double mul,
+                        double div, const std::string& what) {
+  if (mul == 1.0 && div == 1.0) {
+    if (dst == src || n == 0) return Status::Ok();
+    return cuda(cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * dtype_size(dtype),
+                                cudaMemcpyDeviceToDevice, stream_),
+                what + ": copy");
+  }
+  return cuda(
+      static_cast<cudaError_t>(map_on_stream(dst, src, n, kernel_type(dtype), mul, div, stream_)),
+      what + (div == 1.0 ? ": scale kernel" : ": average kernel"));
+}
+
+Status NcclBackend::finish_reduction(void* data, int64_t n, DataType dtype,
+                                     const Reduction& reduction, const std::string& what) {
+  if (n == 0) return Status::Ok();
+  // Two passes, as ops::finish_reduction makes them: one fused x * post / size would round
+  // once where the host rounds twice.
+  std::vector<PostMap> maps;
+  if (reduction.op == ReduceOp::kAverage && size_ > 1)
+    maps.push_back({data, n, dtype, 1.0, static_cast<double>(size_), what});
+  if (reduction.postscale != 1.0) maps.push_back({data, n, dtype, reduction.postscale, 1.0, what});
+  for (PostMap& p : maps) {
+    if (group_open_)
+      post_maps_.push_back(std::move(p));
+    else
+      KOLO_RETURN_IF_ERROR(map(p.data, p.data, p.n, p.dtype, p.mul, p.div, p.what));
+  }
+  return Status::Ok();
+}
+
+Status NcclBackend::finish_call(const std::string& what) {
+  if (in_op_) return Status::Ok();
+  // Blocking contract outside an operation: poll an event (never cudaStreamSynchronize,
+  // which would hang on a dead peer), bounded by the op timeout and the async error.
+  cudaEvent_t ev = nullptr;
+  KOLO_RETURN_IF_ERROR(cuda(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), what));
+  Status st = cuda(cudaEventRecord(ev, stream_), what + ": cudaEventRecord");
+  const auto start = Clock::now();
+  const auto deadline = start + op_timeout_;
+  while (st.ok()) {
+    cudaError_t q = cudaEventQuery(ev);
+    if (q == cudaSuccess) break;
+    if (q != cudaErrorNotReady) {
+      st = cuda(q, what);
+      break;
+    }
+    if (Status failed = pending_.failure(); !failed.ok()) {
+      st = failed.with_context(what);
+      break;
+    }
+    const ncclResult_t async = async_error();
+    if (async != ncclSuccess && async != ncclInProgress) {
+      st = nccl_status(async, what, last_error());
+      fail(st);
+      break;
+    }
+    if (Clock::now() > deadline) {
+      st = Status::Timeout(what + ": did not complete on the GPU within " +
+                           format_duration(op_timeout_) +
+                           " (KOLO_OP_TIMEOUT): a peer is dead or stuck");
+      fail(st);
+      break;
+    }
+    // Spin (yielding) first, as cudaStreamSynchronize would: a small collective completes
+    // in microseconds and a sleep would dominate it.
+    backoff(start);
+  }
+  cudaEventDestroy(ev);
+  return st;
+}
+
+Status NcclBackend::do_allreduce(const void* input, void* output, int64_t count, DataType dtype,
+                                 const Reduction& reduction) {
+  const std::string what = "nccl allreduce";
+  std::optional<DeviceGuard> guard;
+  KOLO_RETURN_IF_ERROR(enter("allreduce", guard));
+  // A prescale is a kernel into the output, then the reduction is in place there; without one
+  // NCCL reads the input directly. (Inside a group the kernel is queued at once, so before
+  // the group's NCCL kernels, which NCCL enqueues when the group ends.)
+  const void* src = input;
+  if (reduction.prescale != 1.0) {
+    KOLO_RETURN_IF_ERROR(map(output, input, count, dtype, reduction.prescale, 1.0, what));
+    src = output;
+  }
+  KOLO_RETURN_IF_ERROR(nccl_call(
+      [&](ncclComm_t c) {
+        return ncclAllReduce(src, output, static_cast<size_t>(count),
+                             static_cast<ncclDataType_t>(nccl_dtype(dtype)),
+                             static_cast<ncclRedOp_t>(nccl_op(reduction.op)), c, stream_);
+      },
+      what));
+  KOLO_RETURN_IF_ERROR(finish_reduction(output, count, dtype, reduction, what));
+  return finish_call(what);
+}
+
+Status NcclBackend::exchange(const void* input, void* output, DataType dtype,
+                             const std::vector<int64_t>& send_counts,
+                             const std::vector<int64_t>& recv_counts, bool same_input,
+                             const std::string& what) {
+  const size_t esize = dtype_size(dtype);
+  const auto dt = static_cast<ncclDataType_t>(nccl_dtype(dtype));
+  auto in = static_cast<const char*>(input);
+  auto out = static_cast<char*>(output);
+  int64_t send_off = 0, recv_off = 0;
+  // In a group: the operation's (inside one), or one of its own, so that an abort cannot
+  // free the communicator between the calls of an open group.
+  const bool own_group = !group_open_;
+  if (own_group) KOLO_RETURN_IF_ERROR(open_group(what));
+  Status st;
+  for (int j = 0; j < size_ && st.ok(); ++j) {
+    const int64_t s = send_counts[j], rc = recv_counts[j];
+    if (j == rank_) {
+      if (s > 0 && in + send_off * esize != out + recv_off * esize)
+        st =
+            cuda(cudaMemcpyAsync(out + recv_off * esize, in + send_off * esize,
+                                 static_cast<size_t>(s) * esize, cudaMemcpyDeviceToDevice, stream_),
+                 what + ": own block");
+    } else {
+      if (s > 0)
+        st = group_call(
+            ncclSend(in + send_off * esize, static_cast<size_t>(s), dt, j, comm_, stream_),
+            what + ": ncclSend to rank " + std::to_string(j));
+      if (st.ok() && rc > 0)
+        st = group_call(
+            ncclRecv(out + recv_off * esize, static_cast<size_t>(rc), dt, j, comm_, stream_),
+            what + ": ncclRecv from rank " + std::to_string(j));
+    }
+    if (!same_input) send_off += s;
+    recv_off += rc;
+  }
+  return own_group ? end_own_group(st, what) : st;
+}
+
+Status NcclBackend::do_allgather(const void* input, void* output, DataType dtype,
+                                 const std::vector<int64_t>& counts) {
+  const std::string what = "nccl allgather";
+  std::optional<DeviceGuard> guard;
+  KOLO_RETURN_IF_ERROR(enter("allgather", guard));
+  const bool equal =
+      std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts[0]; });
+  if (equal) {
+    // ncclAllGather is in place when input is this rank's slot of output.
+    KOLO_RETURN_IF_ERROR(nccl_call(
+        [&](ncclComm_t c) {
+          return ncclAllGather(input, output, static_cast<size_t>(counts[0]),
+                               static_cast<ncclDataType_t>(nccl_dtype(dtype)), c, stream_);
+        },
+        what));
+  } else {
+    // Every rank sends its one block to every other rank.
+    KOLO_RETURN_IF_ERROR(exchange(input, output, dtype,
+                                  std::vector<int64_t>(static_cast<size_t>(size_), counts[rank_]),
+                                  counts, /*same_input=*/true, what));
+  }
+  return finish_call(what);
+}
+
+Status NcclBackend::do_broadcast(void* data, int64_t count, DataType dtype, int root) {
+  const std::string what = "nccl broadcast";
+  std::optional<DeviceGuard> guard;
+  KOLO_RETURN_IF_ERROR(enter("broadcast", guard));
+  KOLO_RETURN_IF_ERROR(nccl_call(
+      [&](ncclComm_t c) {
+        return ncclBroadcast(data, data, static_cast<size_t>(count),
+                             static_cast<ncclDataType_t>(nccl_dtype(dtype)), root, c, stream_);
+      },
+      what));
+  return finish_call(what);
+}
+
+Status NcclBackend::do_alltoall(const void* input, void* output, DataType dtype,
+                                const std::vector<int64_t>& send_counts,
+                                const std::vector<int64_t>& recv_counts) {
+  const std::string what = "nccl alltoall";
+  std::optional<DeviceGuard> guard;
+  KOLO_RETURN_IF_ERROR(enter("alltoall", guard));
+  KOLO_RETURN_IF_ERROR(
+      exchange(input, output, dtype, send_counts, recv_counts, /*same_input=*/false, what));
+  return finish_call(what);
+}
+
+Status NcclBackend::do_reducescatter(const void* input, void* output, DataType dtype,
+                                     const Reduction& reduction,
+                                     const std::vector<int64_t>& counts) {
+  const std::string what = "nccl reducescatter";
+  std::optional<DeviceGuard> guard;
+  KOLO_RETURN_IF_ERROR(enter("reducescatter", guard));
+  const size_t esize = dtype_size(dtype);
+  const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  const void* src = input;
+  if (reduction.prescale != 1.0) {
+    KOLO_ASSIGN_OR_RETURN(void* scaled, scratch(static_cast<size_t>(total) * esize));
+    KOLO_RETURN_IF_ERROR(map(scaled, input, total, dtype, reduction.prescale, 1.0, what));
+    src = scaled;
+  }
+  const auto dt = static_cast<ncclDataType_t>(nccl_dtype(dtype));
+  const auto op = static_cast<ncclRedOp_t>(nccl_op(reduction.op));
+  const bool equal =
+      std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts[0]; });
+  if (equal) {
+    KOLO_RETURN_IF_ERROR(nccl_call(
+        [&](ncclComm_t c) {
+          return ncclReduceScatter(src, output, static_cast<size_t>(counts[0]), dt, op, c, stream_);
+        },
+        what));
+  } else {
+    // NCCL has no reduce-scatter with per-rank counts: one ncclReduce per block, to the rank
+    // that owns it, in one group (NCCL schedules them together), as in exchange().
+    const bool own_group = !group_open_;
+    if (own_group) KOLO_RETURN_IF_ERROR(open_group(what));
+    Status st;
+    int64_t off = 0;
+    for (int r = 0; r < size_ && st.ok(); ++r) {
+      if (counts[r] > 0)
+        st = group_call(ncclReduce(static_cast<const char*>(src) + off * esize, output,
+                                   static_cast<size_t>(counts[r]), dt, op, r, comm_, stream_),
+                        what + ": ncclReduce of rank " + std::to_string(r) + "'s block");
+      off += counts[r];
+    }
+    KOLO_RETURN_IF_ERROR(own_group ? end_own_group(st, what) : st);
+  }
+  KOLO_RETURN_IF_ERROR(finish_reduction(output, counts[rank_], dtype, reduction, what));
+  return finish_call(what);
+}
+
+Status NcclBackend::do_barrier() {
+  const std::string what = "nccl barrier";
+  // A barrier is always blocking, that is its point: it launches an open group first.
+  KOLO_RETURN_IF_ERROR(close_group(what));
+  const bool was_in_op = in_op_;
+  in_op_ = false;
+  std::optional<DeviceGuard> guard;
+  Status st = enter("barrier", guard);
+  Result<void*> one = st.ok() ? scratch(sizeof(int32_t)) : Result<void*>(st);
+  if (!one.ok()) st = one.status();
+  if (st.ok())
+    st = nccl_call(
+        [&](ncclComm_t c) { return ncclAllReduce(*one, *one, 1, ncclInt32, ncclSum, c, stream_); },
+        what);
+  if (st.ok()) st = finish_call(what);
+  in_op_ = was_in_op;
+  return st;
+}
+
+}  // namespace kolo::nccl
