@@ -5,8 +5,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -113,6 +115,9 @@ class FakeDeviceBackend : public DeviceBackend {
     MutexLock lock(mu_);
     fail_fence_ = true;
   }
+  // Fuses a batch itself, as nccl does with its device fusion buffer (allreduce_pieces).
+  void fuse_pieces() { fuse_pieces_ = true; }
+  bool has_allreduce_pieces() const override { return fuse_pieces_; }
   std::thread::id completer_id() const { return completer_.get_id(); }
 
  protected:
@@ -120,6 +125,23 @@ class FakeDeviceBackend : public DeviceBackend {
                       const Reduction& r) override {
     record("allreduce");
     return local_->allreduce(in, out, n, dt, r);
+  }
+  Status do_allreduce_pieces(const std::vector<AllreducePiece>& pieces, DataType dt,
+                             const Reduction& r) override {
+    record("allreduce_pieces " + std::to_string(pieces.size()));
+    const size_t es = dtype_size(dt);
+    std::vector<char> fused;
+    for (const AllreducePiece& p : pieces)
+      fused.insert(fused.end(), static_cast<const char*>(p.input),
+                   static_cast<const char*>(p.input) + p.count * es);
+    const int64_t total = static_cast<int64_t>(fused.size() / es);
+    KOLO_RETURN_IF_ERROR(local_->allreduce(fused.data(), fused.data(), total, dt, r));
+    size_t offset = 0;
+    for (const AllreducePiece& p : pieces) {
+      std::memcpy(p.output, fused.data() + offset, p.count * es);
+      offset += p.count * es;
+    }
+    return Status::Ok();
   }
   Status do_allgather(const void* in, void* out, DataType dt,
                       const std::vector<int64_t>& counts) override {
@@ -155,6 +177,7 @@ class FakeDeviceBackend : public DeviceBackend {
   const void* poisoned_ KOLO_GUARDED_BY(mu_) = nullptr;
   bool complete_in_fence_ KOLO_GUARDED_BY(mu_) = false;
   bool fail_fence_ KOLO_GUARDED_BY(mu_) = false;
+  std::atomic<bool> fuse_pieces_{false};
   Status failure_ KOLO_GUARDED_BY(mu_);
   std::vector<char> stand_in_ KOLO_GUARDED_BY(mu_);
   bool stop_ KOLO_GUARDED_BY(mu_) = false;
@@ -208,6 +231,31 @@ TEST(DeviceBackendTest, CudaTensorsWaitForTheirEventAndCompleteThroughTheFence) 
   EXPECT_EQ(completed_on, one.fake->completer_id());  // not the background thread
   EXPECT_EQ(one.fake->log(), (std::vector<std::string>{"wait_ready allreduce 'x' event",
                                                        "allreduce", "fence allreduce 'x'"}));
+}
+
+// A batch of several CUDA tensors goes to a backend that fuses them itself in one
+// allreduce_pieces call (nccl's device fusion buffer), with the scales applied once, instead of
+// one call per tensor; a single tensor still takes a plain allreduce.
+TEST(DeviceBackendTest, ABatchOfCudaTensorsIsOneAllreducePiecesCall) {
+  OneRank one;
+  one.fake->fuse_pieces();
+  std::vector<float> a(5, 1.0f), b(3, 2.0f), c(4, 3.0f);
+  AllreduceOptions opts;
+  opts.prescale = 2.0;
+  opts.postscale = 0.5;
+  std::vector<TensorView> views = {host_view(a), host_view(b)};
+  auto grouped = on_cuda(build_grouped_allreduce("g", views, opts));
+  Handle h = one.runtime->submit(std::move(grouped));
+  ASSERT_TRUE(h.wait(std::chrono::seconds(20)).ok()) << h.status().to_string();
+  EXPECT_EQ(a, std::vector<float>(5, 1.0f));  // x * 2 * 0.5 on one rank
+  EXPECT_EQ(b, std::vector<float>(3, 2.0f));
+  Handle single = one.runtime->submit(
+      on_cuda(build_allreduce("c", host_view(c), host_view(c), {.prescale = 3.0})));
+  ASSERT_TRUE(single.wait(std::chrono::seconds(20)).ok()) << single.status().to_string();
+  EXPECT_EQ(c, std::vector<float>(4, 9.0f));
+  const std::vector<std::string> log = one.fake->log();
+  EXPECT_EQ(std::count(log.begin(), log.end(), "allreduce_pieces 2"), 1);
+  EXPECT_EQ(std::count(log.begin(), log.end(), "allreduce"), 1);  // "c"
 }
 
 TEST(DeviceBackendTest, DeviceOutputsNeedAnAllocator) {

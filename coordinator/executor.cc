@@ -174,6 +174,15 @@ Status Executor::dispatch(const std::vector<BatchItem>& batch) {
   return Status::Internal("unknown op type");
 }
 
+const std::vector<AllreducePiece>& Executor::pieces_of(const std::vector<BatchItem>& batch) {
+  pieces_.clear();
+  for (const auto& item : batch)
+    for (size_t k = 0; k < item.response->shapes.size(); ++k)
+      pieces_.push_back({item.entry->inputs[k].data, item.entry->outputs[k].data,
+                         num_elements(item.response->shapes[k])});
+  return pieces_;
+}
+
 Status Executor::allreduce(const std::vector<BatchItem>& batch) {
   const Response& head = *batch.front().response;
   const Reduction& reduction = head.reduction;
@@ -199,13 +208,22 @@ Status Executor::allreduce(const std::vector<BatchItem>& batch) {
   const bool cuda = *via_host;  // CUDA tensors the backend does not take
 
   // The backend works on the caller's memory, no copy: a single tensor, or tensors on a
-  // device other than the host, which the host fusion buffer cannot hold (one call each).
+  // device other than the host, which the host fusion buffer cannot hold: one call each, or
+  // one allreduce_pieces call when the backend fuses them itself (nccl: its device fusion
+  // buffer; through_host() refused device batches that a rank joined, so every entry is here).
   if (!cuda &&
       (!head.device.is_cpu() || (batch.size() == 1 && batch[0].entry && head.shapes.size() == 1))) {
     begin(batch, op_span(OpType::kAllreduce), args);
     const Reduction per_call{backend_op, reduction.prescale,
                              divide_here ? 1.0 : reduction.postscale};
     Status st;
+    if (!head.device.is_cpu() && !divide_here && backend().has_allreduce_pieces() &&
+        (batch.size() > 1 || head.shapes.size() > 1)) {
+      st = backend().allreduce_pieces(pieces_of(batch), head.dtype, per_call);
+      end(batch, st);
+      finish(batch, st);
+      return st;
+    }
     for (const auto& item : batch) {
       const Entry& e = *item.entry;  // through_host() refused batches that a rank joined
       for (size_t k = 0; st.ok() && k < item.response->shapes.size(); ++k) {
@@ -229,13 +247,8 @@ Status Executor::allreduce(const std::vector<BatchItem>& batch) {
       std::all_of(batch.begin(), batch.end(), [](const BatchItem& b) { return b.entry; });
   if (!cuda && head.device.is_cpu() && head.joined.empty() && every_entry &&
       backend().has_allreduce_pieces()) {
-    pieces_.clear();
-    for (const auto& item : batch)
-      for (size_t k = 0; k < item.response->shapes.size(); ++k)
-        pieces_.push_back({item.entry->inputs[k].data, item.entry->outputs[k].data,
-                           num_elements(item.response->shapes[k])});
     begin(batch, op_span(OpType::kAllreduce), args);
-    const Status st = backend().allreduce_pieces(pieces_, head.dtype, reduction);
+    const Status st = backend().allreduce_pieces(pieces_of(batch), head.dtype, reduction);
     end(batch, st);
     finish(batch, st);
     return st;

@@ -142,10 +142,13 @@ class Executor {
   bool deferred_ = false;            // the batch runs on device_: finish() fences it
   Status fence_status_;              // the batch's fence: not OK when it could not launch
   ops::Workspace fusion_buffer_;     // persistent: grows to the largest batch and stays
-  std::vector<AllreducePiece> pieces_;  // a batch's tensors for allreduce_pieces (reused)
-  ops::Workspace scratch_;           // joined ranks' stand-in buffers
-  ops::Workspace prescaled_;         // reduce_gathered: one rank's input times the prescale
-  CudaStaging staging_;              // pinned buffers and copy streams (idle for CPU tensors)
+  // Every tensor of `batch` (each item with an entry) as allreduce_pieces takes them, in
+  // pieces_ (reused: valid until the next call).
+  const std::vector<AllreducePiece>& pieces_of(const std::vector<BatchItem>& batch);
+  std::vector<AllreducePiece> pieces_;
+  ops::Workspace scratch_;    // joined ranks' stand-in buffers
+  ops::Workspace prescaled_;  // reduce_gathered: one rank's input times the prescale
+  CudaStaging staging_;       // pinned buffers and copy streams (idle for CPU tensors)
   std::array<ops::Workspace, 3> pageable_;  // per slot, when pinned memory is unavailable
   bool warned_pageable_ = false;
 };

@@ -119,6 +119,8 @@ confirms=(
   "nccl_test NcclOneRankTest.AnIntegerAverageIsTheHostsAverage"                         # S6
   "framework_cuda CudaTest.RecordEventLeavesTheCallersDeviceCurrent"  # device restored; 2 GPUs
   "coordinator_cuda CudaRuntimeTest.ANcclOperationsSpansEndWhenTheGpuFinishedIt"  # GPU time traced
+  "nccl_test BatchedCopyTest.CopiesEverySegmentExactlyAndNothingElse"        # device fusion buffer
+  "nccl_test NcclOneRankTest.AllreducePiecesFusesOnTheDeviceAndCopiesOutAfterTheReduction"
 )
 for entry in "${confirms[@]}"; do
   read -r log test <<<"$entry"

@@ -55,6 +55,7 @@ NcclBackend::~NcclBackend() {
   }
   if (scratch_) cudaFreeAsync(scratch_, stream_);
   if (stand_in_) cudaFreeAsync(stand_in_, stream_);
+  if (fusion_) cudaFreeAsync(fusion_, stream_);
   if (stream_) {
     // Polled, never cudaStreamSynchronize: a kernel stuck on a peer (finalize timed out before
     // the abort ended it) must not hang the shutdown.

@@ -80,9 +80,15 @@ class NcclBackend final : public DeviceBackend {
   void abort(const Status& why) override { (void)abort_communicator(why); }
   Status failure() const override { return pending_.failure(); }
 
+  // A fused batch through the device fusion buffer: one batched copy kernel in, one
+  // ncclAllReduce, one batched copy kernel out (Note [Allreduce pieces] in backend.h).
+  bool has_allreduce_pieces() const override { return true; }
+
  protected:
   Status do_allreduce(const void* input, void* output, int64_t count, DataType dtype,
                       const Reduction& reduction) override;
+  Status do_allreduce_pieces(const std::vector<AllreducePiece>& pieces, DataType dtype,
+                             const Reduction& reduction) override;
   Status do_allgather(const void* input, void* output, DataType dtype,
                       const std::vector<int64_t>& counts) override;
   Status do_broadcast(void* data, int64_t count, DataType dtype, int root) override;
@@ -114,10 +120,11 @@ class NcclBackend final : public DeviceBackend {
   // The group of the running operation. open_group() (the first collective after wait_ready)
   // takes comm_mu_ and calls ncclGroupStart; every collective until fence() is recorded into
   // that one group; close_group() calls ncclGroupEnd, releases comm_mu_, settles the group
-  // once and then queues the deferred post-scale kernels (they must follow the NCCL kernels,
-  // which NCCL enqueues only when the group settles). Holding comm_mu_ for the open group is
-  // what keeps abort() (another thread) from freeing the communicator inside it; the
-  // background thread holds it only while it queues work, never while it waits.
+  // once and then queues the deferred post-scale kernels and the fusion buffer's copy out
+  // (they must follow the NCCL kernels, which NCCL enqueues only when the group settles). Holding
+  // comm_mu_ for the open group is what keeps abort() (another thread) from freeing the
+  // communicator inside it; the background thread holds it only while it queues work, never while
+  // it waits.
   Status open_group(const std::string& what) KOLO_NO_THREAD_SAFETY_ANALYSIS;
   Status close_group(const std::string& what) KOLO_NO_THREAD_SAFETY_ANALYSIS;
   // close_group() of a group a blocking collective opened for its own calls (exchange, the
@@ -209,6 +216,10 @@ class NcclBackend final : public DeviceBackend {
   // first, or it would wait on itself).
   std::atomic<std::thread::id> group_owner_{};
   std::vector<PostMap> post_maps_;
+  std::vector<CopySegment> post_copies_;  // the fusion buffer's copy out, after post_maps_
+  std::vector<CopySegment> copies_;       // do_allreduce_pieces' copy in; reused
+  void* fusion_ = nullptr;                // the device fusion buffer (grow())
+  size_t fusion_bytes_ = 0;
   std::vector<void*> retired_;  // buffers outgrown inside the open group: freed after it
   PendingOps pending_;          // also the watchdog's sleep and stop request
   std::atomic<bool> aborted_{false};

@@ -336,6 +336,46 @@ TEST_F(NcclOneRankTest, AFusedBatchIsOneGroupWithItsPostScalesAfterTheReduction)
   EXPECT_EQ(c.get(), x);
 }
 
+// The device fusion buffer (allreduce_pieces): tensors of odd sizes (their copies take the
+// 1-, 4- and 16-byte paths of the batched copy), an empty one, in place and out of place, more
+// than one batched-copy launch of them, scaled; inside an operation (copy out after the group)
+// and outside one (blocking).
+TEST_F(NcclOneRankTest, AllreducePiecesFusesOnTheDeviceAndCopiesOutAfterTheReduction) {
+  ASSERT_TRUE(backend_->has_allreduce_pieces());
+  for (bool in_op : {true, false}) {
+    std::vector<std::unique_ptr<DeviceArray<float>>> inputs, outputs;
+    std::vector<AllreducePiece> pieces;
+    std::vector<std::vector<float>> values;
+    for (int k = 0; k < 2 * nccl::kBatchedCopyMax + 3; ++k) {
+      const size_t n = static_cast<size_t>(k % 7 == 0 ? 0 : (k * 37) % 1001 + 1);
+      values.push_back(iota(n, static_cast<float>(k)));
+      inputs.push_back(std::make_unique<DeviceArray<float>>(values.back()));
+      const bool in_place = k % 2 == 0;
+      outputs.push_back(in_place ? nullptr
+                                 : std::make_unique<DeviceArray<float>>(std::vector<float>(n, -1)));
+      pieces.push_back({inputs.back()->data, in_place ? inputs.back()->data : outputs.back()->data,
+                        static_cast<int64_t>(n)});
+      if (in_op)
+        ASSERT_TRUE(
+            device_->wait_ready(Device::cuda(0), inputs.back()->data, nullptr, "fused").ok());
+    }
+    ASSERT_TRUE(
+        backend_->allreduce_pieces(pieces, DataType::kFloat32, {ReduceOp::kAverage, 4.0, 0.5})
+            .ok());
+    if (in_op) {
+      Status st = fence_and_wait(*device_, "fused");
+      ASSERT_TRUE(st.ok()) << st.to_string();
+    }
+    for (size_t k = 0; k < pieces.size(); ++k) {
+      const std::vector<float> got = (outputs[k] ? outputs[k] : inputs[k])->get();
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_EQ(got[i], 2 * values[k][i])
+            << "in_op " << in_op << " piece " << k << " [" << i << "]";
+      if (outputs[k]) EXPECT_EQ(inputs[k]->get(), values[k]);  // out of place: input untouched
+    }
+  }
+}
+
 TEST_F(NcclOneRankTest, AnOpWhoseEventTheCallerDropsStillCompletes) {
   // The executor drops the event when no handle holds it (a batch with no entry on this rank):
   // the watchdog's query must keep it alive, or it queries a destroyed event and aborts.

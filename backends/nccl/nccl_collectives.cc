@@ -67,6 +67,11 @@ Status NcclBackend::close_group(const std::string& what) {
   post_maps_.clear();
   for (const PostMap& p : post)
     if (st.ok()) st = map(p.data, p.data, p.n, p.dtype, p.mul, p.div, p.what);
+  if (st.ok() && !post_copies_.empty())
+    st = cuda(static_cast<cudaError_t>(batched_copy_on_stream(
+                  post_copies_.data(), static_cast<int64_t>(post_copies_.size()), stream_)),
+              what + ": copy out of the fusion buffer");
+  post_copies_.clear();
   for (void* b : retired_) cudaFreeAsync(b, stream_);
   retired_.clear();
   return st;
@@ -198,6 +203,54 @@ Status NcclBackend::do_allreduce(const void* input, void* output, int64_t count,
       },
       what));
   KOLO_RETURN_IF_ERROR(finish_reduction(output, count, dtype, reduction, what));
+  return finish_call(what);
+}
+
+Status NcclBackend::do_allreduce_pieces(const std::vector<AllreducePiece>& pieces, DataType dtype,
+                                        const Reduction& reduction) {
+  if (pieces.size() == 1)
+    return do_allreduce(pieces[0].input, pieces[0].output, pieces[0].count, dtype, reduction);
+  const std::string what = "nccl allreduce of " + std::to_string(pieces.size()) + " tensors";
+  std::optional<DeviceGuard> guard;
+  KOLO_RETURN_IF_ERROR(enter("allreduce", guard));
+  const size_t es = dtype_size(dtype);
+  int64_t total = 0;
+  for (const AllreducePiece& p : pieces) total += p.count;
+  KOLO_ASSIGN_OR_RETURN(void* buffer, grow(fusion_, fusion_bytes_, static_cast<size_t>(total) * es,
+                                           what + ": the fusion buffer"));
+  auto* fused = static_cast<char*>(buffer);
+  // In now, before the group's NCCL kernels; out after them (close_group), or now outside an
+  // operation, where the allreduce was queued at once.
+  copies_.clear();
+  std::vector<CopySegment> out;
+  int64_t offset = 0;
+  for (const AllreducePiece& p : pieces) {
+    if (p.count == 0) continue;
+    const auto bytes = static_cast<int64_t>(static_cast<size_t>(p.count) * es);
+    copies_.push_back({p.input, fused + offset, bytes});
+    out.push_back({fused + offset, p.output, bytes});
+    offset += bytes;
+  }
+  KOLO_RETURN_IF_ERROR(cuda(static_cast<cudaError_t>(batched_copy_on_stream(
+                                copies_.data(), static_cast<int64_t>(copies_.size()), stream_)),
+                            what + ": copy into the fusion buffer"));
+  if (reduction.prescale != 1.0)
+    KOLO_RETURN_IF_ERROR(map(fused, fused, total, dtype, reduction.prescale, 1.0, what));
+  KOLO_RETURN_IF_ERROR(nccl_call(
+      [&](ncclComm_t c) {
+        return ncclAllReduce(fused, fused, static_cast<size_t>(total),
+                             static_cast<ncclDataType_t>(nccl_dtype(dtype)),
+                             static_cast<ncclRedOp_t>(nccl_op(reduction.op)), c, stream_);
+      },
+      what));
+  KOLO_RETURN_IF_ERROR(finish_reduction(fused, total, dtype, reduction, what));
+  if (group_open_) {
+    post_copies_.insert(post_copies_.end(), out.begin(), out.end());
+  } else {
+    KOLO_RETURN_IF_ERROR(cuda(static_cast<cudaError_t>(batched_copy_on_stream(
+                                  out.data(), static_cast<int64_t>(out.size()), stream_)),
+                              what + ": copy out of the fusion buffer"));
+  }
   return finish_call(what);
 }
 
