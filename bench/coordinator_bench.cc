@@ -5,12 +5,12 @@
 //   hook would. Rows: default fusion threshold, fusion off, one flat 102 MB allreduce of the
 //   same bytes through the coordinator, and the default with the timeline recording.
 // latency: a 4-byte allreduce through the coordinator (submit + negotiate + execute) versus
-//   the same call on a raw backend of the coordinator's kind, and the rate of 10,000 four-byte tensors in one step.
-//   In steady state with few ranks the data rides in the negotiation message (Note
-//   [Piggy-back] in coordinator/piggyback.cc), so the coordinator costs one exchange plus
-//   two thread hand-offs: 2 ranks on one 2-core VM, medians of 10 runs of
-//   `kolorun -np 2 kolo-bench latency --iters 500`: 50.5 us through the coordinator against
-//   32 us raw (98-100 us before piggy-backing and the spin-before-sleep hand-offs).
+//   the same call on a raw backend of the coordinator's kind, and the rate of 10,000 four-byte
+//   tensors in one step. In steady state with few ranks the data rides in the negotiation message
+//   (Note [Piggy-back] in coordinator/piggyback.cc), so the coordinator costs one exchange plus two
+//   thread hand-offs: 2 ranks on one 2-core VM, medians of 10 runs of `kolorun -np 2 kolo-bench
+//   latency --iters 500`: 50.5 us through the coordinator against 32 us raw (98-100 us before
+//   piggy-backing and the spin-before-sleep hand-offs).
 //
 // Run under kolorun, e.g.  kolorun -np 2 build/bin/kolo-bench fusion --iters 10
 // Both take the flags of bench/flags.h (--help lists them) and --json FILE.
@@ -25,6 +25,7 @@
 #include "backends/registry.h"
 #include "bench/flags.h"
 #include "bench/json_rows.h"
+#include "bench/nccl_support.h"
 #include "bench/workload.h"
 #include "kolo/kolo.h"
 #include "rendezvous/world.h"
@@ -39,6 +40,7 @@ using Clock = std::chrono::steady_clock;
 struct FusionOptions {
   int iters = 10;
   int warmup = 2;
+  bool cuda = false;  // --device cuda: the gradients live on this rank's GPU
   std::string json_path;
 };
 
@@ -51,13 +53,11 @@ struct FusionMode {
 };
 
 // One step: every gradient submitted in backward order, then all waited.
-Status resnet_step(std::vector<std::vector<float>>& grads,
-                   const std::vector<std::vector<int64_t>>& shapes) {
+Status resnet_step(const std::vector<TensorView>& grads) {
   std::vector<Handle> hs;
   hs.reserve(grads.size());
   for (size_t k = grads.size(); k-- > 0;)
-    hs.push_back(allreduce_async("grad." + std::to_string(k), view_of(grads[k].data(), shapes[k]),
-                                 {ReduceOp::kAverage}));
+    hs.push_back(allreduce_async("grad." + std::to_string(k), grads[k], {ReduceOp::kAverage}));
   for (auto& h : hs) KOLO_RETURN_IF_ERROR(h.wait().with_context("resnet step"));
   return Status::Ok();
 }
@@ -89,21 +89,38 @@ Result<FusionResult> run_fusion_mode(const FusionMode& mode, const std::string& 
   }
   int64_t total = 0;
   for (const auto& s : shapes) total += elements(s);
-  std::vector<std::vector<float>> grads;
-  std::vector<float> flat_buffer;
-  if (mode.flat)
-    flat_buffer.assign(total, 1.0f);
-  else
-    for (const auto& s : shapes) grads.emplace_back(elements(s), 1.0f);
+  // One buffer of every gradient back to back, on the host or on this rank's GPU; the views
+  // slice it (the flat row views it whole).
+  std::vector<float> host;
+  std::shared_ptr<void> device;
+  float* base = nullptr;
+  if (o.cuda) {
+    KOLO_ASSIGN_OR_RETURN(
+        device, device_ones(static_cast<size_t>(total) * sizeof(float), kolo::local_rank()));
+    base = static_cast<float*>(device.get());
+  } else {
+    host.assign(static_cast<size_t>(total), 1.0f);
+    base = host.data();
+  }
+  auto view = [&](int64_t offset, std::vector<int64_t> shape) {
+    TensorView v = view_of(base + offset, std::move(shape));
+    if (o.cuda) v.device = Device::cuda(kolo::local_rank());
+    return v;
+  };
+  std::vector<TensorView> grads;
+  int64_t offset = 0;
+  for (const auto& s : shapes) {
+    grads.push_back(view(offset, s));
+    offset += elements(s);
+  }
   std::vector<double> times;
   for (int64_t i = 0; i < int64_t{o.warmup} + o.iters; ++i) {
     auto t0 = Clock::now();
     if (mode.flat)
       KOLO_RETURN_IF_ERROR(
-          allreduce("flat", view_of(flat_buffer.data(), {total}), {ReduceOp::kAverage})
-              .with_context("flat allreduce"));
+          allreduce("flat", view(0, {total}), {ReduceOp::kAverage}).with_context("flat allreduce"));
     else
-      KOLO_RETURN_IF_ERROR(resnet_step(grads, shapes));
+      KOLO_RETURN_IF_ERROR(resnet_step(grads));
     if (i >= o.warmup)
       times.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   }
@@ -252,12 +269,21 @@ int run_fusion_bench(int argc, char** argv) {
       "Times one ResNet-50 training step's gradient allreduces (161 float32 tensors, 102 MB)\n"
       "through the coordinator: default fusion threshold, fusion off, one flat allreduce of\n"
       "the same bytes, and the default with a timeline recording.\n";
+  auto choose_device = [&o](std::string_view v) {
+    if (v != "cpu" && v != "cuda") return false;
+    o.cuda = v == "cuda";
+    return true;
+  };
   line.flags = {int_flag("--iters", "N", &o.iters, 1, kIntMax, "timed steps per row"),
                 int_flag("--warmup", "N", &o.warmup, 0, kIntMax, "untimed steps per row first"),
+                choice_flag("--device", "DEVICE", {"cpu", "cuda"}, choose_device, "cpu",
+                            "where the gradients live (cuda: this rank's GPU, through nccl)"),
                 json_flag(&o.json_path)};
   line.notes =
       "KOLO_FUSION_THRESHOLD, when set, is the default rows' threshold. With KOLO_TIMELINE set\n"
-      "the timeline row records into that file and the other rows run without a timeline.\n";
+      "the timeline row records into that file and the other rows run without a timeline.\n"
+      "--device cuda needs a GPU per rank (a build with NCCL); the default fusion row then\n"
+      "measures nccl's device fusion buffer.\n";
   return run_command(line, argc, argv, [&] { return run_fusion(o); });
 }
 

@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "backends/nccl/nccl_errors.h"
 
@@ -135,6 +136,18 @@ Result<std::unique_ptr<GpuBench>> make_gpu_bench(const BackendContext& ctx, size
   auto b = std::make_unique<NcclGpuBench>();
   KOLO_RETURN_IF_ERROR(b->init(ctx, bytes));
   return std::unique_ptr<GpuBench>(std::move(b));
+}
+
+Result<std::shared_ptr<void>> device_ones(size_t bytes, int device) {
+  KOLO_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device), "kolo-bench: cudaSetDevice"));
+  void* data = nullptr;
+  KOLO_RETURN_IF_ERROR(cuda_status(cudaMalloc(&data, bytes), "kolo-bench: device buffer"));
+  std::shared_ptr<void> owned(data, [](void* p) { cudaFree(p); });
+  std::vector<float> ones(bytes / sizeof(float), 1.0f);
+  KOLO_RETURN_IF_ERROR(cuda_status(
+      cudaMemcpy(data, ones.data(), ones.size() * sizeof(float), cudaMemcpyHostToDevice),
+      "kolo-bench: filling the device buffer"));
+  return owned;
 }
 
 }  // namespace kolo::bench

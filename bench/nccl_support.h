@@ -30,6 +30,10 @@ class GpuBench {
   virtual Result<int64_t> sum_over_ranks(int64_t value) = 0;
 };
 
+// `bytes` of device memory on GPU `device`, filled with float 1.0, freed when the last copy of
+// the pointer goes (kolo-bench fusion --device cuda). Unsupported in a build without NCCL.
+Result<std::shared_ptr<void>> device_ones(size_t bytes, int device);
+
 // Buffers of `bytes` each and a raw communicator (unique id through the store under
 // "<ctx.store_prefix>/raw-nccl"). Unsupported in a build without NCCL.
 Result<std::unique_ptr<GpuBench>> make_gpu_bench(const BackendContext& ctx, size_t bytes);

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU check anyone can run (issue 12): builds Kolo with CUDA and NCCL for the GPU(s) it
 # finds, runs every GPU test, the main job with --device cuda on 1 rank (and on N ranks when N
-# GPUs are visible), and kolo-bench allreduce --backend nccl beside raw ncclAllReduce on the
-# same buffers, then prints a summary. Exits 0 with a message when there is no GPU.
+# GPUs are visible), kolo-bench allreduce --backend nccl beside raw ncclAllReduce on the
+# same buffers and kolo-bench fusion --device cuda (the device fusion buffer), then prints a
+# summary. Exits 0 with a message when there is no GPU.
 #
 # Usage: scripts/gpu-check.sh [build-dir]     (default: build-gpu)
 # Environment: KOLO_GPU_CHECK_JOBS (default: nproc), KOLO_GPU_CHECK_EPOCHS (default: 1),
@@ -172,6 +173,25 @@ bench() {
 }
 bench 1
 ((gpus > 1)) && bench "$gpus"
+
+# 7. ResNet-50's 161 gradients on the GPU through the coordinator: the default row is nccl's
+#    device fusion buffer (batched copy kernels), against fusion off and one flat allreduce.
+fusion() {
+  local np="$1"
+  local log="$log_dir/fusion-np$np.log"
+  if "$bin/kolorun" -np "$np" "$bin/kolo-bench" fusion --device cuda --iters 20 --warmup 3 \
+       >"$log" 2>&1; then
+    note "kolo-bench fusion --device cuda, $np rank(s) (step_ms):"
+    summary+=("$(grep -vE '^\[0\] #|^#' "$log" | sed 's/^/    /')")
+    grep -vE '^\[0\] #|^#' "$log" | sed 's/^/    /'
+  else
+    status=1
+    note "kolo-bench fusion --device cuda, $np rank(s): FAILED (log: $log)"
+    tail -20 "$log"
+  fi
+}
+fusion 1
+((gpus > 1)) && fusion "$gpus"
 
 echo
 echo "=== gpu-check summary ($gpus GPU(s), $(date -u +%FT%TZ)) ==="
