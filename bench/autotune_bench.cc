@@ -13,13 +13,15 @@
 // 2 x --iters more steps of the configuration it settled on ("tuned in place": what training
 // goes on with).
 //
-// Then the comparison round: the tuned configuration, the defaults and the sweep's best, each
-// from a fresh init, --rounds times in turn. The ratios are taken against these, not against
-// the sweep's rows: on a shared machine a configuration's step time drifts by 2x over the
-// minutes a sweep takes (docs/benchmarks.md), and the smallest of 48 noisy sweep rows is biased
-// low; measured side by side right after the tuner, they compare. "In place / fresh" compares
-// the tuned configuration as the tuner left the job with the same configuration set at init:
-// a ratio well above 1 is a defect of the tuner's state, not of its choice.
+// Then the comparison rounds: the tuned configuration, the defaults and the sweep's best, each
+// from a fresh init, --rounds times, the order rotated each round (so that a load that rises
+// or falls meanwhile favours none of them). tuned/best and tuned/default are the medians of
+// these, not of the sweep's rows: on a shared machine a configuration's step time drifts by 2x
+// over the minutes a sweep takes (docs/benchmarks.md), and the smallest of 48 noisy sweep rows
+// is biased low. "In place / fresh" compares the tuned configuration as the tuner left the job
+// (measured just before the rounds) with the same configuration set at init: well above 1 it
+// would be a defect of the tuner's state rather than of its choice; it is the one ratio that
+// spans the rounds' time, so it carries their drift.
 // Printed: the steps until the tuner's last change took effect ("steps to converge"), every
 // step time and the ratios. Rank 0 prints; run under kolorun or mpirun with 2+ ranks.
 #include <chrono>
@@ -200,14 +202,16 @@ Status run_autotune(const AutotuneOptions& o) {
           default_ms = ms;
       }
   KOLO_ASSIGN_OR_RETURN(Tuned t, tune(defaults, o, w));
-  // The comparison round (see the top of this file): fresh inits, in turn.
-  std::vector<double> tuned_fresh, default_now, best_now;
-  for (int r = 0; r < o.rounds; ++r) {
-    KOLO_ASSIGN_OR_RETURN(double tf, measure(t.config, o, w));
-    KOLO_ASSIGN_OR_RETURN(double d, measure(defaults, o, w));
-    KOLO_ASSIGN_OR_RETURN(double b, measure(best, o, w));
-    tuned_fresh.push_back(tf), default_now.push_back(d), best_now.push_back(b);
-  }
+  // The comparison rounds (see the top of this file): fresh inits, the order rotated.
+  const Config* configs[] = {&t.config, &defaults, &best};
+  std::vector<double> times[3];  // tuned (fresh), default, best
+  for (int r = 0; r < o.rounds; ++r)
+    for (int k = 0; k < 3; ++k) {
+      const int which = (k + r) % 3;
+      KOLO_ASSIGN_OR_RETURN(double ms, measure(*configs[which], o, w));
+      times[which].push_back(ms);
+    }
+  const std::vector<double>&tuned_fresh = times[0], &default_now = times[1], &best_now = times[2];
   const double tuned_fresh_ms = median(tuned_fresh), default_now_ms = median(default_now),
                best_now_ms = median(best_now);
   if (root) {
@@ -223,8 +227,8 @@ Status run_autotune(const AutotuneOptions& o) {
     std::printf(
         "steps to converge %lld (%zu configurations applied); tuned/best %.3f, "
         "tuned/default %.3f, in place/fresh %.3f\n",
-        static_cast<long long>(t.converged_at), t.changes, t.step_ms / best_now_ms,
-        t.step_ms / default_now_ms, t.step_ms / tuned_fresh_ms);
+        static_cast<long long>(t.converged_at), t.changes, tuned_fresh_ms / best_now_ms,
+        tuned_fresh_ms / default_now_ms, t.step_ms / tuned_fresh_ms);
     rows.push_back({{"row", "summary"},
                     {"sweep_default_ms", default_ms},
                     {"sweep_best_ms", best_ms},

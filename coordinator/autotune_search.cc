@@ -120,10 +120,12 @@ void AutotuneSearch::finish_measurement() {
   if (m > 0) spreads_.push_back((*hi - *lo) / (2 * m));
   auto& all = measured_[current_];
   all.insert(all.end(), samples_.begin(), samples_.end());
-  if (phase_ == Phase::kConfirmBest) confirm_best_ = samples_;
+  if (phase_ == Phase::kConfirmBest || phase_ == Phase::kConfirmBestAgain)
+    confirm_best_.insert(confirm_best_.end(), samples_.begin(), samples_.end());
   if (phase_ == Phase::kConfirmDefault) confirm_default_ = samples_;
   finished_ = SearchTrial{current_, m, steps_on_current_, false,
-                          phase_ == Phase::kConfirmBest || phase_ == Phase::kConfirmDefault};
+                          phase_ == Phase::kConfirmBest || phase_ == Phase::kConfirmDefault ||
+                              phase_ == Phase::kConfirmBestAgain};
   // An extended (ambiguous) candidate has twice the samples; it moves the search when it is
   // simply faster: the best's score is biased low (it won by being measured low), so demanding
   // the margin again would reject true small gains near the optimum.
@@ -177,7 +179,10 @@ void AutotuneSearch::advance() {
   const int per_point = options_.lag + options_.warmup + options_.samples;
   // A pattern candidate may be extended to twice its samples.
   const int per_candidate = per_point + options_.samples;
-  const bool out_of_budget = steps_ - budget_from_ + per_candidate + 2 * per_point > budget_;
+  // The confirmation costs three measurements (best, default at twice the samples, best);
+  // keep room for them.
+  const int confirmation = 2 * per_point + per_candidate;
+  const bool out_of_budget = steps_ - budget_from_ + per_candidate + confirmation > budget_;
   switch (phase_) {
     case Phase::kDefault:
       if (start_ != default_ && !out_of_budget) {
@@ -218,7 +223,8 @@ void AutotuneSearch::advance() {
         // A second look with the budget left: the best and its nearest neighbours measured
         // afresh (the best's samples pooled), since near the optimum the differences are
         // of the order of the noise and one unlucky sample decides.
-        const int polish_cost = 2 * static_cast<int>(dims_.size()) * per_candidate + 3 * per_point;
+        const int polish_cost =
+            2 * static_cast<int>(dims_.size()) * per_candidate + per_point + confirmation;
         if (polished_ || steps_ - budget_from_ + polish_cost > budget_) break;
         polished_ = true;
         queue_ = neighbours();
@@ -233,15 +239,23 @@ void AutotuneSearch::advance() {
       if (champion_ && score_of(*champion_) < score_of(best_)) best_ = *champion_;
       if (best_ == default_) break;  // nothing to confirm against
       phase_ = Phase::kConfirmBest;
+      confirm_best_.clear();
       measure(best_);
       return;
     case Phase::kConfirmBest:
       phase_ = Phase::kConfirmDefault;
       measure(default_);
+      extended_ = true;  // as many samples as the best's two measurements together
       return;
     case Phase::kConfirmDefault:
-      // The two measurements just taken, side by side: earlier samples of either may come from
-      // a machine under another load. The default stays unless the best wins by the margin.
+      phase_ = Phase::kConfirmBestAgain;
+      measure(best_);
+      return;
+    case Phase::kConfirmBestAgain:
+      // Only the three measurements just taken: earlier samples of either may come from a
+      // machine under another load. The best's two bracket the default's, so a load that
+      // changes steadily meanwhile weighs on both alike. The default stays unless the best
+      // wins by the margin.
       if (!(median(confirm_best_) < median(confirm_default_) * (1 - margin()))) best_ = default_;
       break;
     case Phase::kDone:

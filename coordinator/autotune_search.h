@@ -19,11 +19,13 @@
 //      categorical dimension gets a descent of its own (stride 2, then 1) from the best point
 //      with that choice, and the best of all descents goes on. Then, at stride 1 and budget
 //      permitting, it measures the best and its neighbours once more afresh;
-//   4. a confirmation: the best point and the default are measured once more, one right after
-//      the other, and the default wins unless the best beats it by the margin in these two
-//      measurements alone (earlier samples may come from a machine under another load: a
-//      default measured while another job ran makes every later point look better). So the
-//      final configuration is never slower than the default beyond noise.
+//   4. a confirmation: the best point, the default (twice as long) and the best again are
+//      measured one right after the other, and the default wins unless the best (its two
+//      measurements pooled) beats it by the margin in these three alone. Earlier samples may come
+//      from a machine under another load (a default measured while another job ran makes every
+//      later point look better), and the best's measurements bracket the default's, so a load that
+//      rises or falls meanwhile weighs on both alike. So the final configuration is never slower
+//      than the default beyond noise.
 // Each configuration is scored by the median of `samples` step times after `warmup` discarded
 // steps (the first step after a change pays for new buckets and cache misses); a candidate
 // within twice the margin of the best is measured twice as long before it is judged. The margin
@@ -95,6 +97,11 @@ class AutotuneSearch {
   // yet): it counts against the budget only.
   void skip_step() { ++steps_; }
   bool converged() const { return phase_ == Phase::kDone; }
+  // The search is in its confirmation (step 4 of the Note): for logs and tests.
+  bool confirming() const {
+    return phase_ == Phase::kConfirmBest || phase_ == Phase::kConfirmDefault ||
+           phase_ == Phase::kConfirmBestAgain;
+  }
   // The trial the last record_step() finished, if any (taken once).
   std::optional<SearchTrial> take_finished() { return std::exchange(finished_, std::nullopt); }
 
@@ -111,7 +118,16 @@ class AutotuneSearch {
   void restart_local();
 
  private:
-  enum class Phase { kDefault, kStart, kRebase, kPattern, kConfirmBest, kConfirmDefault, kDone };
+  enum class Phase {
+    kDefault,
+    kStart,
+    kRebase,
+    kPattern,
+    kConfirmBest,
+    kConfirmDefault,
+    kConfirmBestAgain,
+    kDone
+  };
   double score_of(const SearchPoint& p) const;
   void finish_measurement();
   void advance();  // picks the next point to measure (or finishes)
@@ -140,7 +156,8 @@ class AutotuneSearch {
   std::vector<SearchPoint> queue_;                       // candidates left at this stride
   std::optional<SearchTrial> finished_;
   std::vector<double> spreads_;  // relative spread of each measurement
-  // The confirmation's own samples of the best and the default (not pooled with older ones).
+  // The confirmation's own samples of the best (both measurements) and the default (not pooled
+  // with older ones).
   std::vector<double> confirm_best_, confirm_default_;
   // The move that won last, tried again first (pattern search's "keep going").
   std::optional<std::pair<size_t, int>> last_move_;

@@ -105,6 +105,10 @@ Status HierarchicalBackend::do_allgather(const void* input, void* output, DataTy
     allgather_counts_ = counts;
   }
   const AllgatherPlan& p = allgather_plan_;
+  if (!allgather_used_) {  // once: the log says the switch took effect (a test reads it)
+    allgather_used_ = true;
+    KOLO_LOG_INFO("hierarchical allgather: in use, first call of " << p.total << " elements");
+  }
   if (p.total == 0) return Status::Ok();
   const size_t es = dtype_size(dtype);
   auto fit = [es](std::vector<std::byte>& buffer, int64_t elements) {

@@ -114,6 +114,7 @@ class HierarchicalBackend final : public Backend {
   const std::unique_ptr<Backend> flat_, intra_, cross_;
   bool hierarchical_ = true;
   bool hierarchical_allgather_ = false;
+  bool allgather_used_ = false;        // the first hierarchical allgather was logged
   std::vector<int64_t> shard_counts_;  // per intra rank; reused across calls
   std::vector<std::byte> scratch_;     // an in-place allreduce's shard; grows to the largest
   // The allgather's plan for the last counts seen (training allgathers the same sizes again),

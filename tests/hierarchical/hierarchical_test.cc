@@ -148,16 +148,21 @@ std::map<std::string, std::string> digests(const std::string& output) {
 }
 
 // Two hierarchical_worker jobs of two hosts of two ranks, `flat` with the knobs off and `hier`
-// with one on: both passed, only `hier` built the hierarchy (its info line begins with `label`),
-// and their results are equal.
+// with one or both on: both passed, only `hier` built the hierarchy (its info line begins with
+// `label`), its allgathers went through it when `gathers` (KOLO_HIERARCHICAL_ALLGATHER=1), and
+// the results are equal.
 void expect_hierarchy_equals_flat(const ProcessRun& flat, const ProcessRun& hier,
-                                  const std::string& label = "hierarchical allreduce") {
+                                  const std::string& label = "hierarchical allreduce",
+                                  bool gathers = false) {
   for (const ProcessRun* r : {&flat, &hier}) {
     EXPECT_NE(r->output.find(zeros(2)), std::string::npos) << r->output;
     EXPECT_EQ(count_occurrences(r->output, "hierarchical worker passed"), 4) << r->output;
   }
   EXPECT_EQ(count_occurrences(flat.output, "hierarchical allreduce: "), 0) << flat.output;
   EXPECT_EQ(count_occurrences(flat.output, "hierarchical allgather: "), 0) << flat.output;
+  // The allgathers took the hierarchy exactly when its knob was set.
+  EXPECT_EQ(count_occurrences(hier.output, "hierarchical allgather: in use"), gathers ? 4 : 0)
+      << hier.output;
   EXPECT_EQ(
       count_occurrences(hier.output, label + ": 2 hosts of 2 ranks, shm within a host, tcp across"),
       4)
@@ -175,7 +180,7 @@ TEST(Coordinator, TwoHostsOfTwoEqualTheFlatResult) {
   expect_hierarchy_equals_flat(flat, hier);
   ProcessRun gather =
       run_command(nodes(2, 2, "KOLO_LOG_LEVEL=info KOLO_HIERARCHICAL_ALLGATHER=1", kWorker), 100);
-  expect_hierarchy_equals_flat(flat, gather, "hierarchical allgather");
+  expect_hierarchy_equals_flat(flat, gather, "hierarchical allgather", /*gathers=*/true);
 }
 
 // One host, or one rank per host: the hierarchy is the flat backend, said once per rank.
@@ -308,7 +313,8 @@ TEST(NetworkNamespaces, TwoHostsOfTwoEqualTheFlatResult) {
   const ProcessRun& flat = runs["KOLO_HIERARCHICAL_ALLREDUCE=0"];
   expect_hierarchy_equals_flat(flat, runs["KOLO_HIERARCHICAL_ALLREDUCE=1"]);
   expect_hierarchy_equals_flat(flat,
-                               runs["KOLO_HIERARCHICAL_ALLREDUCE=1 KOLO_HIERARCHICAL_ALLGATHER=1"]);
+                               runs["KOLO_HIERARCHICAL_ALLREDUCE=1 KOLO_HIERARCHICAL_ALLGATHER=1"],
+                               "hierarchical allreduce", /*gathers=*/true);
 }
 
 // The autotuner's categorical dimension (issue 11). Threshold and cycle time are set, so fixed,
