@@ -92,19 +92,19 @@ Result<FusionResult> run_fusion_mode(const FusionMode& mode, const std::string& 
   // One buffer of every gradient back to back, on the host or on this rank's GPU; the views
   // slice it (the flat row views it whole).
   std::vector<float> host;
-  std::shared_ptr<void> device;
+  DeviceBuffer device;
   float* base = nullptr;
   if (o.cuda) {
-    KOLO_ASSIGN_OR_RETURN(
-        device, device_ones(static_cast<size_t>(total) * sizeof(float), kolo::local_rank()));
-    base = static_cast<float*>(device.get());
+    KOLO_ASSIGN_OR_RETURN(device, device_ones(static_cast<size_t>(total) * sizeof(float),
+                                              kolo::local_rank(), kolo::local_size()));
+    base = static_cast<float*>(device.data.get());
   } else {
     host.assign(static_cast<size_t>(total), 1.0f);
     base = host.data();
   }
   auto view = [&](int64_t offset, std::vector<int64_t> shape) {
     TensorView v = view_of(base + offset, std::move(shape));
-    if (o.cuda) v.device = Device::cuda(kolo::local_rank());
+    if (o.cuda) v.device = Device::cuda(device.device);
     return v;
   };
   std::vector<TensorView> grads;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/device_backend.h"
 #include "backends/nccl/nccl_errors.h"
 
 namespace kolo::bench {
@@ -138,7 +139,10 @@ Result<std::unique_ptr<GpuBench>> make_gpu_bench(const BackendContext& ctx, size
   return std::unique_ptr<GpuBench>(std::move(b));
 }
 
-Result<std::shared_ptr<void>> device_ones(size_t bytes, int device) {
+Result<DeviceBuffer> device_ones(size_t bytes, int local_rank, int local_size) {
+  int visible = 0;
+  KOLO_RETURN_IF_ERROR(cuda_status(cudaGetDeviceCount(&visible), "kolo-bench: cudaGetDeviceCount"));
+  KOLO_ASSIGN_OR_RETURN(const int device, gpu_of_local_rank(local_rank, local_size, visible));
   KOLO_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device), "kolo-bench: cudaSetDevice"));
   void* data = nullptr;
   KOLO_RETURN_IF_ERROR(cuda_status(cudaMalloc(&data, bytes), "kolo-bench: device buffer"));
@@ -147,7 +151,7 @@ Result<std::shared_ptr<void>> device_ones(size_t bytes, int device) {
   KOLO_RETURN_IF_ERROR(cuda_status(
       cudaMemcpy(data, ones.data(), ones.size() * sizeof(float), cudaMemcpyHostToDevice),
       "kolo-bench: filling the device buffer"));
-  return owned;
+  return DeviceBuffer{std::move(owned), device};
 }
 
 }  // namespace kolo::bench

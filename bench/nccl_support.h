@@ -30,9 +30,15 @@ class GpuBench {
   virtual Result<int64_t> sum_over_ranks(int64_t value) = 0;
 };
 
-// `bytes` of device memory on GPU `device`, filled with float 1.0, freed when the last copy of
-// the pointer goes (kolo-bench fusion --device cuda). Unsupported in a build without NCCL.
-Result<std::shared_ptr<void>> device_ones(size_t bytes, int device);
+// `bytes` of device memory filled with float 1.0 on the GPU the nccl backend uses for local
+// rank `local_rank` of `local_size` (gpu_of_local_rank: the one visible GPU, or the local
+// rank's), freed when the last copy of `data` goes (kolo-bench fusion --device cuda).
+// Unsupported in a build without NCCL.
+struct DeviceBuffer {
+  std::shared_ptr<void> data;
+  int device = 0;  // the CUDA ordinal, for the tensors' Device
+};
+Result<DeviceBuffer> device_ones(size_t bytes, int local_rank, int local_size);
 
 // Buffers of `bytes` each and a raw communicator (unique id through the store under
 // "<ctx.store_prefix>/raw-nccl"). Unsupported in a build without NCCL.

@@ -3,7 +3,7 @@
 
 namespace kolo::bench {
 
-Result<std::shared_ptr<void>> device_ones(size_t, int) {
+Result<DeviceBuffer> device_ones(size_t, int, int) {
   return Status::Unsupported("kolo-bench: this build has no NCCL, so no GPU buffers");
 }
 
