@@ -161,13 +161,13 @@ class ShmBackend : public Backend {
   Status do_allreduce(const void* input, void* output, int64_t count, DataType dtype,
                       const Reduction& reduction) override {
     const AllreducePiece whole{input, output, count};
-    return allreduce(std::span<const AllreducePiece>(&whole, 1), dtype, reduction);
+    return run_allreduce(std::span<const AllreducePiece>(&whole, 1), dtype, reduction);
   }
 
   bool has_allreduce_pieces() const override { return true; }
   Status do_allreduce_pieces(const std::vector<AllreducePiece>& pieces, DataType dtype,
                              const Reduction& reduction) override {
-    return allreduce(pieces, dtype, reduction);
+    return run_allreduce(pieces, dtype, reduction);
   }
 
   Status do_allgather(const void* input, void* output, DataType dtype,
@@ -342,8 +342,8 @@ class ShmBackend : public Backend {
   // An allreduce is always one of pieces (a plain one has a single piece), so that both
   // entry points run the same protocol with the same descriptor (the total count): a fused
   // batch on one rank matches a plain allreduce of its total on another.
-  Status allreduce(std::span<const AllreducePiece> pieces, DataType dtype,
-                   const Reduction& reduction) {
+  Status run_allreduce(std::span<const AllreducePiece> pieces, DataType dtype,
+                       const Reduction& reduction) {
     return run("allreduce", [&]() -> Status {
       const int64_t count = pieces_.reset(pieces);
       BufferHeader d = descriptor(Kind::kAllreduce, dtype, count);
