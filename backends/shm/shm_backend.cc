@@ -29,18 +29,22 @@ using Clock = std::chrono::steady_clock;
 using shm::BufferHeader;
 using shm::Segment;
 
-// A waiter first polls the peer's counter for kSpinFor (a reply that is about to come is caught
-// without a syscall), then polls while yielding its core until kYieldFor (on an oversubscribed
-// host the peer gets to run, and this rank stays runnable instead of paying a wake-up), then
-// sleeps on the futex, so an idle rank stops using its core within kYieldFor. Measured on the
-// 2-core VM (docs/benchmarks.md): sleeping right after the polls made small allreduces 10-40x
-// slower on average than polling with sched_yield, as Open MPI does when oversubscribed.
-// The spin is bounded by time, not by a number of polls: a pause instruction takes 65 ns on
-// that VM's AMD EPYC (a few to 140 ns elsewhere), so 1000 polls spun for 65 us, during which a
-// rank with more ranks than cores kept the core from the rank it waited for: 4 ranks on 2 cores
-// took 82 us for a 4 KiB allreduce (2.2x Open MPI), 7 us with a 1 us spin. Two ranks on two
-// cores were as fast with the short spin (0.9 us).
-constexpr std::chrono::nanoseconds kSpinFor{1000};
+// A waiter first polls the peer's counter (a reply that is about to come is caught without a
+// syscall), then polls while yielding its core until kYieldFor (on an oversubscribed host the
+// peer gets to run, and this rank stays runnable instead of paying a wake-up), then sleeps on
+// the futex, so an idle rank stops using its core within kYieldFor. Measured on the 2-core VM
+// (docs/benchmarks.md): sleeping right after the polls made small allreduces 10-40x slower on
+// average than polling with sched_yield, as Open MPI does when oversubscribed.
+// The spin is bounded by time, not by a number of polls (a pause instruction takes 65 ns on
+// that VM's AMD EPYC, a few ns to 140 ns elsewhere), and it is long only while every rank can
+// have a core of its own: spinning pays only while the awaited rank runs on another core.
+// With more ranks than cores it keeps the core from the rank it waits for: 4 ranks on 2 cores
+// took 82 us for a 4 KiB allreduce with a 65 us spin (2.2x Open MPI), 7 us with a 1 us spin.
+// With 2 ranks on 2 cores and other processes runnable, a 1 us spin made a 1 MiB allreduce
+// 1-4x slower in half the runs (each sched_yield can give the core away for a time slice,
+// while the peer's copy of a chunk takes tens of us); the long spin does not.
+constexpr std::chrono::nanoseconds kSpinFor{50'000};
+constexpr std::chrono::nanoseconds kSpinOversubscribedFor{1'000};
 constexpr std::chrono::microseconds kYieldFor{200};
 // A sleeping waiter wakes this often to check that the rank it waits for is alive.
 constexpr long kSleepSliceNs = 5'000'000;
@@ -109,6 +113,18 @@ void cpu_relax() {
 #endif
 }
 
+// Whether each of `ranks` ranks of this host can have a core of its own. kolorun and mpirun
+// bind every rank to a CPU of its own when there are enough (a mask of one CPU on a host of
+// several) and leave the mask whole otherwise; a CPU quota of a cgroup is not seen.
+bool a_core_per_rank(int ranks) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return false;
+  const int mine = CPU_COUNT(&set);
+  if (mine == 1 && ::sysconf(_SC_NPROCESSORS_ONLN) > 1) return true;  // bound by the launcher
+  return ranks <= mine;
+}
+
 long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {
   // Not FUTEX_PRIVATE_FLAG: the word is shared between processes.
   return ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value, timeout, nullptr, 0);
@@ -125,6 +141,7 @@ class ShmBackend : public Backend {
         threshold_(std::min<int64_t>(static_cast<int64_t>(seg_->header().threshold_bytes), chunk_)),
         op_timeout_(op_timeout),
         op_timeout_knob_(std::move(op_timeout_knob)),
+        spin_for_(a_core_per_rank(size_) ? kSpinFor : kSpinOversubscribedFor),
         pidfds_(static_cast<size_t>(size_), -1) {
     for (int p = 0; p < size_; ++p)
       if (p != rank_)
@@ -144,13 +161,13 @@ class ShmBackend : public Backend {
   Status do_allreduce(const void* input, void* output, int64_t count, DataType dtype,
                       const Reduction& reduction) override {
     const AllreducePiece whole{input, output, count};
-    return allreduce(std::span<const AllreducePiece>(&whole, 1), dtype, reduction);
+    return run_allreduce(std::span<const AllreducePiece>(&whole, 1), dtype, reduction);
   }
 
   bool has_allreduce_pieces() const override { return true; }
   Status do_allreduce_pieces(const std::vector<AllreducePiece>& pieces, DataType dtype,
                              const Reduction& reduction) override {
-    return allreduce(pieces, dtype, reduction);
+    return run_allreduce(pieces, dtype, reduction);
   }
 
   Status do_allgather(const void* input, void* output, DataType dtype,
@@ -325,8 +342,8 @@ class ShmBackend : public Backend {
   // An allreduce is always one of pieces (a plain one has a single piece), so that both
   // entry points run the same protocol with the same descriptor (the total count): a fused
   // batch on one rank matches a plain allreduce of its total on another.
-  Status allreduce(std::span<const AllreducePiece> pieces, DataType dtype,
-                   const Reduction& reduction) {
+  Status run_allreduce(std::span<const AllreducePiece> pieces, DataType dtype,
+                       const Reduction& reduction) {
     return run("allreduce", [&]() -> Status {
       const int64_t count = pieces_.reset(pieces);
       BufferHeader d = descriptor(Kind::kAllreduce, dtype, count);
@@ -462,13 +479,16 @@ class ShmBackend : public Backend {
 
   Status wait_peer(int peer, uint32_t target) {
     shm::RankLine& line = seg_->line(peer);
+    // Often the mark is there already (the pipelines wait on marks published a use ago): no
+    // clock read then (about 30 ns on the development VM, per wait).
+    if (reached(line.seq.load(std::memory_order_acquire), target)) return Status::Ok();
     const auto start = Clock::now();
     do {
       for (int i = 0; i < 8; ++i) {  // a clock read (tens of ns) every few polls
         if (reached(line.seq.load(std::memory_order_acquire), target)) return Status::Ok();
         cpu_relax();
       }
-    } while (Clock::now() - start < kSpinFor);
+    } while (Clock::now() - start < spin_for_);
     while (Clock::now() - start < kYieldFor) {
       if (reached(line.seq.load(std::memory_order_acquire), target)) return Status::Ok();
       sched_yield();
@@ -528,6 +548,7 @@ class ShmBackend : public Backend {
   const int64_t threshold_;
   const std::chrono::milliseconds op_timeout_;
   const std::string op_timeout_knob_;  // the setting op_timeout_ came from, for the error
+  const std::chrono::nanoseconds spin_for_;  // kSpinFor, or less with more ranks than cores
   std::vector<int> pidfds_;
   shm::PieceIndex pieces_;  // the running allreduce's pieces
   int64_t use_ = -1;  // buffer uses so far, minus one (the same on every rank)

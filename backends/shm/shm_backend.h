@@ -10,12 +10,13 @@
 // since a rank publishes nothing of use u-1 before it has finished reading use u-2, the buffer
 // (last used in u-2) is free. Double buffering means this wait is almost always satisfied by
 // one the collective already did, so the ranks pipeline without extra synchronisation.
-// A wait polls briefly (then for up to 200 us while yielding the core), then sleeps on the
-// counter with FUTEX_WAIT (a shared, not private,
-// futex: the word lives in a MAP_SHARED mapping); a publisher calls FUTEX_WAKE only when a peer
-// sleeps. While asleep, a waiter wakes every few milliseconds to check that the rank it waits
-// for is alive (pidfd_open / poll, kill(pid, 0) where pidfds are missing), so a rank killed with
-// SIGKILL fails its peers at once, naming it; anything else fails after op_timeout.
+// A wait polls briefly (50 us when every rank has a core of its own, 1 us with more ranks than
+// cores; then for up to 200 us while yielding the core), then sleeps on the counter with
+// FUTEX_WAIT (a shared, not private, futex: the word lives in a MAP_SHARED mapping); a publisher
+// calls FUTEX_WAKE only when a peer sleeps. While asleep, a waiter wakes every few milliseconds
+// to check that the rank it waits for is alive (pidfd_open / poll, kill(pid, 0) where pidfds are
+// missing), so a rank killed with SIGKILL fails its peers at once, naming it; anything else
+// fails after op_timeout.
 //
 // Algorithms (bytes = count * dtype size, P ranks):
 // - allreduce up to threshold_bytes: one use; each rank copies its (prescaled) input in, then
