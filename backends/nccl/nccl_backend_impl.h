@@ -119,14 +119,23 @@ class NcclBackend final : public DeviceBackend {
   Status wait_for_legacy_stream(const std::string& what);
   // The group of the running operation. open_group() (the first collective after wait_ready)
   // takes comm_mu_ and calls ncclGroupStart; every collective until fence() is recorded into
-  // that one group; close_group() calls ncclGroupEnd, releases comm_mu_, settles the group
-  // once and then queues the deferred post-scale kernels and the fusion buffer's copy out
-  // (they must follow the NCCL kernels, which NCCL enqueues only when the group settles). Holding
-  // comm_mu_ for the open group is what keeps abort() (another thread) from freeing the
-  // communicator inside it; the background thread holds it only while it queues work, never while
-  // it waits.
+  // that one group; close_group() ends it (end_group(): ncclGroupEnd, releases comm_mu_),
+  // settles it once and then queues the deferred post-scale kernels and the fusion buffer's
+  // copy out (they must follow the NCCL kernels, which NCCL enqueues only when the group
+  // settles). Holding comm_mu_ for the open group is what keeps abort() (another thread) from
+  // freeing the communicator inside it; the background thread holds it only while it queues
+  // work, never while it waits. Owner thread only (the one that opened it, group_owner_): NCCL's
+  // group state is thread-local, and only the locking thread may unlock comm_mu_.
   Status open_group(const std::string& what) KOLO_NO_THREAD_SAFETY_ANALYSIS;
   Status close_group(const std::string& what) KOLO_NO_THREAD_SAFETY_ANALYSIS;
+  // The open group ended for an abort (owner thread only): ncclGroupEnd without settle(), whose
+  // wait for a dead peer's connections would take KOLO_OP_TIMEOUT, and no post work queued.
+  // Buffers outgrown inside it stay in retired_ for the destructor: NCCL may still enqueue the
+  // group's kernels until ncclCommAbort.
+  void abort_group() KOLO_NO_THREAD_SAFETY_ANALYSIS;
+  ncclResult_t end_group() KOLO_NO_THREAD_SAFETY_ANALYSIS;
+  // Frees retired_ stream-ordered (release()).
+  void free_retired();
   // close_group() of a group a blocking collective opened for its own calls (exchange, the
   // per-rank reducescatter); `calls`: how recording them went. A refused call fails the
   // communicator, as settle() does: the rest of the group launched, and the peers wait for it.
@@ -153,6 +162,9 @@ class NcclBackend final : public DeviceBackend {
   Result<void*> scratch(size_t bytes);
   // `buffer` (of `capacity` bytes) grown to at least `bytes`, stream-ordered.
   Result<void*> grow(void*& buffer, size_t& capacity, size_t bytes, const std::string& what);
+  // Frees `buffer` after the work queued on stream_ so far (cudaFreeAsync). A failure is
+  // logged and cleared, so that the next kernel launch does not report it as its own.
+  void release(void* buffer, const char* what);
   // Grouped point-to-point: sends send_counts[j] elements from input and receives
   // recv_counts[j] into output for every peer j, the own block as a device copy. same_input:
   // every peer gets the same block, input's first send_counts[j] elements (allgather).
@@ -220,7 +232,8 @@ class NcclBackend final : public DeviceBackend {
   std::vector<CopySegment> copies_;       // do_allreduce_pieces' copy in; reused
   void* fusion_ = nullptr;                // the device fusion buffer (grow())
   size_t fusion_bytes_ = 0;
-  std::vector<void*> retired_;  // buffers outgrown inside the open group: freed after it
+  // Buffers outgrown inside the open group: freed once it settled, or by the destructor.
+  std::vector<void*> retired_;
   PendingOps pending_;          // also the watchdog's sleep and stop request
   std::atomic<bool> aborted_{false};
   std::thread watchdog_;

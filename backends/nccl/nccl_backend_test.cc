@@ -447,6 +447,49 @@ TEST_F(NcclOneRankTest, ConcurrentAbortsFailEveryOpWithTheFirstReasonAndNoneOk) 
             "PeerFailure: allreduce 'late': rank 1 (gpu-host-2:4000) closed the connection");
 }
 
+TEST_F(NcclOneRankTest, AnAbortInsideAnOperationEndsItsGroupWithoutItsPostWork) {
+  // Review s8 #4: the runtime aborts between an operation's calls (its thread owns the open
+  // group). The group is ended without waiting for it to launch (a dead peer would hold that
+  // up until KOLO_OP_TIMEOUT) and without queueing its post-scale; the fence then reports the
+  // abort's reason, and the next call does not wait on the group's lock.
+  DeviceArray<float> t(iota(4096));
+  ASSERT_TRUE(device_->wait_ready(Device::cuda(0), t.data, nullptr, "allreduce 't'").ok());
+  ASSERT_TRUE(
+      backend_->allreduce(t.data, t.data, 4096, DataType::kFloat32, {ReduceOp::kSum, 1.0, 2.0})
+          .ok());
+  const Status peer = Status::PeerFailure("rank 1 (gpu-host-2:4000) closed the connection");
+  device_->abort(peer);
+  const Status fenced = fence_and_wait(*device_, "allreduce 't'");
+  EXPECT_EQ(fenced.to_string(),
+            "PeerFailure: allreduce 't': rank 1 (gpu-host-2:4000) closed the connection");
+  Status later = backend_->allreduce(t.data, t.data, 4096, DataType::kFloat32, {});
+  EXPECT_EQ(later.code(), StatusCode::kPeerFailure) << later.to_string();
+}
+
+TEST(NcclDeathTest, DestroyedOnAThreadThatDoesNotOwnItsOpenGroupItStopsTheProcess) {
+  // Review s8 #3: only the thread that opened an NCCL group can end it (NCCL's group state is
+  // thread-local) or unlock the mutex it holds for it; from any other thread the shutdown could
+  // only hang or corrupt the lock, so it stops the process with a message naming the cause.
+  KOLO_REQUIRE_GPU();
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // a fresh process: CUDA does not survive fork
+  EXPECT_DEATH(
+      {
+        Result<std::unique_ptr<Backend>> b = create_backend("nccl", one_rank());
+        if (!b.ok()) std::abort();
+        auto* device = dynamic_cast<DeviceBackend*>(b->get());
+        void* data = nullptr;
+        if (cudaMalloc(&data, 256) != cudaSuccess) std::abort();
+        std::thread owner([&] {
+          if (!device->wait_ready(Device::cuda(0), data, nullptr, "allreduce 'x'").ok() ||
+              !(*b)->allreduce(data, data, 64, DataType::kFloat32, {}).ok())
+            std::_Exit(3);  // not the death this test is about
+        });
+        owner.join();
+        b->reset();
+      },
+      "does not own its open NCCL group");
+}
+
 TEST_F(NcclOneRankTest, BadTensorsAreErrorsNamingThem) {
   std::vector<float> host(16, 1.0f);
   Status st = device_->wait_ready(Device::cuda(0), host.data(), nullptr, "allreduce 'h'");
