@@ -16,8 +16,9 @@
 //
 // Header-only; include it only from code built with CUDA (it needs cuda_runtime_api.h).
 // Errors: status() is cudaSetDevice's result (an invalid ordinal, no driver); the caller decides
-// what to do with it, and it is not left pending as the thread's last error. The restore's own error is dropped (a destructor has nobody to tell, and
-// the device was usable a moment ago). Not copyable; one thread.
+// what to do with it, and it is not left pending as the thread's last error. The restore's own
+// error is dropped (a destructor has nobody to tell, and the device was usable a moment ago). Not
+// copyable; one thread.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -113,7 +113,8 @@ TEST_F(CudaTest, RecordEventLeavesTheCallersDeviceCurrent) {
 TEST(CudaDeviceGuardTest, WithoutAGpuTheGuardReportsTheError) {
   // A machine with the CUDA runtime and no GPU (or no driver): the query cannot tell, so it
   // says "restore" (the safe side), and the guard's status names the failure.
-  if (cuda_device_count() > 0) GTEST_SKIP() << "a GPU is visible: this test is for machines without";
+  if (cuda_device_count() > 0)
+    GTEST_SKIP() << "a GPU is visible: this test is for machines without";
   EXPECT_TRUE(cuda_primary_context_active(0));
   {
     CudaDeviceGuard guard(0);

@@ -126,6 +126,9 @@ confirms=(
   "nccl_test BatchedCopyTest.CopiesEverySegmentExactlyAndNothingElse"        # device fusion buffer
   "nccl_test NcclOneRankTest.AllreducePiecesFusesOnTheDeviceAndCopiesOutAfterTheReduction"
   "guard_alone CudaTest.AGuardOnAThreadWithoutADeviceCreatesNoContextOnGpu0"  # s8 #1; 2 GPUs
+  "nccl_test NcclDeathTest.DestroyedOnAThreadThatDoesNotOwnItsOpenGroupItStopsTheProcess"  # s8 #3
+  "nccl_test NcclOneRankTest.AnAbortInsideAnOperationEndsItsGroupWithoutItsPostWork"   # s8 #4
+  "nccl_test BatchedCopyTest.AlignedPiecesOfOddFloat16CountsCopyExactly"  # s8 #5: padded pieces
 )
 for entry in "${confirms[@]}"; do
   read -r log test <<<"$entry"

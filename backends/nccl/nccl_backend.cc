@@ -87,6 +87,7 @@ NcclBackend::~NcclBackend() {
                                                  << " at shutdown; it is left to the driver");
     else
       cudaStreamDestroy(stream_);
+    if (q == cudaSuccess) free_kept();
   }
   if (legacy_mark_) cudaEventDestroy(legacy_mark_);
 }
@@ -143,46 +144,12 @@ Status NcclBackend::connect(const BackendContext& ctx) {
     comm_ = nullptr;
     return st;
   }
+  KOLO_RETURN_IF_ERROR(
+      cuda(cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, device_),
+           me + ": reading its multiprocessor count"));
+  KOLO_RETURN_IF_ERROR(agree_on_pools(me));
   watchdog_ = std::thread([this] { watchdog(); });
   return Status::Ok();
-}
-
-Result<void*> NcclBackend::grow(void*& buffer, size_t& capacity, size_t bytes,
-                                const std::string& what) {
-  if (bytes <= capacity && buffer) return buffer;
-  // Stream-ordered, after its last use; inside an open group that use is not queued yet, so
-  // the free waits until close_group() launched the group.
-  if (buffer) {
-    if (group_open_)
-      retired_.push_back(buffer);
-    else
-      release(buffer, "an outgrown buffer");
-  }
-  buffer = nullptr;
-  capacity = 0;
-  const size_t want = std::max<size_t>(bytes, 4096);
-  KOLO_RETURN_IF_ERROR(cuda(cudaMallocAsync(&buffer, want, stream_),
-                            what + ": allocating " + std::to_string(want) +
-                                " bytes of device memory on cuda:" + std::to_string(device_)));
-  capacity = want;
-  return buffer;
-}
-
-void NcclBackend::release(void* buffer, const char* what) {
-  const cudaError_t err = cudaFreeAsync(buffer, stream_);
-  if (err == cudaSuccess) return;
-  (void)cudaGetLastError();
-  KOLO_LOG_WARNING("nccl: freeing " << what << " on cuda:" << device_ << " failed ("
-                                    << cudaGetErrorName(err) << ": " << cudaGetErrorString(err)
-                                    << "); it is left to the driver");
-}
-
-Result<void*> NcclBackend::scratch(size_t bytes) {
-  return grow(scratch_, scratch_bytes_, bytes, "nccl scratch");
-}
-
-Result<void*> NcclBackend::stand_in(size_t bytes, const std::string& what) {
-  return grow(stand_in_, stand_in_bytes_, bytes, what + ": a stand-in output");
 }
 
 Status NcclBackend::wait_ready(Device device, const void* data, void* ready_event,

@@ -44,9 +44,21 @@ Status NcclBackend::map(void* dst, const void* src, int64_t n, DataType dtype, d
                                 cudaMemcpyDeviceToDevice, stream_),
                 what + ": copy");
   }
-  return cuda(
-      static_cast<cudaError_t>(map_on_stream(dst, src, n, kernel_type(dtype), mul, div, stream_)),
-      what + (div == 1.0 ? ": scale kernel" : ": average kernel"));
+  return launch([&] { return map_on_stream(dst, src, n, kernel_type(dtype), mul, div, stream_); },
+                what + (div == 1.0 ? ": scale kernel" : ": average kernel"));
+}
+
+Status NcclBackend::copy_out(const std::string& what) {
+  if (post_copies_.empty()) return Status::Ok();
+  Status st = launch(
+      [&] {
+        return batched_copy_on_stream(post_copies_.data(),
+                                      static_cast<int64_t>(post_copies_.size()), stream_,
+                                      multiprocessors_);
+      },
+      what + ": copy out of the fusion buffer");
+  post_copies_.clear();
+  return st;
 }
 
 Status NcclBackend::finish_reduction(void* data, int64_t n, DataType dtype,
@@ -139,27 +151,40 @@ Status NcclBackend::do_allreduce_pieces(const std::vector<AllreducePiece>& piece
   const std::string what = "nccl allreduce of " + std::to_string(pieces.size()) + " tensors";
   std::optional<DeviceGuard> guard;
   KOLO_RETURN_IF_ERROR(enter("allreduce", guard));
+  // Every piece starts 16-byte aligned in the buffer, so that the batched copy moves 16-byte
+  // words for each one whatever the sizes before it (an fp16 tensor of an odd count would
+  // misalign every later piece). The padding depends on the cut, which is every rank's same
+  // (Note [Allreduce pieces]); the gaps are reduced with the rest and never read. 16 is a
+  // multiple of every element size, so the padded total is a whole count.
+  constexpr size_t kPieceAlign = 16;
   const size_t es = dtype_size(dtype);
-  int64_t total = 0;
-  for (const AllreducePiece& p : pieces) total += p.count;
-  KOLO_ASSIGN_OR_RETURN(void* buffer, grow(fusion_, fusion_bytes_, static_cast<size_t>(total) * es,
-                                           what + ": the fusion buffer"));
+  size_t end = 0;
+  for (const AllreducePiece& p : pieces)
+    if (p.count > 0)
+      end = (end + kPieceAlign - 1) / kPieceAlign * kPieceAlign + static_cast<size_t>(p.count) * es;
+  const auto total = static_cast<int64_t>(end / es);
+  KOLO_ASSIGN_OR_RETURN(void* buffer,
+                        grow(fusion_, fusion_bytes_, end, what + ": the fusion buffer"));
   auto* fused = static_cast<char*>(buffer);
   // In now, before the group's NCCL kernels; out after them (close_group), or now outside an
   // operation, where the allreduce was queued at once.
-  copies_.clear();
-  std::vector<CopySegment> out;
-  int64_t offset = 0;
+  copies_in_.clear();
+  copies_out_.clear();
+  size_t offset = 0;
   for (const AllreducePiece& p : pieces) {
     if (p.count == 0) continue;
+    offset = (offset + kPieceAlign - 1) / kPieceAlign * kPieceAlign;
     const auto bytes = static_cast<int64_t>(static_cast<size_t>(p.count) * es);
-    copies_.push_back({p.input, fused + offset, bytes});
-    out.push_back({fused + offset, p.output, bytes});
-    offset += bytes;
+    copies_in_.push_back({p.input, fused + offset, bytes});
+    copies_out_.push_back({fused + offset, p.output, bytes});
+    offset += static_cast<size_t>(bytes);
   }
-  KOLO_RETURN_IF_ERROR(cuda(static_cast<cudaError_t>(batched_copy_on_stream(
-                                copies_.data(), static_cast<int64_t>(copies_.size()), stream_)),
-                            what + ": copy into the fusion buffer"));
+  KOLO_RETURN_IF_ERROR(launch(
+      [&] {
+        return batched_copy_on_stream(copies_in_.data(), static_cast<int64_t>(copies_in_.size()),
+                                      stream_, multiprocessors_);
+      },
+      what + ": copy into the fusion buffer"));
   if (reduction.prescale != 1.0)
     KOLO_RETURN_IF_ERROR(map(fused, fused, total, dtype, reduction.prescale, 1.0, what));
   KOLO_RETURN_IF_ERROR(nccl_call(
@@ -170,13 +195,9 @@ Status NcclBackend::do_allreduce_pieces(const std::vector<AllreducePiece>& piece
       },
       what));
   KOLO_RETURN_IF_ERROR(finish_reduction(fused, total, dtype, reduction, what));
-  if (group_open_) {
-    post_copies_.insert(post_copies_.end(), out.begin(), out.end());
-  } else {
-    KOLO_RETURN_IF_ERROR(cuda(static_cast<cudaError_t>(batched_copy_on_stream(
-                                  out.data(), static_cast<int64_t>(out.size()), stream_)),
-                              what + ": copy out of the fusion buffer"));
-  }
+  // Only now: a call that failed on the way leaves no copy out behind for the fence.
+  post_copies_.insert(post_copies_.end(), copies_out_.begin(), copies_out_.end());
+  if (!group_open_) KOLO_RETURN_IF_ERROR(copy_out(what));
   return finish_call(what);
 }
 

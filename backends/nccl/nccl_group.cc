@@ -48,10 +48,7 @@ Status NcclBackend::close_group(const std::string& what) {
   post_maps_.clear();
   for (const PostMap& p : post)
     if (st.ok()) st = map(p.data, p.data, p.n, p.dtype, p.mul, p.div, p.what);
-  if (st.ok() && !post_copies_.empty())
-    st = cuda(static_cast<cudaError_t>(batched_copy_on_stream(
-                  post_copies_.data(), static_cast<int64_t>(post_copies_.size()), stream_)),
-              what + ": copy out of the fusion buffer");
+  if (st.ok()) st = copy_out(what);
   post_copies_.clear();
   // Stream-ordered after the group's kernels only once it settled; otherwise NCCL may still
   // enqueue kernels that use them, and the destructor frees them after the communicator.
@@ -67,11 +64,6 @@ void NcclBackend::abort_group() {
   (void)end_group();
   post_maps_.clear();
   post_copies_.clear();
-}
-
-void NcclBackend::free_retired() {
-  for (void* b : retired_) release(b, "an outgrown buffer");
-  retired_.clear();
 }
 
 Status NcclBackend::end_own_group(const Status& calls, const std::string& what) {
