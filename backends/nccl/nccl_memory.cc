@@ -62,6 +62,14 @@ Result<void*> NcclBackend::grow(void*& buffer, size_t& capacity, size_t bytes,
       cuda(pools_ ? cudaMallocAsync(&buffer, want, stream_) : cudaMalloc(&buffer, want),
            what + ": allocating " + std::to_string(want) +
                " bytes of device memory on cuda:" + std::to_string(device_)));
+  // Zeroed once: the fusion buffer's padding between pieces is reduced with them and should
+  // hold numbers, never whatever the allocation had (a memory checker's reports, NaN payloads).
+  if (Status zeroed = cuda(cudaMemsetAsync(buffer, 0, want, stream_), what + ": zeroing it");
+      !zeroed.ok()) {
+    release(buffer, "a buffer that could not be zeroed");
+    buffer = nullptr;
+    return zeroed;
+  }
   capacity = want;
   return buffer;
 }
