@@ -64,7 +64,7 @@ int launch(void* dst, const void* src, int64_t n, double mul, double div, cudaSt
 // that every CUDA version accepts), each cut into chunks of kCopyChunk bytes: segment k owns
 // chunks [first_chunk[k], first_chunk[k + 1]).
 constexpr int kCopyThreads = 256;
-constexpr int64_t kCopyChunk = 4 * kCopyThreads * 16;  // four 16-byte words a thread
+constexpr int64_t kCopyChunk = 4 * kCopyThreads * 16;  // four 16-byte words a thread: one round
 struct CopyBatch {
   const char* src[kBatchedCopyMax];
   char* dst[kBatchedCopyMax];
@@ -73,13 +73,25 @@ struct CopyBatch {
   int count;
 };
 
-// The block's threads copy len / sizeof(Word) words; returns the bytes copied.
+// The block's threads copy len / sizeof(Word) words; returns the bytes copied. Four loads in
+// flight per thread before their stores (a full chunk of 16-byte words is one such round):
+// one load at a time would leave the copy latency-bound. Segments never overlap (restrict).
 template <typename Word>
 __device__ int64_t copy_words(const char* src, char* dst, int64_t len) {
+  constexpr int kInFlight = 4;
   const int64_t n = len / static_cast<int64_t>(sizeof(Word));
-  const Word* s = reinterpret_cast<const Word*>(src);
-  Word* d = reinterpret_cast<Word*>(dst);
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) d[i] = s[i];
+  const Word* __restrict__ s = reinterpret_cast<const Word*>(src);
+  Word* __restrict__ d = reinterpret_cast<Word*>(dst);
+  const int64_t step = blockDim.x;
+  int64_t i = threadIdx.x;
+  for (; i + (kInFlight - 1) * step < n; i += kInFlight * step) {
+    Word v[kInFlight];
+#pragma unroll
+    for (int j = 0; j < kInFlight; ++j) v[j] = s[i + j * step];
+#pragma unroll
+    for (int j = 0; j < kInFlight; ++j) d[i + j * step] = v[j];
+  }
+  for (; i < n; i += step) d[i] = s[i];
   return n * static_cast<int64_t>(sizeof(Word));
 }
 
