@@ -1,7 +1,8 @@
-// NcclBackend, the class behind make_nccl_backend (nccl_backend.h), shared by its two files:
-// nccl_backend.cc (connect, the destructor, the DeviceBackend protocol, completion and abort)
-// and nccl_collectives.cc (the collectives, their NCCL groups and the scale kernels around
-// them). Internal: included by those two only.
+// NcclBackend, the class behind make_nccl_backend (nccl_backend.h), shared by its files:
+// nccl_backend.cc (connect, the destructor, the DeviceBackend protocol, completion and abort),
+// nccl_collectives.cc (the collectives and the scale kernels and copies around them),
+// nccl_group.cc (their NCCL groups and the settling of a call) and nccl_memory.cc (its device
+// buffers). Internal: included by those only.
 #pragma once
 
 #include <cuda_runtime_api.h>
