@@ -157,11 +157,13 @@ Status NcclBackend::do_allreduce_pieces(const std::vector<AllreducePiece>& piece
   // (Note [Allreduce pieces]); the gaps are reduced with the rest and never read. 16 is a
   // multiple of every element size, so the padded total is a whole count.
   constexpr size_t kPieceAlign = 16;
+  auto aligned = [](size_t offset) {
+    return (offset + kPieceAlign - 1) / kPieceAlign * kPieceAlign;
+  };
   const size_t es = dtype_size(dtype);
   size_t end = 0;
   for (const AllreducePiece& p : pieces)
-    if (p.count > 0)
-      end = (end + kPieceAlign - 1) / kPieceAlign * kPieceAlign + static_cast<size_t>(p.count) * es;
+    if (p.count > 0) end = aligned(end) + static_cast<size_t>(p.count) * es;
   const auto total = static_cast<int64_t>(end / es);
   KOLO_ASSIGN_OR_RETURN(void* buffer,
                         grow(fusion_, fusion_bytes_, end, what + ": the fusion buffer"));
@@ -173,7 +175,7 @@ Status NcclBackend::do_allreduce_pieces(const std::vector<AllreducePiece>& piece
   size_t offset = 0;
   for (const AllreducePiece& p : pieces) {
     if (p.count == 0) continue;
-    offset = (offset + kPieceAlign - 1) / kPieceAlign * kPieceAlign;
+    offset = aligned(offset);
     const auto bytes = static_cast<int64_t>(static_cast<size_t>(p.count) * es);
     copies_in_.push_back({p.input, fused + offset, bytes});
     copies_out_.push_back({fused + offset, p.output, bytes});
