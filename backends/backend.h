@@ -75,18 +75,22 @@ class Backend {
   Status barrier() { return do_barrier(); }
 
   // Optional: whether allreduce_pieces is implemented. The same answer on every rank (it
-  // depends on the backend only).
+  // depends on the backend, and nccl agrees on it at connect).
   virtual bool has_allreduce_pieces() const { return false; }
   // Note [Allreduce pieces]. The allreduce of the pieces' inputs concatenated in order, each
   // piece's part of the result written to its output: the same values, bit for bit, as
   // copying the inputs into one buffer, allreduce() of it, and copying the parts out. It lets
   // the executor fuse a batch without its fusion buffer: a backend that moves data through
   // staging of its own (shm) reads and writes the tensors where they are, which saves a copy
-  // in and a copy out of every byte. The ranks agree on the total count (a backend may check
-  // only that; how it is cut into pieces may differ between ranks), and a call on one rank
-  // matches an allreduce() of that total on another. Backends without it
-  // (has_allreduce_pieces() false) return unsupported("allreduce_pieces"); callers then use
-  // a buffer of their own and allreduce().
+  // in and a copy out of every byte; one with a fusion buffer of its own (nccl, on the device)
+  // fills it with its own kernels. Every rank passes the same cut: the same number of pieces
+  // with the same counts, in order (the executor cuts every rank's batch alike, from the one
+  // response), because a backend may lay the pieces out by their counts (nccl pads each one to
+  // 16 bytes in its buffer, so its total depends on the cut). A backend may check only the
+  // total. shm accepts more: any cut of the same total, and an allreduce() of that total on
+  // another rank (backends/shm/shm_backend.h). Backends without it (has_allreduce_pieces()
+  // false) return unsupported("allreduce_pieces"); callers then use a buffer of their own and
+  // allreduce().
   Status allreduce_pieces(const std::vector<AllreducePiece>& pieces, DataType dtype,
                           const Reduction& reduction);
 

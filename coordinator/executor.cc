@@ -241,8 +241,8 @@ Status Executor::allreduce(const std::vector<BatchItem>& batch) {
   // A backend that reads and writes the tensors where they are fuses the batch without the
   // fusion buffer (Note [Allreduce pieces] in backends/backend.h): no copy in, no copy out.
   // Every rank decides alike (same backend, same response); a batch that a rank joined keeps
-  // the buffer, which holds that rank's stand-in identity (and a backend's pieces call matches
-  // a plain allreduce of the same total anyway).
+  // the buffer, which holds that rank's stand-in identity (shm's pieces call would match a
+  // plain allreduce of the same total anyway; the Note asks that of no other backend).
   const bool every_entry =
       std::all_of(batch.begin(), batch.end(), [](const BatchItem& b) { return b.entry; });
   if (!cuda && head.device.is_cpu() && head.joined.empty() && every_entry &&

@@ -3,8 +3,11 @@
 // Per batch: copy into the persistent fusion buffer with the prescale fused into the copy
 // (skipped for a single tensor: the backend works on the caller's memory directly), one
 // backend call, copy out with the postscale fused in, then every entry's callbacks. A backend
-// with allreduce_pieces (shm) gets a CPU batch's tensors as they are instead, with no fusion
-// buffer (Note [Allreduce pieces] in backends/backend.h). A rank
+// with allreduce_pieces gets the batch's tensors as they are instead, in one call, with no
+// fusion buffer of the executor's (Note [Allreduce pieces] in backends/backend.h; every rank
+// cuts the batch alike, from the one response): shm for a CPU batch that no rank joined, which
+// it stages itself; a GPU backend (nccl) for a batch of device tensors, which it fuses in a
+// device buffer of its own (without allreduce_pieces, one call per device tensor). A rank
 // that had joined has no entry for a response; it contributes the reduction's identity (or
 // zero rows) and discards the result. Each phase is a timeline span on the tensor's track.
 //

@@ -81,10 +81,12 @@ void Executor::finish_on_device(const std::vector<BatchItem>& batch, const Statu
       [states, status, spans = std::move(spans), timeline](const Status& done) {
         const Status outcome = status.ok() ? done : status;
         // The spans first: a waiter that complete() wakes may stop the timeline.
-        const TimelineArgs failed = outcome.ok() ? TimelineArgs{} : timeline_status_args(outcome);
+        // The operation's span always carries the outcome; the backend's phase only a failure.
+        const TimelineArgs outcome_args = timeline_status_args(outcome);
+        const TimelineArgs failed = outcome.ok() ? TimelineArgs{} : outcome_args;
         for (const Spans& s : spans) {
           TimelineArgs op = s.op_args;
-          for (auto& kv : timeline_status_args(outcome)) op.push_back(std::move(kv));
+          op.insert(op.end(), outcome_args.begin(), outcome_args.end());
           timeline->end_detached(s.token, failed, op);
         }
         for (const auto& s : states) s->complete(outcome);

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <thread>
 
 #include "framework/autograd.h"
 #include "framework/functional.h"
@@ -9,6 +10,7 @@
 #if defined(KOLO_HAVE_CUDA)
 #include <cuda_runtime_api.h>
 
+#include "common/cuda_device_guard.h"
 #include "framework/kernels/cuda_allocator.h"
 #endif
 
@@ -106,6 +108,44 @@ TEST_F(CudaTest, RecordEventLeavesTheCallersDeviceCurrent) {
   ASSERT_EQ(cudaGetDevice(&current), cudaSuccess);
   EXPECT_EQ(current, 1);
   EXPECT_EQ(cudaEventSynchronize(static_cast<cudaEvent_t>(event.get())), cudaSuccess);
+}
+
+TEST(CudaDeviceGuardTest, WithoutAGpuTheGuardReportsTheError) {
+  // A machine with the CUDA runtime and no GPU (or no driver): the query cannot tell, so it
+  // says "restore" (the safe side), and the guard's status names the failure.
+  if (cuda_device_count() > 0)
+    GTEST_SKIP() << "a GPU is visible: this test is for machines without";
+  EXPECT_TRUE(cuda_primary_context_active(0));
+  {
+    CudaDeviceGuard guard(0);
+    EXPECT_NE(guard.status(), cudaSuccess);
+  }
+}
+
+TEST_F(CudaTest, AGuardOnAThreadWithoutADeviceCreatesNoContextOnGpu0) {
+  // Review s8 finding 1: a thread that never chose a device reads device 0 from cudaGetDevice;
+  // setting that back at the guard's end would create GPU 0's primary context (CUDA >= 12) in
+  // every rank of a host. The guard leaves such a thread on its own device instead.
+  if (cuda_device_count() < 2) GTEST_SKIP() << "needs 2 GPUs (the guard must move to another one)";
+  if (cuda_primary_context_active(0))
+    GTEST_SKIP() << "GPU 0 already has this process's primary context (an earlier test made it): "
+                    "run this test alone, as scripts/gpu-check.sh does";
+  bool inside = false, gpu0_after = true;
+  int device_after = -1;
+  cudaError_t set = cudaErrorUnknown;
+  std::thread([&] {
+    {
+      CudaDeviceGuard guard(1);
+      set = guard.status();
+      inside = cuda_primary_context_active(1);  // the query sees a context that exists
+    }
+    gpu0_after = cuda_primary_context_active(0);
+    if (cudaGetDevice(&device_after) != cudaSuccess) device_after = -2;
+  }).join();
+  ASSERT_EQ(set, cudaSuccess);
+  EXPECT_TRUE(inside);
+  EXPECT_FALSE(gpu0_after);
+  EXPECT_EQ(device_after, 1);
 }
 #endif
 

@@ -18,7 +18,8 @@ void reduce_into(DataType dtype, ReduceOp op, void* dst, const void* src, int64_
 void reduce_to(DataType dtype, ReduceOp op, void* out, const void* a, const void* b, int64_t count);
 
 // data[i] *= factor. A factor of exactly 1 returns at once. Integers multiply in double and
-// truncate toward zero; float16/bfloat16 multiply in float and round once.
+// truncate toward zero (a result outside the type's range is unspecified: kolo/types.h);
+// float16/bfloat16 multiply in float and round once.
 void scale(DataType dtype, void* data, int64_t count, double factor);
 
 // data[i] /= divisor (for kAverage: a true division, so that an integer or float average of

@@ -105,6 +105,9 @@ run_test nccl_test "$bin/nccl_test"
 run_test coordinator_cuda "$bin/coordinator_test" --gtest_filter='*Cuda*:*Device*:*Staging*'
 run_test framework_cuda "$bin/framework_test" --gtest_filter='*Cuda*'
 run_test models_cuda "$bin/train_fashion_mnist_models_test" --gtest_filter='*Cuda*'
+# Alone in its process: it needs GPU 0 without a primary context, which every earlier test makes.
+run_test guard_alone "$bin/framework_test" \
+  --gtest_filter='CudaTest.AGuardOnAThreadWithoutADeviceCreatesNoContextOnGpu0'
 
 # 4b. The fixes of the GPU path's review that were written and unit-tested without a GPU and
 #     only a GPU can confirm: each test is named in the summary with its outcome, so that a
@@ -122,6 +125,10 @@ confirms=(
   "coordinator_cuda CudaRuntimeTest.ANcclOperationsSpansEndWhenTheGpuFinishedIt"  # GPU time traced
   "nccl_test BatchedCopyTest.CopiesEverySegmentExactlyAndNothingElse"        # device fusion buffer
   "nccl_test NcclOneRankTest.AllreducePiecesFusesOnTheDeviceAndCopiesOutAfterTheReduction"
+  "guard_alone CudaTest.AGuardOnAThreadWithoutADeviceCreatesNoContextOnGpu0"  # s8 #1; 2 GPUs
+  "nccl_test NcclDeathTest.DestroyedOnAThreadThatDoesNotOwnItsOpenGroupItStopsTheProcess"  # s8 #3
+  "nccl_test NcclOneRankTest.AnAbortInsideAnOperationEndsItsGroupWithoutItsPostWork"   # s8 #4
+  "nccl_test BatchedCopyTest.AlignedPiecesOfOddFloat16CountsCopyExactly"  # s8 #5: padded pieces
 )
 for entry in "${confirms[@]}"; do
   read -r log test <<<"$entry"

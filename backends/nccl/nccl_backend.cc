@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -16,7 +17,19 @@ namespace kolo {
 namespace nccl {
 
 NcclBackend::~NcclBackend() {
-  if (group_open_) (void)close_group("nccl shutdown");  // a fence never came: launch, then wait
+  if (group_open_) {
+    // An operation's calls without their fence (the runtime fences every operation it begins,
+    // and a failure aborts on the owner thread, which ends the group: this is a bug). Only the
+    // owner can end the group (NCCL's group state is thread-local) or unlock comm_mu_, which
+    // every later step here needs: from another thread the shutdown could only hang.
+    if (group_owner_ != std::this_thread::get_id()) {
+      KOLO_LOG_ERROR("nccl: the backend of cuda:"
+                     << device_ << " is destroyed on a thread that does not own its open NCCL "
+                     << "group (an operation without its fence); stopping the process");
+      std::abort();
+    }
+    fail(Status::Aborted("nccl shutdown: an operation's collectives were never fenced"));
+  }
   if (stream_) {
     // Let queued work finish (bounded by the op timeout); the watchdog completes it. The
     // runtimes no longer talk (an orderly shutdown was agreed), so a peer that aborted since
@@ -53,9 +66,11 @@ NcclBackend::~NcclBackend() {
       ncclCommAbort(comm_);
     }
   }
-  if (scratch_) cudaFreeAsync(scratch_, stream_);
-  if (stand_in_) cudaFreeAsync(stand_in_, stream_);
-  if (fusion_) cudaFreeAsync(fusion_, stream_);
+  // The communicator is gone: nothing enqueues work that uses them any more.
+  free_retired();
+  if (scratch_) release(scratch_, "the scratch buffer");
+  if (stand_in_) release(stand_in_, "the stand-in output");
+  if (fusion_) release(fusion_, "the fusion buffer");
   if (stream_) {
     // Polled, never cudaStreamSynchronize: a kernel stuck on a peer (finalize timed out before
     // the abort ended it) must not hang the shutdown.
@@ -72,6 +87,7 @@ NcclBackend::~NcclBackend() {
                                                  << " at shutdown; it is left to the driver");
     else
       cudaStreamDestroy(stream_);
+    if (q == cudaSuccess) free_kept();
   }
   if (legacy_mark_) cudaEventDestroy(legacy_mark_);
 }
@@ -128,37 +144,12 @@ Status NcclBackend::connect(const BackendContext& ctx) {
     comm_ = nullptr;
     return st;
   }
+  KOLO_RETURN_IF_ERROR(
+      cuda(cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, device_),
+           me + ": reading its multiprocessor count"));
+  KOLO_RETURN_IF_ERROR(agree_on_pools(me));
   watchdog_ = std::thread([this] { watchdog(); });
   return Status::Ok();
-}
-
-Result<void*> NcclBackend::grow(void*& buffer, size_t& capacity, size_t bytes,
-                                const std::string& what) {
-  if (bytes <= capacity && buffer) return buffer;
-  // Stream-ordered, after its last use; inside an open group that use is not queued yet, so
-  // the free waits until close_group() launched the group.
-  if (buffer) {
-    if (group_open_)
-      retired_.push_back(buffer);
-    else
-      cudaFreeAsync(buffer, stream_);
-  }
-  buffer = nullptr;
-  capacity = 0;
-  const size_t want = std::max<size_t>(bytes, 4096);
-  KOLO_RETURN_IF_ERROR(cuda(cudaMallocAsync(&buffer, want, stream_),
-                            what + ": allocating " + std::to_string(want) +
-                                " bytes of device memory on cuda:" + std::to_string(device_)));
-  capacity = want;
-  return buffer;
-}
-
-Result<void*> NcclBackend::scratch(size_t bytes) {
-  return grow(scratch_, scratch_bytes_, bytes, "nccl scratch");
-}
-
-Result<void*> NcclBackend::stand_in(size_t bytes, const std::string& what) {
-  return grow(stand_in_, stand_in_bytes_, bytes, what + ": a stand-in output");
 }
 
 Status NcclBackend::wait_ready(Device device, const void* data, void* ready_event,
@@ -253,8 +244,9 @@ bool NcclBackend::abort_communicator(const Status& why) {
   // fires, with its buffers half written) and every new call fails with this first reason.
   pending_.close(why);
   // The background thread inside an operation (the runtime failing between its calls):
-  // release the group it holds, so that the abort below does not wait on this thread.
-  if (group_owner_ == std::this_thread::get_id()) (void)close_group("nccl abort");
+  // release the group it holds, so that the abort below does not wait on this thread; not
+  // launched and waited for (abort_group()): its peer may be what failed.
+  if (group_owner_ == std::this_thread::get_id()) abort_group();
   bool aborted_now = false;
   {
     // A second caller waits here until the first one's ncclCommAbort returned.

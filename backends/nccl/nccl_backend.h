@@ -20,6 +20,16 @@
 // move size * max bytes). A reducescatter with equal counts is ncclReduceScatter, with per-rank
 // counts a group of ncclReduce (one per rank's block). float16 and bfloat16 are NCCL types.
 //
+// Device fusion buffer: a fused batch of CUDA tensors is one allreduce_pieces call (Note
+// [Allreduce pieces] in backends/backend.h: every rank passes the same cut). Batched copy
+// kernels copy the tensors into one device buffer, each piece 16-byte aligned, then one
+// ncclAllReduce and the scale kernels run on it and batched copy kernels copy the results out.
+// The buffer holds the largest fused batch so far (up to KOLO_FUSION_THRESHOLD plus one tensor,
+// and the padding), grows with cudaMallocAsync on the backend's stream and is held until the
+// backend is destroyed. Only where every rank's GPU has memory pools (agreed at connect, one
+// NCCL min): without them has_allreduce_pieces() is false, the executor calls once per
+// tensor, and the scratch and stand-in buffers are cudaMalloc'd and freed at shutdown.
+//
 // Completion: fence() records an event; the backend's watchdog thread polls it with
 // cudaEventQuery (no host thread ever blocks on the GPU), polls ncclCommGetAsyncError, and
 // aborts the communicator (ncclCommAbort) when NCCL reports an error, when the oldest pending

@@ -1,7 +1,8 @@
-// NcclBackend, the class behind make_nccl_backend (nccl_backend.h), shared by its two files:
-// nccl_backend.cc (connect, the destructor, the DeviceBackend protocol, completion and abort)
-// and nccl_collectives.cc (the collectives, their NCCL groups and the scale kernels around
-// them). Internal: included by those two only.
+// NcclBackend, the class behind make_nccl_backend (nccl_backend.h), shared by its files:
+// nccl_backend.cc (connect, the destructor, the DeviceBackend protocol, completion and abort),
+// nccl_collectives.cc (the collectives and the scale kernels and copies around them),
+// nccl_group.cc (their NCCL groups and the settling of a call) and nccl_memory.cc (its device
+// buffers). Internal: included by those only.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -80,9 +81,12 @@ class NcclBackend final : public DeviceBackend {
   void abort(const Status& why) override { (void)abort_communicator(why); }
   Status failure() const override { return pending_.failure(); }
 
-  // A fused batch through the device fusion buffer: one batched copy kernel in, one
-  // ncclAllReduce, one batched copy kernel out (Note [Allreduce pieces] in backend.h).
-  bool has_allreduce_pieces() const override { return true; }
+  // A fused batch through the device fusion buffer (Note [Allreduce pieces] in backend.h):
+  // batched copy kernels in (one launch per kBatchedCopyMax tensors), one ncclAllReduce, the
+  // average and postscale kernels once, batched copy kernels out. Only where every rank's GPU
+  // has memory pools (pools_): the buffer grows stream-ordered; without, the executor makes one
+  // NCCL call per tensor, as before the buffer existed.
+  bool has_allreduce_pieces() const override { return pools_; }
 
  protected:
   Status do_allreduce(const void* input, void* output, int64_t count, DataType dtype,
@@ -108,7 +112,12 @@ class NcclBackend final : public DeviceBackend {
   // The result of an NCCL call in non-blocking mode: ncclInProgress means "queued, the
   // communicator is busy"; it is polled (bounded by the op timeout) until it settles.
   Status settle(ncclResult_t r, const std::string& what);
-  Status cuda(cudaError_t err, const std::string& what) { return cuda_status(err, what); }
+  // A CUDA call's result; a failure is cleared from the thread's last error (the Status holds
+  // it), so that the next launch() does not take it for someone else's pending error.
+  Status cuda(cudaError_t err, const std::string& what) {
+    if (err != cudaSuccess) (void)cudaGetLastError();
+    return cuda_status(err, what);
+  }
   // A call inside an open group (comm_mu_ held): it only records work, so anything but
   // success (or InProgress) is an error, returned without aborting (abort needs comm_mu_).
   static Status group_call(ncclResult_t r, const std::string& what) {
@@ -119,14 +128,23 @@ class NcclBackend final : public DeviceBackend {
   Status wait_for_legacy_stream(const std::string& what);
   // The group of the running operation. open_group() (the first collective after wait_ready)
   // takes comm_mu_ and calls ncclGroupStart; every collective until fence() is recorded into
-  // that one group; close_group() calls ncclGroupEnd, releases comm_mu_, settles the group
-  // once and then queues the deferred post-scale kernels and the fusion buffer's copy out
-  // (they must follow the NCCL kernels, which NCCL enqueues only when the group settles). Holding
-  // comm_mu_ for the open group is what keeps abort() (another thread) from freeing the
-  // communicator inside it; the background thread holds it only while it queues work, never while
-  // it waits.
+  // that one group; close_group() ends it (end_group(): ncclGroupEnd, releases comm_mu_),
+  // settles it once and then queues the deferred post-scale kernels and the fusion buffer's
+  // copy out (they must follow the NCCL kernels, which NCCL enqueues only when the group
+  // settles). Holding comm_mu_ for the open group is what keeps abort() (another thread) from
+  // freeing the communicator inside it; the background thread holds it only while it queues
+  // work, never while it waits. Owner thread only (the one that opened it, group_owner_): NCCL's
+  // group state is thread-local, and only the locking thread may unlock comm_mu_.
   Status open_group(const std::string& what) KOLO_NO_THREAD_SAFETY_ANALYSIS;
   Status close_group(const std::string& what) KOLO_NO_THREAD_SAFETY_ANALYSIS;
+  // The open group ended for an abort (owner thread only): ncclGroupEnd without settle(), whose
+  // wait for a dead peer's connections would take KOLO_OP_TIMEOUT, and no post work queued.
+  // Buffers outgrown inside it stay in retired_ for the destructor: NCCL may still enqueue the
+  // group's kernels until ncclCommAbort.
+  void abort_group() KOLO_NO_THREAD_SAFETY_ANALYSIS;
+  ncclResult_t end_group() KOLO_NO_THREAD_SAFETY_ANALYSIS;
+  // Frees retired_ stream-ordered (release()).
+  void free_retired();
   // close_group() of a group a blocking collective opened for its own calls (exchange, the
   // per-rank reducescatter); `calls`: how recording them went. A refused call fails the
   // communicator, as settle() does: the rest of the group launched, and the peers wait for it.
@@ -137,6 +155,17 @@ class NcclBackend final : public DeviceBackend {
     if (group_open_) return group_call(f(comm_), what);
     return settle(locked(f), what);
   }
+  // A kernel launch on stream_ (`f` queues it and returns its cudaError_t). An error already
+  // pending on this thread (someone's unchecked CUDA call) is reported as such, not as the
+  // kernel's, and left pending for its owner (pending_cuda_status, nccl_errors.h).
+  template <typename F>
+  Status launch(F f, const std::string& what) {
+    if (const cudaError_t pending = cudaPeekAtLastError(); pending != cudaSuccess)
+      return pending_cuda_status(pending, what);
+    return cuda(static_cast<cudaError_t>(f()), what);
+  }
+  // Queues post_copies_ (the fusion buffer's copy out) and clears it.
+  Status copy_out(const std::string& what);
   // dst = src * mul / div on the stream (nccl_kernels.h); a plain copy when that is src.
   Status map(void* dst, const void* src, int64_t n, DataType dtype, double mul, double div,
              const std::string& what);
@@ -153,6 +182,15 @@ class NcclBackend final : public DeviceBackend {
   Result<void*> scratch(size_t bytes);
   // `buffer` (of `capacity` bytes) grown to at least `bytes`, stream-ordered.
   Result<void*> grow(void*& buffer, size_t& capacity, size_t bytes, const std::string& what);
+  // Frees `buffer` after the work queued on stream_ so far (cudaFreeAsync; a failure is logged
+  // and cleared, so that the next kernel launch does not report it as its own). Without pools
+  // it is kept (kept_) for the destructor, which frees it once the stream is idle.
+  void release(void* buffer, const char* what);
+  void free_kept();
+  // Sets pools_: whether this GPU has memory pools (cudaDevAttrMemoryPoolsSupported), and with
+  // several ranks, whether all of theirs do (an NCCL min at connect: has_allreduce_pieces()
+  // must answer alike on every rank).
+  Status agree_on_pools(const std::string& me);
   // Grouped point-to-point: sends send_counts[j] elements from input and receives
   // recv_counts[j] into output for every peer j, the own block as a device copy. same_input:
   // every peer gets the same block, input's first send_counts[j] elements (allgather).
@@ -204,10 +242,14 @@ class NcclBackend final : public DeviceBackend {
   // framework computes; wait_for_legacy_stream() orders it after that stream where needed.
   cudaStream_t stream_ = nullptr;
   cudaEvent_t legacy_mark_ = nullptr;  // recorded on the legacy stream, waited on by stream_
+  // Set by connect(), constant after it.
+  bool pools_ = false;       // stream-ordered allocation on every rank's GPU (agree_on_pools)
+  int multiprocessors_ = 1;  // the GPU's SM count: the batched copy's grid
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
   void* stand_in_ = nullptr;
   size_t stand_in_bytes_ = 0;
+  std::vector<void*> kept_;  // without pools: outgrown buffers, freed by the destructor
   // The background thread's operation state, between wait_ready and fence.
   bool in_op_ = false;
   bool legacy_waited_ = false;  // this operation's stream already waits for the legacy stream
@@ -216,12 +258,17 @@ class NcclBackend final : public DeviceBackend {
   // first, or it would wait on itself).
   std::atomic<std::thread::id> group_owner_{};
   std::vector<PostMap> post_maps_;
-  std::vector<CopySegment> post_copies_;  // the fusion buffer's copy out, after post_maps_
-  std::vector<CopySegment> copies_;       // do_allreduce_pieces' copy in; reused
-  void* fusion_ = nullptr;                // the device fusion buffer (grow())
+  // The fusion buffer's copies (do_allreduce_pieces), reused: in, queued at once; out, moved to
+  // post_copies_ once the call succeeded, which is queued after post_maps_ (close_group), or at
+  // once outside an operation (copy_out()).
+  std::vector<CopySegment> copies_in_;
+  std::vector<CopySegment> copies_out_;
+  std::vector<CopySegment> post_copies_;
+  void* fusion_ = nullptr;  // the device fusion buffer (grow())
   size_t fusion_bytes_ = 0;
-  std::vector<void*> retired_;  // buffers outgrown inside the open group: freed after it
-  PendingOps pending_;          // also the watchdog's sleep and stop request
+  // Buffers outgrown inside the open group: freed once it settled, or by the destructor.
+  std::vector<void*> retired_;
+  PendingOps pending_;  // also the watchdog's sleep and stop request
   std::atomic<bool> aborted_{false};
   std::thread watchdog_;
 };

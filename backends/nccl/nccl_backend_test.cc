@@ -13,6 +13,7 @@
 #include <cstring>
 #include <random>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "backends/nccl/nccl_errors.h"
@@ -336,44 +337,75 @@ TEST_F(NcclOneRankTest, AFusedBatchIsOneGroupWithItsPostScalesAfterTheReduction)
   EXPECT_EQ(c.get(), x);
 }
 
-// The device fusion buffer (allreduce_pieces): tensors of odd sizes (their copies take the
-// 1-, 4- and 16-byte paths of the batched copy), an empty one, in place and out of place, more
-// than one batched-copy launch of them, scaled; inside an operation (copy out after the group)
-// and outside one (blocking).
-TEST_F(NcclOneRankTest, AllreducePiecesFusesOnTheDeviceAndCopiesOutAfterTheReduction) {
-  ASSERT_TRUE(backend_->has_allreduce_pieces());
+// The device fusion buffer (allreduce_pieces) for one element type T (float or __half):
+// tensors of odd counts (float16 ones of odd byte sizes: padded to 16 bytes in the buffer, the
+// copies' tails go byte by byte), empty ones, in place and out of place, more than one
+// batched-copy launch of them, scaled; inside an operation (copy out after the group) and
+// outside one (blocking). Values are multiples of 1/4 below 128: exact in float16, as is twice
+// them, the expected result.
+template <typename T>
+void check_allreduce_pieces(Backend& backend, DeviceBackend& device, DataType dtype) {
+  auto to_t = [](float v) {
+    if constexpr (std::is_same_v<T, __half>)
+      return __float2half(v);
+    else
+      return v;
+  };
+  auto to_float = [](T v) {
+    if constexpr (std::is_same_v<T, __half>)
+      return __half2float(v);
+    else
+      return v;
+  };
   for (bool in_op : {true, false}) {
-    std::vector<std::unique_ptr<DeviceArray<float>>> inputs, outputs;
+    std::vector<std::unique_ptr<DeviceArray<T>>> inputs, outputs;
     std::vector<AllreducePiece> pieces;
     std::vector<std::vector<float>> values;
     for (int k = 0; k < 2 * nccl::kBatchedCopyMax + 3; ++k) {
       const size_t n = static_cast<size_t>(k % 7 == 0 ? 0 : (k * 37) % 1001 + 1);
-      values.push_back(iota(n, static_cast<float>(k)));
-      inputs.push_back(std::make_unique<DeviceArray<float>>(values.back()));
+      std::vector<float> v(n);
+      std::vector<T> t(n);
+      for (size_t i = 0; i < n; ++i) {
+        v[i] = static_cast<float>((i * 7 + static_cast<size_t>(k)) % 509) / 4;
+        t[i] = to_t(v[i]);
+      }
+      values.push_back(v);
+      inputs.push_back(std::make_unique<DeviceArray<T>>(t));
       const bool in_place = k % 2 == 0;
       outputs.push_back(in_place ? nullptr
-                                 : std::make_unique<DeviceArray<float>>(std::vector<float>(n, -1)));
+                                 : std::make_unique<DeviceArray<T>>(std::vector<T>(n, to_t(-1))));
       pieces.push_back({inputs.back()->data, in_place ? inputs.back()->data : outputs.back()->data,
                         static_cast<int64_t>(n)});
-      if (in_op)
-        ASSERT_TRUE(
-            device_->wait_ready(Device::cuda(0), inputs.back()->data, nullptr, "fused").ok());
+      if (in_op) {
+        ASSERT_TRUE(device.wait_ready(Device::cuda(0), inputs.back()->data, nullptr, "fused").ok());
+      }
     }
-    ASSERT_TRUE(
-        backend_->allreduce_pieces(pieces, DataType::kFloat32, {ReduceOp::kAverage, 4.0, 0.5})
-            .ok());
+    ASSERT_TRUE(backend.allreduce_pieces(pieces, dtype, {ReduceOp::kAverage, 4.0, 0.5}).ok());
     if (in_op) {
-      Status st = fence_and_wait(*device_, "fused");
+      Status st = fence_and_wait(device, "fused");
       ASSERT_TRUE(st.ok()) << st.to_string();
     }
     for (size_t k = 0; k < pieces.size(); ++k) {
-      const std::vector<float> got = (outputs[k] ? outputs[k] : inputs[k])->get();
+      const std::vector<T> got = (outputs[k] ? outputs[k] : inputs[k])->get();
       for (size_t i = 0; i < got.size(); ++i)
-        ASSERT_EQ(got[i], 2 * values[k][i])
-            << "in_op " << in_op << " piece " << k << " [" << i << "]";
-      if (outputs[k]) EXPECT_EQ(inputs[k]->get(), values[k]);  // out of place: input untouched
+        ASSERT_EQ(to_float(got[i]), 2 * values[k][i])
+            << dtype_name(dtype) << " in_op " << in_op << " piece " << k << " [" << i << "]";
+      if (outputs[k]) {  // out of place: the input is untouched
+        const std::vector<T> in = inputs[k]->get();
+        for (size_t i = 0; i < in.size(); ++i) ASSERT_EQ(to_float(in[i]), values[k][i]);
+      }
     }
   }
+}
+
+TEST_F(NcclOneRankTest, AllreducePiecesFusesOnTheDeviceAndCopiesOutAfterTheReduction) {
+  // A one-rank job: the pools it agrees on are its own GPU's.
+  int pools = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, 0), cudaSuccess);
+  ASSERT_EQ(backend_->has_allreduce_pieces(), pools != 0);
+  if (!pools) GTEST_SKIP() << "this GPU has no memory pools: the executor calls per tensor";
+  check_allreduce_pieces<float>(*backend_, *device_, DataType::kFloat32);
+  check_allreduce_pieces<__half>(*backend_, *device_, DataType::kFloat16);
 }
 
 TEST_F(NcclOneRankTest, AnOpWhoseEventTheCallerDropsStillCompletes) {
@@ -445,6 +477,49 @@ TEST_F(NcclOneRankTest, ConcurrentAbortsFailEveryOpWithTheFirstReasonAndNoneOk) 
   Status late = fence_and_wait(*device_, "allreduce 'late'");
   EXPECT_EQ(late.to_string(),
             "PeerFailure: allreduce 'late': rank 1 (gpu-host-2:4000) closed the connection");
+}
+
+TEST_F(NcclOneRankTest, AnAbortInsideAnOperationEndsItsGroupWithoutItsPostWork) {
+  // Review s8 #4: the runtime aborts between an operation's calls (its thread owns the open
+  // group). The group is ended without waiting for it to launch (a dead peer would hold that
+  // up until KOLO_OP_TIMEOUT) and without queueing its post-scale; the fence then reports the
+  // abort's reason, and the next call does not wait on the group's lock.
+  DeviceArray<float> t(iota(4096));
+  ASSERT_TRUE(device_->wait_ready(Device::cuda(0), t.data, nullptr, "allreduce 't'").ok());
+  ASSERT_TRUE(
+      backend_->allreduce(t.data, t.data, 4096, DataType::kFloat32, {ReduceOp::kSum, 1.0, 2.0})
+          .ok());
+  const Status peer = Status::PeerFailure("rank 1 (gpu-host-2:4000) closed the connection");
+  device_->abort(peer);
+  const Status fenced = fence_and_wait(*device_, "allreduce 't'");
+  EXPECT_EQ(fenced.to_string(),
+            "PeerFailure: allreduce 't': rank 1 (gpu-host-2:4000) closed the connection");
+  Status later = backend_->allreduce(t.data, t.data, 4096, DataType::kFloat32, {});
+  EXPECT_EQ(later.code(), StatusCode::kPeerFailure) << later.to_string();
+}
+
+TEST(NcclDeathTest, DestroyedOnAThreadThatDoesNotOwnItsOpenGroupItStopsTheProcess) {
+  // Review s8 #3: only the thread that opened an NCCL group can end it (NCCL's group state is
+  // thread-local) or unlock the mutex it holds for it; from any other thread the shutdown could
+  // only hang or corrupt the lock, so it stops the process with a message naming the cause.
+  KOLO_REQUIRE_GPU();
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // a fresh process: CUDA does not survive fork
+  EXPECT_DEATH(
+      {
+        Result<std::unique_ptr<Backend>> b = create_backend("nccl", one_rank());
+        if (!b.ok()) std::abort();
+        auto* device = dynamic_cast<DeviceBackend*>(b->get());
+        void* data = nullptr;
+        if (cudaMalloc(&data, 256) != cudaSuccess) std::abort();
+        std::thread owner([&] {
+          if (!device->wait_ready(Device::cuda(0), data, nullptr, "allreduce 'x'").ok() ||
+              !(*b)->allreduce(data, data, 64, DataType::kFloat32, {}).ok())
+            std::_Exit(3);  // not the death this test is about
+        });
+        owner.join();
+        b->reset();
+      },
+      "does not own its open NCCL group");
 }
 
 TEST_F(NcclOneRankTest, BadTensorsAreErrorsNamingThem) {

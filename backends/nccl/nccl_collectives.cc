@@ -36,80 +36,6 @@ Status NcclBackend::wait_for_legacy_stream(const std::string& what) {
   return Status::Ok();
 }
 
-Status NcclBackend::open_group(const std::string& what) {
-  if (group_open_) return Status::Ok();
-  comm_mu_.lock();
-  if (!comm_) {
-    comm_mu_.unlock();
-    Status failed = pending_.failure();
-    return failed.ok() ? Status::Aborted(what + ": the communicator was aborted")
-                       : failed.with_context(what);
-  }
-  const ncclResult_t r = ncclGroupStart();
-  if (r != ncclSuccess) {
-    comm_mu_.unlock();
-    return nccl_status(r, what + ": ncclGroupStart");
-  }
-  group_open_ = true;
-  group_owner_ = std::this_thread::get_id();
-  return Status::Ok();
-}
-
-Status NcclBackend::close_group(const std::string& what) {
-  if (!group_open_) return Status::Ok();
-  // Closed even after a failed call in it, or the communicator stays in the group.
-  const ncclResult_t ended = ncclGroupEnd();
-  group_open_ = false;
-  group_owner_ = std::thread::id();
-  comm_mu_.unlock();
-  Status st = settle(ended, what + ": ncclGroupEnd");
-  std::vector<PostMap> post = std::move(post_maps_);
-  post_maps_.clear();
-  for (const PostMap& p : post)
-    if (st.ok()) st = map(p.data, p.data, p.n, p.dtype, p.mul, p.div, p.what);
-  if (st.ok() && !post_copies_.empty())
-    st = cuda(static_cast<cudaError_t>(batched_copy_on_stream(
-                  post_copies_.data(), static_cast<int64_t>(post_copies_.size()), stream_)),
-              what + ": copy out of the fusion buffer");
-  post_copies_.clear();
-  for (void* b : retired_) cudaFreeAsync(b, stream_);
-  retired_.clear();
-  return st;
-}
-
-Status NcclBackend::end_own_group(const Status& calls, const std::string& what) {
-  Status ended = close_group(what);
-  if (calls.ok()) return ended;
-  // The group launched without the refused call: the peers wait for its part.
-  fail(calls);
-  return calls;
-}
-
-Status NcclBackend::settle(ncclResult_t r, const std::string& what) {
-  const auto start = Clock::now();
-  const auto deadline = start + op_timeout_;
-  while (r == ncclInProgress) {
-    if (Clock::now() > deadline) {
-      Status st = Status::Timeout(what + ": NCCL did not accept the call within " +
-                                  format_duration(op_timeout_) + " (KOLO_OP_TIMEOUT)");
-      fail(st);
-      return st;
-    }
-    backoff(start);
-    r = async_error();
-  }
-  if (r == ncclSuccess) return Status::Ok();
-  // Aborted meanwhile (by the watchdog or the runtime): that reason, not the symptom.
-  if (Status failed = pending_.failure(); !failed.ok()) return failed.with_context(what);
-  Status st = nccl_status(r, what, last_error());
-  // Every error aborts, an invalid argument too: it leaves the communicator usable, but the
-  // peers' side of this collective was launched and would wait for this rank until
-  // KOLO_OP_TIMEOUT. Aborted, this rank fails at once and the runtime stops, which the peers
-  // learn from the control plane.
-  fail(st);
-  return st;
-}
-
 Status NcclBackend::map(void* dst, const void* src, int64_t n, DataType dtype, double mul,
                         double div, const std::string& what) {
   if (mul == 1.0 && div == 1.0) {
@@ -118,9 +44,21 @@ Status NcclBackend::map(void* dst, const void* src, int64_t n, DataType dtype, d
                                 cudaMemcpyDeviceToDevice, stream_),
                 what + ": copy");
   }
-  return cuda(
-      static_cast<cudaError_t>(map_on_stream(dst, src, n, kernel_type(dtype), mul, div, stream_)),
-      what + (div == 1.0 ? ": scale kernel" : ": average kernel"));
+  return launch([&] { return map_on_stream(dst, src, n, kernel_type(dtype), mul, div, stream_); },
+                what + (div == 1.0 ? ": scale kernel" : ": average kernel"));
+}
+
+Status NcclBackend::copy_out(const std::string& what) {
+  if (post_copies_.empty()) return Status::Ok();
+  Status st = launch(
+      [&] {
+        return batched_copy_on_stream(post_copies_.data(),
+                                      static_cast<int64_t>(post_copies_.size()), stream_,
+                                      multiprocessors_);
+      },
+      what + ": copy out of the fusion buffer");
+  post_copies_.clear();
+  return st;
 }
 
 Status NcclBackend::finish_reduction(void* data, int64_t n, DataType dtype,
@@ -213,27 +151,42 @@ Status NcclBackend::do_allreduce_pieces(const std::vector<AllreducePiece>& piece
   const std::string what = "nccl allreduce of " + std::to_string(pieces.size()) + " tensors";
   std::optional<DeviceGuard> guard;
   KOLO_RETURN_IF_ERROR(enter("allreduce", guard));
+  // Every piece starts 16-byte aligned in the buffer, so that the batched copy moves 16-byte
+  // words for each one whatever the sizes before it (an fp16 tensor of an odd count would
+  // misalign every later piece). The padding depends on the cut, which is every rank's same
+  // (Note [Allreduce pieces]); the gaps are reduced with the rest and never read. 16 is a
+  // multiple of every element size, so the padded total is a whole count.
+  constexpr size_t kPieceAlign = 16;
+  auto aligned = [](size_t offset) {
+    return (offset + kPieceAlign - 1) / kPieceAlign * kPieceAlign;
+  };
   const size_t es = dtype_size(dtype);
-  int64_t total = 0;
-  for (const AllreducePiece& p : pieces) total += p.count;
-  KOLO_ASSIGN_OR_RETURN(void* buffer, grow(fusion_, fusion_bytes_, static_cast<size_t>(total) * es,
-                                           what + ": the fusion buffer"));
+  size_t end = 0;
+  for (const AllreducePiece& p : pieces)
+    if (p.count > 0) end = aligned(end) + static_cast<size_t>(p.count) * es;
+  const auto total = static_cast<int64_t>(end / es);
+  KOLO_ASSIGN_OR_RETURN(void* buffer,
+                        grow(fusion_, fusion_bytes_, end, what + ": the fusion buffer"));
   auto* fused = static_cast<char*>(buffer);
   // In now, before the group's NCCL kernels; out after them (close_group), or now outside an
   // operation, where the allreduce was queued at once.
-  copies_.clear();
-  std::vector<CopySegment> out;
-  int64_t offset = 0;
+  copies_in_.clear();
+  copies_out_.clear();
+  size_t offset = 0;
   for (const AllreducePiece& p : pieces) {
     if (p.count == 0) continue;
+    offset = aligned(offset);
     const auto bytes = static_cast<int64_t>(static_cast<size_t>(p.count) * es);
-    copies_.push_back({p.input, fused + offset, bytes});
-    out.push_back({fused + offset, p.output, bytes});
-    offset += bytes;
+    copies_in_.push_back({p.input, fused + offset, bytes});
+    copies_out_.push_back({fused + offset, p.output, bytes});
+    offset += static_cast<size_t>(bytes);
   }
-  KOLO_RETURN_IF_ERROR(cuda(static_cast<cudaError_t>(batched_copy_on_stream(
-                                copies_.data(), static_cast<int64_t>(copies_.size()), stream_)),
-                            what + ": copy into the fusion buffer"));
+  KOLO_RETURN_IF_ERROR(launch(
+      [&] {
+        return batched_copy_on_stream(copies_in_.data(), static_cast<int64_t>(copies_in_.size()),
+                                      stream_, multiprocessors_);
+      },
+      what + ": copy into the fusion buffer"));
   if (reduction.prescale != 1.0)
     KOLO_RETURN_IF_ERROR(map(fused, fused, total, dtype, reduction.prescale, 1.0, what));
   KOLO_RETURN_IF_ERROR(nccl_call(
@@ -244,13 +197,9 @@ Status NcclBackend::do_allreduce_pieces(const std::vector<AllreducePiece>& piece
       },
       what));
   KOLO_RETURN_IF_ERROR(finish_reduction(fused, total, dtype, reduction, what));
-  if (group_open_) {
-    post_copies_.insert(post_copies_.end(), out.begin(), out.end());
-  } else {
-    KOLO_RETURN_IF_ERROR(cuda(static_cast<cudaError_t>(batched_copy_on_stream(
-                                  out.data(), static_cast<int64_t>(out.size()), stream_)),
-                              what + ": copy out of the fusion buffer"));
-  }
+  // Only now: a call that failed on the way leaves no copy out behind for the fence.
+  post_copies_.insert(post_copies_.end(), copies_out_.begin(), copies_out_.end());
+  if (!group_open_) KOLO_RETURN_IF_ERROR(copy_out(what));
   return finish_call(what);
 }
 

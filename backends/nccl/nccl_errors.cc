@@ -60,6 +60,14 @@ Status cuda_status(int err, const std::string& what) {
   return Status(code, what + ": CUDA error " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
 }
 
+Status pending_cuda_status(int err, const std::string& what) {
+  const auto e = static_cast<cudaError_t>(err);
+  return Status::Internal(what + ": not launched: CUDA error " + cudaGetErrorName(e) + ": " +
+                          cudaGetErrorString(e) +
+                          " was already pending on this thread (an earlier call's, left "
+                          "unchecked; it stays pending for that call's owner)");
+}
+
 int nccl_dtype(DataType dtype) {
   switch (dtype) {
     case DataType::kUInt8:

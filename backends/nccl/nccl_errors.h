@@ -29,6 +29,12 @@ Status nccl_status(int result, const std::string& what, const std::string& detai
 //     are caught before any launch, by wait_ready).  cudaSuccess gives OK.
 Status cuda_status(int err, const std::string& what);
 
+// `err` (a cudaError_t) was already pending on the thread before a kernel launch of `what`:
+// someone's unchecked CUDA call, not the launch's. Internal, "<what>: not launched: CUDA error
+// <name>: <string> was already pending on this thread (an earlier call's, left unchecked; it
+// stays pending for that call's owner)".
+Status pending_cuda_status(int err, const std::string& what);
+
 // The ncclDataType_t of a dtype; every Kolo dtype has one (float16 and bfloat16 natively).
 int nccl_dtype(DataType dtype);
 // The element type of the device kernels (nccl_kernels.h) for a dtype.

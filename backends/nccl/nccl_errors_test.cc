@@ -50,6 +50,18 @@ TEST(NcclErrorsTest, CudaErrorsMapToCodesAndNameTheTensor) {
     EXPECT_EQ(cuda_status(e, "t").code(), StatusCode::kInternal) << cudaGetErrorName(e);
 }
 
+TEST(NcclErrorsTest, AnErrorPendingBeforeALaunchIsNotReportedAsTheKernels) {
+  // Review s8 #11: a user's unchecked error found before the scale kernel's launch is named as
+  // what it is (not launched, someone else's error), not as a failure of the kernel.
+  Status st = pending_cuda_status(cudaErrorInvalidValue, "nccl allreduce: scale kernel");
+  EXPECT_EQ(st.code(), StatusCode::kInternal);
+  EXPECT_EQ(st.message(), std::string("nccl allreduce: scale kernel: not launched: CUDA error "
+                                      "cudaErrorInvalidValue: ") +
+                              cudaGetErrorString(cudaErrorInvalidValue) +
+                              " was already pending on this thread (an earlier call's, left "
+                              "unchecked; it stays pending for that call's owner)");
+}
+
 TEST(NcclErrorsTest, EveryDtypeAndOpHasItsNcclCounterpart) {
   EXPECT_EQ(nccl_dtype(DataType::kUInt8), ncclUint8);
   EXPECT_EQ(nccl_dtype(DataType::kInt8), ncclInt8);

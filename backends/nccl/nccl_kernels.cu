@@ -14,7 +14,9 @@ namespace {
 template <typename T>
 struct Map {
   __device__ static T apply(T x, double mul, double div) {
-    return static_cast<T>(static_cast<double>(x) * mul / div);  // integers: truncated
+    // Integers: truncated; out of range, saturated (cvt.rzi), where the host wraps (unspecified:
+    // nccl_kernels.h).
+    return static_cast<T>(static_cast<double>(x) * mul / div);
   }
 };
 template <>
@@ -58,64 +60,102 @@ int launch(void* dst, const void* src, int64_t n, double mul, double div, cudaSt
   return static_cast<int>(cudaGetLastError());
 }
 
-// The kernel's parameters: up to kBatchedCopyMax segments by value (1.5 KiB, well inside
-// the 4 KiB that every CUDA version accepts).
+// The kernel's parameters: up to kBatchedCopyMax segments by value (2 KiB, inside the 4 KiB
+// that every CUDA version accepts), each cut into chunks of kCopyChunk bytes: segment k owns
+// chunks [first_chunk[k], first_chunk[k + 1]).
+constexpr int kCopyThreads = 256;
+constexpr int64_t kCopyChunk = 4 * kCopyThreads * 16;  // four 16-byte words a thread: one round
 struct CopyBatch {
   const char* src[kBatchedCopyMax];
   char* dst[kBatchedCopyMax];
   int64_t bytes[kBatchedCopyMax];
+  int64_t first_chunk[kBatchedCopyMax + 1];
+  int count;
 };
 
+// The block's threads copy len / sizeof(Word) words; returns the bytes copied. Four loads in
+// flight per thread before their stores (a full chunk of 16-byte words is one such round):
+// one load at a time would leave the copy latency-bound. Segments never overlap (restrict).
 template <typename Word>
-__device__ void copy_words(const char* src, char* dst, int64_t bytes) {
-  const int64_t n = bytes / static_cast<int64_t>(sizeof(Word));
-  const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
-  const Word* s = reinterpret_cast<const Word*>(src);
-  Word* d = reinterpret_cast<Word*>(dst);
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
-    d[i] = s[i];
+__device__ int64_t copy_words(const char* src, char* dst, int64_t len) {
+  constexpr int kInFlight = 4;
+  const int64_t n = len / static_cast<int64_t>(sizeof(Word));
+  const Word* __restrict__ s = reinterpret_cast<const Word*>(src);
+  Word* __restrict__ d = reinterpret_cast<Word*>(dst);
+  const int64_t step = blockDim.x;
+  int64_t i = threadIdx.x;
+  for (; i + (kInFlight - 1) * step < n; i += kInFlight * step) {
+    Word v[kInFlight];
+#pragma unroll
+    for (int j = 0; j < kInFlight; ++j) v[j] = s[i + j * step];
+#pragma unroll
+    for (int j = 0; j < kInFlight; ++j) d[i + j * step] = v[j];
+  }
+  for (; i < n; i += step) d[i] = s[i];
+  return n * static_cast<int64_t>(sizeof(Word));
 }
 
-// blockIdx.y is the segment; the blocks along x share it in a grid-stride loop.
+// One chunk: the widest word both addresses allow (the size does not matter: the tail that
+// does not fill a word is copied byte by byte), so that an fp16 tensor of an odd count still
+// moves 16 bytes a load.
+__device__ void copy_chunk(const char* src, char* dst, int64_t len) {
+  const auto addr = reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst);
+  int64_t done = 0;
+  if (addr % sizeof(uint4) == 0)
+    done = copy_words<uint4>(src, dst, len);
+  else if (addr % sizeof(uint32_t) == 0)
+    done = copy_words<uint32_t>(src, dst, len);
+  else if (addr % sizeof(uint16_t) == 0)
+    done = copy_words<uint16_t>(src, dst, len);
+  for (int64_t i = done + threadIdx.x; i < len; i += blockDim.x) dst[i] = src[i];
+}
+
+// A grid-stride loop over the batch's chunks: every block copies whole chunks, so a large
+// segment gets as many blocks as its size asks for, however many small ones share the launch.
 __global__ void batched_copy_kernel(CopyBatch batch) {
-  const int k = static_cast<int>(blockIdx.y);
-  const char* src = batch.src[k];
-  char* dst = batch.dst[k];
-  const int64_t bytes = batch.bytes[k];
-  const auto bits = reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst) |
-                    static_cast<uintptr_t>(bytes);
-  if (bits % sizeof(uint4) == 0) {
-    copy_words<uint4>(src, dst, bytes);
-  } else if (bits % sizeof(uint32_t) == 0) {
-    copy_words<uint32_t>(src, dst, bytes);
-  } else {
-    copy_words<char>(src, dst, bytes);
+  const int64_t chunks = batch.first_chunk[batch.count];
+  for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
+    // The segment of chunk c: the last k with first_chunk[k] <= c (never an empty one: its
+    // successor starts at the same chunk).
+    int lo = 0, hi = batch.count - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (batch.first_chunk[mid] <= c)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    const int64_t begin = (c - batch.first_chunk[lo]) * kCopyChunk;
+    const int64_t len = batch.bytes[lo] - begin < kCopyChunk ? batch.bytes[lo] - begin : kCopyChunk;
+    copy_chunk(batch.src[lo] + begin, batch.dst[lo] + begin, len);
   }
 }
 
 }  // namespace
 
-int batched_copy_on_stream(const CopySegment* segments, int64_t n, void* stream) {
-  constexpr int kThreads = 256;
+int batched_copy_on_stream(const CopySegment* segments, int64_t n, void* stream,
+                           int multiprocessors) {
+  // Blocks of 256 threads, 8 per SM: a full SM on every GPU since Volta; more only queue.
+  constexpr int kBlocksPerMultiprocessor = 8;
   auto s = static_cast<cudaStream_t>(stream);
   for (int64_t first = 0; first < n; first += kBatchedCopyMax) {
-    const int count = static_cast<int>(std::min<int64_t>(kBatchedCopyMax, n - first));
     CopyBatch batch{};
-    int64_t largest = 0;
-    for (int k = 0; k < count; ++k) {
+    batch.count = static_cast<int>(std::min<int64_t>(kBatchedCopyMax, n - first));
+    int64_t chunks = 0;
+    for (int k = 0; k < batch.count; ++k) {
       const CopySegment& seg = segments[first + k];
       batch.src[k] = static_cast<const char*>(seg.src);
       batch.dst[k] = static_cast<char*>(seg.dst);
       batch.bytes[k] = seg.bytes;
-      largest = std::max(largest, seg.bytes);
+      batch.first_chunk[k] = chunks;
+      chunks += (std::max<int64_t>(seg.bytes, 0) + kCopyChunk - 1) / kCopyChunk;
     }
-    if (largest == 0) continue;
-    // Enough blocks per segment for its largest member at 16 bytes a thread, at most 64: the
-    // y dimension already multiplies them by the segment count.
-    const int64_t per_thread = static_cast<int64_t>(sizeof(uint4)) * kThreads;
-    const auto blocks = static_cast<unsigned>(
-        std::min<int64_t>((largest + per_thread - 1) / per_thread, 64));
-    batched_copy_kernel<<<dim3(blocks, static_cast<unsigned>(count)), kThreads, 0, s>>>(batch);
+    batch.first_chunk[batch.count] = chunks;
+    if (chunks == 0) continue;
+    const int64_t most =
+        static_cast<int64_t>(std::max(multiprocessors, 1)) * kBlocksPerMultiprocessor;
+    const auto blocks = static_cast<unsigned>(std::min(chunks, most));
+    batched_copy_kernel<<<blocks, kCopyThreads, 0, s>>>(batch);
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return static_cast<int>(err);
   }

@@ -9,15 +9,17 @@
 namespace kolo::nccl {
 
 // The element types the kernels know: kolo::DataType's, restated because this header is
-// compiled by nvcc in C++17 and kolo/types.h is C++20 (scale_type() in nccl_backend.cc maps).
+// compiled by nvcc in C++17 and kolo/types.h is C++20 (kernel_type() in nccl_errors.cc maps).
 enum class ScaleType { kUInt8, kInt8, kInt32, kInt64, kFloat16, kBFloat16, kFloat32, kFloat64 };
 
 // dst[i] = src[i] * mul / div for n elements of type, queued on `stream` (a cudaStream_t);
 // dst == src is in place. The arithmetic is ops::scale's and ops::divide's on the host (one
 // map, ops/reduce.cc), so that the GPU path's results are the CPU backends' bit for bit: float
 // and float64 in their own precision, float16 and bfloat16 widened to float and rounded once
-// (to nearest even), integers in double and truncated toward zero. A scale is div = 1, a
-// division mul = 1. Returns the cudaError_t of the launch (0 on success).
+// (to nearest even), integers in double and truncated toward zero. Except out of range: an
+// integer whose scaled value does not fit its type (uint8 150 * 2) is unspecified, and host
+// and device differ (C++ leaves the conversion undefined; x86 wraps, the GPU saturates). A
+// scale is div = 1, a division mul = 1. Returns the cudaError_t of the launch (0 on success).
 int map_on_stream(void* dst, const void* src, int64_t n, ScaleType type, double mul, double div,
                   void* stream);
 
@@ -31,10 +33,14 @@ struct CopySegment {
 // Queues the copy of every segment on `stream` in one kernel launch per kBatchedCopyMax
 // segments (passed by value as the kernel's parameters: no device-side table to allocate or
 // upload), instead of one cudaMemcpyAsync per tensor, whose launch cost dominates for the many
-// small tensors of a fused batch (Horovod's batched memcpy does the same). Each segment moves
-// 16 bytes per thread and load when its addresses and size allow, else 4, else 1. Returns the
-// cudaError_t of the first failed launch (0 on success).
+// small tensors of a fused batch (Horovod's batched memcpy does the same). The segments are cut
+// into 16 KiB chunks shared out among at most 8 blocks per multiprocessor (`multiprocessors`:
+// the device's cudaDevAttrMultiProcessorCount, which the caller caches; below 1 counts as 1), so
+// one large tensor gets the whole GPU. A chunk moves 16-byte words when both its addresses are
+// 16-byte aligned (the device fusion buffer's pieces are: nccl pads them), else 4, 2 or 1, and
+// its tail byte by byte. Returns the cudaError_t of the first failed launch (0 on success).
 inline constexpr int kBatchedCopyMax = 64;
-int batched_copy_on_stream(const CopySegment* segments, int64_t n, void* stream);
+int batched_copy_on_stream(const CopySegment* segments, int64_t n, void* stream,
+                           int multiprocessors);
 
 }  // namespace kolo::nccl

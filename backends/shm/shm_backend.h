@@ -27,7 +27,8 @@
 //   reductions of chunk k on the others; memory stays 2 * P * chunk_bytes for any size.
 // - a fused allreduce (allreduce_pieces, Note [Allreduce pieces] in backends/backend.h) is the
 //   same: the copies in and out read and write the pieces where they are (piece_index.h),
-//   so a fused batch costs what one buffer of its total costs. A plain allreduce is one piece.
+//   so a fused batch costs what one buffer of its total costs. A plain allreduce is one piece,
+//   and the ranks' cuts may differ (only the total must agree: more than the Note asks).
 // - allgather, broadcast: chunks of chunk_bytes per rank, one use each.
 // - reducescatter, alltoall: each buffer holds P regions of chunk_bytes / P (one per block or
 //   destination), one use per region-sized piece.

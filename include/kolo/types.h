@@ -56,7 +56,8 @@ bool is_valid_reduce_op(int value);
 // and divides by the number of contributing ranks before the postscale: a true division, so
 // an average whose sum divides evenly is exact, integers included (ops::finish_reduction is
 // the one implementation). Integer types apply scale factors by multiplying in double and
-// truncating toward zero.
+// truncating toward zero; a scaled value outside the type's range is unspecified (the CPU
+// backends wrap it on x86, the GPU's kernels saturate it).
 // Valid when op is a ReduceOp enumerator and both factors are finite. One function checks it
 // (validate_reduction, backends/backend.h), where a Reduction enters Kolo: at submission
 // (naming the tensor) and at the Backend interface (for direct callers); the ops/ algorithms

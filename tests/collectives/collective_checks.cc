@@ -206,7 +206,8 @@ struct Checker {
   }
 
   // allreduce_pieces (Note [Allreduce pieces]): `total` elements cut into pieces, each its own
-  // buffer, the cut differing between ranks (only the total must agree). "coarse" mixes
+  // buffer, the cut differing between ranks (only the total must agree: shm, the backend these
+  // run on, accepts that, more than the Note asks of every backend). "coarse" mixes
   // members of 0 and 1 elements with ones that straddle shm chunk and region boundaries;
   // "fine" makes thousands of members of 0-3 elements. Even pieces are in place, odd ones out
   // of place. "plain on odd ranks": odd ranks call allreduce() on the total instead, which a
