@@ -122,7 +122,8 @@ void AutotuneSearch::finish_measurement() {
   all.insert(all.end(), samples_.begin(), samples_.end());
   if (phase_ == Phase::kConfirmBest || phase_ == Phase::kConfirmBestAgain)
     confirm_best_.insert(confirm_best_.end(), samples_.begin(), samples_.end());
-  if (phase_ == Phase::kConfirmDefault) confirm_default_ = samples_;
+  if (phase_ == Phase::kConfirmDefault)
+    confirm_default_.insert(confirm_default_.end(), samples_.begin(), samples_.end());
   finished_ = SearchTrial{current_, m, steps_on_current_, false,
                           phase_ == Phase::kConfirmBest || phase_ == Phase::kConfirmDefault ||
                               phase_ == Phase::kConfirmBestAgain};
@@ -175,7 +176,6 @@ std::vector<SearchPoint> AutotuneSearch::neighbours() const {
 }
 
 void AutotuneSearch::advance() {
-  // The confirmation costs two measurements; keep room for them in the budget.
   const int per_point = options_.lag + options_.warmup + options_.samples;
   // A pattern candidate may be extended to twice its samples.
   const int per_candidate = per_point + options_.samples;
@@ -240,6 +240,8 @@ void AutotuneSearch::advance() {
       if (best_ == default_) break;  // nothing to confirm against
       phase_ = Phase::kConfirmBest;
       confirm_best_.clear();
+      confirm_default_.clear();
+      confirm_rounds_ = 1;
       measure(best_);
       return;
     case Phase::kConfirmBest:
@@ -251,13 +253,25 @@ void AutotuneSearch::advance() {
       phase_ = Phase::kConfirmBestAgain;
       measure(best_);
       return;
-    case Phase::kConfirmBestAgain:
-      // Only the three measurements just taken: earlier samples of either may come from a
-      // machine under another load. The best's two bracket the default's, so a load that
-      // changes steadily meanwhile weighs on both alike. The default stays unless the best
-      // wins by the margin.
-      if (!(median(confirm_best_) < median(confirm_default_) * (1 - margin()))) best_ = default_;
+    case Phase::kConfirmBestAgain: {
+      // Only the confirmation's own measurements: earlier samples of either may come from a
+      // machine under another load. The best's bracket the default's, so a load that changes
+      // steadily meanwhile weighs on both alike. The default stays unless the best wins by
+      // the margin, which shrinks as 1/sqrt(rounds) (the medians' noise does).
+      const double gain = 1 - median(confirm_best_) / median(confirm_default_);
+      const double needed = margin() / std::sqrt(static_cast<double>(confirm_rounds_));
+      // A gain within the noise but more than half of it: one more round, budget permitting,
+      // rather than keeping the default over a gain that more samples would show.
+      if (gain < needed && gain > needed / 2 && confirm_rounds_ == 1 &&
+          steps_ - budget_from_ + confirmation <= budget_) {
+        ++confirm_rounds_;
+        phase_ = Phase::kConfirmBest;
+        measure(best_);
+        return;
+      }
+      if (!(gain >= needed)) best_ = default_;
       break;
+    }
     case Phase::kDone:
       break;
   }

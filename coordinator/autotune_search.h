@@ -21,11 +21,14 @@
 //      permitting, it measures the best and its neighbours once more afresh;
 //   4. a confirmation: the best point, the default (twice as long) and the best again are
 //      measured one right after the other, and the default wins unless the best (its two
-//      measurements pooled) beats it by the margin in these three alone. Earlier samples may come
-//      from a machine under another load (a default measured while another job ran makes every
-//      later point look better), and the best's measurements bracket the default's, so a load that
-//      rises or falls meanwhile weighs on both alike. So the final configuration is never slower
-//      than the default beyond noise.
+//      measurements pooled) beats it by the margin in these three alone. Earlier samples may
+//      come from a machine under another load (a default measured while another job ran makes
+//      every later point look better), and the best's measurements bracket the default's, so
+//      a load that rises or falls meanwhile weighs on both alike. A gain between half the
+//      margin and the margin gets a second round (budget permitting), pooled with the first,
+//      and must then beat margin / sqrt(2), as the medians' noise shrinks with the samples.
+//      So the final configuration is never slower than the default beyond noise, and a real
+//      gain of the order of the noise is still taken when the budget allows.
 // Each configuration is scored by the median of `samples` step times after `warmup` discarded
 // steps (the first step after a change pays for new buckets and cache misses); a candidate
 // within twice the margin of the best is measured twice as long before it is judged. The margin
@@ -159,6 +162,7 @@ class AutotuneSearch {
   // The confirmation's own samples of the best (both measurements) and the default (not pooled
   // with older ones).
   std::vector<double> confirm_best_, confirm_default_;
+  int confirm_rounds_ = 0;  // best-default-best rounds taken (a second when ambiguous)
   // The move that won last, tried again first (pattern search's "keep going").
   std::optional<std::pair<size_t, int>> last_move_;
   // Categorical alternatives still to descend from (planned when the first descent ends), and
