@@ -122,11 +122,11 @@ class Builder {
       stack.push_back(&span);
       if (is_negotiation(span.name))
         occurrences_[{tensor, negotiations++}].emplace_back(pid, span.begin_us);
-      std::string status = span.args.value(std::string(trace_format::kStatusArg), "");
+      const std::string status = string_or(span.args, trace_format::kStatusArg, "");
       if (status == trace_format::kStatusOpen || status == trace_format::kStatusAborted) {
-        s_.open_at_end.push_back(
-            OpenSpanAtEnd{pid, tensor, op ? std::string() : span.name, kind, span.begin_us, status,
-                          span.args.value(std::string(trace_format::kReasonArg), "")});
+        s_.open_at_end.push_back(OpenSpanAtEnd{pid, tensor, op ? std::string() : span.name, kind,
+                                               span.begin_us, status,
+                                               string_or(span.args, trace_format::kReasonArg, "")});
         continue;  // incomplete: listed, not counted
       }
       const int order = op ? kOpOrder : phase_order(span.name);

@@ -107,9 +107,8 @@ Status extract_events(json doc, const std::string& name, TraceFile& out) {
     for (const char* key : {"pid", "tid"}) {  // read as int64_t: 1e40 must not reach that
       auto it = e.find(key);
       if (it != e.end() && !it->is_number_integer()) {
-        return Status::InvalidArgument("'" + name + "': event " + std::to_string(i) +
-                                       " has a \"" + key + "\" that is not an integer: " +
-                                       it->dump());
+        return Status::InvalidArgument("'" + name + "': event " + std::to_string(i) + " has a \"" +
+                                       key + "\" that is not an integer: " + it->dump());
       }
     }
     for (const char* key : {"ph", "name", "cat", "s"}) {
@@ -141,6 +140,12 @@ Status extract_events(json doc, const std::string& name, TraceFile& out) {
 }
 
 }  // namespace
+
+std::string string_or(const json& object, std::string_view key, std::string fallback) {
+  auto it = object.find(key);
+  if (it == object.end() || !it->is_string()) return fallback;
+  return it->get<std::string>();
+}
 
 double number_or(const json& object, std::string_view key, double fallback) {
   auto it = object.find(key);

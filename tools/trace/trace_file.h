@@ -41,5 +41,8 @@ double number_or(const nlohmann::json& object, std::string_view key, double fall
 // number. (nlohmann's get<int64_t> of an out-of-range float is undefined behaviour, which
 // fuzz_trace_reader found: every integer read of a trace goes through here.)
 int64_t integer_or(const nlohmann::json& object, std::string_view key, int64_t fallback);
+// object[key] when it is a string, else `fallback` (an args field of another tool's trace may
+// hold anything: parse_trace checks only the event's own fields).
+std::string string_or(const nlohmann::json& object, std::string_view key, std::string fallback);
 
 }  // namespace kolo::trace

@@ -346,6 +346,23 @@ TEST(Summary, NumbersOutOfRangeAreClamped) {
   EXPECT_EQ(integer_or(json::parse(R"({"pid":"x"})"), "pid", 7), 7);
 }
 
+// A span's status and reason args that are not strings (another tool's trace) are read as
+// absent, not thrown from (a libFuzzer finding, fuzz_trace_reader: "status":0 ended the
+// process through an uncaught nlohmann type_error).
+TEST(Summary, ArgsOfTheWrongTypeAreIgnored) {
+  const json events = json::parse(
+      R"([{"name":"thread_name","ph":"M","pid":0,"tid":1,"ts":0,"args":{"name":"g"}},)"
+      R"({"name":"ALLREDUCE","ph":"X","pid":0,"tid":1,"ts":15,"dur":60,"args":{"status":0}},)"
+      R"({"name":"ALLREDUCE","ph":"X","pid":0,"tid":1,"ts":80,"dur":5,)"
+      R"("args":{"status":"aborted","reason":[1]}}])");
+  TraceSummary s = summarize(events);
+  EXPECT_EQ(s.operations, 1u);  // the first counts; the second is listed as open at the end
+  ASSERT_EQ(s.open_at_end.size(), 1u);
+  EXPECT_EQ(s.open_at_end[0].reason, "");
+  EXPECT_EQ(string_or(json::parse(R"({"k":"v"})"), "k", "x"), "v");
+  EXPECT_EQ(string_or(json::parse(R"({"k":1})"), "k", "x"), "x");
+}
+
 TEST(Summary, StragglerIsTheRankWhoseNegotiateBeganLastOnTheCommonClock) {
   TraceSummary s = summarize(merge_traces(two_rank_job()).events);
   EXPECT_EQ(s.negotiations, 3u);
