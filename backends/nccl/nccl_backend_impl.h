@@ -169,6 +169,11 @@ class NcclBackend final : public DeviceBackend {
   // dst = src * mul / div on the stream (nccl_kernels.h); a plain copy when that is src.
   Status map(void* dst, const void* src, int64_t n, DataType dtype, double mul, double div,
              const std::string& what);
+  // The allreduce itself, for do_allreduce and the fusion buffer of do_allreduce_pieces: the
+  // prescale kernel, ncclAllReduce and finish_reduction, on stream_ (into the open group
+  // inside an operation). Not finish_call(): the caller's.
+  Status reduce(const void* input, void* output, int64_t count, DataType dtype,
+                const Reduction& reduction, const std::string& what);
   // ops::finish_reduction's rule on a reduction's output, so that every dtype's result is
   // the CPU backends': kAverage was an NCCL sum (nccl_op) and divides by the ranks here, then
   // the postscale, each rounded as the host rounds it. Queued now outside an operation,

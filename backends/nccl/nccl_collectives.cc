@@ -125,6 +125,12 @@ Status NcclBackend::do_allreduce(const void* input, void* output, int64_t count,
   const std::string what = "nccl allreduce";
   std::optional<DeviceGuard> guard;
   KOLO_RETURN_IF_ERROR(enter("allreduce", guard));
+  KOLO_RETURN_IF_ERROR(reduce(input, output, count, dtype, reduction, what));
+  return finish_call(what);
+}
+
+Status NcclBackend::reduce(const void* input, void* output, int64_t count, DataType dtype,
+                           const Reduction& reduction, const std::string& what) {
   // A prescale is a kernel into the output, then the reduction is in place there; without one
   // NCCL reads the input directly. (Inside a group the kernel is queued at once, so before
   // the group's NCCL kernels, which NCCL enqueues when the group ends.)
@@ -140,8 +146,7 @@ Status NcclBackend::do_allreduce(const void* input, void* output, int64_t count,
                              static_cast<ncclRedOp_t>(nccl_op(reduction.op)), c, stream_);
       },
       what));
-  KOLO_RETURN_IF_ERROR(finish_reduction(output, count, dtype, reduction, what));
-  return finish_call(what);
+  return finish_reduction(output, count, dtype, reduction, what);
 }
 
 Status NcclBackend::do_allreduce_pieces(const std::vector<AllreducePiece>& pieces, DataType dtype,
@@ -187,16 +192,7 @@ Status NcclBackend::do_allreduce_pieces(const std::vector<AllreducePiece>& piece
                                       stream_, multiprocessors_);
       },
       what + ": copy into the fusion buffer"));
-  if (reduction.prescale != 1.0)
-    KOLO_RETURN_IF_ERROR(map(fused, fused, total, dtype, reduction.prescale, 1.0, what));
-  KOLO_RETURN_IF_ERROR(nccl_call(
-      [&](ncclComm_t c) {
-        return ncclAllReduce(fused, fused, static_cast<size_t>(total),
-                             static_cast<ncclDataType_t>(nccl_dtype(dtype)),
-                             static_cast<ncclRedOp_t>(nccl_op(reduction.op)), c, stream_);
-      },
-      what));
-  KOLO_RETURN_IF_ERROR(finish_reduction(fused, total, dtype, reduction, what));
+  KOLO_RETURN_IF_ERROR(reduce(fused, fused, total, dtype, reduction, what));
   // Only now: a call that failed on the way leaves no copy out behind for the fence.
   post_copies_.insert(post_copies_.end(), copies_out_.begin(), copies_out_.end());
   if (!group_open_) KOLO_RETURN_IF_ERROR(copy_out(what));
