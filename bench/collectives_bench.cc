@@ -79,14 +79,11 @@ Status run(const CollectiveOptions& o) {
   const bool allreduce = knobs.boolean(KnobId::kHierarchicalAllreduce);
   const bool allgather = knobs.boolean(KnobId::kHierarchicalAllgather);
   if (allreduce || allgather) {
-    HierarchicalOptions options =
-        hierarchical_options(launched, o.backend, knobs.is_set(KnobId::kCpuOperations));
-    if (!allreduce) options.knob = "KOLO_HIERARCHICAL_ALLGATHER";
-    KOLO_ASSIGN_OR_RETURN(backend, make_hierarchical_backend(std::move(backend), ctx, options));
-    if (auto* h = dynamic_cast<HierarchicalBackend*>(backend.get())) {
-      h->set_hierarchical(allreduce);
-      h->set_hierarchical_allgather(allgather);
-    }
+    KOLO_ASSIGN_OR_RETURN(
+        backend, make_hierarchical_backend(
+                     std::move(backend), ctx,
+                     hierarchical_options(launched, o.backend, knobs.is_set(KnobId::kCpuOperations),
+                                          allreduce, allgather)));
   }
   const std::string backend_name =
       backend->name() == "hierarchical" ? "hierarchical over " + o.backend : o.backend;

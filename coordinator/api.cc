@@ -205,16 +205,12 @@ Status init() {
     // rank agreed on above, so that every rank builds it or none: whether the tuner searches
     // it (the knob left unset) is rank 0's business alone.
     if (config.hierarchical_allreduce || config.hierarchical_allgather || config.autotune.enabled) {
-      HierarchicalOptions options = hierarchical_options(launched, config.cpu_operations,
-                                                         knobs.is_set(KnobId::kCpuOperations));
-      options.required = config.hierarchical_allreduce || config.hierarchical_allgather;
-      if (config.hierarchical_allgather && !config.hierarchical_allreduce)
-        options.knob = "KOLO_HIERARCHICAL_ALLGATHER";
-      KOLO_ASSIGN_OR_RETURN(data, make_hierarchical_backend(std::move(data), ctx, options));
-      if (auto* h = dynamic_cast<HierarchicalBackend*>(data.get())) {
-        h->set_hierarchical(config.hierarchical_allreduce);
-        h->set_hierarchical_allgather(config.hierarchical_allgather);
-      }
+      KOLO_ASSIGN_OR_RETURN(
+          data, make_hierarchical_backend(std::move(data), ctx,
+                                          hierarchical_options(launched, config.cpu_operations,
+                                                               knobs.is_set(KnobId::kCpuOperations),
+                                                               config.hierarchical_allreduce,
+                                                               config.hierarchical_allgather)));
     }
     ctx.store_prefix = ns + "/ctrl";
     // Every rank takes part in a control round at least every heartbeat, so a control wait

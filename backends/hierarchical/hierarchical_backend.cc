@@ -152,15 +152,16 @@ Status HierarchicalBackend::do_reducescatter(const void* input, void* output, Da
 Status HierarchicalBackend::do_barrier() { return flat_->barrier(); }
 
 HierarchicalOptions hierarchical_options(const LaunchedWorld& launched,
-                                         const std::string& cpu_operations,
-                                         bool cpu_operations_set) {
+                                         const std::string& cpu_operations, bool cpu_operations_set,
+                                         bool allreduce, bool allgather) {
   World host;  // this host alone (default_cpu_backend reads the shape only)
   host.size = host.local_size = launched.world.local_size;
   const bool chosen =
       cpu_operations_set || launched.default_backend != default_cpu_backend(launched.world);
   return HierarchicalOptions{.intra = chosen ? cpu_operations : default_cpu_backend(host),
                              .cross = cpu_operations,
-                             .required = true};
+                             .allreduce = allreduce,
+                             .allgather = allgather};
 }
 
 Result<std::unique_ptr<Backend>> make_hierarchical_backend(std::unique_ptr<Backend> flat,
@@ -168,9 +169,9 @@ Result<std::unique_ptr<Backend>> make_hierarchical_backend(std::unique_ptr<Backe
                                                            const HierarchicalOptions& options) {
   if (flat->size() == 1) return flat;
   // "hierarchical allreduce" (or allgather): what the log lines call the knob's request.
-  const std::string label = options.knob == "KOLO_HIERARCHICAL_ALLGATHER"
-                                ? "hierarchical allgather"
-                                : "hierarchical allreduce";
+  const std::string_view label =
+      options.allgather && !options.allreduce ? "hierarchical allgather" : "hierarchical allreduce";
+  const std::string knob(options.knob());
   // Every rank's host, gathered on the flat backend, so that every rank plans the same grid
   // (and reaches the same verdict on unequal hosts) whatever order the launcher numbered
   // ranks in.
@@ -178,17 +179,17 @@ Result<std::unique_ptr<Backend>> make_hierarchical_backend(std::unique_ptr<Backe
   const int32_t my_host = job.cross_rank;
   KOLO_RETURN_IF_ERROR(flat->allgather(&my_host, host_of32.data(), DataType::kInt32,
                                        std::vector<int64_t>(flat->size(), 1))
-                           .with_context(options.knob + ": gathering every rank's host"));
+                           .with_context(knob + ": gathering every rank's host"));
   const std::vector<int> host_of(host_of32.begin(), host_of32.end());
   Result<Hierarchy> plan = plan_hierarchy(host_of, flat->rank());
   if (!plan.ok()) {
-    if (options.required) return plan.status().with_context(options.knob + "=1");
+    if (options.required()) return plan.status().with_context(knob + "=1");
     KOLO_LOG_INFO(label << " not used: " << plan.status().message());
     return flat;
   }
   if (plan->trivial()) {
     const char* why = plan->cross_ranks.size() == 1 ? "one host" : "one rank per host";
-    if (options.required)
+    if (options.required())
       KOLO_LOG_INFO(label << ": " << why << ", so the flat " << flat->name()
                           << " backend is the hierarchy");
     else
@@ -213,8 +214,11 @@ Result<std::unique_ptr<Backend>> make_hierarchical_backend(std::unique_ptr<Backe
   KOLO_LOG_INFO(label << ": " << plan->cross_ranks.size() << " hosts of "
                       << plan->intra_ranks.size() << " ranks, " << options.intra
                       << " within a host, " << options.cross << " across");
-  return std::unique_ptr<Backend>(
-      new HierarchicalBackend(*plan, std::move(flat), std::move(intra), std::move(cross)));
+  auto composite = std::make_unique<HierarchicalBackend>(*plan, std::move(flat), std::move(intra),
+                                                         std::move(cross));
+  composite->set_hierarchical(options.allreduce);
+  composite->set_hierarchical_allgather(options.allgather);
+  return std::unique_ptr<Backend>(std::move(composite));
 }
 
 }  // namespace kolo

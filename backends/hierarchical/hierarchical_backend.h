@@ -39,23 +39,29 @@ namespace kolo {
 struct HierarchicalOptions {
   std::string intra;  // the backend within a host, e.g. "shm"
   std::string cross;  // the backend across hosts, e.g. "tcp"
-  // KOLO_HIERARCHICAL_ALLREDUCE=1 set explicitly: hosts of unequal rank counts are an error.
-  // Otherwise (a caller that only offers the hierarchy, such as an autotuner) such a job
-  // keeps the flat backend.
-  bool required = false;
-  // The knob that asked for the hierarchy, for messages: KOLO_HIERARCHICAL_ALLREDUCE (log
-  // lines "hierarchical allreduce: ...") or KOLO_HIERARCHICAL_ALLGATHER ("hierarchical
-  // allgather: ..."), when only that one is set.
-  std::string knob = "KOLO_HIERARCHICAL_ALLREDUCE";
+  // Which collectives run hierarchically from the start (KOLO_HIERARCHICAL_ALLREDUCE=1,
+  // KOLO_HIERARCHICAL_ALLGATHER=1): the composite's two switches. With either set, hosts of
+  // unequal rank counts are an error naming that knob. With neither (a caller that only
+  // offers the hierarchy, such as the autotuner) such a job keeps the flat backend, and the
+  // composite starts with both switches off.
+  bool allreduce = false;
+  bool allgather = false;
+
+  bool required() const { return allreduce || allgather; }
+  // The knob named in errors ("KOLO_HIERARCHICAL_ALLGATHER" only when that alone is set).
+  std::string_view knob() const {
+    return allgather && !allreduce ? "KOLO_HIERARCHICAL_ALLGATHER" : "KOLO_HIERARCHICAL_ALLREDUCE";
+  }
 };
 
-// The options of a job that asked for the hierarchy (KOLO_HIERARCHICAL_ALLREDUCE=1, so
-// required): across hosts the job's CPU backend `cpu_operations`; within a host the backend a
-// job of that host alone would get by default (shm), unless the user named the CPU backend
-// (`cpu_operations_set`) or the launcher brought its own (mpirun: mpi), which then serves both.
+// The options of a job whose knobs ask for `allreduce` and/or `allgather` hierarchically (or
+// neither: offered to the autotuner): across hosts the job's CPU backend `cpu_operations`;
+// within a host the backend a job of that host alone would get by default (shm), unless the
+// user named the CPU backend (`cpu_operations_set`) or the launcher brought its own (mpirun:
+// mpi), which then serves both.
 HierarchicalOptions hierarchical_options(const LaunchedWorld& launched,
-                                         const std::string& cpu_operations,
-                                         bool cpu_operations_set);
+                                         const std::string& cpu_operations, bool cpu_operations_set,
+                                         bool allreduce, bool allgather);
 
 // Builds the hierarchy over `flat` for the job described by `job` (rank, size and the
 // launcher's cross rank of this rank; store, secret and timeouts for the sub-groups, whose
@@ -65,7 +71,8 @@ HierarchicalOptions hierarchical_options(const LaunchedWorld& launched,
 // create_subgroup_backend.
 // Returns `flat` itself when the hierarchy is trivial (one host: the flat backend is already
 // the host's; one rank per host: the cross group is the flat group) or when hosts hold
-// different numbers of ranks and !options.required; otherwise the composite, which owns flat.
+// different numbers of ranks and !options.required(); otherwise the composite, which owns flat,
+// its switches set from options.allreduce and options.allgather.
 // Errors: InvalidArgument "KOLO_HIERARCHICAL_ALLREDUCE=1: hosts hold different numbers of
 // ranks: host 0 has 3 (ranks 0, 1, 2), host 1 has 1 (rank 3)" (when required); the
 // allgather's and the sub-groups' factories' errors.

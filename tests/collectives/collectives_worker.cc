@@ -105,7 +105,8 @@ int main(int argc, char** argv) {
   if (!intra.empty()) {
     backend = kolo::make_hierarchical_backend(
         std::move(*backend), ctx,
-        kolo::HierarchicalOptions{.intra = intra, .cross = backend_name, .required = true});
+        kolo::HierarchicalOptions{
+            .intra = intra, .cross = backend_name, .allreduce = true, .allgather = true});
     if (!backend.ok()) return fail(ctx.rank, "hierarchical backend", backend.status(), 1);
     if (dynamic_cast<kolo::HierarchicalBackend*>(backend->get()) == nullptr)
       return fail(ctx.rank, "hierarchical backend", kolo::Status::Internal("got the flat backend"),
@@ -113,7 +114,6 @@ int main(int argc, char** argv) {
     backend_name = "hierarchical " + intra + "/" + backend_name;
   }
   auto* hierarchy = dynamic_cast<kolo::HierarchicalBackend*>(backend->get());
-  if (hierarchy) hierarchy->set_hierarchical_allgather(true);  // both collectives hierarchical
   if (mode == "kill") return kill_mode(**backend);
   if (mode == "mismatch") return mismatch_mode(**backend);
   auto passed = kolo::testing::run_collective_checks(**backend, counts);
