@@ -124,9 +124,7 @@ void AutotuneSearch::finish_measurement() {
     confirm_best_.insert(confirm_best_.end(), samples_.begin(), samples_.end());
   if (phase_ == Phase::kConfirmDefault)
     confirm_default_.insert(confirm_default_.end(), samples_.begin(), samples_.end());
-  finished_ = SearchTrial{current_, m, steps_on_current_, false,
-                          phase_ == Phase::kConfirmBest || phase_ == Phase::kConfirmDefault ||
-                              phase_ == Phase::kConfirmBestAgain};
+  finished_ = SearchTrial{current_, m, steps_on_current_, false, confirming()};
   // An extended (ambiguous) candidate has twice the samples; it moves the search when it is
   // simply faster: the best's score is biased low (it won by being measured low), so demanding
   // the margin again would reject true small gains near the optimum.
@@ -223,8 +221,12 @@ void AutotuneSearch::advance() {
         // A second look with the budget left: the best and its nearest neighbours measured
         // afresh (the best's samples pooled), since near the optimum the differences are
         // of the order of the noise and one unlucky sample decides.
+        // Two neighbours per dimension that can move (a fixed one has none).
+        const auto movable =
+            std::count_if(dims_.begin(), dims_.end(),
+                          [](const SearchDimension& d) { return d.values.size() >= 2; });
         const int polish_cost =
-            2 * static_cast<int>(dims_.size()) * per_candidate + per_point + confirmation;
+            2 * static_cast<int>(movable) * per_candidate + per_point + confirmation;
         if (polished_ || steps_ - budget_from_ + polish_cost > budget_) break;
         polished_ = true;
         queue_ = neighbours();

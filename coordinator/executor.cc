@@ -207,23 +207,30 @@ Status Executor::allreduce(const std::vector<BatchItem>& batch) {
   }
   const bool cuda = *via_host;  // CUDA tensors the backend does not take
 
+  // A backend that reads and writes the tensors where they are fuses a batch of several
+  // without the fusion buffer (Note [Allreduce pieces] in backends/backend.h): shm on the host,
+  // nccl through its device fusion buffer. Every rank decides alike (same backend, same
+  // response); a batch that a rank joined keeps the buffer, which holds that rank's stand-in
+  // identity (through_host() refused such batches on a device).
+  const bool every_entry =
+      std::all_of(batch.begin(), batch.end(), [](const BatchItem& b) { return b.entry; });
+  if (!cuda && head.joined.empty() && every_entry && backend().has_allreduce_pieces() &&
+      (batch.size() > 1 || head.shapes.size() > 1)) {
+    begin(batch, op_span(OpType::kAllreduce), args);
+    const Status st = backend().allreduce_pieces(pieces_of(batch), head.dtype, reduction);
+    end(batch, st);
+    finish(batch, st);
+    return st;
+  }
+
   // The backend works on the caller's memory, no copy: a single tensor, or tensors on a
-  // device other than the host, which the host fusion buffer cannot hold: one call each, or
-  // one allreduce_pieces call when the backend fuses them itself (nccl: its device fusion
-  // buffer; through_host() refused device batches that a rank joined, so every entry is here).
+  // device other than the host, which the host fusion buffer cannot hold (one call each).
   if (!cuda &&
       (!head.device.is_cpu() || (batch.size() == 1 && batch[0].entry && head.shapes.size() == 1))) {
     begin(batch, op_span(OpType::kAllreduce), args);
     const Reduction per_call{backend_op, reduction.prescale,
                              divide_here ? 1.0 : reduction.postscale};
     Status st;
-    if (!head.device.is_cpu() && !divide_here && backend().has_allreduce_pieces() &&
-        (batch.size() > 1 || head.shapes.size() > 1)) {
-      st = backend().allreduce_pieces(pieces_of(batch), head.dtype, per_call);
-      end(batch, st);
-      finish(batch, st);
-      return st;
-    }
     for (const auto& item : batch) {
       const Entry& e = *item.entry;  // through_host() refused batches that a rank joined
       for (size_t k = 0; st.ok() && k < item.response->shapes.size(); ++k) {
@@ -233,22 +240,6 @@ Status Executor::allreduce(const std::vector<BatchItem>& batch) {
           ops::finish_reduction(head.dtype, reduction, e.outputs[k].data, n, active);
       }
     }
-    end(batch, st);
-    finish(batch, st);
-    return st;
-  }
-
-  // A backend that reads and writes the tensors where they are fuses the batch without the
-  // fusion buffer (Note [Allreduce pieces] in backends/backend.h): no copy in, no copy out.
-  // Every rank decides alike (same backend, same response); a batch that a rank joined keeps
-  // the buffer, which holds that rank's stand-in identity (shm's pieces call would match a
-  // plain allreduce of the same total anyway; the Note asks that of no other backend).
-  const bool every_entry =
-      std::all_of(batch.begin(), batch.end(), [](const BatchItem& b) { return b.entry; });
-  if (!cuda && head.device.is_cpu() && head.joined.empty() && every_entry &&
-      backend().has_allreduce_pieces()) {
-    begin(batch, op_span(OpType::kAllreduce), args);
-    const Status st = backend().allreduce_pieces(pieces_of(batch), head.dtype, reduction);
     end(batch, st);
     finish(batch, st);
     return st;
