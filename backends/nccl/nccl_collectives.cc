@@ -66,16 +66,15 @@ Status NcclBackend::finish_reduction(void* data, int64_t n, DataType dtype,
   if (n == 0) return Status::Ok();
   // Two passes, as ops::finish_reduction makes them: one fused x * post / size would round
   // once where the host rounds twice.
-  std::vector<PostMap> maps;
+  // No allocation per tensor: queued into post_maps_ (reused) or run at once.
+  auto pass = [&](double mul, double div) {
+    if (!group_open_) return map(data, data, n, dtype, mul, div, what);
+    post_maps_.push_back({data, n, dtype, mul, div, what});
+    return Status::Ok();
+  };
   if (reduction.op == ReduceOp::kAverage && size_ > 1)
-    maps.push_back({data, n, dtype, 1.0, static_cast<double>(size_), what});
-  if (reduction.postscale != 1.0) maps.push_back({data, n, dtype, reduction.postscale, 1.0, what});
-  for (PostMap& p : maps) {
-    if (group_open_)
-      post_maps_.push_back(std::move(p));
-    else
-      KOLO_RETURN_IF_ERROR(map(p.data, p.data, p.n, p.dtype, p.mul, p.div, p.what));
-  }
+    KOLO_RETURN_IF_ERROR(pass(1.0, static_cast<double>(size_)));
+  if (reduction.postscale != 1.0) KOLO_RETURN_IF_ERROR(pass(reduction.postscale, 1.0));
   return Status::Ok();
 }
 

@@ -44,10 +44,9 @@ ncclResult_t NcclBackend::end_group() {
 Status NcclBackend::close_group(const std::string& what) {
   if (!group_open_) return Status::Ok();
   Status st = settle(end_group(), what + ": ncclGroupEnd");
-  std::vector<PostMap> post = std::move(post_maps_);
-  post_maps_.clear();
-  for (const PostMap& p : post)
+  for (const PostMap& p : post_maps_)  // map() adds none: the group is closed
     if (st.ok()) st = map(p.data, p.data, p.n, p.dtype, p.mul, p.div, p.what);
+  post_maps_.clear();  // keeps its capacity for the next operation
   if (st.ok()) st = copy_out(what);
   post_copies_.clear();
   // Stream-ordered after the group's kernels only once it settled; otherwise NCCL may still

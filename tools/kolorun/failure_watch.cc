@@ -3,12 +3,24 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include "tools/kolorun/line_prefixer.h"
+#include <cerrno>
+#include <string_view>
 
 namespace kolo::kolorun {
 namespace {
 constexpr char kAbortKey[] = "kolorun/abort";
 constexpr char kClaimKey[] = "kolorun/abort/claims";
+
+// Writes all of data to the watch's own pipe, retrying on EINTR and short writes; errors are
+// ignored (the pipe only wakes the supervisor's poll).
+void write_all(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+}
 }  // namespace
 
 FailureWatch::FailureWatch(Store& store, int node_rank) : store_(store), node_rank_(node_rank) {

@@ -1,19 +1,6 @@
 #include "tools/kolorun/line_prefixer.h"
 
-#include <unistd.h>
-
-#include <cerrno>
-
 namespace kolo::kolorun {
-
-void write_all(int fd, std::string_view data) {
-  while (!data.empty()) {
-    ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-}
 
 void LinePrefixer::emit(std::string_view line) {
   sink_.write(prefix_);

@@ -32,9 +32,4 @@ class LinePrefixer {
   std::string pending_;
 };
 
-// Writes all of data to fd, retrying on EINTR and short writes; errors are ignored. It blocks
-// while fd is full: only for kolorun's internal pipes, never for its stdout/stderr (those go
-// through an OutputSink, Note [kolorun output never blocks]).
-void write_all(int fd, std::string_view data);
-
 }  // namespace kolo::kolorun

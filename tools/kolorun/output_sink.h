@@ -35,8 +35,9 @@ class OutputSink {
   // most one read of a rank's pipe with its prefixes.
   static constexpr size_t kLimit = size_t{1} << 20;
 
-  // fd as it is now: a closed or read-only one drops everything. Make sinks before opening
-  // other descriptors, which could otherwise take the number of a closed stdout or stderr.
+  // fd as it is now: a closed or read-only one drops everything (poll never says a read-only
+  // pipe end is writable). kolorun's main puts /dev/null on a closed fd 0, 1 or 2 before
+  // anything else, so its sinks never see a closed one.
   explicit OutputSink(int fd);
 
   int fd() const { return fd_; }

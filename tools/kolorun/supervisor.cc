@@ -236,8 +236,8 @@ std::string signal_name(int sig) {
 }
 
 Result<int> supervise(const std::vector<RankSpec>& ranks, const SuperviseOptions& options) {
-  // Note [kolorun output never blocks]. stdout and stderr share a sink when they are one file;
-  // made first, while a closed fd 1 or 2 is still closed (see OutputSink's constructor).
+  // Note [kolorun output never blocks]. stdout and stderr share a sink when they are one file
+  // (a closed fd 1 or 2 is /dev/null by now: kolorun's main).
   OutputSink stdout_sink(1);
   std::optional<OutputSink> own_stderr;
   if (!same_file(1, 2)) own_stderr.emplace(2);

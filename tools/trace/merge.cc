@@ -15,8 +15,6 @@ namespace {
 
 using nlohmann::json;
 
-int64_t pid_of(const json& event) { return integer_or(event, "pid", 0); }
-
 // Keeps the nanosecond decimals exact-looking after the shift ("12.345", not "12.3449999").
 double round_to_ns(double us) { return std::round(us * 1000.0) / 1000.0; }
 
@@ -35,7 +33,7 @@ void add_submission_marks(std::vector<json>& metadata, std::vector<json>& events
   for (const json& e : metadata) {
     if (e.value("name", "") != "thread_name" || !e.contains("args")) continue;
     const json& name = e["args"].value("name", json());
-    if (name.is_string()) tensor_of[{pid_of(e), e.value("tid", int64_t{0})}] = name;
+    if (name.is_string()) tensor_of[{integer_or(e, "pid", 0), integer_or(e, "tid", 0)}] = name;
   }
   struct Submission {
     int64_t pid, tid;
@@ -51,7 +49,7 @@ void add_submission_marks(std::vector<json>& metadata, std::vector<json>& events
     return number_or(*a, "ts", 0) < number_or(*b, "ts", 0);
   });
   for (const json* e : queues) {
-    int64_t pid = pid_of(*e), tid = e->value("tid", int64_t{0});
+    int64_t pid = integer_or(*e, "pid", 0), tid = integer_or(*e, "tid", 0);
     auto name = tensor_of.find({pid, tid});
     if (name == tensor_of.end()) continue;
     size_t k = seen[{pid, name->second}]++;
@@ -102,7 +100,7 @@ MergedTrace merge_traces(const std::vector<TraceFile>& files) {
                              " metadata: its timestamps are not shifted");
     }
     std::map<int64_t, bool> pids_here;
-    for (const json& e : f.events) pids_here[pid_of(e)] = true;
+    for (const json& e : f.events) pids_here[integer_or(e, "pid", 0)] = true;
     for (const auto& [pid, unused] : pids_here) {
       auto [it, fresh] = pid_owner.emplace(pid, f.path);
       if (!fresh) {
@@ -112,7 +110,7 @@ MergedTrace merge_traces(const std::vector<TraceFile>& files) {
     }
 
     for (json e : f.events) {
-      int64_t pid = pid_of(e);
+      int64_t pid = integer_or(e, "pid", 0);
       // A rank's own zero; a pid without one (foreign events in a Kolo file) uses the file's.
       double shift_us = 0;
       if (!f.wall_clock_us.empty() && out.wall_clock_us) {

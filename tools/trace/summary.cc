@@ -39,8 +39,6 @@ bool is_negotiation(std::string_view name) {
                        name[n.size()] == '_');  // e.g. NEGOTIATE_ALLREDUCE
 }
 
-int64_t int_field(const json& e, std::string_view key) { return integer_or(e, key, 0); }
-
 uint64_t bytes_arg(const json& args) {
   auto it = args.find("bytes");
   if (it == args.end()) return 0;
@@ -230,7 +228,7 @@ TraceSummary summarize(const json& events) {
   for (const json& e : events) {
     if (!e.is_object()) continue;
     std::string ph = e.value("ph", "");
-    int64_t pid = int_field(e, "pid"), tid = int_field(e, "tid");
+    int64_t pid = integer_or(e, "pid", 0), tid = integer_or(e, "tid", 0);
     if (ph == "M") {
       std::string name = e.value("name", "");
       const json args = e.contains("args") && e["args"].is_object() ? e["args"] : json::object();
