@@ -233,11 +233,10 @@ Status init() {
                                            world.local_size, gpu_per_process()));
   // nccl, when CUDA tensors have a device backend: process sets and pairs get one too.
   std::string device_backend;
-  if (Result<const BackendEntry*> e = find_backend(gpu_name);
-      !gpu_name.empty() && e.ok() &&
-      std::find((*e)->devices.begin(), (*e)->devices.end(), DeviceKind::kCpu) ==
-          (*e)->devices.end())
-    device_backend = gpu_name;
+  if (!gpu_name.empty())
+    if (Result<const BackendEntry*> e = find_backend(gpu_name);
+        e.ok() && !(*e)->handles(Device::cpu()))
+      device_backend = gpu_name;
   std::unique_ptr<Backend> gpu;
   if (!gpu_name.empty() && gpu_name != config.cpu_operations &&
       (world.size > 1 || gpu_name == "nccl")) {

@@ -235,20 +235,21 @@ std::string by_hand(const kolo::TcpStoreServer& server, const std::vector<Place>
 // 2 + 1 ranks on two hosts (as a launcher that places ranks unevenly would): with the knob
 // set, every rank's init fails naming each host's ranks.
 TEST(Coordinator, UnequalHostsFailInitNamingThem) {
-  auto server = kolo::TcpStoreServer::start("127.0.0.1", 0, "s3cret");
-  ASSERT_TRUE(server.ok()) << server.status().to_string();
-  ProcessRun r = run_command(by_hand(**server, {{0, 2, 0, 2}, {1, 2, 0, 2}, {0, 1, 1, 2}},
-                                     "KOLO_HIERARCHICAL_ALLREDUCE=1", kWorker),
-                             60);
-  for (int rank = 0; rank < 3; ++rank)
-    EXPECT_NE(r.output.find("rank " + std::to_string(rank) + " exit 1"), std::string::npos)
+  // Each knob alone names itself; with both, the allreduce's is named.
+  for (const std::string knob : {"KOLO_HIERARCHICAL_ALLREDUCE", "KOLO_HIERARCHICAL_ALLGATHER"}) {
+    auto server = kolo::TcpStoreServer::start("127.0.0.1", 0, "s3cret");
+    ASSERT_TRUE(server.ok()) << server.status().to_string();
+    ProcessRun r = run_command(
+        by_hand(**server, {{0, 2, 0, 2}, {1, 2, 0, 2}, {0, 1, 1, 2}}, knob + "=1", kWorker), 60);
+    for (int rank = 0; rank < 3; ++rank)
+      EXPECT_NE(r.output.find("rank " + std::to_string(rank) + " exit 1"), std::string::npos)
+          << r.output;
+    EXPECT_EQ(count_occurrences(r.output, "init: InvalidArgument: " + knob +
+                                              "=1: hosts hold different numbers of ranks: host 0 "
+                                              "has 2 (ranks 0, 1), host 1 has 1 (rank 2)"),
+              3)
         << r.output;
-  EXPECT_EQ(count_occurrences(r.output,
-                              "init: InvalidArgument: KOLO_HIERARCHICAL_ALLREDUCE=1: hosts hold "
-                              "different numbers of ranks: host 0 has 2 (ranks 0, 1), host 1 has "
-                              "1 (rank 2)"),
-            3)
-      << r.output;
+  }
 }
 
 // Two hosts of two ranks; rank 1 SIGKILLs itself while every rank loops over 32 MiB
