@@ -1,5 +1,4 @@
 // The global entry points of kolo/kolo.h: one process-wide Runtime built by init().
-#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
