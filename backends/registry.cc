@@ -33,8 +33,7 @@ const std::vector<BackendEntry>& registered_backends() {
   static const std::vector<BackendEntry> kBackends = [] {
     std::vector<BackendEntry> entries = {
         backend_entry_shm(),  // one_host: only where every rank shares the host
-        backend_entry_tcp(),
-        backend_entry_mpi(),
+        backend_entry_tcp(), backend_entry_mpi(),
         backend_entry_nccl(),  // CUDA tensors only (KOLO_GPU_OPERATIONS)
     };
     std::erase_if(entries, [](const BackendEntry& e) { return e.name.empty(); });
@@ -54,9 +53,23 @@ Result<const BackendEntry*> find_backend(std::string_view name) {
                                  "'; this build has: " + known);
 }
 
+namespace {
+
+// What every factory relies on: the deadline of every wait comes from the op timeout.
+Status check_context(std::string_view name, const BackendContext& context) {
+  if (context.op_timeout.count() <= 0)
+    return Status::InvalidArgument("backend " + std::string(name) +
+                                   ": context.op_timeout must be > 0 ms, got " +
+                                   std::to_string(context.op_timeout.count()));
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Backend>> create_backend(std::string_view name,
                                                 const BackendContext& context) {
   KOLO_ASSIGN_OR_RETURN(const BackendEntry* entry, find_backend(name));
+  KOLO_RETURN_IF_ERROR(check_context(name, context));
   KOLO_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, entry->factory(context));
   KOLO_RETURN_IF_ERROR(check_devices(*entry, *backend));
   return backend;
@@ -66,6 +79,7 @@ Result<std::unique_ptr<Backend>> create_subgroup_backend(std::string_view name,
                                                          const BackendContext& context,
                                                          const std::vector<int>& world_ranks) {
   KOLO_ASSIGN_OR_RETURN(const BackendEntry* entry, find_backend(name));
+  KOLO_RETURN_IF_ERROR(check_context(name, context));
   if (static_cast<int>(world_ranks.size()) != context.size || context.rank < 0 ||
       context.rank >= context.size)
     return Status::InvalidArgument(
@@ -113,9 +127,10 @@ Result<std::string> gpu_backend_choice(std::string_view requested, int visible_g
   Result<const BackendEntry*> entry = find_backend(requested);
   if (!entry.ok()) return Status(entry.status().code(), what + ": " + entry.status().message());
   if (!(*entry)->handles(Device::cpu()) && visible_gpus <= 0)
-    return Status::InvalidArgument(what + ": this process sees no GPU (CUDA_VISIBLE_DEVICES, "
-                                   "driver), and backend " + std::string(requested) +
-                                   " takes CUDA tensors only");
+    return Status::InvalidArgument(what +
+                                   ": this process sees no GPU (CUDA_VISIBLE_DEVICES, "
+                                   "driver), and backend " +
+                                   std::string(requested) + " takes CUDA tensors only");
   return std::string(requested);
 }
 
@@ -132,8 +147,8 @@ Result<LaunchedWorld> launched_world() {
     if (l.detect == nullptr || !l.detect()) continue;
     out.launcher = l.name;
     KOLO_ASSIGN_OR_RETURN(out.world, l.world());
-    out.default_backend = l.default_backend ? std::string(entry.name)
-                                            : default_cpu_backend(out.world);
+    out.default_backend =
+        l.default_backend ? std::string(entry.name) : default_cpu_backend(out.world);
     return out;
   }
   out.launcher = "none";

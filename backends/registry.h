@@ -105,8 +105,9 @@ Result<const BackendEntry*> find_backend(std::string_view name);
 // Internal naming the backend, the device and both answers.
 Status check_devices(const BackendEntry& entry, const Backend& backend);
 
-// Creates the named backend with its factory. Errors: find_backend's for an unknown name; the
-// factory's; check_devices' when the created backend disagrees with its entry.
+// Creates the named backend with its factory. Errors: find_backend's for an unknown name;
+// InvalidArgument "backend tcp: context.op_timeout must be > 0 ms, got 0" (every factory waits
+// by it); the factory's; check_devices' when the created backend disagrees with its entry.
 Result<std::unique_ptr<Backend>> create_backend(std::string_view name,
                                                 const BackendContext& context);
 

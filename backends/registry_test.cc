@@ -81,6 +81,21 @@ TEST(RegistryTest, UnknownNameListsTheRegisteredOnes) {
   EXPECT_FALSE(find_backend("").ok());
 }
 
+// Every backend, whole job or sub-group, is refused an op timeout that would make every wait
+// expire at once, before its factory connects anything (so with no store and no peers here).
+TEST(RegistryTest, ANonPositiveOpTimeoutIsRefusedNamingTheBackend) {
+  for (const BackendEntry& entry : registered_backends()) {
+    BackendContext ctx;
+    ctx.op_timeout = std::chrono::milliseconds(0);
+    for (const Result<std::unique_ptr<Backend>>& made :
+         {create_backend(entry.name, ctx), create_subgroup_backend(entry.name, ctx, {0})}) {
+      ASSERT_FALSE(made.ok()) << entry.name;
+      EXPECT_EQ(made.status().to_string(), "InvalidArgument: backend " + std::string(entry.name) +
+                                               ": context.op_timeout must be > 0 ms, got 0");
+    }
+  }
+}
+
 TEST(RegistryTest, CreatedTcpBackendsConnectAndAgreeWithTheirEntry) {
   MemoryStore store;
   std::vector<std::unique_ptr<Backend>> backends(2);

@@ -77,8 +77,8 @@ class MpiBackend final : public Backend {
       const int n = static_cast<int>(std::min(kMaxPiece, count - offset));
       const void* send = in_place ? MPI_IN_PLACE : byte_ptr(input, offset, element);
       MPI_Request request = MPI_REQUEST_NULL;
-      const int started = MPI_Iallreduce(send, byte_ptr(output, offset, element), n, type, op,
-                                         comm_, &request);
+      const int started =
+          MPI_Iallreduce(send, byte_ptr(output, offset, element), n, type, op, comm_, &request);
       KOLO_RETURN_IF_ERROR(complete(started, request, "allreduce", "MPI_Iallreduce", n, dtype));
     }
     ops::finish_reduction(dtype, reduction, output, count, size_);
@@ -120,8 +120,7 @@ class MpiBackend final : public Backend {
     KOLO_RETURN_IF_ERROR(
         to_int_layout("alltoall", "recv_counts", recv_counts, recv_counts_, recv_displs_));
     KOLO_ASSIGN_OR_RETURN(MPI_Datatype type, mpi_datatype(dtype));
-    const int64_t most =
-        std::max(total_of(counts_, displs_), total_of(recv_counts_, recv_displs_));
+    const int64_t most = std::max(total_of(counts_, displs_), total_of(recv_counts_, recv_displs_));
     MPI_Request request = MPI_REQUEST_NULL;
     const int started =
         MPI_Ialltoallv(input, counts_.data(), displs_.data(), type, output, recv_counts_.data(),
@@ -179,8 +178,8 @@ class MpiBackend final : public Backend {
     const std::string data =
         count < 0 ? "" : " of " + std::to_string(count) + " x " + std::string(dtype_name(dtype));
     abort_job("mpi " + std::string(op) + data + " (" + call + ") on " + plane_ + ", rank " +
-              std::to_string(rank_) + " of " + std::to_string(size_) + ": " + st.message() +
-              " (" + timeout_knob_ +
+              std::to_string(rank_) + " of " + std::to_string(size_) + ": " + st.message() + " (" +
+              timeout_knob_ +
               "): a rank of the communicator is frozen (stopped, or stuck outside Kolo) or the "
               "ranks' operations do not match. MPI cannot cancel the operation and may still "
               "write this rank's buffers, so rank " +
@@ -231,18 +230,10 @@ class MpiBackend final : public Backend {
   std::vector<char> scratch_;
 };
 
-// The context's checks common to both factories (the deadline of every wait comes from it).
-Status check_context(const BackendContext& context) {
-  if (context.op_timeout.count() <= 0)
-    return Status::InvalidArgument("mpi: context.op_timeout must be > 0 ms, got " +
-                                   std::to_string(context.op_timeout.count()));
-  return ensure_mpi();
-}
-
 }  // namespace
 
 Result<std::unique_ptr<Backend>> make_mpi_backend(const BackendContext& context) {
-  KOLO_RETURN_IF_ERROR(check_context(context));
+  KOLO_RETURN_IF_ERROR(ensure_mpi());
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -262,7 +253,7 @@ Result<std::unique_ptr<Backend>> make_mpi_backend(const BackendContext& context)
 
 Result<std::unique_ptr<Backend>> make_mpi_subgroup_backend(const BackendContext& context,
                                                            const std::vector<int>& world_ranks) {
-  KOLO_RETURN_IF_ERROR(check_context(context));
+  KOLO_RETURN_IF_ERROR(ensure_mpi());
   MPI_Group world_group = MPI_GROUP_NULL, group = MPI_GROUP_NULL;
   KOLO_RETURN_IF_ERROR(
       mpi_status(MPI_Comm_group(MPI_COMM_WORLD, &world_group), "mpi: MPI_Comm_group"));

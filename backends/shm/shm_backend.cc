@@ -49,8 +49,14 @@ constexpr std::chrono::microseconds kYieldFor{200};
 // A sleeping waiter wakes this often to check that the rank it waits for is alive.
 constexpr long kSleepSliceNs = 5'000'000;
 
-enum class Kind : uint32_t { kAllreduce = 1, kAllgather, kBroadcast, kAlltoall, kReducescatter,
-                             kBarrier };
+enum class Kind : uint32_t {
+  kAllreduce = 1,
+  kAllgather,
+  kBroadcast,
+  kAlltoall,
+  kReducescatter,
+  kBarrier
+};
 
 std::string kind_name(uint32_t kind) {
   switch (static_cast<Kind>(kind)) {
@@ -103,9 +109,7 @@ int64_t piece(int64_t total, int64_t begin, int64_t len) {
   return std::clamp<int64_t>(total - begin, 0, len);
 }
 
-bool reached(uint32_t value, uint32_t target) {
-  return static_cast<int32_t>(value - target) >= 0;
-}
+bool reached(uint32_t value, uint32_t target) { return static_cast<int32_t>(value - target) >= 0; }
 
 void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -244,8 +248,8 @@ class ShmBackend : public Backend {
           if (j == rank_ && sends != recv_counts[q] && disagreement.empty())
             disagreement = "rank " + std::to_string(q) + " sends " + std::to_string(sends) +
                            " elements to rank " + std::to_string(rank_) + ", which expects " +
-                           std::to_string(recv_counts[q]) + " (recv_counts[" +
-                           std::to_string(q) + "])";
+                           std::to_string(recv_counts[q]) + " (recv_counts[" + std::to_string(q) +
+                           "])";
         }
       }
       header(rank_).verdict = disagreement.empty() ? 1 : 0;
@@ -506,8 +510,8 @@ class ShmBackend : public Backend {
       if (reached(line.seq.load(std::memory_order_acquire), target)) return Status::Ok();
       if (!alive(peer))
         return Status::PeerFailure("shm " + std::string(op_) + ": rank " + std::to_string(peer) +
-                                   " (pid " + std::to_string(line.pid) +
-                                   ") died; rank " + std::to_string(rank_) + " was waiting for it");
+                                   " (pid " + std::to_string(line.pid) + ") died; rank " +
+                                   std::to_string(rank_) + " was waiting for it");
       if (Clock::now() - start >= op_timeout_)
         return Status::Timeout("shm " + std::string(op_) + ": rank " + std::to_string(rank_) +
                                " waited " + std::to_string(op_timeout_.count()) + " ms for rank " +
@@ -547,11 +551,11 @@ class ShmBackend : public Backend {
   const int64_t chunk_;
   const int64_t threshold_;
   const std::chrono::milliseconds op_timeout_;
-  const std::string op_timeout_knob_;  // the setting op_timeout_ came from, for the error
+  const std::string op_timeout_knob_;        // the setting op_timeout_ came from, for the error
   const std::chrono::nanoseconds spin_for_;  // kSpinFor, or less with more ranks than cores
   std::vector<int> pidfds_;
   shm::PieceIndex pieces_;  // the running allreduce's pieces
-  int64_t use_ = -1;  // buffer uses so far, minus one (the same on every rank)
+  int64_t use_ = -1;        // buffer uses so far, minus one (the same on every rank)
   const char* op_ = "";
   Status broken_;
 };
@@ -568,9 +572,6 @@ Result<std::unique_ptr<Backend>> make_shm_backend(const BackendContext& context)
     return Status::InvalidArgument("shm: KOLO_SHM_CHUNK must be at least 8 bytes per rank (" +
                                    std::to_string(8 * context.size) + "), got " +
                                    std::to_string(params.chunk_bytes));
-  if (context.op_timeout.count() <= 0)
-    return Status::InvalidArgument("shm: context.op_timeout must be > 0 ms, got " +
-                                   std::to_string(context.op_timeout.count()));
   KOLO_ASSIGN_OR_RETURN(std::unique_ptr<shm::Segment> segment,
                         shm::connect_segment(context, params));
   return std::unique_ptr<Backend>(std::make_unique<ShmBackend>(
