@@ -55,6 +55,9 @@ class FakeDeviceBackend : public DeviceBackend {
   Result<void*> stand_in(size_t bytes, const std::string& what) override {
     MutexLock lock(mu_);
     log_.push_back("stand_in " + what);
+    if (fail_stand_in_)
+      return Status::Internal(what + ": a stand-in output: allocating " + std::to_string(bytes) +
+                              " bytes of device memory: out of memory");
     stand_in_.resize(bytes);
     return static_cast<void*>(stand_in_.data());
   }
@@ -114,6 +117,11 @@ class FakeDeviceBackend : public DeviceBackend {
   void fail_fence() {
     MutexLock lock(mu_);
     fail_fence_ = true;
+  }
+  // The device cannot even allocate a stand-in output.
+  void fail_stand_in() {
+    MutexLock lock(mu_);
+    fail_stand_in_ = true;
   }
   // Fuses a batch itself, as nccl does with its device fusion buffer (allreduce_pieces).
   void fuse_pieces() { fuse_pieces_ = true; }
@@ -177,6 +185,7 @@ class FakeDeviceBackend : public DeviceBackend {
   const void* poisoned_ KOLO_GUARDED_BY(mu_) = nullptr;
   bool complete_in_fence_ KOLO_GUARDED_BY(mu_) = false;
   bool fail_fence_ KOLO_GUARDED_BY(mu_) = false;
+  bool fail_stand_in_ KOLO_GUARDED_BY(mu_) = false;
   std::atomic<bool> fuse_pieces_{false};
   Status failure_ KOLO_GUARDED_BY(mu_);
   std::vector<char> stand_in_ KOLO_GUARDED_BY(mu_);
@@ -430,6 +439,23 @@ TEST(DeviceBackendTest, ANullAllocatorOutputStandsInOnTheDevice) {
   EXPECT_EQ(ops_of(one.fake->log()),
             (std::vector<std::string>{"wait_ready allgather 'g'", "stand_in allgather 'g'",
                                       "allgather", "fence allgather 'g'"}));
+}
+
+// When not even the stand-in can be allocated, the output is null: the backend refuses it
+// (an error, not a crash), and the handle fails with the allocator's error, which names the
+// tensor (not the backend's "output must be non-null").
+TEST(DeviceBackendTest, WithoutAStandInTheOperationFailsWithTheAllocatorsError) {
+  OneRank one;
+  one.fake->fail_stand_in();
+  std::vector<float> x(4, 1.0f);
+  AllgatherOptions opts;
+  opts.allocator = [](const std::vector<int64_t>&, DataType) -> void* { return nullptr; };
+  Handle h = one.runtime->submit(on_cuda(build_allgather("g", host_view(x), opts)));
+  EXPECT_EQ(h.wait(std::chrono::seconds(20)).to_string(),
+            "InvalidArgument: allgather 'g': the output allocator returned null for shape [4]");
+  const std::vector<std::string> log = ops_of(one.fake->log());
+  EXPECT_EQ(std::count(log.begin(), log.end(), "stand_in allgather 'g'"), 1);
+  EXPECT_EQ(std::count(log.begin(), log.end(), "allgather"), 0);  // nothing queued
 }
 
 TEST(DeviceBackendTest, AnAllocatorOutputInHostMemoryIsRefusedAndStandsInOnTheDevice) {

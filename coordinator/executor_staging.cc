@@ -82,7 +82,10 @@ Status Executor::run_single(const BatchItem& item, size_t in_bytes, void* out, s
     staged = stage_out(dst, backend_out, out_bytes, p.name);
     end(batch);
   }
-  finish(batch, !st.ok() ? st : !alloc.ok() ? alloc : staged);
+  // No output buffer at all (not even a device stand-in): the backend refused the null, but
+  // the allocation's error names the tensor and the cause.
+  const bool no_output = backend_out == nullptr && out_bytes > 0 && !alloc.ok();
+  finish(batch, no_output ? alloc : !st.ok() ? st : !alloc.ok() ? alloc : staged);
   return st;
 }
 
