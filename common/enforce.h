@@ -7,12 +7,12 @@
 
 #include "kolo/status.h"
 
-#define KOLO_ENFORCE(cond, ...)                                                     \
-  do {                                                                              \
-    if (!(cond)) {                                                                  \
-      std::ostringstream kolo_enforce_os_;                                          \
-      kolo_enforce_os_ << __FILE__ << ":" << __LINE__ << ": check failed: " #cond;  \
-      __VA_OPT__(kolo_enforce_os_ << ": " << __VA_ARGS__;)                          \
-      throw ::kolo::Error(::kolo::Status::Internal(kolo_enforce_os_.str()));        \
-    }                                                                               \
+#define KOLO_ENFORCE(cond, ...)                                                    \
+  do {                                                                             \
+    if (!(cond)) {                                                                 \
+      std::ostringstream kolo_enforce_os_;                                         \
+      kolo_enforce_os_ << __FILE__ << ":" << __LINE__ << ": check failed: " #cond; \
+      __VA_OPT__(kolo_enforce_os_ << ": " << __VA_ARGS__;)                         \
+      throw ::kolo::Error(::kolo::Status::Internal(kolo_enforce_os_.str()));       \
+    }                                                                              \
   } while (0)

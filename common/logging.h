@@ -20,13 +20,13 @@ void log_line(LogLevel level, const std::string& message);
 
 }  // namespace kolo
 
-#define KOLO_LOG(level, expr)                                                    \
-  do {                                                                           \
-    if (::kolo::LogLevel::level >= ::kolo::log_level()) {                        \
-      std::ostringstream kolo_log_os_;                                           \
-      kolo_log_os_ << expr;                                                      \
-      ::kolo::log_line(::kolo::LogLevel::level, kolo_log_os_.str());             \
-    }                                                                            \
+#define KOLO_LOG(level, expr)                                        \
+  do {                                                               \
+    if (::kolo::LogLevel::level >= ::kolo::log_level()) {            \
+      std::ostringstream kolo_log_os_;                               \
+      kolo_log_os_ << expr;                                          \
+      ::kolo::log_line(::kolo::LogLevel::level, kolo_log_os_.str()); \
+    }                                                                \
   } while (0)
 #define KOLO_LOG_DEBUG(expr) KOLO_LOG(kDebug, expr)
 #define KOLO_LOG_INFO(expr) KOLO_LOG(kInfo, expr)

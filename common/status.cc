@@ -4,16 +4,26 @@ namespace kolo {
 
 std::string_view status_code_name(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "OK";
-    case StatusCode::kInvalidArgument: return "InvalidArgument";
-    case StatusCode::kUnsupported: return "Unsupported";
-    case StatusCode::kPreconditionFailed: return "PreconditionFailed";
-    case StatusCode::kTimeout: return "Timeout";
-    case StatusCode::kIoError: return "IoError";
-    case StatusCode::kPeerFailure: return "PeerFailure";
-    case StatusCode::kAborted: return "Aborted";
-    case StatusCode::kMismatch: return "Mismatch";
-    case StatusCode::kInternal: return "Internal";
+    case StatusCode::kOk:
+      return "OK";
+    case StatusCode::kInvalidArgument:
+      return "InvalidArgument";
+    case StatusCode::kUnsupported:
+      return "Unsupported";
+    case StatusCode::kPreconditionFailed:
+      return "PreconditionFailed";
+    case StatusCode::kTimeout:
+      return "Timeout";
+    case StatusCode::kIoError:
+      return "IoError";
+    case StatusCode::kPeerFailure:
+      return "PeerFailure";
+    case StatusCode::kAborted:
+      return "Aborted";
+    case StatusCode::kMismatch:
+      return "Mismatch";
+    case StatusCode::kInternal:
+      return "Internal";
   }
   return "Unknown";
 }

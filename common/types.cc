@@ -37,7 +37,7 @@ constexpr std::array<std::pair<std::string_view, DataType>, 10> kDtypeAliases = 
 }};
 
 constexpr std::array<std::string_view, kNumReduceOps> kOpNames = {"sum", "average", "min", "max",
-                                                                 "product"};
+                                                                  "product"};
 
 }  // namespace
 

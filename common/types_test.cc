@@ -1,10 +1,11 @@
+#include "kolo/types.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "kolo/float16.h"
 #include "kolo/status.h"
-#include "kolo/types.h"
 
 namespace kolo {
 namespace {

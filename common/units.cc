@@ -26,12 +26,13 @@ std::string_view trim(std::string_view s) {
 bool split_number(std::string_view text, double* number, std::string* unit) {
   text = trim(text);
   size_t i = 0;
-  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.' ||
-                             text[i] == '-' || text[i] == '+' || text[i] == 'e' || text[i] == 'E')) {
+  while (i < text.size() &&
+         (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.' || text[i] == '-' ||
+          text[i] == '+' || text[i] == 'e' || text[i] == 'E')) {
     // 'e' could start a unit; only treat it as an exponent when followed by a digit or sign.
     if ((text[i] == 'e' || text[i] == 'E') &&
-        !(i + 1 < text.size() &&
-          (std::isdigit(static_cast<unsigned char>(text[i + 1])) || text[i + 1] == '-' || text[i + 1] == '+')))
+        !(i + 1 < text.size() && (std::isdigit(static_cast<unsigned char>(text[i + 1])) ||
+                                  text[i + 1] == '-' || text[i + 1] == '+')))
       break;
     ++i;
   }
@@ -48,11 +49,20 @@ bool split_number(std::string_view text, double* number, std::string* unit) {
 
 Result<uint64_t> parse_size(std::string_view text) {
   static const std::array<std::pair<std::string_view, double>, 14> kUnits = {{
-      {"", 1}, {"b", 1},
-      {"k", 1e3}, {"kb", 1e3}, {"kib", 1024.0},
-      {"m", 1e6}, {"mb", 1e6}, {"mib", 1048576.0},
-      {"g", 1e9}, {"gb", 1e9}, {"gib", 1073741824.0},
-      {"tb", 1e12}, {"tib", 1099511627776.0}, {"t", 1e12},
+      {"", 1},
+      {"b", 1},
+      {"k", 1e3},
+      {"kb", 1e3},
+      {"kib", 1024.0},
+      {"m", 1e6},
+      {"mb", 1e6},
+      {"mib", 1048576.0},
+      {"g", 1e9},
+      {"gb", 1e9},
+      {"gib", 1073741824.0},
+      {"tb", 1e12},
+      {"tib", 1099511627776.0},
+      {"t", 1e12},
   }};
   auto bad = [&](std::string_view why) {
     return Status::InvalidArgument("invalid size '" + std::string(text) + "' (" + std::string(why) +
@@ -75,7 +85,13 @@ Result<uint64_t> parse_size(std::string_view text) {
 
 Result<std::chrono::nanoseconds> parse_duration(std::string_view text) {
   static const std::array<std::pair<std::string_view, double>, 8> kUnits = {{
-      {"", 1e9}, {"s", 1e9}, {"ns", 1}, {"us", 1e3}, {"ms", 1e6}, {"m", 60e9}, {"min", 60e9},
+      {"", 1e9},
+      {"s", 1e9},
+      {"ns", 1},
+      {"us", 1e3},
+      {"ms", 1e6},
+      {"m", 60e9},
+      {"min", 60e9},
       {"h", 3600e9},
   }};
   auto bad = [&](std::string_view why) {

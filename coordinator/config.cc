@@ -75,14 +75,13 @@ Result<RuntimeConfig> config_from_knobs(const KnobSet& knobs,
                                      knobs.raw(hi) + ": the autotuner's range is empty");
   }
 
-  KOLO_LOG_DEBUG("config: KOLO_FUSION_THRESHOLD=" << format_size(c.fusion_threshold)
-                 << " KOLO_CYCLE_TIME=" << format_duration(c.cycle_time)
-                 << " KOLO_CACHE_CAPACITY=" << c.cache_capacity
+  KOLO_LOG_DEBUG("config: KOLO_FUSION_THRESHOLD="
+                 << format_size(c.fusion_threshold) << " KOLO_CYCLE_TIME="
+                 << format_duration(c.cycle_time) << " KOLO_CACHE_CAPACITY=" << c.cache_capacity
                  << " KOLO_STALL_CHECK_TIME=" << format_duration(c.stall_check_time)
                  << " KOLO_STALL_SHUTDOWN_TIME=" << format_duration(c.stall_shutdown_time)
-                 << " KOLO_OP_TIMEOUT=" << format_duration(c.op_timeout)
-                 << " KOLO_CPU_OPERATIONS=" << c.cpu_operations
-                 << " KOLO_GPU_OPERATIONS=" << c.gpu_operations
+                 << " KOLO_OP_TIMEOUT=" << format_duration(c.op_timeout) << " KOLO_CPU_OPERATIONS="
+                 << c.cpu_operations << " KOLO_GPU_OPERATIONS=" << c.gpu_operations
                  << " KOLO_HIERARCHICAL_ALLREDUCE=" << c.hierarchical_allreduce
                  << " KOLO_HIERARCHICAL_ALLGATHER=" << c.hierarchical_allgather
                  << " KOLO_TIMELINE=" << c.timeline_path);

@@ -4,8 +4,8 @@
 #include <functional>
 #include <sstream>
 
-#include "kolo/units.h"
 #include "kolo/tensor.h"
+#include "kolo/units.h"
 
 namespace kolo::coord {
 
@@ -20,8 +20,10 @@ std::string values_by_rank(const std::vector<std::pair<int, std::string>>& value
   for (const auto& [rank, value] : values) {
     auto g = std::find_if(groups.begin(), groups.end(),
                           [&value = value](auto& p) { return p.first == value; });
-    if (g == groups.end()) groups.push_back({value, {rank}});
-    else g->second.push_back(rank);
+    if (g == groups.end())
+      groups.push_back({value, {rank}});
+    else
+      g->second.push_back(rank);
   }
   std::string msg;
   for (size_t i = 0; i < groups.size(); ++i) {
@@ -83,14 +85,13 @@ void Controller::add(int rank, const RequestList& list, const ResponseCache& cac
   }
 }
 
-std::optional<std::string> Controller::mismatch(const std::string& name,
-                                                const Entry& entry) const {
+std::optional<std::string> Controller::mismatch(const std::string& name, const Entry& entry) const {
   const Request& ref = entry.by_rank.begin()->second;
   std::string what = std::string(op_type_name(ref.type)) + " '" + name + "'";
   // Lists every rank's value of an attribute when they are not all equal.
-  auto check = [&](const char* attribute,
-                   const std::function<std::string(const Request&)>& value)
-      -> std::optional<std::string> {
+  auto check =
+      [&](const char* attribute,
+          const std::function<std::string(const Request&)>& value) -> std::optional<std::string> {
     std::string first = value(ref);
     bool differs = false;
     for (const auto& [r, q] : entry.by_rank) differs |= value(q) != first;
@@ -104,8 +105,9 @@ std::optional<std::string> Controller::mismatch(const std::string& name,
   if (auto m = check("dtype", [](const Request& q) { return std::string(dtype_name(q.dtype)); }))
     return m;
   // Only the kind must agree: each rank's tensor lives on its own GPU (cuda:<local rank>).
-  if (auto m = check("device type",
-                     [](const Request& q) { return std::string(q.device.is_cuda() ? "cuda" : "cpu"); }))
+  if (auto m = check("device type", [](const Request& q) {
+        return std::string(q.device.is_cuda() ? "cuda" : "cpu");
+      }))
     return m;
   switch (ref.type) {
     case OpType::kAllreduce:
@@ -119,7 +121,8 @@ std::optional<std::string> Controller::mismatch(const std::string& name,
       if (auto m =
               check("postscale", [](const Request& q) { return number(q.reduction.postscale); }))
         return m;
-      if (auto m = check("shape", [](const Request& q) { return shapes_string(q.shapes); })) return m;
+      if (auto m = check("shape", [](const Request& q) { return shapes_string(q.shapes); }))
+        return m;
       if (auto m = check("recv_counts", [](const Request& q) {
             return q.splits.empty() ? std::string("none (the even split)") : shape_string(q.splits);
           }))
@@ -128,7 +131,8 @@ std::optional<std::string> Controller::mismatch(const std::string& name,
     case OpType::kBroadcast:
       if (auto m = check("root", [&](const Request& q) { return std::to_string(named(q.root)); }))
         return m;
-      if (auto m = check("shape", [](const Request& q) { return shapes_string(q.shapes); })) return m;
+      if (auto m = check("shape", [](const Request& q) { return shapes_string(q.shapes); }))
+        return m;
       break;
     case OpType::kAllgather:
     case OpType::kAlltoall:

@@ -24,7 +24,7 @@ namespace kolo::coord {
 
 struct StallConfig {
   std::chrono::nanoseconds check_time{std::chrono::seconds(60)};  // 0: never warn
-  std::chrono::nanoseconds shutdown_time{0};                       // 0: never fail the job
+  std::chrono::nanoseconds shutdown_time{0};                      // 0: never fail the job
 };
 
 class Controller {

@@ -50,8 +50,9 @@ TEST(ControllerTest, ShapeMismatchNamesTensorRanksAndValues) {
   const Response& p = out.responses[0];
   EXPECT_EQ(p.kind, Response::Kind::kError);
   EXPECT_EQ(p.error_code, StatusCode::kMismatch);
-  EXPECT_EQ(p.error,
-            "allreduce 'w': shape differs across ranks: ranks [0, 1] have [4, 3]; rank 2 has [4, 5]");
+  EXPECT_EQ(
+      p.error,
+      "allreduce 'w': shape differs across ranks: ranks [0, 1] have [4, 3]; rank 2 has [4, 5]");
 }
 
 TEST(ControllerTest, DeviceKindMustAgreeButOrdinalsMayDiffer) {

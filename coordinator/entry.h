@@ -22,7 +22,7 @@ struct Entry {
   bool traced = false;  // the timeline was recording at submission (QUEUE span open)
 
   // Negotiation state, background thread only.
-  bool sent_slow = false;  // already in the coordinator's table
+  bool sent_slow = false;                               // already in the coordinator's table
   std::chrono::steady_clock::time_point pending_since;  // when it entered negotiation
 };
 

@@ -23,8 +23,7 @@ std::vector<std::vector<size_t>> plan_fusion(const std::vector<Response>& respon
     used[i] = true;
     batches.push_back({i});
     const Response& head = responses[i];
-    if (threshold == 0 || head.kind != Response::Kind::kExecute ||
-        head.type != OpType::kAllreduce)
+    if (threshold == 0 || head.kind != Response::Kind::kExecute || head.type != OpType::kAllreduce)
       continue;
     uint64_t bytes = response_bytes(head);
     for (size_t j = i + 1; j < responses.size() && bytes < threshold; ++j) {

@@ -7,7 +7,9 @@ namespace kolo {
 
 namespace {
 const std::string kEmptyName;
-Status empty_handle() { return Status::PreconditionFailed("empty kolo::Handle (default-constructed)"); }
+Status empty_handle() {
+  return Status::PreconditionFailed("empty kolo::Handle (default-constructed)");
+}
 }  // namespace
 
 const std::string& Handle::name() const { return state_ ? state_->name() : kEmptyName; }
@@ -18,8 +20,10 @@ Status Handle::wait(std::optional<std::chrono::milliseconds> timeout) const {
 bool Handle::poll() const { return state_ && state_->done(); }
 Status Handle::status() const { return state_ ? state_->status() : empty_handle(); }
 void Handle::then(Callback callback) const {
-  if (state_) state_->then(std::move(callback));
-  else callback(empty_handle());
+  if (state_)
+    state_->then(std::move(callback));
+  else
+    callback(empty_handle());
 }
 std::vector<int64_t> Handle::output_shape() const {
   return state_ ? state_->output_shape() : std::vector<int64_t>{};

@@ -115,7 +115,8 @@ Status agree_on_job_knobs(Store& store, const std::string& prefix, int rank, int
     }
     // A leading byte says what follows ('v': the verdict, empty when the ranks agree; 't': a
     // timeout), since not every store keeps an empty value apart from a missing one.
-    KOLO_RETURN_IF_ERROR(store.set(key + "verdict", std::string(waited.ok() ? "v" : "t").append(verdict)));
+    KOLO_RETURN_IF_ERROR(
+        store.set(key + "verdict", std::string(waited.ok() ? "v" : "t").append(verdict)));
     if (!waited.ok()) return Status::Timeout(verdict);
   } else {
     // Rank 0 may itself come up to `timeout` after this rank, then wait `timeout` for the rest.

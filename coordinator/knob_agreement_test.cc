@@ -43,12 +43,13 @@ TEST(KnobAgreement, TheVerdictNamesTheVariableAndEveryRanksValue) {
 }
 
 TEST(KnobAgreement, EveryKnobThatDiffersIsNamedInRegistryOrder) {
-  const std::string a = job_knobs_message(
-      knobs_of({{"KOLO_RING_THRESHOLD", "1KiB"}, {"KOLO_CACHE_CAPACITY", "2"}}));
+  const std::string a =
+      job_knobs_message(knobs_of({{"KOLO_RING_THRESHOLD", "1KiB"}, {"KOLO_CACHE_CAPACITY", "2"}}));
   const std::string b = job_knobs_message(knobs_of({}));
   const std::string verdict = knob_disagreement({a, b});
-  const size_t cache = verdict.find("KOLO_CACHE_CAPACITY differs between ranks (rank 0 has 2; "
-                                    "rank 1 has 1024 (default))");
+  const size_t cache = verdict.find(
+      "KOLO_CACHE_CAPACITY differs between ranks (rank 0 has 2; "
+      "rank 1 has 1024 (default))");
   const size_t ring = verdict.find("KOLO_RING_THRESHOLD differs between ranks (rank 0 has 1KiB;");
   ASSERT_NE(cache, std::string::npos) << verdict;
   ASSERT_NE(ring, std::string::npos) << verdict;
@@ -61,9 +62,9 @@ TEST(KnobAgreement, AnEffectiveValueReplacesTheKnobs) {
   const std::string shm = job_knobs_message(knobs_of({}), {{KnobId::kCpuOperations, "shm"}});
   const std::string tcp = job_knobs_message(knobs_of({{"KOLO_CPU_OPERATIONS", "tcp"}}),
                                             {{KnobId::kCpuOperations, "tcp"}});
-  EXPECT_NE(knob_disagreement({shm, tcp}).find(
-                "KOLO_CPU_OPERATIONS differs between ranks (rank 0 has shm (default); rank 1 "
-                "has tcp)"),
+  EXPECT_NE(knob_disagreement({shm, tcp})
+                .find("KOLO_CPU_OPERATIONS differs between ranks (rank 0 has shm (default); rank 1 "
+                      "has tcp)"),
             std::string::npos)
       << knob_disagreement({shm, tcp});
 }
@@ -74,10 +75,11 @@ TEST(KnobAgreement, AMessageFromAnotherVersionIsADisagreementNamingTheRank) {
             "the job-wide settings of rank 1 cannot be read (another Kolo version?)");
   // A knob this version does not know is a difference, not an error.
   const std::string extra = ok + "KOLO_NEW_KNOB\t1\t1\n";
-  EXPECT_NE(knob_disagreement({ok, extra}).find(
-                "KOLO_NEW_KNOB differs between ranks (rank 0 has (not a job-wide knob there); "
+  EXPECT_NE(
+      knob_disagreement({ok, extra})
+          .find("KOLO_NEW_KNOB differs between ranks (rank 0 has (not a job-wide knob there); "
                 "rank 1 has 1)"),
-            std::string::npos)
+      std::string::npos)
       << knob_disagreement({ok, extra});
 }
 
@@ -89,9 +91,8 @@ std::vector<Status> agree(Store& store, const std::vector<std::optional<std::str
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {
     if (!messages[r]) continue;  // this rank never reaches init()
-    threads.emplace_back([&, r] {
-      out[r] = agree_on_job_knobs(store, "test/s0", r, size, *messages[r], timeout);
-    });
+    threads.emplace_back(
+        [&, r] { out[r] = agree_on_job_knobs(store, "test/s0", r, size, *messages[r], timeout); });
   }
   for (auto& t : threads) t.join();
   return out;
@@ -116,7 +117,8 @@ TEST(KnobAgreement, EveryRankGetsTheSameVerdict) {
 TEST(KnobAgreement, ARankThatNeverComesTimesOutOnEveryRankNamingItsKey) {
   MemoryStore store;
   const std::string dflt = job_knobs_message(knobs_of({}));
-  std::vector<Status> got = agree(store, {dflt, dflt, std::nullopt}, std::chrono::milliseconds(300));
+  std::vector<Status> got =
+      agree(store, {dflt, dflt, std::nullopt}, std::chrono::milliseconds(300));
   EXPECT_EQ(got[0].code(), StatusCode::kTimeout) << got[0].to_string();
   EXPECT_EQ(got[1].code(), StatusCode::kTimeout) << got[1].to_string();
   EXPECT_NE(got[0].message().find("test/s0/knobs/2"), std::string::npos) << got[0].to_string();

@@ -9,13 +9,20 @@ namespace kolo::coord {
 
 const char* op_type_name(OpType type) {
   switch (type) {
-    case OpType::kAllreduce: return "allreduce";
-    case OpType::kAllgather: return "allgather";
-    case OpType::kBroadcast: return "broadcast";
-    case OpType::kAlltoall: return "alltoall";
-    case OpType::kReducescatter: return "reducescatter";
-    case OpType::kBarrier: return "barrier";
-    case OpType::kJoin: return "join";
+    case OpType::kAllreduce:
+      return "allreduce";
+    case OpType::kAllgather:
+      return "allgather";
+    case OpType::kBroadcast:
+      return "broadcast";
+    case OpType::kAlltoall:
+      return "alltoall";
+    case OpType::kReducescatter:
+      return "reducescatter";
+    case OpType::kBarrier:
+      return "barrier";
+    case OpType::kJoin:
+      return "join";
   }
   return "unknown";
 }
@@ -94,7 +101,8 @@ class Reader {
   template <typename E>
   E enumeration(const char* what, int limit) {
     uint8_t v = pod<uint8_t>(what);
-    if (!failed() && v >= limit) fail(std::string(what) + " has invalid value " + std::to_string(v));
+    if (!failed() && v >= limit)
+      fail(std::string(what) + " has invalid value " + std::to_string(v));
     return static_cast<E>(v);
   }
   void fail(std::string msg) {
@@ -198,7 +206,8 @@ Response read_response(Reader& r) {
   p.shapes = r.shapes("shapes");
   p.rank_dims = r.ints("rank dims");
   p.joined = r.ints32("joined");
-  p.error_code = r.enumeration<StatusCode>("error code", static_cast<int>(StatusCode::kInternal) + 1);
+  p.error_code =
+      r.enumeration<StatusCode>("error code", static_cast<int>(StatusCode::kInternal) + 1);
   p.error = r.str("error");
   return p;
 }

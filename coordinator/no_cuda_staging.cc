@@ -7,8 +7,9 @@ namespace kolo::coord {
 namespace {
 
 Status no_cuda(const std::string& what) {
-  return Status::Unsupported(what + ": this Kolo build has no CUDA support "
-                                    "(configure with -DKOLO_WITH_CUDA=ON)");
+  return Status::Unsupported(what +
+                             ": this Kolo build has no CUDA support "
+                             "(configure with -DKOLO_WITH_CUDA=ON)");
 }
 
 }  // namespace

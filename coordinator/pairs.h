@@ -52,9 +52,9 @@ class PairTable {
   Handle submit(int peer, std::unique_ptr<Entry> entry);
 
   // Tells every peer that this rank's session is over (a peer waiting to meet it fails instead
-  // of waiting; skipped once the job has failed, when the store may be out of reach), stops the connecting threads, fails what waits for a connection and shuts
-  // every pair's Runtime down (the peers' pending operations fail, naming this rank).
-  // Idempotent.
+  // of waiting; skipped once the job has failed, when the store may be out of reach), stops the
+  // connecting threads, fails what waits for a connection and shuts every pair's Runtime down (the
+  // peers' pending operations fail, naming this rank). Idempotent.
   void shutdown();
 
  private:

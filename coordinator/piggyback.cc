@@ -69,9 +69,9 @@ Status Runtime::gather_bits(size_t nbits) {
     for (int r = 1; r < size; ++r) m = std::min(m, all[static_cast<size_t>(r) * block + i]);
     bits_[i] = m;
   }
-  // A rank with nothing pending (byte 0 is 2) came on its heartbeat: its next cycle starts the moment it
-  // submits, so this rank's unmatched work should be waiting for it in the next cycle rather
-  // than sleeping out the batching window.
+  // A rank with nothing pending (byte 0 is 2) came on its heartbeat: its next cycle starts the
+  // moment it submits, so this rank's unmatched work should be waiting for it in the next cycle
+  // rather than sleeping out the batching window.
   idle_peer_ = false;
   for (int r = 0; r < size; ++r) idle_peer_ |= all[static_cast<size_t>(r) * block] == 2;
 

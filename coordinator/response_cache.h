@@ -56,9 +56,9 @@ class ResponseCache {
     std::list<std::string>::iterator lru;
   };
   size_t capacity_;
-  std::vector<Entry*> slots_;                    // slot -> entry (null when free)
+  std::vector<Entry*> slots_;  // slot -> entry (null when free)
   std::unordered_map<std::string, Entry> by_name_;
-  std::list<std::string> lru_;                   // front = least recently used
+  std::list<std::string> lru_;  // front = least recently used
   std::vector<size_t> free_slots_;
   size_t next_unused_slot_ = 0;
 };

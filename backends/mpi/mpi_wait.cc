@@ -19,8 +19,8 @@ namespace kolo {
 // with the blocking collectives before, 4.5 s.
 
 std::chrono::nanoseconds poll_spin(int64_t bytes) {
-  const double transfer_ns = static_cast<double>(std::max<int64_t>(bytes, 0)) * 1e9 /
-                             kSpinBytesPerSecond;
+  const double transfer_ns =
+      static_cast<double>(std::max<int64_t>(bytes, 0)) * 1e9 / kSpinBytesPerSecond;
   return kSpinBase + std::chrono::nanoseconds(static_cast<int64_t>(transfer_ns));
 }
 
@@ -41,8 +41,8 @@ Status wait_request(MPI_Request& request, int64_t bytes, std::chrono::nanosecond
     const auto waited = Clock::now() - start;
     if (waited >= timeout)
       return Status::Timeout("did not complete within " + format_duration(timeout));
-    const auto pause = std::min<std::chrono::nanoseconds>(poll_pause(spin, waited),
-                                                          timeout - waited);
+    const auto pause =
+        std::min<std::chrono::nanoseconds>(poll_pause(spin, waited), timeout - waited);
     if (pause.count() > 0) std::this_thread::sleep_for(pause);
   }
 }

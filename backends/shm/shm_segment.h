@@ -86,15 +86,11 @@ class Segment {
   const SegmentHeader& header() const { return *reinterpret_cast<SegmentHeader*>(base_); }
   int size() const { return header().size; }
   uint64_t chunk_bytes() const { return header().chunk_bytes; }
-  RankLine& line(int rank) const {
-    return reinterpret_cast<RankLine*>(base_ + kLine)[rank];
-  }
+  RankLine& line(int rank) const { return reinterpret_cast<RankLine*>(base_ + kLine)[rank]; }
   BufferHeader& buffer_header(int rank, int parity) const {
     return *reinterpret_cast<BufferHeader*>(base_ + buffer_offset(rank, parity));
   }
-  char* buffer(int rank, int parity) const {
-    return base_ + buffer_offset(rank, parity) + kLine;
-  }
+  char* buffer(int rank, int parity) const { return base_ + buffer_offset(rank, parity) + kLine; }
 
   // The bytes a segment of `size` ranks with buffers of `chunk_bytes` takes.
   static uint64_t bytes_for(int size, uint64_t chunk_bytes);

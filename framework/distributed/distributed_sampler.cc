@@ -12,16 +12,15 @@ DistributedSampler::DistributedSampler(int64_t size, int rank, int world, uint64
     : size_(size), rank_(rank), world_(world), seed_(seed), shuffle_(shuffle), tail_(tail) {
   if (size < 0) {
     throw Error(Status::InvalidArgument("DistributedSampler: size must be >= 0, got " +
-                                         std::to_string(size)));
+                                        std::to_string(size)));
   }
   if (world < 1) {
     throw Error(Status::InvalidArgument("DistributedSampler: world must be >= 1, got " +
-                                         std::to_string(world)));
+                                        std::to_string(world)));
   }
   if (rank < 0 || rank >= world) {
     throw Error(Status::InvalidArgument("DistributedSampler: rank must be in [0, " +
-                                         std::to_string(world) + "), got " +
-                                         std::to_string(rank)));
+                                        std::to_string(world) + "), got " + std::to_string(rank)));
   }
 }
 
@@ -40,7 +39,7 @@ int64_t DistributedSampler::shard_size() const {
 std::vector<int64_t> DistributedSampler::indices(int64_t epoch) {
   if (epoch < 0) {
     throw Error(Status::InvalidArgument("DistributedSampler: epoch must be >= 0, got " +
-                                         std::to_string(epoch)));
+                                        std::to_string(epoch)));
   }
   std::vector<int64_t> order;
   if (shuffle_) {

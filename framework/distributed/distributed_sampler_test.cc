@@ -93,9 +93,9 @@ TEST(DistributedSampler, BadArgumentsAreNamed) {
             std::string::npos);
   EXPECT_NE(message([] { DistributedSampler(4, 0, 0); }).find("world must be >= 1, got 0"),
             std::string::npos);
-  EXPECT_NE(message([] { DistributedSampler(4, 0, 1).indices(-2); })
-                .find("epoch must be >= 0, got -2"),
-            std::string::npos);
+  EXPECT_NE(
+      message([] { DistributedSampler(4, 0, 1).indices(-2); }).find("epoch must be >= 0, got -2"),
+      std::string::npos);
 }
 
 }  // namespace

@@ -27,8 +27,8 @@ void SyncBatchStatsReducer::reduce_backward(Tensor& sum_gy, Tensor& sum_gy_xhat)
   const auto weight = static_cast<float>(local_count_);
   sum_gy.mul_(weight);
   sum_gy_xhat.mul_(weight);
-  throw_if_error(grouped_allreduce(name_ + ".grad",
-                                   {view_of_tensor(sum_gy), view_of_tensor(sum_gy_xhat)}));
+  throw_if_error(
+      grouped_allreduce(name_ + ".grad", {view_of_tensor(sum_gy), view_of_tensor(sum_gy_xhat)}));
   if (local_count_ > 0) {
     sum_gy.mul_(1.0f / weight);
     sum_gy_xhat.mul_(1.0f / weight);

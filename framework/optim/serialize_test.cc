@@ -272,8 +272,9 @@ TEST(Serialize, MalformedFiles) {
   b[32] = 4;         // dimension 1: 4
   write_bytes(bad, b);
   expect_error([&] { load_tensors(bad); }, StatusCode::kInvalidArgument,
-               file + ": offset 32: the sizes of entry 0 'ab' multiply past 2^63 elements at "
-                      "dimension 1");
+               file +
+                   ": offset 32: the sizes of entry 0 'ab' multiply past 2^63 elements at "
+                   "dimension 1");
 
   write_bytes(bad, {'K', 'O'});
   expect_error([&] { load_tensors(bad); }, StatusCode::kInvalidArgument,

@@ -26,7 +26,7 @@ inline float half_to_float(uint16_t h) {
   // through a float multiply so denormals come out right.
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   uint32_t em = static_cast<uint32_t>(h & 0x7fffu) << 13;  // exponent+mantissa in float position
-  const float magic = bits_to_float((254u - 15u) << 23);    // 2^112 rebiases 15 -> 127
+  const float magic = bits_to_float((254u - 15u) << 23);   // 2^112 rebiases 15 -> 127
   float f = bits_to_float(em) * magic;
   if (f >= bits_to_float((127u + 16u) << 23)) f = bits_to_float(float_to_bits(f) | (255u << 23));
   return bits_to_float(float_to_bits(f) | sign);
@@ -53,8 +53,9 @@ inline float bfloat16_to_float(uint16_t b) { return bits_to_float(static_cast<ui
 
 inline uint16_t float_to_bfloat16(float value) {
   uint32_t x = float_to_bits(value);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // quiet NaN
-  x += 0x7fffu + ((x >> 16) & 1u);  // round to nearest even
+  if ((x & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<uint16_t>((x >> 16) | 0x40u);  // quiet NaN
+  x += 0x7fffu + ((x >> 16) & 1u);                    // round to nearest even
   return static_cast<uint16_t>(x >> 16);
 }
 

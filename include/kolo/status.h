@@ -17,15 +17,15 @@ namespace kolo {
 
 enum class StatusCode {
   kOk = 0,
-  kInvalidArgument,   // the caller passed something wrong; the message names it
-  kUnsupported,       // "backend X does not support Y"
+  kInvalidArgument,     // the caller passed something wrong; the message names it
+  kUnsupported,         // "backend X does not support Y"
   kPreconditionFailed,  // e.g. used before init or after shutdown
-  kTimeout,           // a bounded wait ran out
-  kIoError,           // a socket, file or library call failed
-  kPeerFailure,       // another rank died, disconnected or reported an error
-  kAborted,           // cancelled, e.g. by shutdown with pending operations
-  kMismatch,          // ranks disagree about an operation (shape, dtype, op, ...)
-  kInternal,          // an invariant broke: a bug in Kolo
+  kTimeout,             // a bounded wait ran out
+  kIoError,             // a socket, file or library call failed
+  kPeerFailure,         // another rank died, disconnected or reported an error
+  kAborted,             // cancelled, e.g. by shutdown with pending operations
+  kMismatch,            // ranks disagree about an operation (shape, dtype, op, ...)
+  kInternal,            // an invariant broke: a bug in Kolo
 };
 
 std::string_view status_code_name(StatusCode code);
@@ -36,9 +36,13 @@ class [[nodiscard]] Status {
   Status(StatusCode code, std::string message);
 
   static Status Ok() { return Status(); }
-  static Status InvalidArgument(std::string msg) { return {StatusCode::kInvalidArgument, std::move(msg)}; }
+  static Status InvalidArgument(std::string msg) {
+    return {StatusCode::kInvalidArgument, std::move(msg)};
+  }
   static Status Unsupported(std::string msg) { return {StatusCode::kUnsupported, std::move(msg)}; }
-  static Status PreconditionFailed(std::string msg) { return {StatusCode::kPreconditionFailed, std::move(msg)}; }
+  static Status PreconditionFailed(std::string msg) {
+    return {StatusCode::kPreconditionFailed, std::move(msg)};
+  }
   static Status Timeout(std::string msg) { return {StatusCode::kTimeout, std::move(msg)}; }
   static Status IoError(std::string msg) { return {StatusCode::kIoError, std::move(msg)}; }
   static Status PeerFailure(std::string msg) { return {StatusCode::kPeerFailure, std::move(msg)}; }
@@ -68,8 +72,8 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}              // NOLINT: implicit by design
-  Result(Status status) : v_(std::move(status)) {}       // NOLINT: must not be OK
+  Result(T value) : v_(std::move(value)) {}         // NOLINT: implicit by design
+  Result(Status status) : v_(std::move(status)) {}  // NOLINT: must not be OK
   bool ok() const { return std::holds_alternative<T>(v_); }
   const Status& status() const {
     static const Status kOk;
@@ -103,17 +107,17 @@ class Error : public std::exception {
 #pragma GCC visibility pop
 
 // Propagate a non-OK Status to the caller.
-#define KOLO_RETURN_IF_ERROR(expr)            \
-  do {                                        \
-    ::kolo::Status kolo_status_ = (expr);     \
+#define KOLO_RETURN_IF_ERROR(expr)               \
+  do {                                           \
+    ::kolo::Status kolo_status_ = (expr);        \
     if (!kolo_status_.ok()) return kolo_status_; \
   } while (0)
 
 #define KOLO_CONCAT_INNER_(a, b) a##b
 #define KOLO_CONCAT_(a, b) KOLO_CONCAT_INNER_(a, b)
 // auto x = KOLO_ASSIGN_OR_RETURN(lhs, expr): assigns the value of a Result or returns its error.
-#define KOLO_ASSIGN_OR_RETURN(lhs, expr)                              \
-  auto KOLO_CONCAT_(kolo_result_, __LINE__) = (expr);                 \
-  if (!KOLO_CONCAT_(kolo_result_, __LINE__).ok())                     \
-    return KOLO_CONCAT_(kolo_result_, __LINE__).status();             \
+#define KOLO_ASSIGN_OR_RETURN(lhs, expr)                  \
+  auto KOLO_CONCAT_(kolo_result_, __LINE__) = (expr);     \
+  if (!KOLO_CONCAT_(kolo_result_, __LINE__).ok())         \
+    return KOLO_CONCAT_(kolo_result_, __LINE__).status(); \
   lhs = std::move(KOLO_CONCAT_(kolo_result_, __LINE__)).value()

@@ -61,12 +61,30 @@ std::string shape_string(const std::vector<int64_t>& shape);
 namespace detail {
 template <typename T>
 constexpr DataType dtype_of();
-template <> constexpr DataType dtype_of<uint8_t>() { return DataType::kUInt8; }
-template <> constexpr DataType dtype_of<int8_t>() { return DataType::kInt8; }
-template <> constexpr DataType dtype_of<int32_t>() { return DataType::kInt32; }
-template <> constexpr DataType dtype_of<int64_t>() { return DataType::kInt64; }
-template <> constexpr DataType dtype_of<float>() { return DataType::kFloat32; }
-template <> constexpr DataType dtype_of<double>() { return DataType::kFloat64; }
+template <>
+constexpr DataType dtype_of<uint8_t>() {
+  return DataType::kUInt8;
+}
+template <>
+constexpr DataType dtype_of<int8_t>() {
+  return DataType::kInt8;
+}
+template <>
+constexpr DataType dtype_of<int32_t>() {
+  return DataType::kInt32;
+}
+template <>
+constexpr DataType dtype_of<int64_t>() {
+  return DataType::kInt64;
+}
+template <>
+constexpr DataType dtype_of<float>() {
+  return DataType::kFloat32;
+}
+template <>
+constexpr DataType dtype_of<double>() {
+  return DataType::kFloat64;
+}
 }  // namespace detail
 
 template <typename T>

@@ -61,7 +61,7 @@ struct GradientReducer::Impl {
 
   const GradientReducer& self;
   DistributedOptions options;
-  int64_t bucket_bytes;  // options.bucket_bytes, or the autotuner's
+  int64_t bucket_bytes;       // options.bucket_bytes, or the autotuner's
   std::vector<Param> params;  // registration order
   std::vector<Bucket> buckets;
   int64_t local_count = 0;
@@ -144,9 +144,8 @@ struct GradientReducer::Impl {
     at::Tensor& grad = p.tensor.mutable_grad();
     if (!grad.defined()) grad = at::zeros_like(p.tensor);
     if (!grad.is_contiguous()) grad = grad.contiguous();
-    const double weight = options.weight_by_sample_count && count_given
-                              ? static_cast<double>(local_count)
-                              : 1.0;
+    const double weight =
+        options.weight_by_sample_count && count_given ? static_cast<double>(local_count) : 1.0;
     const int passes = options.mean_over_passes ? std::max(1, p.passes_ready + p.passes_local) : 1;
     const double scale = weight / passes;
     ::torch::NoGradGuard no_grad;
@@ -175,11 +174,10 @@ struct GradientReducer::Impl {
       Param& p = params[i];
       tensors.push_back(options.compression == Compression::kNone ? p.tensor.grad() : p.wire);
     }
-    const AllreduceOptions op{
-        .op = options.weight_by_sample_count ? ReduceOp::kSum : options.op,
-        .prescale = 1.0 / options.gradient_predivide_factor,
-        .postscale = options.gradient_predivide_factor,
-        .process_set = options.process_set};
+    const AllreduceOptions op{.op = options.weight_by_sample_count ? ReduceOp::kSum : options.op,
+                              .prescale = 1.0 / options.gradient_predivide_factor,
+                              .postscale = options.gradient_predivide_factor,
+                              .process_set = options.process_set};
     b.handle = tensors.size() == 1 ? allreduce_async_(b.name, tensors[0], op)
                                    : grouped_allreduce_async_(b.name, tensors, op);
     b.submitted = true;

@@ -267,9 +267,9 @@ Handle broadcast_async_(const std::string& name, const at::Tensor& tensor, int r
 
 Handle broadcast_async(const std::string& name, const at::Tensor& tensor, int root,
                        const ProcessSet& process_set) {
-  return broadcast_async_(
-      name, tensor.defined() ? tensor.clone(at::MemoryFormat::Contiguous) : tensor, root,
-      process_set);
+  return broadcast_async_(name,
+                          tensor.defined() ? tensor.clone(at::MemoryFormat::Contiguous) : tensor,
+                          root, process_set);
 }
 
 Handle alltoall_async(const std::string& name, const at::Tensor& tensor,

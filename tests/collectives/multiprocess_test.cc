@@ -40,10 +40,10 @@ class KolorunShm : public ::testing::TestWithParam<int> {};
 
 TEST_P(KolorunShm, EveryCollectiveShm) {
   const int np = GetParam();
-  ProcessRun r = run_command("KOLO_SHM_CHUNK=4KiB KOLO_SHM_THRESHOLD=1KiB " +
-                             std::string(KOLO_TEST_KOLORUN) + " -np " + std::to_string(np) + " " +
-                             kWorker + " --backend shm --counts 0,1," + std::to_string(np - 1) +
-                             "," + std::to_string(np + 1) + ",1031,3001");
+  ProcessRun r =
+      run_command("KOLO_SHM_CHUNK=4KiB KOLO_SHM_THRESHOLD=1KiB " + std::string(KOLO_TEST_KOLORUN) +
+                  " -np " + std::to_string(np) + " " + kWorker + " --backend shm --counts 0,1," +
+                  std::to_string(np - 1) + "," + std::to_string(np + 1) + ",1031,3001");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(count_occurrences(r.output, "checks passed"), np) << r.output;
 }
@@ -148,7 +148,8 @@ TEST(Faults, NoSegmentLeftShm) {
   // (other jobs on the machine may have segments of their own).
   ProcessRun maps = run_command(
       "for m in $(grep -l memfd:kolo-shm /proc/[0-9]*/maps 2>/dev/null); do "
-      "tr \"\\0\" \" \" < ${m%/maps}/cmdline; echo; done | grep -F " + kWorker);
+      "tr \"\\0\" \" \" < ${m%/maps}/cmdline; echo; done | grep -F " +
+      kWorker);
   EXPECT_EQ(maps.output, "") << maps.output;
 }
 
@@ -177,16 +178,16 @@ TEST(TwoNodes, NetworkNamespaces) {
   if (!namespaces.ok()) GTEST_SKIP() << namespaces.why();
   ProcessRun link = namespaces.link("10.231.0");
   ASSERT_EQ(link.exit_code, 0) << link.output;
-  const std::string job = std::string(KOLO_TEST_KOLORUN) +
-                          " --nnodes 2 --rdzv 10.231.0.1:29731 --secret nodes -np 2 ";
+  const std::string job =
+      std::string(KOLO_TEST_KOLORUN) + " --nnodes 2 --rdzv 10.231.0.1:29731 --secret nodes -np 2 ";
   // The tcp backend publishes the address named by KOLO_TCP_HOST: each node's veth address.
-  ProcessRun r = run_command(namespaces.a() + "env KOLO_TCP_HOST=10.231.0.1 " + job +
-                                 "--node-rank 0 " + kWorker + " --backend tcp & p=$!; " +
-                                 namespaces.b() + "env KOLO_TCP_HOST=10.231.0.2 " + job +
-                                 "--node-rank 1 " + kWorker +
-                                 " --backend tcp; e=$?; wait $p; "
-                                 "echo \"node exits $? $e\"",
-                             60);
+  ProcessRun r =
+      run_command(namespaces.a() + "env KOLO_TCP_HOST=10.231.0.1 " + job + "--node-rank 0 " +
+                      kWorker + " --backend tcp & p=$!; " + namespaces.b() +
+                      "env KOLO_TCP_HOST=10.231.0.2 " + job + "--node-rank 1 " + kWorker +
+                      " --backend tcp; e=$?; wait $p; "
+                      "echo \"node exits $? $e\"",
+                  60);
   EXPECT_NE(r.output.find("node exits 0 0"), std::string::npos) << r.output;
   EXPECT_EQ(count_occurrences(r.output, "checks passed"), 4) << r.output;
 }

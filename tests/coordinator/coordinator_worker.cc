@@ -17,12 +17,12 @@
 namespace {
 
 int failures = 0;
-#define CHECK(cond, ...)                                                       \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
+#define CHECK(cond, ...)                                                        \
+  do {                                                                          \
+    if (!(cond)) {                                                              \
       std::fprintf(stderr, "rank %d: check failed: %s\n", kolo::rank(), #cond); \
-      ++failures;                                                              \
-    }                                                                          \
+      ++failures;                                                               \
+    }                                                                           \
   } while (0)
 
 bool ok(const kolo::Status& st, const char* what) {
@@ -36,7 +36,8 @@ void every_op() {
   const int r = kolo::rank(), P = kolo::size();
   std::vector<float> sum(8, r + 1.0f), avg(8, r + 1.0f), mx(8, r + 1.0f);
   auto h1 = kolo::allreduce_async("sum", kolo::view_of(sum.data(), {2, 4}));
-  auto h2 = kolo::allreduce_async("avg", kolo::view_of(avg.data(), {8}), {kolo::ReduceOp::kAverage});
+  auto h2 =
+      kolo::allreduce_async("avg", kolo::view_of(avg.data(), {8}), {kolo::ReduceOp::kAverage});
   auto h3 = kolo::allreduce_async("max", kolo::view_of(mx.data(), {8}), {kolo::ReduceOp::kMax});
   ok(h3.wait(), "max");
   ok(h1.wait(), "sum");
@@ -45,7 +46,8 @@ void every_op() {
   CHECK(avg[0] == (P + 1) / 2.0f);
   CHECK(mx[3] == P);
   std::vector<double> g1(2, r), g2(3, 2.0 * r);
-  ok(kolo::grouped_allreduce("group", {kolo::view_of(g1.data(), {2}), kolo::view_of(g2.data(), {3})}),
+  ok(kolo::grouped_allreduce("group",
+                             {kolo::view_of(g1.data(), {2}), kolo::view_of(g2.data(), {3})}),
      "grouped");
   CHECK(g2[2] == P * (P - 1.0));
   std::vector<int64_t> rows(r + 1, r);
@@ -109,8 +111,8 @@ void api() {
   counts[P - 1] = 3;
   std::vector<int32_t> rows(3 * 2);
   std::iota(rows.begin(), rows.end(), r);
-  auto rc = kolo::reducescatter("rs.counts", kolo::view_of(rows.data(), {3, 2}),
-                                {.recv_counts = counts});
+  auto rc =
+      kolo::reducescatter("rs.counts", kolo::view_of(rows.data(), {3, 2}), {.recv_counts = counts});
   if (ok(rc.status(), "reducescatter recv_counts")) {
     CHECK(rc->shape == (std::vector<int64_t>{r == P - 1 ? 3 : 0, 2}));
     if (r == P - 1)
@@ -175,7 +177,8 @@ void orders() {
     for (int k = part; k < N; k += 2) {
       int i = (r % 2 == 0) ? k : N - 1 - k;
       data[i].assign(i + 1, 1.0f);
-      hs[i] = kolo::allreduce_async("t" + std::to_string(i), kolo::view_of(data[i].data(), {i + 1}));
+      hs[i] =
+          kolo::allreduce_async("t" + std::to_string(i), kolo::view_of(data[i].data(), {i + 1}));
     }
   };
   std::thread a(work, 0), b(work, 1);
@@ -387,18 +390,28 @@ int main(int argc, char** argv) {
   ok(kolo::mark_step(), "mark_step");
   CHECK(kolo::steps_marked() == 2);
   const int my_rank = kolo::rank();  // rank() reads 0 again after shutdown()
-  if (scenario == "ops") every_op();
-  else if (scenario == "orders") orders();
-  else if (scenario == "many") many();
+  if (scenario == "ops")
+    every_op();
+  else if (scenario == "orders")
+    orders();
+  else if (scenario == "many")
+    many();
   else if (scenario == "fused")
     fused();
-  else if (scenario == "mismatch") mismatch();
-  else if (scenario == "freeze") freeze();
-  else if (scenario == "timeline") timeline(argc > 2 ? argv[2] : "/tmp");
-  else if (scenario == "hang") hang(argc > 2 ? argv[2] : "/tmp");
-  else if (scenario == "window") window();
-  else if (scenario == "api") api();
-  else if (scenario == "grouped_mismatch") grouped_mismatch();
+  else if (scenario == "mismatch")
+    mismatch();
+  else if (scenario == "freeze")
+    freeze();
+  else if (scenario == "timeline")
+    timeline(argc > 2 ? argv[2] : "/tmp");
+  else if (scenario == "hang")
+    hang(argc > 2 ? argv[2] : "/tmp");
+  else if (scenario == "window")
+    window();
+  else if (scenario == "api")
+    api();
+  else if (scenario == "grouped_mismatch")
+    grouped_mismatch();
   else if (scenario == "uneven")
     uneven(argc > 2 ? std::atol(argv[2]) : 256);
   ok(kolo::shutdown(), "shutdown");

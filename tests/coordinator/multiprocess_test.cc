@@ -9,12 +9,11 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "tests/support/run_command.h"
 
@@ -26,7 +25,7 @@ using kolo::testing::run_command;
 
 ProcessRun job(int np, const std::string& args) {
   return run_command(std::string(KOLO_TEST_KOLORUN) + " -np " + std::to_string(np) + " " +
-             KOLO_TEST_WORKER + " " + args);
+                     KOLO_TEST_WORKER + " " + args);
 }
 
 class Ranks : public ::testing::TestWithParam<int> {};
@@ -127,8 +126,9 @@ TEST(CoordinatorJob, TenThousandSmallTensors) {
 TEST(CoordinatorJob, MismatchMessageOnEveryRank) {
   auto r = job(2, "mismatch");
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_EQ(count_occurrences(r.output, "error: Mismatch: allreduce 'w': shape differs across ranks: rank 0 "
-                            "has [3]; rank 1 has [5]"),
+  EXPECT_EQ(count_occurrences(r.output,
+                              "error: Mismatch: allreduce 'w': shape differs across ranks: rank 0 "
+                              "has [3]; rank 1 has [5]"),
             2)
       << r.output;
 }
@@ -243,8 +243,8 @@ void expect_what_viewers_need(const nlohmann::json& events) {
     for (const auto& [begin, end] : spans) {
       while (!open_ends.empty() && open_ends.back() <= begin) open_ends.pop_back();
       if (!open_ends.empty()) {
-        EXPECT_LE(end, open_ends.back() + 0.001) << "row " << row_names[tid] << ": span at "
-                                                 << begin << " overlaps its parent";
+        EXPECT_LE(end, open_ends.back() + 0.001)
+            << "row " << row_names[tid] << ": span at " << begin << " overlaps its parent";
       }
       open_ends.push_back(end);
     }
@@ -451,12 +451,15 @@ TEST(CoordinatorJob, AJobWideKnobThatDiffersBetweenRanksFailsEveryRankNamingIt) 
 TEST(CoordinatorJob, EveryOperationUnderMpirun) {
   for (const char* ops : {"mpi", "tcp", "shm"}) {
     auto r = run_command("OMPI_MCA_btl_vader_single_copy_mechanism=none KOLO_CPU_OPERATIONS=" +
-                 std::string(ops) + " " + KOLO_TEST_MPIRUN +
-                 " --allow-run-as-root --oversubscribe -x KOLO_CPU_OPERATIONS -np 2 " +
-                 KOLO_TEST_WORKER + " ops");
+                         std::string(ops) + " " + KOLO_TEST_MPIRUN +
+                         " --allow-run-as-root --oversubscribe -x KOLO_CPU_OPERATIONS -np 2 " +
+                         KOLO_TEST_WORKER + " ops");
     EXPECT_EQ(r.exit_code, 0) << ops << "\n" << r.output;
-    EXPECT_EQ(count_occurrences(r.output, "rank 0: ops passed") + count_occurrences(r.output, "rank 1: ops passed"), 2)
-        << ops << "\n" << r.output;
+    EXPECT_EQ(count_occurrences(r.output, "rank 0: ops passed") +
+                  count_occurrences(r.output, "rank 1: ops passed"),
+              2)
+        << ops << "\n"
+        << r.output;
   }
 }
 
@@ -475,12 +478,12 @@ TEST(CoordinatorJob, RestOfTheApiUnderMpirun) {
 // with MPI_Abort (exit code 62), not after the 60 s op timeout.
 TEST(CoordinatorJob, AFrozenRankEndsTheJobAfterTheStallShutdownTimeUnderMpirun) {
   const auto start = std::chrono::steady_clock::now();
-  auto r = run_command("OMPI_MCA_btl_vader_single_copy_mechanism=none KOLO_STALL_SHUTDOWN_TIME=2s "
-                       "KOLO_OP_TIMEOUT=60s " +
-                           std::string(KOLO_TEST_MPIRUN) +
-                           " --allow-run-as-root --oversubscribe -np 2 " + KOLO_TEST_WORKER +
-                           " freeze",
-                       40);
+  auto r = run_command(
+      "OMPI_MCA_btl_vader_single_copy_mechanism=none KOLO_STALL_SHUTDOWN_TIME=2s "
+      "KOLO_OP_TIMEOUT=60s " +
+          std::string(KOLO_TEST_MPIRUN) + " --allow-run-as-root --oversubscribe -np 2 " +
+          KOLO_TEST_WORKER + " freeze",
+      40);
   const auto seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start);
   EXPECT_EQ(r.exit_code, 62) << r.output;
   EXPECT_LT(seconds.count(), 20.0) << r.output;

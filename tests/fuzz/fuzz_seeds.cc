@@ -1,12 +1,12 @@
 // Writes the fuzz targets' seed corpora: valid inputs made by Kolo's own encoders, so that the
 // fuzzers start inside each format. Usage: fuzz_seeds DIR (writes DIR/<target>/<seed>).
 // The corpora in tests/fuzz/corpus were made with it; rerun it when a format changes.
+#include <zlib.h>
+
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
-
-#include <zlib.h>
 
 #include "backends/tcp/auth.h"
 #include "backends/tcp/wire.h"

@@ -188,8 +188,7 @@ TEST_F(TrainingTest, RankZeroHelpersWorkOnAProcessSet) {
   EXPECT_EQ(kolo::testing::count_occurrences(out, "set member"), 2) << out;
   for (int r = 1; r < 3; ++r) {
     const std::string tag = "[" + std::to_string(r) + "] ";
-    EXPECT_EQ(line_of(out, r, "[rank"), tag + "[rank " + std::to_string(r) + "] set member")
-        << out;
+    EXPECT_EQ(line_of(out, r, "[rank"), tag + "[rank " + std::to_string(r) + "] set member") << out;
     EXPECT_EQ(line_of(out, r, "set file seen"), tag + "set file seen") << out;
   }
   EXPECT_EQ(line_of(out, 2, "set fail:"), "[2] set fail: IoError: disk full") << out;

@@ -100,17 +100,28 @@ Args parse(int argc, char** argv) {
       if (i + 1 >= argc) die("missing value after " + flag);
       return argv[++i];
     };
-    if (flag == "--mode") a.mode = value();
-    else if (flag == "--out") a.out = value();
-    else if (flag == "--ckpt") a.ckpt = value();
-    else if (flag == "--fail") a.fail = value();
-    else if (flag == "--good") a.good = value();
-    else if (flag == "--steps") a.steps = std::stoi(value());
-    else if (flag == "--passes") a.passes = std::stoi(value());
-    else if (flag == "--save-at") a.save_at = std::stoi(value());
-    else if (flag == "--resume") a.resume = true;
-    else if (flag == "--bucket-bytes") a.bucket_bytes = std::stoll(value());
-    else die("unknown flag " + flag);
+    if (flag == "--mode")
+      a.mode = value();
+    else if (flag == "--out")
+      a.out = value();
+    else if (flag == "--ckpt")
+      a.ckpt = value();
+    else if (flag == "--fail")
+      a.fail = value();
+    else if (flag == "--good")
+      a.good = value();
+    else if (flag == "--steps")
+      a.steps = std::stoi(value());
+    else if (flag == "--passes")
+      a.passes = std::stoi(value());
+    else if (flag == "--save-at")
+      a.save_at = std::stoi(value());
+    else if (flag == "--resume")
+      a.resume = true;
+    else if (flag == "--bucket-bytes")
+      a.bucket_bytes = std::stoll(value());
+    else
+      die("unknown flag " + flag);
   }
   return a;
 }
@@ -119,11 +130,16 @@ Args parse(int argc, char** argv) {
 std::vector<int> shares(int world, bool even) {
   if (even) return std::vector<int>(world, kGlobalBatch / world);
   switch (world) {
-    case 1: return {12};
-    case 2: return {4, 8};
-    case 3: return {2, 4, 6};
-    case 4: return {2, 2, 4, 4};
-    default: die("the tests use 1 to 4 ranks");
+    case 1:
+      return {12};
+    case 2:
+      return {4, 8};
+    case 3:
+      return {2, 4, 6};
+    case 4:
+      return {2, 2, 4, 4};
+    default:
+      die("the tests use 1 to 4 ranks");
   }
 }
 
@@ -133,8 +149,8 @@ struct Model {
 
   // The trained parameters.
   fw::NamedTensors named() const {
-    fw::NamedTensors named = {{"fc1.weight", w1}, {"fc1.bias", b1},
-                              {"fc2.weight", w2}, {"fc2.bias", b2}};
+    fw::NamedTensors named = {
+        {"fc1.weight", w1}, {"fc1.bias", b1}, {"fc2.weight", w2}, {"fc2.bias", b2}};
     if (bn) {
       for (auto& [name, t] : bn->named_parameters()) named.emplace_back("bn." + name, t);
     }
@@ -351,12 +367,13 @@ int main(int argc, char** argv) try {
     fw::RankLogger({.every_rank = true, .process_set = *set}).line("set member");
     if (set->includes(rank)) {
       const int last = set->size() - 1;  // set rank of job rank world - 1
-      check(fw::run_on_root_first("set.prepare",
-                                  [&] {
-                                    std::ofstream(args.out) << "data\n";
-                                    return kolo::Status::Ok();
-                                  },
-                                  last, *set),
+      check(fw::run_on_root_first(
+                "set.prepare",
+                [&] {
+                  std::ofstream(args.out) << "data\n";
+                  return kolo::Status::Ok();
+                },
+                last, *set),
             "set.prepare");
       if (std::ifstream(args.out).good()) print_line("set file seen");
       kolo::Status failed = fw::run_on_root_first(
@@ -388,8 +405,9 @@ int main(int argc, char** argv) try {
   fw::DistributedOptions dist{.backward_passes_per_step = nosync ? 1 : args.passes};
   // overlap needs fc2's gradients in buckets of their own, submitted before fc1's gradient is
   // final (the default bucket would hold all four and start only after fc1's).
-  const int64_t bucket_bytes = args.bucket_bytes >= 0 ? args.bucket_bytes
-                               : args.mode == "overlap" ? 0 : -1;
+  const int64_t bucket_bytes = args.bucket_bytes >= 0   ? args.bucket_bytes
+                               : args.mode == "overlap" ? 0
+                                                        : -1;
   if (bucket_bytes >= 0) dist.bucket_bytes = bucket_bytes;
   fw::DistributedOptimizer opt(sgd, m.named(), dist);
 
@@ -408,8 +426,10 @@ int main(int argc, char** argv) try {
     m.w1.register_grad_ready_hook([&, fc2_buckets](fw::Tensor&) {
       auto handles = opt.submitted_handles();
       if (handles.size() < fc2_buckets)
-        die("expected fc2's " + std::to_string(fc2_buckets) + " bucket(s) submitted before "
-            "fc1's gradient, got " + std::to_string(handles.size()));
+        die("expected fc2's " + std::to_string(fc2_buckets) +
+            " bucket(s) submitted before "
+            "fc1's gradient, got " +
+            std::to_string(handles.size()));
       check(handles.front().wait(std::chrono::seconds(30)),
             "first gradient's allreduce while backward still runs");
       ++overlap_completed;
@@ -447,8 +467,9 @@ int main(int argc, char** argv) try {
   }
   if (args.mode == "overlap") {
     const int steps = args.steps - first_step;
-    if (overlap_completed != steps) die("overlap hook ran " + std::to_string(overlap_completed) +
-                                        " times for " + std::to_string(steps) + " steps");
+    if (overlap_completed != steps)
+      die("overlap hook ran " + std::to_string(overlap_completed) + " times for " +
+          std::to_string(steps) + " steps");
     if (opt.stats().submitted_from_hooks != 4 * steps) {
       die("expected every gradient submitted from its hook, got " +
           std::to_string(opt.stats().submitted_from_hooks));

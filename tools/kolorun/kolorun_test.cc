@@ -825,8 +825,8 @@ TEST(Kolorun, ARankThatCannotStartOnOneNodeStopsTheOtherNode) {
 // kolorun for node k of a two-node job of one rank per node, waiting up to 60 s for the other.
 std::vector<std::string> one_rank_node(const std::string& rdzv, int k,
                                        std::vector<std::string> command) {
-  std::vector<std::string> args{kKolorun, "--nnodes", "2",       "--node-rank", std::to_string(k),
-                                "--rdzv", rdzv,       "--secret", "s",          "--timeout",
+  std::vector<std::string> args{kKolorun, "--nnodes", "2",        "--node-rank", std::to_string(k),
+                                "--rdzv", rdzv,       "--secret", "s",           "--timeout",
                                 "60s",    "-np",      "1"};
   args.insert(args.end(), command.begin(), command.end());
   return args;

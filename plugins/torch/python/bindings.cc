@@ -23,7 +23,9 @@ kolo::ReduceOp reduce_op(int op) {
 
 kolo::AllreduceOptions reduction(int op, double prescale, double postscale,
                                  const kolo::ProcessSet& process_set) {
-  return {.op = reduce_op(op), .prescale = prescale, .postscale = postscale,
+  return {.op = reduce_op(op),
+          .prescale = prescale,
+          .postscale = postscale,
           .process_set = process_set};
 }
 
@@ -105,22 +107,20 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            double post, const kolo::ProcessSet& ps) {
           return kt::grouped_allreduce_async_(name, ts, reduction(op, pre, post, ps));
         });
-  m.def("grouped_allreduce_async",
-        [](const std::string& name, const std::vector<at::Tensor>& ts, int op, double pre,
-           double post, const kolo::ProcessSet& ps) {
-          return kt::grouped_allreduce_async(name, ts, reduction(op, pre, post, ps));
-        });
+  m.def("grouped_allreduce_async", [](const std::string& name, const std::vector<at::Tensor>& ts,
+                                      int op, double pre, double post, const kolo::ProcessSet& ps) {
+    return kt::grouped_allreduce_async(name, ts, reduction(op, pre, post, ps));
+  });
   m.def("allgather_async", &kt::allgather_async);
   m.def("broadcast_async_", &kt::broadcast_async_);
   m.def("broadcast_async", &kt::broadcast_async);
   m.def("alltoall_async", &kt::alltoall_async);
-  m.def("reducescatter_async", [](const std::string& name, const at::Tensor& t, int op,
-                                  double pre, double post, const kolo::ProcessSet& ps) {
+  m.def("reducescatter_async", [](const std::string& name, const at::Tensor& t, int op, double pre,
+                                  double post, const kolo::ProcessSet& ps) {
     return kt::reducescatter_async(name, t, reduction(op, pre, post, ps));
   });
   m.def(
-      "barrier",
-      [](const std::string& name, const kolo::ProcessSet& ps) { kt::barrier(name, ps); },
+      "barrier", [](const std::string& name, const kolo::ProcessSet& ps) { kt::barrier(name, ps); },
       py::call_guard<py::gil_scoped_release>());
   m.def("join", &kt::join, py::call_guard<py::gil_scoped_release>());
 
@@ -128,10 +128,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   // that a step costs Python one synchronize() call, not one call per parameter.
   py::class_<kt::GradientReducer>(m, "GradientReducer")
       .def(py::init([](const std::vector<std::pair<std::string, at::Tensor>>& named_parameters,
-                       int backward_passes_per_step, int compression,
-                       bool weight_by_sample_count, int op, bool mean_over_passes,
-                       double gradient_predivide_factor, int64_t bucket_bytes,
-                       const kolo::ProcessSet& process_set) {
+                       int backward_passes_per_step, int compression, bool weight_by_sample_count,
+                       int op, bool mean_over_passes, double gradient_predivide_factor,
+                       int64_t bucket_bytes, const kolo::ProcessSet& process_set) {
              ::torch::OrderedDict<std::string, at::Tensor> params;
              for (const auto& [name, tensor] : named_parameters) params.insert(name, tensor);
              kt::DistributedOptions options;
@@ -149,10 +148,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
              options.process_set = process_set;
              return std::make_unique<kt::GradientReducer>(params, std::move(options));
            }),
-           py::arg("named_parameters"), py::arg("backward_passes_per_step"),
-           py::arg("compression"), py::arg("weight_by_sample_count"), py::arg("op"),
-           py::arg("mean_over_passes"), py::arg("gradient_predivide_factor"),
-           py::arg("bucket_bytes"), py::arg("process_set"))
+           py::arg("named_parameters"), py::arg("backward_passes_per_step"), py::arg("compression"),
+           py::arg("weight_by_sample_count"), py::arg("op"), py::arg("mean_over_passes"),
+           py::arg("gradient_predivide_factor"), py::arg("bucket_bytes"), py::arg("process_set"))
       .def("set_local_batch_size", &kt::GradientReducer::set_local_batch_size)
       .def("synchronize", &kt::GradientReducer::synchronize,
            py::call_guard<py::gil_scoped_release>())
