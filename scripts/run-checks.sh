@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
-# The checking builds (cmake/kolo_checks.cmake), each in its own build tree, Clang throughout:
+# The checks CI runs after the test suite. Two gates on the source first, seconds each:
+#   format     clang-format (Debian's clang-format 14, .clang-format) in check mode over every
+#              tracked C++/CUDA file: a file it would change fails, listed with its first diff
+#   functions  no function over 80 lines outside tests (scripts/function_lengths.py)
+# then the checking builds (cmake/kolo_checks.cmake), each in its own build tree, Clang throughout:
 #   asan  AddressSanitizer + UndefinedBehaviorSanitizer over the unit and multi-process tests;
 #         the whole tree compiled with Clang's thread-safety analysis as errors
 #   fuzz  every libFuzzer target of tests/fuzz for KOLO_FUZZ_SECONDS (default 20) each, from its
 #         seed corpus; a finding fails and is kept in build-asan/fuzz-findings/<target>/
 #   tsan  ThreadSanitizer over the coordinator, ops and backend tests, compiled with Clang's
 #         thread-safety analysis as errors
-# Usage: scripts/run-checks.sh [asan] [fuzz] [tsan]   (none: all three, in that order)
-# scripts/run-tests.sh runs all three after the main suite; CI runs that.
+# Usage: scripts/run-checks.sh [format] [functions] [asan] [fuzz] [tsan]   (none: all, in order)
+# scripts/run-tests.sh runs them all after the main suite; CI runs that.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 checks=("$@")
-((${#checks[@]})) || checks=(asan fuzz tsan)
+((${#checks[@]})) || checks=(format functions asan fuzz tsan)
 jobs="$(nproc)"
 
 # Kolo's own code only: no CUDA (nothing runs it here) and no torch plugin (LibTorch is not built
@@ -36,6 +40,24 @@ fuzz_targets=(fuzz_units fuzz_negotiation fuzz_store_protocol fuzz_tcp_wire fuzz
 for check in "${checks[@]}"; do
   start=$SECONDS
   case "$check" in
+    format)
+      unformatted=()
+      while IFS= read -r file; do
+        clang-format --dry-run --Werror "$file" >/dev/null 2>&1 || unformatted+=("$file")
+      done < <(git ls-files '*.cc' '*.h' '*.cu' '*.cuh')
+      if ((${#unformatted[@]})); then
+        clang-format --dry-run "${unformatted[0]}" 2>&1 | head -20
+        echo "format: clang-format would change ${#unformatted[@]} file(s): ${unformatted[*]}" >&2
+        echo "format: run clang-format -i on them" >&2
+        exit 1
+      fi
+      ;;
+    functions)
+      if ! python3 scripts/function_lengths.py --limit 80; then
+        echo "functions: the functions above are over 80 lines; split them along their seams" >&2
+        exit 1
+      fi
+      ;;
     asan)
       configure build-asan -DKOLO_SANITIZE=address,undefined -DKOLO_FUZZ=ON -DKOLO_THREAD_SAFETY=ON
       cmake --build build-asan -j "$jobs"
@@ -78,7 +100,7 @@ for check in "${checks[@]}"; do
       done
       ;;
     *)
-      echo "run-checks: unknown check '$check' (expected asan, fuzz or tsan)" >&2
+      echo "run-checks: unknown check '$check' (expected format, functions, asan, fuzz or tsan)" >&2
       exit 2
       ;;
   esac

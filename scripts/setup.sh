@@ -18,6 +18,7 @@ packages=(
   iproute2                              # network namespaces in the two-node test
   file                                  # cpack -G DEB (scripts/package-deb.sh)
   clang libclang-rt-14-dev              # checking builds: sanitizers, libFuzzer (run-checks.sh)
+  clang-format                          # run-checks.sh format
 )
 # The PyTorch plugin (plugins/torch): LibTorch for C++, python3-torch for kolo.torch. Installing
 # them takes about 3 minutes on a fresh Debian 12 (~170 packages, ~600 MB); KOLO_WITH_TORCH=OFF
