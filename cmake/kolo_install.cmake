@@ -3,7 +3,7 @@
 #   lib/               libkolo and libkolo_framework (.so with SONAME libkolo.so.MAJOR.MINOR,
 #                      or .a), lib/cmake/Kolo/ (find_package(Kolo)), lib/pkgconfig/ (kolo.pc,
 #                      kolo-framework.pc)
-#   include/kolo/      the public core API
+#   include/kolo/      the public core API, and framework.h: the training stack in one include
 #   include/kolo_framework/framework/   the training stack's headers ("framework/tensor.h")
 # `cpack -G DEB` in the build folder makes kolo_<version>_<arch>.deb of the same files
 # (scripts/package-deb.sh builds one that installs on a plain Debian 12).
@@ -25,10 +25,13 @@ install(TARGETS kolo kolo_framework EXPORT KoloTargets
 install(TARGETS kolorun kolo-bench kolo-trace RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/kolo DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
         FILES_MATCHING PATTERN "*.h")
+install(FILES ${PROJECT_SOURCE_DIR}/framework/include/kolo/framework.h
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kolo)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/framework/
         DESTINATION ${KOLO_FRAMEWORK_INCLUDE_DIR}/framework
         FILES_MATCHING PATTERN "*.h"
-        PATTERN "bench" EXCLUDE PATTERN "test_*.h" EXCLUDE PATTERN "*_test.h" EXCLUDE)
+        PATTERN "bench" EXCLUDE PATTERN "include" EXCLUDE PATTERN "test_*.h" EXCLUDE
+        PATTERN "*_test.h" EXCLUDE)
 
 # The CMake package: find_package(Kolo 0.2 CONFIG [COMPONENTS ...]).
 install(EXPORT KoloTargets NAMESPACE Kolo:: DESTINATION ${KOLO_CMAKE_DIR})

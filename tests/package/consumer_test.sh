@@ -16,12 +16,14 @@ prefix=$work/prefix
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 cmake --install "$build" --prefix "$prefix" >/dev/null
-for f in bin/kolorun bin/kolo-bench bin/kolo-trace include/kolo/kolo.h \
+for f in bin/kolorun bin/kolo-bench bin/kolo-trace include/kolo/kolo.h include/kolo/framework.h \
          include/kolo_framework/framework/tensor.h lib/cmake/Kolo/KoloConfig.cmake \
          lib/cmake/Kolo/KoloConfigVersion.cmake lib/pkgconfig/kolo.pc lib/pkgconfig/kolo-framework.pc; do
   [[ -e $prefix/$f ]] || fail "the install lacks $f"
 done
 [[ -z $(find "$prefix/include" -name '*_test*') ]] || fail "test headers were installed"
+# The umbrella header goes beside kolo.h only, not also among the headers it includes.
+[[ ! -e $prefix/include/kolo_framework/framework/include ]] || fail "framework/include was installed"
 
 echo "== 1. find_package(Kolo) and kolorun -np 2"
 cmake -S "$src/examples/consumer" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$prefix" \
