@@ -76,10 +76,20 @@ set(KOLO_PC_FRAMEWORK_CFLAGS "")
 if(KOLO_HAVE_CUDA)
   set(KOLO_PC_FRAMEWORK_CFLAGS "-DKOLO_HAVE_CUDA=1")
 endif()
+# A program linked with these flags finds the shared libraries at run time through an rpath to
+# libdir, without LD_LIBRARY_PATH; not for a libdir the dynamic loader searches anyway (/usr/lib
+# of a package), where an rpath would only be noise in every program built against it.
+set(KOLO_PC_RPATH "-Wl,-rpath,\${libdir} ")
+if(CMAKE_INSTALL_FULL_LIBDIR IN_LIST CMAKE_CXX_IMPLICIT_LINK_DIRECTORIES OR
+   CMAKE_INSTALL_FULL_LIBDIR IN_LIST CMAKE_PLATFORM_IMPLICIT_LINK_DIRECTORIES)
+  set(KOLO_PC_RPATH "")
+endif()
 # The files find the prefix from their own place, so that an install can move: two folders up
 # from lib/pkgconfig, three from Debian's lib/x86_64-linux-gnu/pkgconfig.
 file(RELATIVE_PATH KOLO_PC_UP_TO_PREFIX ${CMAKE_INSTALL_FULL_LIBDIR}/pkgconfig
      ${CMAKE_INSTALL_PREFIX})
+# No trailing slash: libdir, and so the rpath a program keeps, reads ".../lib/pkgconfig/../../lib".
+string(REGEX REPLACE "/$" "" KOLO_PC_UP_TO_PREFIX "${KOLO_PC_UP_TO_PREFIX}")
 foreach(pc kolo kolo-framework)
   configure_file(${PROJECT_SOURCE_DIR}/cmake/${pc}.pc.in ${PROJECT_BINARY_DIR}/package/${pc}.pc
                  @ONLY)
