@@ -62,148 +62,187 @@ const Knob* knob_of_flag(const std::string& arg) {
   return nullptr;
 }
 
-}  // namespace
+// Reads argv[1..] flag by flag: each parse_*_flag takes the flag at the cursor when it is one
+// of its topic's and returns whether it did.
+class OptionParser {
+ public:
+  explicit OptionParser(const std::vector<std::string>& args) : args_(args) {}
+  Result<LaunchOptions> parse();
 
-Result<LaunchOptions> parse_options(const std::vector<std::string>& args) {
-  LaunchOptions o;
-  bool have_np = false;
-  size_t i = 0;
-  // Accepts "--flag value" and "--flag=value".
-  auto take = [&](const std::string& arg, const std::string& flag,
-                  std::string& value) -> Result<bool> {
-    if (arg == flag) {
-      if (i + 1 >= args.size())
-        return Status::InvalidArgument(flag + " needs a value (kolorun --help lists the forms)");
-      value = args[++i];
-      return true;
-    }
-    if (arg.rfind(flag + "=", 0) == 0) {
-      value = arg.substr(flag.size() + 1);
-      return true;
-    }
-    return false;
-  };
-  for (; i < args.size(); ++i) {
-    const std::string& a = args[i];
+ private:
+  // Accepts "--flag value" and "--flag=value"; true when args_[i_] is `flag`.
+  Result<bool> take(const std::string& flag, std::string& value);
+  // -np, --nnodes, --node-rank, --rdzv: how many ranks run where.
+  Result<bool> parse_shape_flag();
+  // --timeout, --grace, --bind-to, --secret, --secret-file, -x: how the ranks are run.
+  Result<bool> parse_run_flag();
+  // --print-config[=markdown] and the knobs' own flags (--cycle-time ...).
+  Result<bool> parse_config_flag(const std::string& a);
+  // What the flags must say together: -np and a command (unless only printing), a node rank
+  // within --nnodes, a fixed --rdzv when there are several nodes.
+  Status check_complete() const;
+
+  const std::vector<std::string>& args_;
+  size_t i_ = 0;
+  LaunchOptions o_;
+  bool have_np_ = false;
+};
+
+Result<bool> OptionParser::take(const std::string& flag, std::string& value) {
+  const std::string& arg = args_[i_];
+  if (arg == flag) {
+    if (i_ + 1 >= args_.size())
+      return Status::InvalidArgument(flag + " needs a value (kolorun --help lists the forms)");
+    value = args_[++i_];
+    return true;
+  }
+  if (arg.rfind(flag + "=", 0) == 0) {
+    value = arg.substr(flag.size() + 1);
+    return true;
+  }
+  return false;
+}
+
+Result<bool> OptionParser::parse_shape_flag() {
+  std::string v;
+  KOLO_ASSIGN_OR_RETURN(bool np, take("-np", v));
+  if (!np) {
+    KOLO_ASSIGN_OR_RETURN(np, take("-n", v));
+  }
+  if (np) {
+    KOLO_ASSIGN_OR_RETURN(o_.np, parse_int("-np", v, 1));
+    have_np_ = true;
+    return true;
+  }
+  KOLO_ASSIGN_OR_RETURN(bool m, take("--nnodes", v));
+  if (m) {
+    KOLO_ASSIGN_OR_RETURN(o_.nnodes, parse_int("--nnodes", v, 1));
+    return true;
+  }
+  KOLO_ASSIGN_OR_RETURN(m, take("--node-rank", v));
+  if (m) {
+    KOLO_ASSIGN_OR_RETURN(o_.node_rank, parse_int("--node-rank", v, 0));
+    return true;
+  }
+  KOLO_ASSIGN_OR_RETURN(m, take("--rdzv", v));
+  if (m) {
+    KOLO_ASSIGN_OR_RETURN(HostPort hp, parse_host_port(v, "--rdzv"));
+    o_.rdzv = hp;
+    return true;
+  }
+  return false;
+}
+
+Result<bool> OptionParser::parse_run_flag() {
+  std::string v;
+  KOLO_ASSIGN_OR_RETURN(bool m, take("--timeout", v));
+  if (m) {
+    KOLO_ASSIGN_OR_RETURN(o_.timeout, parse_ms("--timeout", v));
+    return true;
+  }
+  KOLO_ASSIGN_OR_RETURN(m, take("--grace", v));
+  if (m) {
+    KOLO_ASSIGN_OR_RETURN(o_.grace, parse_ms("--grace", v));
+    return true;
+  }
+  KOLO_ASSIGN_OR_RETURN(m, take("--bind-to", v));
+  if (m) {
+    KOLO_ASSIGN_OR_RETURN(o_.bind_to, parse_bind_to(v));
+    return true;
+  }
+  KOLO_ASSIGN_OR_RETURN(m, take("--secret", v));
+  if (m) {
+    if (v.empty()) return bad("--secret", "\"\"", "a non-empty string, e.g. 32 hex digits");
+    o_.secret = v;
+    return true;
+  }
+  KOLO_ASSIGN_OR_RETURN(m, take("--secret-file", v));
+  if (m) {
+    if (v.empty()) return bad("--secret-file", "\"\"", "the path of a file only you can read");
+    o_.secret_file = v;
+    return true;
+  }
+  KOLO_ASSIGN_OR_RETURN(m, take("-x", v));
+  if (!m) return false;
+  size_t eq = v.find('=');
+  std::string name = v.substr(0, eq);
+  if (name.empty() || name.find_first_of(" \t") != std::string::npos)
+    return bad("-x", v, "VAR=VALUE or VAR (passes this shell's VAR)");
+  if (eq != std::string::npos) {
+    o_.env[name] = v.substr(eq + 1);
+  } else if (const char* cur = std::getenv(name.c_str())) {
+    o_.env[name] = cur;
+  }
+  return true;
+}
+
+Result<bool> OptionParser::parse_config_flag(const std::string& a) {
+  if (a == "--print-config" || a == "--print-config=markdown") {
+    o_.print_config = a == "--print-config" ? PrintConfig::kValues : PrintConfig::kMarkdown;
+    return true;
+  }
+  const Knob* k = knob_of_flag(a);
+  if (k == nullptr) return false;
+  std::string v;
+  // A bool flag alone means 1; it takes no separate value, which would be the command.
+  if (k->kind == KnobKind::kBool && a == flag_name(*k)) {
+    v = "1";
+  } else {
+    KOLO_RETURN_IF_ERROR(take(flag_name(*k), v).status());
+  }
+  KOLO_RETURN_IF_ERROR(parse_knob(*k, v, flag_name(*k)).status());
+  o_.knob_flags[std::string(k->name)] = v;
+  return true;
+}
+
+Status OptionParser::check_complete() const {
+  if (o_.print_config != PrintConfig::kNo) return Status::Ok();
+  if (!have_np_)
+    return Status::InvalidArgument("-np N is required: the number of processes on this node");
+  if (o_.command.empty())
+    return Status::InvalidArgument("no command given: kolorun [options] -np N cmd args...");
+  if (o_.node_rank >= o_.nnodes)
+    return bad("--node-rank", std::to_string(o_.node_rank),
+               "an integer in [0, --nnodes=" + std::to_string(o_.nnodes) + ")");
+  if (o_.nnodes > 1 && !o_.rdzv)
+    return Status::InvalidArgument("--nnodes " + std::to_string(o_.nnodes) +
+                                   " needs --rdzv HOST:PORT: the address node 0 serves the "
+                                   "store on and the other nodes connect to");
+  if (o_.rdzv && o_.nnodes > 1 && o_.rdzv->port == 0)
+    return bad("--rdzv", o_.rdzv->to_string(), "HOST:PORT with a fixed port when --nnodes > 1");
+  return Status::Ok();
+}
+
+Result<LaunchOptions> OptionParser::parse() {
+  for (; i_ < args_.size(); ++i_) {
+    const std::string& a = args_[i_];
     if (a == "--") {
-      ++i;
+      ++i_;
       break;
     }
     if (a.empty() || a[0] != '-') break;  // the command starts here
-    std::string v;
     if (a == "-h" || a == "--help") {
-      o.help = true;
-      return o;
+      o_.help = true;
+      return o_;
     }
-    if (a == "--tag-output") {
-      o.tag_output = true;
+    if (a == "--tag-output" || a == "--no-tag-output") {
+      o_.tag_output = a == "--tag-output";
       continue;
     }
-    if (a == "--no-tag-output") {
-      o.tag_output = false;
-      continue;
+    KOLO_ASSIGN_OR_RETURN(bool taken, parse_shape_flag());
+    if (!taken) {
+      KOLO_ASSIGN_OR_RETURN(taken, parse_run_flag());
     }
-    KOLO_ASSIGN_OR_RETURN(bool np, take(a, "-np", v));
-    if (!np) {
-      KOLO_ASSIGN_OR_RETURN(np, take(a, "-n", v));
+    if (!taken) {
+      KOLO_ASSIGN_OR_RETURN(taken, parse_config_flag(a));
     }
-    if (np) {
-      KOLO_ASSIGN_OR_RETURN(o.np, parse_int("-np", v, 1));
-      have_np = true;
-      continue;
-    }
-    KOLO_ASSIGN_OR_RETURN(bool m, take(a, "--nnodes", v));
-    if (m) {
-      KOLO_ASSIGN_OR_RETURN(o.nnodes, parse_int("--nnodes", v, 1));
-      continue;
-    }
-    KOLO_ASSIGN_OR_RETURN(m, take(a, "--node-rank", v));
-    if (m) {
-      KOLO_ASSIGN_OR_RETURN(o.node_rank, parse_int("--node-rank", v, 0));
-      continue;
-    }
-    KOLO_ASSIGN_OR_RETURN(m, take(a, "--rdzv", v));
-    if (m) {
-      KOLO_ASSIGN_OR_RETURN(HostPort hp, parse_host_port(v, "--rdzv"));
-      o.rdzv = hp;
-      continue;
-    }
-    KOLO_ASSIGN_OR_RETURN(m, take(a, "--timeout", v));
-    if (m) {
-      KOLO_ASSIGN_OR_RETURN(o.timeout, parse_ms("--timeout", v));
-      continue;
-    }
-    KOLO_ASSIGN_OR_RETURN(m, take(a, "--grace", v));
-    if (m) {
-      KOLO_ASSIGN_OR_RETURN(o.grace, parse_ms("--grace", v));
-      continue;
-    }
-    KOLO_ASSIGN_OR_RETURN(m, take(a, "--bind-to", v));
-    if (m) {
-      KOLO_ASSIGN_OR_RETURN(o.bind_to, parse_bind_to(v));
-      continue;
-    }
-    KOLO_ASSIGN_OR_RETURN(m, take(a, "--secret", v));
-    if (m) {
-      if (v.empty()) return bad("--secret", "\"\"", "a non-empty string, e.g. 32 hex digits");
-      o.secret = v;
-      continue;
-    }
-    KOLO_ASSIGN_OR_RETURN(m, take(a, "--secret-file", v));
-    if (m) {
-      if (v.empty()) return bad("--secret-file", "\"\"", "the path of a file only you can read");
-      o.secret_file = v;
-      continue;
-    }
-    KOLO_ASSIGN_OR_RETURN(m, take(a, "-x", v));
-    if (m) {
-      size_t eq = v.find('=');
-      std::string name = v.substr(0, eq);
-      if (name.empty() || name.find_first_of(" \t") != std::string::npos)
-        return bad("-x", v, "VAR=VALUE or VAR (passes this shell's VAR)");
-      if (eq != std::string::npos) {
-        o.env[name] = v.substr(eq + 1);
-      } else if (const char* cur = std::getenv(name.c_str())) {
-        o.env[name] = cur;
-      }
-      continue;
-    }
-    if (a == "--print-config" || a == "--print-config=markdown") {
-      o.print_config = a == "--print-config" ? PrintConfig::kValues : PrintConfig::kMarkdown;
-      continue;
-    }
-    if (const Knob* k = knob_of_flag(a)) {
-      // A bool flag alone means 1; it takes no separate value, which would be the command.
-      if (k->kind == KnobKind::kBool && a == flag_name(*k)) {
-        v = "1";
-      } else {
-        KOLO_ASSIGN_OR_RETURN(m, take(a, flag_name(*k), v));
-      }
-      KOLO_RETURN_IF_ERROR(parse_knob(*k, v, flag_name(*k)).status());
-      o.knob_flags[std::string(k->name)] = v;
-      continue;
-    }
-    return Status::InvalidArgument("unknown option " + a + " (kolorun --help lists the options)");
+    if (!taken)
+      return Status::InvalidArgument("unknown option " + a + " (kolorun --help lists the options)");
   }
-  o.command.assign(args.begin() + static_cast<long>(i), args.end());
-  if (o.print_config != PrintConfig::kNo) return o;
-  if (!have_np)
-    return Status::InvalidArgument("-np N is required: the number of processes on this node");
-  if (o.command.empty())
-    return Status::InvalidArgument("no command given: kolorun [options] -np N cmd args...");
-  if (o.node_rank >= o.nnodes)
-    return bad("--node-rank", std::to_string(o.node_rank),
-               "an integer in [0, --nnodes=" + std::to_string(o.nnodes) + ")");
-  if (o.nnodes > 1 && !o.rdzv)
-    return Status::InvalidArgument("--nnodes " + std::to_string(o.nnodes) +
-                                   " needs --rdzv HOST:PORT: the address node 0 serves the "
-                                   "store on and the other nodes connect to");
-  if (o.rdzv && o.nnodes > 1 && o.rdzv->port == 0)
-    return bad("--rdzv", o.rdzv->to_string(), "HOST:PORT with a fixed port when --nnodes > 1");
-  return o;
+  o_.command.assign(args_.begin() + static_cast<long>(i_), args_.end());
+  KOLO_RETURN_IF_ERROR(check_complete());
+  return o_;
 }
-
-namespace {
 
 // One entry per knob flag: "  --cycle-time DUR" then its help and default, wrapped to the
 // width of the rest of --help.
@@ -236,6 +275,10 @@ std::string knob_help() {
 }
 
 }  // namespace
+
+Result<LaunchOptions> parse_options(const std::vector<std::string>& args) {
+  return OptionParser(args).parse();
+}
 
 std::string usage() {
   return R"(usage: kolorun [options] -np N cmd args...
