@@ -116,6 +116,11 @@ Result<Job> setup_job(const LaunchOptions& o, const KnobSet& knobs) {
       job.watch = std::make_unique<FailureWatch>(*job.store, o.node_rank);
     }
   }
+  if (!job.store) {
+    KOLO_ASSIGN_OR_RETURN(job.store,
+                          TcpStore::connect(addr, secret, kStoreLossBound, kStoreLossBound));
+  }
+  job.exits = std::make_unique<ExitNotices>(*job.store);
 
   std::map<std::string, std::string> base;
   for (char** e = environ; *e; ++e) {
@@ -156,7 +161,7 @@ Result<Job> setup_job(const LaunchOptions& o, const KnobSet& knobs) {
 Status finish_job(Job& job, const LaunchOptions& o, bool failed) {
   const bool store_lost = job.watch && job.watch->store_lost();
   job.watch.reset();
-  if (!job.store) return Status::Ok();
+  if (o.nnodes == 1) return Status::Ok();
   if (o.node_rank != 0) {
     // Only node 0's store matters to the others: say we are done and leave. A lost store just
     // means node 0 has already gone.

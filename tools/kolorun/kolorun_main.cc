@@ -51,7 +51,11 @@ int main(int argc, char** argv) {
     std::cerr << "kolorun: " << job.status().message() << "\n";
     return 1;
   }
-  SuperviseOptions supervise_options{options->tag_output, options->grace, nullptr, -1};
+  SuperviseOptions supervise_options{options->tag_output, options->grace, nullptr, -1, nullptr};
+  ExitNotices* exits = job->exits.get();
+  supervise_options.on_exit = [exits](int rank, const std::string& how) {
+    exits->publish(rank, how);
+  };
   if (job->watch) {
     FailureWatch* watch = job->watch.get();
     supervise_options.on_failure = [watch](const std::string& what) { watch->publish(what); };

@@ -41,6 +41,7 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 const std::string kKolorun = KOLORUN_PATH;
 const std::string kChild = KOLORUN_TEST_CHILD_PATH;
+const std::string kKoloChild = KOLORUN_KOLO_CHILD_PATH;
 
 // A process whose stdout and stderr are captured. finish() kills it if it outlives the bound,
 // so a broken kolorun fails the test instead of hanging it.
@@ -477,25 +478,99 @@ TEST(Kolorun, AFailingRankStopsTheOthersAndIsNamed) {
   EXPECT_EQ(seen, 2) << p.out();
 }
 
-// Rank 1 exits 3, and kolorun is interrupted within the 250 ms that it holds such a failure
-// (Note [Which failure kolorun reports]): the interruption was reported first, so kolorun exits
-// 128 + SIGINT and reports nothing more. It used to report the held failure too ("stopping the
-// other ranks" a second time; on several nodes, on_failure twice) and exit with status 3.
-TEST(Kolorun, AnInterruptionWhileAFailureIsHeldIsTheOnlyReport) {
-  TempDir dir;
-  const std::string pid_file = dir.path + "/pid1";
-  // Rank 0 waits until rank 1 has been reaped (its pid is gone), then interrupts kolorun.
-  std::string script = "if [ \"$KOLO_RANK\" = 1 ]; then echo $$ > " + pid_file + ".tmp; mv " +
-                       pid_file + ".tmp " + pid_file + "; exit 3; fi; " + "while [ ! -e " +
-                       pid_file + " ]; do sleep 0.01; done; " + "while kill -0 $(cat " + pid_file +
-                       ") 2>/dev/null; do sleep 0.01; done; " + "kill -INT $PPID; exec " + kChild +
-                       " sleep";
+// Rank 0 interrupts kolorun once rank 1 is ready; rank 1 exits 3 when the SIGINT that kolorun
+// forwards reaches it. The interruption was the job's first report, so kolorun exits
+// 128 + SIGINT and reports nothing more (no "stopping the other ranks"; on several nodes, no
+// second on_failure).
+TEST(Kolorun, AFailureAfterAnInterruptionIsNotReported) {
+  TempDir ready;
+  std::string script = "if [ \"$KOLO_RANK\" = 1 ]; then trap 'exit 3' INT; touch " + ready.path +
+                       "/1; while true; do sleep 0.01; done; fi; " + wait_ready(ready.path, {1}) +
+                       "kill -INT $PPID; exec " + kChild + " sleep";
   Proc p({kKolorun, "-np", "2", "sh", "-c", script});
   EXPECT_EQ(exit_code(p.finish(20s)), 128 + SIGINT) << p.err();
-  EXPECT_NE(p.err().find("kolorun: got SIGINT; forwarding it to 1 rank(s)"), std::string::npos)
+  EXPECT_NE(p.err().find("kolorun: got SIGINT; forwarding it to 2 rank(s)"), std::string::npos)
       << p.err();
   EXPECT_EQ(p.err().find("exited with status 3"), std::string::npos) << p.err();
   EXPECT_EQ(p.err().find("stopping the other ranks"), std::string::npos) << p.err();
+}
+
+// Note [Which rank kolorun names], over the order of ends alone.
+TEST(KolorunBlame, TheFirstScanWinsAndWithinOneASignalThenAnErrorThenZero) {
+  const int sigabrt = SIGABRT, sigkill = SIGKILL;  // waitpid statuses of signal deaths
+  const int error = W_EXITCODE(1, 0), zero = W_EXITCODE(0, 0);
+  // An exit found by an earlier scan is first, whatever either was.
+  EXPECT_TRUE(ended_first({1, error, 3}, {0, sigabrt, 4}));
+  EXPECT_FALSE(ended_first({0, sigabrt, 4}, {1, error, 3}));
+  EXPECT_TRUE(ended_first({2, zero, 1}, {0, sigkill, 2}));
+  // Within one scan: a signal, then an error, then 0, then the lower rank.
+  EXPECT_TRUE(ended_first({2, sigkill, 5}, {0, error, 5}));
+  EXPECT_TRUE(ended_first({2, error, 5}, {0, zero, 5}));
+  EXPECT_TRUE(ended_first({0, error, 5}, {1, W_EXITCODE(7, 0), 5}));
+  EXPECT_FALSE(ended_first({1, error, 5}, {1, error, 5}));  // irreflexive
+  EXPECT_EQ(exit_text(error), "exited with status 1");
+  EXPECT_EQ(exit_text(sigkill), "was killed by signal 9 (SIGKILL)");
+}
+
+// Issue 33: rank 1 returns 1 from main right after kolo::init(), without kolo::shutdown(),
+// while ranks 0 and 2 wait in an allreduce; they throw the error (uncaught: SIGABRT). kolorun
+// used to name a survivor's SIGABRT (4 of 4 runs) and exit 134, and the survivors said rank 1
+// "called shutdown()". Now the survivors fail only once kolorun has recorded rank 1's end (Note
+// [Departures] in coordinator/departures.h), so rank 1 is named and its status returned, every
+// run, and they say what happened to it.
+TEST(Kolorun, ARankThatLeavesEarlyIsNamedAndTheSurvivorsSayItLeft) {
+  const std::string said =
+      "what():  Aborted: kolo was shut down: rank 1 exited with status 1 before finishing, "
+      "without calling kolo::shutdown() (it returned from main or called exit); pending "
+      "operations were cancelled\n";
+  for (int run = 0; run < 3; ++run) {
+    Proc p({kKolorun, "--grace", "20s", "-np", "3", kKoloChild, "leave", "1", "1"});
+    EXPECT_EQ(exit_code(p.finish(60s)), 1) << "run " << run << "\n" << p.err();
+    EXPECT_TRUE(std::regex_search(
+        p.err(), std::regex(R"(kolorun: rank 1 \(pid \d+\) exited with status 1\n)")))
+        << p.err();
+    EXPECT_EQ(p.err().find("SIGABRT"), std::string::npos) << p.err();
+    EXPECT_EQ(p.err().find("called shutdown()"), std::string::npos) << p.err();
+    for (const char* survivor : {"[0]   ", "[2]   "})
+      EXPECT_NE(p.err().find(survivor + said), std::string::npos) << survivor << "\n" << p.err();
+  }
+}
+
+// Rank 1 exits 3; rank 0, which ignores SIGTERM, kills itself with SIGKILL once rank 1 has been
+// reaped. The error came first, and is named: kolorun used to hold an error exit for 250 ms and
+// name a signal death within that time instead.
+TEST(Kolorun, AnErrorExitIsNamedBeforeASignalDeathThatFollowsIt) {
+  TempDir dir;
+  const std::string pid_file = dir.path + "/pid1";
+  std::string script = "if [ \"$KOLO_RANK\" = 1 ]; then echo $$ > " + pid_file + ".tmp; mv " +
+                       pid_file + ".tmp " + pid_file + "; exit 3; fi; trap '' TERM; " +
+                       "while [ ! -e " + pid_file + " ]; do sleep 0.01; done; " +
+                       "while kill -0 $(cat " + pid_file + ") 2>/dev/null; do sleep 0.01; done; " +
+                       "kill -9 $$";
+  Proc p({kKolorun, "-np", "2", "sh", "-c", script});
+  EXPECT_EQ(exit_code(p.finish(20s)), 3) << p.err();
+  EXPECT_TRUE(std::regex_search(
+      p.err(), std::regex(R"(^kolorun: rank 1 \(pid \d+\) exited with status 3\n)")))
+      << p.err();
+  EXPECT_EQ(p.err().find("killed by signal"), std::string::npos) << p.err();
+}
+
+// Rank 0 exits 0 at once; rank 1 exits 5 once rank 0 has been reaped. Rank 0 left first, while
+// rank 1 still ran: kolorun names it first, then the failure, and returns the failure's status.
+TEST(Kolorun, ARankThatExitedZeroWhileOthersRanIsNamedBeforeTheFailure) {
+  TempDir dir;
+  const std::string pid_file = dir.path + "/pid0";
+  std::string script = "if [ \"$KOLO_RANK\" = 0 ]; then echo $$ > " + pid_file + ".tmp; mv " +
+                       pid_file + ".tmp " + pid_file + "; exit 0; fi; " + "while [ ! -e " +
+                       pid_file + " ]; do sleep 0.01; done; " + "while kill -0 $(cat " + pid_file +
+                       ") 2>/dev/null; do sleep 0.01; done; exit 5";
+  Proc p({kKolorun, "-np", "2", "sh", "-c", script});
+  EXPECT_EQ(exit_code(p.finish(20s)), 5) << p.err();
+  EXPECT_TRUE(std::regex_search(
+      p.err(), std::regex(R"(^kolorun: rank 0 \(pid \d+\) exited with status 0 while the other )"
+                          R"(ranks still ran, the first rank to leave; then rank 1 \(pid \d+\) )"
+                          R"(exited with status 5\n$)")))
+      << p.err();
 }
 
 TEST(Kolorun, ARankKilledByASignalIsNamedWithTheSignal) {

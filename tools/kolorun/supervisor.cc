@@ -27,8 +27,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Note [Which failure kolorun reports] (supervise).
-constexpr std::chrono::milliseconds kSettle{250};
 // Once kolorun was interrupted, how long it still waits at exit for its output to be read.
 constexpr std::chrono::seconds kFlushBound{2};
 
@@ -46,17 +44,15 @@ struct Child {
   pid_t pid = -1;
   bool alive = false;
   int status = 0;                // waitpid status once reaped
+  uint64_t scan = 0;             // the waitpid scan that reaped it (Supervisor::reap)
   bool group_gone = false;       // its process group has no member left (kill said ESRCH)
   int out_fd = -1, err_fd = -1;  // read ends, -1 when closed or not tagging
   std::unique_ptr<LinePrefixer> out, err;
 };
 
 std::string describe_exit(const Child& c) {
-  std::string who = "rank " + std::to_string(c.rank) + " (pid " + std::to_string(c.pid) + ")";
-  if (WIFEXITED(c.status))
-    return who + " exited with status " + std::to_string(WEXITSTATUS(c.status));
-  int sig = WTERMSIG(c.status);
-  return who + " was killed by signal " + std::to_string(sig) + " (" + signal_name(sig) + ")";
+  return "rank " + std::to_string(c.rank) + " (pid " + std::to_string(c.pid) + ") " +
+         exit_text(c.status);
 }
 
 bool failed(int status) { return !WIFEXITED(status) || WEXITSTATUS(status) != 0; }
@@ -255,11 +251,12 @@ class Supervisor {
   int alive_count() const;
   void stop_others(int sig);
 
-  // Reaps whoever has exited (SIGCHLD only wakes the loop; the truth is waitpid's) and holds a
-  // new failure as the suspect (Note [Which failure kolorun reports]).
+  // Reaps whoever has exited (SIGCHLD only wakes the loop; the truth is waitpid's), tells
+  // on_exit, and reports the first failure (Note [Which rank kolorun names]).
   void reap();
-  // Reports the suspect once it has settled: names it, tells the other nodes, stops the ranks.
-  void report_settled_failure();
+  // Names children_[i]'s failure (after the rank that left first, if that was another),
+  // tells the other nodes, stops the ranks.
+  void report_failure(size_t i);
   // Whether the loop is done: every rank reaped and its pipes closed, or the drain deadline
   // passed (what the ranks left behind holds a pipe). Starts the drain once all are reaped.
   bool done_draining(Clock::time_point now);
@@ -278,9 +275,9 @@ class Supervisor {
   std::vector<OutputSink*> sinks_;
   std::vector<Child> children_;
 
-  std::optional<size_t> first_failure_;  // index into children_
-  std::optional<size_t> suspect_;        // a failure not reported yet (kSettle)
-  std::optional<Clock::time_point> report_at_;
+  uint64_t scans_ = 0;                        // waitpid scans so far
+  std::optional<size_t> first_exit_;          // the first rank to end while others ran
+  std::optional<size_t> first_failure_;       // the failure reported; indices into children_
   int interrupted_by_ = 0;                    // the signal kolorun received, if any
   std::optional<Clock::time_point> kill_at_;  // when SIGKILL follows the SIGTERM
   bool killed_ = false;
@@ -328,7 +325,6 @@ void Supervisor::stop_others(int sig) {
 void Supervisor::run() {
   while (true) {
     reap();
-    report_settled_failure();
     auto now = Clock::now();
     if (done_draining(now)) return;
     enforce_grace(now);
@@ -337,38 +333,47 @@ void Supervisor::run() {
 }
 
 void Supervisor::reap() {
+  ++scans_;
+  std::vector<size_t> ended;
   for (size_t i = 0; i < children_.size(); ++i) {
     Child& c = children_[i];
     if (!c.alive) continue;
     int status = 0;
-    pid_t r = ::waitpid(c.pid, &status, WNOHANG);
-    if (r != c.pid) continue;
+    if (::waitpid(c.pid, &status, WNOHANG) != c.pid) continue;
     c.alive = false;
     c.status = status;
-    if (!failed(status) || first_failure_ || interrupted_by_ || remote_failure_) continue;
-    // Note [Which failure kolorun reports]: a rank killed by a signal is reported at once. A
-    // rank that exited with an error is often the consequence of a peer's death (its
-    // connections broke a few milliseconds after the peer died, and the kernel may let it
-    // be reaped first), so it is held for kSettle, during which a rank found killed by a
-    // signal is reported instead.
-    const bool signaled = WIFSIGNALED(status);
-    if (!suspect_ || (signaled && !WIFSIGNALED(children_[*suspect_].status))) {
-      suspect_ = i;
-      report_at_ = Clock::now() + (signaled ? Clock::duration::zero() : kSettle);
-    }
+    c.scan = scans_;
+    ended.push_back(i);
   }
+  if (ended.empty()) return;
+  // Note [Which rank kolorun names]: this scan's ranks in the order they count as ending.
+  auto as_exit = [&](size_t i) {
+    return RankExit{children_[i].rank, children_[i].status, children_[i].scan};
+  };
+  std::sort(ended.begin(), ended.end(),
+            [&](size_t a, size_t b) { return ended_first(as_exit(a), as_exit(b)); });
+  if (!first_exit_ && alive_count() > 0) first_exit_ = ended.front();
+  // After an interruption or another node's failure, that was the job's first report.
+  if (!first_failure_ && !interrupted_by_ && !remote_failure_) {
+    auto failure = std::find_if(ended.begin(), ended.end(),
+                                [&](size_t i) { return failed(children_[i].status); });
+    if (failure != ended.end()) report_failure(*failure);
+  }
+  // Only now: a Kolo rank that fails on a departed peer waits for this (Note [Departures]), and
+  // must not end within this scan, where the order would be lost.
+  if (options_.on_exit)
+    for (size_t i : ended) options_.on_exit(children_[i].rank, exit_text(children_[i].status));
 }
 
-void Supervisor::report_settled_failure() {
-  // A failure still held when kolorun was interrupted, or another node's failure arrived, is
-  // not the job's first: that one has been reported (and on_failure called) already.
-  if (suspect_ && (interrupted_by_ || remote_failure_)) suspect_.reset();
-  if (!suspect_ || (Clock::now() < *report_at_ && alive_count() > 0)) return;
-  first_failure_ = suspect_;
-  suspect_.reset();
-  Child& c = children_[*first_failure_];
-  say(describe_exit(c));
-  if (options_.on_failure) options_.on_failure(describe_exit(c));
+void Supervisor::report_failure(size_t i) {
+  first_failure_ = i;
+  std::string what = describe_exit(children_[i]);
+  // A failure would have been reported when it was found: an earlier first exit exited 0.
+  if (first_exit_ && *first_exit_ != i)
+    what = describe_exit(children_[*first_exit_]) +
+           " while the other ranks still ran, the first rank to leave; then " + what;
+  say(what);
+  if (options_.on_failure) options_.on_failure(what);
   if (alive_count() > 0) {
     say("stopping the other ranks (SIGTERM, then SIGKILL after " +
         std::to_string(options_.grace.count()) + "ms)");
@@ -509,6 +514,20 @@ int Supervisor::finish() {
 std::string signal_name(int sig) {
   if (const char* abbrev = sigabbrev_np(sig)) return std::string("SIG") + abbrev;
   return "signal " + std::to_string(sig);
+}
+
+std::string exit_text(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  const int sig = WTERMSIG(status);
+  return "was killed by signal " + std::to_string(sig) + " (" + signal_name(sig) + ")";
+}
+
+bool ended_first(const RankExit& a, const RankExit& b) {
+  if (a.scan != b.scan) return a.scan < b.scan;
+  // 0: killed by a signal, 1: exited with an error, 2: exited 0.
+  auto kind = [](int status) { return WIFSIGNALED(status) ? 0 : failed(status) ? 1 : 2; };
+  if (kind(a.status) != kind(b.status)) return kind(a.status) < kind(b.status);
+  return a.rank < b.rank;
 }
 
 Result<int> supervise(const std::vector<RankSpec>& ranks, const SuperviseOptions& options) {
