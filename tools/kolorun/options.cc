@@ -318,9 +318,11 @@ any rank, kolorun checks every KOLO_* value, from these flags and from its envir
 -x), and warns about unknown KOLO_* names that are near misses of real ones.
 )" + knob_help() +
          R"(
-Exit status: 0 when every rank exits 0; 2 for a bad flag or KOLO_* value; otherwise the failed
-rank's exit status (128+signal when it was killed by a signal), or 128+signal when kolorun
-itself was interrupted.
+Exit status: 0 when every rank exits 0; 2 for a bad flag or KOLO_* value; otherwise the exit
+status of the first rank to fail (128+signal when it was killed by a signal), or 128+signal when
+kolorun itself was interrupted. kolorun names the first rank to end while the others still ran,
+by the time it saw each end; one that exited 0 before a failure is named first, as the first
+rank to leave.
 )";
 }
 
