@@ -80,7 +80,8 @@ Status gather_nodes(Store& store, const LaunchOptions& o) {
     if (*theirs != shape)
       return Status::Mismatch("node " + std::to_string(o.node_rank) + " was started with " + shape +
                               " but node 0 with " + *theirs +
-                              ": every node needs the same --nnodes and -np");
+                              ": every node needs the same --nnodes and -np (per node; or the "
+                              "same --np-total)");
   }
   std::string me = std::to_string(o.node_rank);
   KOLO_ASSIGN_OR_RETURN(int64_t claims, store.add("kolorun/node/" + me + "/claims", 1));

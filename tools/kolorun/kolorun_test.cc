@@ -260,7 +260,8 @@ TEST(KolorunOptions, ParsesEveryFlag) {
 }
 
 TEST(KolorunOptions, RejectsBadFlagsNamingFlagValueAndForm) {
-  EXPECT_EQ(parse_error({"prog"}), "-np N is required: the number of processes on this node");
+  EXPECT_EQ(parse_error({"prog"}),
+            "-np N (the processes on this node) or --np-total N (in the whole job) is required");
   EXPECT_EQ(parse_error({"-np", "0", "prog"}), "-np 0 is invalid: expected an integer >= 1");
   EXPECT_EQ(parse_error({"-np", "x", "prog"}), "-np x is invalid: expected an integer >= 1");
   EXPECT_EQ(parse_error({"-np", "2"}), "no command given: kolorun [options] -np N cmd args...");
@@ -309,6 +310,35 @@ TEST(KolorunOptions, EveryUserKnobIsAFlagAndBoolFlagsNeedNoValue) {
   EXPECT_EQ(o->command, (std::vector<std::string>{"prog", "--tcp-unix"}));
   EXPECT_EQ(parse_error({"-np", "1", "--rank", "3", "prog"}),
             "unknown option --rank (kolorun --help lists the options)");
+}
+
+// Issue 33 item 5: -np is per node (a Horovod user reads it as the job's total); --np-total
+// gives the total, split evenly over the nodes.
+TEST(KolorunOptions, NpCountsOneNodeAndNpTotalTheJob) {
+  auto o = parse_options({"--np-total", "8", "--nnodes", "2", "--rdzv", "h:1", "prog"});
+  ASSERT_TRUE(o.ok()) << o.status().to_string();
+  EXPECT_EQ(o->np, 4);
+  EXPECT_EQ(o->np_total, 8);
+  EXPECT_EQ(parse_options({"--np-total=3", "prog"})->np, 3);
+  EXPECT_EQ(parse_options({"-np", "8", "--nnodes", "2", "--rdzv", "h:1", "prog"})->np, 8);
+  EXPECT_EQ(parse_error({"--np-total", "6", "--nnodes", "4", "--rdzv", "h:1", "prog"}),
+            "--np-total 6 does not divide evenly over --nnodes 4: give a multiple of 4, or -np N, "
+            "the processes of each node");
+  EXPECT_EQ(parse_error({"-np", "2", "--np-total", "4", "prog"}),
+            "-np 2 and --np-total 4 are both given: -np counts the processes of one node, "
+            "--np-total those of the whole job; give one");
+  EXPECT_EQ(parse_error({"--np-total", "0", "prog"}),
+            "--np-total 0 is invalid: expected an integer >= 1");
+  // --help says so wherever --nnodes appears.
+  const std::string help = usage();
+  EXPECT_NE(help.find("processes on this node, not in the job: with --nnodes M the job has\n"
+                      "                         M*N ranks"),
+            std::string::npos)
+      << help;
+  EXPECT_NE(help.find("--nnodes M             nodes in the job (default 1); run one kolorun per "
+                      "node, each with the\n                         same -np N (per node)"),
+            std::string::npos)
+      << help;
 }
 
 TEST(KolorunOptions, PrintConfigNeedsNoCommand) {
@@ -850,6 +880,43 @@ TEST(Kolorun, TwoNodesOnLocalhostFormOneWorld) {
     EXPECT_EQ(e["KOLO_STORE_ADDR"], rdzv);
     EXPECT_EQ(e["KOLO_SECRET"], "0123456789abcdef");
   }
+}
+
+// --np-total 4 on each of two nodes: two ranks each, four in all.
+TEST(Kolorun, NpTotalSplitsTheJobOverItsNodes) {
+  SecretFile secret("0123456789abcdef");
+  std::string rdzv = "127.0.0.1:" + std::to_string(free_port());
+  auto node = [&](int k) {
+    return std::vector<std::string>{kKolorun,
+                                    "--nnodes",
+                                    "2",
+                                    "--node-rank",
+                                    std::to_string(k),
+                                    "--rdzv",
+                                    rdzv,
+                                    "--secret-file",
+                                    secret.path,
+                                    "--np-total",
+                                    "4",
+                                    "--timeout",
+                                    "20s",
+                                    kChild,
+                                    "env"};
+  };
+  Proc n0(node(0)), n1(node(1));
+  ASSERT_EQ(exit_code(n1.finish()), 0) << n1.err();
+  ASSERT_EQ(exit_code(n0.finish()), 0) << n0.err();
+  auto e0 = parse_env_lines(n0.out()), e1 = parse_env_lines(n1.out());
+  ASSERT_EQ(e0.size(), 2u) << n0.out();
+  ASSERT_EQ(e1.size(), 2u) << n1.out();
+  for (int r = 0; r < 4; ++r) {
+    auto& e = r < 2 ? e0[r] : e1[r];
+    EXPECT_EQ(e["KOLO_SIZE"], "4");
+    EXPECT_EQ(e["KOLO_LOCAL_SIZE"], "2");
+  }
+  Proc one({kKolorun, "--np-total", "3", kChild, "env"});
+  ASSERT_EQ(exit_code(one.finish()), 0) << one.err();
+  EXPECT_EQ(parse_env_lines(one.out()).size(), 3u) << one.out();
 }
 
 TEST(Kolorun, TwoNodesRanksMeetThroughNodeZerosStore) {

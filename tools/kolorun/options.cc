@@ -72,12 +72,14 @@ class OptionParser {
  private:
   // Accepts "--flag value" and "--flag=value"; true when args_[i_] is `flag`.
   Result<bool> take(const std::string& flag, std::string& value);
-  // -np, --nnodes, --node-rank, --rdzv: how many ranks run where.
+  // -np, --np-total, --nnodes, --node-rank, --rdzv: how many ranks run where.
   Result<bool> parse_shape_flag();
   // --timeout, --grace, --bind-to, --secret, --secret-file, -x: how the ranks are run.
   Result<bool> parse_run_flag();
   // --print-config[=markdown] and the knobs' own flags (--cycle-time ...).
   Result<bool> parse_config_flag(const std::string& a);
+  // --np-total N: N / --nnodes processes on this node, when that divides.
+  Status share_np_total();
   // What the flags must say together: -np and a command (unless only printing), a node rank
   // within --nnodes, a fixed --rdzv when there are several nodes.
   Status check_complete() const;
@@ -114,7 +116,12 @@ Result<bool> OptionParser::parse_shape_flag() {
     have_np_ = true;
     return true;
   }
-  KOLO_ASSIGN_OR_RETURN(bool m, take("--nnodes", v));
+  KOLO_ASSIGN_OR_RETURN(bool m, take("--np-total", v));
+  if (m) {
+    KOLO_ASSIGN_OR_RETURN(o_.np_total, parse_int("--np-total", v, 1));
+    return true;
+  }
+  KOLO_ASSIGN_OR_RETURN(m, take("--nnodes", v));
   if (m) {
     KOLO_ASSIGN_OR_RETURN(o_.nnodes, parse_int("--nnodes", v, 1));
     return true;
@@ -195,10 +202,28 @@ Result<bool> OptionParser::parse_config_flag(const std::string& a) {
   return true;
 }
 
+Status OptionParser::share_np_total() {
+  if (o_.np_total == 0) return Status::Ok();
+  const std::string total = "--np-total " + std::to_string(o_.np_total);
+  const std::string nodes = "--nnodes " + std::to_string(o_.nnodes);
+  if (have_np_)
+    return Status::InvalidArgument("-np " + std::to_string(o_.np) + " and " + total +
+                                   " are both given: -np counts the processes of one node, " +
+                                   "--np-total those of the whole job; give one");
+  if (o_.np_total % o_.nnodes != 0)
+    return Status::InvalidArgument(total + " does not divide evenly over " + nodes +
+                                   ": give a multiple of " + std::to_string(o_.nnodes) +
+                                   ", or -np N, the processes of each node");
+  o_.np = o_.np_total / o_.nnodes;
+  have_np_ = true;
+  return Status::Ok();
+}
+
 Status OptionParser::check_complete() const {
   if (o_.print_config != PrintConfig::kNo) return Status::Ok();
   if (!have_np_)
-    return Status::InvalidArgument("-np N is required: the number of processes on this node");
+    return Status::InvalidArgument(
+        "-np N (the processes on this node) or --np-total N (in the whole job) is required");
   if (o_.command.empty())
     return Status::InvalidArgument("no command given: kolorun [options] -np N cmd args...");
   if (o_.node_rank >= o_.nnodes)
@@ -240,6 +265,7 @@ Result<LaunchOptions> OptionParser::parse() {
       return Status::InvalidArgument("unknown option " + a + " (kolorun --help lists the options)");
   }
   o_.command.assign(args_.begin() + static_cast<long>(i_), args_.end());
+  KOLO_RETURN_IF_ERROR(share_np_total());
   KOLO_RETURN_IF_ERROR(check_complete());
   return o_;
 }
@@ -290,8 +316,12 @@ SIGTERM, and stops every rank when one fails. Each rank is bound to an equal sha
 the CPUs kolorun may use (see --bind-to), and OMP_NUM_THREADS and OPENBLAS_NUM_THREADS
 default to the size of that share, so that the ranks do not oversubscribe the node.
 
-  -np N, -n N            processes on this node (required)
-  --nnodes M             nodes in the job (default 1); run one kolorun per node
+  -np N, -n N            processes on this node, not in the job: with --nnodes M the job has
+                         M*N ranks (required, or --np-total)
+  --np-total T           processes in the whole job instead, T/M on each of the M nodes (T must
+                         be a multiple of M)
+  --nnodes M             nodes in the job (default 1); run one kolorun per node, each with the
+                         same -np N (per node) or --np-total T (the job's)
   --node-rank K          this node's rank in [0, M) (default 0); global rank = K*N + local rank
   --rdzv HOST:PORT       store address: node 0 serves it, the others connect (required if M > 1)
   --timeout DUR          how long nodes wait for each other at start and after a success
