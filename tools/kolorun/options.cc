@@ -339,7 +339,8 @@ default to the size of that share, so that the ranks do not oversubscribe the no
   --no-tag-output        pass output through untouched
   -x VAR=VALUE, -x VAR   set VAR for every rank (VAR alone: this shell's value)
   --print-config         print every KOLO_* knob, its value and where it came from (default,
-                         environment or flag), then exit without starting anything
+                         environment or flag), then exit without starting anything; with -np
+                         (and --nnodes), the backends this job's ranks will use here and why
   --print-config=markdown  print README's configuration table, generated from the registry
   -h, --help             this text
 
@@ -349,10 +350,10 @@ any rank, kolorun checks every KOLO_* value, from these flags and from its envir
 )" + knob_help() +
          R"(
 Exit status: 0 when every rank exits 0; 2 for a bad flag or KOLO_* value; otherwise the exit
-status of the first rank to fail (128+signal when it was killed by a signal), or 128+signal when
-kolorun itself was interrupted. kolorun names the first rank to end while the others still ran,
-by the time it saw each end; one that exited 0 before a failure is named first, as the first
-rank to leave.
+status of the first rank to fail (128+signal when it was killed by a signal), or 128+signal
+when kolorun itself was interrupted. kolorun names the first rank to end while the others still
+ran, by the time it saw each end; one that exited 0 before a failure is named first, as the
+first rank to leave.
 )";
 }
 
