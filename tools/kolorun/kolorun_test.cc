@@ -508,6 +508,27 @@ TEST(Kolorun, AFailingRankStopsTheOthersAndIsNamed) {
   EXPECT_EQ(seen, 2) << p.out();
 }
 
+// Rank 1 exits 3, and kolorun is interrupted within the 250 ms that it holds such a failure
+// (Note [Which rank kolorun names]): the interruption was reported first, so kolorun exits
+// 128 + SIGINT and reports nothing more. It used to report the held failure too ("stopping the
+// other ranks" a second time; on several nodes, on_failure twice) and exit with status 3.
+TEST(Kolorun, AnInterruptionWhileAFailureIsHeldIsTheOnlyReport) {
+  TempDir dir;
+  const std::string pid_file = dir.path + "/pid1";
+  // Rank 0 waits until rank 1 has been reaped (its pid is gone), then interrupts kolorun.
+  std::string script = "if [ \"$KOLO_RANK\" = 1 ]; then echo $$ > " + pid_file + ".tmp; mv " +
+                       pid_file + ".tmp " + pid_file + "; exit 3; fi; " + "while [ ! -e " +
+                       pid_file + " ]; do sleep 0.01; done; " + "while kill -0 $(cat " + pid_file +
+                       ") 2>/dev/null; do sleep 0.01; done; " + "kill -INT $PPID; exec " + kChild +
+                       " sleep";
+  Proc p({kKolorun, "-np", "2", "sh", "-c", script});
+  EXPECT_EQ(exit_code(p.finish(20s)), 128 + SIGINT) << p.err();
+  EXPECT_NE(p.err().find("kolorun: got SIGINT; forwarding it to 1 rank(s)"), std::string::npos)
+      << p.err();
+  EXPECT_EQ(p.err().find("exited with status 3"), std::string::npos) << p.err();
+  EXPECT_EQ(p.err().find("stopping the other ranks"), std::string::npos) << p.err();
+}
+
 // Rank 0 interrupts kolorun once rank 1 is ready; rank 1 exits 3 when the SIGINT that kolorun
 // forwards reaches it. The interruption was the job's first report, so kolorun exits
 // 128 + SIGINT and reports nothing more (no "stopping the other ranks"; on several nodes, no

@@ -27,6 +27,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// How long a failure by an error exit is held before kolorun reports it and stops the others
+// (Note [Which rank kolorun names]).
+constexpr std::chrono::milliseconds kSettle{250};
+
 // Once kolorun was interrupted, how long it still waits at exit for its output to be read.
 constexpr std::chrono::seconds kFlushBound{2};
 
@@ -251,9 +255,12 @@ class Supervisor {
   int alive_count() const;
   void stop_others(int sig);
 
-  // Reaps whoever has exited (SIGCHLD only wakes the loop; the truth is waitpid's), tells
-  // on_exit, and reports the first failure (Note [Which rank kolorun names]).
+  // Reaps whoever has exited (SIGCHLD only wakes the loop; the truth is waitpid's), holds the
+  // first failure (Note [Which rank kolorun names]), and tells on_exit.
   void reap();
+  // Reports the held failure once it is due (or every rank has ended), unless an interruption
+  // or another node's failure was reported meanwhile.
+  void report_held_failure();
   // Names children_[i]'s failure (after the rank that left first, if that was another),
   // tells the other nodes, stops the ranks.
   void report_failure(size_t i);
@@ -275,8 +282,10 @@ class Supervisor {
   std::vector<OutputSink*> sinks_;
   std::vector<Child> children_;
 
-  uint64_t scans_ = 0;                        // waitpid scans so far
-  std::optional<size_t> first_exit_;          // the first rank to end while others ran
+  uint64_t scans_ = 0;                  // waitpid scans so far
+  std::optional<size_t> first_exit_;    // the first rank to end while others ran
+  std::optional<size_t> held_failure_;  // the first failure, until reported (kSettle)
+  std::optional<Clock::time_point> report_at_;
   std::optional<size_t> first_failure_;       // the failure reported; indices into children_
   int interrupted_by_ = 0;                    // the signal kolorun received, if any
   std::optional<Clock::time_point> kill_at_;  // when SIGKILL follows the SIGTERM
@@ -325,6 +334,7 @@ void Supervisor::stop_others(int sig) {
 void Supervisor::run() {
   while (true) {
     reap();
+    report_held_failure();
     auto now = Clock::now();
     if (done_draining(now)) return;
     enforce_grace(now);
@@ -354,15 +364,27 @@ void Supervisor::reap() {
             [&](size_t a, size_t b) { return ended_first(as_exit(a), as_exit(b)); });
   if (!first_exit_ && alive_count() > 0) first_exit_ = ended.front();
   // After an interruption or another node's failure, that was the job's first report.
-  if (!first_failure_ && !interrupted_by_ && !remote_failure_) {
+  if (!held_failure_ && !first_failure_ && !interrupted_by_ && !remote_failure_) {
     auto failure = std::find_if(ended.begin(), ended.end(),
                                 [&](size_t i) { return failed(children_[i].status); });
-    if (failure != ended.end()) report_failure(*failure);
+    if (failure != ended.end()) {
+      held_failure_ = *failure;
+      const bool signaled = WIFSIGNALED(children_[*failure].status);
+      report_at_ = Clock::now() + (signaled ? Clock::duration::zero() : kSettle);
+    }
   }
   // Only now: a Kolo rank that fails on a departed peer waits for this (Note [Departures]), and
   // must not end within this scan, where the order would be lost.
   if (options_.on_exit)
     for (size_t i : ended) options_.on_exit(children_[i].rank, exit_text(children_[i].status));
+}
+
+void Supervisor::report_held_failure() {
+  if (held_failure_ && (interrupted_by_ || remote_failure_)) held_failure_.reset();
+  if (!held_failure_ || (Clock::now() < *report_at_ && alive_count() > 0)) return;
+  const size_t i = *held_failure_;
+  held_failure_.reset();
+  report_failure(i);
 }
 
 void Supervisor::report_failure(size_t i) {

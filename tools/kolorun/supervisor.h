@@ -49,12 +49,15 @@ struct SuperviseOptions {
 
 // Note [Which rank kolorun names]
 // The rank kolorun names, and whose status it returns, is the first to end while the others
-// still ran, by the time kolorun saw it end: a failure is reported as soon as the waitpid scan
-// that finds it. The order in which one scan finds several ended ranks is not the order they
-// ended in, so within one scan (ranks that ended within one wake-up of kolorun's loop) a rank
-// killed by a signal counts as first, then one that exited with an error, then one that exited
-// 0, then the lowest rank: a signal is more often the cause, an error exit the consequence (its
-// links broke).
+// still ran, by the time kolorun saw it end (the waitpid scan that found it), whatever ends
+// later. The order in which one scan finds several ended ranks is not the order they ended in,
+// so within one scan (ranks that ended within one wake-up of kolorun's loop) a rank killed by a
+// signal counts as first, then one that exited with an error, then one that exited 0, then the
+// lowest rank: a signal is more often the cause, an error exit the consequence (its links broke).
+// When it is reported is another matter: a rank killed by a signal at once; one that exited with
+// an error after 250 ms (or once every rank has ended), so that ranks failing alike (a job-wide
+// setting that differs) each print their own error before kolorun stops them. An interruption
+// of kolorun, or another node's failure, within those 250 ms is reported instead.
 // The first rank to leave is not always the first to be seen dead. Kolo's static destructors end
 // the session of a rank that returns from main without kolo::shutdown(), and its peers learned of
 // it, threw and died by SIGABRT before that process had ended (3 of 6 runs: kolorun named a
