@@ -390,7 +390,7 @@ void Supervisor::report_held_failure() {
 void Supervisor::report_failure(size_t i) {
   first_failure_ = i;
   std::string what = describe_exit(children_[i]);
-  // A failure would have been reported when it was found: an earlier first exit exited 0.
+  // A failure is held from the scan that found it on: an earlier first exit exited 0.
   if (first_exit_ && *first_exit_ != i)
     what = describe_exit(children_[*first_exit_]) +
            " while the other ranks still ran, the first rank to leave; then " + what;
