@@ -9,6 +9,7 @@
 #include "common/knobs.h"
 #include "common/logging.h"
 #include "coordinator/cuda_staging.h"
+#include "coordinator/departures.h"
 #include "coordinator/failure_board.h"
 #include "coordinator/knob_agreement.h"
 #include "coordinator/pairs.h"
@@ -38,10 +39,18 @@ struct Global {
   std::shared_ptr<coord::Runtime> runtime;       // set while initialised
   std::shared_ptr<coord::ProcessSetTable> sets;  // with runtime
   std::shared_ptr<coord::PairTable> pairs;       // with runtime
+  // With runtime, in a job of several ranks.
+  std::shared_ptr<coord::Departures> departures;
   bool was_shut_down = false;
   // init() after shutdown() must not meet the previous session's rendezvous keys (a store
   // never deletes keys), so every session namespaces them; all ranks count alike.
   int session = 0;
+
+  // Still initialised here, the process is exiting without kolo::shutdown(): the members'
+  // destructors end the session, and the peers are told why first (Note [Departures]).
+  ~Global() {
+    if (runtime && departures) departures->record();
+  }
 };
 
 Global& global() {
@@ -220,10 +229,15 @@ Status init() {
     KOLO_ASSIGN_OR_RETURN(control, create_backend(config.cpu_operations, ctx));
   }
   std::shared_ptr<Store> quick = quick_store(knobs, world);
+  std::shared_ptr<coord::Departures> departures;
   if (world.size > 1) {
     auto board = std::make_shared<coord::FailureBoard>(quick, session_prefix(g.session), world.rank,
                                                        world.size);
     config.name_first_failure = [board](const Status& st) { return board->name_first_failure(st); };
+    departures = std::make_shared<coord::Departures>(
+        quick, session_prefix(g.session), world.rank,
+        launched.launcher == "kolorun" ? coord::kLauncherExitWait : std::chrono::seconds(0));
+    config.describe_departure = [departures](int r) { return departures->describe(r); };
   }
   // CUDA tensors: a device backend (nccl) of their own, or a CPU backend other than the data
   // plane's that they are staged to; none when they are staged to the data plane's backend.
@@ -272,6 +286,7 @@ Status init() {
   g.runtime = std::move(rt);
   g.sets = std::move(sets);
   g.pairs = std::move(pairs);
+  g.departures = std::move(departures);
   g.was_shut_down = false;
   return Status::Ok();
 }
@@ -301,6 +316,7 @@ Status shutdown() {
   Status st = rt->shutdown();
   rt.reset();
   std::lock_guard<std::mutex> lock(g.mu);
+  g.departures.reset();
   g.quick_store.reset();
   g.world = World{};
   return st;

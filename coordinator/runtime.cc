@@ -535,16 +535,27 @@ Status Runtime::cycle(bool shutdown_requested, bool& stop) {
   }
   if (!list.fatal.empty()) return Status::Aborted(list.fatal);
   if (list.shutdown_rank >= 0) {
-    fail_all(Status::Aborted(
-        config_.label.empty()
-            ? "kolo was shut down (rank " + std::to_string(list.shutdown_rank) +
-                  " called shutdown()); pending operations were cancelled"
-            : config_.label + " was removed (its rank " +
-                  std::to_string(named_rank(config_, list.shutdown_rank)) + " called " +
-                  config_.closed_by + "); pending operations were cancelled"));
+    fail_all(Status::Aborted(shutdown_message(list.shutdown_rank)));
     stop = true;
   }
   return Status::Ok();
+}
+
+std::string Runtime::shutdown_message(int rank) {
+  const std::string cancelled = "; pending operations were cancelled";
+  if (!config_.label.empty())
+    return config_.label + " was removed (its rank " + std::to_string(named_rank(config_, rank)) +
+           " called " + config_.closed_by + ")" + cancelled;
+  bool work = !pending_.empty();
+  if (!work) {
+    MutexLock lock(mu_);
+    work = !queue_.empty();
+  }
+  // Note [Departures]: asked only when something fails, since it may wait for the launcher.
+  if (work && rank != topology_.rank && config_.describe_departure)
+    if (std::optional<std::string> departure = config_.describe_departure(rank))
+      return "kolo was shut down: " + *departure + cancelled;
+  return "kolo was shut down (rank " + std::to_string(rank) + " called shutdown())" + cancelled;
 }
 
 Status Runtime::negotiate_slow(const RequestList& mine, ResponseList& out) {

@@ -124,6 +124,8 @@ class Runtime {
   void retire(const std::vector<BatchItem>& items);
   void end_negotiate_spans(const std::vector<BatchItem>& items);
   void fail_all(const Status& status);
+  // What the operations still pending end with when rank `rank` shut the session down.
+  std::string shutdown_message(int rank);
   // Every rank, in the same cycle: adopts the autotuner's decision. Internal when it names a
   // categorical knob this rank cannot switch (the job then fails: ranks would diverge).
   Status apply_tuning(const TuneDecision& d);

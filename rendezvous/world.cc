@@ -32,6 +32,8 @@ bool launched_by_kolorun() {
   return it != env.end() && !it->second.empty();
 }
 
+std::string launcher_exit_key(int rank) { return "kolorun/exit/" + std::to_string(rank); }
+
 std::string random_secret() {
   std::random_device rd;
   static const char* kHex = "0123456789abcdef";
