@@ -246,9 +246,8 @@ TEST(Merge, ReadsAnUnterminatedTimelineFile) {
   {
     Timeline tl;
     ASSERT_TRUE(tl.start(path, 4).ok());
-    tl.begin("grad/w", "ALLREDUCE", {{"bytes", "64"}});
-    tl.end("grad/w");
-    tl.begin("grad/w", "ALLREDUCE", {{"bytes", "64"}});
+    tl.end(tl.begin_op("grad/w", "ALLREDUCE", {{"bytes", "64"}}));
+    tl.begin_op("grad/w", "ALLREDUCE", {{"bytes", "64"}});
     tl.stop();
   }
   std::string full = read_text(path);
@@ -488,8 +487,7 @@ TEST(TraceFile, ReadsGzipTimelinesWholeAndCutShort) {
   Timeline tl;
   ASSERT_TRUE(tl.start(path, 2).ok());
   for (int i = 0; i < 100; ++i) {
-    tl.begin("w", "ALLREDUCE", {{"bytes", "64"}});
-    tl.end("w");
+    tl.end(tl.begin_op("w", "ALLREDUCE", {{"bytes", "64"}}));
   }
   tl.stop();
   std::string gz = read_text(path);
@@ -542,10 +540,10 @@ TEST(KoloTraceCli, MergesAndSummarisesTimelineFiles) {
     inputs.push_back(temp_path("cli_rank" + std::to_string(rank) + ".json"));
     Timeline tl;
     ASSERT_TRUE(tl.start(inputs.back(), rank).ok());
-    tl.begin("grad/w", "ALLREDUCE", {{"bytes", "1024"}});
-    tl.begin("grad/w", "NEGOTIATE");
-    tl.end("grad/w");
-    tl.end("grad/w");
+    const uint64_t op = tl.begin_op("grad/w", "ALLREDUCE", {{"bytes", "1024"}});
+    tl.begin(op, "NEGOTIATE");
+    tl.end(op);
+    tl.end(op);
     tl.stop();
   }
   std::string merged = temp_path("cli_merged.json");
