@@ -166,8 +166,12 @@ struct Timeline::Impl final : timeline_detail::SignalStoppable {
   std::pair<const std::string, Row>& free_row(std::string_view tensor) KOLO_REQUIRES(mu) {
     auto* row = &row_for(tensor);
     for (int lane = 2; row->second.held; ++lane) {
-      row = &row_for(std::string(tensor) + " (" + std::to_string(lane) + ")");
-      if (row->second.tensor.empty()) row->second.tensor = std::string(tensor);
+      const int created = next_tid;
+      auto* sibling = &row_for(std::string(tensor) + " (" + std::to_string(lane) + ")");
+      if (sibling->second.tid == created) sibling->second.tensor = std::string(tensor);
+      // A tensor named like the sibling row ("w (2)" itself) has a row that is not one: the
+      // next lane then.
+      if (sibling->second.tensor == tensor) row = sibling;
     }
     return *row;
   }

@@ -243,16 +243,22 @@ TEST(Timeline, AnOperationBeginningWhileItsRowIsHeldGoesOnASiblingRow) {
   std::thread([&] { tl.end_all(first, {}, {{"status", "OK"}}); }).join();
   const uint64_t fourth = tl.begin_op("w", "ALLREDUCE");  // w is free again
   tl.end_all(fourth, {});
+  tl.instant("w (4)", "x");  // a tensor named like a sibling row: not one
+  const uint64_t fifth = tl.begin_op("w", "ALLREDUCE");
+  const uint64_t sixth = tl.begin_op("w", "ALLREDUCE");  // w and w (2) held: w (3) held, so w (5)
+  tl.end_all(sixth, {});
+  tl.end_all(fifth, {});
   tl.end_all(third, {});
   tl.end(second);
   tl.end(second, {{"status", "OK"}});
   tl.stop();
   const json events = read_json(path);
-  std::map<int, std::string> rows = {{0, "markers"}, {1, "w"}, {2, "w (2)"}, {3, "w (3)"}};
+  std::map<int, std::string> rows = {{0, "markers"}, {1, "w"},     {2, "w (2)"},
+                                     {3, "w (3)"},   {4, "w (4)"}, {5, "w (5)"}};
   EXPECT_EQ(track_names(events), rows);
   for (const json& e : events) {
     if (e.at("ph") != "M" || e.at("name") != "thread_name") continue;
-    if (e.at("tid") == 2 || e.at("tid") == 3) {
+    if (e.at("tid") == 2 || e.at("tid") == 3 || e.at("tid") == 5) {
       EXPECT_EQ(e.at("args").at(tf::kTensorArg), "w") << e;
     } else {
       EXPECT_FALSE(e.at("args").contains(tf::kTensorArg)) << e;
@@ -260,9 +266,9 @@ TEST(Timeline, AnOperationBeginningWhileItsRowIsHeldGoesOnASiblingRow) {
   }
   std::vector<std::pair<int, std::string>> seen;  // in the order they ended
   for (const json& e : of_phase(events, "X")) seen.emplace_back(e.at("tid"), e.at("name"));
-  std::vector<std::pair<int, std::string>> want = {{1, "NCCL_ALLREDUCE"}, {1, "ALLREDUCE"},
-                                                   {1, "ALLREDUCE"},      {3, "ALLREDUCE"},
-                                                   {2, "QUEUE"},          {2, "ALLREDUCE"}};
+  std::vector<std::pair<int, std::string>> want = {
+      {1, "NCCL_ALLREDUCE"}, {1, "ALLREDUCE"}, {1, "ALLREDUCE"}, {5, "ALLREDUCE"},
+      {1, "ALLREDUCE"},      {3, "ALLREDUCE"}, {2, "QUEUE"},     {2, "ALLREDUCE"}};
   EXPECT_EQ(seen, want);
   EXPECT_EQ(find_meta(events, tf::kStatsEvent)->at("args").at(tf::kUnmatchedEndsArg), 0);
 }
