@@ -218,7 +218,7 @@ Status Executor::allreduce(const std::vector<BatchItem>& batch) {
     finish(batch, via_host.status());  // every rank fails it alike, before any backend call
     return Status::Ok();
   }
-  const AllreducePlan plan(batch, backend().size());
+  const AllreducePlan plan(batch, backend().size(), timeline_.active());
   const bool cuda = *via_host;  // CUDA tensors the backend does not take
 
   // A backend that reads and writes the tensors where they are fuses a batch of several
@@ -244,7 +244,7 @@ Status Executor::allreduce(const std::vector<BatchItem>& batch) {
   return allreduce_fused(plan, cuda);
 }
 
-Executor::AllreducePlan::AllreducePlan(const std::vector<BatchItem>& b, int ranks)
+Executor::AllreducePlan::AllreducePlan(const std::vector<BatchItem>& b, int ranks, bool traced)
     : batch(b), head(*b.front().response) {
   const Reduction& reduction = head.reduction;
   // kAverage divides by the ranks that contributed, not by those that joined: then the
@@ -256,6 +256,7 @@ Executor::AllreducePlan::AllreducePlan(const std::vector<BatchItem>& b, int rank
   for (const auto& item : batch)
     for (const auto& shape : item.response->shapes) total += num_elements(shape);
   esize = dtype_size(head.dtype);
+  if (!traced) return;
   args = {{"bytes", std::to_string(static_cast<size_t>(total) * esize)},
           {"dtype", std::string(dtype_name(head.dtype))},
           {"fused", std::to_string(batch.size())}};

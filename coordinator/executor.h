@@ -97,7 +97,8 @@ class Executor {
   // What every way of running an allreduce batch derives from its response, alike on every
   // rank.
   struct AllreducePlan {
-    AllreducePlan(const std::vector<BatchItem>& batch, int ranks);
+    // `traced`: the timeline records (else `args` stays empty).
+    AllreducePlan(const std::vector<BatchItem>& batch, int ranks, bool traced);
     const std::vector<BatchItem>& batch;
     const Response& head;
     int active = 0;            // ranks that contributed (not joined)
