@@ -101,9 +101,9 @@ Runtime::Runtime(RuntimeConfig config, Topology topology, std::unique_ptr<Backen
                  std::unique_ptr<Backend> control, std::unique_ptr<Backend> gpu, TimelineRows rows)
     : config_(std::move(config)),
       topology_(topology),
+      owns_timeline_(!rows.shared),
       timeline_(rows.shared ? std::move(rows.shared)
                             : std::make_shared<Timeline>(TimelineOptions{.stop_on_signals = true})),
-      owns_timeline_(!rows.shared),
       rows_(std::move(rows.prefix)),
       data_(std::move(data)),
       control_(std::move(control)),

@@ -171,8 +171,8 @@ class Runtime {
   // before the process ends) or the global set's, shared with it. Declared before gpu_, which
   // outlives it otherwise: the device backend's destructor runs the last completions, which
   // end their operations' spans.
+  const bool owns_timeline_;  // (before timeline_, which takes TimelineRows::shared over)
   const std::shared_ptr<Timeline> timeline_;
-  const bool owns_timeline_;
   const std::string rows_;  // TimelineRows::prefix
   std::unique_ptr<Backend> data_;
   std::unique_ptr<Backend> control_;

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "backends/local_backend.h"
@@ -558,6 +559,46 @@ TEST(ExecutorTimeline, AFusedBatchsSpansCarryItsCountAndBytesAndEndBeforeTheCall
     EXPECT_EQ(cb.at("args").at("op"), "ALLREDUCE");
     EXPECT_GE(cb.at("ts").get<double>(), op.at("ts").get<double>() + op.at("dur").get<double>());
   }
+}
+
+// A process set's Runtime records on the global set's timeline, on its own rows, and leaves
+// the timeline to its owner: its shutdown (the set's removal) does not stop it, and it cannot
+// start it.
+TEST(RuntimeTest, ASetsRuntimeRecordsOnTheGlobalTimelineWithoutOwningIt) {
+  auto global = Runtime::create(test_config(), Topology{}, make_local_backend("local"),
+                                make_local_backend("control"));
+  ASSERT_TRUE(global.ok()) << global.status().to_string();
+  auto set =
+      Runtime::create(test_config(), Topology{}, make_local_backend("local"),
+                      make_local_backend("control"), nullptr, (*global)->timeline_rows("set 1: "));
+  ASSERT_TRUE(set.ok()) << set.status().to_string();
+  const std::string path =
+      ::testing::TempDir() + "set_rows_" + std::to_string(::getpid()) + ".json";
+  ASSERT_TRUE((*global)->start_timeline(path, /*mark_cycles=*/true).ok());
+  const Status start = (*set)->start_timeline(path, false);
+  EXPECT_EQ(start.code(), StatusCode::kPreconditionFailed);
+  EXPECT_NE(start.message().find("records on the global set's timeline"), std::string::npos)
+      << start.to_string();
+  std::vector<float> v(2, 1.0f);
+  EXPECT_TRUE(allreduce(**set, "x", v).wait().ok());
+  EXPECT_TRUE((*set)->shutdown().ok());
+  EXPECT_TRUE((*global)->timeline().active());
+  EXPECT_TRUE(allreduce(**global, "x", v).wait().ok());
+  (*global)->timeline().stop();
+  std::ifstream in(path);
+  const nlohmann::json events = nlohmann::json::parse(in);
+  std::remove(path.c_str());
+  std::map<int, std::string> rows;
+  std::multiset<std::string> ops;  // by row
+  for (const auto& e : events) {
+    if (e.at("ph") == "M" && e.at("name") == "thread_name")
+      rows[e.at("tid")] = e.at("args").at("name");
+    if (e.at("ph") == "X" && e.at("name") == "ALLREDUCE") ops.insert(rows.at(e.at("tid")));
+  }
+  EXPECT_EQ(ops, (std::multiset<std::string>{"set 1: x", "x"}));
+  EXPECT_EQ(std::count_if(rows.begin(), rows.end(),
+                          [](const auto& r) { return r.second == "set 1: kolo:callbacks"; }),
+            1);
 }
 
 TEST(RuntimeTest, StallInspectorNamesTheMissingRank) {
