@@ -298,16 +298,37 @@ Result<std::vector<std::string>> allgather_object(std::string name, const std::s
                                                   const ProcessSet& process_set = {});
 
 // ---- Build queries ------------------------------------------------------------------------------
-enum class BackendKind : uint8_t { kTcp, kShm, kMpi, kNccl };
-// "tcp", "shm", "mpi", "nccl": the backend's name in KOLO_CPU_OPERATIONS.
-std::string_view backend_kind_name(BackendKind kind);
-// Whether this build has the backend (its folder was configured: backends/registry.h).
-// Callable before init().
-bool built(BackendKind kind);
+// Backends are named as KOLO_CPU_OPERATIONS and KOLO_GPU_OPERATIONS name them, which is the name
+// of their folder of backends/: "tcp", "shm", "mpi", "nccl". Both queries read the registry
+// (backends/registry.h), so a new backend answers here without a change to this header. Callable
+// before init() and from any thread.
+
+// Whether this build has the backend named `backend`, e.g. kolo::built("nccl"). False for a
+// name that is no backend of this build, known or not.
+bool built(std::string_view backend);
+// The backends of this build, in the registry's order of preference (backends/registry.cc), e.g.
+// {"shm", "tcp", "mpi", "nccl"}. Never empty: every build has tcp.
+std::vector<std::string> built_backend_names();
 // Whether MPI's multithreading (MPI_THREAD_MULTIPLE) is available to Kolo. Kolo initialises MPI
 // with MPI_THREAD_MULTIPLE and refuses a lower level, so this is true exactly when the build has
 // the mpi backend. Callable before init().
 bool mpi_threads_supported();
+
+// Deprecated in 0.3, to be removed in 0.4: 0.2's enum of backends. Naming backends by string
+// means that adding one touches its folder and its registry line only; these stay for one
+// release so that programs written against 0.2 still compile and get the same answers
+// (coordinator/deprecated_api_test.cc).
+// (clang-format 14 takes an attributed enum's body for a braced initialiser.)
+// clang-format off
+enum class [[deprecated("use kolo::built(\"shm\")")]] BackendKind : uint8_t {
+  kTcp, kShm, kMpi, kNccl
+};
+// clang-format on
+// "tcp", "shm", "mpi", "nccl".
+[[deprecated("use the backend's name: kolo::built(\"shm\")")]] std::string_view backend_kind_name(
+    BackendKind kind);
+// built(backend_kind_name(kind)).
+[[deprecated("use kolo::built(\"shm\")")]] bool built(BackendKind kind);
 
 }  // namespace kolo
 #pragma GCC visibility pop
