@@ -285,10 +285,13 @@ Handle alltoall_async(const std::string& name, const at::Tensor& tensor,
 
 Handle reducescatter_async(const std::string& name, const at::Tensor& tensor,
                            AllreduceOptions opts) {
+  // The options may be in 0.2's flat spelling, which effective_reduction() reads too.
+  Result<Reduction> reduction = effective_reduction(opts);
+  check(reduction.status().with_context("reducescatter '" + name + "'"));
   auto s = std::make_unique<Handle::State>();
   TensorView v = prepare(*s, tensor, name, false);
   s->handle = kolo::reducescatter_async(name, v,
-                                        {.reduction = opts.reduction(),
+                                        {.reduction = *reduction,
                                          .allocator = allocate_into(s, tensor),
                                          .process_set = opts.process_set});
   return make_handle(std::move(s));
