@@ -81,7 +81,8 @@ class Workload {
     auto submit = [&] {
       if (views.empty()) return;
       handles.push_back(grouped_allreduce_async("grad.bucket" + std::to_string(bucket_index++),
-                                                std::move(views), {ReduceOp::kAverage}));
+                                                std::move(views),
+                                                {.reduction = {.op = ReduceOp::kAverage}}));
       views.clear();
       bytes = 0;
     };

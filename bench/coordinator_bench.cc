@@ -57,7 +57,8 @@ Status resnet_step(const std::vector<TensorView>& grads) {
   std::vector<Handle> hs;
   hs.reserve(grads.size());
   for (size_t k = grads.size(); k-- > 0;)
-    hs.push_back(allreduce_async("grad." + std::to_string(k), grads[k], {ReduceOp::kAverage}));
+    hs.push_back(allreduce_async("grad." + std::to_string(k), grads[k],
+                                 {.reduction = {.op = ReduceOp::kAverage}}));
   for (auto& h : hs) KOLO_RETURN_IF_ERROR(h.wait().with_context("resnet step"));
   return Status::Ok();
 }
@@ -118,7 +119,8 @@ Result<FusionResult> run_fusion_mode(const FusionMode& mode, const std::string& 
     auto t0 = Clock::now();
     if (mode.flat)
       KOLO_RETURN_IF_ERROR(
-          allreduce("flat", view(0, {total}), {ReduceOp::kAverage}).with_context("flat allreduce"));
+          allreduce("flat", view(0, {total}), {.reduction = {.op = ReduceOp::kAverage}})
+              .with_context("flat allreduce"));
     else
       KOLO_RETURN_IF_ERROR(resnet_step(grads));
     if (i >= o.warmup)

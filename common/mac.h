@@ -1,5 +1,6 @@
 // Message authentication under the job's shared secret, used by every authenticated channel of
-// Kolo: the rendezvous store (rendezvous/tcp_store.h) and the tcp backend (backends/tcp/auth.h).
+// Kolo: the rendezvous store (rendezvous/tcp_store.h) and the connection handshake of the tcp and
+// shm backends (common/auth.h).
 //
 // The MAC is a 128-bit tag built from two SipHash-2-4 computations under independent 128-bit
 // keys derived from the secret. SipHash is a pseudorandom function designed for exactly this use
@@ -8,7 +9,7 @@
 // protocol library: docs/security.md states the threat model and its limits (no encryption;
 // a weak secret can be guessed offline from a recorded handshake).
 //
-// Pure functions (no I/O), thread-safe; unit-tested in backends/tcp/auth_test.cc.
+// Pure functions (no I/O), thread-safe; unit-tested in common/auth_test.cc.
 #pragma once
 
 #include <array>

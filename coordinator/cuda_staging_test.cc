@@ -158,7 +158,7 @@ TEST_F(CudaRuntimeTest, StagingCopiesFollowTheLegacyStreamAndTheOutputsReadyEven
 TEST_F(CudaRuntimeTest, AllreduceMatchesCpu) {
   Cluster c(2);
   c.each([&](int r) {
-    const AllreduceOptions avg{ReduceOp::kAverage, 2.0, 0.5};
+    const AllreduceOptions avg{.reduction = {ReduceOp::kAverage, 2.0, 0.5}};
     std::vector<std::vector<float>> cpu = {values(r, 5, 1), values(r, 1000, 2), values(r, 3, 3),
                                            values(r, 33, 4)};
     std::vector<std::unique_ptr<DeviceBuffer>> gpu;
@@ -193,8 +193,8 @@ TEST_F(CudaRuntimeTest, AllreduceMatchesCpu) {
       std::string p = on_gpu ? "gpu." : "cpu.";
       hs.push_back(submit(c[r], build_allreduce(p + "single", view(0), view(0), avg)));
       hs.push_back(submit(c[r], build_allreduce(p + "big", view(1), view(1), {})));
-      hs.push_back(
-          submit(c[r], build_grouped_allreduce(p + "group", {view(2), view(3)}, {ReduceOp::kMax})));
+      hs.push_back(submit(c[r], build_grouped_allreduce(p + "group", {view(2), view(3)},
+                                                        {.reduction = {.op = ReduceOp::kMax}})));
     }
     for (auto& h : hs) ASSERT_TRUE(h.wait().ok()) << h.name() << ": " << h.wait().to_string();
     for (size_t i = 0; i < cpu.size(); ++i)

@@ -243,7 +243,7 @@ TEST(DeviceBackendTest, CudaTensorsWaitForTheirEventAndCompleteThroughTheFence) 
   std::vector<float> x(8, 3.0f);
   int producer_event = 0;  // any non-null pointer: the fake only records that one was passed
   AllreduceOptions opts;
-  opts.postscale = 2.0;
+  opts.reduction.postscale = 2.0;
   auto built = on_cuda(build_allreduce("x", host_view(x), host_view(x), opts), &producer_event);
   std::thread::id completed_on;
   Handle h = one.runtime->submit(std::move(built));
@@ -264,8 +264,8 @@ TEST(DeviceBackendTest, ABatchOfCudaTensorsIsOneAllreducePiecesCall) {
   one.fake->fuse_pieces();
   std::vector<float> a(5, 1.0f), b(3, 2.0f), c(4, 3.0f);
   AllreduceOptions opts;
-  opts.prescale = 2.0;
-  opts.postscale = 0.5;
+  opts.reduction.prescale = 2.0;
+  opts.reduction.postscale = 0.5;
   std::vector<TensorView> views = {host_view(a), host_view(b)};
   auto grouped = on_cuda(build_grouped_allreduce("g", views, opts));
   Handle h = one.runtime->submit(std::move(grouped));
@@ -273,7 +273,7 @@ TEST(DeviceBackendTest, ABatchOfCudaTensorsIsOneAllreducePiecesCall) {
   EXPECT_EQ(a, std::vector<float>(5, 1.0f));  // x * 2 * 0.5 on one rank
   EXPECT_EQ(b, std::vector<float>(3, 2.0f));
   Handle single = one.runtime->submit(
-      on_cuda(build_allreduce("c", host_view(c), host_view(c), {.prescale = 3.0})));
+      on_cuda(build_allreduce("c", host_view(c), host_view(c), {.reduction = {.prescale = 3.0}})));
   ASSERT_TRUE(single.wait(std::chrono::seconds(20)).ok()) << single.status().to_string();
   EXPECT_EQ(c, std::vector<float>(4, 9.0f));
   const std::vector<std::string> log = one.fake->log();

@@ -99,8 +99,9 @@ TEST(DeviceRoutingTest, TensorsOnADeviceTheBackendTakesReachItUnstaged) {
   c.each([&](int r) {
     // A grouped allreduce of two tensors: on the host it would be fused into one buffer.
     std::vector<float> a(3, r + 1.0f), b(5, 10.0f * (r + 1));
-    auto group = on_cuda(build_grouped_allreduce(
-        "group", {view_of(a.data(), {3}), view_of(b.data(), {5})}, {ReduceOp::kSum, 2.0, 0.5}));
+    auto group =
+        on_cuda(build_grouped_allreduce("group", {view_of(a.data(), {3}), view_of(b.data(), {5})},
+                                        {.reduction = {ReduceOp::kSum, 2.0, 0.5}}));
     std::vector<int32_t> g(2, r);
     auto gather = on_cuda(build_allgather("gather", view_of(g.data(), {2}), {}));
     std::vector<double> bc(4, r + 7.0);

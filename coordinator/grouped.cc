@@ -8,8 +8,8 @@
 // reports the same Mismatch. Reducescatter: the members are reordered rank by rank, so that
 // one reducescatter with caller-given receive counts leaves every rank its share of each.
 #include <cstring>
-#include <mutex>
 
+#include "common/thread_annotations.h"
 #include "coordinator/submit.h"
 #include "kolo/kolo.h"
 
@@ -18,10 +18,12 @@ namespace kolo {
 // ---- GroupedHandle ------------------------------------------------------------------------------
 
 struct GroupedHandle::State {
+  // Constant after construction.
   Handle packed;
   Unpack unpack;
-  std::mutex mu;
-  bool taken = false;  // the outputs went to a caller
+
+  Mutex mu;
+  bool taken KOLO_GUARDED_BY(mu) = false;  // the outputs went to a caller
 };
 
 GroupedHandle::GroupedHandle(Handle packed, Unpack unpack, std::shared_ptr<const void> keep_alive)
@@ -45,7 +47,7 @@ Result<std::vector<HostTensor>> GroupedHandle::wait(
   Status st = state_->packed.wait(timeout);
   if (!state_->packed.poll()) return st;  // timed out: still running
   if (!state_->unpack) return st;         // rejected at submission
-  std::lock_guard<std::mutex> lock(state_->mu);
+  MutexLock lock(state_->mu);
   if (state_->taken)
     return Status::PreconditionFailed("grouped operation '" + name() +
                                       "': its outputs were already returned by wait()");

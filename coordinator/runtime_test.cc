@@ -36,12 +36,13 @@ TEST_P(RuntimeSizes, AllreduceEveryReduceOp) {
   c.each([&](int r) {
     std::vector<float> sum(5, r + 1.0f), avg(5, r + 1.0f), mn(5, r + 1.0f), mx(5, r + 1.0f),
         prod(5, r + 1.0f), scaled(5, r + 1.0f);
-    std::vector<Handle> hs = {allreduce(c[r], "sum", sum),
-                              allreduce(c[r], "avg", avg, {ReduceOp::kAverage}),
-                              allreduce(c[r], "min", mn, {ReduceOp::kMin}),
-                              allreduce(c[r], "max", mx, {ReduceOp::kMax}),
-                              allreduce(c[r], "prod", prod, {ReduceOp::kProduct}),
-                              allreduce(c[r], "scaled", scaled, {ReduceOp::kSum, 2.0, 0.25})};
+    std::vector<Handle> hs = {
+        allreduce(c[r], "sum", sum),
+        allreduce(c[r], "avg", avg, {.reduction = {.op = ReduceOp::kAverage}}),
+        allreduce(c[r], "min", mn, {.reduction = {.op = ReduceOp::kMin}}),
+        allreduce(c[r], "max", mx, {.reduction = {.op = ReduceOp::kMax}}),
+        allreduce(c[r], "prod", prod, {.reduction = {.op = ReduceOp::kProduct}}),
+        allreduce(c[r], "scaled", scaled, {.reduction = {ReduceOp::kSum, 2.0, 0.25}})};
     for (auto& h : hs) ASSERT_TRUE(h.wait().ok()) << h.wait().to_string();
     float total = P * (P + 1) / 2.0f, product = 1;
     for (int i = 1; i <= P; ++i) product *= i;
@@ -158,11 +159,12 @@ TEST_P(PiggybackBudget, CachedAllreducesGiveExactResults) {
           submit(c[r],
                  build_allreduce("i32", view_of(i32.data(), {3}), view_of(i32.data(), {3}), {})),
           submit(c[r], build_allreduce("f64", view_of(f64.data(), {2}), view_of(f64.data(), {2}),
-                                       {ReduceOp::kProduct})),
-          allreduce(c[r], "avg", avg, {ReduceOp::kAverage, 2.0, 0.5}),
-          allreduce(c[r], "max", mx, {ReduceOp::kMax}),
-          submit(c[r], build_allreduce("scalar", view_of(scalar.data(), {}),
-                                       view_of(scalar.data(), {}), {ReduceOp::kMin}))};
+                                       {.reduction = {.op = ReduceOp::kProduct}})),
+          allreduce(c[r], "avg", avg, {.reduction = {ReduceOp::kAverage, 2.0, 0.5}}),
+          allreduce(c[r], "max", mx, {.reduction = {.op = ReduceOp::kMax}}),
+          submit(c[r],
+                 build_allreduce("scalar", view_of(scalar.data(), {}), view_of(scalar.data(), {}),
+                                 {.reduction = {.op = ReduceOp::kMin}}))};
       for (auto& h : hs) ASSERT_TRUE(h.wait().ok()) << h.name() << ": " << h.wait().to_string();
       EXPECT_EQ(i32, std::vector<int32_t>(3, 3 + 3 * step));
       EXPECT_EQ(f64, std::vector<double>(2, 6.0));
@@ -206,7 +208,7 @@ TEST(RuntimeTest, GroupedAllreduceRunsAsOne) {
     std::vector<float> a(3, r + 1.0f), b(1000, r + 2.0f);
     auto h = submit(c[r], build_grouped_allreduce(
                               "group", {view_of(a.data(), {3}), view_of(b.data(), {10, 100})},
-                              {ReduceOp::kAverage}));
+                              {.reduction = {.op = ReduceOp::kAverage}}));
     ASSERT_TRUE(h.wait().ok()) << h.wait().to_string();
     EXPECT_EQ(a[0], 1.5f);
     EXPECT_EQ(b[999], 2.5f);
@@ -271,12 +273,12 @@ TEST(RuntimeTest, BadArgumentsAreRejectedAtSubmission) {
   EXPECT_EQ(message(build_allreduce("x", ok, view_of(d.data(), {4}), {})),
             "allreduce 'x': output must match input: expected [4] float32 on cpu, got [4] "
             "float64 on cpu");
-  EXPECT_EQ(message(build_allreduce("x", ok, ok, {.op = bad_op.op})),
+  EXPECT_EQ(message(build_allreduce("x", ok, ok, {.reduction = bad_op})),
             "allreduce 'x': reduce op must be one of sum, average, min, max, product, got enum "
             "value 9");
-  EXPECT_EQ(message(build_allreduce("x", ok, ok, {.prescale = HUGE_VAL})),
+  EXPECT_EQ(message(build_allreduce("x", ok, ok, {.reduction = {.prescale = HUGE_VAL}})),
             "allreduce 'x': prescale must be finite, got inf");
-  EXPECT_EQ(message(build_allreduce("x", ok, ok, {.postscale = std::nan("")})),
+  EXPECT_EQ(message(build_allreduce("x", ok, ok, {.reduction = {.postscale = std::nan("")}})),
             "allreduce 'x': postscale must be finite, got nan");
   EXPECT_EQ(message(build_grouped_allreduce("g", {}, {})),
             "allreduce 'g': a grouped allreduce needs >= 1 tensor, got 0");
@@ -407,8 +409,9 @@ TEST(RuntimeTest, JoinedRankContributesIdentity) {
     }
     std::vector<float> sum(2, r + 1.0f), avg(2, r + 1.0f), mn(2, r + 1.0f);
     EXPECT_TRUE(allreduce(c[r], "j.sum", sum).wait().ok());
-    EXPECT_TRUE(allreduce(c[r], "j.avg", avg, {ReduceOp::kAverage}).wait().ok());
-    EXPECT_TRUE(allreduce(c[r], "j.min", mn, {ReduceOp::kMin}).wait().ok());
+    EXPECT_TRUE(
+        allreduce(c[r], "j.avg", avg, {.reduction = {.op = ReduceOp::kAverage}}).wait().ok());
+    EXPECT_TRUE(allreduce(c[r], "j.min", mn, {.reduction = {.op = ReduceOp::kMin}}).wait().ok());
     EXPECT_EQ(sum[0], 3.0f);
     EXPECT_EQ(avg[0], 1.5f);  // divided by the 2 ranks that did not join
     EXPECT_EQ(mn[1], 1.0f);
@@ -449,7 +452,7 @@ TEST(RuntimeTest, JoinedAverageDividesBeforeThePostscale) {
       EXPECT_TRUE(submit(c[r], build_join()).wait().ok());
       return;
     }
-    const AllreduceOptions avg{.op = ReduceOp::kAverage, .postscale = 13.0};
+    const AllreduceOptions avg{.reduction = {.op = ReduceOp::kAverage, .postscale = 13.0}};
     std::vector<int32_t> one(3, 9), a(2, 9), b(5, 9);
     // One after the other, so that the single tensor is not fused with the group.
     auto single = submit(

@@ -1,6 +1,7 @@
 #include "coordinator/submit.h"
 
 #include <numeric>
+#include <sstream>
 
 #include "backends/backend.h"
 #include "coordinator/cuda_staging.h"
@@ -79,11 +80,13 @@ Result<std::unique_ptr<Entry>> build_allreduce(std::string name, TensorView inpu
         std::string(dtype_name(input.dtype)) + " on " + input.device.to_string() + ", got " +
         shape_string(output.shape) + " " + std::string(dtype_name(output.dtype)) + " on " +
         output.device.to_string());
-  KOLO_RETURN_IF_ERROR(validate_reduction(prefix(t, name), opts.reduction()));
+  Result<Reduction> reduction = effective_reduction(opts);
+  KOLO_RETURN_IF_ERROR(reduction.status().with_context(prefix(t, name)));
+  KOLO_RETURN_IF_ERROR(validate_reduction(prefix(t, name), *reduction));
   auto e = new_entry(std::move(name), t);
   describe(*e, input);
   e->outputs = {output};
-  e->request.reduction = opts.reduction();
+  e->request.reduction = *reduction;
   return e;
 }
 
@@ -207,6 +210,33 @@ Result<std::unique_ptr<Entry>> build_internal_allgather(std::string name, Tensor
 }  // namespace kolo::coord
 
 namespace kolo {
+
+namespace {
+
+// "{op average, prescale 0.5, postscale 1}"; an op outside the enum (not yet validated) by value.
+std::string reduction_string(const Reduction& r) {
+  std::ostringstream out;
+  out << "{op ";
+  if (is_valid_reduce_op(static_cast<int>(r.op)))
+    out << reduce_op_name(r.op);
+  else
+    out << "enum value " << static_cast<int>(r.op);
+  out << ", prescale " << r.prescale << ", postscale " << r.postscale << "}";
+  return out.str();
+}
+
+}  // namespace
+
+Result<Reduction> effective_reduction(const AllreduceOptions& opts) {
+  if (!opts.op.set() && !opts.prescale.set() && !opts.postscale.set()) return opts.reduction;
+  const Reduction flat{opts.op.value(), opts.prescale.value(), opts.postscale.value()};
+  // `reduction` at its default is taken as unset: 0.2's programs never touch it.
+  if (opts.reduction == Reduction{} || opts.reduction == flat) return flat;
+  return Status::InvalidArgument(
+      "AllreduceOptions sets the reduction twice, differently: .reduction is " +
+      reduction_string(opts.reduction) + " but the deprecated flat members .op/.prescale/" +
+      ".postscale say " + reduction_string(flat) + "; set only .reduction");
+}
 
 using coord::submit_global;
 

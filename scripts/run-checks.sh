@@ -3,6 +3,10 @@
 #   format     clang-format (Debian's clang-format 14, .clang-format) in check mode over every
 #              tracked C++/CUDA file: a file it would change fails, listed with its first diff
 #   functions  no function over 80 lines outside tests (scripts/function_lengths.py)
+# then one that parses without building (106 s on 2 cores, configure included):
+#   tsa   Clang's thread-safety analysis as errors over what the checking builds below leave out
+#         (the nccl backend, CUDA host code, the torch plugin): each such file parsed with its
+#         flags from a tree configured with CUDA, NCCL and torch (scripts/thread_safety_check.py)
 # then the checking builds (cmake/kolo_checks.cmake), each in its own build tree, Clang throughout:
 #   asan  AddressSanitizer + UndefinedBehaviorSanitizer over the unit and multi-process tests;
 #         the whole tree compiled with Clang's thread-safety analysis as errors
@@ -10,12 +14,12 @@
 #         seed corpus; a finding fails and is kept in build-asan/fuzz-findings/<target>/
 #   tsan  ThreadSanitizer over the coordinator, ops and backend tests, compiled with Clang's
 #         thread-safety analysis as errors
-# Usage: scripts/run-checks.sh [format] [functions] [asan] [fuzz] [tsan]   (none: all, in order)
+# Usage: scripts/run-checks.sh [format] [functions] [tsa] [asan] [fuzz] [tsan]  (none: all, in order)
 # scripts/run-tests.sh runs them all after the main suite; CI runs that.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 checks=("$@")
-((${#checks[@]})) || checks=(format functions asan fuzz tsan)
+((${#checks[@]})) || checks=(format functions tsa asan fuzz tsan)
 jobs="$(nproc)"
 
 # Kolo's own code only: no CUDA (nothing runs it here) and no torch plugin (LibTorch is not built
@@ -57,6 +61,13 @@ for check in "${checks[@]}"; do
         echo "functions: the functions above are over 80 lines; split them along their seams" >&2
         exit 1
       fi
+      ;;
+    tsa)
+      # ON, not AUTO: a machine without CUDA, NCCL or LibTorch fails here, naming what is missing,
+      # rather than passing with nothing analysed.
+      CC=clang CXX=clang++ cmake -S . -B build-tsa -DCMAKE_BUILD_TYPE=Release -DKOLO_THREAD_SAFETY=ON \
+        -DKOLO_WITH_CUDA=ON -DKOLO_WITH_NCCL=ON -DKOLO_WITH_TORCH=ON >/dev/null
+      python3 scripts/thread_safety_check.py build-tsa -j "$jobs"
       ;;
     asan)
       configure build-asan -DKOLO_SANITIZE=address,undefined -DKOLO_FUZZ=ON -DKOLO_THREAD_SAFETY=ON
@@ -100,7 +111,7 @@ for check in "${checks[@]}"; do
       done
       ;;
     *)
-      echo "run-checks: unknown check '$check' (expected format, functions, asan, fuzz or tsan)" >&2
+      echo "run-checks: unknown check '$check' (expected format, functions, tsa, asan, fuzz or tsan)" >&2
       exit 2
       ;;
   esac

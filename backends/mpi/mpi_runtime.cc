@@ -1,8 +1,9 @@
 #include "backends/mpi/mpi_runtime.h"
 
 #include <cstdlib>
-#include <mutex>
 #include <string>
+
+#include "common/thread_annotations.h"
 
 namespace kolo {
 
@@ -32,8 +33,9 @@ void finalize_at_exit() {
 
 Status ensure_mpi() {
   // Serialise the check-then-init so two threads creating backends at once do not both init.
-  static std::mutex mu;
-  std::lock_guard<std::mutex> lock(mu);
+  // What it guards is MPI's own state, which no annotation can name.
+  static Mutex mu;
+  MutexLock lock(mu);
   if (mpi_finalized())
     return Status::PreconditionFailed(
         "mpi: MPI_Finalize was already called in this process; MPI cannot be used again");

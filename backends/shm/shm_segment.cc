@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/tcp/auth.h"
+#include "common/auth.h"
 #include "common/logging.h"
 
 namespace kolo::shm {
@@ -217,25 +217,25 @@ class Host {
   // The acceptor's side of auth.h's handshake; returns the peer's rank.
   Result<int> authenticate(int fd, const std::vector<Fd>& peers) {
     const auto limit = std::min(deadline_, Clock::now() + kHandshakeLimit);
-    std::array<uint8_t, tcp::kHelloBytes> hbytes{};
+    std::array<uint8_t, kHelloBytes> hbytes{};
     KOLO_RETURN_IF_ERROR(recv_all(fd, hbytes, limit, "reading a peer's hello"));
-    KOLO_ASSIGN_OR_RETURN(tcp::Hello hello, tcp::decode_hello(hbytes));
+    KOLO_ASSIGN_OR_RETURN(Hello hello, decode_hello(hbytes));
     const std::string who = "shm rank 0: a peer claiming rank " + std::to_string(hello.rank) +
                             " of " + std::to_string(hello.size);
     if (hello.size != ctx_.size || hello.rank <= 0 || hello.rank >= ctx_.size ||
         peers[static_cast<size_t>(hello.rank)].get() >= 0)
       return Status::PeerFailure(who + " does not fit this job of " + std::to_string(ctx_.size) +
                                  " ranks (or that rank already connected)");
-    tcp::Challenge challenge{ctx_.rank, ctx_.size, random_nonce(), {}};
+    Challenge challenge{ctx_.rank, ctx_.size, random_nonce(), {}};
     const std::string binding = shm_binding(ctx_, name_);
-    challenge.tag = tcp::acceptor_tag(key_, binding, hello, challenge);
-    KOLO_RETURN_IF_ERROR(send_all(fd, tcp::encode(challenge), limit, "sending a challenge"));
-    std::array<uint8_t, tcp::kProofBytes> pbytes{};
+    challenge.tag = acceptor_tag(key_, binding, hello, challenge);
+    KOLO_RETURN_IF_ERROR(send_all(fd, encode(challenge), limit, "sending a challenge"));
+    std::array<uint8_t, kProofBytes> pbytes{};
     KOLO_RETURN_IF_ERROR(recv_all(fd, pbytes, limit, "reading a proof"));
-    KOLO_ASSIGN_OR_RETURN(tcp::Proof proof, tcp::decode_proof(pbytes));
+    KOLO_ASSIGN_OR_RETURN(Proof proof, decode_proof(pbytes));
     const bool good =
-        proof.accept && tags_equal(proof.tag, tcp::connector_tag(key_, binding, hello, challenge));
-    (void)send_all(fd, tcp::encode(tcp::Verdict{good}), limit, "sending a verdict");
+        proof.accept && tags_equal(proof.tag, connector_tag(key_, binding, hello, challenge));
+    (void)send_all(fd, encode(Verdict{good}), limit, "sending a verdict");
     if (!good) return Status::PeerFailure(who + " failed authentication (wrong job secret?)");
     return hello.rank;
   }
@@ -279,23 +279,23 @@ Result<std::unique_ptr<Segment>> join(const BackendContext& ctx, Clock::time_poi
         errno_text("shm rank " + std::to_string(ctx.rank) + ": connecting to rank 0 at @" + name));
   const AuthKey key = derive_auth_key(ctx.secret);
   const std::string binding = shm_binding(ctx, name);
-  tcp::Hello hello{ctx.rank, ctx.size, random_nonce()};
-  KOLO_RETURN_IF_ERROR(send_all(sock.get(), tcp::encode(hello), deadline, "sending hello"));
-  std::array<uint8_t, tcp::kChallengeBytes> cbytes{};
+  Hello hello{ctx.rank, ctx.size, random_nonce()};
+  KOLO_RETURN_IF_ERROR(send_all(sock.get(), encode(hello), deadline, "sending hello"));
+  std::array<uint8_t, kChallengeBytes> cbytes{};
   KOLO_RETURN_IF_ERROR(recv_all(sock.get(), cbytes, deadline, "reading rank 0's challenge"));
-  KOLO_ASSIGN_OR_RETURN(tcp::Challenge challenge, tcp::decode_challenge(cbytes));
+  KOLO_ASSIGN_OR_RETURN(Challenge challenge, decode_challenge(cbytes));
   if (challenge.rank != 0 || challenge.size != ctx.size ||
-      !tags_equal(challenge.tag, tcp::acceptor_tag(key, binding, hello, challenge))) {
-    (void)send_all(sock.get(), tcp::encode(tcp::Proof{false, {}}), deadline, "rejecting");
+      !tags_equal(challenge.tag, acceptor_tag(key, binding, hello, challenge))) {
+    (void)send_all(sock.get(), encode(Proof{false, {}}), deadline, "rejecting");
     return Status::PeerFailure("shm rank " + std::to_string(ctx.rank) +
                                ": authentication of rank 0 failed (wrong job secret?)");
   }
-  KOLO_RETURN_IF_ERROR(send_all(
-      sock.get(), tcp::encode(tcp::Proof{true, tcp::connector_tag(key, binding, hello, challenge)}),
-      deadline, "sending proof"));
-  std::array<uint8_t, tcp::kVerdictBytes> vbytes{};
+  KOLO_RETURN_IF_ERROR(send_all(sock.get(),
+                                encode(Proof{true, connector_tag(key, binding, hello, challenge)}),
+                                deadline, "sending proof"));
+  std::array<uint8_t, kVerdictBytes> vbytes{};
   KOLO_RETURN_IF_ERROR(recv_all(sock.get(), vbytes, deadline, "reading rank 0's verdict"));
-  KOLO_ASSIGN_OR_RETURN(tcp::Verdict verdict, tcp::decode_verdict(vbytes));
+  KOLO_ASSIGN_OR_RETURN(Verdict verdict, decode_verdict(vbytes));
   if (!verdict.accept)
     return Status::PeerFailure("shm rank " + std::to_string(ctx.rank) +
                                ": rank 0 refused this rank's proof (wrong job secret?)");

@@ -12,7 +12,7 @@
 // system), maps it and fills the header and every rank's pid, then hands the file descriptor to
 // each peer with SCM_RIGHTS over an abstract AF_UNIX socket whose name is published in the store
 // under "<store_prefix>/shm/name". A peer gets the descriptor only after the mutual
-// challenge/response over the job secret (backends/tcp/auth.h); rank 0 learns each peer's pid
+// challenge/response over the job secret (common/auth.h); rank 0 learns each peer's pid
 // from SO_PEERCRED, not from anything the peer says. Every rank closes the descriptor once it
 // has mapped the segment, so the memory goes away when the last rank exits, however it exits
 // (SIGKILL included): nothing is left to clean up. Processes of the same user can still reach

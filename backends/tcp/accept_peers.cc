@@ -8,9 +8,9 @@
 #include <boost/asio/write.hpp>
 #include <list>
 
-#include "backends/tcp/auth.h"
 #include "backends/tcp/close_on_exec.h"
 #include "backends/tcp/host_address.h"
+#include "common/auth.h"
 #include "common/logging.h"
 
 namespace kolo::tcp {

@@ -13,10 +13,10 @@
 #include <thread>
 #include <vector>
 
-#include "backends/tcp/auth.h"
 #include "backends/tcp/host_address.h"
 #include "backends/tcp/tcp_backend.h"
 #include "backends/tcp/tcp_connect.h"
+#include "common/auth.h"
 #include "rendezvous/memory_store.h"
 
 namespace kolo::tcp {

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "backends/tcp/accept_peers.h"
-#include "backends/tcp/auth.h"
 #include "backends/tcp/close_on_exec.h"
 #include "backends/tcp/host_address.h"
+#include "common/auth.h"
 #include "common/knobs.h"
 #include "common/logging.h"
 

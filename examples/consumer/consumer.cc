@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
   // The job's accuracy and loss: averaged over the ranks' shards.
   float metrics[2] = {accuracy(model->forward(x), y), loss};
   check(kolo::allreduce("consumer.metrics", kolo::view_of(metrics, {2}),
-                        {.op = kolo::ReduceOp::kAverage}),
+                        {.reduction = {.op = kolo::ReduceOp::kAverage}}),
         "allreduce of the metrics");
   // Identical replicas: the minimum and maximum of every parameter across ranks agree.
   for (auto& [name, param] : model->named_parameters()) {
@@ -95,10 +95,10 @@ int main(int argc, char** argv) {
     std::vector<float> high = low;
     const std::vector<int64_t> shape = {param.numel()};
     check(kolo::allreduce("min." + name, kolo::view_of(low.data(), shape),
-                          {.op = kolo::ReduceOp::kMin}),
+                          {.reduction = {.op = kolo::ReduceOp::kMin}}),
           "allreduce min");
     check(kolo::allreduce("max." + name, kolo::view_of(high.data(), shape),
-                          {.op = kolo::ReduceOp::kMax}),
+                          {.reduction = {.op = kolo::ReduceOp::kMax}}),
           "allreduce max");
     if (std::memcmp(low.data(), high.data(), low.size() * sizeof(float)) != 0)
       fail("parameter " + name + " differs between ranks");

@@ -100,9 +100,9 @@ int main(int argc, char** argv) {
     }
     // Both gradients travel at once; the coordinator may fuse them into one buffer.
     kolo::Handle hw = kolo::allreduce_async("grad.w", kolo::view_of(grad_w.data(), {d}),
-                                            {.op = kolo::ReduceOp::kAverage});
+                                            {.reduction = {.op = kolo::ReduceOp::kAverage}});
     kolo::Handle hb = kolo::allreduce_async("grad.b", kolo::view_of(&grad_b, {}),
-                                            {.op = kolo::ReduceOp::kAverage});
+                                            {.reduction = {.op = kolo::ReduceOp::kAverage}});
     check(hw.wait(), "allreduce grad.w");
     check(hb.wait(), "allreduce grad.b");
     for (int j = 0; j < d; ++j) w[j] -= args.lr * grad_w[j];

@@ -79,10 +79,10 @@ bool same_on(const kolo::ProcessSet& set, const std::vector<float>& v, const std
   std::vector<float> hi = v, lo = v;
   const auto n = static_cast<int64_t>(v.size());
   check(kolo::allreduce(name + ".max", kolo::view_of(hi.data(), {n}),
-                        {.op = kolo::ReduceOp::kMax, .process_set = set}),
+                        {.reduction = {.op = kolo::ReduceOp::kMax}, .process_set = set}),
         "max");
   check(kolo::allreduce(name + ".min", kolo::view_of(lo.data(), {n}),
-                        {.op = kolo::ReduceOp::kMin, .process_set = set}),
+                        {.reduction = {.op = kolo::ReduceOp::kMin}, .process_set = set}),
         "min");
   return hi == lo;
 }
@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
     // The group's mean loss (over its own process set).
     float l = loss.item();
     check(kolo::allreduce("loss", kolo::view_of(&l, {}),
-                          {.op = kolo::ReduceOp::kAverage, .process_set = mine}),
+                          {.reduction = {.op = kolo::ReduceOp::kAverage}, .process_set = mine}),
           "loss");
     if (step == 0) first = l;
     last = l;
@@ -137,7 +137,7 @@ int main(int argc, char** argv) {
   // Average the two replicas over every rank.
   std::vector<float> avg = p;
   check(kolo::allreduce("average", kolo::view_of(avg.data(), {static_cast<int64_t>(avg.size())}),
-                        {.op = kolo::ReduceOp::kAverage}),
+                        {.reduction = {.op = kolo::ReduceOp::kAverage}}),
         "average");
   if (!same_on(kolo::global_process_set(), avg, "after"))
     fail("the averaged parameters differ between ranks");

@@ -126,8 +126,8 @@ struct EpochTotals {
 EpochTotals reduce_epoch(double loss_sum, int64_t correct, int64_t samples, double seconds) {
   double sums[3] = {loss_sum, static_cast<double>(correct), static_cast<double>(samples)};
   throw_if_error(kolo::allreduce("epoch.sums", kolo::view_of(sums, {3})));
-  throw_if_error(
-      kolo::allreduce("epoch.seconds", kolo::view_of(&seconds, {1}), {.op = kolo::ReduceOp::kMax}));
+  throw_if_error(kolo::allreduce("epoch.seconds", kolo::view_of(&seconds, {1}),
+                                 {.reduction = {.op = kolo::ReduceOp::kMax}}));
   EpochTotals t;
   t.samples = static_cast<int64_t>(sums[2]);
   t.loss = t.samples > 0 ? sums[0] / sums[2] : 0;

@@ -191,11 +191,11 @@ void DistributedOptimizer::submit(Bucket& bucket) {
   double local_weight = 1.0;
   if (options_.weight_by_sample_count) {
     local_weight = count_given_ ? static_cast<double>(local_samples_) : 1.0;
-    opts.op = ReduceOp::kSum;
+    opts.reduction.op = ReduceOp::kSum;
   } else {
-    opts.op = ReduceOp::kAverage;
+    opts.reduction.op = ReduceOp::kAverage;
   }
-  opts.prescale = 1.0 / options_.backward_passes_per_step;
+  opts.reduction.prescale = 1.0 / options_.backward_passes_per_step;
   opts.process_set = options_.process_set;
   std::vector<TensorView> views;
   views.reserve(bucket.params.size());

@@ -2,18 +2,19 @@
 
 #include <algorithm>
 #include <cstdarg>
-#include <mutex>
 #include <vector>
 
+#include "common/thread_annotations.h"
 #include "kolo/kolo.h"
 
 namespace kolo::fw {
 
 namespace {
 
-// One process-wide lock: loggers writing to the same FILE must not interleave lines.
-std::mutex& print_mutex() {
-  static std::mutex mu;
+// One process-wide lock: loggers writing to the same FILE must not interleave lines. It guards
+// the FILEs' output, which is not a member the analysis can name.
+Mutex& print_mutex() {
+  static Mutex mu;
   return mu;
 }
 
@@ -41,7 +42,7 @@ void RankLogger::line(std::string_view text) const {
     out += '\n';
     start = end + 1;
   } while (start < text.size());
-  std::lock_guard<std::mutex> lock(print_mutex());
+  MutexLock lock(print_mutex());
   std::fputs(out.c_str(), options_.out);
   std::fflush(options_.out);
 }

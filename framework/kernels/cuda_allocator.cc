@@ -3,28 +3,28 @@
 #include <cuda_runtime.h>
 
 #include <map>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "common/cuda_device_guard.h"
+#include "common/thread_annotations.h"
 #include "kolo/status.h"
 
 namespace kolo::fw::cuda_alloc {
 namespace {
 
 struct State {
-  std::mutex mu;
+  Mutex mu;
   // (device, rounded size) -> free blocks of exactly that rounded size.
-  std::map<std::pair<int, size_t>, std::vector<void*>> free_lists;
-  Stats stats;
+  std::map<std::pair<int, size_t>, std::vector<void*>> free_lists KOLO_GUARDED_BY(mu);
+  Stats stats KOLO_GUARDED_BY(mu);
 };
 State& state() {
   static State* s = new State;  // leaked on purpose: Storage may be freed during static teardown
   return *s;
 }
 
-void free_all_locked(State& s) {
+void free_all_locked(State& s) KOLO_REQUIRES(s.mu) {
   for (auto& [key, blocks] : s.free_lists) {
     cudaSetDevice(key.first);
     for (void* p : blocks) cudaFree(p);
@@ -46,7 +46,7 @@ size_t round_size(size_t nbytes) {
 void* allocate(size_t nbytes, int device) {
   const size_t size = round_size(nbytes);
   State& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
+  MutexLock lock(s.mu);
   auto it = s.free_lists.find({device, size});
   if (it != s.free_lists.end() && !it->second.empty()) {
     void* p = it->second.back();
@@ -77,20 +77,20 @@ void release(void* ptr, size_t nbytes, int device) {
   if (ptr == nullptr) return;
   const size_t size = round_size(nbytes);
   State& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
+  MutexLock lock(s.mu);
   s.free_lists[{device, size}].push_back(ptr);
   s.stats.bytes_cached += size;
 }
 
 void empty_cache() {
   State& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
+  MutexLock lock(s.mu);
   free_all_locked(s);
 }
 
 Stats stats() {
   State& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
+  MutexLock lock(s.mu);
   return s.stats;
 }
 

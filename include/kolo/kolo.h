@@ -121,26 +121,77 @@ std::vector<AppliedTuning> autotune_history();
 // type the Backend interface and the ops/ algorithms take, so nothing converts between
 // copies; the other options are about tensors (rows, output memory), from which Kolo derives
 // the per-rank element counts that backends take. Designated initializers read well:
-// allreduce_async(name, view, {.op = kolo::ReduceOp::kAverage}). Every member has a default
-// initializer, so that designated initializers that leave some out compile without
-// -Wmissing-field-initializers warnings.
+// allreduce_async(name, view, {.reduction = {.op = kolo::ReduceOp::kAverage}}). Every member
+// has a default initializer, so that designated initializers that leave some out compile
+// without -Wmissing-field-initializers warnings.
 
 // Every options struct ends with the process set the operation runs on (kolo/process_set.h);
-// the default is the global set. E.g. {.op = kolo::ReduceOp::kAverage, .process_set = group}.
+// the default is the global set. E.g. {.reduction = {.op = kolo::ReduceOp::kAverage},
+// .process_set = group}.
 // Operations without an options struct (barrier, grouped gathers, objects, point-to-point,
 // and the blocking allgather, broadcast and alltoall) take the process set as their last
 // argument, with the same default.
 
-// An allreduce is described by its reduction (kolo/types.h's members op, prescale, postscale,
-// repeated here so that designated initializers stay flat) and its process set.
-struct AllreduceOptions {
-  ReduceOp op = ReduceOp::kSum;
-  double prescale = 1.0;
-  double postscale = 1.0;
-  ProcessSet process_set = {};
+namespace detail {
 
-  Reduction reduction() const { return {op, prescale, postscale}; }
+// One member of 0.2's flat spelling of AllreduceOptions (below). It reads and writes as the
+// value it holds, so that 0.2's programs compile, every such use warning as deprecated; and it
+// records whether the program set it, so that effective_reduction() can tell which spelling the
+// program used. Kolo reads it through set() and value(), which do not warn. Deprecated in 0.3,
+// to be removed in 0.4 with the flat members.
+template <typename T>
+class LegacyReductionField {
+ public:
+  struct Unset {};
+  constexpr LegacyReductionField(Unset, T initial) : value_(initial) {}
+
+  // Implicit, as 0.2's plain member was: {.op = kolo::ReduceOp::kAverage}.
+  [[deprecated("use AllreduceOptions::reduction")]] constexpr LegacyReductionField(T value)
+      : value_(value), set_(true) {}
+  [[deprecated("use AllreduceOptions::reduction")]] constexpr LegacyReductionField& operator=(
+      T value) {
+    value_ = value;
+    set_ = true;
+    return *this;
+  }
+  [[deprecated("use AllreduceOptions::reduction")]] constexpr operator T() const { return value_; }
+
+  constexpr bool set() const { return set_; }
+  constexpr T value() const { return value_; }
+
+ private:
+  T value_;
+  bool set_ = false;
 };
+
+}  // namespace detail
+
+// An allreduce is described by its reduction and its process set:
+//   allreduce_async(name, view, {.reduction = {.op = kolo::ReduceOp::kAverage}});
+//
+// Deprecated in 0.3, to be removed in 0.4: 0.2's flat spelling, which repeated the reduction's
+// members op, prescale and postscale here. Programs written against 0.2 still compile, with
+// deprecation warnings: {.op = kolo::ReduceOp::kAverage, .process_set = ps} (the flat members
+// sit between `reduction` and `process_set`, in 0.2's order), `opts.prescale = 0.5;`, and reads
+// such as `opts.op == kolo::ReduceOp::kSum`. 0.2's accessor opts.reduction() does not compile:
+// a member function cannot share the name of the member `reduction`; effective_reduction(opts)
+// replaces it. The flat members count when the program set any of them (to any value, the
+// default included), else `reduction` does. Setting both spellings to different reductions
+// fails the operation at submission with InvalidArgument naming both (effective_reduction).
+struct AllreduceOptions {
+  Reduction reduction = {};
+  detail::LegacyReductionField<ReduceOp> op{{}, ReduceOp::kSum};
+  detail::LegacyReductionField<double> prescale{{}, 1.0};
+  detail::LegacyReductionField<double> postscale{{}, 1.0};
+  ProcessSet process_set = {};
+};
+
+// The reduction `opts` asks for: that of its flat members when any is set, else opts.reduction
+// (a `reduction` left at its default does not count as set). For code handed options that may
+// be in either spelling (the torch plugin's reducescatter); Kolo's allreduces call it at
+// submission. InvalidArgument naming both spellings and their values when both are set and
+// differ. Deprecated in 0.4 (opts.reduction is then the answer), removed in 0.5. Thread-safe.
+Result<Reduction> effective_reduction(const AllreduceOptions& opts);
 
 // Called on the background thread with the output's shape once it is known; must return a
 // buffer of at least product(shape) * dtype_size(dtype) bytes that stays valid until the
@@ -298,16 +349,37 @@ Result<std::vector<std::string>> allgather_object(std::string name, const std::s
                                                   const ProcessSet& process_set = {});
 
 // ---- Build queries ------------------------------------------------------------------------------
-enum class BackendKind : uint8_t { kTcp, kShm, kMpi, kNccl };
-// "tcp", "shm", "mpi", "nccl": the backend's name in KOLO_CPU_OPERATIONS.
-std::string_view backend_kind_name(BackendKind kind);
-// Whether this build has the backend (its folder was configured: backends/registry.h).
-// Callable before init().
-bool built(BackendKind kind);
+// Backends are named as KOLO_CPU_OPERATIONS and KOLO_GPU_OPERATIONS name them, which is the name
+// of their folder of backends/: "tcp", "shm", "mpi", "nccl". Both queries read the registry
+// (backends/registry.h), so a new backend answers here without a change to this header. Callable
+// before init() and from any thread.
+
+// Whether this build has the backend named `backend`, e.g. kolo::built("nccl"). False for a
+// name that is no backend of this build, known or not.
+bool built(std::string_view backend);
+// The backends of this build, in the registry's order of preference (backends/registry.cc), e.g.
+// {"shm", "tcp", "mpi", "nccl"}. Never empty: every build has tcp.
+std::vector<std::string> built_backend_names();
 // Whether MPI's multithreading (MPI_THREAD_MULTIPLE) is available to Kolo. Kolo initialises MPI
 // with MPI_THREAD_MULTIPLE and refuses a lower level, so this is true exactly when the build has
 // the mpi backend. Callable before init().
 bool mpi_threads_supported();
+
+// Deprecated in 0.3, to be removed in 0.4: 0.2's enum of backends. Naming backends by string
+// means that adding one touches its folder and its registry line only; these stay for one
+// release so that programs written against 0.2 still compile and get the same answers
+// (coordinator/deprecated_api_test.cc).
+// (clang-format 14 takes an attributed enum's body for a braced initialiser.)
+// clang-format off
+enum class [[deprecated("use kolo::built(\"shm\")")]] BackendKind : uint8_t {
+  kTcp, kShm, kMpi, kNccl
+};
+// clang-format on
+// "tcp", "shm", "mpi", "nccl".
+[[deprecated("use the backend's name: kolo::built(\"shm\")")]] std::string_view backend_kind_name(
+    BackendKind kind);
+// built(backend_kind_name(kind)).
+[[deprecated("use kolo::built(\"shm\")")]] bool built(BackendKind kind);
 
 }  // namespace kolo
 #pragma GCC visibility pop

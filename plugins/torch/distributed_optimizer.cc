@@ -174,10 +174,11 @@ struct GradientReducer::Impl {
       Param& p = params[i];
       tensors.push_back(options.compression == Compression::kNone ? p.tensor.grad() : p.wire);
     }
-    const AllreduceOptions op{.op = options.weight_by_sample_count ? ReduceOp::kSum : options.op,
-                              .prescale = 1.0 / options.gradient_predivide_factor,
-                              .postscale = options.gradient_predivide_factor,
-                              .process_set = options.process_set};
+    const AllreduceOptions op{
+        .reduction = {.op = options.weight_by_sample_count ? ReduceOp::kSum : options.op,
+                      .prescale = 1.0 / options.gradient_predivide_factor,
+                      .postscale = options.gradient_predivide_factor},
+        .process_set = options.process_set};
     b.handle = tensors.size() == 1 ? allreduce_async_(b.name, tensors[0], op)
                                    : grouped_allreduce_async_(b.name, tensors, op);
     b.submitted = true;

@@ -3,10 +3,11 @@
 #include <torch/serialize/archive.h>
 #include <torch/utils.h>
 
+#include <algorithm>
 #include <cstring>
-#include <mutex>
 #include <sstream>
 
+#include "common/thread_annotations.h"
 #include "kolo/torch.h"
 
 namespace kolo::torch {
@@ -114,17 +115,17 @@ namespace {
 // writes their tensors. Freed on a caller's thread once complete, never on Kolo's background
 // thread: freeing a tensor that Python owns takes the GIL, which a Python thread waiting on
 // Kolo (shutdown) may hold.
-std::mutex orphans_mu;  // guards orphans (the plugin sees only the public API)
-std::vector<std::unique_ptr<Handle::State>> orphans;
+Mutex orphans_mu;
+std::vector<std::unique_ptr<Handle::State>> orphans KOLO_GUARDED_BY(orphans_mu);
 
 void sweep_orphans() {
   std::vector<std::unique_ptr<Handle::State>> done;
   {
-    std::lock_guard<std::mutex> lock(orphans_mu);
+    MutexLock lock(orphans_mu);
     for (auto& o : orphans) {
       if (o->handle.poll()) done.push_back(std::move(o));
     }
-    std::erase(orphans, nullptr);
+    orphans.erase(std::remove(orphans.begin(), orphans.end(), nullptr), orphans.end());
   }
 }  // `done` frees here, outside the lock
 
@@ -135,7 +136,7 @@ Handle make_handle(std::unique_ptr<Handle::State> s) {
   Handle h;
   h.state_ = std::shared_ptr<Handle::State>(s.release(), [](Handle::State* p) {
     if (p->handle.valid() && !p->handle.poll()) {
-      std::lock_guard<std::mutex> lock(orphans_mu);
+      MutexLock lock(orphans_mu);
       orphans.emplace_back(p);
     } else {
       delete p;
@@ -285,10 +286,13 @@ Handle alltoall_async(const std::string& name, const at::Tensor& tensor,
 
 Handle reducescatter_async(const std::string& name, const at::Tensor& tensor,
                            AllreduceOptions opts) {
+  // The options may be in 0.2's flat spelling, which effective_reduction() reads too.
+  Result<Reduction> reduction = effective_reduction(opts);
+  check(reduction.status().with_context("reducescatter '" + name + "'"));
   auto s = std::make_unique<Handle::State>();
   TensorView v = prepare(*s, tensor, name, false);
   s->handle = kolo::reducescatter_async(name, v,
-                                        {.reduction = opts.reduction(),
+                                        {.reduction = *reduction,
                                          .allocator = allocate_into(s, tensor),
                                          .process_set = opts.process_set});
   return make_handle(std::move(s));

@@ -36,9 +36,10 @@ void every_op() {
   const int r = kolo::rank(), P = kolo::size();
   std::vector<float> sum(8, r + 1.0f), avg(8, r + 1.0f), mx(8, r + 1.0f);
   auto h1 = kolo::allreduce_async("sum", kolo::view_of(sum.data(), {2, 4}));
-  auto h2 =
-      kolo::allreduce_async("avg", kolo::view_of(avg.data(), {8}), {kolo::ReduceOp::kAverage});
-  auto h3 = kolo::allreduce_async("max", kolo::view_of(mx.data(), {8}), {kolo::ReduceOp::kMax});
+  auto h2 = kolo::allreduce_async("avg", kolo::view_of(avg.data(), {8}),
+                                  {.reduction = {.op = kolo::ReduceOp::kAverage}});
+  auto h3 = kolo::allreduce_async("max", kolo::view_of(mx.data(), {8}),
+                                  {.reduction = {.op = kolo::ReduceOp::kMax}});
   ok(h3.wait(), "max");
   ok(h1.wait(), "sum");
   ok(h2.wait(), "avg");
@@ -135,10 +136,10 @@ void api() {
   ok(kolo::allreduce("oop", kolo::view_of(in.data(), {4}), kolo::view_of(out.data(), {4})), "oop");
   CHECK(out[3] == ranks && in[3] == r + 1.0f);
   // Build queries agree with the build (kolorun starts tcp or shm, both always built).
-  CHECK(kolo::built(kolo::BackendKind::kTcp) && kolo::built(kolo::BackendKind::kShm));
-  CHECK(kolo::built(kolo::BackendKind::kNccl) == KOLO_TEST_BUILT_NCCL);
-  CHECK(kolo::built(kolo::BackendKind::kMpi) == KOLO_TEST_BUILT_MPI);
-  CHECK(kolo::mpi_threads_supported() == kolo::built(kolo::BackendKind::kMpi));
+  CHECK(kolo::built("tcp") && kolo::built("shm"));
+  CHECK(kolo::built("nccl") == KOLO_TEST_BUILT_NCCL);
+  CHECK(kolo::built("mpi") == KOLO_TEST_BUILT_MPI);
+  CHECK(kolo::mpi_threads_supported() == kolo::built("mpi"));
   // join(): rank 0 joins last, 300 ms after the others (the coordinator sees their joins
   // first), and every rank learns so.
   if (r == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -214,6 +215,7 @@ double fused_input(kolo::ReduceOp op, int r, int P, int64_t i) {
 // pieces]); on tcp they go through the fusion buffer.
 template <typename T>
 void fused_case(const char* name, kolo::AllreduceOptions o, bool grouped) {
+  const kolo::Reduction& red = o.reduction;
   const int r = kolo::rank(), P = kolo::size();
   std::vector<int64_t> sizes = {0, 1, 1031, 0, 1, 3001, 7, 1, 0, 517, 2};
   for (int k = 0; k < 60; ++k) sizes.push_back(k % 3 == 0 ? 0 : 1);
@@ -221,7 +223,7 @@ void fused_case(const char* name, kolo::AllreduceOptions o, bool grouped) {
   std::vector<kolo::TensorView> views;
   for (int64_t n : sizes) {
     std::vector<T> m(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) m[i] = static_cast<T>(fused_input(o.op, r, P, i));
+    for (int64_t i = 0; i < n; ++i) m[i] = static_cast<T>(fused_input(red.op, r, P, i));
     members.push_back(std::move(m));
   }
   for (auto& m : members)
@@ -238,20 +240,20 @@ void fused_case(const char* name, kolo::AllreduceOptions o, bool grouped) {
   int wrong = 0;
   for (size_t k = 0; k < members.size(); ++k) {
     for (int64_t i = 0; i < sizes[k]; ++i) {
-      double want = fused_input(o.op, 0, P, i) * o.prescale;
+      double want = fused_input(red.op, 0, P, i) * red.prescale;
       for (int q = 1; q < P; ++q) {
-        const double v = fused_input(o.op, q, P, i) * o.prescale;
-        if (o.op == kolo::ReduceOp::kMin)
+        const double v = fused_input(red.op, q, P, i) * red.prescale;
+        if (red.op == kolo::ReduceOp::kMin)
           want = std::min(want, v);
-        else if (o.op == kolo::ReduceOp::kMax)
+        else if (red.op == kolo::ReduceOp::kMax)
           want = std::max(want, v);
-        else if (o.op == kolo::ReduceOp::kProduct)
+        else if (red.op == kolo::ReduceOp::kProduct)
           want *= v;
         else
           want += v;
       }
-      if (o.op == kolo::ReduceOp::kAverage) want /= P;
-      want *= o.postscale;
+      if (red.op == kolo::ReduceOp::kAverage) want /= P;
+      want *= red.postscale;
       if (static_cast<double>(members[k][i]) != want && wrong++ == 0)
         std::fprintf(stderr, "rank %d: %s member %zu element %lld is %g, expected %g\n", r,
                      base.c_str(), k, static_cast<long long>(i), static_cast<double>(members[k][i]),
@@ -264,15 +266,15 @@ void fused_case(const char* name, kolo::AllreduceOptions o, bool grouped) {
 void fused() {
   using kolo::ReduceOp;
   for (bool grouped : {true, false}) {
-    fused_case<float>("f.sum", {ReduceOp::kSum}, grouped);
-    fused_case<float>("f.avg", {ReduceOp::kAverage}, grouped);
-    fused_case<float>("f.min", {ReduceOp::kMin}, grouped);
-    fused_case<float>("f.max", {ReduceOp::kMax}, grouped);
-    fused_case<float>("f.prod", {ReduceOp::kProduct}, grouped);
-    fused_case<float>("f.scaled", {ReduceOp::kSum, 2.0, 0.5}, grouped);
-    fused_case<double>("d.avg.scaled", {ReduceOp::kAverage, 2.0, 0.25}, grouped);
-    fused_case<int32_t>("i.sum", {ReduceOp::kSum}, grouped);
-    fused_case<int32_t>("i.max", {ReduceOp::kMax}, grouped);
+    fused_case<float>("f.sum", {.reduction = {.op = ReduceOp::kSum}}, grouped);
+    fused_case<float>("f.avg", {.reduction = {.op = ReduceOp::kAverage}}, grouped);
+    fused_case<float>("f.min", {.reduction = {.op = ReduceOp::kMin}}, grouped);
+    fused_case<float>("f.max", {.reduction = {.op = ReduceOp::kMax}}, grouped);
+    fused_case<float>("f.prod", {.reduction = {.op = ReduceOp::kProduct}}, grouped);
+    fused_case<float>("f.scaled", {.reduction = {ReduceOp::kSum, 2.0, 0.5}}, grouped);
+    fused_case<double>("d.avg.scaled", {.reduction = {ReduceOp::kAverage, 2.0, 0.25}}, grouped);
+    fused_case<int32_t>("i.sum", {.reduction = {.op = ReduceOp::kSum}}, grouped);
+    fused_case<int32_t>("i.max", {.reduction = {.op = ReduceOp::kMax}}, grouped);
   }
 }
 

@@ -8,8 +8,8 @@
 #include <iostream>
 #include <iterator>
 
-#include "backends/tcp/auth.h"
 #include "backends/tcp/wire.h"
+#include "common/auth.h"
 #include "common/knobs.h"
 #include "coordinator/message.h"
 #include "framework/data/idx_reader.h"
@@ -124,12 +124,12 @@ void store_protocol() {
 
 void tcp_wire() {
   write_seed("fuzz_tcp_wire", "frame-header", to_string(tcp::encode_frame_header(4096)));
-  tcp::Hello hello{.rank = 1, .size = 4, .nonce = random_nonce()};
-  write_seed("fuzz_tcp_wire", "hello", to_string(tcp::encode(hello)));
-  tcp::Challenge challenge{.rank = 0, .size = 4, .nonce = random_nonce()};
-  write_seed("fuzz_tcp_wire", "challenge", to_string(tcp::encode(challenge)));
-  write_seed("fuzz_tcp_wire", "proof", to_string(tcp::encode(tcp::Proof{.accept = true})));
-  write_seed("fuzz_tcp_wire", "verdict", to_string(tcp::encode(tcp::Verdict{.accept = true})));
+  Hello hello{.rank = 1, .size = 4, .nonce = random_nonce()};
+  write_seed("fuzz_tcp_wire", "hello", to_string(encode(hello)));
+  Challenge challenge{.rank = 0, .size = 4, .nonce = random_nonce()};
+  write_seed("fuzz_tcp_wire", "challenge", to_string(encode(challenge)));
+  write_seed("fuzz_tcp_wire", "proof", to_string(encode(Proof{.accept = true})));
+  write_seed("fuzz_tcp_wire", "verdict", to_string(encode(Verdict{.accept = true})));
 }
 
 void data_files() {

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <span>
 
-#include "backends/tcp/auth.h"
 #include "backends/tcp/wire.h"
+#include "common/auth.h"
 #include "fuzz_input.h"
 
 namespace {
@@ -15,10 +15,10 @@ void check_round_trip(kolo::Result<Message> (*decode)(std::span<const uint8_t>),
                       std::span<const uint8_t> bytes) {
   auto decoded = decode(bytes);
   if (!decoded.ok()) return;
-  const auto encoded = kolo::tcp::encode(*decoded);
+  const auto encoded = kolo::encode(*decoded);
   auto again = decode(encoded);
   FUZZ_CHECK(again.ok());
-  const auto re_encoded = kolo::tcp::encode(*again);
+  const auto re_encoded = kolo::encode(*again);
   FUZZ_CHECK(std::equal(encoded.begin(), encoded.end(), re_encoded.begin()));
 }
 

@@ -64,7 +64,8 @@ void check(const std::string& name, int64_t count, kolo::AllreduceOptions opts, 
   }
   const std::vector<T>& result = in_place ? in : out;
   for (int64_t i = 0; i < count; ++i) {
-    const T want = static_cast<T>(expected(opts.op, P, i, opts.prescale, opts.postscale));
+    const T want = static_cast<T>(
+        expected(opts.reduction.op, P, i, opts.reduction.prescale, opts.reduction.postscale));
     if (result[i] != want) {
       std::fprintf(stderr, "rank %d: %s[%" PRId64 "] = %g, expected %g\n", r, name.c_str(), i,
                    static_cast<double>(result[i]), static_cast<double>(want));
@@ -82,8 +83,10 @@ void steps(int n) {
   const int P = kolo::size();
   for (int step = 0; step < n; ++step) {
     check<float>("step.f32.sum", 1031, {}, true);
-    check<int32_t>("step.i32.avg2", 3001, {.op = ReduceOp::kAverage, .prescale = 2.0}, false);
-    check<double>("step.f64.scaled", P + 1, {.prescale = 2.0, .postscale = 0.5}, true);
+    check<int32_t>("step.i32.avg2", 3001,
+                   {.reduction = {.op = ReduceOp::kAverage, .prescale = 2.0}}, false);
+    check<double>("step.f64.scaled", P + 1, {.reduction = {.prescale = 2.0, .postscale = 0.5}},
+                  true);
     if (!kolo::mark_step().ok()) ++failures;
   }
   std::string line = "rank " + std::to_string(kolo::rank()) + ": autotune history:";
@@ -103,13 +106,16 @@ void one_of_each() {
                         int64_t{6 << 18}}) {
     const std::string n = std::to_string(count);
     check<float>("f32.sum." + n, count, {}, true);
-    check<float>("f32.avg." + n, count, {.op = ReduceOp::kAverage}, false);
-    check<double>("f64.scaled." + n, count, {.prescale = 2.0, .postscale = 0.5}, true);
-    check<int32_t>("i32.max." + n, count, {.op = ReduceOp::kMax}, false);
-    check<int64_t>("i64.min." + n, count, {.op = ReduceOp::kMin}, true);
+    check<float>("f32.avg." + n, count, {.reduction = {.op = ReduceOp::kAverage}}, false);
+    check<double>("f64.scaled." + n, count, {.reduction = {.prescale = 2.0, .postscale = 0.5}},
+                  true);
+    check<int32_t>("i32.max." + n, count, {.reduction = {.op = ReduceOp::kMax}}, false);
+    check<int64_t>("i64.min." + n, count, {.reduction = {.op = ReduceOp::kMin}}, true);
     // (P + 1) / 2 is whole for odd P only: an even job averages integers that divide evenly.
-    if (P % 2 == 1) check<int64_t>("i64.avg." + n, count, {.op = ReduceOp::kAverage}, false);
-    check<int32_t>("i32.avg2." + n, count, {.op = ReduceOp::kAverage, .prescale = 2.0}, false);
+    if (P % 2 == 1)
+      check<int64_t>("i64.avg." + n, count, {.reduction = {.op = ReduceOp::kAverage}}, false);
+    check<int32_t>("i32.avg2." + n, count,
+                   {.reduction = {.op = ReduceOp::kAverage, .prescale = 2.0}}, false);
   }
   // Tensors submitted together, so that the coordinator fuses them into one allreduce whose
   // buffer the hierarchy splits without regard to where one tensor ends.

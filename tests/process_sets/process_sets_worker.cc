@@ -37,10 +37,11 @@ void every_op(const kolo::ProcessSet& set) {
   std::vector<float> a(6, me + 1.0f), avg(6, me + 1.0f), mx(6, me + 1.0f), in(6, me + 1.0f),
       out(6, 0.0f);
   auto h1 = kolo::allreduce_async("sum", kolo::view_of(a.data(), {2, 3}), {.process_set = set});
-  auto h2 = kolo::allreduce_async("avg", kolo::view_of(avg.data(), {6}),
-                                  {.op = kolo::ReduceOp::kAverage, .process_set = set});
+  auto h2 =
+      kolo::allreduce_async("avg", kolo::view_of(avg.data(), {6}),
+                            {.reduction = {.op = kolo::ReduceOp::kAverage}, .process_set = set});
   auto h3 = kolo::allreduce_async("max", kolo::view_of(mx.data(), {6}),
-                                  {.op = kolo::ReduceOp::kMax, .process_set = set});
+                                  {.reduction = {.op = kolo::ReduceOp::kMax}, .process_set = set});
   auto h4 = kolo::allreduce_async("oop", kolo::view_of(in.data(), {6}),
                                   kolo::view_of(out.data(), {6}), {.process_set = set});
   ok(h1.wait(), where + "sum");

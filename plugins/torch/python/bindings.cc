@@ -23,9 +23,7 @@ kolo::ReduceOp reduce_op(int op) {
 
 kolo::AllreduceOptions reduction(int op, double prescale, double postscale,
                                  const kolo::ProcessSet& process_set) {
-  return {.op = reduce_op(op),
-          .prescale = prescale,
-          .postscale = postscale,
+  return {.reduction = {.op = reduce_op(op), .prescale = prescale, .postscale = postscale},
           .process_set = process_set};
 }
 

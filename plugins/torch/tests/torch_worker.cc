@@ -147,7 +147,8 @@ int mode_collectives() {
     kt::allreduce_("ar." + t, a);
     check_close(a, torch::full({2, 3}, sum_ranks, opts), "allreduce_ sum " + t);
     torch::Tensor in = torch::full({3}, r + 1, opts);
-    torch::Tensor out = kt::allreduce("ar_oop." + t, in, {.op = kolo::ReduceOp::kMax});
+    torch::Tensor out =
+        kt::allreduce("ar_oop." + t, in, {.reduction = {.op = kolo::ReduceOp::kMax}});
     check_close(out, torch::full({3}, P, opts), "allreduce max " + t);
     check_close(in, torch::full({3}, r + 1, opts), "allreduce input unchanged " + t);
     // Allgather with uneven first dimensions: rank q gives q + 1 rows of value q.
@@ -162,7 +163,7 @@ int mode_collectives() {
   }
   // Average, a non-contiguous tensor in place, a grouped allreduce.
   torch::Tensor nc = torch::arange(6, torch::kFloat).reshape({2, 3}).t() * (r + 1);
-  kt::allreduce_("ar.noncontig", nc, {.op = kolo::ReduceOp::kAverage});
+  kt::allreduce_("ar.noncontig", nc, {.reduction = {.op = kolo::ReduceOp::kAverage}});
   check_close(nc, torch::arange(6, torch::kFloat).reshape({2, 3}).t() * (sum_ranks / P),
               "allreduce_ average non-contiguous");
   std::vector<torch::Tensor> group = {torch::full({2}, r + 1.0), torch::full({3}, 2.0 * r)};

@@ -1,9 +1,9 @@
-#include "backends/tcp/auth.h"
+#include "common/auth.h"
 
 #include <string>
 #include <vector>
 
-namespace kolo::tcp {
+namespace kolo {
 namespace {
 
 constexpr uint32_t kHelloMagic = 0x4c48484b;      // "KHHL"
@@ -27,7 +27,7 @@ Status check_header(std::span<const uint8_t> bytes, size_t need, uint32_t magic,
                            std::to_string(bytes.size()) + " of " + std::to_string(need) + " bytes");
   if (get_u32(bytes.data()) != magic)
     return Status::IoError(std::string("malformed handshake ") + what +
-                           ": wrong magic (the peer is not a Kolo tcp channel)");
+                           ": wrong magic (the peer is not a Kolo rank)");
   return Status::Ok();
 }
 
@@ -134,6 +134,8 @@ Result<Verdict> decode_verdict(std::span<const uint8_t> bytes) {
 
 Tag acceptor_tag(const AuthKey& key, std::string_view binding, const Hello& hello,
                  const Challenge& challenge) {
+  // The labels say "kolo-tcp", where the handshake began: they enter every tag, so renaming them
+  // is a protocol change (kVersion).
   return auth_tag(key, transcript("kolo-tcp acceptor", binding, hello, challenge));
 }
 
@@ -146,4 +148,4 @@ AuthKey session_key(const AuthKey& key, const Hello& hello, const Challenge& cha
   return derive_session_key(key, "kolo-tcp session", hello.nonce, challenge.nonce);
 }
 
-}  // namespace kolo::tcp
+}  // namespace kolo

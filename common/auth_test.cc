@@ -1,11 +1,11 @@
-#include "backends/tcp/auth.h"
+#include "common/auth.h"
 
 #include <gtest/gtest.h>
 
 #include <random>
 #include <vector>
 
-namespace kolo::tcp {
+namespace kolo {
 namespace {
 
 // The reference test vectors (Aumasson and Bernstein): key 00..0f, message 00..n-1.
@@ -149,4 +149,4 @@ TEST(AuthTest, DecodersNeverCrashOnRandomBytes) {
 }
 
 }  // namespace
-}  // namespace kolo::tcp
+}  // namespace kolo
