@@ -66,16 +66,15 @@ bool is_reduction(Collective c) {
   return c == Collective::kAllreduce || c == Collective::kReducescatter;
 }
 
-Status run(const CollectiveOptions& o) {
-  // kolorun's environment, else mpirun (in an MPI build), else one rank: as kolo::init() does.
-  KOLO_ASSIGN_OR_RETURN(LaunchedWorld launched, launched_world());
+Status run(const CollectiveOptions& o, const KnobSet& knobs) {
+  // kolorun's launcher knobs, else mpirun (in an MPI build), else one rank: as kolo::init() does.
+  KOLO_ASSIGN_OR_RETURN(LaunchedWorld launched, launched_world(knobs));
   const World& world = launched.world;
-  const BackendContext ctx = backend_context(world, "kolo-bench");
+  const BackendContext ctx = backend_context(world, knobs, "kolo-bench");
   KOLO_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, create_backend(o.backend, ctx));
   // KOLO_HIERARCHICAL_ALLREDUCE=1 or KOLO_HIERARCHICAL_ALLGATHER=1 times the hierarchy with
   // --backend across hosts, as kolo::init() builds it (within a host: shm, or
   // KOLO_CPU_OPERATIONS when set); each knob switches its own collective.
-  KOLO_ASSIGN_OR_RETURN(KnobSet knobs, KnobSet::from_process_env());
   const bool allreduce = knobs.boolean(KnobId::kHierarchicalAllreduce);
   const bool allgather = knobs.boolean(KnobId::kHierarchicalAllgather);
   if (allreduce || allgather) {
@@ -211,10 +210,11 @@ Status run(const CollectiveOptions& o) {
 
 }  // namespace
 
-int run_collective_bench(Collective collective, int argc, char** argv) {
+int run_collective_bench(Collective collective, const KnobSet& knobs, int argc, char** argv) {
   CollectiveOptions options;
   options.collective = collective;
-  return run_command(collective_command_line(options), argc, argv, [&] { return run(options); });
+  return run_command(collective_command_line(options), argc, argv,
+                     [&] { return run(options, knobs); });
 }
 
 }  // namespace kolo::bench

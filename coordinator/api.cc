@@ -72,19 +72,20 @@ void bound_by_stall_time(BackendContext& ctx, std::chrono::nanoseconds stall) {
 // A sub-group's backends (a process set's, a point-to-point pair's): the job's CPU backend
 // connecting only `ranks` (its subgroup factory, else new connections through the store under
 // `ns`), `tag` telling its creation apart from concurrent ones (BackendContext::group_tag).
+// `knobs` are the job's, as init() parsed them (shared: the groups outlive init()'s frame).
 // `device_backend` (nccl, or empty) gets a communicator of the members too, made as the job's
 // is: a unique id through the store under `ns`. Not ncclCommSplit: that is collective over the
 // job's communicator, which only the global background thread may touch, while a group is made
 // by its members' threads alone (a pair by two ranks). A CPU backend chosen for CUDA tensors
 // (KOLO_GPU_OPERATIONS=tcp|mpi|shm) is not connected per group: the group stages them to its
 // data plane.
-Result<coord::SetBackends> group_backends(const World& world, const coord::RuntimeConfig& config,
+Result<coord::SetBackends> group_backends(const World& world, const KnobSet& knobs,
+                                          const coord::RuntimeConfig& config,
                                           const std::string& device_backend, const std::string& ns,
                                           int tag, const std::vector<int>& ranks, int group_rank) {
-  BackendContext ctx = backend_context(world, ns + "/data");
+  BackendContext ctx = backend_context(world, knobs, ns + "/data");
   ctx.rank = group_rank;
   ctx.size = static_cast<int>(ranks.size());
-  ctx.op_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(config.op_timeout);
   ctx.group_tag = tag;
   coord::SetBackends b;
   if (!device_backend.empty()) {
@@ -117,23 +118,25 @@ std::string session_prefix(int session) { return "kolo/s" + std::to_string(sessi
 
 // Group tags: even for process sets (by id), odd for pairs (by their two ranks), so that no
 // two groups that may be created at once share one (up to 32767 ranks within MPI's int tags).
-coord::MakeSetBackends set_backends(const World& world, const coord::RuntimeConfig& config,
+coord::MakeSetBackends set_backends(const World& world, std::shared_ptr<const KnobSet> knobs,
+                                    const coord::RuntimeConfig& config,
                                     const std::string& device_backend, int session) {
-  return [&world, config, device_backend, session](int32_t id, const std::vector<int>& ranks,
-                                                   int set_rank) {
-    return group_backends(world, config, device_backend,
+  return [&world, knobs, config, device_backend, session](int32_t id, const std::vector<int>& ranks,
+                                                          int set_rank) {
+    return group_backends(world, *knobs, config, device_backend,
                           session_prefix(session) + "/ps" + std::to_string(id), 2 * id, ranks,
                           set_rank);
   };
 }
 
-coord::MakePairBackends pair_backends(const World& world, const coord::RuntimeConfig& config,
+coord::MakePairBackends pair_backends(const World& world, std::shared_ptr<const KnobSet> knobs,
+                                      const coord::RuntimeConfig& config,
                                       const std::string& device_backend, int session) {
-  return [&world, config, device_backend, session](int low, int high, int pair_rank) {
+  return [&world, knobs, config, device_backend, session](int low, int high, int pair_rank) {
     const std::string ns =
         session_prefix(session) + "/p2p/" + std::to_string(low) + "-" + std::to_string(high);
-    return group_backends(world, config, device_backend, ns, 2 * (low * world.size + high) + 1,
-                          {low, high}, pair_rank);
+    return group_backends(world, *knobs, config, device_backend, ns,
+                          2 * (low * world.size + high) + 1, {low, high}, pair_rank);
   };
 }
 
@@ -168,10 +171,12 @@ Status init() {
   if (g.runtime) return Status::PreconditionFailed("kolo::init(): already initialised");
   // Every knob is validated before the rendezvous, so that a typo fails this rank at once
   // instead of after (or while) its peers connect. KOLO_CPU_OPERATIONS accepts only this
-  // build's backends.
-  KOLO_ASSIGN_OR_RETURN(KnobSet knobs, KnobSet::from_process_env());
-  // kolorun's environment, else a launcher a backend knows (mpirun), else one rank.
-  KOLO_ASSIGN_OR_RETURN(LaunchedWorld launched, launched_world());
+  // build's backends. The one read of the environment: everything below gets these knobs.
+  KOLO_ASSIGN_OR_RETURN(KnobSet parsed, KnobSet::from_process_env());
+  const auto shared_knobs = std::make_shared<const KnobSet>(std::move(parsed));
+  const KnobSet& knobs = *shared_knobs;
+  // kolorun's launcher knobs, else a launcher a backend knows (mpirun), else one rank.
+  KOLO_ASSIGN_OR_RETURN(LaunchedWorld launched, launched_world(knobs));
   World& world = launched.world;
   KOLO_ASSIGN_OR_RETURN(coord::RuntimeConfig config,
                         coord::config_from_knobs(knobs, launched.default_backend));
@@ -195,8 +200,7 @@ Status init() {
     // Control and data planes are separate instances of the same backend, so small
     // negotiation messages never queue behind bulk data.
     const std::string ns = session_prefix(g.session);
-    BackendContext ctx = backend_context(world, ns + "/data");
-    ctx.op_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(config.op_timeout);
+    BackendContext ctx = backend_context(world, knobs, ns + "/data");
     KOLO_ASSIGN_OR_RETURN(data, create_backend(config.cpu_operations, ctx));
     // The control plane stays flat: its messages are small. The hierarchy is built when asked
     // for, and offered to the autotuner (not required, so unequal hosts keep the flat backend;
@@ -230,17 +234,18 @@ Status init() {
   KOLO_ASSIGN_OR_RETURN(std::string gpu_name,
                         gpu_backend_choice(config.gpu_operations, coord::cuda_device_count(),
                                            world.local_size, gpu_per_process()));
-  // nccl, when CUDA tensors have a device backend: process sets and pairs get one too.
+  // A device backend (one that takes no CPU tensors), when CUDA tensors have one: process sets
+  // and pairs get one too.
   std::string device_backend;
   if (!gpu_name.empty())
     if (Result<const BackendEntry*> e = find_backend(gpu_name);
         e.ok() && !(*e)->handles(Device::cpu()))
       device_backend = gpu_name;
+  // A CPU backend for a job of one rank would only stage to what the data plane does already.
   std::unique_ptr<Backend> gpu;
   if (!gpu_name.empty() && gpu_name != config.cpu_operations &&
-      (world.size > 1 || gpu_name == "nccl")) {
-    BackendContext ctx = backend_context(world, session_prefix(g.session) + "/gpu");
-    ctx.op_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(config.op_timeout);
+      (world.size > 1 || !device_backend.empty())) {
+    BackendContext ctx = backend_context(world, knobs, session_prefix(g.session) + "/gpu");
     KOLO_ASSIGN_OR_RETURN(gpu, create_backend(gpu_name, ctx));
   }
   KOLO_ASSIGN_OR_RETURN(std::unique_ptr<coord::Runtime> created,
@@ -250,10 +255,10 @@ Status init() {
   g.world = std::move(world);
   g.quick_store = quick;
   auto sets = std::make_shared<coord::ProcessSetTable>(
-      rt, set_backends(g.world, rt->config(), device_backend, g.session));
+      rt, set_backends(g.world, shared_knobs, rt->config(), device_backend, g.session));
   auto pairs = std::make_shared<coord::PairTable>(
       rt, quick.get(), session_prefix(g.session) + "/p2p",
-      pair_backends(g.world, rt->config(), device_backend, g.session));
+      pair_backends(g.world, shared_knobs, rt->config(), device_backend, g.session));
   ++g.session;
   // KOLO_PROCESS_SETS: every rank adds the same sets, in order, before init() returns.
   if (knobs.is_set(KnobId::kProcessSets)) {

@@ -15,7 +15,7 @@
 #include "backends/tcp/auth.h"
 #include "backends/tcp/close_on_exec.h"
 #include "backends/tcp/host_address.h"
-#include "common/knobs.h"
+#include "backends/tcp/tcp_knobs.h"
 #include "common/logging.h"
 
 namespace kolo::tcp {
@@ -470,24 +470,25 @@ class Bootstrap {
 
 }  // namespace
 
-Result<ConnectOptions> connect_options_from_env() {
-  KOLO_ASSIGN_OR_RETURN(KnobSet knobs, KnobSet::from_process_env());
+ConnectOptions connect_options(const KnobSet& knobs) {
   ConnectOptions o;
-  o.host = knobs.text(KnobId::kTcpHost);
-  if (knobs.is_set(KnobId::kTcpSocketBuffer))
-    o.socket_buffer_bytes = knobs.size(KnobId::kTcpSocketBuffer);
-  if (knobs.is_set(KnobId::kTcpMaxFrame)) o.max_frame_bytes = knobs.size(KnobId::kTcpMaxFrame);
+  o.host = knobs.text(tcp_knobs::kHost);
+  o.socket_buffer_bytes = knobs.size(tcp_knobs::kSocketBuffer);
+  o.max_frame_bytes = knobs.size(tcp_knobs::kMaxFrame);
   // Rounded up, so that a spin below 1 us (e.g. "500ns") still spins rather than turning off.
-  if (knobs.is_set(KnobId::kTcpSpin))
-    o.spin = std::chrono::ceil<std::chrono::microseconds>(knobs.duration(KnobId::kTcpSpin));
-  if (knobs.is_set(KnobId::kTcpUnix)) o.same_host_unix = knobs.boolean(KnobId::kTcpUnix);
-  if (knobs.is_set(KnobId::kTcpIntegrity)) o.integrity = knobs.boolean(KnobId::kTcpIntegrity);
+  o.spin = std::chrono::ceil<std::chrono::microseconds>(knobs.duration(tcp_knobs::kSpin));
+  o.same_host_unix = knobs.boolean(tcp_knobs::kUnix);
+  o.integrity = knobs.boolean(tcp_knobs::kIntegrity);
   return o;
 }
 
 Result<std::unique_ptr<TcpChannel>> connect_channel(const BackendContext& context,
                                                     const ConnectOptions& options) {
   KOLO_RETURN_IF_ERROR(check_context(context));
+  if (options.max_frame_bytes == 0)
+    return Status::InvalidArgument(
+        "tcp: options.max_frame_bytes must be > 0, got 0 (connect_options() reads "
+        "KOLO_TCP_MAX_FRAME)");
   auto io = std::make_unique<asio::io_context>(1);  // one thread drives it: no locking
   std::vector<PeerSocket> peers;
   {
