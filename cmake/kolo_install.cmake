@@ -3,7 +3,7 @@
 #   lib/               libkolo and libkolo_framework (.so with SONAME libkolo.so.MAJOR.MINOR,
 #                      or .a), lib/cmake/Kolo/ (find_package(Kolo)), lib/pkgconfig/ (kolo.pc,
 #                      kolo-framework.pc)
-#   include/kolo/      the public core API
+#   include/kolo/      the public core API, and framework.h: the training stack in one include
 #   include/kolo_framework/framework/   the training stack's headers ("framework/tensor.h")
 # `cpack -G DEB` in the build folder makes kolo_<version>_<arch>.deb of the same files
 # (scripts/package-deb.sh builds one that installs on a plain Debian 12).
@@ -25,10 +25,13 @@ install(TARGETS kolo kolo_framework EXPORT KoloTargets
 install(TARGETS kolorun kolo-bench kolo-trace RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/kolo DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
         FILES_MATCHING PATTERN "*.h")
+install(FILES ${PROJECT_SOURCE_DIR}/framework/include/kolo/framework.h
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kolo)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/framework/
         DESTINATION ${KOLO_FRAMEWORK_INCLUDE_DIR}/framework
         FILES_MATCHING PATTERN "*.h"
-        PATTERN "bench" EXCLUDE PATTERN "test_*.h" EXCLUDE PATTERN "*_test.h" EXCLUDE)
+        PATTERN "bench" EXCLUDE PATTERN "include" EXCLUDE PATTERN "test_*.h" EXCLUDE
+        PATTERN "*_test.h" EXCLUDE)
 
 # The CMake package: find_package(Kolo 0.2 CONFIG [COMPONENTS ...]).
 install(EXPORT KoloTargets NAMESPACE Kolo:: DESTINATION ${KOLO_CMAKE_DIR})
@@ -73,10 +76,20 @@ set(KOLO_PC_FRAMEWORK_CFLAGS "")
 if(KOLO_HAVE_CUDA)
   set(KOLO_PC_FRAMEWORK_CFLAGS "-DKOLO_HAVE_CUDA=1")
 endif()
+# A program linked with these flags finds the shared libraries at run time through an rpath to
+# libdir, without LD_LIBRARY_PATH; not for a libdir the dynamic loader searches anyway (/usr/lib
+# of a package), where an rpath would only be noise in every program built against it.
+set(KOLO_PC_RPATH "-Wl,-rpath,\${libdir} ")
+if(CMAKE_INSTALL_FULL_LIBDIR IN_LIST CMAKE_CXX_IMPLICIT_LINK_DIRECTORIES OR
+   CMAKE_INSTALL_FULL_LIBDIR IN_LIST CMAKE_PLATFORM_IMPLICIT_LINK_DIRECTORIES)
+  set(KOLO_PC_RPATH "")
+endif()
 # The files find the prefix from their own place, so that an install can move: two folders up
 # from lib/pkgconfig, three from Debian's lib/x86_64-linux-gnu/pkgconfig.
 file(RELATIVE_PATH KOLO_PC_UP_TO_PREFIX ${CMAKE_INSTALL_FULL_LIBDIR}/pkgconfig
      ${CMAKE_INSTALL_PREFIX})
+# No trailing slash: libdir, and so the rpath a program keeps, reads ".../lib/pkgconfig/../../lib".
+string(REGEX REPLACE "/$" "" KOLO_PC_UP_TO_PREFIX "${KOLO_PC_UP_TO_PREFIX}")
 foreach(pc kolo kolo-framework)
   configure_file(${PROJECT_SOURCE_DIR}/cmake/${pc}.pc.in ${PROJECT_BINARY_DIR}/package/${pc}.pc
                  @ONLY)

@@ -8,6 +8,7 @@
 #include "common/logging.h"
 #include "common/thread_annotations.h"
 #include "coordinator/cuda_staging.h"
+#include "coordinator/departures.h"
 #include "coordinator/failure_board.h"
 #include "coordinator/knob_agreement.h"
 #include "coordinator/pairs.h"
@@ -39,10 +40,19 @@ struct Global {
   std::shared_ptr<coord::Runtime> runtime KOLO_GUARDED_BY(mu);       // set while initialised
   std::shared_ptr<coord::ProcessSetTable> sets KOLO_GUARDED_BY(mu);  // with runtime
   std::shared_ptr<coord::PairTable> pairs KOLO_GUARDED_BY(mu);       // with runtime
+  // With runtime, in a job of several ranks.
+  std::shared_ptr<coord::Departures> departures KOLO_GUARDED_BY(mu);
   bool was_shut_down KOLO_GUARDED_BY(mu) = false;
   // init() after shutdown() must not meet the previous session's rendezvous keys (a store
   // never deletes keys), so every session namespaces them; all ranks count alike.
   int session KOLO_GUARDED_BY(mu) = 0;
+
+  // Still initialised here, the process is exiting without kolo::shutdown(): the members'
+  // destructors end the session, and the peers are told why first (Note [Departures]). (No
+  // lock: no other thread calls into Kolo while static destructors run.)
+  ~Global() {
+    if (runtime && departures) departures->record();
+  }
 };
 
 Global& global() {
@@ -265,6 +275,24 @@ Result<GpuPlane> connect_gpu_plane(const Job& job, int session) {
   return g;
 }
 
+// How the ranks of a job of several learn what happened to a peer: the failure board names the
+// rank that failed first (config.name_first_failure), and this rank's Departures records its
+// leaving without kolo::shutdown() and says how a peer left (config.describe_departure, Note
+// [Departures]). Null in a job of one rank.
+std::shared_ptr<coord::Departures> report_peers(const Job& job, std::shared_ptr<Store> quick,
+                                                const std::string& prefix,
+                                                coord::RuntimeConfig& config) {
+  const World& world = job.launched.world;
+  if (world.size == 1) return nullptr;
+  auto board = std::make_shared<coord::FailureBoard>(quick, prefix, world.rank, world.size);
+  config.name_first_failure = [board](const Status& st) { return board->name_first_failure(st); };
+  auto departures = std::make_shared<coord::Departures>(
+      quick, prefix, world.rank,
+      job.launched.launcher == "kolorun" ? coord::kLauncherExitWait : std::chrono::seconds(0));
+  config.describe_departure = [departures](int r) { return departures->describe(r); };
+  return departures;
+}
+
 // KOLO_PROCESS_SETS: every rank adds the same sets, in order, before init() returns.
 Status add_knob_process_sets(const KnobSet& knobs, coord::ProcessSetTable& sets) {
   if (!knobs.is_set(KnobId::kProcessSets)) return Status::Ok();
@@ -287,11 +315,8 @@ Status init() {
   KOLO_ASSIGN_OR_RETURN(Planes planes, connect_planes(job, g.session));
   std::shared_ptr<Store> quick = quick_store(*job.knobs, world);
   coord::RuntimeConfig config = job.config;
-  if (world.size > 1) {
-    auto board = std::make_shared<coord::FailureBoard>(quick, session_prefix(g.session), world.rank,
-                                                       world.size);
-    config.name_first_failure = [board](const Status& st) { return board->name_first_failure(st); };
-  }
+  std::shared_ptr<coord::Departures> departures =
+      report_peers(job, quick, session_prefix(g.session), config);
   KOLO_ASSIGN_OR_RETURN(GpuPlane gpu, connect_gpu_plane(job, g.session));
   const coord::Topology topo{world.rank,       world.size,       world.local_rank,
                              world.local_size, world.cross_rank, world.cross_size};
@@ -317,6 +342,7 @@ Status init() {
   g.runtime = std::move(rt);
   g.sets = std::move(sets);
   g.pairs = std::move(pairs);
+  g.departures = std::move(departures);
   g.was_shut_down = false;
   return Status::Ok();
 }
@@ -346,6 +372,7 @@ Status shutdown() {
   Status st = rt->shutdown();
   rt.reset();
   MutexLock lock(g.mu);
+  g.departures.reset();
   g.quick_store.reset();
   g.world = World{};
   return st;

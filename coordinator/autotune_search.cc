@@ -174,16 +174,9 @@ std::vector<SearchPoint> AutotuneSearch::neighbours() const {
 }
 
 void AutotuneSearch::advance() {
-  const int per_point = options_.lag + options_.warmup + options_.samples;
-  // A pattern candidate may be extended to twice its samples.
-  const int per_candidate = per_point + options_.samples;
-  // The confirmation costs three measurements (best, default at twice the samples, best);
-  // keep room for them.
-  const int confirmation = 2 * per_point + per_candidate;
-  const bool out_of_budget = steps_ - budget_from_ + per_candidate + confirmation > budget_;
   switch (phase_) {
     case Phase::kDefault:
-      if (start_ != default_ && !out_of_budget) {
+      if (start_ != default_ && !out_of_budget()) {
         phase_ = Phase::kStart;
         measure(start_);
         return;
@@ -195,57 +188,8 @@ void AutotuneSearch::advance() {
       queue_ = neighbours();
       [[fallthrough]];
     case Phase::kPattern:
-      while (!out_of_budget) {
-        while (!queue_.empty()) {
-          SearchPoint next = std::move(queue_.front());
-          queue_.erase(queue_.begin());
-          if (measured_.count(next)) continue;
-          measure(std::move(next));
-          return;
-        }
-        if (stride_ > 1) {
-          stride_ /= 2;
-          queue_ = neighbours();
-          continue;
-        }
-        // This descent has ended; the next categorical alternative gets one of its own.
-        if (next_descent()) {
-          if (!measured_.count(best_)) {
-            phase_ = Phase::kRebase;
-            measure(best_);
-            return;
-          }
-          queue_ = neighbours();
-          continue;
-        }
-        // A second look with the budget left: the best and its nearest neighbours measured
-        // afresh (the best's samples pooled), since near the optimum the differences are
-        // of the order of the noise and one unlucky sample decides.
-        // Two neighbours per dimension that can move (a fixed one has none).
-        const auto movable =
-            std::count_if(dims_.begin(), dims_.end(),
-                          [](const SearchDimension& d) { return d.values.size() >= 2; });
-        const int polish_cost =
-            2 * static_cast<int>(movable) * per_candidate + per_point + confirmation;
-        if (polished_ || steps_ - budget_from_ + polish_cost > budget_) break;
-        polished_ = true;
-        queue_ = neighbours();
-        // The default keeps its samples: every ratio is reported against it, and the
-        // confirmation measures it again anyway.
-        for (const auto& p : queue_)
-          if (p != default_) measured_.erase(p);
-        measure(best_);
-        return;
-      }
-      // Out of budget in the middle of a descent: an earlier one's result may be better.
-      if (champion_ && score_of(*champion_) < score_of(best_)) best_ = *champion_;
-      if (best_ == default_) break;  // nothing to confirm against
-      phase_ = Phase::kConfirmBest;
-      confirm_best_.clear();
-      confirm_default_.clear();
-      confirm_rounds_ = 1;
-      measure(best_);
-      return;
+      if (descend() || start_confirmation()) return;
+      break;
     case Phase::kConfirmBest:
       phase_ = Phase::kConfirmDefault;
       measure(default_);
@@ -255,31 +199,116 @@ void AutotuneSearch::advance() {
       phase_ = Phase::kConfirmBestAgain;
       measure(best_);
       return;
-    case Phase::kConfirmBestAgain: {
-      // Only the confirmation's own measurements: earlier samples of either may come from a
-      // machine under another load. The best's bracket the default's, so a load that changes
-      // steadily meanwhile weighs on both alike. The default stays unless the best wins by
-      // the margin, which shrinks as 1/sqrt(rounds) (the medians' noise does).
-      const double gain = 1 - median(confirm_best_) / median(confirm_default_);
-      const double needed = margin() / std::sqrt(static_cast<double>(confirm_rounds_));
-      // A gain within the noise but more than half of it: one more round, budget permitting,
-      // rather than keeping the default over a gain that more samples would show.
-      if (gain < needed && gain > needed / 2 && confirm_rounds_ == 1 &&
-          steps_ - budget_from_ + confirmation <= budget_) {
-        ++confirm_rounds_;
-        phase_ = Phase::kConfirmBest;
-        measure(best_);
-        return;
-      }
-      if (!(gain >= needed)) best_ = default_;
+    case Phase::kConfirmBestAgain:
+      if (judge_confirmation()) return;
       break;
-    }
     case Phase::kDone:
       break;
   }
   phase_ = Phase::kDone;
   current_ = best_;
   queue_.clear();
+}
+
+int AutotuneSearch::steps_per_point() const {
+  return options_.lag + options_.warmup + options_.samples;
+}
+
+int AutotuneSearch::steps_per_candidate() const {
+  // A pattern candidate may be extended to twice its samples.
+  return steps_per_point() + options_.samples;
+}
+
+int AutotuneSearch::confirmation_steps() const {
+  // The confirmation costs three measurements (best, default at twice the samples, best).
+  return 2 * steps_per_point() + steps_per_candidate();
+}
+
+bool AutotuneSearch::out_of_budget() const {
+  // Keeps room for the confirmation.
+  return steps_ - budget_from_ + steps_per_candidate() + confirmation_steps() > budget_;
+}
+
+bool AutotuneSearch::descend() {
+  const bool no_budget = out_of_budget();
+  while (!no_budget) {
+    while (!queue_.empty()) {
+      SearchPoint next = std::move(queue_.front());
+      queue_.erase(queue_.begin());
+      if (measured_.count(next)) continue;
+      measure(std::move(next));
+      return true;
+    }
+    if (stride_ > 1) {
+      stride_ /= 2;
+      queue_ = neighbours();
+      continue;
+    }
+    // This descent has ended; the next categorical alternative gets one of its own.
+    if (next_descent()) {
+      if (!measured_.count(best_)) {
+        phase_ = Phase::kRebase;
+        measure(best_);
+        return true;
+      }
+      queue_ = neighbours();
+      continue;
+    }
+    return polish();
+  }
+  return false;
+}
+
+bool AutotuneSearch::polish() {
+  // A second look with the budget left: the best and its nearest neighbours measured afresh
+  // (the best's samples pooled), since near the optimum the differences are of the order of
+  // the noise and one unlucky sample decides. Two neighbours per dimension that can move (a
+  // fixed one has none).
+  const auto movable = std::count_if(dims_.begin(), dims_.end(),
+                                     [](const SearchDimension& d) { return d.values.size() >= 2; });
+  const int polish_cost = 2 * static_cast<int>(movable) * steps_per_candidate() +
+                          steps_per_point() + confirmation_steps();
+  if (polished_ || steps_ - budget_from_ + polish_cost > budget_) return false;
+  polished_ = true;
+  queue_ = neighbours();
+  // The default keeps its samples: every ratio is reported against it, and the confirmation
+  // measures it again anyway.
+  for (const auto& p : queue_)
+    if (p != default_) measured_.erase(p);
+  measure(best_);
+  return true;
+}
+
+bool AutotuneSearch::start_confirmation() {
+  // Out of budget in the middle of a descent: an earlier one's result may be better.
+  if (champion_ && score_of(*champion_) < score_of(best_)) best_ = *champion_;
+  if (best_ == default_) return false;  // nothing to confirm against
+  phase_ = Phase::kConfirmBest;
+  confirm_best_.clear();
+  confirm_default_.clear();
+  confirm_rounds_ = 1;
+  measure(best_);
+  return true;
+}
+
+bool AutotuneSearch::judge_confirmation() {
+  // Only the confirmation's own measurements: earlier samples of either may come from a
+  // machine under another load. The best's bracket the default's, so a load that changes
+  // steadily meanwhile weighs on both alike. The default stays unless the best wins by the
+  // margin, which shrinks as 1/sqrt(rounds) (the medians' noise does).
+  const double gain = 1 - median(confirm_best_) / median(confirm_default_);
+  const double needed = margin() / std::sqrt(static_cast<double>(confirm_rounds_));
+  // A gain within the noise but more than half of it: one more round, budget permitting,
+  // rather than keeping the default over a gain that more samples would show.
+  if (gain < needed && gain > needed / 2 && confirm_rounds_ == 1 &&
+      steps_ - budget_from_ + confirmation_steps() <= budget_) {
+    ++confirm_rounds_;
+    phase_ = Phase::kConfirmBest;
+    measure(best_);
+    return true;
+  }
+  if (!(gain >= needed)) best_ = default_;
+  return false;
 }
 
 bool AutotuneSearch::next_descent() {

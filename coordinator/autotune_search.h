@@ -134,6 +134,24 @@ class AutotuneSearch {
   double score_of(const SearchPoint& p) const;
   void finish_measurement();
   void advance();  // picks the next point to measure (or finishes)
+  // The steps one measurement takes, one pattern candidate (which may be extended) and the
+  // confirmation (best, default at twice the samples, best).
+  int steps_per_point() const;
+  int steps_per_candidate() const;
+  int confirmation_steps() const;
+  // Another candidate would leave no room for the confirmation.
+  bool out_of_budget() const;
+  // The pattern search (and the descents of categorical alternatives, then the polish):
+  // starts measuring its next point (true), or says that the search is over (false).
+  bool descend();
+  // The second look at the best's neighbours, when not taken yet and the budget allows (true:
+  // measuring the best).
+  bool polish();
+  // Starts the confirmation of the best against the default (true), or finds nothing to
+  // confirm: the best is the default (false).
+  bool start_confirmation();
+  // After the confirmation's measurements: one more round (true), or the verdict in best_.
+  bool judge_confirmation();
   std::vector<SearchPoint> neighbours() const;
   void measure(SearchPoint p);
   // At the end of a descent: keeps the better of it and the earlier ones (champion_); then

@@ -92,6 +92,11 @@ struct RuntimeConfig {
   // ends with it (api.cc: FailureBoard::name_first_failure, so that the error names the rank
   // that failed first in the job, not the link this rank saw break).
   std::function<Status(const Status&)> name_first_failure;
+  // When set, what happened to a rank that shut the session down while this rank still has
+  // operations to fail: it left without kolo::shutdown() (api.cc: Departures::describe, Note
+  // [Departures]), or nullopt when it called kolo::shutdown(). May wait, seconds at most.
+  // Asked by the global set's Runtime only (a process set's names its ranks in the set).
+  std::function<std::optional<std::string>(int rank)> describe_departure;
   // A process set's Runtime (coordinator/process_sets.h): what its messages call it, e.g.
   // "process set 1". Empty for the global set.
   std::string label;

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <deque>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -123,6 +124,18 @@ class FakeDeviceBackend : public DeviceBackend {
     MutexLock lock(mu_);
     fail_stand_in_ = true;
   }
+  // The "GPU" stays busy: no operation completes until release_completions().
+  void hold_completions() {
+    MutexLock lock(mu_);
+    held_ = true;
+  }
+  void release_completions() {
+    {
+      MutexLock lock(mu_);
+      held_ = false;
+    }
+    cv_.notify_all();
+  }
   // Fuses a batch itself, as nccl does with its device fusion buffer (allreduce_pieces).
   void fuse_pieces() { fuse_pieces_ = true; }
   bool has_allreduce_pieces() const override { return fuse_pieces_; }
@@ -167,7 +180,7 @@ class FakeDeviceBackend : public DeviceBackend {
       Done done;
       {
         MutexLock lock(mu_);
-        while (!stop_ && queue_.empty()) cv_.wait(lock.native());
+        while (!stop_ && (queue_.empty() || held_)) cv_.wait(lock.native());
         if (queue_.empty()) return;
         done = std::move(queue_.front());
         queue_.pop_front();
@@ -190,6 +203,7 @@ class FakeDeviceBackend : public DeviceBackend {
   Status failure_ KOLO_GUARDED_BY(mu_);
   std::vector<char> stand_in_ KOLO_GUARDED_BY(mu_);
   bool stop_ KOLO_GUARDED_BY(mu_) = false;
+  bool held_ KOLO_GUARDED_BY(mu_) = false;
   std::thread completer_;
 };
 
@@ -385,6 +399,50 @@ TEST(DeviceBackendTest, AGpuOperationsSpansEndWhenTheDeviceFinishedIt) {
   EXPECT_EQ(op->at("tid"), gpu->at("tid"));
 }
 
+// Issue 33: a GPU operation's spans stay open until the device finished it, while its
+// tensor's name is free again at once. The next operation of the name, submitted meanwhile,
+// used to begin on the same row and overlap the first; now it goes on the sibling row "x (2)"
+// (Note [Timeline rows]), and every row's spans follow one another.
+TEST(DeviceBackendTest, TheNextOperationOfATensorStillOnTheGpuGoesOnASiblingRow) {
+  OneRank one;
+  const std::string trace =
+      ::testing::TempDir() + "device_rows_" + std::to_string(::getpid()) + ".json";
+  ASSERT_TRUE(one.runtime->timeline().start(trace, 0).ok());
+  std::vector<float> x(8, 1.0f), y(8, 1.0f);
+  one.fake->hold_completions();
+  Handle first = one.runtime->submit(on_cuda(build_allreduce("x", host_view(x), host_view(x), {})));
+  // The name frees when the first is claimed for execution, while the "GPU" still holds it.
+  Handle second;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  do {
+    second = one.runtime->submit(on_cuda(build_allreduce("x", host_view(y), host_view(y), {})));
+  } while (second.poll() && std::chrono::steady_clock::now() < deadline);
+  EXPECT_FALSE(first.poll());
+  one.fake->release_completions();
+  ASSERT_TRUE(first.wait(std::chrono::seconds(20)).ok()) << first.status().to_string();
+  ASSERT_TRUE(second.wait(std::chrono::seconds(20)).ok()) << second.status().to_string();
+  one.runtime->timeline().stop();
+  std::ifstream in(trace);
+  const nlohmann::json events = nlohmann::json::parse(in);
+  std::remove(trace.c_str());
+  std::map<int, std::string> rows;
+  std::vector<std::pair<int, std::pair<double, double>>> ops;  // row, [begin, end]
+  for (const auto& e : events) {
+    if (e.at("ph") == "M" && e.at("name") == "thread_name")
+      rows[e.at("tid")] = e.at("args").at("name");
+    if (e.at("ph") == "X" && e.at("name") == "ALLREDUCE") {
+      const double ts = e.at("ts");
+      ops.push_back({e.at("tid"), {ts, ts + e.at("dur").get<double>()}});
+    }
+  }
+  ASSERT_EQ(ops.size(), 2u) << events.dump();
+  std::sort(ops.begin(), ops.end(), [](auto& a, auto& b) { return a.second < b.second; });
+  // The second was submitted before the first left the GPU: two rows.
+  ASSERT_LT(ops[1].second.first, ops[0].second.second) << events.dump();
+  EXPECT_EQ(rows[ops[0].first], "x");
+  EXPECT_EQ(rows[ops[1].first], "x (2)");
+}
+
 TEST(DeviceBackendTest, TheCompletionEventIsSetBeforeTheHandleCompletes) {
   // The watchdog may complete an op the moment it is registered: a callback that runs at
   // completion (a c10d-style Work::synchronize) must already find the event.
@@ -409,7 +467,7 @@ TEST(DeviceBackendTest, AJoinedRanksBatchIsNeitherPreparedNorFencedOnTheDevice) 
   FakeDeviceBackend fake;
   std::unique_ptr<Backend> local = make_local_backend("local");
   Timeline timeline;
-  Executor executor(*local, timeline, &fake);
+  Executor executor(*local, timeline, "", &fake);
   Response r;
   r.name = "w";
   r.type = OpType::kAllreduce;

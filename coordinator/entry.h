@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "coordinator/message.h"
@@ -19,7 +20,12 @@ struct Entry {
   OutputAllocator allocator;        // allgather, alltoall, reducescatter
   std::shared_ptr<detail::OpState> state;
   std::chrono::steady_clock::time_point submitted;
-  bool traced = false;  // the timeline was recording at submission (QUEUE span open)
+  // The operation on the timeline (Timeline::begin_op at submission, Note [Timeline rows]), 0
+  // when the timeline was not recording then; and its span's name, the type's (e.g.
+  // "ALLREDUCE") unless the submitter set another: "SEND", "RECV" for point-to-point, which
+  // runs as a broadcast.
+  uint64_t trace = 0;
+  std::string trace_kind;
 
   // Negotiation state, background thread only.
   bool sent_slow = false;                               // already in the coordinator's table

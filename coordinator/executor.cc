@@ -7,6 +7,7 @@
 #include "coordinator/fusion.h"
 #include "coordinator/identity.h"
 #include "ops/reduce.h"
+#include "timeline/trace_format.h"
 
 namespace kolo::coord {
 
@@ -20,9 +21,25 @@ int64_t row_elements(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
-Executor::Executor(Backend& backend, Timeline& timeline, Backend* gpu)
+TimelineArgs operation_args(const std::vector<std::vector<int64_t>>& shapes, DataType dtype) {
+  int64_t elements = 0;
+  for (const auto& shape : shapes) elements += num_elements(shape);
+  TimelineArgs args = {
+      {"bytes", std::to_string(elements * static_cast<int64_t>(dtype_size(dtype)))},
+      {"dtype", std::string(dtype_name(dtype))}};
+  if (shapes.size() == 1) {
+    args.emplace_back("shape", shape_string(shapes[0]));
+  } else {
+    args.emplace_back("members", std::to_string(shapes.size()));
+  }
+  return args;
+}
+
+Executor::Executor(Backend& backend, Timeline& timeline, std::string rows, Backend* gpu)
     : backend_(backend),
       timeline_(timeline),
+      rows_(std::move(rows)),
+      callbacks_row_(rows_ + std::string(trace_format::kCallbacksRow)),
       gpu_(gpu),
       device_(gpu && gpu->supports(Device::cuda(0)) ? dynamic_cast<DeviceBackend*>(gpu) : nullptr) {
 }
@@ -35,19 +52,16 @@ void Executor::begin(const std::vector<BatchItem>& batch, const std::string& pha
                      TimelineArgs args) {
   if (!timeline_.active()) return;
   for (const auto& item : batch)
-    if (item.entry && item.entry->traced) timeline_.begin(item.entry->request.name, phase, args);
+    if (item.entry) timeline_.begin(item.entry->trace, phase, args);
 }
 
 void Executor::end(const std::vector<BatchItem>& batch, const Status& status) {
   // A device operation's spans end when the device finished it (finish_on_device).
   if (!timeline_.active() || deferred_) return;
-  for (const auto& item : batch) {
-    if (item.entry && item.entry->traced) {
-      // Only a failed phase says so: the operation's span carries the final status anyway.
-      timeline_.end(item.entry->request.name,
-                    status.ok() ? TimelineArgs{} : timeline_status_args(status));
-    }
-  }
+  // Only a failed phase says so: the operation's span carries the final status anyway.
+  const TimelineArgs args = status.ok() ? TimelineArgs{} : timeline_status_args(status);
+  for (const auto& item : batch)
+    if (item.entry) timeline_.end(item.entry->trace, args);
 }
 
 void Executor::finish(const std::vector<BatchItem>& batch, const Status& outcome) {
@@ -56,32 +70,46 @@ void Executor::finish(const std::vector<BatchItem>& batch, const Status& outcome
     finish_on_device(batch, status);
     return;
   }
+  // Each operation's span ends before its handle completes: completing wakes the waiters and
+  // runs the callbacks, which may begin the tensor's next operation at once, and what they do
+  // is the caller's time, not Kolo's. Their time is a CALLBACK span on this Runtime's row of
+  // callbacks, where completions follow one another (this thread runs them all).
+  const bool traced = timeline_.active();
+  if (traced) {
+    const TimelineArgs outcome_args = timeline_status_args(status);
+    for (const auto& item : batch) {
+      if (!item.entry) continue;
+      TimelineArgs args = op_span_args(item, batch);
+      args.insert(args.end(), outcome_args.begin(), outcome_args.end());
+      timeline_.end_all(item.entry->trace, {}, args);
+    }
+  }
   for (const auto& item : batch) {
     if (!item.entry) continue;
     Entry& e = *item.entry;
-    bool traced = e.traced && timeline_.active();
-    if (traced) timeline_.begin(e.request.name, "CALLBACK");
+    const uint64_t callback =
+        traced && e.trace != 0
+            ? timeline_.begin_op(callbacks_row_, trace_format::kCallbackPhase,
+                                 {{std::string(trace_format::kTensorArg), rows_ + e.request.name},
+                                  {std::string(trace_format::kOperationArg), e.trace_kind}})
+            : 0;
     e.state->complete(status);
-    if (traced) {
-      timeline_.end(e.request.name);
-      end_op_span(item, batch.size(), status);
-    }
+    timeline_.end(callback);
   }
 }
 
-TimelineArgs Executor::op_span_args(const BatchItem& item, size_t fused) const {
+TimelineArgs Executor::op_span_args(const BatchItem& item,
+                                    const std::vector<BatchItem>& batch) const {
   const Response& p = *item.response;
-  return {{"bytes", std::to_string(response_bytes(p))},
-          {"dtype", std::string(dtype_name(p.dtype))},
-          {"shape", p.shapes.empty() ? "[]" : shape_string(p.shapes[0])},
-          {"backend", std::string(backend().name())},
-          {"fused", std::to_string(fused)}};
-}
-
-void Executor::end_op_span(const BatchItem& item, size_t fused, const Status& status) {
-  TimelineArgs args = op_span_args(item, fused);
-  for (auto& kv : timeline_status_args(status)) args.push_back(std::move(kv));
-  timeline_.end(item.entry->request.name, std::move(args));
+  TimelineArgs args = operation_args(p.shapes, p.dtype);
+  args.emplace_back("backend", std::string(backend().name()));
+  args.emplace_back("fused", std::to_string(batch.size()));
+  if (batch.size() > 1) {
+    uint64_t bytes = 0;
+    for (const auto& b : batch) bytes += response_bytes(*b.response);
+    args.emplace_back("fused_bytes", std::to_string(bytes));
+  }
+  return args;
 }
 
 void* Executor::allocate_output(Entry& entry, const std::vector<int64_t>& shape, DataType dtype,
@@ -129,8 +157,8 @@ Status Executor::dispatch(const std::vector<BatchItem>& batch) {
     Status error(head.error_code, head.error);
     // Shown where the user looks for it: on the tensor's own row.
     for (const auto& item : batch)
-      if (item.entry && item.entry->traced)
-        timeline_.instant(item.entry->request.name, "ERROR", timeline_status_args(error));
+      if (item.entry && item.entry->trace != 0)
+        timeline_.instant(rows_ + item.entry->request.name, "ERROR", timeline_status_args(error));
     finish(batch, error);
     return Status::Ok();
   }
@@ -185,26 +213,12 @@ const std::vector<AllreducePiece>& Executor::pieces_of(const std::vector<BatchIt
 
 Status Executor::allreduce(const std::vector<BatchItem>& batch) {
   const Response& head = *batch.front().response;
-  const Reduction& reduction = head.reduction;
-  // kAverage divides by the ranks that contributed, not by those that joined: then the
-  // backend sums and this rank divides, by the rule of ops::finish_reduction (divide, then
-  // postscale; multiplying by postscale / active would round the quotient).
-  const int active = backend().size() - static_cast<int>(head.joined.size());
-  const bool divide_here = reduction.op == ReduceOp::kAverage && !head.joined.empty();
-  const ReduceOp backend_op = divide_here ? ReduceOp::kSum : reduction.op;
-  int64_t total = 0;
-  for (const auto& item : batch)
-    for (const auto& shape : item.response->shapes) total += num_elements(shape);
-  const size_t esize = dtype_size(head.dtype);
-  const size_t total_bytes = static_cast<size_t>(total) * esize;
-  TimelineArgs args = {{"bytes", std::to_string(total_bytes)},
-                       {"dtype", std::string(dtype_name(head.dtype))},
-                       {"fused", std::to_string(batch.size())}};
   Result<bool> via_host = through_host(head);
   if (!via_host.ok()) {
     finish(batch, via_host.status());  // every rank fails it alike, before any backend call
     return Status::Ok();
   }
+  const AllreducePlan plan(batch, backend().size(), timeline_.active());
   const bool cuda = *via_host;  // CUDA tensors the backend does not take
 
   // A backend that reads and writes the tensors where they are fuses a batch of several
@@ -216,54 +230,134 @@ Status Executor::allreduce(const std::vector<BatchItem>& batch) {
       std::all_of(batch.begin(), batch.end(), [](const BatchItem& b) { return b.entry; });
   if (!cuda && head.joined.empty() && every_entry && backend().has_allreduce_pieces() &&
       (batch.size() > 1 || head.shapes.size() > 1)) {
-    begin(batch, op_span(OpType::kAllreduce), args);
-    const Status st = backend().allreduce_pieces(pieces_of(batch), head.dtype, reduction);
+    begin(batch, op_span(OpType::kAllreduce), plan.args);
+    const Status st = backend().allreduce_pieces(pieces_of(batch), head.dtype, head.reduction);
     end(batch, st);
     finish(batch, st);
     return st;
   }
-
   // The backend works on the caller's memory, no copy: a single tensor, or tensors on a
   // device other than the host, which the host fusion buffer cannot hold (one call each).
   if (!cuda &&
-      (!head.device.is_cpu() || (batch.size() == 1 && batch[0].entry && head.shapes.size() == 1))) {
-    begin(batch, op_span(OpType::kAllreduce), args);
-    const Reduction per_call{backend_op, reduction.prescale,
-                             divide_here ? 1.0 : reduction.postscale};
-    Status st;
-    for (const auto& item : batch) {
-      const Entry& e = *item.entry;  // through_host() refused batches that a rank joined
-      for (size_t k = 0; st.ok() && k < item.response->shapes.size(); ++k) {
-        const int64_t n = num_elements(item.response->shapes[k]);
-        st = backend().allreduce(e.inputs[k].data, e.outputs[k].data, n, head.dtype, per_call);
-        if (st.ok() && divide_here)
-          ops::finish_reduction(head.dtype, reduction, e.outputs[k].data, n, active);
-      }
-    }
-    end(batch, st);
-    finish(batch, st);
-    return st;
-  }
+      (!head.device.is_cpu() || (batch.size() == 1 && batch[0].entry && head.shapes.size() == 1)))
+    return allreduce_in_place(plan);
+  return allreduce_fused(plan, cuda);
+}
 
+Executor::AllreducePlan::AllreducePlan(const std::vector<BatchItem>& b, int ranks, bool traced)
+    : batch(b), head(*b.front().response) {
+  const Reduction& reduction = head.reduction;
+  // kAverage divides by the ranks that contributed, not by those that joined: then the
+  // backend sums and this rank divides, by the rule of ops::finish_reduction (divide, then
+  // postscale; multiplying by postscale / active would round the quotient).
+  active = ranks - static_cast<int>(head.joined.size());
+  divide_here = reduction.op == ReduceOp::kAverage && !head.joined.empty();
+  backend_op = divide_here ? ReduceOp::kSum : reduction.op;
+  for (const auto& item : batch)
+    for (const auto& shape : item.response->shapes) total += num_elements(shape);
+  esize = dtype_size(head.dtype);
+  if (!traced) return;
+  args = {{"bytes", std::to_string(static_cast<size_t>(total) * esize)},
+          {"dtype", std::string(dtype_name(head.dtype))},
+          {"fused", std::to_string(batch.size())}};
+}
+
+Status Executor::allreduce_in_place(const AllreducePlan& plan) {
+  const Response& head = plan.head;
+  const Reduction& reduction = head.reduction;
+  begin(plan.batch, op_span(OpType::kAllreduce), plan.args);
+  const Reduction per_call{plan.backend_op, reduction.prescale,
+                           plan.divide_here ? 1.0 : reduction.postscale};
+  Status st;
+  for (const auto& item : plan.batch) {
+    const Entry& e = *item.entry;  // through_host() refused batches that a rank joined
+    for (size_t k = 0; st.ok() && k < item.response->shapes.size(); ++k) {
+      const int64_t n = num_elements(item.response->shapes[k]);
+      st = backend().allreduce(e.inputs[k].data, e.outputs[k].data, n, head.dtype, per_call);
+      if (st.ok() && plan.divide_here)
+        ops::finish_reduction(head.dtype, reduction, e.outputs[k].data, n, plan.active);
+    }
+  }
+  end(plan.batch, st);
+  finish(plan.batch, st);
+  return st;
+}
+
+Status Executor::allreduce_fused(const AllreducePlan& plan, bool cuda) {
+  const size_t total_bytes = static_cast<size_t>(plan.total) * plan.esize;
   // CUDA tensors copy straight into the pinned fusion buffer; the scale factors are then
   // applied on the host copy.
   auto* buffer = static_cast<char*>(cuda ? host_buffer(CudaStaging::Slot::kFusion, total_bytes)
                                          : fusion_buffer_.get(total_bytes));
+  begin(plan.batch, cuda ? "MEMCPY_D2H" : "MEMCPY_IN_FUSION");
+  Status staged = copy_into_fusion(plan, buffer, cuda);
+  end(plan.batch);
+  // The prescale was applied in the copy-in, the postscale is applied in the copy-out.
+  begin(plan.batch, op_span(OpType::kAllreduce), plan.args);
+  Status st = backend().allreduce(buffer, buffer, plan.total, plan.head.dtype, {plan.backend_op});
+  end(plan.batch, st);
+  if (st.ok() && staged.ok()) {
+    begin(plan.batch, cuda ? "MEMCPY_H2D" : "MEMCPY_OUT_FUSION");
+    staged = copy_out_of_fusion(plan, buffer, cuda);
+    end(plan.batch);
+  }
+  finish(plan.batch, st.ok() ? staged : st);
+  return st;
+}
+
+Status Executor::copy_into_fusion(const AllreducePlan& plan, char* buffer, bool cuda) {
+  const Response& head = plan.head;
+  const size_t esize = plan.esize;
   Status staged = Status::Ok();
-  begin(batch, cuda ? "MEMCPY_D2H" : "MEMCPY_IN_FUSION");
   int64_t offset = 0;
-  for (const auto& item : batch) {
+  for (const auto& item : plan.batch) {
     for (size_t k = 0; k < item.response->shapes.size(); ++k) {
       int64_t n = num_elements(item.response->shapes[k]);
       char* dst = buffer + offset * esize;
       if (!item.entry) {
-        fill_identity(head.dtype, backend_op, dst, n);
+        fill_identity(head.dtype, plan.backend_op, dst, n);
       } else if (cuda) {
         if (staged.ok())
           staged =
               staging_.copy_to_host(dst, item.entry->inputs[k], n * esize, item.response->name);
       } else {
-        ops::scale_copy(head.dtype, dst, item.entry->inputs[k].data, n, reduction.prescale);
+        ops::scale_copy(head.dtype, dst, item.entry->inputs[k].data, n, head.reduction.prescale);
+      }
+      offset += n;
+    }
+  }
+  if (!cuda) return staged;
+  Status synced = staging_.synchronize();
+  if (staged.ok()) staged = synced;
+  offset = 0;
+  for (const auto& item : plan.batch) {
+    for (const auto& shape : item.response->shapes) {
+      int64_t n = num_elements(shape);
+      if (item.entry) ops::scale(head.dtype, buffer + offset * esize, n, head.reduction.prescale);
+      offset += n;
+    }
+  }
+  return staged;
+}
+
+Status Executor::copy_out_of_fusion(const AllreducePlan& plan, char* buffer, bool cuda) {
+  const Response& head = plan.head;
+  const Reduction& reduction = head.reduction;
+  const size_t esize = plan.esize;
+  if (plan.divide_here) ops::divide(head.dtype, buffer, plan.total, plan.active);  // then postscale
+  if (cuda) ops::scale(head.dtype, buffer, plan.total, reduction.postscale);
+  Status staged = Status::Ok();
+  int64_t offset = 0;
+  for (const auto& item : plan.batch) {
+    for (size_t k = 0; k < item.response->shapes.size(); ++k) {
+      int64_t n = num_elements(item.response->shapes[k]);
+      char* src = buffer + offset * esize;
+      if (item.entry && cuda) {
+        if (staged.ok())
+          staged =
+              staging_.copy_to_device(item.entry->outputs[k], src, n * esize, item.response->name);
+      } else if (item.entry) {
+        ops::scale_copy(head.dtype, item.entry->outputs[k].data, src, n, reduction.postscale);
       }
       offset += n;
     }
@@ -271,47 +365,8 @@ Status Executor::allreduce(const std::vector<BatchItem>& batch) {
   if (cuda) {
     Status synced = staging_.synchronize();
     if (staged.ok()) staged = synced;
-    offset = 0;
-    for (const auto& item : batch) {
-      for (const auto& shape : item.response->shapes) {
-        int64_t n = num_elements(shape);
-        if (item.entry) ops::scale(head.dtype, buffer + offset * esize, n, reduction.prescale);
-        offset += n;
-      }
-    }
   }
-  end(batch);
-  // The prescale was applied in the copy-in, the postscale is applied in the copy-out.
-  begin(batch, op_span(OpType::kAllreduce), args);
-  Status st = backend().allreduce(buffer, buffer, total, head.dtype, {backend_op});
-  end(batch, st);
-  if (st.ok() && staged.ok()) {
-    begin(batch, cuda ? "MEMCPY_H2D" : "MEMCPY_OUT_FUSION");
-    if (divide_here) ops::divide(head.dtype, buffer, total, active);  // then the postscale
-    if (cuda) ops::scale(head.dtype, buffer, total, reduction.postscale);
-    offset = 0;
-    for (const auto& item : batch) {
-      for (size_t k = 0; k < item.response->shapes.size(); ++k) {
-        int64_t n = num_elements(item.response->shapes[k]);
-        char* src = buffer + offset * esize;
-        if (item.entry && cuda) {
-          if (staged.ok())
-            staged = staging_.copy_to_device(item.entry->outputs[k], src, n * esize,
-                                             item.response->name);
-        } else if (item.entry) {
-          ops::scale_copy(head.dtype, item.entry->outputs[k].data, src, n, reduction.postscale);
-        }
-        offset += n;
-      }
-    }
-    if (cuda) {
-      Status synced = staging_.synchronize();
-      if (staged.ok()) staged = synced;
-    }
-    end(batch);
-  }
-  finish(batch, st.ok() ? staged : st);
-  return st;
+  return staged;
 }
 
 Status Executor::allgather(const BatchItem& item) {

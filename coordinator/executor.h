@@ -9,7 +9,13 @@
 // it stages itself; a GPU backend (nccl) for a batch of device tensors, which it fuses in a
 // device buffer of its own (without allreduce_pieces, one call per device tensor). A rank
 // that had joined has no entry for a response; it contributes the reduction's identity (or
-// zero rows) and discards the result. Each phase is a timeline span on the tensor's track.
+// zero rows) and discards the result.
+//
+// Timeline. Each phase is a span inside the operation's own (Entry::trace, opened at
+// submission); the operation's span ends, with its args (bytes, dtype, shape or members, backend,
+// fused and, when fused with others, fused_bytes: the backend call's bytes) and status, before
+// its handle completes, and the completion (waiters woken, callbacks run) is a CALLBACK span on
+// the Runtime's row of callbacks (trace_format::kCallbacksRow), not inside the operation.
 //
 // Devices. The backend gets the caller's buffers when it supports their device
 // (Backend::supports). A batch on a device other than the host that the backend takes is not
@@ -30,14 +36,14 @@
 // work on its stream, and the handles complete when its fence() reports the completion event
 // done (executor_device.cc), on the backend's watchdog thread; the timeline's spans of such an
 // operation (the backend's phase, e.g. NCCL_ALLREDUCE, and the operation's own) end there too,
-// so a trace shows the time on the GPU; they are detached from the tensor's track
-// (Timeline::detach), whose name the next operation may take before this one completes. A gpu
-// backend that takes host memory is staged to as
-// above. A tensor a DeviceBackend refuses (wrong device, a host pointer labelled CUDA, a bad
-// ready event, no allocator for a device output), and an operation it cannot launch (fence()
-// fails: NCCL refused the group), fails its handle and stops the runtime (run() returns the
-// error): the other ranks already wait in the collective, and the control plane's PeerFailure
-// (or the op timeout) is what releases them.
+// so a trace shows the time on the GPU. The tensor's name is free again before that, and its
+// next operation goes on a sibling row while this one holds the tensor's (Note [Timeline rows]
+// in timeline/timeline.h). A gpu backend that takes host memory is staged to as above. A tensor a
+// DeviceBackend refuses (wrong device, a host pointer labelled CUDA, a bad ready event, no
+// allocator for a device output), and an operation it cannot launch (fence() fails: NCCL refused
+// the group), fails its handle and stops the runtime (run() returns the error): the other ranks
+// already wait in the collective, and the control plane's PeerFailure (or the op timeout) is what
+// releases them.
 //
 // Not thread-safe: the background thread's.
 #pragma once
@@ -62,10 +68,16 @@ struct BatchItem {
   Entry* entry;  // null when this rank had joined (or has no such entry)
 };
 
+// An operation's timeline args from its tensors: "bytes" (all of them), "dtype", and "shape"
+// for one tensor or "members" (their number) for several: a grouped allreduce, such as a
+// gradient bucket, is one operation whose members' shapes differ.
+TimelineArgs operation_args(const std::vector<std::vector<int64_t>>& shapes, DataType dtype);
+
 class Executor {
  public:
-  // `gpu` (may be null: CUDA tensors then use `backend` too) is borrowed like `backend`.
-  Executor(Backend& backend, Timeline& timeline, Backend* gpu = nullptr);
+  // `gpu` (may be null: CUDA tensors then use `backend` too) is borrowed like `backend`, and
+  // `timeline`, whose rows of this Executor's Runtime are named "<rows><tensor>" (TimelineRows).
+  Executor(Backend& backend, Timeline& timeline, std::string rows, Backend* gpu = nullptr);
   // Every failed operation ends with namer(its status) instead (RuntimeConfig::
   // name_first_failure); set before the first run().
   void name_failures_with(std::function<Status(const Status&)> namer) { namer_ = std::move(namer); }
@@ -82,6 +94,28 @@ class Executor {
   // run() of a batch, but for the outcome of a device operation's fence.
   Status dispatch(const std::vector<BatchItem>& batch);
   Status allreduce(const std::vector<BatchItem>& batch);
+  // What every way of running an allreduce batch derives from its response, alike on every
+  // rank.
+  struct AllreducePlan {
+    // `traced`: the timeline records (else `args` stays empty).
+    AllreducePlan(const std::vector<BatchItem>& batch, int ranks, bool traced);
+    const std::vector<BatchItem>& batch;
+    const Response& head;
+    int active = 0;            // ranks that contributed (not joined)
+    bool divide_here = false;  // kAverage with joined ranks: the backend sums, this rank divides
+    ReduceOp backend_op = ReduceOp::kSum;
+    int64_t total = 0;  // elements of the batch
+    size_t esize = 0;
+    TimelineArgs args;  // of the backend's span
+  };
+  // Every tensor through its own backend call, on the caller's memory.
+  Status allreduce_in_place(const AllreducePlan& plan);
+  // Through the fusion buffer (pinned host memory for CUDA tensors staged to the host).
+  Status allreduce_fused(const AllreducePlan& plan, bool cuda);
+  // The copies into the fusion buffer (prescaled; joined ranks' identity) and out of it
+  // (divided, postscaled). A failed CUDA copy's Status; the copies go on.
+  Status copy_into_fusion(const AllreducePlan& plan, char* buffer, bool cuda);
+  Status copy_out_of_fusion(const AllreducePlan& plan, char* buffer, bool cuda);
   Status allgather(const BatchItem& item);
   Status broadcast(const BatchItem& item);
   Status alltoall(const BatchItem& item);
@@ -95,11 +129,11 @@ class Executor {
   // null (and fails the entry later) when the allocator returns null.
   void* allocate_output(Entry& entry, const std::vector<int64_t>& shape, DataType dtype,
                         Status& alloc_status);
+  // Ends the batch's operations (their spans, then their handles) with `status`.
   void finish(const std::vector<BatchItem>& batch, const Status& status);
-  // Ends a traced entry's operation span (opened at submission) with the batch's details.
-  void end_op_span(const BatchItem& item, size_t fused, const Status& status);
-  // Those details, but the status: bytes, dtype, shape, backend, fused.
-  TimelineArgs op_span_args(const BatchItem& item, size_t fused) const;
+  // The args an operation's span ends with, but the status: bytes, dtype, shape or members,
+  // backend, fused (the operations of `batch`) and fused_bytes (theirs, when several).
+  TimelineArgs op_span_args(const BatchItem& item, const std::vector<BatchItem>& batch) const;
   // The backend of the batch being run: gpu_ for CUDA tensors when there is one.
   Backend& backend() const { return *active_; }
 
@@ -138,6 +172,8 @@ class Executor {
 
   Backend& backend_;
   Timeline& timeline_;
+  const std::string rows_;           // TimelineRows::prefix of the Runtime
+  const std::string callbacks_row_;  // its row of CALLBACK spans
   std::function<Status(const Status&)> namer_;
   Backend* gpu_ = nullptr;
   DeviceBackend* device_ = nullptr;  // gpu_ when it takes CUDA buffers directly

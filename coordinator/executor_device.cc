@@ -54,18 +54,18 @@ void Executor::finish_on_device(const std::vector<BatchItem>& batch, const Statu
   for (const auto& item : batch)
     if (item.entry) states.push_back(item.entry->state);
   // The traced entries' open spans (the backend's phase, the operation) end when the device
-  // finished the operation, not now that it is queued: the trace shows the GPU time. Detached,
-  // because the tensor's name is free again and its next operation may begin on that track.
+  // finished the operation, not now that it is queued: the trace shows the GPU time. Their
+  // operations hold their rows until then; the tensor's name is free again, and its next
+  // operation begins on a sibling row (Note [Timeline rows]).
   struct Spans {
-    uint64_t token;
+    uint64_t op;
     TimelineArgs op_args;
   };
   std::vector<Spans> spans;
   if (timeline_.active())
     for (const auto& item : batch)
-      if (item.entry && item.entry->traced)
-        spans.push_back(
-            {timeline_.detach(item.entry->request.name), op_span_args(item, batch.size())});
+      if (item.entry && item.entry->trace != 0)
+        spans.push_back({item.entry->trace, op_span_args(item, batch)});
   // The Runtime declares its Timeline before its GPU backend: the backend's last done
   // callbacks (its destructor fails what is left) still find it.
   Timeline* timeline = &timeline_;
@@ -87,7 +87,7 @@ void Executor::finish_on_device(const std::vector<BatchItem>& batch, const Statu
         for (const Spans& s : spans) {
           TimelineArgs op = s.op_args;
           op.insert(op.end(), outcome_args.begin(), outcome_args.end());
-          timeline->end_detached(s.token, failed, op);
+          timeline->end_all(s.op, failed, op);
         }
         for (const auto& s : states) s->complete(outcome);
       });

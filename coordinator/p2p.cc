@@ -62,6 +62,7 @@ Handle point_to_point(bool send, std::string name, TensorView tensor, int peer,
   Result<std::unique_ptr<coord::Entry>> entry =
       coord::build_broadcast(name, tensor, {.root = root}, /*size=*/2);
   if (!entry.ok()) return failed(name, relabel(entry.status(), name, what));
+  (*entry)->trace_kind = send ? "SEND" : "RECV";  // on the pair's rows of the timeline
   // The caller's handle completes with the pair's outcome in the caller's words.
   auto outer = std::make_shared<detail::OpState>(name);
   Handle((*entry)->state).then([outer, name, what](const Status& st) {

@@ -126,7 +126,7 @@ void PairTable::connect(int peer, Pair& pair) {
     const int pair_rank = me_ == low ? 0 : 1;
     KOLO_ASSIGN_OR_RETURN(SetBackends b, make_backends_(low, high, pair_rank));
     RuntimeConfig config = base;
-    config.timeline_path.clear();  // the timeline and the tuner are the global set's
+    config.timeline_path.clear();  // it records on the global set's timeline; no tuner
     config.autotune.enabled = false;
     config.label =
         "the point-to-point pair of ranks " + std::to_string(low) + " and " + std::to_string(high);
@@ -135,9 +135,10 @@ void PairTable::connect(int peer, Pair& pair) {
     Topology t;
     t.rank = pair_rank;
     t.size = 2;
-    KOLO_ASSIGN_OR_RETURN(std::unique_ptr<Runtime> rt,
-                          Runtime::create(std::move(config), t, std::move(b.data),
-                                          std::move(b.control), std::move(b.gpu)));
+    KOLO_ASSIGN_OR_RETURN(
+        std::unique_ptr<Runtime> rt,
+        Runtime::create(std::move(config), t, std::move(b.data), std::move(b.control),
+                        std::move(b.gpu), global_->timeline_rows("pair " + name + ": ")));
     return std::shared_ptr<Runtime>(std::move(rt));
   };
   Result<std::shared_ptr<Runtime>> rt = connected();

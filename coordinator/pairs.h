@@ -38,8 +38,9 @@ Status meet(Store& store, const std::string& key, const std::string& peer_gone_k
 class PairTable {
  public:
   // `global`: the global set's Runtime (this rank, the job's size, the config each pair's
-  // Runtime copies without timeline and autotuner). `store` (borrowed; must outlive the table)
-  // holds the meetings under `prefix`, which must be unique to the session.
+  // Runtime copies without the autotuner, the timeline it records on, on rows
+  // "pair <a>-<b>: <tensor>"). `store` (borrowed; must outlive the table) holds the meetings
+  // under `prefix`, which must be unique to the session.
   PairTable(std::shared_ptr<Runtime> global, Store* store, std::string prefix,
             MakePairBackends make_backends);
   ~PairTable();  // shutdown()

@@ -111,17 +111,20 @@ Result<ProcessSet> ProcessSetTable::add(std::vector<int> ranks) {
     const std::string label = "process set " + std::to_string(id);
     KOLO_ASSIGN_OR_RETURN(SetBackends b, make_backends_(id, members, set_rank));
     RuntimeConfig config = global_->config();
-    // The timeline and the autotuner stay the global set's (one file per rank; the tuner's
-    // score is the step time, which the global set's mark_step() measures).
+    // The set records on the global set's timeline (one file per rank), on rows of its own;
+    // the autotuner stays the global set's (its score is the step time, which the global
+    // set's mark_step() measures).
     config.timeline_path.clear();
     config.autotune.enabled = false;
     config.label = label;
     Topology t;
     t.rank = set_rank;
     t.size = static_cast<int>(members.size());
-    KOLO_ASSIGN_OR_RETURN(std::unique_ptr<Runtime> rt,
-                          Runtime::create(std::move(config), t, std::move(b.data),
-                                          std::move(b.control), std::move(b.gpu)));
+    KOLO_ASSIGN_OR_RETURN(
+        std::unique_ptr<Runtime> rt,
+        Runtime::create(std::move(config), t, std::move(b.data), std::move(b.control),
+                        std::move(b.gpu),
+                        global_->timeline_rows("set " + std::to_string(id) + ": ")));
     runtime = std::move(rt);
   }
   MutexLock lock(mu_);

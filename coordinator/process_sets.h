@@ -42,7 +42,8 @@ Result<std::vector<int>> agree_on_ranks(const std::vector<std::vector<int>>& lis
 class ProcessSetTable {
  public:
   // `global` is the global set's Runtime (rank and size are global); each set's Runtime gets
-  // a copy of its config without the timeline and the autotuner (they are the global set's).
+  // a copy of its config without the autotuner (the global set's) and records on its timeline,
+  // on rows "set <id>: <tensor>" (TimelineRows).
   ProcessSetTable(std::shared_ptr<Runtime> global, MakeSetBackends make_backends);
   ~ProcessSetTable();  // shutdown()
 

@@ -98,16 +98,20 @@ std::string timeline_path_for_rank(const std::string& path, int rank, int size) 
 }
 
 Runtime::Runtime(RuntimeConfig config, Topology topology, std::unique_ptr<Backend> data,
-                 std::unique_ptr<Backend> control, std::unique_ptr<Backend> gpu)
+                 std::unique_ptr<Backend> control, std::unique_ptr<Backend> gpu, TimelineRows rows)
     : config_(std::move(config)),
       topology_(topology),
+      owns_timeline_(!rows.shared),
+      timeline_(rows.shared ? std::move(rows.shared)
+                            : std::make_shared<Timeline>(TimelineOptions{.stop_on_signals = true})),
+      rows_(std::move(rows.prefix)),
       data_(std::move(data)),
       control_(std::move(control)),
       gpu_(std::move(gpu)),
       cache_(config_.cache_capacity),
       fusion_threshold_(config_.fusion_threshold),
       cycle_time_(config_.cycle_time),
-      executor_(*data_, timeline_, gpu_.get()),
+      executor_(*data_, *timeline_, rows_, gpu_.get()),
       bits_(1 + config_.cache_capacity),
       gather_control_(config_.piggyback_bytes > 0 &&
                       topology_.size <= config_.piggyback_max_ranks) {
@@ -122,7 +126,7 @@ Runtime::Runtime(RuntimeConfig config, Topology topology, std::unique_ptr<Backen
 Result<std::unique_ptr<Runtime>> Runtime::create(RuntimeConfig config, Topology topology,
                                                  std::unique_ptr<Backend> data,
                                                  std::unique_ptr<Backend> control,
-                                                 std::unique_ptr<Backend> gpu) {
+                                                 std::unique_ptr<Backend> gpu, TimelineRows rows) {
   if (!data || !control)
     return Status::InvalidArgument("Runtime: data and control backends are required");
   if (data->size() != topology.size || control->size() != topology.size ||
@@ -142,11 +146,11 @@ Result<std::unique_ptr<Runtime>> Runtime::create(RuntimeConfig config, Topology 
   for (CategoricalTunable& t : config.autotune.categorical)
     if (!t.fixed && !categorical_switch(t.id, *data)) t.fixed = true;
   std::unique_ptr<Runtime> rt(new Runtime(std::move(config), topology, std::move(data),
-                                          std::move(control), std::move(gpu)));
+                                          std::move(control), std::move(gpu), std::move(rows)));
   if (rt->config_.autotune.enabled && topology.rank == 0) {
-    KOLO_ASSIGN_OR_RETURN(rt->tuner_, Tuner::create(rt->config_, rt->timeline_));
+    KOLO_ASSIGN_OR_RETURN(rt->tuner_, Tuner::create(rt->config_, *rt->timeline_));
   }
-  if (!rt->config_.timeline_path.empty() &&
+  if (rt->owns_timeline_ && !rt->config_.timeline_path.empty() &&
       (!rt->config_.timeline_steps || rt->config_.timeline_steps->first == 0))
     KOLO_RETURN_IF_ERROR(
         rt->start_timeline(rt->config_.timeline_path, rt->config_.timeline_mark_cycles));
@@ -157,8 +161,11 @@ Result<std::unique_ptr<Runtime>> Runtime::create(RuntimeConfig config, Topology 
 Runtime::~Runtime() { (void)shutdown(); }
 
 Status Runtime::start_timeline(const std::string& path, bool mark_cycles) {
-  return timeline_.start(timeline_path_for_rank(path, topology_.rank, topology_.size),
-                         topology_.rank, mark_cycles);
+  if (!owns_timeline_)
+    return Status::PreconditionFailed(config_.label +
+                                      " records on the global set's timeline; start that one");
+  return timeline_->start(timeline_path_for_rank(path, topology_.rank, topology_.size),
+                          topology_.rank, mark_cycles);
 }
 
 void Runtime::mark_step() {
@@ -174,12 +181,12 @@ void Runtime::mark_step() {
       if (!st.ok()) KOLO_LOG_ERROR("KOLO_TIMELINE_STEPS: " << st.to_string());
     }
     if (step == window->end) {
-      timeline_.stop("the recording window KOLO_TIMELINE_STEPS=" + std::to_string(window->first) +
-                     ":" + std::to_string(window->end) + " ended");
+      timeline_->stop("the recording window KOLO_TIMELINE_STEPS=" + std::to_string(window->first) +
+                      ":" + std::to_string(window->end) + " ended");
     }
   }
-  timeline_.global_instant(trace_format::kStepMarker,
-                           {{std::string(trace_format::kStepArg), std::to_string(step)}});
+  timeline_->global_instant(trace_format::kStepMarker,
+                            {{std::string(trace_format::kStepArg), std::to_string(step)}});
 }
 
 Handle Runtime::submit(std::unique_ptr<Entry> entry) {
@@ -205,20 +212,7 @@ Handle Runtime::submit(std::unique_ptr<Entry> entry) {
       in_flight_.insert(name);
       if (entry->request.type == OpType::kJoin) joined_locally_ = true;
       entry->submitted = std::chrono::steady_clock::now();
-      if (timeline_.active()) {
-        entry->traced = true;
-        // What the operation is, from the start: a span that never ends (a hang, a kill)
-        // still says it; the executor adds the backend, fused count and status at the end.
-        const Request& r = entry->request;
-        int64_t elements = 0;
-        for (const auto& shape : r.shapes) elements += num_elements(shape);
-        timeline_.begin(
-            name, to_upper(op),
-            {{"bytes", std::to_string(elements * static_cast<int64_t>(dtype_size(r.dtype)))},
-             {"dtype", std::string(dtype_name(r.dtype))},
-             {"shape", r.shapes.empty() ? "[]" : shape_string(r.shapes[0])}});
-        timeline_.begin(name, trace_format::kQueuePhase);
-      }
+      if (timeline_->active()) trace_submission(*entry);
       queue_.push_back(std::move(entry));
       queued_.store(queue_.size(), std::memory_order_release);
       // A spinning or busy background thread sees the queue by itself; only a sleeping
@@ -245,7 +239,7 @@ Status Runtime::shutdown() {
                                ? "kolo was shut down on rank " + std::to_string(topology_.rank)
                                : config_.label + " was removed on its rank " +
                                      std::to_string(named_rank(config_, topology_.rank))));
-  timeline_.stop();
+  if (owns_timeline_) timeline_->stop();
   return Status::Ok();
 }
 
@@ -294,7 +288,7 @@ Status Runtime::apply_tuning(const TuneDecision& d) {
                  << format_duration(cycle_time_) << ", bucket "
                  << format_size(static_cast<uint64_t>(d.bucket_bytes)) << " from step "
                  << d.apply_step << ", hierarchical allreduce " << (hierarchical ? "on" : "off"));
-  timeline_.counter("autotune", counter);
+  timeline_->counter("autotune", counter);
   return Status::Ok();
 }
 
@@ -335,11 +329,24 @@ Status Runtime::failure() const {
   return stopped_ ? final_status_ : Status::Ok();
 }
 
+void Runtime::trace_submission(Entry& e) {
+  // What the operation is, from the start: a span that never ends (a hang, a kill) still says
+  // it; the executor adds the backend, fused count and status at the end.
+  const Request& r = e.request;
+  if (e.trace_kind.empty()) e.trace_kind = to_upper(op_type_name(r.type));
+  e.trace = timeline_->begin_op(rows_.empty() ? r.name : rows_ + r.name, e.trace_kind,
+                                operation_args(r.shapes, r.dtype));
+  timeline_->begin(e.trace, trace_format::kQueuePhase);
+}
+
 void Runtime::end_queue_span(Entry& e) {
-  if (e.traced && timeline_.active()) {
-    timeline_.end(e.request.name);  // QUEUE
-    timeline_.begin(e.request.name, trace_format::kNegotiatePhase);
-  }
+  timeline_->end(e.trace);  // QUEUE
+  timeline_->begin(e.trace, trace_format::kNegotiatePhase);
+}
+
+TimelineArgs Runtime::marker_args(TimelineArgs args) const {
+  if (!rows_.empty()) args.emplace_back("process_set", config_.label);
+  return args;
 }
 
 void Runtime::fail_all_and_abort(const Status& why) {
@@ -366,12 +373,12 @@ void Runtime::fail_all(const Status& status) {
   // Every phase still open of a failed operation ends with the Status it failed with.
   const TimelineArgs failed = timeline_status_args(final_status);
   for (auto& [name, e] : pending_) {
-    if (e->traced) timeline_.end_all(name, failed);
+    timeline_->end_all(e->trace, failed);
     e->state->complete(final_status);
   }
   pending_.clear();
   for (auto& e : queued) {
-    if (e->traced) timeline_.end_all(e->request.name, failed);
+    timeline_->end_all(e->trace, failed);
     e->state->complete(final_status);
   }
 }
@@ -427,7 +434,7 @@ void Runtime::loop() {
       queued_.store(0, std::memory_order_relaxed);
     }
     for (auto& [name, e] : pending_)
-      if (e->traced && timeline_.active() && e->pending_since >= last_start) end_queue_span(*e);
+      if (e->trace != 0 && e->pending_since >= last_start) end_queue_span(*e);
     last_start = std::chrono::steady_clock::now();
     bool stop = false;
     // A device backend that aborted by itself (an NCCL error, an operation past
@@ -455,22 +462,50 @@ void Runtime::loop() {
 void Runtime::stop_after_failure(Status st) {
   if (config_.name_first_failure) st = config_.name_first_failure(st);
   KOLO_LOG_ERROR("kolo background loop stopped: " << st.to_string());
-  timeline_.instant({}, "FAILURE", timeline_status_args(st));
+  timeline_->instant({}, "FAILURE", marker_args(timeline_status_args(st)));
   fail_all_and_abort(st);
 }
 
 Status Runtime::cycle(bool shutdown_requested, bool& stop) {
-  timeline_.mark_cycle();
+  // Only the timeline's owner marks cycles: a set's are not the rank's cycles.
+  if (owns_timeline_) timeline_->mark_cycle();
   ++cycles_;
   const auto now = std::chrono::steady_clock::now();
-  // Step 1: the bit vector. Requests that miss the cache, or whose bit has gone unanswered
-  // for half the stall time (so rank 0 can name who is missing), take the slow path.
-  // Gathered messages only carry the slots in use; the allreduce keeps its fixed size.
+  // Step 1: the bit vector. Gathered messages only carry the slots in use; the allreduce keeps
+  // its fixed size.
   const size_t nbits = gather_control_ ? 1 + cache_.slot_limit() : bits_.size();
+  std::vector<std::pair<uint64_t, Entry*>> slow = sort_pending(nbits, now);
+  // Rank 0 also takes the slow path now and then while names wait in its table, so that the
+  // stall inspector runs even when no rank has anything new to say.
+  const bool inspect = controller_ && controller_->pending() > 0 &&
+                       config_.stall_check_time.count() > 0 &&
+                       now - last_inspection_ >= config_.heartbeat;
+  const bool tune = tuner_ && tuner_->has_decision();
+  const bool need_slow = !slow.empty() || shutdown_requested || join_to_send_ ||
+                         !joined_ranks_.empty() || inspect || tune;
+  // Byte 0: 0 needs the slow path; otherwise 2 when this rank has nothing pending at all
+  // (see gather_bits), else 1.
+  bits_[0] = need_slow ? 0 : pending_.empty() ? 2 : 1;
+  KOLO_RETURN_IF_ERROR(exchange_bits(nbits));
+  std::vector<Response> responses;
+  for (size_t s = 0; s + 1 < nbits; ++s)
+    if (bits_[1 + s]) responses.push_back(cache_.response(s));
+
+  ResponseList list;
+  if (bits_[0] == 0)
+    KOLO_RETURN_IF_ERROR(run_slow_path(std::move(slow), shutdown_requested, list, responses));
+  KOLO_RETURN_IF_ERROR(execute(responses));
+  return end_cycle(list, responses, stop);
+}
+
+std::vector<std::pair<uint64_t, Entry*>> Runtime::sort_pending(
+    size_t nbits, std::chrono::steady_clock::time_point now) {
   std::fill(bits_.begin(), bits_.begin() + nbits, 0);
   std::vector<std::pair<uint64_t, Entry*>> slow;
   cached_.clear();
   const bool joined_mode = !joined_ranks_.empty();
+  // Requests that miss the cache, or whose bit has gone unanswered for half the stall time (so
+  // rank 0 can name who is missing), take the slow path.
   for (auto& [name, e] : pending_) {
     if (e->sent_slow) continue;
     std::optional<size_t> slot = joined_mode ? std::nullopt : cache_.lookup(e->request);
@@ -483,48 +518,40 @@ Status Runtime::cycle(bool shutdown_requested, bool& stop) {
       slow.push_back({seq_[name], e.get()});
     }
   }
-  // Rank 0 also takes the slow path now and then while names wait in its table, so that the
-  // stall inspector runs even when no rank has anything new to say.
-  const bool inspect = controller_ && controller_->pending() > 0 &&
-                       config_.stall_check_time.count() > 0 &&
-                       now - last_inspection_ >= config_.heartbeat;
-  const bool tune = tuner_ && tuner_->has_decision();
-  const bool need_slow =
-      !slow.empty() || shutdown_requested || join_to_send_ || joined_mode || inspect || tune;
-  // Byte 0: 0 needs the slow path; otherwise 2 when this rank has nothing pending at all
-  // (see gather_bits), else 1.
-  bits_[0] = need_slow ? 0 : pending_.empty() ? 2 : 1;
-  if (gather_control_) {
-    KOLO_RETURN_IF_ERROR(gather_bits(nbits));
-  } else {
-    KOLO_RETURN_IF_ERROR(control_
-                             ->allreduce(bits_.data(), bits_.data(), static_cast<int64_t>(nbits),
-                                         DataType::kUInt8, Reduction{ReduceOp::kMin})
-                             .with_context("negotiation (cache bit vector)"));
-  }
-  std::vector<Response> responses;
-  for (size_t s = 0; s + 1 < nbits; ++s)
-    if (bits_[1 + s]) responses.push_back(cache_.response(s));
+  return slow;
+}
 
-  ResponseList list;
-  if (bits_[0] == 0) {
-    std::sort(slow.begin(), slow.end(), [](auto& a, auto& b) { return a.first < b.first; });
-    RequestList mine;
-    mine.shutdown = shutdown_requested;
-    mine.join = join_to_send_;
-    for (auto& [seq, e] : slow) {
-      mine.requests.push_back(e->request);
-      e->sent_slow = true;
-    }
-    join_to_send_ = false;
-    KOLO_RETURN_IF_ERROR(negotiate_slow(mine, list));
-    for (const auto& name : list.evictions) cache_.erase(name);
-    if (list.tune.apply_step >= 0) KOLO_RETURN_IF_ERROR(apply_tuning(list.tune));
-    joined_ranks_ = list.joined;
-    responses.insert(responses.end(), std::make_move_iterator(list.responses.begin()),
-                     std::make_move_iterator(list.responses.end()));
+Status Runtime::exchange_bits(size_t nbits) {
+  if (gather_control_) return gather_bits(nbits);
+  return control_
+      ->allreduce(bits_.data(), bits_.data(), static_cast<int64_t>(nbits), DataType::kUInt8,
+                  Reduction{ReduceOp::kMin})
+      .with_context("negotiation (cache bit vector)");
+}
+
+Status Runtime::run_slow_path(std::vector<std::pair<uint64_t, Entry*>> slow,
+                              bool shutdown_requested, ResponseList& list,
+                              std::vector<Response>& responses) {
+  std::sort(slow.begin(), slow.end(), [](auto& a, auto& b) { return a.first < b.first; });
+  RequestList mine;
+  mine.shutdown = shutdown_requested;
+  mine.join = join_to_send_;
+  for (auto& [seq, e] : slow) {
+    mine.requests.push_back(e->request);
+    e->sent_slow = true;
   }
-  KOLO_RETURN_IF_ERROR(execute(responses));
+  join_to_send_ = false;
+  KOLO_RETURN_IF_ERROR(negotiate_slow(mine, list));
+  for (const auto& name : list.evictions) cache_.erase(name);
+  if (list.tune.apply_step >= 0) KOLO_RETURN_IF_ERROR(apply_tuning(list.tune));
+  joined_ranks_ = list.joined;
+  responses.insert(responses.end(), std::make_move_iterator(list.responses.begin()),
+                   std::make_move_iterator(list.responses.end()));
+  return Status::Ok();
+}
+
+Status Runtime::end_cycle(const ResponseList& list, const std::vector<Response>& responses,
+                          bool& stop) {
   if (tuner_) {
     std::vector<std::chrono::steady_clock::time_point> marks;
     {
@@ -535,16 +562,27 @@ Status Runtime::cycle(bool shutdown_requested, bool& stop) {
   }
   if (!list.fatal.empty()) return Status::Aborted(list.fatal);
   if (list.shutdown_rank >= 0) {
-    fail_all(Status::Aborted(
-        config_.label.empty()
-            ? "kolo was shut down (rank " + std::to_string(list.shutdown_rank) +
-                  " called shutdown()); pending operations were cancelled"
-            : config_.label + " was removed (its rank " +
-                  std::to_string(named_rank(config_, list.shutdown_rank)) + " called " +
-                  config_.closed_by + "); pending operations were cancelled"));
+    fail_all(Status::Aborted(shutdown_message(list.shutdown_rank)));
     stop = true;
   }
   return Status::Ok();
+}
+
+std::string Runtime::shutdown_message(int rank) {
+  const std::string cancelled = "; pending operations were cancelled";
+  if (!config_.label.empty())
+    return config_.label + " was removed (its rank " + std::to_string(named_rank(config_, rank)) +
+           " called " + config_.closed_by + ")" + cancelled;
+  bool work = !pending_.empty();
+  if (!work) {
+    MutexLock lock(mu_);
+    work = !queue_.empty();
+  }
+  // Note [Departures]: asked only when something fails, since it may wait for the launcher.
+  if (work && rank != topology_.rank && config_.describe_departure)
+    if (std::optional<std::string> departure = config_.describe_departure(rank))
+      return "kolo was shut down: " + *departure + cancelled;
+  return "kolo was shut down (rank " + std::to_string(rank) + " called shutdown())" + cancelled;
 }
 
 Status Runtime::negotiate_slow(const RequestList& mine, ResponseList& out) {
@@ -575,7 +613,7 @@ Status Runtime::negotiate_slow(const RequestList& mine, ResponseList& out) {
       if (auto d = tuner_->take_decision(steps_marked())) out.tune = *d;
     for (auto& w : controller_->take_warnings()) {
       KOLO_LOG_WARNING(w);
-      timeline_.instant({}, "STALL_WARNING", {{"message", w}});
+      timeline_->instant({}, "STALL_WARNING", marker_args({{"message", w}}));
       MutexLock lock(mu_);
       stall_warnings_.push_back(std::move(w));
     }
@@ -631,9 +669,9 @@ void Runtime::retire(const std::vector<BatchItem>& items) {
 }
 
 void Runtime::end_negotiate_spans(const std::vector<BatchItem>& items) {
-  if (!timeline_.active()) return;
+  if (!timeline_->active()) return;
   for (auto& item : items)
-    if (item.entry && item.entry->traced) timeline_.end(item.response->name);  // NEGOTIATE
+    if (item.entry) timeline_->end(item.entry->trace);  // NEGOTIATE
 }
 
 Status Runtime::execute(const std::vector<Response>& responses) {

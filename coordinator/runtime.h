@@ -43,6 +43,16 @@ struct Topology {
 // kolo-trace merge expects) and a single rank writes the path as given.
 std::string timeline_path_for_rank(const std::string& path, int rank, int size);
 
+// Where a Runtime records. The global set's Runtime has a timeline of its own (KOLO_TIMELINE,
+// kolo::start_timeline: one file per rank), which it alone starts, stops and marks cycles on.
+// A process set's or a point-to-point pair's records its operations on the global set's, on
+// rows of its own named "<prefix><tensor>" (Runtime::timeline_rows), so that the rank's one
+// file holds every operation and each row says which set it belongs to.
+struct TimelineRows {
+  std::shared_ptr<Timeline> shared;  // null: a timeline of its own
+  std::string prefix;                // "" for the global set, "set 1: ", "pair 0-3: "
+};
+
 class Runtime {
  public:
   // `data` runs the collectives; `control` carries negotiation (allreduce of the cache bit
@@ -52,10 +62,12 @@ class Runtime {
   // `gpu` (optional, KOLO_GPU_OPERATIONS) runs the collectives on CUDA tensors instead of
   // `data` (Executor); when the runtime fails, a DeviceBackend among them is aborted with the
   // failure, so that its pending GPU operations fail with it instead of hanging.
+  // `rows`: a set's or pair's Runtime records on the global set's timeline (TimelineRows).
   static Result<std::unique_ptr<Runtime>> create(RuntimeConfig config, Topology topology,
                                                  std::unique_ptr<Backend> data,
                                                  std::unique_ptr<Backend> control,
-                                                 std::unique_ptr<Backend> gpu = nullptr);
+                                                 std::unique_ptr<Backend> gpu = nullptr,
+                                                 TimelineRows rows = {});
   ~Runtime();  // shutdown()
 
   // Validates the entry against this rank's state (not shut down, not failed, name not in
@@ -90,7 +102,10 @@ class Runtime {
 
   const Topology& topology() const { return topology_; }
   const RuntimeConfig& config() const { return config_; }
-  Timeline& timeline() { return timeline_; }
+  Timeline& timeline() { return *timeline_; }
+  // Rows on this Runtime's timeline for another Runtime (a process set's, a pair's): "<prefix>
+  // <tensor>". The prefix must be the same on every rank for the rows to match across files.
+  TimelineRows timeline_rows(std::string prefix) const { return {timeline_, std::move(prefix)}; }
   std::string backend_name() const { return std::string(data_->name()); }
   // Stall warnings rank 0 has issued so far (also logged at warning level).
   std::vector<std::string> stall_warnings() const;
@@ -100,7 +115,7 @@ class Runtime {
 
  private:
   Runtime(RuntimeConfig config, Topology topology, std::unique_ptr<Backend> data,
-          std::unique_ptr<Backend> control, std::unique_ptr<Backend> gpu);
+          std::unique_ptr<Backend> control, std::unique_ptr<Backend> gpu, TimelineRows rows);
   // The background loop stopped with `why`: fail everything, the GPU backend's work included.
   void fail_all_and_abort(const Status& why);
   // The background loop's end after a failure (the link measurement's included): names the
@@ -112,6 +127,20 @@ class Runtime {
   void spin_for_submission();
   // One negotiation + execution cycle. A non-OK Status is fatal for this runtime.
   Status cycle(bool shutdown_requested, bool& stop);
+  // cycle()'s steps. Step 1's bit vector of bits_[0, nbits): sets the bits of pending requests
+  // that match the response cache (in cached_) and returns the others (submission order,
+  // entry), which take the slow path.
+  std::vector<std::pair<uint64_t, Entry*>> sort_pending(size_t nbits,
+                                                        std::chrono::steady_clock::time_point now);
+  // Step 1 itself: the minimum of every rank's bits in bits_[0, nbits).
+  Status exchange_bits(size_t nbits);
+  // Step 2, when some rank needs it: sends `slow` and this rank's flags, adopts the response
+  // list's evictions, tuning and joined ranks, and appends its responses to `responses`.
+  Status run_slow_path(std::vector<std::pair<uint64_t, Entry*>> slow, bool shutdown_requested,
+                       ResponseList& list, std::vector<Response>& responses);
+  // After execution: the tuner's observation, then what the response list said of the job (a
+  // fatal error, a rank's shutdown, which stops this runtime).
+  Status end_cycle(const ResponseList& list, const std::vector<Response>& responses, bool& stop);
   Status negotiate_slow(const RequestList& mine, ResponseList& out);
   // Step 1 as an allgather with piggy-backed data (piggyback.cc, Note [Piggy-back]): leaves
   // the element-wise minimum of every rank's bits in bits_[0, nbits) and has already run
@@ -124,6 +153,8 @@ class Runtime {
   void retire(const std::vector<BatchItem>& items);
   void end_negotiate_spans(const std::vector<BatchItem>& items);
   void fail_all(const Status& status);
+  // What the operations still pending end with when rank `rank` shut the session down.
+  std::string shutdown_message(int rank);
   // Every rank, in the same cycle: adopts the autotuner's decision. Internal when it names a
   // categorical knob this rank cannot switch (the job then fails: ranks would diverge).
   Status apply_tuning(const TuneDecision& d);
@@ -131,13 +162,20 @@ class Runtime {
   // backend, for the tuner's prior (rank 0 keeps the result).
   Status measure_link();
   void end_queue_span(Entry& entry);
+  // The operation's span and its QUEUE phase, at submission (timeline recording).
+  void trace_submission(Entry& entry);
+  // Args of this Runtime's markers (stall warnings, failures): its set, when not the global.
+  TimelineArgs marker_args(TimelineArgs args) const;
 
   const RuntimeConfig config_;
   const Topology topology_;
-  // A SIGTERM from kolorun (or Ctrl-C) closes the file in order before the process ends.
-  // Declared before gpu_, which outlives it otherwise: the device backend's destructor runs
-  // the last completions, which end their operations' spans.
-  Timeline timeline_{TimelineOptions{.stop_on_signals = true}};
+  // Its own (the global set's; a SIGTERM from kolorun or Ctrl-C closes the file in order
+  // before the process ends) or the global set's, shared with it. Declared before gpu_, which
+  // outlives it otherwise: the device backend's destructor runs the last completions, which
+  // end their operations' spans.
+  const bool owns_timeline_;  // (before timeline_, which takes TimelineRows::shared over)
+  const std::shared_ptr<Timeline> timeline_;
+  const std::string rows_;  // TimelineRows::prefix
   std::unique_ptr<Backend> data_;
   std::unique_ptr<Backend> control_;
   std::unique_ptr<Backend> gpu_;     // may be null; declared before executor_, which borrows it

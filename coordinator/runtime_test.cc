@@ -2,16 +2,21 @@
 #include "coordinator/runtime.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
+#include <set>
 #include <thread>
 
+#include "backends/local_backend.h"
 #include "coordinator/test_cluster.h"
 
 namespace kolo::coord {
@@ -485,6 +490,115 @@ TEST(RuntimeTest, StartTimelineWritesOneFilePerRank) {
   }
   std::ifstream shared(dir + "tl_rule.json");
   EXPECT_FALSE(shared.good()) << "no rank may write the path itself in a job of 2";
+}
+
+// Issue 33: a fused batch's operations say so, each with its own bytes and shape (or member
+// count: a grouped allreduce, such as a gradient bucket, has no one shape) beside the batch's
+// operation count and bytes; each span ends before its handle completes, whose completion is a
+// CALLBACK span on the Runtime's callbacks row, naming the operation.
+TEST(ExecutorTimeline, AFusedBatchsSpansCarryItsCountAndBytesAndEndBeforeTheCallbacks) {
+  const std::string path = ::testing::TempDir() + "fused_" + std::to_string(::getpid()) + ".json";
+  std::unique_ptr<Backend> local = make_local_backend("local");
+  Timeline timeline;
+  ASSERT_TRUE(timeline.start(path, 0).ok());
+  Executor executor(*local, timeline, "set 2: ");
+  std::vector<float> a(3, 1.0f), b(5, 2.0f), c(2, 3.0f);
+  auto one = build_allreduce("a", view_of(a.data(), {3}), view_of(a.data(), {3}), {});
+  auto group = build_grouped_allreduce("g", {view_of(b.data(), {5}), view_of(c.data(), {2})}, {});
+  ASSERT_TRUE(one.ok() && group.ok());
+  std::vector<Response> responses(2);
+  for (auto* e : {one->get(), group->get()}) {
+    e->trace_kind = "ALLREDUCE";
+    e->trace = timeline.begin_op("set 2: " + e->request.name, e->trace_kind);
+  }
+  responses[0].name = "a";
+  responses[0].shapes = {{3}};
+  responses[1].name = "g";
+  responses[1].shapes = {{5}, {2}};
+  bool called = false;
+  Handle(one->get()->state).then([&](const Status&) { called = true; });
+  ASSERT_TRUE(executor.run({{&responses[0], one->get()}, {&responses[1], group->get()}}).ok());
+  EXPECT_TRUE(Handle(one->get()->state).wait().ok());
+  EXPECT_TRUE(called);
+  EXPECT_EQ(b, std::vector<float>(5, 2.0f));  // one rank: the sum is the input
+  timeline.stop();
+  std::ifstream in(path);
+  const nlohmann::json events = nlohmann::json::parse(in);
+  std::remove(path.c_str());
+  std::map<int, std::string> rows;
+  std::map<std::string, nlohmann::json> ops, callbacks;  // by row, by tensor
+  for (const auto& e : events) {
+    if (e.at("ph") == "M" && e.at("name") == "thread_name")
+      rows[e.at("tid")] = e.at("args").at("name");
+    if (e.at("ph") != "X") continue;
+    if (e.at("name") == "ALLREDUCE") ops[rows.at(e.at("tid"))] = e;
+    if (e.at("name") == "CALLBACK") {
+      EXPECT_EQ(rows.at(e.at("tid")), "set 2: kolo:callbacks");
+      callbacks[e.at("args").at("tensor")] = e;
+    }
+  }
+  ASSERT_EQ(ops.size(), 2u) << events.dump();
+  EXPECT_EQ(ops["set 2: a"].at("args"), (nlohmann::json{{"bytes", 12},
+                                                        {"dtype", "float32"},
+                                                        {"shape", "[3]"},
+                                                        {"backend", "local"},
+                                                        {"fused", 2},
+                                                        {"fused_bytes", 40},
+                                                        {"status", "OK"}}));
+  EXPECT_EQ(ops["set 2: g"].at("args"), (nlohmann::json{{"bytes", 28},
+                                                        {"dtype", "float32"},
+                                                        {"members", 2},
+                                                        {"backend", "local"},
+                                                        {"fused", 2},
+                                                        {"fused_bytes", 40},
+                                                        {"status", "OK"}}));
+  ASSERT_EQ(callbacks.size(), 2u) << events.dump();
+  for (const std::string tensor : {"set 2: a", "set 2: g"}) {
+    const nlohmann::json& op = ops[tensor];
+    const nlohmann::json& cb = callbacks[tensor];
+    EXPECT_EQ(cb.at("args").at("op"), "ALLREDUCE");
+    EXPECT_GE(cb.at("ts").get<double>(), op.at("ts").get<double>() + op.at("dur").get<double>());
+  }
+}
+
+// A process set's Runtime records on the global set's timeline, on its own rows, and leaves
+// the timeline to its owner: its shutdown (the set's removal) does not stop it, and it cannot
+// start it.
+TEST(RuntimeTest, ASetsRuntimeRecordsOnTheGlobalTimelineWithoutOwningIt) {
+  auto global = Runtime::create(test_config(), Topology{}, make_local_backend("local"),
+                                make_local_backend("control"));
+  ASSERT_TRUE(global.ok()) << global.status().to_string();
+  auto set =
+      Runtime::create(test_config(), Topology{}, make_local_backend("local"),
+                      make_local_backend("control"), nullptr, (*global)->timeline_rows("set 1: "));
+  ASSERT_TRUE(set.ok()) << set.status().to_string();
+  const std::string path =
+      ::testing::TempDir() + "set_rows_" + std::to_string(::getpid()) + ".json";
+  ASSERT_TRUE((*global)->start_timeline(path, /*mark_cycles=*/true).ok());
+  const Status start = (*set)->start_timeline(path, false);
+  EXPECT_EQ(start.code(), StatusCode::kPreconditionFailed);
+  EXPECT_NE(start.message().find("records on the global set's timeline"), std::string::npos)
+      << start.to_string();
+  std::vector<float> v(2, 1.0f);
+  EXPECT_TRUE(allreduce(**set, "x", v).wait().ok());
+  EXPECT_TRUE((*set)->shutdown().ok());
+  EXPECT_TRUE((*global)->timeline().active());
+  EXPECT_TRUE(allreduce(**global, "x", v).wait().ok());
+  (*global)->timeline().stop();
+  std::ifstream in(path);
+  const nlohmann::json events = nlohmann::json::parse(in);
+  std::remove(path.c_str());
+  std::map<int, std::string> rows;
+  std::multiset<std::string> ops;  // by row
+  for (const auto& e : events) {
+    if (e.at("ph") == "M" && e.at("name") == "thread_name")
+      rows[e.at("tid")] = e.at("args").at("name");
+    if (e.at("ph") == "X" && e.at("name") == "ALLREDUCE") ops.insert(rows.at(e.at("tid")));
+  }
+  EXPECT_EQ(ops, (std::multiset<std::string>{"set 1: x", "x"}));
+  EXPECT_EQ(std::count_if(rows.begin(), rows.end(),
+                          [](const auto& r) { return r.second == "set 1: kolo:callbacks"; }),
+            1);
 }
 
 TEST(RuntimeTest, StallInspectorNamesTheMissingRank) {

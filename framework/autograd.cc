@@ -58,41 +58,28 @@ std::vector<Tensor> unused_parameters(const std::vector<Tensor>& params,
   return unused;
 }
 
+namespace {
+
 // The engine. Phase 1 walks the graph from the root and counts, for every Node and every leaf,
 // how many edges point into it (its pending consumers). Phase 2 runs Nodes whose incoming
 // gradients are complete (count reached zero), starting at the root; each finished edge into a
 // leaf adds that contribution to the leaf's grad and decrements the leaf's count, and the leaf's
 // hooks fire when it reaches zero (Note [Gradient-ready hooks] in autograd.h).
-BackwardReport backward(const Tensor& root, const Tensor& grad_output) {
-  if (!root.defined()) fail("backward: root is an undefined tensor");
-  if (!root.requires_grad())
-    fail("backward: tensor " + root.to_string() +
-         " does not require grad (no parameter it depends on has requires_grad set)");
-  Tensor seed = grad_output;
-  if (!seed.defined()) {
-    if (root.numel() != 1)
-      fail("backward: root of shape " + shape_to_string(root.shape()) +
-           " is not a scalar; pass grad_output");
-    seed = Tensor::ones(root.shape(), root.device());
-  } else {
-    check_same_shape("backward", root, seed);
-  }
+class BackwardPass {
+ public:
+  BackwardPass() { report_.pass = ++g_pass_counter; }
 
-  BackwardReport report;
-  report.pass = ++g_pass_counter;
-
-  std::unordered_map<Node*, int> node_pending;
-  std::unordered_map<AutogradMeta*, int> leaf_pending;
-  {
+  // Phase 1.
+  void count_consumers(const Tensor& root) {
     std::vector<Node*> stack;
     auto visit_input = [&](const Tensor& t) {
       if (!t.defined()) return;
       AutogradMeta* m = t.impl()->autograd.get();
       if (m->grad_fn) {
         Node* n = m->grad_fn.get();
-        if (node_pending[n]++ == 0) stack.push_back(n);
+        if (node_pending_[n]++ == 0) stack.push_back(n);
       } else {
-        leaf_pending[m]++;
+        leaf_pending_[m]++;
       }
     };
     visit_input(root);
@@ -101,11 +88,58 @@ BackwardReport backward(const Tensor& root, const Tensor& grad_output) {
       stack.pop_back();
       for (const Tensor& in : n->inputs) visit_input(in);
     }
+    node_total_ = node_pending_;
   }
 
-  const std::unordered_map<Node*, int> node_total = node_pending;
+  // Phase 2, from `seed`, the gradient of the root.
+  void run(const Tensor& root, const Tensor& seed) {
+    NoGradGuard no_grad;  // the backward computation itself records nothing
+    const std::shared_ptr<Node>& root_fn = root.impl()->autograd->grad_fn;
+    if (!root_fn) {
+      deliver_to_leaf(root, seed);
+      return;
+    }
+    pending_grad_[root_fn.get()] = seed;
+    node_pending_[root_fn.get()] = 0;
+    ready_.push_back(root_fn);
+    while (!ready_.empty()) {
+      std::shared_ptr<Node> node = std::move(ready_.back());
+      ready_.pop_back();
+      Tensor g = std::move(pending_grad_[node.get()]);
+      pending_grad_.erase(node.get());
+      std::vector<Tensor> grads;
+      if (g.defined()) grads = node->backward(g);
+      grads.resize(node->inputs.size());
+      for (size_t i = 0; i < node->inputs.size(); ++i) pass_to_input(node->inputs[i], grads[i]);
+    }
+  }
 
-  auto deliver_leaf = [&](const Tensor& leaf, const Tensor& g) {
+  const BackwardReport& report() const { return report_; }
+
+ private:
+  // One edge of a finished Node: its gradient `g` for `input` (undefined: zero).
+  void pass_to_input(const Tensor& input, const Tensor& g) {
+    if (!input.defined()) return;
+    const auto& meta = input.impl()->autograd;
+    if (!meta->grad_fn) {
+      deliver_to_leaf(input, g);
+      return;
+    }
+    Node* next = meta->grad_fn.get();
+    if (g.defined()) {
+      // A Node with a single consumer never sums, so its gradient can alias the producer's
+      // buffer; otherwise the first contribution is copied before others are added to it.
+      Tensor& slot = pending_grad_[next];
+      if (!slot.defined() && node_total_.at(next) == 1) {
+        slot = g;
+      } else {
+        accumulate(slot, g);
+      }
+    }
+    if (--node_pending_[next] == 0) ready_.push_back(meta->grad_fn);
+  }
+
+  void deliver_to_leaf(const Tensor& leaf, const Tensor& g) {
     AutogradMeta* m = leaf.impl()->autograd.get();
     if (g.defined()) {
       if (g.shape() != leaf.shape())
@@ -113,63 +147,53 @@ BackwardReport backward(const Tensor& root, const Tensor& grad_output) {
                                      " for a leaf of shape " + shape_to_string(leaf.shape())));
       accumulate(m->grad, g);
     }
-    if (--leaf_pending[m] == 0) {
+    if (--leaf_pending_[m] == 0) {
       // A leaf whose every contribution was undefined (zero) still gets a defined gradient, so
       // hooks always see a buffer.
       if (!m->grad.defined()) m->grad = Tensor::zeros(leaf.shape(), leaf.device());
-      m->ready_pass = report.pass;
-      report.ready.push_back(leaf);
+      m->ready_pass = report_.pass;
+      report_.ready.push_back(leaf);
       // Copy the hook list: a hook may register or remove hooks.
       auto hooks = m->hooks;
       for (auto& [id, hook] : hooks) hook(m->grad);
     }
-  };
-
-  // Gradients waiting for their Node to become ready.
-  std::unordered_map<Node*, Tensor> pending_grad;
-  std::vector<std::shared_ptr<Node>> ready;
-  {
-    NoGradGuard no_grad;  // the backward computation itself records nothing
-    if (!root.impl()->autograd->grad_fn) {
-      deliver_leaf(root, seed);
-    } else {
-      pending_grad[root.impl()->autograd->grad_fn.get()] = seed;
-      node_pending[root.impl()->autograd->grad_fn.get()] = 0;
-      ready.push_back(root.impl()->autograd->grad_fn);
-    }
-    while (!ready.empty()) {
-      std::shared_ptr<Node> node = std::move(ready.back());
-      ready.pop_back();
-      Tensor g = std::move(pending_grad[node.get()]);
-      pending_grad.erase(node.get());
-      std::vector<Tensor> grads;
-      if (g.defined()) grads = node->backward(g);
-      grads.resize(node->inputs.size());
-      for (size_t i = 0; i < node->inputs.size(); ++i) {
-        const Tensor& in = node->inputs[i];
-        if (!in.defined()) continue;
-        const auto& meta = in.impl()->autograd;
-        if (!meta->grad_fn) {
-          deliver_leaf(in, grads[i]);
-          continue;
-        }
-        Node* next = meta->grad_fn.get();
-        if (grads[i].defined()) {
-          // A Node with a single consumer never sums, so its gradient can alias the producer's
-          // buffer; otherwise the first contribution is copied before others are added to it.
-          Tensor& slot = pending_grad[next];
-          if (!slot.defined() && node_total.at(next) == 1) {
-            slot = grads[i];
-          } else {
-            accumulate(slot, grads[i]);
-          }
-        }
-        if (--node_pending[next] == 0) ready.push_back(meta->grad_fn);
-      }
-    }
   }
-  t_last_report = report;
-  return report;
+
+  BackwardReport report_;
+  // Phase 1's counts of consumers not yet finished, which phase 2 counts down.
+  std::unordered_map<Node*, int> node_pending_;
+  std::unordered_map<AutogradMeta*, int> leaf_pending_;
+  std::unordered_map<Node*, int> node_total_;  // phase 1's counts, kept
+  // Gradients waiting for their Node to become ready, and the Nodes that are.
+  std::unordered_map<Node*, Tensor> pending_grad_;
+  std::vector<std::shared_ptr<Node>> ready_;
+};
+
+// The gradient of the root that backward starts from: grad_output, or 1 for a scalar root.
+Tensor seed_gradient(const Tensor& root, const Tensor& grad_output) {
+  if (!root.defined()) fail("backward: root is an undefined tensor");
+  if (!root.requires_grad())
+    fail("backward: tensor " + root.to_string() +
+         " does not require grad (no parameter it depends on has requires_grad set)");
+  if (grad_output.defined()) {
+    check_same_shape("backward", root, grad_output);
+    return grad_output;
+  }
+  if (root.numel() != 1)
+    fail("backward: root of shape " + shape_to_string(root.shape()) +
+         " is not a scalar; pass grad_output");
+  return Tensor::ones(root.shape(), root.device());
+}
+
+}  // namespace
+
+BackwardReport backward(const Tensor& root, const Tensor& grad_output) {
+  const Tensor seed = seed_gradient(root, grad_output);
+  BackwardPass pass;
+  pass.count_consumers(root);
+  pass.run(root, seed);
+  t_last_report = pass.report();
+  return t_last_report;
 }
 
 }  // namespace kolo::fw

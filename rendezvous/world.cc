@@ -28,6 +28,8 @@ Result<int> launcher_int(const KnobSet& knobs, KnobId id, std::optional<int> fal
 
 bool launched_by_kolorun(const KnobSet& knobs) { return knobs.is_set(KnobId::kRank); }
 
+std::string launcher_exit_key(int rank) { return "kolorun/exit/" + std::to_string(rank); }
+
 std::string random_secret() {
   std::random_device rd;
   static const char* kHex = "0123456789abcdef";

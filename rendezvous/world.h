@@ -38,6 +38,11 @@ bool launched_by_kolorun(const KnobSet& knobs);
 //   "KOLO_RANK=4 is invalid: expected an integer in [0, KOLO_SIZE=4)"; IoError from connecting.
 Result<World> world_from_knobs(const KnobSet& knobs);
 
+// The store key under which kolorun records how rank `rank`'s process ended, once it has reaped
+// it: "exited with status 1", "was killed by signal 9 (SIGKILL)". Its peers wait for it to say
+// what happened to a rank that left (Note [Departures] in coordinator/departures.h).
+std::string launcher_exit_key(int rank);
+
 // 32 lowercase hex digits from std::random_device (128 bits): a job secret.
 std::string random_secret();
 

@@ -5,13 +5,13 @@
 #include <condition_variable>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <system_error>
 #include <thread>
 #include <unordered_map>
 
 #include "common/logging.h"
+#include "common/thread_annotations.h"
 #include "timeline/signal_stop.h"
 #include "timeline/trace_event.h"
 #include "timeline/trace_format.h"
@@ -58,253 +58,307 @@ void add_args(TimelineArgs& args, TimelineArgs more) {
   }
 }
 
-struct Track {
+// A thread track of the file.
+struct Row {
   int tid;
-  bool named = false;          // its thread_name record has been queued
-  std::vector<OpenSpan> open;  // innermost last
-  // detach()'s groups of spans, by token: open, but off the stack (innermost last each).
-  std::map<uint64_t, std::vector<OpenSpan>> detached;
+  bool named = false;  // its thread_name record has been queued
+  bool held = false;   // an operation is open on it (Note [Timeline rows])
+  std::string tensor;  // a sibling row's tensor; empty for a tensor's own row and the markers
 };
+
+// An operation's open spans, in a slot that is reused once the operation ends (so steady state
+// allocates no slot). A token is the slot's index and the operation's generation: a token of an
+// operation that ended (or of an earlier recording) finds another generation there.
+struct OpenOp {
+  uint32_t generation = 0;  // 0: the slot is free
+  Row* row = nullptr;       // rows are map nodes: stable until the recording ends
+  const std::string* row_name = nullptr;
+  std::vector<OpenSpan> spans;  // [0] the operation's own, innermost last
+};
+
+constexpr uint64_t token_of(uint32_t slot, uint32_t generation) {
+  return (uint64_t{generation} << 32) | slot;
+}
+
+// The file's first events, written before any recording: names first, so viewers label tracks.
+// Metadata carry "ts": 0 although they have no time: speedscope rejects events without it.
+std::string trace_header(int rank, int64_t wall_us) {
+  std::string header = "[\n";
+  auto meta = [&](std::string_view name, int tid, const nlohmann::json& args, bool last) {
+    nlohmann::json e = {{"name", name}, {"ph", "M"}, {"pid", rank},
+                        {"tid", tid},   {"ts", 0},   {"args", args}};
+    header += e.dump();
+    if (!last) header += ",\n";
+  };
+  meta("process_name", 0, {{"name", "rank " + std::to_string(rank)}}, false);
+  meta("process_sort_index", 0, {{"sort_index", rank}}, false);
+  meta("thread_name", trace_format::kMarkersTid, {{"name", trace_format::kMarkersTrackName}},
+       false);
+  meta(trace_format::kClockSyncEvent, trace_format::kMarkersTid,
+       {{trace_format::kWallClockUsArg, wall_us}}, true);
+  return header;
+}
 
 }  // namespace
 
 // Note [Timeline queue]
 // Recording threads and the writer thread share one vector of events under `mu`. A recording
-// call holds the lock only to look up its track, stamp the time and push one event: no I/O, no
-// syscall in the common case. A begin() queues nothing: it pushes the span on its track's stack
-// of open spans, and end() queues the complete event. The writer swaps the whole vector out
-// under the lock (copying the open spans too, as the file's replaceable tail) and formats and
-// writes the batch without it, so recording never waits for the file. The writer is woken when
-// the queue reaches wake_writer_at (one notify per batch, not per event) or by its flush
-// interval, whichever comes first.
+// call holds the lock only to look up its row or operation, stamp the time and push one event:
+// no I/O, no syscall in the common case. A begin queues nothing: it pushes the span on its
+// operation's stack of open spans, and end() queues the complete event. The writer swaps the
+// whole vector out under the lock (copying the open spans too, as the file's replaceable tail)
+// and formats and writes the batch without it, so recording never waits for the file. The
+// writer is woken when the queue reaches wake_writer_at (one notify per batch, not per event)
+// or by its flush interval, whichever comes first.
 struct Timeline::Impl final : timeline_detail::SignalStoppable {
   explicit Impl(TimelineOptions o) : options(o) {}
 
   void stop_for_signal(std::string_view reason) override { stop(reason); }
-  void stop(std::string_view reason);
+  void stop(std::string_view reason) KOLO_EXCLUDES(lifecycle_mu, mu);
 
   const TimelineOptions options;
   std::atomic<bool> active{false};
   std::atomic<uint64_t> dropped{0};
   std::atomic<bool> mark_cycles{false};  // set by start() before `active`
 
-  // Serialises start() and stop(); never taken by recording calls.
-  std::mutex lifecycle_mu;
-  // Guarded by lifecycle_mu. `sink` and `path` are set by start() before the writer thread
-  // starts and reset by stop() after it is joined; in between only the writer uses `sink`.
-  std::thread writer;
-  std::unique_ptr<TraceSink> sink;
-  std::string path;
+  // Serialises start() and stop(); never taken by recording calls. The writer thread gets the
+  // sink as an argument: it is the only user of the file between start() and stop()'s join.
+  Mutex lifecycle_mu;
+  std::thread writer KOLO_GUARDED_BY(lifecycle_mu);
+  std::unique_ptr<TraceSink> sink KOLO_GUARDED_BY(lifecycle_mu);
+  std::string path KOLO_GUARDED_BY(lifecycle_mu);
 
-  std::mutex mu;
+  Mutex mu;
   std::condition_variable wake;
-  // Guarded by mu:
-  bool recording = false;
-  bool stopping = false;
-  int rank = 0;
+  bool recording KOLO_GUARDED_BY(mu) = false;
+  bool stopping KOLO_GUARDED_BY(mu) = false;
+  int rank KOLO_GUARDED_BY(mu) = 0;
+  // Set before the writer starts, so the writer may read it without the lock (reserve_size).
   size_t wake_threshold = 1;
-  std::chrono::steady_clock::time_point t0;
-  std::vector<TraceEvent> pending;
-  std::unordered_map<std::string, Track, StringHash, std::equal_to<>> tracks;
-  int next_tid = trace_format::kMarkersTid + 1;
-  uint64_t next_token = 1;
-  std::unordered_map<uint64_t, std::string> detached_tracks;  // token -> its track's tensor
-  uint64_t unmatched_ends = 0;
-  Status write_status;
+  std::chrono::steady_clock::time_point t0 KOLO_GUARDED_BY(mu);
+  std::vector<TraceEvent> pending KOLO_GUARDED_BY(mu);
+  std::unordered_map<std::string, Row, StringHash, std::equal_to<>> rows KOLO_GUARDED_BY(mu);
+  int next_tid KOLO_GUARDED_BY(mu) = trace_format::kMarkersTid + 1;
+  std::vector<OpenOp> ops KOLO_GUARDED_BY(mu);
+  std::vector<uint32_t> free_slots KOLO_GUARDED_BY(mu);
+  // Generations grow across recordings: a token of an earlier recording never matches.
+  uint32_t next_generation KOLO_GUARDED_BY(mu) = 1;
+  uint32_t first_generation KOLO_GUARDED_BY(mu) = 1;  // of this recording
+  uint64_t unmatched_ends KOLO_GUARDED_BY(mu) = 0;
+  Status write_status KOLO_GUARDED_BY(mu);
 
-  int64_t now_ns() const {
+  int64_t now_ns() const KOLO_REQUIRES(mu) {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
                                                                 t0)
         .count();
   }
 
-  // REQUIRES(mu). Finds the track of `tensor`, creating it on first use: ids are assigned in
-  // order of first use and never change while recording.
-  Track& track_for(std::string_view tensor) {
-    auto it = tracks.find(tensor);
-    if (it != tracks.end()) return it->second;
+  // The row named `name`, created on first use: ids are assigned in order of first use and
+  // never change while recording.
+  std::pair<const std::string, Row>& row_for(std::string_view name) KOLO_REQUIRES(mu) {
+    auto it = rows.find(name);
+    if (it != rows.end()) return *it;
     int tid = next_tid++;
-    return tracks.emplace(std::string(tensor), Track{tid, false, {}, {}}).first->second;
+    return *rows.emplace(std::string(name), Row{tid, false, false, {}}).first;
   }
 
-  // REQUIRES(mu). Queues a kept event of `track`, preceded by the track's name the first time.
-  // The name bypasses the limit (a track must never stay unlabelled), but only comes with a kept
-  // event, so it adds at most one record per track that appears in the file.
-  void push(Track& track, std::string_view tensor, TraceEvent event) {
-    if (!track.named) {
-      track.named = true;
-      pending.push_back(
-          TraceEvent{EventKind::kThreadName, track.tid, 0, 0, std::string(tensor), {}});
+  // `tensor`'s own row when no operation holds it, else its first free sibling row.
+  std::pair<const std::string, Row>& free_row(std::string_view tensor) KOLO_REQUIRES(mu) {
+    auto* row = &row_for(tensor);
+    for (int lane = 2; row->second.held; ++lane) {
+      const int created = next_tid;
+      auto* sibling = &row_for(std::string(tensor) + " (" + std::to_string(lane) + ")");
+      if (sibling->second.tid == created) sibling->second.tensor = std::string(tensor);
+      // A tensor named like the sibling row ("w (2)" itself) has a row that is not one: the
+      // next lane then.
+      if (sibling->second.tensor == tensor) row = sibling;
     }
+    return *row;
+  }
+
+  // The open operation of `token`, or null (0, ended, or of another recording).
+  OpenOp* op_of(uint64_t token) KOLO_REQUIRES(mu) {
+    const auto slot = static_cast<uint32_t>(token);
+    const auto generation = static_cast<uint32_t>(token >> 32);
+    if (generation == 0 || slot >= ops.size() || ops[slot].generation != generation) return nullptr;
+    return &ops[slot];
+  }
+
+  // op_of() for an end: an end of an operation of this recording that has ended is a stray
+  // one, counted (a bug of the caller's); one of an earlier recording is not.
+  OpenOp* op_to_end(uint64_t token) KOLO_REQUIRES(mu) {
+    OpenOp* op = op_of(token);
+    const auto generation = static_cast<uint32_t>(token >> 32);
+    if (!op && generation >= first_generation && generation < next_generation) ++unmatched_ends;
+    return op;
+  }
+
+  // Queues a kept event of `row`, preceded by the row's name the first time. The name bypasses
+  // the limit (a row must never stay unlabelled), but only comes with a kept event, so it adds
+  // at most one record per row that appears in the file.
+  void push(Row& row, const std::string& row_name, TraceEvent event) KOLO_REQUIRES(mu) {
+    name_row(row, row_name);
     pending.push_back(std::move(event));
     if (pending.size() == wake_threshold) wake.notify_one();
   }
 
+  void name_row(Row& row, const std::string& row_name) KOLO_REQUIRES(mu) {
+    if (row.named) return;
+    row.named = true;
+    TimelineArgs args;
+    if (!row.tensor.empty()) args.emplace_back(trace_format::kTensorArg, row.tensor);
+    pending.push_back(TraceEvent{EventKind::kThreadName, row.tid, 0, 0, row_name, std::move(args)});
+  }
+
   // Room for a batch and the events recorded while it is being taken (capped: the limit may be
-  // "unbounded"). Set before the writer starts, so the writer may read it without the lock.
+  // "unbounded").
   size_t reserve_size() const {
     return 2 * std::min({options.max_queued_events, wake_threshold, size_t{1} << 20});
   }
 
-  bool has_room() const { return pending.size() < options.max_queued_events; }  // REQUIRES(mu)
+  bool has_room() const KOLO_REQUIRES(mu) { return pending.size() < options.max_queued_events; }
 
-  // REQUIRES(mu). Queues `event` when there is room, else counts it as dropped.
-  void push_or_drop(Track& track, std::string_view tensor, TraceEvent event) {
+  // Queues `event` when there is room, else counts it as dropped.
+  void push_or_drop(Row& row, const std::string& row_name, TraceEvent event) KOLO_REQUIRES(mu) {
     if (has_room()) {
-      push(track, tensor, std::move(event));
+      push(row, row_name, std::move(event));
     } else {
       dropped.fetch_add(1, std::memory_order_relaxed);
     }
   }
 
-  // When several nested spans of a track close at one instant (a failure, stop(), a flush with
-  // spans open), each enclosing span ends 1 ns after the one inside it. Viewers that split
+  // When several nested spans of an operation close at one instant (a failure, stop(), a flush
+  // with spans open), each enclosing span ends 1 ns after the one inside it. Viewers that split
   // complete events into begin/end pairs (speedscope) order equal end times by start time,
   // which would end the parent before its child and leave the child's end unmatched.
   static int64_t nested_end(int64_t ts, int64_t levels_inside) { return ts + levels_inside; }
 
-  // REQUIRES(mu). Closes the innermost span of `stack` (track.open or one of its detached
-  // groups) at `ts`, with `more` args. past_limit: queued even when the queue is full (stop()'s
-  // final events).
-  void close_span(Track& track, std::vector<OpenSpan>& stack, std::string_view tensor, int64_t ts,
-                  TimelineArgs more, bool past_limit = false) {
-    OpenSpan span = std::move(stack.back());
-    stack.pop_back();
+  // Closes the innermost span of `op` at `ts`, with `more` args; the operation's own frees its
+  // slot and row. past_limit: queued even when the queue is full (stop()'s final events).
+  void close_span(OpenOp& op, int64_t ts, TimelineArgs more, bool past_limit = false)
+      KOLO_REQUIRES(mu) {
+    OpenSpan span = std::move(op.spans.back());
+    op.spans.pop_back();
     add_args(span.args, std::move(more));
-    TraceEvent event{EventKind::kComplete, track.tid,           span.ts_ns, ts - span.ts_ns,
-                     std::move(span.name), std::move(span.args)};
+    TraceEvent event{EventKind::kComplete, op.row->tid,          span.ts_ns,
+                     ts - span.ts_ns,      std::move(span.name), std::move(span.args)};
     if (past_limit) {
-      push(track, tensor, std::move(event));
+      push(*op.row, *op.row_name, std::move(event));
     } else {
-      push_or_drop(track, tensor, std::move(event));
+      push_or_drop(*op.row, *op.row_name, std::move(event));
     }
+    if (op.spans.empty()) release(op);
   }
 
-  // REQUIRES(mu). Closes every span of `stack`, innermost first, at `ts` (nested_end), the
-  // outermost with `outermost` args too.
-  void close_all(Track& track, std::vector<OpenSpan>& stack, std::string_view tensor, int64_t ts,
-                 const TimelineArgs& args, bool past_limit, const TimelineArgs& outermost = {}) {
-    for (int64_t gap = 0; !stack.empty(); ++gap) {
+  void release(OpenOp& op) KOLO_REQUIRES(mu) {
+    op.row->held = false;
+    op.generation = 0;
+    free_slots.push_back(static_cast<uint32_t>(&op - ops.data()));
+  }
+
+  // Closes every span of `op`, innermost first, at `ts` (nested_end), the outermost with
+  // `outermost` args too.
+  void close_all(OpenOp& op, int64_t ts, const TimelineArgs& args, bool past_limit,
+                 const TimelineArgs& outermost = {}) KOLO_REQUIRES(mu) {
+    for (int64_t gap = 0; !op.spans.empty(); ++gap) {
       TimelineArgs more = args;
-      if (stack.size() == 1) add_args(more, outermost);
-      close_span(track, stack, tensor, nested_end(ts, gap), std::move(more), past_limit);
+      if (op.spans.size() == 1) add_args(more, outermost);
+      close_span(op, nested_end(ts, gap), std::move(more), past_limit);
     }
   }
 
-  void begin(std::string_view tensor, std::string_view name, TimelineArgs&& args) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (!recording) return;  // stopped between the caller's active() check and here
-    track_for(tensor).open.push_back(OpenSpan{std::string(name), now_ns(), std::move(args)});
-  }
-
-  void end(std::string_view tensor, TimelineArgs&& args) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (!recording) return;
-    Track& track = track_for(tensor);
-    if (track.open.empty()) {
-      ++unmatched_ends;
-      return;
+  uint64_t begin_op(std::string_view tensor, std::string_view kind, TimelineArgs&& args)
+      KOLO_EXCLUDES(mu) {
+    MutexLock lock(mu);
+    if (!recording) return 0;  // stopped between the caller's active() check and here
+    uint32_t slot;
+    if (!free_slots.empty()) {
+      slot = free_slots.back();
+      free_slots.pop_back();
+    } else {
+      slot = static_cast<uint32_t>(ops.size());
+      ops.emplace_back();
     }
-    close_span(track, track.open, tensor, now_ns(), std::move(args));
+    auto& [row_name, row] = free_row(tensor);
+    row.held = true;
+    OpenOp& op = ops[slot];
+    op.generation = next_generation++;
+    if (next_generation == 0) next_generation = 1;  // after 2^32 operations: 0 means free
+    op.row = &row;
+    op.row_name = &row_name;
+    op.spans.push_back(OpenSpan{std::string(kind), now_ns(), std::move(args)});
+    return token_of(slot, op.generation);
   }
 
-  void end_all(std::string_view tensor, const TimelineArgs& args) {
-    std::lock_guard<std::mutex> lock(mu);
+  void begin(uint64_t token, std::string_view phase, TimelineArgs&& args) KOLO_EXCLUDES(mu) {
+    MutexLock lock(mu);
     if (!recording) return;
-    Track& track = track_for(tensor);
-    close_all(track, track.open, tensor, now_ns(), args, /*past_limit=*/false);
+    if (OpenOp* op = op_of(token))
+      op->spans.push_back(OpenSpan{std::string(phase), now_ns(), std::move(args)});
   }
 
-  uint64_t detach(std::string_view tensor) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (!recording) return 0;
-    Track& track = track_for(tensor);
-    if (track.open.empty()) return 0;
-    const uint64_t token = next_token++;
-    track.detached.emplace(token, std::move(track.open));
-    track.open.clear();
-    detached_tracks.emplace(token, std::string(tensor));
-    return token;
-  }
-
-  void end_detached(uint64_t token, const TimelineArgs& args, const TimelineArgs& outermost) {
-    std::lock_guard<std::mutex> lock(mu);
+  void end(uint64_t token, TimelineArgs&& args) KOLO_EXCLUDES(mu) {
+    MutexLock lock(mu);
     if (!recording) return;
-    auto it = detached_tracks.find(token);
-    if (it == detached_tracks.end()) return;
-    const std::string tensor = std::move(it->second);
-    detached_tracks.erase(it);
-    Track& track = track_for(tensor);
-    auto group = track.detached.find(token);
-    if (group == track.detached.end()) return;
-    close_all(track, group->second, tensor, now_ns(), args, /*past_limit=*/false, outermost);
-    track.detached.erase(group);
+    if (OpenOp* op = op_to_end(token)) close_span(*op, now_ns(), std::move(args));
   }
 
-  void instant(EventKind kind, std::string_view tensor, std::string_view name,
-               TimelineArgs&& args) {
-    std::lock_guard<std::mutex> lock(mu);
+  void end_all(uint64_t token, const TimelineArgs& args, const TimelineArgs& outermost)
+      KOLO_EXCLUDES(mu) {
+    MutexLock lock(mu);
     if (!recording) return;
-    Track& track = track_for(tensor);
-    push_or_drop(track, tensor,
-                 TraceEvent{kind, track.tid, now_ns(), 0, std::string(name), std::move(args)});
+    if (OpenOp* op = op_to_end(token))
+      close_all(*op, now_ns(), args, /*past_limit=*/false, outermost);
   }
 
-  // REQUIRES(mu), from stop(): closes the spans still open, innermost first on each track, past
-  // the queue's limit (they are few: one per phase of each operation in flight).
-  void queue_final_events(std::string_view reason) {
+  void instant(EventKind kind, std::string_view tensor, std::string_view name, TimelineArgs&& args)
+      KOLO_EXCLUDES(mu) {
+    MutexLock lock(mu);
+    if (!recording) return;
+    auto& [row_name, row] = row_for(tensor);
+    push_or_drop(row, row_name,
+                 TraceEvent{kind, row.tid, now_ns(), 0, std::string(name), std::move(args)});
+  }
+
+  // From stop(): closes the spans still open, innermost first in each operation, past the
+  // queue's limit (they are few: one per phase of each operation in flight).
+  void queue_final_events(std::string_view reason) KOLO_REQUIRES(mu) {
     int64_t ts = now_ns();
     TimelineArgs aborted = {
         {std::string(trace_format::kStatusArg), std::string(trace_format::kStatusAborted)},
         {std::string(trace_format::kReasonArg), std::string(reason)}};
-    for (auto& [tensor, track] : tracks) {
-      close_all(track, track.open, tensor, ts, aborted, /*past_limit=*/true);
-      for (auto& [token, stack] : track.detached)
-        close_all(track, stack, tensor, ts, aborted, /*past_limit=*/true);
-      track.detached.clear();
-    }
-    detached_tracks.clear();
+    for (OpenOp& op : ops)
+      if (op.generation != 0) close_all(op, ts, aborted, /*past_limit=*/true);
   }
 
-  // REQUIRES(mu), on the writer: the open spans as they are now, for the file's tail. Their
-  // tracks' names go into the queue (for good) if they were not there yet.
-  void snapshot_open_spans(std::vector<TraceEvent>& out) {
+  // On the writer: the open spans as they are now, for the file's tail. Their rows' names go
+  // into the queue (for good) if they were not there yet.
+  void snapshot_open_spans(std::vector<TraceEvent>& out) KOLO_REQUIRES(mu) {
     int64_t ts = now_ns();
-    for (auto& [tensor, track] : tracks) {
-      snapshot_stack(track, track.open, tensor, ts, out);
-      for (const auto& [token, stack] : track.detached)
-        snapshot_stack(track, stack, tensor, ts, out);
-    }
-  }
-
-  // REQUIRES(mu). snapshot_open_spans() of one stack of spans of `track`.
-  void snapshot_stack(Track& track, const std::vector<OpenSpan>& stack, const std::string& tensor,
-                      int64_t ts, std::vector<TraceEvent>& out) {
-    for (size_t i = 0; i < stack.size(); ++i) {
-      const OpenSpan& span = stack[i];
-      int64_t gap = static_cast<int64_t>(stack.size() - 1 - i);
-      if (!track.named) {
-        track.named = true;
-        pending.push_back(
-            TraceEvent{EventKind::kThreadName, track.tid, 0, 0, std::string(tensor), {}});
+    for (const OpenOp& op : ops) {
+      if (op.generation == 0) continue;
+      name_row(*op.row, *op.row_name);
+      for (size_t i = 0; i < op.spans.size(); ++i) {
+        const OpenSpan& span = op.spans[i];
+        int64_t gap = static_cast<int64_t>(op.spans.size() - 1 - i);
+        TraceEvent e{EventKind::kComplete,
+                     op.row->tid,
+                     span.ts_ns,
+                     nested_end(ts, gap) - span.ts_ns,
+                     span.name,
+                     span.args};
+        add_args(e.args,
+                 {{std::string(trace_format::kStatusArg), std::string(trace_format::kStatusOpen)}});
+        out.push_back(std::move(e));
       }
-      TraceEvent e{EventKind::kComplete,
-                   track.tid,
-                   span.ts_ns,
-                   nested_end(ts, gap) - span.ts_ns,
-                   span.name,
-                   span.args};
-      add_args(e.args,
-               {{std::string(trace_format::kStatusArg), std::string(trace_format::kStatusOpen)}});
-      out.push_back(std::move(e));
     }
   }
 
-  void note_write_status(const Status& st) {  // writer thread, or start/stop without writer
+  void note_write_status(const Status& st) KOLO_EXCLUDES(mu) {  // writer, or start/stop
     if (st.ok()) return;
     bool first;
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       first = write_status.ok();
       if (first) write_status = st;
     }
@@ -318,7 +372,7 @@ struct Timeline::Impl final : timeline_detail::SignalStoppable {
     timeline_detail::append_event_json(text, e, pid);
   }
 
-  void writer_loop(int pid) {
+  void writer_loop(TraceSink& out, int pid) KOLO_EXCLUDES(mu) {
     std::vector<TraceEvent> batch;  // swapped with `pending`: both keep their capacity
     batch.reserve(reserve_size());
     std::vector<TraceEvent> open_spans;
@@ -328,9 +382,10 @@ struct Timeline::Impl final : timeline_detail::SignalStoppable {
       bool done;
       open_spans.clear();
       {
-        std::unique_lock<std::mutex> lock(mu);
-        wake.wait_for(lock, options.flush_interval,
-                      [&] { return stopping || pending.size() >= wake_threshold; });
+        MutexLock lock(mu);
+        wake.wait_for(lock.native(), options.flush_interval, [&]() KOLO_REQUIRES(mu) {
+          return stopping || pending.size() >= wake_threshold;
+        });
         done = stopping;  // stop() queued its final events before setting this
         if (!done) snapshot_open_spans(open_spans);
         batch.swap(pending);
@@ -341,7 +396,7 @@ struct Timeline::Impl final : timeline_detail::SignalStoppable {
         // A big batch (a burst, or a long flush interval) is written in pieces, so the text
         // buffer stays small however many events were queued.
         if (text.size() >= kWriteChunkBytes) {
-          note_write_status(sink->write(text, {}));
+          note_write_status(out.write(text, {}));
           text.clear();
         }
       }
@@ -352,13 +407,21 @@ struct Timeline::Impl final : timeline_detail::SignalStoppable {
       }
       tail.clear();
       for (const TraceEvent& e : open_spans) append_event(tail, e, pid);
-      if (!text.empty() || !tail.empty() || wrote_tail) note_write_status(sink->write(text, tail));
+      if (!text.empty() || !tail.empty() || wrote_tail) note_write_status(out.write(text, tail));
       wrote_tail = !tail.empty();
     }
   }
 
-  std::string final_text;   // writer's last batch; read by stop() after the join
-  bool wrote_tail = false;  // writer only: the file holds a tail that the next write replaces
+  // start()'s steps.
+  Status check_start(const std::string& new_path, int new_rank) KOLO_REQUIRES(lifecycle_mu);
+  void begin_recording(int new_rank, std::chrono::steady_clock::time_point steady0)
+      KOLO_EXCLUDES(mu);
+  Status start_writer(int new_rank) KOLO_REQUIRES(lifecycle_mu) KOLO_EXCLUDES(mu);
+
+  // The writer's and stop()'s, never at the same time: the writer's last batch, read by stop()
+  // after the join; whether the file holds a tail that the next write replaces.
+  std::string final_text;
+  bool wrote_tail = false;
 };
 
 TimelineArgs timeline_status_args(const Status& status) {
@@ -374,24 +437,67 @@ Timeline::Timeline(TimelineOptions options) : impl_(std::make_shared<Impl>(optio
 
 Timeline::~Timeline() { stop(); }
 
-Status Timeline::start(const std::string& path, int rank, bool mark_cycles) {
-  Impl& m = *impl_;
-  std::lock_guard<std::mutex> lifecycle(m.lifecycle_mu);
-  if (m.writer.joinable()) {
-    return Status::PreconditionFailed("timeline: already started, writing '" + m.path +
-                                      "'; call stop() before starting '" + path + "'");
+Status Timeline::Impl::check_start(const std::string& new_path, int new_rank) {
+  if (writer.joinable()) {
+    return Status::PreconditionFailed("timeline: already started, writing '" + path +
+                                      "'; call stop() before starting '" + new_path + "'");
   }
-  if (path.empty()) return Status::InvalidArgument("timeline: path must not be empty");
-  if (rank < 0) {
-    return Status::InvalidArgument("timeline: rank must be >= 0, got " + std::to_string(rank));
+  if (new_path.empty()) return Status::InvalidArgument("timeline: path must not be empty");
+  if (new_rank < 0) {
+    return Status::InvalidArgument("timeline: rank must be >= 0, got " + std::to_string(new_rank));
   }
-  if (m.options.max_queued_events < 1) {
+  if (options.max_queued_events < 1) {
     return Status::InvalidArgument("timeline: max_queued_events must be >= 1, got 0");
   }
-  if (m.options.flush_interval.count() <= 0) {
+  if (options.flush_interval.count() <= 0) {
     return Status::InvalidArgument("timeline: flush_interval must be > 0 ms, got " +
-                                   std::to_string(m.options.flush_interval.count()) + " ms");
+                                   std::to_string(options.flush_interval.count()) + " ms");
   }
+  return Status::Ok();
+}
+
+void Timeline::Impl::begin_recording(int new_rank, std::chrono::steady_clock::time_point steady0) {
+  MutexLock lock(mu);
+  recording = true;
+  stopping = false;
+  rank = new_rank;
+  t0 = steady0;
+  wake_threshold = options.wake_writer_at > 0
+                       ? options.wake_writer_at
+                       : std::clamp<size_t>(options.max_queued_events / 2, 1, kDefaultWakeWriterAt);
+  pending.clear();
+  pending.reserve(reserve_size());
+  rows.clear();
+  ops.clear();
+  free_slots.clear();
+  first_generation = next_generation;
+  // The markers track is named in the header.
+  rows.emplace(std::string(), Row{trace_format::kMarkersTid, true, false, {}});
+  next_tid = trace_format::kMarkersTid + 1;
+  unmatched_ends = 0;
+  dropped.store(0, std::memory_order_relaxed);
+}
+
+Status Timeline::Impl::start_writer(int new_rank) {
+  try {
+    writer = std::thread([this, out = sink.get(), new_rank] { writer_loop(*out, new_rank); });
+  } catch (const std::system_error& e) {  // out of threads: leave the timeline stopped
+    {
+      MutexLock lock(mu);
+      recording = false;
+    }
+    (void)sink->close({});
+    sink.reset();
+    return Status::Internal("timeline: cannot start the writer thread for '" + path +
+                            "': " + e.what());
+  }
+  return Status::Ok();
+}
+
+Status Timeline::start(const std::string& path, int rank, bool mark_cycles) {
+  Impl& m = *impl_;
+  MutexLock lifecycle(m.lifecycle_mu);
+  KOLO_RETURN_IF_ERROR(m.check_start(path, rank));
   KOLO_ASSIGN_OR_RETURN(m.sink, TraceSink::open(path));
   m.path = path;
 
@@ -400,63 +506,16 @@ Status Timeline::start(const std::string& path, int rank, bool mark_cycles) {
   auto wall0 = std::chrono::system_clock::now();
   int64_t wall_us =
       std::chrono::duration_cast<std::chrono::microseconds>(wall0.time_since_epoch()).count();
-
-  // The header goes straight to the file (no writer yet): names first, so viewers label tracks.
-  // Metadata carry "ts": 0 although they have no time: speedscope rejects events without it.
-  std::string header = "[\n";
-  auto meta = [&](std::string_view name, int tid, const nlohmann::json& args, bool last) {
-    nlohmann::json e = {{"name", name}, {"ph", "M"}, {"pid", rank},
-                        {"tid", tid},   {"ts", 0},   {"args", args}};
-    header += e.dump();
-    if (!last) header += ",\n";
-  };
-  meta("process_name", 0, {{"name", "rank " + std::to_string(rank)}}, false);
-  meta("process_sort_index", 0, {{"sort_index", rank}}, false);
-  meta("thread_name", trace_format::kMarkersTid, {{"name", trace_format::kMarkersTrackName}},
-       false);
-  meta(trace_format::kClockSyncEvent, trace_format::kMarkersTid,
-       {{trace_format::kWallClockUsArg, wall_us}}, true);
-
   {
-    std::lock_guard<std::mutex> lock(m.mu);
+    MutexLock lock(m.mu);
     m.write_status = Status::Ok();
   }
-  m.note_write_status(m.sink->write(header, {}));
-
-  {
-    std::lock_guard<std::mutex> lock(m.mu);
-    m.recording = true;
-    m.stopping = false;
-    m.rank = rank;
-    m.t0 = steady0;
-    m.wake_threshold =
-        m.options.wake_writer_at > 0
-            ? m.options.wake_writer_at
-            : std::clamp<size_t>(m.options.max_queued_events / 2, 1, kDefaultWakeWriterAt);
-    m.pending.clear();
-    m.pending.reserve(m.reserve_size());
-    m.tracks.clear();
-    m.detached_tracks.clear();
-    // The markers track is named in the header.
-    m.tracks.emplace(std::string(), Track{trace_format::kMarkersTid, true, {}, {}});
-    m.next_tid = trace_format::kMarkersTid + 1;
-    m.unmatched_ends = 0;
-    m.dropped.store(0, std::memory_order_relaxed);
-  }
+  // The header goes straight to the file: there is no writer yet.
+  m.note_write_status(m.sink->write(trace_header(rank, wall_us), {}));
+  m.begin_recording(rank, steady0);
   m.mark_cycles.store(mark_cycles, std::memory_order_relaxed);
   m.wrote_tail = false;
-  try {
-    m.writer = std::thread([&m, rank] { m.writer_loop(rank); });
-  } catch (const std::system_error& e) {  // out of threads: leave the timeline stopped
-    {
-      std::lock_guard<std::mutex> lock(m.mu);
-      m.recording = false;
-    }
-    (void)m.sink->close({});
-    m.sink.reset();
-    return Status::Internal("timeline: cannot start the writer thread for '" + path +
-                            "': " + e.what());
-  }
+  KOLO_RETURN_IF_ERROR(m.start_writer(rank));
   m.active.store(true, std::memory_order_release);
   if (m.options.stop_on_signals) timeline_detail::register_for_signal_stop(impl_);
   return Status::Ok();
@@ -465,69 +524,63 @@ Status Timeline::start(const std::string& path, int rank, bool mark_cycles) {
 void Timeline::stop(std::string_view reason) { impl_->stop(reason); }
 
 void Timeline::Impl::stop(std::string_view reason) {
-  Impl& m = *this;
-  std::lock_guard<std::mutex> lifecycle(m.lifecycle_mu);
-  if (!m.writer.joinable()) return;
-  m.active.store(false, std::memory_order_release);
+  MutexLock lifecycle(lifecycle_mu);
+  if (!writer.joinable()) return;
+  active.store(false, std::memory_order_release);
   uint64_t unmatched;
-  int rank;
+  int pid;
   {
-    std::lock_guard<std::mutex> lock(m.mu);
-    m.recording = false;
-    m.queue_final_events(reason);
-    unmatched = m.unmatched_ends;
-    rank = m.rank;
-    m.stopping = true;
+    MutexLock lock(mu);
+    recording = false;
+    queue_final_events(reason);
+    unmatched = unmatched_ends;
+    pid = rank;
+    stopping = true;
   }
-  m.wake.notify_one();
-  m.writer.join();
+  wake.notify_one();
+  writer.join();
 
   // The writer has exited: the file is ours again. Statistics last, so they count everything.
   nlohmann::json stats = {
       {"name", trace_format::kStatsEvent},
       {"ph", "M"},
-      {"pid", rank},
+      {"pid", pid},
       {"tid", trace_format::kMarkersTid},
       {"ts", 0},
       {"args",
-       {{trace_format::kDroppedEventsArg, m.dropped.load(std::memory_order_relaxed)},
+       {{trace_format::kDroppedEventsArg, dropped.load(std::memory_order_relaxed)},
         {trace_format::kUnmatchedEndsArg, unmatched}}}};
-  m.final_text += ",\n" + stats.dump();
-  m.note_write_status(m.sink->close(m.final_text));
-  m.final_text = {};
-  m.sink.reset();
-  std::lock_guard<std::mutex> lock(m.mu);
-  m.tracks.clear();
-  m.detached_tracks.clear();
-  m.pending = {};  // give the queue's memory back while stopped
+  final_text += ",\n" + stats.dump();
+  note_write_status(sink->close(final_text));
+  final_text = {};
+  sink.reset();
+  MutexLock lock(mu);
+  rows.clear();
+  ops = {};
+  free_slots = {};
+  pending = {};  // give the queue's memory back while stopped
 }
 
 bool Timeline::active() const { return impl_->active.load(std::memory_order_acquire); }
 
-void Timeline::begin(std::string_view tensor, std::string_view phase, TimelineArgs args) {
-  if (!active()) return;
-  impl_->begin(tensor, phase, std::move(args));
-}
-
-void Timeline::end(std::string_view tensor, TimelineArgs args) {
-  if (!active()) return;
-  impl_->end(tensor, std::move(args));
-}
-
-void Timeline::end_all(std::string_view tensor, const TimelineArgs& args) {
-  if (!active()) return;
-  impl_->end_all(tensor, args);
-}
-
-uint64_t Timeline::detach(std::string_view tensor) {
+uint64_t Timeline::begin_op(std::string_view tensor, std::string_view kind, TimelineArgs args) {
   if (!active()) return 0;
-  return impl_->detach(tensor);
+  return impl_->begin_op(tensor, kind, std::move(args));
 }
 
-void Timeline::end_detached(uint64_t token, const TimelineArgs& args,
-                            const TimelineArgs& outermost) {
-  if (token == 0 || !active()) return;
-  impl_->end_detached(token, args, outermost);
+void Timeline::begin(uint64_t op, std::string_view phase, TimelineArgs args) {
+  if (op == 0 || !active()) return;
+  impl_->begin(op, phase, std::move(args));
+}
+
+void Timeline::end(uint64_t op, TimelineArgs args) {
+  if (op == 0 || !active()) return;
+  impl_->end(op, std::move(args));
+}
+
+void Timeline::end_all(uint64_t op, const TimelineArgs& args, const TimelineArgs& outermost) {
+  if (op == 0 || !active()) return;
+  impl_->end_all(op, args, outermost);
 }
 
 void Timeline::instant(std::string_view tensor, std::string_view name, TimelineArgs args) {
@@ -553,7 +606,7 @@ void Timeline::mark_cycle() {
 uint64_t Timeline::dropped_events() const { return impl_->dropped.load(std::memory_order_relaxed); }
 
 Status Timeline::status() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   return impl_->write_status;
 }
 

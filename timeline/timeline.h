@@ -3,14 +3,23 @@
 // merge` combines them.
 //
 // Layout of a file: a JSON array of events. pid = rank (one process track per rank, named
-// "rank N"); tid = one thread track per tensor name (named after the tensor; ids assigned in
-// order of first use, stable for the whole recording) plus track 0 "markers". Every span is a
-// complete event ("ph":"X", ts and dur) written when it ends, carrying the args of its begin
-// and its end: viewers show X events' args, and an X needs no begin/end matching (DevTools
-// matches "B"/"E" across threads and mis-draws interleaved rows). A span's name is only its
-// phase: QUEUE, NEGOTIATE, WAIT_FOR_DATA, MEMCPY_IN_FUSION, the backend's op (e.g.
-// "TCP_ALLREDUCE"), MEMCPY_OUT_FUSION, CALLBACK; the outermost span on a tensor's track is the
-// operation itself (e.g. "ALLREDUCE") with args bytes, dtype, shape, backend, fused, status.
+// "rank N"); tid = one thread track ("row") per tensor name (named after the tensor; ids
+// assigned in order of first use, stable for the whole recording) plus track 0 "markers".
+// Every span is a complete event ("ph":"X", ts and dur) written when it ends, carrying the args
+// of its begin and its end: viewers show X events' args, and an X needs no begin/end matching
+// (DevTools matches "B"/"E" across threads and mis-draws interleaved rows).
+//
+// Note [Timeline rows]. Spans belong to operations: begin_op() opens an operation's own span
+// (named after it, e.g. "ALLREDUCE", with args bytes, dtype, shape, backend, fused, status)
+// and returns a token; its phases (QUEUE, NEGOTIATE, WAIT_FOR_DATA, MEMCPY_IN_FUSION, the
+// backend's op such as "TCP_ALLREDUCE", MEMCPY_OUT_FUSION) open and close inside it through the
+// token, each operation with a stack of its own. An operation holds its row from begin_op()
+// until its own span closes; one that begins while its tensor's row is held (the previous
+// operation of that name still runs: on a GPU, or resubmitted before it completed) goes on the
+// first free sibling row "<tensor> (2)", "<tensor> (3)"..., whose thread_name record names the
+// tensor too (args "tensor"). So on every row spans nest or follow one another, never overlap
+// partly, which is what viewers draw right. Span names are phases or operation kinds only;
+// everything else is an arg.
 // Instants are "ph":"i" ("s":"t" on a tensor's row, "s":"g" across every row for markers).
 // Timestamps ("ts", "dur") are microseconds (with nanosecond decimals) since start() on the
 // steady clock. Metadata events (timeline/trace_format.h) record the wall-clock time of ts = 0,
@@ -21,11 +30,12 @@
 // next flush, so a killed process leaves them as of its last flush. stop(reason) closes the
 // spans still open with "status": "aborted" and "reason".
 //
-// Thread-safety: every method may be called from any thread, concurrently (destruction aside).
-// Recording methods never block on I/O: they append to an in-memory queue (one short
-// mutex-protected push) that a writer thread drains. Memory is bounded: past
-// TimelineOptions::max_queued_events, spans and instants are dropped and counted (the count is
-// written at stop()). Open spans are held apart from the queue, one per begin() not yet ended.
+// Thread-safety: every method may be called from any thread, concurrently (destruction aside);
+// the calls on one operation's token must be ordered by the caller (they are: one thread at a
+// time handles an operation). Recording methods never block on I/O: they append to an
+// in-memory queue (one short mutex-protected push) that a writer thread drains. Memory is
+// bounded: past TimelineOptions::max_queued_events, spans and instants are dropped and counted
+// (the count is written at stop()). Open spans are held apart from the queue.
 #pragma once
 
 #include <chrono>
@@ -89,25 +99,20 @@ class Timeline {
   // Cheap (one atomic load): callers test it before building arguments.
   bool active() const;
 
-  // Opens a span named `phase` on the track of `tensor` (the markers track when tensor is
-  // empty). Spans on one track nest.
-  void begin(std::string_view tensor, std::string_view phase, TimelineArgs args = {});
-  // Closes the innermost open span on the track of `tensor`; `args` are added to its begin's
-  // (replacing those of the same key). An end with no open span is ignored and counted.
-  void end(std::string_view tensor, TimelineArgs args = {});
-  // Closes every open span on the track of `tensor`, innermost first, each with `args` added:
-  // how a failed operation's phases all end with its Status.
-  void end_all(std::string_view tensor, const TimelineArgs& args);
-  // Takes the open spans of `tensor`'s track off its stack and returns a token for them: they
-  // stay open (written as open at a flush, "aborted" at stop()) and on that track, but the
-  // track's next begin() nests anew, and end_detached() ends them later, from any thread. How
-  // an operation that completes elsewhere (a GPU operation, on the nccl watchdog) keeps its
-  // spans open while its tensor's name is already free for the next one. 0 (nothing taken)
-  // when the track has no open span or the timeline is not recording.
-  uint64_t detach(std::string_view tensor);
-  // Closes every span of `token`, innermost first, each with `args` added and the outermost
-  // with `outermost` added too. A token of 0, or one already ended, is ignored.
-  void end_detached(uint64_t token, const TimelineArgs& args, const TimelineArgs& outermost = {});
+  // Opens the span of an operation named `kind` (e.g. "ALLREDUCE") on the row of `tensor`, or
+  // its first free sibling row (Note [Timeline rows]), and returns its token for the calls
+  // below, from any thread. 0 when not recording: every call ignores a token of 0, and one of
+  // an operation already ended or of an earlier recording.
+  uint64_t begin_op(std::string_view tensor, std::string_view kind, TimelineArgs args = {});
+  // Opens a span named `phase` inside the innermost open span of `op`.
+  void begin(uint64_t op, std::string_view phase, TimelineArgs args = {});
+  // Closes the innermost open span of `op`; `args` are added to its begin's (replacing those of
+  // the same key). Closing the operation's own span ends the operation and frees its row. An
+  // end for an operation of this recording that has ended is ignored and counted.
+  void end(uint64_t op, TimelineArgs args = {});
+  // Closes every open span of `op`, innermost first, each with `args` added and the operation's
+  // own with `outermost` added too: how an operation ends, failed or not.
+  void end_all(uint64_t op, const TimelineArgs& args, const TimelineArgs& outermost = {});
   // An instant event on the track of `tensor` (or the markers track when tensor is empty).
   void instant(std::string_view tensor, std::string_view name, TimelineArgs args = {});
   // An instant on the markers track that viewers draw across every row ("s":"g").

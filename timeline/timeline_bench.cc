@@ -27,8 +27,9 @@ void report_per_event(benchmark::State& state, int events_per_iteration) {
 void BM_BeginEndInactive(benchmark::State& state) {
   kolo::Timeline tl;
   for (auto _ : state) {
-    if (tl.active()) tl.begin("grad/layer1.weight", "ALLREDUCE", {{"bytes", "4096"}});
-    if (tl.active()) tl.end("grad/layer1.weight");
+    uint64_t op = 0;
+    if (tl.active()) op = tl.begin_op("grad/layer1.weight", "ALLREDUCE", {{"bytes", "4096"}});
+    if (tl.active()) tl.end(op);
   }
   report_per_event(state, 2);
 }
@@ -44,12 +45,10 @@ void BM_BeginEndActive(benchmark::State& state) {
   }
   const bool with_args = state.range(0) != 0;
   for (auto _ : state) {
-    if (with_args) {
-      tl.begin("grad/layer1.weight", "ALLREDUCE", {{"bytes", "4096"}});
-    } else {
-      tl.begin("grad/layer1.weight", "ALLREDUCE");
-    }
-    tl.end("grad/layer1.weight");
+    const uint64_t op = with_args
+                            ? tl.begin_op("grad/layer1.weight", "ALLREDUCE", {{"bytes", "4096"}})
+                            : tl.begin_op("grad/layer1.weight", "ALLREDUCE");
+    tl.end(op);
   }
   tl.stop();
   // Dropped events cost less than kept ones; when the writer cannot keep up (a loaded machine)
@@ -78,8 +77,7 @@ void BM_WriterDrain(benchmark::State& state) {
       break;
     }
     for (int i = 0; i < kEvents / 2; ++i) {
-      tl.begin("grad/layer1.weight", "ALLREDUCE", {{"bytes", "4096"}});
-      tl.end("grad/layer1.weight");
+      tl.end(tl.begin_op("grad/layer1.weight", "ALLREDUCE", {{"bytes", "4096"}}));
     }
     state.ResumeTiming();
     tl.stop();
@@ -100,8 +98,7 @@ void BM_BeginEndActiveThreads(benchmark::State& state) {
   }
   std::string tensor = "grad/t" + std::to_string(state.thread_index());
   for (auto _ : state) {
-    tl->begin(tensor, "ALLREDUCE");
-    tl->end(tensor);
+    tl->end(tl->begin_op(tensor, "ALLREDUCE"));
   }
   if (state.thread_index() == 0) {
     tl->stop();

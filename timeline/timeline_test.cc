@@ -82,8 +82,7 @@ TEST(Timeline, FileIsValidJsonWithRankAndClockMetadata) {
                           .count();
   ASSERT_TRUE(tl.start(path, 3).ok());
   EXPECT_TRUE(tl.active());
-  tl.begin("grad/w1", "ALLREDUCE", {{"bytes", "4096"}});
-  tl.end("grad/w1");
+  tl.end(tl.begin_op("grad/w1", "ALLREDUCE", {{"bytes", "4096"}}));
   tl.instant("grad/w1", "READY");
   tl.stop();
   EXPECT_FALSE(tl.active());
@@ -157,63 +156,121 @@ TEST(Timeline, OneTrackPerTensorWithStableIds) {
 }
 
 // Viewers need complete events whose intervals nest per row, with every arg on them.
-TEST(Timeline, SpansAreCompleteEventsNestedPerTrackWithBeginAndEndArgs) {
+TEST(Timeline, SpansAreCompleteEventsNestedPerOperationWithBeginAndEndArgs) {
   std::string path = temp_path("nest.json");
   Timeline tl;
   ASSERT_TRUE(tl.start(path, 1).ok());
-  tl.begin("t", "ALLREDUCE", {{"dtype", "float32"}, {"status", "pending"}});
-  tl.begin("t", "NEGOTIATE");
-  tl.begin("u", "QUEUE");  // another track in between does not disturb t's stack
-  tl.end("t");
-  tl.begin("t", "TCP_ALLREDUCE");
-  tl.end("t", {{"algorithm", "ring"}});
-  tl.end("t", {{"bytes", "64"}, {"status", "OK"}});  // an end's arg replaces its begin's
-  tl.end("u");
+  const uint64_t t = tl.begin_op("t", "ALLREDUCE", {{"dtype", "float32"}, {"status", "pending"}});
+  tl.begin(t, "NEGOTIATE");
+  const uint64_t u = tl.begin_op("u", "BROADCAST");  // another operation between t's calls
+  tl.begin(u, "QUEUE");
+  tl.end(t);
+  tl.begin(t, "TCP_ALLREDUCE");
+  tl.end(t, {{"algorithm", "ring"}});
+  tl.end(t, {{"bytes", "64"}, {"status", "OK"}});  // an end's arg replaces its begin's
+  tl.end(u);
+  tl.end(u);
+  tl.end(t);  // t has ended: a stray end, counted
   tl.stop();
 
   json events = read_json(path);
   EXPECT_TRUE(of_phase(events, "B").empty());
   EXPECT_TRUE(of_phase(events, "E").empty());
-  std::map<std::string, json> t;  // t's spans by name
+  std::map<std::string, json> spans;  // t's spans by name
   for (const auto& e : of_phase(events, "X"))
-    if (e.at("tid") == 1) t[e.at("name")] = e;
-  ASSERT_EQ(t.size(), 3u);
+    if (e.at("tid") == 1) spans[e.at("name")] = e;
+  ASSERT_EQ(spans.size(), 3u);
   auto begin = [](const json& e) { return e.at("ts").get<double>(); };
   auto end = span_end;
-  const json& op = t["ALLREDUCE"];
-  EXPECT_LE(begin(op), begin(t["NEGOTIATE"]));
-  EXPECT_LE(end(t["NEGOTIATE"]), begin(t["TCP_ALLREDUCE"]));
-  EXPECT_LE(end(t["TCP_ALLREDUCE"]), end(op) + 0.0005);  // rounding to ns decimals
+  const json& op = spans["ALLREDUCE"];
+  EXPECT_LE(begin(op), begin(spans["NEGOTIATE"]));
+  EXPECT_LE(end(spans["NEGOTIATE"]), begin(spans["TCP_ALLREDUCE"]));
+  EXPECT_LE(end(spans["TCP_ALLREDUCE"]), end(op) + 0.0005);  // rounding to ns decimals
   EXPECT_EQ(op.at("args"), json({{"dtype", "float32"}, {"status", "OK"}, {"bytes", 64}}));
-  EXPECT_EQ(t["TCP_ALLREDUCE"].at("args").at("algorithm"), "ring");
-  EXPECT_FALSE(t["NEGOTIATE"].contains("args"));
+  EXPECT_EQ(spans["TCP_ALLREDUCE"].at("args").at("algorithm"), "ring");
+  EXPECT_FALSE(spans["NEGOTIATE"].contains("args"));
+  std::map<int, std::string> rows = {{0, "markers"}, {1, "t"}, {2, "u"}};
+  EXPECT_EQ(track_names(events), rows);
+  EXPECT_EQ(find_meta(events, tf::kStatsEvent)->at("args").at(tf::kUnmatchedEndsArg), 1);
 }
 
-TEST(Timeline, EndAllClosesEveryOpenSpanOfTheTrackWithTheStatus) {
+TEST(Timeline, EndAllClosesEveryOpenSpanOfTheOperationWithTheStatus) {
   std::string path = temp_path("end_all.json");
   Timeline tl;
   ASSERT_TRUE(tl.start(path, 0).ok());
-  tl.begin("t", "ALLREDUCE", {{"bytes", "8"}});
-  tl.begin("t", "NEGOTIATE");
-  tl.begin("u", "QUEUE");
-  tl.end_all("t", timeline_status_args(Status::PeerFailure("rank 1 died")));
-  tl.end("t");  // nothing left open on t
+  const uint64_t t = tl.begin_op("t", "ALLREDUCE", {{"bytes", "8"}});
+  tl.begin(t, "NEGOTIATE");
+  const uint64_t u = tl.begin_op("t", "ALLREDUCE");  // the same tensor again: a sibling row
+  tl.begin(u, "QUEUE");
+  tl.end_all(t, timeline_status_args(Status::PeerFailure("rank 1 died")), {{"backend", "tcp"}});
+  tl.end(t);  // nothing left open of t
   tl.stop("bye");
   json events = read_json(path);
   auto spans = of_phase(events, "X");
-  ASSERT_EQ(spans.size(), 3u);
+  ASSERT_EQ(spans.size(), 4u);
   EXPECT_EQ(spans[0].at("name"), "NEGOTIATE");  // innermost first
   EXPECT_EQ(spans[1].at("name"), "ALLREDUCE");
   for (int i = 0; i < 2; ++i) {
     EXPECT_EQ(spans[i].at("args").at("status"), "PeerFailure");
     EXPECT_EQ(spans[i].at("args").at("error"), "rank 1 died");
+    EXPECT_EQ(spans[i].at("tid"), 1);
   }
   EXPECT_EQ(spans[1].at("args").at("bytes"), 8);
+  EXPECT_EQ(spans[1].at("args").at("backend"), "tcp");  // the outermost's own args
+  EXPECT_FALSE(spans[0].at("args").contains("backend"));
   // The parent ends strictly after its child (1 ns), so begin/end viewers nest them.
   EXPECT_NEAR(span_end(spans[1]) - span_end(spans[0]), 0.001, 1e-6);
-  EXPECT_EQ(spans[2].at("name"), "QUEUE");  // closed by stop()
+  EXPECT_EQ(spans[2].at("name"), "QUEUE");  // closed by stop(), on the sibling row
   EXPECT_EQ(spans[2].at("args"), json({{"status", "aborted"}, {"reason", "bye"}}));
+  EXPECT_EQ(spans[3].at("name"), "ALLREDUCE");
+  EXPECT_EQ(spans[2].at("tid"), 2);
+  EXPECT_EQ(spans[3].at("tid"), 2);
   EXPECT_EQ(find_meta(events, tf::kStatsEvent)->at("args").at(tf::kUnmatchedEndsArg), 1);
+}
+
+// Note [Timeline rows]: an operation that begins while its tensor's row is held (a GPU
+// operation still running, ended later from another thread) goes on the first free sibling
+// row, which names its tensor; a row frees when its operation ends.
+TEST(Timeline, AnOperationBeginningWhileItsRowIsHeldGoesOnASiblingRow) {
+  std::string path = temp_path("rows.json");
+  Timeline tl;
+  ASSERT_TRUE(tl.start(path, 0).ok());
+  const uint64_t first = tl.begin_op("w", "ALLREDUCE", {{"bytes", "64"}});
+  tl.begin(first, "NCCL_ALLREDUCE");
+  const uint64_t second = tl.begin_op("w", "ALLREDUCE");  // w is held: "w (2)"
+  tl.begin(second, "QUEUE");
+  const uint64_t third = tl.begin_op("w", "ALLREDUCE");  // both held: "w (3)"
+  std::thread([&] { tl.end_all(first, {}, {{"status", "OK"}}); }).join();
+  const uint64_t fourth = tl.begin_op("w", "ALLREDUCE");  // w is free again
+  tl.end_all(fourth, {});
+  tl.instant("w (4)", "x");  // a tensor named like a sibling row: not one
+  const uint64_t fifth = tl.begin_op("w", "ALLREDUCE");
+  const uint64_t sixth = tl.begin_op("w", "ALLREDUCE");  // w and w (2) held: w (3) held, so w (5)
+  tl.end_all(sixth, {});
+  tl.end_all(fifth, {});
+  tl.end_all(third, {});
+  tl.end(second);
+  tl.end(second, {{"status", "OK"}});
+  tl.stop();
+  const json events = read_json(path);
+  std::map<int, std::string> rows = {{0, "markers"}, {1, "w"},     {2, "w (2)"},
+                                     {3, "w (3)"},   {4, "w (4)"}, {5, "w (5)"}};
+  EXPECT_EQ(track_names(events), rows);
+  for (const json& e : events) {
+    if (e.at("ph") != "M" || e.at("name") != "thread_name") continue;
+    if (e.at("tid") == 2 || e.at("tid") == 3 || e.at("tid") == 5) {
+      EXPECT_EQ(e.at("args").at(tf::kTensorArg), "w") << e;
+    } else {
+      EXPECT_FALSE(e.at("args").contains(tf::kTensorArg)) << e;
+    }
+  }
+  std::vector<std::pair<int, std::string>> seen;  // in the order they ended
+  for (const json& e : of_phase(events, "X")) seen.emplace_back(e.at("tid"), e.at("name"));
+  std::vector<std::pair<int, std::string>> want = {
+      {1, "NCCL_ALLREDUCE"}, {1, "ALLREDUCE"}, {1, "ALLREDUCE"}, {5, "ALLREDUCE"},
+      {1, "ALLREDUCE"},      {3, "ALLREDUCE"}, {2, "QUEUE"},     {2, "ALLREDUCE"}};
+  EXPECT_EQ(seen, want);
+  EXPECT_EQ(find_meta(events, tf::kStatsEvent)->at("args").at(tf::kUnmatchedEndsArg), 0);
 }
 
 TEST(Timeline, ArgsAreNumbersOnlyWhenTheWholeValueIsAFiniteNumber) {
@@ -283,14 +340,13 @@ TEST(Timeline, DropsAndCountsPastTheLimit) {
   opts.wake_writer_at = 1000;
   Timeline tl(opts);
   ASSERT_TRUE(tl.start(path, 0).ok());
-  tl.begin("kept", "OP");
-  tl.end("kept");               // queue: thread_name(kept), X = 2
-  for (int i = 0; i < 10; ++i)  // 2 fit, 8 drop
+  tl.end(tl.begin_op("kept", "OP"));  // queue: thread_name(kept), X = 2
+  for (int i = 0; i < 10; ++i)        // 2 fit, 8 drop
     tl.instant("", "tick", {{"i", std::to_string(i)}});
-  tl.begin("lost", "OP");  // tid 2; nothing of it is kept, so not even its name
-  tl.begin("lost", "INNER");
-  tl.end("lost");
-  tl.end("lost");
+  const uint64_t lost = tl.begin_op("lost", "OP");  // tid 2; nothing of it is kept, not its name
+  tl.begin(lost, "INNER");
+  tl.end(lost);
+  tl.end(lost);
   EXPECT_EQ(tl.dropped_events(), 8u + 2u);
   tl.stop();
 
@@ -319,10 +375,10 @@ TEST(Timeline, ConcurrentWritersKeepEveryEventAndPerTrackOrder) {
     threads.emplace_back([&tl, t] {
       std::string tensor = "tensor" + std::to_string(t);
       for (int i = 0; i < kPairs; ++i) {
-        tl.begin(tensor, "OP", {{"i", std::to_string(i)}});
-        tl.begin(tensor, "PHASE");
-        tl.end(tensor);
-        tl.end(tensor);
+        const uint64_t op = tl.begin_op(tensor, "OP", {{"i", std::to_string(i)}});
+        tl.begin(op, "PHASE");
+        tl.end(op);
+        tl.end(op);
         tl.instant("shared", "tick");
       }
     });
@@ -345,7 +401,9 @@ TEST(Timeline, ConcurrentWritersKeepEveryEventAndPerTrackOrder) {
     int tid = e.at("tid");
     double ts = e.at("ts");
     if (ph == "i") {  // instants are queued in time order; spans in order of their ends
-      if (last_ts.count(tid)) EXPECT_GE(ts, last_ts[tid]);
+      if (last_ts.count(tid)) {
+        EXPECT_GE(ts, last_ts[tid]);
+      }
       last_ts[tid] = ts;
     }
     if (ph == "i") {
@@ -385,11 +443,11 @@ TEST(Timeline, TinyQueueUnderConcurrencyAccountsForEveryEvent) {
       // At least 200 rounds each, then until stop() has been called.
       for (int i = 0; i < 200 || go_on.load(); ++i) {
         if (!tl.active()) break;
-        tl.begin(tensor, "OP");
+        const uint64_t op = tl.begin_op(tensor, "OP");
         tl.instant(tensor, "tick");
-        tl.begin(tensor, "PHASE");
-        tl.end(tensor);
-        tl.end(tensor);
+        tl.begin(op, "PHASE");
+        tl.end(op);
+        tl.end(op);
         n += 3;
       }
       recorded += n;
@@ -431,13 +489,16 @@ TEST(Timeline, OpenSpansAreAbortedAtStopAndStrayEndsCounted) {
   std::string path = temp_path("unfinished.json");
   Timeline tl;
   ASSERT_TRUE(tl.start(path, 0).ok());
-  tl.end("t");  // nothing open
-  tl.begin("t", "OP", {{"bytes", "4"}});
-  tl.begin("t", "PHASE");
+  const uint64_t ended = tl.begin_op("t", "OP");
+  tl.end(ended);
+  tl.end(ended);  // nothing open
+  const uint64_t op = tl.begin_op("t", "OP", {{"bytes", "4"}});
+  tl.begin(op, "PHASE");
   tl.stop();
   json events = read_json(path);
   auto spans = of_phase(events, "X");
-  ASSERT_EQ(spans.size(), 2u);
+  ASSERT_EQ(spans.size(), 3u);
+  spans.erase(spans.begin());               // the ended one
   EXPECT_EQ(spans[0].at("name"), "PHASE");  // innermost first
   EXPECT_EQ(spans[1].at("name"), "OP");
   EXPECT_NEAR(span_end(spans[1]) - span_end(spans[0]), 0.001, 1e-6);  // strictly nested
@@ -461,8 +522,8 @@ TEST(Timeline, FileIsValidJsonAfterEveryFlushWithOpenSpans) {
   json events = json::parse(read_text(path));
   EXPECT_NE(find_meta(events, tf::kClockSyncEvent), nullptr);
 
-  tl.begin("a_long_tensor_name", "OP", {{"bytes", "1024"}});
-  tl.begin("a_long_tensor_name", "NEGOTIATE");
+  const uint64_t op = tl.begin_op("a_long_tensor_name", "OP", {{"bytes", "1024"}});
+  tl.begin(op, "NEGOTIATE");
   auto open_spans = [&] {
     std::vector<json> open;
     for (const auto& e : of_phase(json::parse(read_text(path)), "X"))
@@ -481,11 +542,11 @@ TEST(Timeline, FileIsValidJsonAfterEveryFlushWithOpenSpans) {
   EXPECT_EQ(open[0].at("args").at("bytes"), 1024);
   EXPECT_NEAR(span_end(open[0]) - span_end(open[1]), 0.001, 1e-6);  // strictly nested
   EXPECT_EQ(track_names(json::parse(read_text(path)))[1], "a_long_tensor_name");
-  tl.end("a_long_tensor_name");  // the tail shrinks: NEGOTIATE is written for good
+  tl.end(op);  // the tail shrinks: NEGOTIATE is written for good
   open = wait_for(1);
   ASSERT_EQ(open.size(), 1u);
   EXPECT_EQ(open[0].at("name"), "OP");
-  tl.end("a_long_tensor_name");
+  tl.end(op);
   EXPECT_TRUE(wait_for(0).empty());
   tl.stop();
   std::string text = read_text(path);
@@ -514,8 +575,8 @@ TEST(Timeline, MarkCycleOnlyWhenAskedFor) {
 
 TEST(Timeline, RecordingWhileStoppedIsANoOp) {
   Timeline tl;
-  tl.begin("t", "OP");
-  tl.end("t");
+  EXPECT_EQ(tl.begin_op("t", "OP"), 0u);
+  tl.end(0);
   tl.instant("t", "x");
   tl.mark_cycle();
   EXPECT_EQ(tl.dropped_events(), 0u);
@@ -569,53 +630,32 @@ TEST(Timeline, WriteErrorsAreReportedNotFatal) {
   EXPECT_NE(s.message().find("'/dev/full'"), std::string::npos) << s.message();
 }
 
-TEST(Timeline, DetachedSpansEndLaterWhileTheTrackNestsTheNextOperation) {
-  // A GPU operation's spans stay open until its completion event fires on the watchdog, while
-  // the next operation of the same tensor name begins on the same track.
-  std::string path = temp_path("detached.json");
+// An operation still open when the recording stops is aborted; its token is then stale, also
+// for the next recording, whose operations it never touches.
+TEST(Timeline, OperationsStillOpenAtStopAreAbortedAndTheirTokensGoStale) {
+  std::string path = temp_path("open_stop.json");
   Timeline tl;
   ASSERT_TRUE(tl.start(path, 0).ok());
-  EXPECT_EQ(tl.detach("w"), 0u);  // nothing open
-  tl.begin("w", "ALLREDUCE", {{"bytes", "64"}});
-  tl.begin("w", "NCCL_ALLREDUCE");
-  const uint64_t token = tl.detach("w");
-  ASSERT_NE(token, 0u);
-  tl.begin("w", "ALLREDUCE");  // the next one: a fresh stack
-  tl.begin("w", "QUEUE");
-  std::thread([&] { tl.end_detached(token, {}, {{"status", "OK"}, {"backend", "nccl"}}); }).join();
-  tl.end_detached(token, {{"status", "late"}});  // already ended: ignored
-  tl.end("w");
-  tl.end("w", {{"status", "OK"}});
-  tl.stop();
-  const json events = read_json(path);
-  std::vector<json> spans = of_phase(events, "X");
-  ASSERT_EQ(spans.size(), 4u);
-  // In the order they ended: the detached pair first (innermost first), then the new pair.
-  EXPECT_EQ(spans[0].at("name"), "NCCL_ALLREDUCE");
-  EXPECT_FALSE(spans[0].contains("args"));  // no args at its begin, none added: it succeeded
-  EXPECT_EQ(spans[1].at("name"), "ALLREDUCE");
-  EXPECT_EQ(spans[1].at("args"), (json{{"bytes", 64}, {"status", "OK"}, {"backend", "nccl"}}));
-  EXPECT_GE(span_end(spans[1]), span_end(spans[0]));  // the outer one ends around the inner
-  EXPECT_EQ(spans[2].at("name"), "QUEUE");
-  EXPECT_EQ(spans[3].at("name"), "ALLREDUCE");
-  EXPECT_EQ(spans[3].at("args"), (json{{"status", "OK"}}));
-  for (const json& e : spans) EXPECT_EQ(e.at("tid"), spans[0].at("tid"));
-  EXPECT_EQ(find_meta(events, tf::kStatsEvent)->at("args").at(tf::kUnmatchedEndsArg), 0);
-}
-
-TEST(Timeline, DetachedSpansStillOpenAtStopAreAborted) {
-  std::string path = temp_path("detached_stop.json");
-  Timeline tl;
-  ASSERT_TRUE(tl.start(path, 0).ok());
-  tl.begin("w", "ALLGATHER");
-  const uint64_t token = tl.detach("w");
+  const uint64_t old = tl.begin_op("w", "ALLGATHER");
   tl.stop("the job ended");
-  tl.end_detached(token, {});  // after stop: nothing
-  const std::vector<json> spans = of_phase(read_json(path), "X");
+  tl.end_all(old, {});  // after stop: nothing
+  std::vector<json> spans = of_phase(read_json(path), "X");
   ASSERT_EQ(spans.size(), 1u);
   EXPECT_EQ(spans[0].at("name"), "ALLGATHER");
   EXPECT_EQ(spans[0].at("args").at(tf::kStatusArg), std::string(tf::kStatusAborted));
   EXPECT_EQ(spans[0].at("args").at(tf::kReasonArg), "the job ended");
+
+  ASSERT_TRUE(tl.start(path, 0).ok());
+  const uint64_t fresh = tl.begin_op("w", "ALLGATHER");  // reuses the slot of `old`
+  tl.end(old);                                           // of the last recording: ignored
+  tl.end(fresh, {{"status", "OK"}});
+  tl.stop();
+  const json events = read_json(path);
+  spans = of_phase(events, "X");
+  ASSERT_EQ(spans.size(), 1u);
+  EXPECT_EQ(spans[0].at("args"), (json{{"status", "OK"}}));
+  EXPECT_EQ(spans[0].at("tid"), 1);  // w's own row: the old operation holds nothing
+  EXPECT_EQ(find_meta(events, tf::kStatsEvent)->at("args").at(tf::kUnmatchedEndsArg), 0);
 }
 
 }  // namespace

@@ -110,8 +110,15 @@ void append_event_json(std::string& out, const TraceEvent& event, int pid) {
   if (event.kind == EventKind::kThreadName) {
     // The track's name is a label, never a number, even when a tensor is called "42". "ts"
     // although metadata has no time: speedscope rejects a file with any event lacking it.
+    // A sibling row's args also name its tensor (Note [Timeline rows]), a string as well.
     out += ",\"ts\":0,\"args\":{\"name\":";
     append_json_string(out, event.name);
+    for (const auto& [key, value] : event.args) {
+      out += ',';
+      append_json_string(out, key);
+      out += ':';
+      append_json_string(out, value);
+    }
     out += "}}";
     return;
   }

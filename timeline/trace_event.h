@@ -15,7 +15,7 @@ enum class EventKind : uint8_t {
   kComplete,       // "ph":"X": a span, ts and dur (the only kind of span Kolo writes)
   kInstant,        // "ph":"i", thread scope: drawn on the tensor's own row
   kGlobalInstant,  // "ph":"i", global scope: a line across every row (cycle and step markers)
-  kThreadName,     // "ph":"M" thread_name metadata; `name` is the track's name, args unused
+  kThreadName,     // "ph":"M" thread_name metadata; `name` is the row's name, args strings
   kCounter,        // "ph":"C": args are the named series' values at ts
 };
 

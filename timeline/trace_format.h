@@ -10,6 +10,20 @@ namespace kolo::trace_format {
 inline constexpr int kMarkersTid = 0;
 inline constexpr std::string_view kMarkersTrackName = "markers";
 
+// A sibling row's thread_name metadata ("<tensor> (2)": an operation that began while its
+// tensor's row was held; Note [Timeline rows] in timeline/timeline.h) names its tensor in this
+// arg, beside "name", and readers group a tensor's rows by it. A CALLBACK span names the
+// operation whose handle completed with it and kOperationArg its kind.
+inline constexpr std::string_view kTensorArg = "tensor";
+inline constexpr std::string_view kOperationArg = "op";
+
+// The handles' completions (waking the waiters, running the callbacks) are not part of the
+// operation, which has ended by then: each is a CALLBACK span on a row of its own per
+// Runtime, kCallbacksRow (after the set's prefix), where they follow one another. Its args
+// name the tensor and the operation's kind.
+inline constexpr std::string_view kCallbacksRow = "kolo:callbacks";
+inline constexpr std::string_view kCallbackPhase = "CALLBACK";
+
 // Metadata ("ph":"M") event written at start(): args {kWallClockUsArg: integer microseconds
 // since the Unix epoch (system clock) at ts = 0}. Merge shifts every file by it.
 inline constexpr std::string_view kClockSyncEvent = "kolo_clock_sync";

@@ -15,13 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "framework/distributed/broadcast_state.h"
-#include "framework/distributed/distributed_optimizer.h"
-#include "framework/functional.h"
-#include "framework/nn/layers.h"
-#include "framework/nn/module.h"
-#include "framework/optim/sgd.h"
-#include "kolo/kolo.h"
+#include "kolo/framework.h"
 
 namespace fw = kolo::fw;
 

@@ -5,6 +5,8 @@
 #include <functional>
 #include <map>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "kolo/units.h"
 
@@ -31,6 +33,100 @@ bool parse_double(const std::string& s, double& out) {
     return false;
   }
   return used == s.size() && std::isfinite(out);
+}
+
+// Each flag that takes a value maps to a setter, which checks the value and stores it in the
+// TrainArgs it was made for.
+using Setter = std::function<Status(const std::string& flag, const std::string& value)>;
+
+Setter integer_in(int64_t lo, int64_t hi, std::function<void(int64_t)> assign) {
+  return [lo, hi, assign](const std::string& flag, const std::string& v) -> Status {
+    int64_t x = 0;
+    if (!parse_int(v, x) || x < lo || x > hi)
+      return bad(flag,
+                 hi == INT64_MAX
+                     ? "an integer >= " + std::to_string(lo)
+                     : "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]",
+                 v);
+    assign(x);
+    return Status::Ok();
+  };
+}
+
+Setter integer_at_least(int64_t lo, std::function<void(int64_t)> assign) {
+  return integer_in(lo, INT64_MAX, std::move(assign));
+}
+
+// `range` is how the message writes [lo, hi], e.g. "in (0, 1000]" for an open lower bound.
+Setter number_in(double lo, double hi, std::string range, std::function<void(double)> assign) {
+  return [=](const std::string& flag, const std::string& v) -> Status {
+    double x = 0;
+    if (!parse_double(v, x) || x < lo || x > hi) return bad(flag, "a number " + range, v);
+    assign(x);
+    return Status::Ok();
+  };
+}
+
+// One of a few names, each standing for a value of T; the message lists them: "a, b or c".
+template <typename T>
+Setter one_of(std::vector<std::pair<std::string, T>> names, T* target) {
+  std::string expected;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (i > 0) expected += i + 1 == names.size() ? " or " : ", ";
+    expected += names[i].first;
+  }
+  return [names, expected, target](const std::string& flag, const std::string& v) -> Status {
+    for (const auto& [name, value] : names) {
+      if (v == name) {
+        *target = value;
+        return Status::Ok();
+      }
+    }
+    return bad(flag, expected, v);
+  };
+}
+
+// A path or another string that must not be empty; `expected` names it ("a file path").
+Setter non_empty(std::string expected, std::string* target) {
+  return [expected, target](const std::string& flag, const std::string& v) -> Status {
+    if (v.empty()) return bad(flag, expected, v);
+    *target = v;
+    return Status::Ok();
+  };
+}
+
+// The flags that take a value, each writing its field of `a`.
+std::map<std::string, Setter> value_flags(TrainArgs& a) {
+  return {
+      {"--model",
+       one_of<ModelKind>({{"mlp", ModelKind::kMlp}, {"cnn", ModelKind::kCnn}}, &a.model)},
+      // Bounded so that the value fits the int it is stored in (4294967296 trained 0 epochs).
+      {"--epochs", integer_in(1, 1'000'000, [&](int64_t x) { a.epochs = static_cast<int>(x); })},
+      {"--batch-size", integer_at_least(1, [&](int64_t x) { a.batch_size = x; })},
+      {"--lr", number_in(1e-12, 1e3, "in (0, 1000]", [&](double x) { a.lr = x; })},
+      {"--lr-scaling", one_of<ScalingRule>({{"linear", ScalingRule::kLinear},
+                                            {"sqrt", ScalingRule::kSqrt},
+                                            {"none", ScalingRule::kNone}},
+                                           &a.scaling)},
+      {"--warmup-epochs", number_in(0, 1e6, ">= 0", [&](double x) { a.warmup_epochs = x; })},
+      {"--seed", integer_at_least(0, [&](int64_t x) { a.seed = static_cast<uint64_t>(x); })},
+      {"--data-dir", non_empty("a directory", &a.data_dir)},
+      {"--train-subset", integer_at_least(0, [&](int64_t x) { a.train_subset = x; })},
+      {"--test-subset", integer_at_least(0, [&](int64_t x) { a.test_subset = x; })},
+      {"--timeline", non_empty("a file path", &a.timeline)},
+      {"--checkpoint", non_empty("a file path", &a.checkpoint)},
+      {"--min-accuracy", number_in(0, 1, "in [0, 1]", [&](double x) { a.min_accuracy = x; })},
+      {"--bucket-size",
+       [&](const std::string& flag, const std::string& v) -> Status {
+         auto bytes = parse_size(v);
+         if (!bytes.ok() || *bytes > (uint64_t{1} << 40))
+           return bad(flag, "a size such as 1MiB, 4096 or 0", v);
+         a.bucket_bytes = static_cast<int64_t>(*bytes);
+         return Status::Ok();
+       }},
+      {"--device", one_of<DeviceChoice>(
+                       {{"cpu", DeviceChoice::kCpu}, {"cuda", DeviceChoice::kCuda}}, &a.device)},
+  };
 }
 
 }  // namespace
@@ -67,7 +163,8 @@ std::string train_usage() {
          "  --test-subset N          evaluate on the first N test images only (0: all)\n"
          "  --timeline PATH          Chrome trace of Kolo's operations, one file per rank:\n"
          "                           '{rank}' in PATH becomes the rank, else rank r of several\n"
-         "                           writes PATH with '.rank<r>' before '.json'\n"
+         "                           writes PATH with '.rank<r>' before '.json'; replaces the\n"
+         "                           trace of KOLO_TIMELINE (a warning says so)\n"
          "  --checkpoint PATH        save model and optimizer after every epoch (rank 0 writes)\n"
          "  --resume                 continue from --checkpoint PATH\n"
          "  --min-accuracy X         exit 1 when the final test accuracy is below X\n"
@@ -80,103 +177,7 @@ std::string train_usage() {
 
 Result<TrainArgs> parse_train_args(int argc, char** argv) {
   TrainArgs a;
-  // Each flag that takes a value maps to a setter returning a Status.
-  using Setter = std::function<Status(const std::string& flag, const std::string& v)>;
-  auto int_in = [](int64_t lo, int64_t hi, auto assign) {
-    return [lo, hi, assign](const std::string& flag, const std::string& v) -> Status {
-      int64_t x = 0;
-      if (!parse_int(v, x) || x < lo || x > hi)
-        return bad(flag,
-                   hi == INT64_MAX
-                       ? "an integer >= " + std::to_string(lo)
-                       : "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]",
-                   v);
-      assign(x);
-      return Status::Ok();
-    };
-  };
-  auto int_at_least = [&](int64_t lo, auto assign) { return int_in(lo, INT64_MAX, assign); };
-  auto real_in = [](double lo, double hi, std::string range, auto assign) {
-    return [=](const std::string& flag, const std::string& v) -> Status {
-      double x = 0;
-      if (!parse_double(v, x) || x < lo || x > hi) return bad(flag, "a number " + range, v);
-      assign(x);
-      return Status::Ok();
-    };
-  };
-  const std::map<std::string, Setter> setters = {
-      {"--model",
-       [&](const std::string& flag, const std::string& v) -> Status {
-         if (v == "mlp") {
-           a.model = ModelKind::kMlp;
-         } else if (v == "cnn") {
-           a.model = ModelKind::kCnn;
-         } else {
-           return bad(flag, "mlp or cnn", v);
-         }
-         return Status::Ok();
-       }},
-      // Bounded so that the value fits the int it is stored in (4294967296 trained 0 epochs).
-      {"--epochs", int_in(1, 1'000'000, [&](int64_t x) { a.epochs = static_cast<int>(x); })},
-      {"--batch-size", int_at_least(1, [&](int64_t x) { a.batch_size = x; })},
-      {"--lr", real_in(1e-12, 1e3, "in (0, 1000]", [&](double x) { a.lr = x; })},
-      {"--lr-scaling",
-       [&](const std::string& flag, const std::string& v) -> Status {
-         if (v == "linear") {
-           a.scaling = ScalingRule::kLinear;
-         } else if (v == "sqrt") {
-           a.scaling = ScalingRule::kSqrt;
-         } else if (v == "none") {
-           a.scaling = ScalingRule::kNone;
-         } else {
-           return bad(flag, "linear, sqrt or none", v);
-         }
-         return Status::Ok();
-       }},
-      {"--warmup-epochs", real_in(0, 1e6, ">= 0", [&](double x) { a.warmup_epochs = x; })},
-      {"--seed", int_at_least(0, [&](int64_t x) { a.seed = static_cast<uint64_t>(x); })},
-      {"--data-dir",
-       [&](const std::string& flag, const std::string& v) -> Status {
-         if (v.empty()) return bad(flag, "a directory", v);
-         a.data_dir = v;
-         return Status::Ok();
-       }},
-      {"--train-subset", int_at_least(0, [&](int64_t x) { a.train_subset = x; })},
-      {"--test-subset", int_at_least(0, [&](int64_t x) { a.test_subset = x; })},
-      {"--timeline",
-       [&](const std::string& flag, const std::string& v) -> Status {
-         if (v.empty()) return bad(flag, "a file path", v);
-         a.timeline = v;
-         return Status::Ok();
-       }},
-      {"--checkpoint",
-       [&](const std::string& flag, const std::string& v) -> Status {
-         if (v.empty()) return bad(flag, "a file path", v);
-         a.checkpoint = v;
-         return Status::Ok();
-       }},
-      {"--min-accuracy", real_in(0, 1, "in [0, 1]", [&](double x) { a.min_accuracy = x; })},
-      {"--bucket-size",
-       [&](const std::string& flag, const std::string& v) -> Status {
-         auto bytes = parse_size(v);
-         if (!bytes.ok() || *bytes > (uint64_t{1} << 40))
-           return bad(flag, "a size such as 1MiB, 4096 or 0", v);
-         a.bucket_bytes = static_cast<int64_t>(*bytes);
-         return Status::Ok();
-       }},
-      {"--device",
-       [&](const std::string& flag, const std::string& v) -> Status {
-         if (v == "cpu") {
-           a.device = DeviceChoice::kCpu;
-         } else if (v == "cuda") {
-           a.device = DeviceChoice::kCuda;
-         } else {
-           return bad(flag, "cpu or cuda", v);
-         }
-         return Status::Ok();
-       }},
-  };
-
+  const std::map<std::string, Setter> setters = value_flags(a);
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {

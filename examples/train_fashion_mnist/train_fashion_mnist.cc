@@ -15,6 +15,7 @@
 //   with a linear warm-up into a cosine decay.
 // - Test accuracy: each rank classifies its own shard of the test set and the counts are
 //   summed with an allreduce.
+// train() near the end is the whole program in order; the helpers above it are its steps.
 //
 // Measured (CPU, OPENBLAS_NUM_THREADS=1, CNN, batch 64 per rank, lr 0.05 linear-scaled, SGD
 // momentum 0.9): after 3 epochs test accuracy 0.9084 with 1 rank, 0.9045 and 0.9114 (seed 7)
@@ -24,7 +25,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -33,18 +33,7 @@
 #include "examples/train_fashion_mnist/models.h"
 #include "examples/train_fashion_mnist/progress_bar.h"
 #include "examples/train_fashion_mnist/train_args.h"
-#include "framework/autograd.h"
-#include "framework/data/data_loader.h"
-#include "framework/data/dataset.h"
-#include "framework/distributed/broadcast_state.h"
-#include "framework/distributed/distributed_optimizer.h"
-#include "framework/distributed/distributed_sampler.h"
-#include "framework/distributed/rank_zero.h"
-#include "framework/functional.h"
-#include "framework/optim/lr_scaling.h"
-#include "framework/optim/lr_schedule.h"
-#include "framework/optim/sgd.h"
-#include "kolo/kolo.h"
+#include "kolo/framework.h"
 
 namespace {
 
@@ -147,6 +136,46 @@ EpochTotals reduce_epoch(double loss_sum, int64_t correct, int64_t samples, doub
   return t;
 }
 
+// One epoch's running statistics on this rank, drawn as a progress bar on rank 0.
+class EpochMeter {
+ public:
+  // `shard`: the samples this rank takes in the epoch.
+  EpochMeter(int epoch, int epochs, int64_t shard)
+      : label_("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(epochs)),
+        bar_(stdout, label_, shard, kolo::example::ProgressBar::is_terminal(stdout)) {}
+
+  const std::string& label() const { return label_; }
+  int64_t steps() const { return steps_; }
+
+  // After each step: its loss, and its logits against the batch's labels (on the CPU).
+  void add(const fw::Tensor& loss, const fw::Tensor& logits, const fw::Tensor& labels) {
+    const int64_t n = logits.size(0);
+    loss_sum_ += static_cast<double>(loss.item()) * n;
+    correct_ += count_correct(logits, labels);
+    seen_ += n;
+    ++steps_;
+    if (kolo::rank() == 0) {
+      // Rank 0's own throughput times the ranks: an estimate until the epoch's allreduce.
+      bar_.update(seen_, loss_sum_ / seen_, static_cast<double>(correct_) / seen_,
+                  seen_ * kolo::size() / std::max(1e-9, seconds_since(start_)));
+    }
+  }
+
+  // Ends the epoch: the statistics of every rank combined. Collective.
+  EpochTotals finish() {
+    const double seconds = seconds_since(start_);
+    if (kolo::rank() == 0) bar_.finish();
+    return reduce_epoch(loss_sum_, correct_, seen_, seconds);
+  }
+
+ private:
+  std::string label_;
+  kolo::example::ProgressBar bar_;
+  Clock::time_point start_ = Clock::now();
+  double loss_sum_ = 0;
+  int64_t correct_ = 0, seen_ = 0, steps_ = 0;
+};
+
 fw::LrScaling to_fw(kolo::example::ScalingRule rule) {
   switch (rule) {
     case kolo::example::ScalingRule::kLinear:
@@ -159,149 +188,157 @@ fw::LrScaling to_fw(kolo::example::ScalingRule rule) {
   return fw::LrScaling::kNone;
 }
 
-int train(const TrainArgs& args) {
-  if (const char* env = std::getenv("KOLO_TIMELINE"); env && *env && !args.timeline.empty()) {
-    // The flag wins; unset before init(), which would otherwise start KOLO_TIMELINE's file.
-    std::fprintf(stderr, "train_fashion_mnist: warning: --timeline %s replaces KOLO_TIMELINE=%s\n",
-                 args.timeline.c_str(), env);
-    ::unsetenv("KOLO_TIMELINE");
-  }
+// Joins the job and starts the trace of --timeline. KOLO_TIMELINE, when set, has started a
+// trace of its own in init(): the flag wins, so that one stops here (its files hold only what
+// init recorded), with a warning on every rank.
+void start_kolo(const TrainArgs& args) {
   throw_if_error(kolo::init());
-  const int rank = kolo::rank();
-  const int world = kolo::size();
-  const bool root = rank == 0;
-  const fw::RankLogger say;  // prints on rank 0 only
-  if (!args.timeline.empty()) {
-    // One file per rank; cycle markers as KOLO_TIMELINE_MARK_CYCLES says.
-    throw_if_error(kolo::start_timeline(args.timeline));
+  if (args.timeline.empty()) return;
+  // One file per rank; cycle markers as KOLO_TIMELINE_MARK_CYCLES says.
+  Status started = kolo::start_timeline(args.timeline);
+  // After init, the one PreconditionFailed of start_timeline: a trace is already recording.
+  if (started.code() == kolo::StatusCode::kPreconditionFailed) {
+    std::fprintf(stderr,
+                 "train_fashion_mnist: warning: --timeline %s replaces the trace that "
+                 "KOLO_TIMELINE started, which ends here\n",
+                 args.timeline.c_str());
+    throw_if_error(kolo::stop_timeline());
+    started = kolo::start_timeline(args.timeline);
   }
-  const kolo::Device device = choose_device(args);
+  throw_if_error(started);
+}
 
-  const std::string dir = args.data_dir + "/";
-  const fw::ImageDataset train_set =
-      fw::load_mnist(dir + "train-images-idx3-ubyte.gz", dir + "train-labels-idx1-ubyte.gz",
-                     {kPixelMean}, {kPixelStd});
-  const fw::ImageDataset test_set =
-      fw::load_mnist(dir + "t10k-images-idx3-ubyte.gz", dir + "t10k-labels-idx1-ubyte.gz",
-                     {kPixelMean}, {kPixelStd});
+// The two sets, normalised with the training set's statistics, and how many images of each
+// this run uses (--train-subset, --test-subset).
+struct FashionMnist {
+  explicit FashionMnist(const TrainArgs& args)
+      : train(fw::load_mnist(args.data_dir + "/train-images-idx3-ubyte.gz",
+                             args.data_dir + "/train-labels-idx1-ubyte.gz", {kPixelMean},
+                             {kPixelStd})),
+        test(fw::load_mnist(args.data_dir + "/t10k-images-idx3-ubyte.gz",
+                            args.data_dir + "/t10k-labels-idx1-ubyte.gz", {kPixelMean},
+                            {kPixelStd})),
+        train_n(subset_size("--train-subset", args.train_subset, train.size())),
+        test_n(subset_size("--test-subset", args.test_subset, test.size())) {}
+
+  const fw::ImageDataset train;
+  const fw::ImageDataset test;
   // A DistributedSampler over the first n indices is exactly training on the first n images.
-  const int64_t train_n = subset_size("--train-subset", args.train_subset, train_set.size());
-  const int64_t test_n = subset_size("--test-subset", args.test_subset, test_set.size());
+  const int64_t train_n;
+  const int64_t test_n;
+};
 
-  auto model = kolo::example::make_model(args.model, args.seed, device);
-  const kolo::example::NamedParameters params = model->named_parameters();
-  fw::broadcast_parameters(params);
+// Uneven test shards: every test image is counted exactly once.
+fw::DataLoader make_test_loader(const FashionMnist& data) {
+  return fw::DataLoader(data.test, {.batch_size = 500},
+                        std::make_unique<fw::DistributedSampler>(
+                            data.test_n, kolo::rank(), kolo::size(), /*seed=*/0,
+                            /*shuffle=*/false, fw::DistributedSampler::Tail::kUneven));
+}
 
-  const double lr = fw::scale_lr(args.lr, world, to_fw(args.scaling));
-  fw::SGD sgd(model->parameters(), {.lr = lr, .momentum = args.momentum});
-  fw::DistributedOptions distributed;
-  if (args.bucket_bytes) distributed.bucket_bytes = *args.bucket_bytes;
-  fw::DistributedOptimizer opt(sgd, params, distributed);
+// The learning rate of every step: a linear warm-up (Goyal et al.) from the one-rank rate to
+// the scaled one, then a cosine decay to 0 at the end of the last epoch.
+struct LrPlan {
+  LrPlan(const TrainArgs& args, double scaled_lr, int64_t steps_per_epoch_)
+      : steps_per_epoch(steps_per_epoch_),
+        warmup_steps(std::min<int64_t>(
+            steps_per_epoch * args.epochs,
+            std::llround(args.warmup_epochs * static_cast<double>(steps_per_epoch)))),
+        start_lr(std::min(args.lr, scaled_lr)),
+        schedule(warmup_steps,
+                 std::make_shared<fw::CosineLr>(
+                     scaled_lr, std::max<int64_t>(1, steps_per_epoch * args.epochs - warmup_steps)),
+                 start_lr / scaled_lr) {}
 
-  // Padded shards: every rank takes the same number of steps per epoch.
-  auto train_sampler = std::make_unique<fw::DistributedSampler>(
-      train_n, rank, world, args.seed, /*shuffle=*/true, fw::DistributedSampler::Tail::kPad);
-  const int64_t shard = train_sampler->shard_size();
-  fw::DataLoader train_loader(train_set, {.batch_size = args.batch_size}, std::move(train_sampler));
-  // Uneven test shards: every test image is counted exactly once.
-  fw::DataLoader test_loader(
-      test_set, {.batch_size = 500},
-      std::make_unique<fw::DistributedSampler>(test_n, rank, world, 0, /*shuffle=*/false,
-                                               fw::DistributedSampler::Tail::kUneven));
+  double lr(int epoch, int64_t step) const { return schedule.lr(epoch * steps_per_epoch + step); }
 
-  const int64_t steps_per_epoch = (shard + args.batch_size - 1) / args.batch_size;
-  const int64_t total_steps = steps_per_epoch * args.epochs;
-  const int64_t warmup_steps = std::min<int64_t>(
-      total_steps, std::llround(args.warmup_epochs * static_cast<double>(steps_per_epoch)));
-  // Warm-up (Goyal et al.) starts from the one-rank rate and climbs to the scaled one.
-  const auto schedule = std::make_shared<fw::WarmupLr>(
-      warmup_steps,
-      std::make_shared<fw::CosineLr>(lr, std::max<int64_t>(1, total_steps - warmup_steps)),
-      std::min(1.0, args.lr / lr));
+  const int64_t steps_per_epoch;
+  const int64_t warmup_steps;
+  const double start_lr;
+  const fw::WarmupLr schedule;
+};
 
-  // Checkpoints hold the parameters, the optimizer state and the number of finished epochs.
-  fw::Tensor epochs_done = fw::Tensor::zeros({1}, kolo::Device::cpu(), kolo::DataType::kInt64);
-  fw::NamedTensors state(params.begin(), params.end());
-  state.emplace_back("train.epochs_done", epochs_done);
-  int start_epoch = 0;
-  if (args.resume) {
-    fw::load_checkpoint_from_root(args.checkpoint, state, &sgd);
-    start_epoch = static_cast<int>(epochs_done.data<int64_t>()[0]);
-    say.printf("resumed from '%s' after %d epoch(s)", args.checkpoint.c_str(), start_epoch);
-  } else if (!args.checkpoint.empty()) {
-    // Rank 0 makes the checkpoint's folder while the others wait: a path it cannot create
-    // stops every rank now, with rank 0's reason, instead of after the first epoch.
-    throw_if_error(fw::run_on_root_first("checkpoint.folder", [&] {
-      const std::filesystem::path folder = std::filesystem::path(args.checkpoint).parent_path();
-      std::error_code error;
-      if (!folder.empty()) std::filesystem::create_directories(folder, error);
-      return error ? kolo::Status::IoError("cannot create the checkpoint folder '" +
-                                           folder.string() + "': " + error.message())
-                   : kolo::Status::Ok();
-    }));
+// --checkpoint: the parameters, the optimizer state and the number of finished epochs, saved
+// after every epoch (rank 0 writes) and read back by --resume. Without --checkpoint it does
+// nothing.
+class EpochCheckpoint {
+ public:
+  EpochCheckpoint(std::string path, const kolo::example::NamedParameters& params,
+                  fw::Optimizer& optimizer)
+      : path_(std::move(path)), state_(params.begin(), params.end()), optimizer_(&optimizer) {
+    state_.emplace_back("train.epochs_done", epochs_done_);
   }
 
-  say.printf(
+  // With `resume`, loads the file (rank 0 reads it, every rank receives it) and returns the
+  // epochs it had finished. Otherwise rank 0 makes the file's folder while the others wait, so
+  // that a path it cannot create stops every rank now, with rank 0's reason, instead of after
+  // the first epoch; returns 0.
+  int start(bool resume, const fw::RankLogger& say) {
+    if (resume) {
+      fw::load_checkpoint_from_root(path_, state_, optimizer_);
+      const int done = static_cast<int>(epochs_done_.data<int64_t>()[0]);
+      say.printf("resumed from '%s' after %d epoch(s)", path_.c_str(), done);
+      return done;
+    }
+    if (!path_.empty())
+      throw_if_error(fw::run_on_root_first("checkpoint.folder", [this] { return make_folder(); }));
+    return 0;
+  }
+
+  void save(int epochs_done) {
+    if (path_.empty()) return;
+    epochs_done_.data<int64_t>()[0] = epochs_done;
+    fw::save_checkpoint_on_root(path_, state_, optimizer_);
+  }
+
+ private:
+  Status make_folder() const {
+    const std::filesystem::path folder = std::filesystem::path(path_).parent_path();
+    std::error_code error;
+    if (!folder.empty()) std::filesystem::create_directories(folder, error);
+    return error ? Status::IoError("cannot create the checkpoint folder '" + folder.string() +
+                                   "': " + error.message())
+                 : Status::Ok();
+  }
+
+  const std::string path_;
+  fw::Tensor epochs_done_ = fw::Tensor::zeros({1}, kolo::Device::cpu(), kolo::DataType::kInt64);
+  fw::NamedTensors state_;
+  fw::Optimizer* const optimizer_;
+};
+
+void print_setup(const TrainArgs& args, const kolo::example::Model& model, kolo::Device device,
+                 const FashionMnist& data, double lr, const LrPlan& plan) {
+  const int world = kolo::size();
+  fw::RankLogger().printf(
       "train_fashion_mnist: model %s (%lld parameters), %d rank(s), device %s\n"
       "  data %lld train / %lld test images from %s\n"
       "  batch %lld per rank (%lld global), %lld steps per epoch, %d epochs\n"
       "  lr %g (base %g, %s scaling), warm-up %lld steps from %g, then cosine to 0; SGD momentum "
       "%g\n",
-      kolo::example::model_name(args.model), static_cast<long long>(model->num_elements()), world,
-      device.to_string().c_str(), static_cast<long long>(train_n), static_cast<long long>(test_n),
-      args.data_dir.c_str(), static_cast<long long>(args.batch_size),
-      static_cast<long long>(args.batch_size * world), static_cast<long long>(steps_per_epoch),
-      args.epochs, lr, args.lr, kolo::example::scaling_name(args.scaling),
-      static_cast<long long>(warmup_steps), std::min(args.lr, lr), args.momentum);
+      kolo::example::model_name(args.model), static_cast<long long>(model.num_elements()), world,
+      device.to_string().c_str(), static_cast<long long>(data.train_n),
+      static_cast<long long>(data.test_n), args.data_dir.c_str(),
+      static_cast<long long>(args.batch_size), static_cast<long long>(args.batch_size * world),
+      static_cast<long long>(plan.steps_per_epoch), args.epochs, lr, args.lr,
+      kolo::example::scaling_name(args.scaling), static_cast<long long>(plan.warmup_steps),
+      plan.start_lr, args.momentum);
+}
 
-  const bool tty = kolo::example::ProgressBar::is_terminal(stdout);
-  TestResult test;
-  for (int epoch = start_epoch; epoch < args.epochs; ++epoch) {
-    const std::string label =
-        "epoch " + std::to_string(epoch + 1) + "/" + std::to_string(args.epochs);
-    kolo::example::ProgressBar bar(stdout, label, shard, tty);
-    double loss_sum = 0;
-    int64_t correct = 0, seen = 0, step = 0;
-    const auto start = Clock::now();
-    train_loader.start_epoch(epoch);
-    while (auto batch = train_loader.next()) {
-      const int64_t n = batch->x.size(0);
-      sgd.set_lr(schedule->lr(epoch * steps_per_epoch + step));
-      opt.zero_grad();
-      opt.set_local_batch_size(n);
-      const fw::Tensor logits = model->forward(batch->x.to(device));
-      const fw::Tensor loss = fw::cross_entropy(logits, batch->y.to(device));
-      loss.backward();
-      opt.step();
+void print_epoch(const std::string& label, const EpochTotals& totals, const TestResult& test) {
+  fw::RankLogger().printf(
+      "%s: train loss %.4f  train acc %.4f  test acc %.4f (%lld/%lld)  %.1f s  "
+      "%.0f samples/s (global, %d rank(s))",
+      label.c_str(), totals.loss, totals.accuracy, test.accuracy(),
+      static_cast<long long>(test.correct), static_cast<long long>(test.total), totals.seconds,
+      totals.samples / std::max(1e-9, totals.seconds), kolo::size());
+}
 
-      loss_sum += static_cast<double>(loss.item()) * n;
-      correct += count_correct(logits, batch->y);
-      seen += n;
-      ++step;
-      if (root) {
-        // Rank 0's own throughput times the ranks: an estimate until the epoch's allreduce.
-        bar.update(seen, loss_sum / seen, static_cast<double>(correct) / seen,
-                   seen * world / std::max(1e-9, seconds_since(start)));
-      }
-    }
-    const double seconds = seconds_since(start);
-    if (root) bar.finish();
-
-    const EpochTotals totals = reduce_epoch(loss_sum, correct, seen, seconds);
-    test = evaluate(*model, test_loader, device);
-    if (!args.checkpoint.empty()) {
-      epochs_done.data<int64_t>()[0] = epoch + 1;
-      fw::save_checkpoint_on_root(args.checkpoint, state, &sgd);
-    }
-    say.printf(
-        "%s: train loss %.4f  train acc %.4f  test acc %.4f (%lld/%lld)  %.1f s  "
-        "%.0f samples/s (global, %d rank(s))",
-        label.c_str(), totals.loss, totals.accuracy, test.accuracy(),
-        static_cast<long long>(test.correct), static_cast<long long>(test.total), totals.seconds,
-        totals.samples / std::max(1e-9, totals.seconds), world);
-  }
-  if (start_epoch >= args.epochs) test = evaluate(*model, test_loader, device);
-
+// The final accuracy, how much communication hid behind backward, and the exit code that
+// --min-accuracy asks for.
+int report_result(const TrainArgs& args, const TestResult& test,
+                  const fw::DistributedOptimizer& opt) {
+  const fw::RankLogger say;
   say.printf("final test accuracy %.4f (%lld/%lld)", test.accuracy(),
              static_cast<long long>(test.correct), static_cast<long long>(test.total));
   if (const fw::DistributedStats& stats = opt.stats(); stats.communication_window_seconds > 0) {
@@ -315,14 +352,70 @@ int train(const TrainArgs& args) {
         stats.exposed_wait_seconds, stats.communication_window_seconds, buckets,
         buckets == 1 ? "" : "s");
   }
-  int exit_code = 0;
   if (args.min_accuracy >= 0 && test.accuracy() < args.min_accuracy) {
     // Every rank holds the same global counts, so every rank fails alike.
     fw::RankLogger({.out = stderr})
         .printf("train_fashion_mnist: test accuracy %.4f is below --min-accuracy %.4f",
                 test.accuracy(), args.min_accuracy);
-    exit_code = 1;
+    return 1;
   }
+  return 0;
+}
+
+int train(const TrainArgs& args) {
+  start_kolo(args);
+  const int rank = kolo::rank(), world = kolo::size();
+  const kolo::Device device = choose_device(args);
+  const FashionMnist data(args);
+
+  // Every replica starts from rank 0's initial weights.
+  auto model = kolo::example::make_model(args.model, args.seed, device);
+  const kolo::example::NamedParameters params = model->named_parameters();
+  fw::broadcast_parameters(params);
+
+  // The global batch grows with the number of ranks, and the learning rate with it.
+  const double lr = fw::scale_lr(args.lr, world, to_fw(args.scaling));
+  fw::SGD sgd(model->parameters(), {.lr = lr, .momentum = args.momentum});
+  fw::DistributedOptions distributed;
+  if (args.bucket_bytes) distributed.bucket_bytes = *args.bucket_bytes;
+  fw::DistributedOptimizer opt(sgd, params, distributed);
+
+  // Each rank trains on its own shard of every epoch, padded so that every rank takes the same
+  // number of steps (each step's allreduces need every rank).
+  auto sampler = std::make_unique<fw::DistributedSampler>(
+      data.train_n, rank, world, args.seed, /*shuffle=*/true, fw::DistributedSampler::Tail::kPad);
+  const int64_t shard = sampler->shard_size();
+  fw::DataLoader train_loader(data.train, {.batch_size = args.batch_size}, std::move(sampler));
+  fw::DataLoader test_loader = make_test_loader(data);
+  const LrPlan plan(args, lr, (shard + args.batch_size - 1) / args.batch_size);
+
+  EpochCheckpoint checkpoint(args.checkpoint, params, sgd);
+  const int first_epoch = checkpoint.start(args.resume, fw::RankLogger());
+  print_setup(args, *model, device, data, lr, plan);
+
+  TestResult test;
+  for (int epoch = first_epoch; epoch < args.epochs; ++epoch) {
+    EpochMeter meter(epoch, args.epochs, shard);
+    train_loader.start_epoch(epoch);
+    while (auto batch = train_loader.next()) {
+      sgd.set_lr(plan.lr(epoch, meter.steps()));
+      opt.zero_grad();
+      opt.set_local_batch_size(batch->x.size(0));  // exact averaging when batches differ
+      const fw::Tensor logits = model->forward(batch->x.to(device));
+      const fw::Tensor loss = fw::cross_entropy(logits, batch->y.to(device));
+      loss.backward();  // each gradient's allreduce starts as soon as it is final
+      opt.step();       // waits for them, then updates
+      meter.add(loss, logits, batch->y);
+    }
+    const EpochTotals totals = meter.finish();
+    test = evaluate(*model, test_loader, device);
+    checkpoint.save(epoch + 1);
+    print_epoch(meter.label(), totals, test);
+  }
+  // Resuming a run that had finished every epoch: only the test.
+  if (first_epoch >= args.epochs) test = evaluate(*model, test_loader, device);
+
+  const int exit_code = report_result(args, test, opt);
   if (!args.timeline.empty()) throw_if_error(kolo::stop_timeline());
   throw_if_error(kolo::shutdown());
   return exit_code;

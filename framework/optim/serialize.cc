@@ -146,10 +146,8 @@ std::vector<uint8_t> read_file(const std::string& path) {
 
 std::string prefixed(const std::string& prefix, const std::string& name) { return prefix + name; }
 
-}  // namespace
-
-void save_tensors(const std::string& path, const NamedTensors& entries) {
-  // Validate everything first so that bad input never creates a file.
+// What save_tensors refuses, checked before any file is created.
+void check_entries(const NamedTensors& entries) {
   std::set<std::string> names;
   for (size_t i = 0; i < entries.size(); ++i) {
     const auto& [name, t] = entries[i];
@@ -169,16 +167,36 @@ void save_tensors(const std::string& path, const NamedTensors& entries) {
                                              std::to_string(kMaxDims) + " are supported");
     }
   }
-
   if (entries.size() > UINT32_MAX) {
     fail(StatusCode::kInvalidArgument,
          "save_tensors: at most 2^32 - 1 entries fit the format, got " +
              std::to_string(entries.size()));
   }
+}
 
-  static std::atomic<uint64_t> counter{0};
-  const std::string tmp =
-      path + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+// The whole file in the format of serialize.h, trailer included.
+void write_entries(Writer& w, const NamedTensors& entries) {
+  w.put(kCheckpointMagic, sizeof(kCheckpointMagic));
+  w.put_value<uint32_t>(kCheckpointVersion);
+  w.put_value<uint32_t>(static_cast<uint32_t>(entries.size()));
+  for (const auto& [name, tensor] : entries) {
+    w.put_value<uint32_t>(static_cast<uint32_t>(name.size()));
+    w.put(name.data(), name.size());
+    w.put_value<uint8_t>(static_cast<uint8_t>(tensor.dtype()));
+    w.put_value<uint8_t>(static_cast<uint8_t>(tensor.dim()));
+    for (int64_t d : tensor.shape()) w.put_value<int64_t>(d);
+    const Tensor host = tensor.device().is_cpu() ? tensor : tensor.to(Device::cpu());
+    w.put_value<uint64_t>(host.nbytes());
+    w.put(host.raw_data(), host.nbytes());
+  }
+  const auto crc = static_cast<uint32_t>(w.crc());
+  w.put_value<uint32_t>(crc);
+  w.flush();
+}
+
+// Creates `tmp` (which must not exist) holding the entries, on disk when this returns; on any
+// failure removes it and throws.
+void write_new_file(const std::string& tmp, const NamedTensors& entries) {
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) {
     fail(StatusCode::kIoError,
@@ -187,22 +205,7 @@ void save_tensors(const std::string& path, const NamedTensors& entries) {
   bool fd_open = true;
   try {
     Writer w(fd, tmp);
-    w.put(kCheckpointMagic, sizeof(kCheckpointMagic));
-    w.put_value<uint32_t>(kCheckpointVersion);
-    w.put_value<uint32_t>(static_cast<uint32_t>(entries.size()));
-    for (const auto& [name, tensor] : entries) {
-      w.put_value<uint32_t>(static_cast<uint32_t>(name.size()));
-      w.put(name.data(), name.size());
-      w.put_value<uint8_t>(static_cast<uint8_t>(tensor.dtype()));
-      w.put_value<uint8_t>(static_cast<uint8_t>(tensor.dim()));
-      for (int64_t d : tensor.shape()) w.put_value<int64_t>(d);
-      const Tensor host = tensor.device().is_cpu() ? tensor : tensor.to(Device::cpu());
-      w.put_value<uint64_t>(host.nbytes());
-      w.put(host.raw_data(), host.nbytes());
-    }
-    const auto crc = static_cast<uint32_t>(w.crc());
-    w.put_value<uint32_t>(crc);
-    w.flush();
+    write_entries(w, entries);
     if (::fsync(fd) != 0) {
       fail(StatusCode::kIoError, "save_tensors: fsync of '" + tmp + "' failed: " + errno_text());
     }
@@ -216,6 +219,10 @@ void save_tensors(const std::string& path, const NamedTensors& entries) {
     ::unlink(tmp.c_str());
     throw;
   }
+}
+
+// Renames the complete `tmp` over `path`: a reader sees the old file or the new one.
+void replace_file(const std::string& tmp, const std::string& path) {
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const std::string err = errno_text();
     ::unlink(tmp.c_str());
@@ -231,9 +238,9 @@ void save_tensors(const std::string& path, const NamedTensors& entries) {
   }
 }
 
-NamedTensors load_tensors(const std::string& path) {
-  const std::vector<uint8_t> bytes = read_file(path);
-  const std::string file = "checkpoint '" + path + "'";
+// The 16-byte header up to the entry count: magic, then a version this build reads. Returns
+// the entry count.
+uint32_t read_header(const std::vector<uint8_t>& bytes, Reader& r, const std::string& file) {
   if (bytes.size() < sizeof(kCheckpointMagic) + 12) {
     fail(StatusCode::kInvalidArgument,
          file +
@@ -244,8 +251,6 @@ NamedTensors load_tensors(const std::string& path) {
     fail(StatusCode::kInvalidArgument,
          file + ": offset 0: expected magic \"KOLOCKPT\"; this is not a Kolo checkpoint");
   }
-  const size_t end = bytes.size() - 4;
-  Reader r(bytes, path, end);
   r.take(sizeof(kCheckpointMagic), "magic");
   const auto version = r.value<uint32_t>("format version");
   if (version != kCheckpointVersion) {
@@ -253,75 +258,89 @@ NamedTensors load_tensors(const std::string& path) {
                                        " is not supported; this build reads version " +
                                        std::to_string(kCheckpointVersion));
   }
-  const auto count = r.value<uint32_t>("entry count");
-  NamedTensors out;
-  std::set<std::string> names;
-  for (uint32_t e = 0; e < count; ++e) {
-    const std::string which = "entry " + std::to_string(e);
-    const size_t name_at = r.pos();
-    const auto len = r.value<uint32_t>("name length of " + which);
-    if (len == 0 || len > kMaxNameLength) {
-      r.bad(name_at,
-            "expected a name length in [1, 65535] for " + which + ", got " + std::to_string(len));
-    }
-    const auto* p = reinterpret_cast<const char*>(
-        r.take(len, std::to_string(len) + " bytes of name of " + which));
-    std::string name(p, len);
-    const std::string what = which + " '" + printable(name) + "'";
-    if (!names.insert(name).second) r.bad(name_at, "duplicate name in " + what);
-    const size_t dtype_at = r.pos();
-    const auto dtype_code = r.value<uint8_t>("dtype of " + what);
-    if (!is_valid_dtype(dtype_code)) {
-      r.bad(dtype_at, "expected a dtype code in [0, " + std::to_string(kNumDataTypes) + ") for " +
-                          what + ", got " + std::to_string(dtype_code));
-    }
-    const auto dtype = static_cast<DataType>(dtype_code);
-    const size_t ndim_at = r.pos();
-    const auto ndim = r.value<uint8_t>("number of dimensions of " + what);
-    if (ndim > kMaxDims) {
-      r.bad(ndim_at,
-            "expected at most 16 dimensions for " + what + ", got " + std::to_string(ndim));
-    }
-    Shape shape;
-    uint64_t numel = 1;
-    bool huge = false;
-    // Tensors count elements in int64_t, partial products included (a 0 later in the shape
-    // does not save an overflow earlier), so any shape whose nonzero sizes multiply past it is
-    // refused here, before a tensor is made of it.
-    int64_t nonzero_product = 1;
-    for (int d = 0; d < ndim; ++d) {
-      const size_t at = r.pos();
-      const auto dim = r.value<int64_t>("size of dimension " + std::to_string(d) + " of " + what);
-      if (dim < 0) r.bad(at, "negative size " + std::to_string(dim) + " in " + what);
-      if (dim > 0 && __builtin_mul_overflow(nonzero_product, dim, &nonzero_product))
-        r.bad(at, "the sizes of " + what + " multiply past 2^63 elements at dimension " +
-                      std::to_string(d));
-      shape.push_back(dim);
-      if (dim != 0 && numel > bytes.size() / static_cast<uint64_t>(dim)) huge = true;
-      numel = dim == 0 ? 0 : numel * static_cast<uint64_t>(dim);
-    }
-    if (numel == 0) huge = false;
-    const size_t nbytes_at = r.pos();
-    const auto nbytes = r.value<uint64_t>("payload size of " + what);
-    const uint64_t want = numel * dtype_size(dtype);
-    if (huge || nbytes != want) {
-      r.bad(nbytes_at, "payload size of " + what + " is " + std::to_string(nbytes) +
-                           " bytes, but shape " + shape_to_string(shape) + " of " +
-                           std::string(dtype_name(dtype)) + " needs " +
-                           (huge ? std::string("more than the file holds") : std::to_string(want)));
-    }
-    const uint8_t* payload =
-        r.take(nbytes, std::to_string(nbytes) + " bytes of payload for " + what);
-    Tensor t = Tensor::empty(shape, Device::cpu(), dtype);
-    if (nbytes > 0) std::memcpy(t.raw_data(), payload, nbytes);
-    out.emplace_back(std::move(name), std::move(t));
+  return r.value<uint32_t>("entry count");
+}
+
+// An entry's name, checked for length and against the names before it (`names`, which it joins).
+std::string read_name(Reader& r, const std::string& which, std::set<std::string>& names) {
+  const size_t name_at = r.pos();
+  const auto len = r.value<uint32_t>("name length of " + which);
+  if (len == 0 || len > kMaxNameLength) {
+    r.bad(name_at,
+          "expected a name length in [1, 65535] for " + which + ", got " + std::to_string(len));
   }
-  if (r.pos() != end) {
-    r.bad(r.pos(), "expected the 4-byte checksum after " + std::to_string(count) +
-                       " entries, found " + std::to_string(end - r.pos()) + " extra bytes");
+  const auto* p = reinterpret_cast<const char*>(
+      r.take(len, std::to_string(len) + " bytes of name of " + which));
+  std::string name(p, len);
+  if (!names.insert(name).second)
+    r.bad(name_at, "duplicate name in " + which + " '" + printable(name) + "'");
+  return name;
+}
+
+struct EntryShape {
+  Shape shape;
+  uint64_t numel = 1;
+  bool huge = false;  // more elements than the file has bytes
+};
+
+// The number of dimensions and their sizes of entry `what` in a file of `file_size` bytes.
+EntryShape read_shape(Reader& r, const std::string& what, size_t file_size) {
+  const size_t ndim_at = r.pos();
+  const auto ndim = r.value<uint8_t>("number of dimensions of " + what);
+  if (ndim > kMaxDims) {
+    r.bad(ndim_at, "expected at most 16 dimensions for " + what + ", got " + std::to_string(ndim));
   }
-  // Checked after the structure so that a truncated file is reported with the offset where
-  // data is missing; the checksum then catches damage inside names and payloads.
+  EntryShape s;
+  // Tensors count elements in int64_t, partial products included (a 0 later in the shape
+  // does not save an overflow earlier), so any shape whose nonzero sizes multiply past it is
+  // refused here, before a tensor is made of it.
+  int64_t nonzero_product = 1;
+  for (int d = 0; d < ndim; ++d) {
+    const size_t at = r.pos();
+    const auto dim = r.value<int64_t>("size of dimension " + std::to_string(d) + " of " + what);
+    if (dim < 0) r.bad(at, "negative size " + std::to_string(dim) + " in " + what);
+    if (dim > 0 && __builtin_mul_overflow(nonzero_product, dim, &nonzero_product))
+      r.bad(at, "the sizes of " + what + " multiply past 2^63 elements at dimension " +
+                    std::to_string(d));
+    s.shape.push_back(dim);
+    if (dim != 0 && s.numel > file_size / static_cast<uint64_t>(dim)) s.huge = true;
+    s.numel = dim == 0 ? 0 : s.numel * static_cast<uint64_t>(dim);
+  }
+  if (s.numel == 0) s.huge = false;
+  return s;
+}
+
+// Entry number `e`: name, dtype, shape and payload, each checked where it is read.
+std::pair<std::string, Tensor> read_entry(Reader& r, uint32_t e, std::set<std::string>& names,
+                                          size_t file_size) {
+  const std::string which = "entry " + std::to_string(e);
+  std::string name = read_name(r, which, names);
+  const std::string what = which + " '" + printable(name) + "'";
+  const size_t dtype_at = r.pos();
+  const auto dtype_code = r.value<uint8_t>("dtype of " + what);
+  if (!is_valid_dtype(dtype_code)) {
+    r.bad(dtype_at, "expected a dtype code in [0, " + std::to_string(kNumDataTypes) + ") for " +
+                        what + ", got " + std::to_string(dtype_code));
+  }
+  const auto dtype = static_cast<DataType>(dtype_code);
+  const EntryShape s = read_shape(r, what, file_size);
+  const size_t nbytes_at = r.pos();
+  const auto nbytes = r.value<uint64_t>("payload size of " + what);
+  const uint64_t want = s.numel * dtype_size(dtype);
+  if (s.huge || nbytes != want) {
+    r.bad(nbytes_at, "payload size of " + what + " is " + std::to_string(nbytes) +
+                         " bytes, but shape " + shape_to_string(s.shape) + " of " +
+                         std::string(dtype_name(dtype)) + " needs " +
+                         (s.huge ? std::string("more than the file holds") : std::to_string(want)));
+  }
+  const uint8_t* payload = r.take(nbytes, std::to_string(nbytes) + " bytes of payload for " + what);
+  Tensor t = Tensor::empty(s.shape, Device::cpu(), dtype);
+  if (nbytes > 0) std::memcpy(t.raw_data(), payload, nbytes);
+  return {std::move(name), std::move(t)};
+}
+
+// The trailer against the CRC-32 of every byte before it (which starts at `end`).
+void check_checksum(const std::vector<uint8_t>& bytes, size_t end, const std::string& file) {
   uint32_t stored;
   std::memcpy(&stored, bytes.data() + end, 4);
   const auto computed = static_cast<uint32_t>(crc32_z(crc32_z(0, nullptr, 0), bytes.data(), end));
@@ -331,6 +350,35 @@ NamedTensors load_tensors(const std::string& path) {
     fail(StatusCode::kIoError,
          file + ": checksum mismatch (" + buf + "): the file is truncated or corrupt");
   }
+}
+
+}  // namespace
+
+void save_tensors(const std::string& path, const NamedTensors& entries) {
+  check_entries(entries);  // bad input never creates a file
+  static std::atomic<uint64_t> counter{0};
+  const std::string tmp =
+      path + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+  write_new_file(tmp, entries);
+  replace_file(tmp, path);
+}
+
+NamedTensors load_tensors(const std::string& path) {
+  const std::vector<uint8_t> bytes = read_file(path);
+  const std::string file = "checkpoint '" + path + "'";
+  const size_t end = bytes.size() >= 4 ? bytes.size() - 4 : 0;  // the trailer starts here
+  Reader r(bytes, path, end);
+  const uint32_t count = read_header(bytes, r, file);
+  NamedTensors out;
+  std::set<std::string> names;
+  for (uint32_t e = 0; e < count; ++e) out.push_back(read_entry(r, e, names, bytes.size()));
+  if (r.pos() != end) {
+    r.bad(r.pos(), "expected the 4-byte checksum after " + std::to_string(count) +
+                       " entries, found " + std::to_string(end - r.pos()) + " extra bytes");
+  }
+  // Checked after the structure so that a truncated file is reported with the offset where
+  // data is missing; the checksum then catches damage inside names and payloads.
+  check_checksum(bytes, end, file);
   return out;
 }
 

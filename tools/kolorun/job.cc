@@ -80,7 +80,8 @@ Status gather_nodes(Store& store, const LaunchOptions& o) {
     if (*theirs != shape)
       return Status::Mismatch("node " + std::to_string(o.node_rank) + " was started with " + shape +
                               " but node 0 with " + *theirs +
-                              ": every node needs the same --nnodes and -np");
+                              ": every node needs the same --nnodes and -np (per node; or the "
+                              "same --np-total)");
   }
   std::string me = std::to_string(o.node_rank);
   KOLO_ASSIGN_OR_RETURN(int64_t claims, store.add("kolorun/node/" + me + "/claims", 1));
@@ -116,6 +117,11 @@ Result<Job> setup_job(const LaunchOptions& o, const KnobSet& knobs) {
       job.watch = std::make_unique<FailureWatch>(*job.store, o.node_rank);
     }
   }
+  if (!job.store) {
+    KOLO_ASSIGN_OR_RETURN(job.store,
+                          TcpStore::connect(addr, secret, kStoreLossBound, kStoreLossBound));
+  }
+  job.exits = std::make_unique<ExitNotices>(*job.store);
 
   std::map<std::string, std::string> base;
   for (char** e = environ; *e; ++e) {
@@ -156,7 +162,7 @@ Result<Job> setup_job(const LaunchOptions& o, const KnobSet& knobs) {
 Status finish_job(Job& job, const LaunchOptions& o, bool failed) {
   const bool store_lost = job.watch && job.watch->store_lost();
   job.watch.reset();
-  if (!job.store) return Status::Ok();
+  if (o.nnodes == 1) return Status::Ok();
   if (o.node_rank != 0) {
     // Only node 0's store matters to the others: say we are done and leave. A lost store just
     // means node 0 has already gone.

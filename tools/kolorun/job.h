@@ -8,6 +8,7 @@
 
 #include "kolo/status.h"
 #include "rendezvous/tcp_store.h"
+#include "tools/kolorun/exit_notices.h"
 #include "tools/kolorun/failure_watch.h"
 #include "tools/kolorun/options.h"
 #include "tools/kolorun/supervisor.h"
@@ -16,7 +17,8 @@ namespace kolo::kolorun {
 
 struct Job {
   std::unique_ptr<TcpStoreServer> server;  // on node 0 (or a single node): keep it alive
-  std::unique_ptr<TcpStore> store;         // multi-node: kolorun's own client
+  std::unique_ptr<TcpStore> store;         // kolorun's own client, with short bounds
+  std::unique_ptr<ExitNotices> exits;      // how each rank of this node ended, for its peers
   std::vector<RankSpec> ranks;             // this node's processes
   std::unique_ptr<FailureWatch> watch;     // multi-node: failures between nodes
 };
@@ -25,7 +27,8 @@ struct Job {
 // Otherwise node 0 serves at --rdzv and every node connects there, checks that all nodes were
 // started with the same --nnodes and -np, and waits (--timeout) until every node rank has
 // arrived (--timeout); the Timeout error names the node ranks that never did. Multi-node jobs
-// also get a FailureWatch, so a failure on any node stops the ranks on every node.
+// also get a FailureWatch, so a failure on any node stops the ranks on every node. Every job
+// gets ExitNotices (Note [Departures] in coordinator/departures.h).
 // Secret: --secret-file (refused unless private to its owner: mode 600 or stricter), else
 // --secret (with a warning: it shows in the process list), else KOLO_SECRET (from `knobs`),
 // else (one node only) random 128-bit hex.

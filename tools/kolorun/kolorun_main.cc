@@ -6,6 +6,7 @@
 
 #include "tools/kolorun/job.h"
 #include "tools/kolorun/options.h"
+#include "tools/kolorun/print_config.h"
 #include "tools/kolorun/supervisor.h"
 
 int main(int argc, char** argv) {
@@ -39,7 +40,7 @@ int main(int argc, char** argv) {
   }
   for (const std::string& w : knobs->warnings()) std::cerr << "kolorun: warning: " << w << "\n";
   if (options->print_config == PrintConfig::kValues) {
-    std::cout << knobs->describe();
+    std::cout << print_config(*options, *knobs);
     return 0;
   }
   if (kolo::Status s = check_node_capacity(options->np, options->tag_output); !s.ok()) {
@@ -51,7 +52,11 @@ int main(int argc, char** argv) {
     std::cerr << "kolorun: " << job.status().message() << "\n";
     return 1;
   }
-  SuperviseOptions supervise_options{options->tag_output, options->grace, nullptr, -1};
+  SuperviseOptions supervise_options{options->tag_output, options->grace, nullptr, -1, nullptr};
+  ExitNotices* exits = job->exits.get();
+  supervise_options.on_exit = [exits](int rank, const std::string& how) {
+    exits->publish(rank, how);
+  };
   if (job->watch) {
     FailureWatch* watch = job->watch.get();
     supervise_options.on_failure = [watch](const std::string& what) { watch->publish(what); };

@@ -41,6 +41,7 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 const std::string kKolorun = KOLORUN_PATH;
 const std::string kChild = KOLORUN_TEST_CHILD_PATH;
+const std::string kKoloChild = KOLORUN_KOLO_CHILD_PATH;
 
 // A process whose stdout and stderr are captured. finish() kills it if it outlives the bound,
 // so a broken kolorun fails the test instead of hanging it.
@@ -259,7 +260,8 @@ TEST(KolorunOptions, ParsesEveryFlag) {
 }
 
 TEST(KolorunOptions, RejectsBadFlagsNamingFlagValueAndForm) {
-  EXPECT_EQ(parse_error({"prog"}), "-np N is required: the number of processes on this node");
+  EXPECT_EQ(parse_error({"prog"}),
+            "-np N (the processes on this node) or --np-total N (in the whole job) is required");
   EXPECT_EQ(parse_error({"-np", "0", "prog"}), "-np 0 is invalid: expected an integer >= 1");
   EXPECT_EQ(parse_error({"-np", "x", "prog"}), "-np x is invalid: expected an integer >= 1");
   EXPECT_EQ(parse_error({"-np", "2"}), "no command given: kolorun [options] -np N cmd args...");
@@ -308,6 +310,35 @@ TEST(KolorunOptions, EveryUserKnobIsAFlagAndBoolFlagsNeedNoValue) {
   EXPECT_EQ(o->command, (std::vector<std::string>{"prog", "--tcp-unix"}));
   EXPECT_EQ(parse_error({"-np", "1", "--rank", "3", "prog"}),
             "unknown option --rank (kolorun --help lists the options)");
+}
+
+// Issue 33 item 5: -np is per node (a Horovod user reads it as the job's total); --np-total
+// gives the total, split evenly over the nodes.
+TEST(KolorunOptions, NpCountsOneNodeAndNpTotalTheJob) {
+  auto o = parse_options({"--np-total", "8", "--nnodes", "2", "--rdzv", "h:1", "prog"});
+  ASSERT_TRUE(o.ok()) << o.status().to_string();
+  EXPECT_EQ(o->np, 4);
+  EXPECT_EQ(o->np_total, 8);
+  EXPECT_EQ(parse_options({"--np-total=3", "prog"})->np, 3);
+  EXPECT_EQ(parse_options({"-np", "8", "--nnodes", "2", "--rdzv", "h:1", "prog"})->np, 8);
+  EXPECT_EQ(parse_error({"--np-total", "6", "--nnodes", "4", "--rdzv", "h:1", "prog"}),
+            "--np-total 6 does not divide evenly over --nnodes 4: give a multiple of 4, or -np N, "
+            "the processes of each node");
+  EXPECT_EQ(parse_error({"-np", "2", "--np-total", "4", "prog"}),
+            "-np 2 and --np-total 4 are both given: -np counts the processes of one node, "
+            "--np-total those of the whole job; give one");
+  EXPECT_EQ(parse_error({"--np-total", "0", "prog"}),
+            "--np-total 0 is invalid: expected an integer >= 1");
+  // --help says so wherever --nnodes appears.
+  const std::string help = usage();
+  EXPECT_NE(help.find("processes on this node, not in the job: with --nnodes M the job has\n"
+                      "                         M*N ranks"),
+            std::string::npos)
+      << help;
+  EXPECT_NE(help.find("--nnodes M             nodes in the job (default 1); run one kolorun per "
+                      "node, each with the\n                         same -np N (per node)"),
+            std::string::npos)
+      << help;
 }
 
 TEST(KolorunOptions, PrintConfigNeedsNoCommand) {
@@ -478,7 +509,7 @@ TEST(Kolorun, AFailingRankStopsTheOthersAndIsNamed) {
 }
 
 // Rank 1 exits 3, and kolorun is interrupted within the 250 ms that it holds such a failure
-// (Note [Which failure kolorun reports]): the interruption was reported first, so kolorun exits
+// (Note [Which rank kolorun names]): the interruption was reported first, so kolorun exits
 // 128 + SIGINT and reports nothing more. It used to report the held failure too ("stopping the
 // other ranks" a second time; on several nodes, on_failure twice) and exit with status 3.
 TEST(Kolorun, AnInterruptionWhileAFailureIsHeldIsTheOnlyReport) {
@@ -496,6 +527,101 @@ TEST(Kolorun, AnInterruptionWhileAFailureIsHeldIsTheOnlyReport) {
       << p.err();
   EXPECT_EQ(p.err().find("exited with status 3"), std::string::npos) << p.err();
   EXPECT_EQ(p.err().find("stopping the other ranks"), std::string::npos) << p.err();
+}
+
+// Rank 0 interrupts kolorun once rank 1 is ready; rank 1 exits 3 when the SIGINT that kolorun
+// forwards reaches it. The interruption was the job's first report, so kolorun exits
+// 128 + SIGINT and reports nothing more (no "stopping the other ranks"; on several nodes, no
+// second on_failure).
+TEST(Kolorun, AFailureAfterAnInterruptionIsNotReported) {
+  TempDir ready;
+  std::string script = "if [ \"$KOLO_RANK\" = 1 ]; then trap 'exit 3' INT; touch " + ready.path +
+                       "/1; while true; do sleep 0.01; done; fi; " + wait_ready(ready.path, {1}) +
+                       "kill -INT $PPID; exec " + kChild + " sleep";
+  Proc p({kKolorun, "-np", "2", "sh", "-c", script});
+  EXPECT_EQ(exit_code(p.finish(20s)), 128 + SIGINT) << p.err();
+  EXPECT_NE(p.err().find("kolorun: got SIGINT; forwarding it to 2 rank(s)"), std::string::npos)
+      << p.err();
+  EXPECT_EQ(p.err().find("exited with status 3"), std::string::npos) << p.err();
+  EXPECT_EQ(p.err().find("stopping the other ranks"), std::string::npos) << p.err();
+}
+
+// Note [Which rank kolorun names], over the order of ends alone.
+TEST(KolorunBlame, TheFirstScanWinsAndWithinOneASignalThenAnErrorThenZero) {
+  const int sigabrt = SIGABRT, sigkill = SIGKILL;  // waitpid statuses of signal deaths
+  const int error = W_EXITCODE(1, 0), zero = W_EXITCODE(0, 0);
+  // An exit found by an earlier scan is first, whatever either was.
+  EXPECT_TRUE(ended_first({1, error, 3}, {0, sigabrt, 4}));
+  EXPECT_FALSE(ended_first({0, sigabrt, 4}, {1, error, 3}));
+  EXPECT_TRUE(ended_first({2, zero, 1}, {0, sigkill, 2}));
+  // Within one scan: a signal, then an error, then 0, then the lower rank.
+  EXPECT_TRUE(ended_first({2, sigkill, 5}, {0, error, 5}));
+  EXPECT_TRUE(ended_first({2, error, 5}, {0, zero, 5}));
+  EXPECT_TRUE(ended_first({0, error, 5}, {1, W_EXITCODE(7, 0), 5}));
+  EXPECT_FALSE(ended_first({1, error, 5}, {1, error, 5}));  // irreflexive
+  EXPECT_EQ(exit_text(error), "exited with status 1");
+  EXPECT_EQ(exit_text(sigkill), "was killed by signal 9 (SIGKILL)");
+}
+
+// Issue 33: rank 1 returns 1 from main right after kolo::init(), without kolo::shutdown(),
+// while ranks 0 and 2 wait in an allreduce; they throw the error (uncaught: SIGABRT). kolorun
+// used to name a survivor's SIGABRT (4 of 4 runs) and exit 134, and the survivors said rank 1
+// "called shutdown()". Now the survivors fail only once kolorun has recorded rank 1's end (Note
+// [Departures] in coordinator/departures.h), so rank 1 is named and its status returned, every
+// run, and they say what happened to it.
+TEST(Kolorun, ARankThatLeavesEarlyIsNamedAndTheSurvivorsSayItLeft) {
+  const std::string said =
+      "what():  Aborted: kolo was shut down: rank 1 exited with status 1 before finishing, "
+      "without calling kolo::shutdown() (it returned from main or called exit); pending "
+      "operations were cancelled\n";
+  for (int run = 0; run < 3; ++run) {
+    Proc p({kKolorun, "--grace", "20s", "-np", "3", kKoloChild, "leave", "1", "1"});
+    EXPECT_EQ(exit_code(p.finish(60s)), 1) << "run " << run << "\n" << p.err();
+    EXPECT_TRUE(std::regex_search(
+        p.err(), std::regex(R"(kolorun: rank 1 \(pid \d+\) exited with status 1\n)")))
+        << p.err();
+    EXPECT_EQ(p.err().find("SIGABRT"), std::string::npos) << p.err();
+    EXPECT_EQ(p.err().find("called shutdown()"), std::string::npos) << p.err();
+    for (const char* survivor : {"[0]   ", "[2]   "})
+      EXPECT_NE(p.err().find(survivor + said), std::string::npos) << survivor << "\n" << p.err();
+  }
+}
+
+// Rank 1 exits 3; rank 0, which ignores SIGTERM, kills itself with SIGKILL once rank 1 has been
+// reaped. The error came first, and is named: kolorun used to hold an error exit for 250 ms and
+// name a signal death within that time instead.
+TEST(Kolorun, AnErrorExitIsNamedBeforeASignalDeathThatFollowsIt) {
+  TempDir dir;
+  const std::string pid_file = dir.path + "/pid1";
+  std::string script = "if [ \"$KOLO_RANK\" = 1 ]; then echo $$ > " + pid_file + ".tmp; mv " +
+                       pid_file + ".tmp " + pid_file + "; exit 3; fi; trap '' TERM; " +
+                       "while [ ! -e " + pid_file + " ]; do sleep 0.01; done; " +
+                       "while kill -0 $(cat " + pid_file + ") 2>/dev/null; do sleep 0.01; done; " +
+                       "kill -9 $$";
+  Proc p({kKolorun, "-np", "2", "sh", "-c", script});
+  EXPECT_EQ(exit_code(p.finish(20s)), 3) << p.err();
+  EXPECT_TRUE(std::regex_search(
+      p.err(), std::regex(R"(^kolorun: rank 1 \(pid \d+\) exited with status 3\n)")))
+      << p.err();
+  EXPECT_EQ(p.err().find("killed by signal"), std::string::npos) << p.err();
+}
+
+// Rank 0 exits 0 at once; rank 1 exits 5 once rank 0 has been reaped. Rank 0 left first, while
+// rank 1 still ran: kolorun names it first, then the failure, and returns the failure's status.
+TEST(Kolorun, ARankThatExitedZeroWhileOthersRanIsNamedBeforeTheFailure) {
+  TempDir dir;
+  const std::string pid_file = dir.path + "/pid0";
+  std::string script = "if [ \"$KOLO_RANK\" = 0 ]; then echo $$ > " + pid_file + ".tmp; mv " +
+                       pid_file + ".tmp " + pid_file + "; exit 0; fi; " + "while [ ! -e " +
+                       pid_file + " ]; do sleep 0.01; done; " + "while kill -0 $(cat " + pid_file +
+                       ") 2>/dev/null; do sleep 0.01; done; exit 5";
+  Proc p({kKolorun, "-np", "2", "sh", "-c", script});
+  EXPECT_EQ(exit_code(p.finish(20s)), 5) << p.err();
+  EXPECT_TRUE(std::regex_search(
+      p.err(), std::regex(R"(^kolorun: rank 0 \(pid \d+\) exited with status 0 while the other )"
+                          R"(ranks still ran, the first rank to leave; then rank 1 \(pid \d+\) )"
+                          R"(exited with status 5\n$)")))
+      << p.err();
 }
 
 TEST(Kolorun, ARankKilledByASignalIsNamedWithTheSignal) {
@@ -716,6 +842,23 @@ TEST(Kolorun, ABadKnobValueStartsNothing) {
             0u);
 }
 
+// --print-config's text without its KOLO_CPU_OPERATIONS and KOLO_GPU_OPERATIONS lines.
+std::string without_backend_lines(const std::string& text) {
+  std::istringstream in(text);
+  std::string out;
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("KOLO_CPU_OPERATIONS ", 0) != 0 && line.rfind("KOLO_GPU_OPERATIONS ", 0) != 0)
+      out += line + "\n";
+  return out;
+}
+
+// The line of `knob` in `text`, without its newline; empty when there is none.
+std::string line_of(const std::string& text, const std::string& knob) {
+  size_t at = text.find("\n" + knob + " ");
+  if (at == std::string::npos) return "";
+  return text.substr(at + 1, text.find('\n', at + 1) - at - 1);
+}
+
 TEST(Kolorun, PrintConfigShowsEachValueAndItsSourceAndStartsNothing) {
   ScopedEnv env({{"KOLO_FUSION_THRESHOLD", "8MiB"}, {"KOLO_CYCLETIME", "1ms"}});
   Proc p({kKolorun, "--print-config", "--cycle-time", "3ms"});
@@ -723,7 +866,13 @@ TEST(Kolorun, PrintConfigShowsEachValueAndItsSourceAndStartsNothing) {
   Result<KnobSet> expected =
       KnobSet::read({{"KOLO_FUSION_THRESHOLD", "8MiB"}}, {{"KOLO_CYCLE_TIME", "3ms"}});
   ASSERT_TRUE(expected.ok());
-  EXPECT_EQ(p.out(), expected->describe());
+  // describe()'s lines, but the backends' (PrintConfigShowsTheBackendThisJobWillUseAndWhy).
+  EXPECT_EQ(without_backend_lines(p.out()), without_backend_lines(expected->describe()));
+  EXPECT_NE(p.out().find("KOLO_CPU_OPERATIONS       (per job)     default: shm when every rank is "
+                         "on one host, else tcp (mpi under mpirun); kolorun --print-config -np N "
+                         "shows this job's\n"),
+            std::string::npos)
+      << p.out();
   EXPECT_NE(p.out().find("KOLO_FUSION_THRESHOLD     8MiB          environment\n"),
             std::string::npos)
       << p.out();
@@ -737,6 +886,49 @@ TEST(Kolorun, PrintConfigShowsEachValueAndItsSourceAndStartsNothing) {
   Proc md({kKolorun, "--print-config=markdown"});
   ASSERT_EQ(exit_code(md.finish()), 0) << md.err();
   EXPECT_EQ(md.out(), knobs_markdown());
+}
+
+// Issue 33 item 4: one answer to "which backend will run". With the job's shape, --print-config
+// shows the backend init() will choose on this host (backends/registry.h) and why; a set knob
+// shows where it was set.
+TEST(Kolorun, PrintConfigShowsTheBackendThisJobWillUseAndWhy) {
+  auto print = [](std::vector<std::string> flags) {
+    std::vector<std::string> args = {kKolorun, "--print-config"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    Proc p(args);
+    EXPECT_EQ(exit_code(p.finish()), 0) << p.err();
+    return p.out();
+  };
+  const std::string one_host = print({"-np", "2"});
+  EXPECT_EQ(line_of(one_host, "KOLO_CPU_OPERATIONS"),
+            "KOLO_CPU_OPERATIONS       shm           default for this job: its 2 ranks share one "
+            "host");
+  // CUDA tensors: nccl when each rank has a GPU of its own, else staged to the CPU backend.
+  const std::string gpu = line_of(one_host, "KOLO_GPU_OPERATIONS");
+  EXPECT_TRUE(std::regex_match(
+      gpu,
+      std::regex(R"(KOLO_GPU_OPERATIONS       (nccl          default for this job: \d+ GPU\(s\) )"
+                 R"(visible here for 2 rank\(s\) on this host.*|\(none\)        default.*; )"
+                 R"(CUDA tensors go through host memory to shm))")))
+      << gpu;
+  const std::string two_hosts =
+      "KOLO_CPU_OPERATIONS       tcp           default for this job: its ranks are on 2 hosts, 2 "
+      "on each";
+  EXPECT_EQ(line_of(print({"-np", "2", "--nnodes", "2"}), "KOLO_CPU_OPERATIONS"), two_hosts);
+  EXPECT_EQ(line_of(print({"--np-total", "4", "--nnodes", "2"}), "KOLO_CPU_OPERATIONS"), two_hosts);
+  EXPECT_EQ(line_of(print({"-np", "2", "--cpu-operations", "tcp"}), "KOLO_CPU_OPERATIONS"),
+            "KOLO_CPU_OPERATIONS       tcp           flag --cpu-operations");
+  {
+    ScopedEnv env({{"KOLO_CPU_OPERATIONS", "tcp"}});
+    const std::string set = print({"-np", "2"});
+    EXPECT_EQ(line_of(set, "KOLO_CPU_OPERATIONS"),
+              "KOLO_CPU_OPERATIONS       tcp           environment");
+    EXPECT_TRUE(line_of(set, "KOLO_GPU_OPERATIONS").ends_with("to tcp") ||
+                line_of(set, "KOLO_GPU_OPERATIONS").find(" nccl ") != std::string::npos)
+        << set;
+  }
+  EXPECT_EQ(line_of(print({"-np", "2", "-x", "KOLO_GPU_OPERATIONS=tcp"}), "KOLO_GPU_OPERATIONS"),
+            "KOLO_GPU_OPERATIONS       tcp           environment");
 }
 
 TEST(Kolorun, AMissingCommandIsReported) {
@@ -775,6 +967,43 @@ TEST(Kolorun, TwoNodesOnLocalhostFormOneWorld) {
     EXPECT_EQ(e["KOLO_STORE_ADDR"], rdzv);
     EXPECT_EQ(e["KOLO_SECRET"], "0123456789abcdef");
   }
+}
+
+// --np-total 4 on each of two nodes: two ranks each, four in all.
+TEST(Kolorun, NpTotalSplitsTheJobOverItsNodes) {
+  SecretFile secret("0123456789abcdef");
+  std::string rdzv = "127.0.0.1:" + std::to_string(free_port());
+  auto node = [&](int k) {
+    return std::vector<std::string>{kKolorun,
+                                    "--nnodes",
+                                    "2",
+                                    "--node-rank",
+                                    std::to_string(k),
+                                    "--rdzv",
+                                    rdzv,
+                                    "--secret-file",
+                                    secret.path,
+                                    "--np-total",
+                                    "4",
+                                    "--timeout",
+                                    "20s",
+                                    kChild,
+                                    "env"};
+  };
+  Proc n0(node(0)), n1(node(1));
+  ASSERT_EQ(exit_code(n1.finish()), 0) << n1.err();
+  ASSERT_EQ(exit_code(n0.finish()), 0) << n0.err();
+  auto e0 = parse_env_lines(n0.out()), e1 = parse_env_lines(n1.out());
+  ASSERT_EQ(e0.size(), 2u) << n0.out();
+  ASSERT_EQ(e1.size(), 2u) << n1.out();
+  for (int r = 0; r < 4; ++r) {
+    auto& e = r < 2 ? e0[r] : e1[r];
+    EXPECT_EQ(e["KOLO_SIZE"], "4");
+    EXPECT_EQ(e["KOLO_LOCAL_SIZE"], "2");
+  }
+  Proc one({kKolorun, "--np-total", "3", kChild, "env"});
+  ASSERT_EQ(exit_code(one.finish()), 0) << one.err();
+  EXPECT_EQ(parse_env_lines(one.out()).size(), 3u) << one.out();
 }
 
 TEST(Kolorun, TwoNodesRanksMeetThroughNodeZerosStore) {

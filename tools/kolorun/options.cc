@@ -62,148 +62,213 @@ const Knob* knob_of_flag(const std::string& arg) {
   return nullptr;
 }
 
-}  // namespace
+// Reads argv[1..] flag by flag: each parse_*_flag takes the flag at the cursor when it is one
+// of its topic's and returns whether it did.
+class OptionParser {
+ public:
+  explicit OptionParser(const std::vector<std::string>& args) : args_(args) {}
+  Result<LaunchOptions> parse();
 
-Result<LaunchOptions> parse_options(const std::vector<std::string>& args) {
-  LaunchOptions o;
-  bool have_np = false;
-  size_t i = 0;
-  // Accepts "--flag value" and "--flag=value".
-  auto take = [&](const std::string& arg, const std::string& flag,
-                  std::string& value) -> Result<bool> {
-    if (arg == flag) {
-      if (i + 1 >= args.size())
-        return Status::InvalidArgument(flag + " needs a value (kolorun --help lists the forms)");
-      value = args[++i];
-      return true;
-    }
-    if (arg.rfind(flag + "=", 0) == 0) {
-      value = arg.substr(flag.size() + 1);
-      return true;
-    }
-    return false;
-  };
-  for (; i < args.size(); ++i) {
-    const std::string& a = args[i];
+ private:
+  // Accepts "--flag value" and "--flag=value"; true when args_[i_] is `flag`.
+  Result<bool> take(const std::string& flag, std::string& value);
+  // -np, --np-total, --nnodes, --node-rank, --rdzv: how many ranks run where.
+  Result<bool> parse_shape_flag();
+  // --timeout, --grace, --bind-to, --secret, --secret-file, -x: how the ranks are run.
+  Result<bool> parse_run_flag();
+  // --print-config[=markdown] and the knobs' own flags (--cycle-time ...).
+  Result<bool> parse_config_flag(const std::string& a);
+  // --np-total N: N / --nnodes processes on this node, when that divides.
+  Status share_np_total();
+  // What the flags must say together: -np and a command (unless only printing), a node rank
+  // within --nnodes, a fixed --rdzv when there are several nodes.
+  Status check_complete() const;
+
+  const std::vector<std::string>& args_;
+  size_t i_ = 0;
+  LaunchOptions o_;
+  bool have_np_ = false;
+};
+
+Result<bool> OptionParser::take(const std::string& flag, std::string& value) {
+  const std::string& arg = args_[i_];
+  if (arg == flag) {
+    if (i_ + 1 >= args_.size())
+      return Status::InvalidArgument(flag + " needs a value (kolorun --help lists the forms)");
+    value = args_[++i_];
+    return true;
+  }
+  if (arg.rfind(flag + "=", 0) == 0) {
+    value = arg.substr(flag.size() + 1);
+    return true;
+  }
+  return false;
+}
+
+Result<bool> OptionParser::parse_shape_flag() {
+  std::string v;
+  KOLO_ASSIGN_OR_RETURN(bool np, take("-np", v));
+  if (!np) {
+    KOLO_ASSIGN_OR_RETURN(np, take("-n", v));
+  }
+  if (np) {
+    KOLO_ASSIGN_OR_RETURN(o_.np, parse_int("-np", v, 1));
+    have_np_ = true;
+    return true;
+  }
+  KOLO_ASSIGN_OR_RETURN(bool m, take("--np-total", v));
+  if (m) {
+    KOLO_ASSIGN_OR_RETURN(o_.np_total, parse_int("--np-total", v, 1));
+    return true;
+  }
+  KOLO_ASSIGN_OR_RETURN(m, take("--nnodes", v));
+  if (m) {
+    KOLO_ASSIGN_OR_RETURN(o_.nnodes, parse_int("--nnodes", v, 1));
+    return true;
+  }
+  KOLO_ASSIGN_OR_RETURN(m, take("--node-rank", v));
+  if (m) {
+    KOLO_ASSIGN_OR_RETURN(o_.node_rank, parse_int("--node-rank", v, 0));
+    return true;
+  }
+  KOLO_ASSIGN_OR_RETURN(m, take("--rdzv", v));
+  if (m) {
+    KOLO_ASSIGN_OR_RETURN(HostPort hp, parse_host_port(v, "--rdzv"));
+    o_.rdzv = hp;
+    return true;
+  }
+  return false;
+}
+
+Result<bool> OptionParser::parse_run_flag() {
+  std::string v;
+  KOLO_ASSIGN_OR_RETURN(bool m, take("--timeout", v));
+  if (m) {
+    KOLO_ASSIGN_OR_RETURN(o_.timeout, parse_ms("--timeout", v));
+    return true;
+  }
+  KOLO_ASSIGN_OR_RETURN(m, take("--grace", v));
+  if (m) {
+    KOLO_ASSIGN_OR_RETURN(o_.grace, parse_ms("--grace", v));
+    return true;
+  }
+  KOLO_ASSIGN_OR_RETURN(m, take("--bind-to", v));
+  if (m) {
+    KOLO_ASSIGN_OR_RETURN(o_.bind_to, parse_bind_to(v));
+    return true;
+  }
+  KOLO_ASSIGN_OR_RETURN(m, take("--secret", v));
+  if (m) {
+    if (v.empty()) return bad("--secret", "\"\"", "a non-empty string, e.g. 32 hex digits");
+    o_.secret = v;
+    return true;
+  }
+  KOLO_ASSIGN_OR_RETURN(m, take("--secret-file", v));
+  if (m) {
+    if (v.empty()) return bad("--secret-file", "\"\"", "the path of a file only you can read");
+    o_.secret_file = v;
+    return true;
+  }
+  KOLO_ASSIGN_OR_RETURN(m, take("-x", v));
+  if (!m) return false;
+  size_t eq = v.find('=');
+  std::string name = v.substr(0, eq);
+  if (name.empty() || name.find_first_of(" \t") != std::string::npos)
+    return bad("-x", v, "VAR=VALUE or VAR (passes this shell's VAR)");
+  if (eq != std::string::npos) {
+    o_.env[name] = v.substr(eq + 1);
+  } else if (const char* cur = std::getenv(name.c_str())) {
+    o_.env[name] = cur;
+  }
+  return true;
+}
+
+Result<bool> OptionParser::parse_config_flag(const std::string& a) {
+  if (a == "--print-config" || a == "--print-config=markdown") {
+    o_.print_config = a == "--print-config" ? PrintConfig::kValues : PrintConfig::kMarkdown;
+    return true;
+  }
+  const Knob* k = knob_of_flag(a);
+  if (k == nullptr) return false;
+  std::string v;
+  // A bool flag alone means 1; it takes no separate value, which would be the command.
+  if (k->kind == KnobKind::kBool && a == flag_name(*k)) {
+    v = "1";
+  } else {
+    KOLO_RETURN_IF_ERROR(take(flag_name(*k), v).status());
+  }
+  KOLO_RETURN_IF_ERROR(parse_knob(*k, v, flag_name(*k)).status());
+  o_.knob_flags[std::string(k->name)] = v;
+  return true;
+}
+
+Status OptionParser::share_np_total() {
+  if (o_.np_total == 0) return Status::Ok();
+  const std::string total = "--np-total " + std::to_string(o_.np_total);
+  const std::string nodes = "--nnodes " + std::to_string(o_.nnodes);
+  if (have_np_)
+    return Status::InvalidArgument("-np " + std::to_string(o_.np) + " and " + total +
+                                   " are both given: -np counts the processes of one node, " +
+                                   "--np-total those of the whole job; give one");
+  if (o_.np_total % o_.nnodes != 0)
+    return Status::InvalidArgument(total + " does not divide evenly over " + nodes +
+                                   ": give a multiple of " + std::to_string(o_.nnodes) +
+                                   ", or -np N, the processes of each node");
+  o_.np = o_.np_total / o_.nnodes;
+  have_np_ = true;
+  return Status::Ok();
+}
+
+Status OptionParser::check_complete() const {
+  if (o_.print_config != PrintConfig::kNo) return Status::Ok();
+  if (!have_np_)
+    return Status::InvalidArgument(
+        "-np N (the processes on this node) or --np-total N (in the whole job) is required");
+  if (o_.command.empty())
+    return Status::InvalidArgument("no command given: kolorun [options] -np N cmd args...");
+  if (o_.node_rank >= o_.nnodes)
+    return bad("--node-rank", std::to_string(o_.node_rank),
+               "an integer in [0, --nnodes=" + std::to_string(o_.nnodes) + ")");
+  if (o_.nnodes > 1 && !o_.rdzv)
+    return Status::InvalidArgument("--nnodes " + std::to_string(o_.nnodes) +
+                                   " needs --rdzv HOST:PORT: the address node 0 serves the "
+                                   "store on and the other nodes connect to");
+  if (o_.rdzv && o_.nnodes > 1 && o_.rdzv->port == 0)
+    return bad("--rdzv", o_.rdzv->to_string(), "HOST:PORT with a fixed port when --nnodes > 1");
+  return Status::Ok();
+}
+
+Result<LaunchOptions> OptionParser::parse() {
+  for (; i_ < args_.size(); ++i_) {
+    const std::string& a = args_[i_];
     if (a == "--") {
-      ++i;
+      ++i_;
       break;
     }
     if (a.empty() || a[0] != '-') break;  // the command starts here
-    std::string v;
     if (a == "-h" || a == "--help") {
-      o.help = true;
-      return o;
+      o_.help = true;
+      return o_;
     }
-    if (a == "--tag-output") {
-      o.tag_output = true;
+    if (a == "--tag-output" || a == "--no-tag-output") {
+      o_.tag_output = a == "--tag-output";
       continue;
     }
-    if (a == "--no-tag-output") {
-      o.tag_output = false;
-      continue;
+    KOLO_ASSIGN_OR_RETURN(bool taken, parse_shape_flag());
+    if (!taken) {
+      KOLO_ASSIGN_OR_RETURN(taken, parse_run_flag());
     }
-    KOLO_ASSIGN_OR_RETURN(bool np, take(a, "-np", v));
-    if (!np) {
-      KOLO_ASSIGN_OR_RETURN(np, take(a, "-n", v));
+    if (!taken) {
+      KOLO_ASSIGN_OR_RETURN(taken, parse_config_flag(a));
     }
-    if (np) {
-      KOLO_ASSIGN_OR_RETURN(o.np, parse_int("-np", v, 1));
-      have_np = true;
-      continue;
-    }
-    KOLO_ASSIGN_OR_RETURN(bool m, take(a, "--nnodes", v));
-    if (m) {
-      KOLO_ASSIGN_OR_RETURN(o.nnodes, parse_int("--nnodes", v, 1));
-      continue;
-    }
-    KOLO_ASSIGN_OR_RETURN(m, take(a, "--node-rank", v));
-    if (m) {
-      KOLO_ASSIGN_OR_RETURN(o.node_rank, parse_int("--node-rank", v, 0));
-      continue;
-    }
-    KOLO_ASSIGN_OR_RETURN(m, take(a, "--rdzv", v));
-    if (m) {
-      KOLO_ASSIGN_OR_RETURN(HostPort hp, parse_host_port(v, "--rdzv"));
-      o.rdzv = hp;
-      continue;
-    }
-    KOLO_ASSIGN_OR_RETURN(m, take(a, "--timeout", v));
-    if (m) {
-      KOLO_ASSIGN_OR_RETURN(o.timeout, parse_ms("--timeout", v));
-      continue;
-    }
-    KOLO_ASSIGN_OR_RETURN(m, take(a, "--grace", v));
-    if (m) {
-      KOLO_ASSIGN_OR_RETURN(o.grace, parse_ms("--grace", v));
-      continue;
-    }
-    KOLO_ASSIGN_OR_RETURN(m, take(a, "--bind-to", v));
-    if (m) {
-      KOLO_ASSIGN_OR_RETURN(o.bind_to, parse_bind_to(v));
-      continue;
-    }
-    KOLO_ASSIGN_OR_RETURN(m, take(a, "--secret", v));
-    if (m) {
-      if (v.empty()) return bad("--secret", "\"\"", "a non-empty string, e.g. 32 hex digits");
-      o.secret = v;
-      continue;
-    }
-    KOLO_ASSIGN_OR_RETURN(m, take(a, "--secret-file", v));
-    if (m) {
-      if (v.empty()) return bad("--secret-file", "\"\"", "the path of a file only you can read");
-      o.secret_file = v;
-      continue;
-    }
-    KOLO_ASSIGN_OR_RETURN(m, take(a, "-x", v));
-    if (m) {
-      size_t eq = v.find('=');
-      std::string name = v.substr(0, eq);
-      if (name.empty() || name.find_first_of(" \t") != std::string::npos)
-        return bad("-x", v, "VAR=VALUE or VAR (passes this shell's VAR)");
-      if (eq != std::string::npos) {
-        o.env[name] = v.substr(eq + 1);
-      } else if (const char* cur = std::getenv(name.c_str())) {
-        o.env[name] = cur;
-      }
-      continue;
-    }
-    if (a == "--print-config" || a == "--print-config=markdown") {
-      o.print_config = a == "--print-config" ? PrintConfig::kValues : PrintConfig::kMarkdown;
-      continue;
-    }
-    if (const Knob* k = knob_of_flag(a)) {
-      // A bool flag alone means 1; it takes no separate value, which would be the command.
-      if (k->kind == KnobKind::kBool && a == flag_name(*k)) {
-        v = "1";
-      } else {
-        KOLO_ASSIGN_OR_RETURN(m, take(a, flag_name(*k), v));
-      }
-      KOLO_RETURN_IF_ERROR(parse_knob(*k, v, flag_name(*k)).status());
-      o.knob_flags[std::string(k->name)] = v;
-      continue;
-    }
-    return Status::InvalidArgument("unknown option " + a + " (kolorun --help lists the options)");
+    if (!taken)
+      return Status::InvalidArgument("unknown option " + a + " (kolorun --help lists the options)");
   }
-  o.command.assign(args.begin() + static_cast<long>(i), args.end());
-  if (o.print_config != PrintConfig::kNo) return o;
-  if (!have_np)
-    return Status::InvalidArgument("-np N is required: the number of processes on this node");
-  if (o.command.empty())
-    return Status::InvalidArgument("no command given: kolorun [options] -np N cmd args...");
-  if (o.node_rank >= o.nnodes)
-    return bad("--node-rank", std::to_string(o.node_rank),
-               "an integer in [0, --nnodes=" + std::to_string(o.nnodes) + ")");
-  if (o.nnodes > 1 && !o.rdzv)
-    return Status::InvalidArgument("--nnodes " + std::to_string(o.nnodes) +
-                                   " needs --rdzv HOST:PORT: the address node 0 serves the "
-                                   "store on and the other nodes connect to");
-  if (o.rdzv && o.nnodes > 1 && o.rdzv->port == 0)
-    return bad("--rdzv", o.rdzv->to_string(), "HOST:PORT with a fixed port when --nnodes > 1");
-  return o;
+  o_.command.assign(args_.begin() + static_cast<long>(i_), args_.end());
+  KOLO_RETURN_IF_ERROR(share_np_total());
+  KOLO_RETURN_IF_ERROR(check_complete());
+  return o_;
 }
-
-namespace {
 
 // One entry per knob flag: "  --cycle-time DUR" then its help and default, wrapped to the
 // width of the rest of --help.
@@ -237,6 +302,10 @@ std::string knob_help() {
 
 }  // namespace
 
+Result<LaunchOptions> parse_options(const std::vector<std::string>& args) {
+  return OptionParser(args).parse();
+}
+
 std::string usage() {
   return R"(usage: kolorun [options] -np N cmd args...
 
@@ -247,8 +316,12 @@ SIGTERM, and stops every rank when one fails. Each rank is bound to an equal sha
 the CPUs kolorun may use (see --bind-to), and OMP_NUM_THREADS and OPENBLAS_NUM_THREADS
 default to the size of that share, so that the ranks do not oversubscribe the node.
 
-  -np N, -n N            processes on this node (required)
-  --nnodes M             nodes in the job (default 1); run one kolorun per node
+  -np N, -n N            processes on this node, not in the job: with --nnodes M the job has
+                         M*N ranks (required, or --np-total)
+  --np-total T           processes in the whole job instead, T/M on each of the M nodes (T must
+                         be a multiple of M)
+  --nnodes M             nodes in the job (default 1); run one kolorun per node, each with the
+                         same -np N (per node) or --np-total T (the job's)
   --node-rank K          this node's rank in [0, M) (default 0); global rank = K*N + local rank
   --rdzv HOST:PORT       store address: node 0 serves it, the others connect (required if M > 1)
   --timeout DUR          how long nodes wait for each other at start and after a success
@@ -266,7 +339,8 @@ default to the size of that share, so that the ranks do not oversubscribe the no
   --no-tag-output        pass output through untouched
   -x VAR=VALUE, -x VAR   set VAR for every rank (VAR alone: this shell's value)
   --print-config         print every KOLO_* knob, its value and where it came from (default,
-                         environment or flag), then exit without starting anything
+                         environment or flag), then exit without starting anything; with -np
+                         (and --nnodes), the backends this job's ranks will use here and why
   --print-config=markdown  print README's configuration table, generated from the registry
   -h, --help             this text
 
@@ -275,9 +349,11 @@ any rank, kolorun checks every KOLO_* value, from these flags and from its envir
 -x), and warns about unknown KOLO_* names that are near misses of real ones.
 )" + knob_help() +
          R"(
-Exit status: 0 when every rank exits 0; 2 for a bad flag or KOLO_* value; otherwise the failed
-rank's exit status (128+signal when it was killed by a signal), or 128+signal when kolorun
-itself was interrupted.
+Exit status: 0 when every rank exits 0; 2 for a bad flag or KOLO_* value; otherwise the exit
+status of the first rank to fail (128+signal when it was killed by a signal), or 128+signal
+when kolorun itself was interrupted. kolorun names the first rank to end while the others still
+ran, by the time it saw each end; one that exited 0 before a failure is named first, as the
+first rank to leave.
 )";
 }
 

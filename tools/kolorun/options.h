@@ -20,6 +20,7 @@ enum class PrintConfig { kNo, kValues, kMarkdown };
 
 struct LaunchOptions {
   int np = 0;                    // processes on this node (required, >= 1)
+  int np_total = 0;              // --np-total: processes in the job (0: not given); sets np
   int nnodes = 1;                // nodes in the job
   int node_rank = 0;             // this node, in [0, nnodes)
   std::optional<HostPort> rdzv;  // store address; required when nnodes > 1
@@ -36,8 +37,10 @@ struct LaunchOptions {
   PrintConfig print_config = PrintConfig::kNo;
 };
 
-// Parses argv[1..]. InvalidArgument naming the flag, the value and the accepted form. With
-// --help or --print-config, -np and the command are not required.
+// Parses argv[1..]. InvalidArgument naming the flag, the value and the accepted form. -np counts
+// one node's processes; --np-total N instead counts the job's, and sets np to N / nnodes
+// (InvalidArgument naming both numbers when they do not divide; also when -np is given too).
+// With --help or --print-config, -np and the command are not required.
 Result<LaunchOptions> parse_options(const std::vector<std::string>& args);
 
 // Every knob as the ranks will see it: kolorun's own KOLO_* environment, then -x, then the knob

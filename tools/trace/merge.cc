@@ -31,9 +31,10 @@ void add_submission_marks(std::vector<json>& metadata, std::vector<json>& events
   });
   std::map<std::pair<int64_t, int64_t>, std::string> tensor_of;  // (pid, tid) -> tensor
   for (const json& e : metadata) {
-    if (e.value("name", "") != "thread_name" || !e.contains("args")) continue;
-    const json& name = e["args"].value("name", json());
-    if (name.is_string()) tensor_of[{integer_or(e, "pid", 0), integer_or(e, "tid", 0)}] = name;
+    if (e.value("name", "") != "thread_name") continue;
+    // A tensor's sibling rows count as its own: occurrences follow submission order.
+    if (auto tensor = row_tensor(e))
+      tensor_of[{integer_or(e, "pid", 0), integer_or(e, "tid", 0)}] = std::move(*tensor);
   }
   struct Submission {
     int64_t pid, tid;

@@ -112,17 +112,26 @@ class Builder {
     });
     constexpr double kSlackUs = 0.002;
     std::vector<const Interval*> stack;
-    size_t negotiations = 0;
     for (const Interval& span : spans) {
-      while (!stack.empty() && span.end_us > stack.back()->end_us + kSlackUs) stack.pop_back();
-      const bool op = stack.empty();
-      const std::string& kind = op ? span.name : stack.front()->name;
+      // It is not inside the spans it outlives: those that ended before it began, and those it
+      // began inside, where the row does not nest (counted).
+      for (; !stack.empty() && span.end_us > stack.back()->end_us + kSlackUs; stack.pop_back())
+        if (stack.back()->end_us > span.begin_us + kSlackUs) ++s_.partial_overlaps;
+      const bool outermost = stack.empty();
       stack.push_back(&span);
-      if (is_negotiation(span.name))
-        occurrences_[{tensor, negotiations++}].emplace_back(pid, span.begin_us);
+      // The operation's own span is the outermost; a CALLBACK on a row of callbacks is one of
+      // the operation that its args name (Note [Timeline rows]).
+      const bool callback = outermost && span.name == trace_format::kCallbackPhase &&
+                            span.args.contains(trace_format::kTensorArg);
+      const bool op = outermost && !callback;
+      const std::string kind = callback ? string_or(span.args, trace_format::kOperationArg, "")
+                                        : (op ? span.name : stack.front()->name);
+      const std::string owner =
+          callback ? string_or(span.args, trace_format::kTensorArg, tensor) : tensor;
+      if (is_negotiation(span.name)) negotiate_begins_[{owner, pid}].push_back(span.begin_us);
       const std::string status = string_or(span.args, trace_format::kStatusArg, "");
       if (status == trace_format::kStatusOpen || status == trace_format::kStatusAborted) {
-        s_.open_at_end.push_back(OpenSpanAtEnd{pid, tensor, op ? std::string() : span.name, kind,
+        s_.open_at_end.push_back(OpenSpanAtEnd{pid, owner, op ? std::string() : span.name, kind,
                                                span.begin_us, status,
                                                string_or(span.args, trace_format::kReasonArg, "")});
         continue;  // incomplete: listed, not counted
@@ -132,15 +141,22 @@ class Builder {
       const uint64_t bytes = op ? bytes_arg(span.args) : 0;
       if (op) ++s_.operations;
       add(s_.by_kind[{kind, order, phase}], span.end_us - span.begin_us, bytes);
-      add(s_.by_tensor[{tensor, kind, order, phase}], span.end_us - span.begin_us, bytes);
+      add(s_.by_tensor[{owner, kind, order, phase}], span.end_us - span.begin_us, bytes);
     }
   }
 
   // `steps`: per pid, (ts, step) of its STEP markers in time order.
   void finish_stragglers(const std::map<int64_t, std::vector<std::pair<double, int64_t>>>& steps) {
+    // The k-th NEGOTIATE of a tensor on a rank, whichever of the tensor's rows it is on.
+    std::map<Occurrence, std::vector<std::pair<int64_t, double>>> occurrences;
+    for (auto& [key, begins] : negotiate_begins_) {
+      std::sort(begins.begin(), begins.end());
+      for (size_t k = 0; k < begins.size(); ++k)
+        occurrences[{key.first, k}].emplace_back(key.second, begins[k]);
+    }
     std::map<int64_t, std::map<int64_t, double>> lag_by_step;  // step -> rank -> total lag
     std::map<int64_t, StepStragglers> per_step;
-    for (auto& [occurrence, arrivals] : occurrences_) {
+    for (auto& [occurrence, arrivals] : occurrences) {
       std::sort(arrivals.begin(), arrivals.end());  // by pid: ties go to the lowest rank
       for (const auto& [pid, begin] : arrivals) s_.stragglers[pid];
       if (arrivals.size() < 2) continue;
@@ -180,7 +196,8 @@ class Builder {
   }
 
   TraceSummary& s_;
-  std::map<Occurrence, std::vector<std::pair<int64_t, double>>> occurrences_;
+  // (tensor, pid) -> the begins of its NEGOTIATE spans.
+  std::map<std::pair<std::string, int64_t>, std::vector<double>> negotiate_begins_;
 };
 
 std::string fixed(double v, int decimals) {
@@ -232,8 +249,8 @@ TraceSummary summarize(const json& events) {
     if (ph == "M") {
       std::string name = e.value("name", "");
       const json args = e.contains("args") && e["args"].is_object() ? e["args"] : json::object();
-      if (name == "thread_name" && args.contains("name") && args["name"].is_string()) {
-        names[{pid, tid}] = args["name"].get<std::string>();
+      if (name == "thread_name" && row_tensor(e)) {
+        names[{pid, tid}] = *row_tensor(e);
       } else if (name == trace_format::kStatsEvent) {
         auto dropped = static_cast<uint64_t>(number_or(args, trace_format::kDroppedEventsArg, 0));
         if (dropped > 0) s.dropped_events[pid] += dropped;
@@ -314,6 +331,11 @@ std::string format_summary(const TraceSummary& s) {
   if (s.unclosed_spans > 0) {
     out += "\nNote: " + std::to_string(s.unclosed_spans) +
            " spans never ended (a rank stopped mid-operation?); they are not counted\n";
+  }
+  if (s.partial_overlaps > 0) {
+    out += "\nNote: " + std::to_string(s.partial_overlaps) +
+           " spans began inside another span of their row and outlived it: the file's rows do "
+           "not nest, so its operation and phase counts are not reliable\n";
   }
   if (s.unmatched_ends > 0) {
     out += "\nNote: " + std::to_string(s.unmatched_ends) + " span ends had no begin; ignored\n";

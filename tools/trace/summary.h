@@ -4,9 +4,12 @@
 // Spans are read per track (pid, tid) from X events (and B/E pairs of older files) and nested
 // by containment. By the timeline's contract the outermost span on a tensor's track is the
 // operation (its name is the op kind, its "bytes" arg the size) and the spans inside it are its
-// phases. Spans whose status is "open" (the rank died with them open) or "aborted" (closed by a
-// stop, e.g. on SIGTERM) are listed as open at the end, not counted in the times: in a hang,
-// they are what the ranks were waiting on.
+// phases; a tensor's sibling rows (Note [Timeline rows] in timeline/timeline.h) count as its
+// own, and a CALLBACK on a row of callbacks is a phase of the operation its args name. Rows
+// whose spans overlap partly (files of older Kolo versions) are counted and reported. Spans whose
+// status is "open" (the rank died with them open) or "aborted" (closed by a stop, e.g. on SIGTERM)
+// are listed as open at the end, not counted in the times: in a hang, they are what the ranks were
+// waiting on.
 //
 // Stragglers: a negotiation finishes only when every rank has asked for the tensor, so the
 // rank whose NEGOTIATE span for an occurrence of a tensor began last is the one the others
@@ -70,8 +73,9 @@ struct TraceSummary {
   std::map<int64_t, uint64_t> dropped_events;    // rank -> count, from the stats metadata
   uint64_t unmatched_ends = 0;                   // E with no open span on its track
   uint64_t unclosed_spans = 0;                   // B never closed (older files of crashed ranks)
-  std::vector<OpenSpanAtEnd> open_at_end;        // in rank, tensor, begin order
-  std::vector<StepStragglers> per_step;          // by step; steps without negotiations left out
+  uint64_t partial_overlaps = 0;  // spans that began inside another on their row, outlived it
+  std::vector<OpenSpanAtEnd> open_at_end;  // in rank, tensor, begin order
+  std::vector<StepStragglers> per_step;    // by step; steps without negotiations left out
   uint64_t operations = 0;
   std::map<int64_t, bool> ranks;  // pids that recorded any event
 };

@@ -147,6 +147,16 @@ std::string string_or(const json& object, std::string_view key, std::string fall
   return it->get<std::string>();
 }
 
+std::optional<std::string> row_tensor(const json& thread_name) {
+  if (!thread_name.contains("args") || !thread_name["args"].is_object()) return std::nullopt;
+  const json& args = thread_name["args"];
+  for (std::string_view key : {trace_format::kTensorArg, std::string_view("name")}) {
+    auto it = args.find(key);
+    if (it != args.end() && it->is_string()) return it->get<std::string>();
+  }
+  return std::nullopt;
+}
+
 double number_or(const json& object, std::string_view key, double fallback) {
   auto it = object.find(key);
   if (it == object.end() || !it->is_number()) return fallback;

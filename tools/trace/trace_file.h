@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -44,5 +45,10 @@ int64_t integer_or(const nlohmann::json& object, std::string_view key, int64_t f
 // object[key] when it is a string, else `fallback` (an args field of another tool's trace may
 // hold anything: parse_trace checks only the event's own fields).
 std::string string_or(const nlohmann::json& object, std::string_view key, std::string fallback);
+
+// The tensor whose operations a thread_name metadata event's row holds: its "tensor" arg (a
+// sibling row, "<tensor> (2)", Note [Timeline rows] in timeline/timeline.h), else its "name";
+// nullopt for an event without either.
+std::optional<std::string> row_tensor(const nlohmann::json& thread_name);
 
 }  // namespace kolo::trace

@@ -246,9 +246,8 @@ TEST(Merge, ReadsAnUnterminatedTimelineFile) {
   {
     Timeline tl;
     ASSERT_TRUE(tl.start(path, 4).ok());
-    tl.begin("grad/w", "ALLREDUCE", {{"bytes", "64"}});
-    tl.end("grad/w");
-    tl.begin("grad/w", "ALLREDUCE", {{"bytes", "64"}});
+    tl.end(tl.begin_op("grad/w", "ALLREDUCE", {{"bytes", "64"}}));
+    tl.begin_op("grad/w", "ALLREDUCE", {{"bytes", "64"}});
     tl.stop();
   }
   std::string full = read_text(path);
@@ -396,6 +395,65 @@ TEST(Summary, ReportPrintsTheTables) {
   EXPECT_LT(index_of("ALLREDUCE NEGOTIATE"), index_of("ALLREDUCE TCP_ALLREDUCE"));
 }
 
+json complete(int pid, int tid, const std::string& name, double ts, double dur,
+              json args = nullptr) {
+  json e = span("X", pid, tid, name, ts, std::move(args));
+  e["dur"] = dur;
+  return e;
+}
+
+// Issue 33: a tensor's sibling row ("w (2)": an operation that began while its previous one
+// still held the row) counts as the tensor's, its k-th NEGOTIATE matched across ranks in time
+// order whatever the row; a CALLBACK on a row of callbacks is a phase of the operation its
+// args name, not an operation.
+TEST(Summary, SiblingRowsAreTheirTensorsAndCallbacksArePhasesOfTheirOperation) {
+  json events = json::array();
+  for (int pid = 0; pid < 2; ++pid) {
+    const double late = pid == 1 ? 5 : 0;  // rank 1 negotiates 5 us after rank 0
+    for (const json& e :
+         {meta(pid, 1, "thread_name", {{"name", "w"}}),
+          meta(pid, 2, "thread_name", {{"name", "w (2)"}, {"tensor", "w"}}),
+          meta(pid, 3, "thread_name", {{"name", "kolo:callbacks"}}),
+          complete(pid, 1, "ALLREDUCE", 0, 100, {{"bytes", 8}, {"status", "OK"}}),
+          complete(pid, 1, "QUEUE", 0, 10), complete(pid, 1, "NEGOTIATE", 10 + late, 20),
+          complete(pid, 2, "ALLREDUCE", 50, 100, {{"bytes", 8}, {"status", "OK"}}),
+          complete(pid, 2, "QUEUE", 50, 10), complete(pid, 2, "NEGOTIATE", 60 + 2 * late, 20),
+          complete(pid, 3, "CALLBACK", 100, 3, {{"tensor", "w"}, {"op", "ALLREDUCE"}}),
+          complete(pid, 3, "CALLBACK", 150, 3, {{"tensor", "w"}, {"op", "ALLREDUCE"}})})
+      events.push_back(e);
+  }
+  TraceSummary s = summarize(events);
+  EXPECT_EQ(s.operations, 4u);
+  EXPECT_EQ(s.by_tensor.at({"w", "ALLREDUCE", 0, ""}).count, 4u);
+  EXPECT_EQ(s.by_tensor.at({"w", "ALLREDUCE", 1, "QUEUE"}).count, 4u);
+  const PhaseStats& callbacks = s.by_tensor.at({"w", "ALLREDUCE", 7, "CALLBACK"});
+  EXPECT_EQ(callbacks.count, 4u);
+  EXPECT_DOUBLE_EQ(callbacks.total_us, 12);
+  EXPECT_EQ(s.by_kind.size(), 4u);  // ALLREDUCE: the op, QUEUE, NEGOTIATE, CALLBACK
+  EXPECT_EQ(s.by_tensor.size(), 4u);
+  EXPECT_EQ(s.negotiations, 2u);
+  EXPECT_EQ(s.stragglers.at(1).last_count, 2u);
+  EXPECT_DOUBLE_EQ(s.stragglers.at(1).lag_us, 15);
+  EXPECT_EQ(s.partial_overlaps, 0u);
+}
+
+// A file whose rows do not nest (an older Kolo's: the next operation began inside the last
+// one's CALLBACK and outlived it) is counted and said to be unreliable.
+TEST(Summary, SpansThatOverlapPartlyOnARowAreCountedAndNoted) {
+  const json events =
+      json::array({meta(0, 1, "thread_name", {{"name", "w"}}), complete(0, 1, "ALLREDUCE", 0, 100),
+                   complete(0, 1, "CALLBACK", 60, 40),
+                   complete(0, 1, "ALLREDUCE", 80, 100),  // partly over both
+                   complete(0, 1, "QUEUE", 80, 10)});
+  TraceSummary s = summarize(events);
+  EXPECT_EQ(s.partial_overlaps, 2u);
+  EXPECT_EQ(s.operations, 2u);
+  const std::string out = format_summary(s);
+  EXPECT_NE(out.find("Note: 2 spans began inside another span of their row and outlived it"),
+            std::string::npos)
+      << out;
+}
+
 TEST(Summary, NotesDroppedEventsAndStrayEnds) {
   json events =
       json::array({meta(0, 0, std::string(tf::kStatsEvent), {{tf::kDroppedEventsArg, 12}}),
@@ -488,8 +546,7 @@ TEST(TraceFile, ReadsGzipTimelinesWholeAndCutShort) {
   Timeline tl;
   ASSERT_TRUE(tl.start(path, 2).ok());
   for (int i = 0; i < 100; ++i) {
-    tl.begin("w", "ALLREDUCE", {{"bytes", "64"}});
-    tl.end("w");
+    tl.end(tl.begin_op("w", "ALLREDUCE", {{"bytes", "64"}}));
   }
   tl.stop();
   std::string gz = read_text(path);
@@ -542,10 +599,10 @@ TEST(KoloTraceCli, MergesAndSummarisesTimelineFiles) {
     inputs.push_back(temp_path("cli_rank" + std::to_string(rank) + ".json"));
     Timeline tl;
     ASSERT_TRUE(tl.start(inputs.back(), rank).ok());
-    tl.begin("grad/w", "ALLREDUCE", {{"bytes", "1024"}});
-    tl.begin("grad/w", "NEGOTIATE");
-    tl.end("grad/w");
-    tl.end("grad/w");
+    const uint64_t op = tl.begin_op("grad/w", "ALLREDUCE", {{"bytes", "1024"}});
+    tl.begin(op, "NEGOTIATE");
+    tl.end(op);
+    tl.end(op);
     tl.stop();
   }
   std::string merged = temp_path("cli_merged.json");

@@ -36,9 +36,8 @@ struct NoSyncScope {
   std::optional<kt::GradientReducer::NoSync> guard;
 };
 
-}  // namespace
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+// kolo::torch::Error becomes kolo.torch.KoloError, a RuntimeError carrying Kolo's message.
+void bind_errors(py::module_& m) {
   static py::exception<kt::Error> error(m, "KoloError", PyExc_RuntimeError);
   py::register_exception_translator([](std::exception_ptr p) {
     try {
@@ -47,7 +46,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       PyErr_SetString(error.ptr(), e.what());
     }
   });
+}
 
+// The reduce ops as integers, init/shutdown and the topology queries.
+void bind_lifecycle(py::module_& m) {
   m.attr("SUM") = static_cast<int>(kolo::ReduceOp::kSum);
   m.attr("AVERAGE") = static_cast<int>(kolo::ReduceOp::kAverage);
   m.attr("MIN") = static_cast<int>(kolo::ReduceOp::kMin);
@@ -65,12 +67,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("cross_rank", [] { return kolo::cross_rank(); });
   m.def("cross_size", [] { return kolo::cross_size(); });
   m.def("mark_step", [] { kt::check(kolo::mark_step()); });
+}
 
-  py::class_<kt::Handle>(m, "Handle")
-      .def("poll", &kt::Handle::poll)
-      .def("wait", &kt::Handle::wait, py::call_guard<py::gil_scoped_release>())
-      .def("received_splits", &kt::Handle::received_splits);
-
+void bind_process_sets(py::module_& m) {
   py::class_<kolo::ProcessSet>(m, "ProcessSet")
       .def("id", &kolo::ProcessSet::id)
       .def("ranks", &kolo::ProcessSet::ranks)
@@ -91,9 +90,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       [](const kolo::ProcessSet& set) { kt::check(kolo::remove_process_set(set)); },
       py::call_guard<py::gil_scoped_release>());
   m.def("global_process_set", &kolo::global_process_set);
+}
 
-  // Collectives: every argument positional, the process set last (kolo/torch/__init__.py
-  // resolves horovod's defaults).
+// The Handle and the collectives: every argument positional, the process set last
+// (kolo/torch/__init__.py resolves horovod's defaults).
+void bind_collectives(py::module_& m) {
+  py::class_<kt::Handle>(m, "Handle")
+      .def("poll", &kt::Handle::poll)
+      .def("wait", &kt::Handle::wait, py::call_guard<py::gil_scoped_release>())
+      .def("received_splits", &kt::Handle::received_splits);
+
   m.def("allreduce_async_", [](const std::string& name, const at::Tensor& t, int op, double pre,
                                double post, const kolo::ProcessSet& ps) {
     return kt::allreduce_async_(name, t, reduction(op, pre, post, ps));
@@ -123,32 +129,39 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       "barrier", [](const std::string& name, const kolo::ProcessSet& ps) { kt::barrier(name, ps); },
       py::call_guard<py::gil_scoped_release>());
   m.def("join", &kt::join, py::call_guard<py::gil_scoped_release>());
+}
 
-  // The Python DistributedOptimizer's communication: hooks, buckets and averaging in C++, so
-  // that a step costs Python one synchronize() call, not one call per parameter.
+// GradientReducer's constructor as Python calls it: the options as plain arguments, the
+// parameters as (name, tensor) pairs, the enums as integers (checked here).
+std::unique_ptr<kt::GradientReducer> make_gradient_reducer(
+    const std::vector<std::pair<std::string, at::Tensor>>& named_parameters,
+    int backward_passes_per_step, int compression, bool weight_by_sample_count, int op,
+    bool mean_over_passes, double gradient_predivide_factor, int64_t bucket_bytes,
+    const kolo::ProcessSet& process_set) {
+  ::torch::OrderedDict<std::string, at::Tensor> params;
+  for (const auto& [name, tensor] : named_parameters) params.insert(name, tensor);
+  kt::DistributedOptions options;
+  options.backward_passes_per_step = backward_passes_per_step;
+  if (compression < 0 || compression > static_cast<int>(kt::Compression::kBFloat16)) {
+    throw kt::Error(
+        kolo::Status::InvalidArgument("unknown compression " + std::to_string(compression)));
+  }
+  options.compression = static_cast<kt::Compression>(compression);
+  options.weight_by_sample_count = weight_by_sample_count;
+  options.op = reduce_op(op);
+  options.mean_over_passes = mean_over_passes;
+  options.gradient_predivide_factor = gradient_predivide_factor;
+  options.bucket_bytes = bucket_bytes;
+  options.process_set = process_set;
+  return std::make_unique<kt::GradientReducer>(params, std::move(options));
+}
+
+// The Python DistributedOptimizer's communication: hooks, buckets and averaging in C++, so
+// that a step costs Python one synchronize() call, not one call per parameter.
+void bind_gradient_reducer(py::module_& m) {
   py::class_<kt::GradientReducer>(m, "GradientReducer")
-      .def(py::init([](const std::vector<std::pair<std::string, at::Tensor>>& named_parameters,
-                       int backward_passes_per_step, int compression, bool weight_by_sample_count,
-                       int op, bool mean_over_passes, double gradient_predivide_factor,
-                       int64_t bucket_bytes, const kolo::ProcessSet& process_set) {
-             ::torch::OrderedDict<std::string, at::Tensor> params;
-             for (const auto& [name, tensor] : named_parameters) params.insert(name, tensor);
-             kt::DistributedOptions options;
-             options.backward_passes_per_step = backward_passes_per_step;
-             if (compression < 0 || compression > static_cast<int>(kt::Compression::kBFloat16)) {
-               throw kt::Error(kolo::Status::InvalidArgument("unknown compression " +
-                                                             std::to_string(compression)));
-             }
-             options.compression = static_cast<kt::Compression>(compression);
-             options.weight_by_sample_count = weight_by_sample_count;
-             options.op = reduce_op(op);
-             options.mean_over_passes = mean_over_passes;
-             options.gradient_predivide_factor = gradient_predivide_factor;
-             options.bucket_bytes = bucket_bytes;
-             options.process_set = process_set;
-             return std::make_unique<kt::GradientReducer>(params, std::move(options));
-           }),
-           py::arg("named_parameters"), py::arg("backward_passes_per_step"), py::arg("compression"),
+      .def(py::init(&make_gradient_reducer), py::arg("named_parameters"),
+           py::arg("backward_passes_per_step"), py::arg("compression"),
            py::arg("weight_by_sample_count"), py::arg("op"), py::arg("mean_over_passes"),
            py::arg("gradient_predivide_factor"), py::arg("bucket_bytes"), py::arg("process_set"))
       .def("set_local_batch_size", &kt::GradientReducer::set_local_batch_size)
@@ -177,4 +190,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::class_<NoSyncScope>(m, "NoSync")
       .def("__enter__", [](NoSyncScope& s) { s.guard.emplace(s.reducer); })
       .def("__exit__", [](NoSyncScope& s, const py::args&) { s.guard.reset(); });
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  bind_errors(m);
+  bind_lifecycle(m);
+  bind_process_sets(m);
+  bind_collectives(m);
+  bind_gradient_reducer(m);
 }
