@@ -6,26 +6,21 @@
 
 namespace kolo {
 
-Result<ops::AllreduceTuning> allreduce_tuning_from_env(ops::AllreduceTuning base) {
-  KOLO_ASSIGN_OR_RETURN(KnobSet knobs, KnobSet::from_process_env());
-  if (knobs.is_set(KnobId::kRingThreshold))
-    base.small_message_bytes = knobs.size(KnobId::kRingThreshold);
-  if (knobs.is_set(KnobId::kRingSegment)) base.segment_bytes = knobs.size(KnobId::kRingSegment);
-  // The knob accepts no 0, but the caller's tuning might hold one: the ring needs segments of
-  // at least one byte.
-  if (base.segment_bytes == 0)
-    return Status::InvalidArgument("the backend's tuning.segment_bytes must be > 0, got 0");
-  return base;
+ops::AllreduceTuning allreduce_tuning(const KnobSet& knobs) {
+  ops::AllreduceTuning t;
+  t.small_message_bytes = knobs.size(KnobId::kRingThreshold);
+  t.segment_bytes = knobs.size(KnobId::kRingSegment);
+  return t;
 }
 
 ChannelBackend::ChannelBackend(std::string name, std::unique_ptr<ops::Channel> channel,
                                ops::AllreduceTuning tuning)
     : name_(std::move(name)), channel_(std::move(channel)), tuning_(tuning) {
-  Result<ops::AllreduceTuning> t = allreduce_tuning_from_env(tuning);
-  if (t.ok())
-    tuning_ = t.value();
-  else
-    init_status_ = t.status().with_context("backend " + name_);
+  // The knob accepts no 0, but a caller's hand-made tuning might hold one: the ring needs
+  // segments of at least one byte.
+  if (tuning_.segment_bytes == 0)
+    init_status_ = Status::InvalidArgument(
+        "backend " + name_ + ": the backend's tuning.segment_bytes must be > 0, got 0");
 }
 
 Status ChannelBackend::tag(Status status) const {

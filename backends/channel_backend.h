@@ -6,9 +6,9 @@
 // only. allreduce with input != output copies the input into the output first and reduces
 // there.
 //
-// Tuning: the AllreduceTuning given to the constructor, overridden by the knobs
-// KOLO_RING_THRESHOLD and KOLO_RING_SEGMENT when set (common/knob_table.cc). An invalid
-// KOLO_* value, or a segment size of 0 given to the constructor, is reported as
+// Tuning: the AllreduceTuning given to the constructor, which a factory reads from the job's
+// knobs KOLO_RING_THRESHOLD and KOLO_RING_SEGMENT (allreduce_tuning(*context.knobs)); by
+// default the registry's defaults. A segment size of 0 given to the constructor is reported as
 // InvalidArgument, naming it, by every collective (the constructor cannot fail), and by
 // init_status().
 //
@@ -22,21 +22,26 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "common/knobs.h"
 #include "ops/channel.h"
 #include "ops/collectives.h"
 
 namespace kolo {
 
+// The allreduce tuning of the ring knobs KOLO_RING_THRESHOLD and KOLO_RING_SEGMENT in `knobs`
+// (their rows guarantee a segment > 0).
+ops::AllreduceTuning allreduce_tuning(const KnobSet& knobs);
+
 class ChannelBackend : public Backend {
  public:
   ChannelBackend(std::string name, std::unique_ptr<ops::Channel> channel,
-                 ops::AllreduceTuning tuning = {});
+                 ops::AllreduceTuning tuning = allreduce_tuning(KnobSet::defaults()));
 
   std::string_view name() const override { return name_; }
   int rank() const override { return channel_->rank(); }
   int size() const override { return channel_->size(); }
 
-  // OK, or the error from reading the tuning variables.
+  // OK, or InvalidArgument for a tuning the algorithms cannot run (a segment of 0 bytes).
   const Status& init_status() const { return init_status_; }
   const ops::AllreduceTuning& tuning() const { return tuning_; }
   ops::Channel& channel() { return *channel_; }
@@ -64,9 +69,5 @@ class ChannelBackend : public Backend {
   Status init_status_;
   ops::Workspace workspace_;
 };
-
-// Applies KOLO_RING_THRESHOLD and KOLO_RING_SEGMENT (when set) to `base`. Errors are
-// KnobSet::read's: any invalid KOLO_* variable, named with its value and the accepted form.
-Result<ops::AllreduceTuning> allreduce_tuning_from_env(ops::AllreduceTuning base);
 
 }  // namespace kolo

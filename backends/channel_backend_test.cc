@@ -176,51 +176,39 @@ TEST(ChannelBackendTest, PeerFailureIsReportedWithBackendName) {
   EXPECT_NE(s.message().find("backend test"), std::string::npos) << s.message();
 }
 
-TEST(ChannelBackendTest, TuningFromEnvironment) {
-  ::setenv("KOLO_RING_THRESHOLD", "1KiB", 1);
-  ::setenv("KOLO_RING_SEGMENT", "4096", 1);
-  auto t = allreduce_tuning_from_env({});
-  ASSERT_TRUE(t.ok()) << t.status().to_string();
-  EXPECT_EQ(t->small_message_bytes, 1024u);
-  EXPECT_EQ(t->segment_bytes, 4096u);
-  // The merged pair's one rule: a threshold of 0 (always the ring) is fine, a segment of 0 not.
-  ::setenv("KOLO_RING_THRESHOLD", "0", 1);
-  t = allreduce_tuning_from_env({});
-  ASSERT_TRUE(t.ok()) << t.status().to_string();
-  EXPECT_EQ(t->small_message_bytes, 0u);
-
-  ::setenv("KOLO_RING_SEGMENT", "lots", 1);
-  auto b = make_backends(1);
-  EXPECT_EQ(b[0]->init_status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(
-      b[0]->init_status().message().rfind("backend test: KOLO_RING_SEGMENT=lots is invalid", 0), 0u)
-      << b[0]->init_status().message();
-  float x = 1;
-  EXPECT_EQ(b[0]->allreduce(&x, &x, 1, DataType::kFloat32, {}).code(),
-            StatusCode::kInvalidArgument);
-  ::setenv("KOLO_RING_SEGMENT", "0", 1);
-  EXPECT_FALSE(allreduce_tuning_from_env({}).ok());
-  ::unsetenv("KOLO_RING_THRESHOLD");
+// The tuning comes from the job's knobs (what init() parsed), never from the environment.
+TEST(ChannelBackendTest, TuningFromTheKnobs) {
+  ::setenv("KOLO_RING_SEGMENT", "lots", 1);  // ignored: only init() reads the environment
+  Result<KnobSet> knobs =
+      KnobSet::read({{"KOLO_RING_THRESHOLD", "1KiB"}, {"KOLO_RING_SEGMENT", "4096"}});
   ::unsetenv("KOLO_RING_SEGMENT");
-  ::setenv("KOLO_SEGMENT_BYTES", "4096", 1);
-  EXPECT_EQ(allreduce_tuning_from_env({}).status().message(),
+  ASSERT_TRUE(knobs.ok()) << knobs.status().to_string();
+  ops::AllreduceTuning t = allreduce_tuning(*knobs);
+  EXPECT_EQ(t.small_message_bytes, 1024u);
+  EXPECT_EQ(t.segment_bytes, 4096u);
+  // The merged pair's one rule: a threshold of 0 (always the ring) is fine, a segment of 0 not.
+  knobs = KnobSet::read({{"KOLO_RING_THRESHOLD", "0"}});
+  ASSERT_TRUE(knobs.ok()) << knobs.status().to_string();
+  EXPECT_EQ(allreduce_tuning(*knobs).small_message_bytes, 0u);
+  Result<KnobSet> zero = KnobSet::read({{"KOLO_RING_SEGMENT", "0"}});
+  ASSERT_FALSE(zero.ok());
+  EXPECT_EQ(zero.status().message().rfind("KOLO_RING_SEGMENT=0 is invalid", 0), 0u)
+      << zero.status().message();
+  EXPECT_EQ(KnobSet::read({{"KOLO_SEGMENT_BYTES", "4096"}}).status().message(),
             "KOLO_SEGMENT_BYTES was renamed KOLO_RING_SEGMENT: set KOLO_RING_SEGMENT=4096 instead");
-  ::unsetenv("KOLO_SEGMENT_BYTES");
-  auto d = allreduce_tuning_from_env({});
-  ASSERT_TRUE(d.ok());
-  EXPECT_EQ(d->segment_bytes, ops::AllreduceTuning{}.segment_bytes);
-  // A zero segment from the constructor's tuning is refused too (the ring needs segments).
-  ChannelBackend zero("test", std::move(ops::make_thread_channels(1, std::chrono::seconds(20))[0]),
-                      {64, 0});
-  EXPECT_EQ(zero.init_status().message(),
+  // Unset, they are their rows' defaults, which a ChannelBackend built without a tuning takes.
+  auto b = make_backends(1);
+  EXPECT_TRUE(b[0]->init_status().ok());
+  EXPECT_EQ(b[0]->tuning().segment_bytes, KnobSet::defaults().size(KnobId::kRingSegment));
+  EXPECT_EQ(b[0]->tuning().small_message_bytes, KnobSet::defaults().size(KnobId::kRingThreshold));
+  // A zero segment from a hand-made tuning is refused by every collective, naming it.
+  ChannelBackend zero_segment(
+      "test", std::move(ops::make_thread_channels(1, std::chrono::seconds(20))[0]), {64, 0});
+  EXPECT_EQ(zero_segment.init_status().message(),
             "backend test: the backend's tuning.segment_bytes must be > 0, got 0");
-}
-
-TEST(ChannelBackendTest, RegistryDefaultsAreTheAlgorithmsDefaults) {
-  Result<KnobSet> knobs = KnobSet::read({});
-  ASSERT_TRUE(knobs.ok());
-  EXPECT_EQ(knobs->size(KnobId::kRingThreshold), ops::AllreduceTuning{}.small_message_bytes);
-  EXPECT_EQ(knobs->size(KnobId::kRingSegment), ops::AllreduceTuning{}.segment_bytes);
+  float x = 1;
+  EXPECT_EQ(zero_segment.allreduce(&x, &x, 1, DataType::kFloat32, {}).code(),
+            StatusCode::kInvalidArgument);
 }
 
 }  // namespace

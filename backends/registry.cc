@@ -55,8 +55,13 @@ Result<const BackendEntry*> find_backend(std::string_view name) {
 
 namespace {
 
-// What every factory relies on: the deadline of every wait comes from the op timeout.
+// What every factory relies on: the deadline of every wait comes from the op timeout, and its
+// options from the job's knobs.
 Status check_context(std::string_view name, const BackendContext& context) {
+  if (context.knobs == nullptr)
+    return Status::InvalidArgument("backend " + std::string(name) +
+                                   ": context.knobs is not set (the KnobSet that kolo::init() "
+                                   "parsed; backend_context() sets it)");
   if (context.op_timeout.count() <= 0)
     return Status::InvalidArgument("backend " + std::string(name) +
                                    ": context.op_timeout must be > 0 ms, got " +
@@ -118,10 +123,12 @@ std::string default_cpu_backend(const World& world) {
 Result<std::string> gpu_backend_choice(std::string_view requested, int visible_gpus, int local_size,
                                        bool gpu_per_process) {
   if (requested.empty()) {
-    Result<const BackendEntry*> nccl = find_backend("nccl");
     const bool fits =
         visible_gpus > 0 && (local_size <= visible_gpus || (visible_gpus == 1 && gpu_per_process));
-    return std::string(nccl.ok() && fits ? "nccl" : "");
+    if (!fits) return std::string();
+    for (const auto& entry : registered_backends())
+      if (entry.default_for_cuda) return std::string(entry.name);
+    return std::string();
   }
   const std::string what = "KOLO_GPU_OPERATIONS=" + std::string(requested);
   Result<const BackendEntry*> entry = find_backend(requested);
@@ -134,11 +141,11 @@ Result<std::string> gpu_backend_choice(std::string_view requested, int visible_g
   return std::string(requested);
 }
 
-Result<LaunchedWorld> launched_world() {
+Result<LaunchedWorld> launched_world(const KnobSet& knobs) {
   LaunchedWorld out;
-  if (launched_by_kolorun()) {
+  if (launched_by_kolorun(knobs)) {
     out.launcher = "kolorun";
-    KOLO_ASSIGN_OR_RETURN(out.world, world_from_env());
+    KOLO_ASSIGN_OR_RETURN(out.world, world_from_knobs(knobs));
     out.default_backend = default_cpu_backend(out.world);
     return out;
   }
@@ -152,13 +159,16 @@ Result<LaunchedWorld> launched_world() {
     return out;
   }
   out.launcher = "none";
-  KOLO_ASSIGN_OR_RETURN(out.world, world_from_env());  // a single rank, in-process store
+  KOLO_ASSIGN_OR_RETURN(out.world, world_from_knobs(knobs));  // a single rank, in-process store
   out.default_backend = default_cpu_backend(out.world);
   return out;
 }
 
-BackendContext backend_context(const World& world, std::string store_prefix) {
+BackendContext backend_context(const World& world, const KnobSet& knobs, std::string store_prefix) {
   BackendContext ctx;
+  ctx.knobs = &knobs;
+  // Rounded up: a timeout below 1 ms still bounds the waits rather than failing them all.
+  ctx.op_timeout = std::chrono::ceil<std::chrono::milliseconds>(knobs.duration(KnobId::kOpTimeout));
   ctx.rank = world.rank;
   ctx.size = world.size;
   ctx.local_rank = world.local_rank;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "common/knobs.h"
 #include "kolo/status.h"
 #include "kolo/types.h"
 #include "rendezvous/store.h"
@@ -26,7 +27,9 @@
 namespace kolo {
 
 // What a backend needs to connect its group. Everything is borrowed for the duration of the
-// factory call only.
+// factory call only. Build it with backend_context(), which fills the topology, the store, the
+// secret, the knobs and the op timeout from the job; a factory refuses a context without knobs
+// or with an op timeout <= 0 (create_backend).
 struct BackendContext {
   int rank = 0;
   int size = 1;
@@ -39,8 +42,13 @@ struct BackendContext {
   // (e.g. the coordinator's control plane beside its data plane) connect independently.
   std::string store_prefix = "kolo";
   std::string secret;  // the job's shared secret: peers must prove they know it
+  // The job's knobs as init() parsed them, once: a factory reads its options from them
+  // (KOLO_RING_*, its own rows such as KOLO_TCP_*), never from the environment. Required.
+  const KnobSet* knobs = nullptr;
   std::chrono::milliseconds connect_timeout{30000};
-  std::chrono::milliseconds op_timeout{60000};  // a transfer that makes no progress this long fails
+  // A transfer that makes no progress this long fails: KOLO_OP_TIMEOUT (backend_context() sets
+  // it from the knobs; no default here, the registry row has it). Required > 0.
+  std::chrono::milliseconds op_timeout{0};
   // The setting op_timeout comes from, for error messages: the control plane's is bounded by
   // KOLO_STALL_SHUTDOWN_TIME when that is shorter (coordinator/api.cc).
   std::string op_timeout_knob = "KOLO_OP_TIMEOUT";
@@ -51,8 +59,9 @@ struct BackendContext {
 };
 
 // The context that connects `world`'s ranks under `store_prefix`: topology, store and secret
-// from the world (borrowed: world must outlive the factory call), default timeouts.
-BackendContext backend_context(const World& world, std::string store_prefix);
+// from the world, `knobs` and KOLO_OP_TIMEOUT's value from them (both borrowed: they must
+// outlive the factory call).
+BackendContext backend_context(const World& world, const KnobSet& knobs, std::string store_prefix);
 
 using BackendFactory = Result<std::unique_ptr<Backend>> (*)(const BackendContext&);
 // Connects a sub-group of the job's ranks (a process set, kolo/process_set.h). `context` is the
@@ -89,6 +98,10 @@ struct BackendEntry {
   // The backend connects only ranks that share one host (shm): it is the default only for jobs
   // of several ranks that all run on one host (local_size == size > 1), and skipped otherwise.
   bool one_host = false;
+  // The default backend for CUDA tensors when KOLO_GPU_OPERATIONS is unset (a device backend
+  // whose `devices` include kCuda), where every rank of the host can have a GPU of its own
+  // (gpu_backend_choice). The first such entry of the registry is the default.
+  bool default_for_cuda = false;
 
   bool handles(Device device) const;
 };
@@ -107,7 +120,8 @@ Status check_devices(const BackendEntry& entry, const Backend& backend);
 
 // Creates the named backend with its factory. Errors: find_backend's for an unknown name;
 // InvalidArgument "backend tcp: context.op_timeout must be > 0 ms, got 0" (every factory waits
-// by it); the factory's; check_devices' when the created backend disagrees with its entry.
+// by it) or "backend tcp: context.knobs is not set ..." (every factory reads its options from
+// them); the factory's; check_devices' when the created backend disagrees with its entry.
 Result<std::unique_ptr<Backend>> create_backend(std::string_view name,
                                                 const BackendContext& context);
 
@@ -124,15 +138,15 @@ std::string default_cpu_backend(const World& world);
 // The backend for CUDA tensors (KOLO_GPU_OPERATIONS). `requested` is the knob's value, empty
 // when unset; `visible_gpus` what this process sees; `local_size` the ranks on this host;
 // `gpu_per_process`: the launcher gave this process a GPU of its own (CUDA_VISIBLE_DEVICES is
-// set, as SLURM --gpus-per-task=1 and similar launchers do). Unset: "nccl" when the build has
-// it and every rank of the host can have a GPU of its own (0 < local_size <= visible_gpus, or
-// one visible GPU per process; NCCL refuses two ranks on one GPU), else "" (CUDA tensors,
-// if any, are staged through host memory to the CPU backend, so a CPU job on a GPU machine
-// with more ranks than GPUs still starts).
+// set, as SLURM --gpus-per-task=1 and similar launchers do). Unset: the first entry that is
+// default_for_cuda (nccl) when the build has one and every rank of the host can have a GPU of
+// its own (0 < local_size <= visible_gpus, or one visible GPU per process; NCCL refuses two
+// ranks on one GPU), else "" (CUDA tensors, if any, are staged through host memory to the CPU
+// backend, so a CPU job on a GPU machine with more ranks than GPUs still starts).
 // A CPU backend's name is returned as is: CUDA tensors are then staged to that backend.
-// Errors: InvalidArgument "KOLO_GPU_OPERATIONS=nccl: this build has no such backend; it has:
+// Errors: InvalidArgument "KOLO_GPU_OPERATIONS=nccl: unknown backend 'nccl'; this build has:
 // tcp, mpi" for a backend not in this build, and "KOLO_GPU_OPERATIONS=nccl: this process
-// sees no GPU" when a device backend was asked for and there is no device.
+// sees no GPU" when a device-only backend was asked for and there is no device.
 Result<std::string> gpu_backend_choice(std::string_view requested, int visible_gpus,
                                        int local_size = 1, bool gpu_per_process = false);
 
@@ -143,12 +157,12 @@ struct LaunchedWorld {
   std::string default_backend;  // the backend for CPU tensors unless KOLO_CPU_OPERATIONS is set
 };
 
-// Finds the job: kolorun's environment (KOLO_RANK, ...; rendezvous/world.h) first; else the
-// first registered backend whose launcher detects this process builds the World (collective,
-// see BackendLauncher::world); else a single rank with an in-process store. The default backend
-// is the launcher's backend when its entry says so, otherwise the first registered backend that
-// handles CPU tensors and fits the world (BackendEntry::one_host). Errors: those of
-// world_from_env() or of the launcher's world().
-Result<LaunchedWorld> launched_world();
+// Finds the job: kolorun's launcher knobs in `knobs` (KOLO_RANK, ...; rendezvous/world.h)
+// first; else the first registered backend whose launcher detects this process builds the World
+// (collective, see BackendLauncher::world); else a single rank with an in-process store. The
+// default backend is the launcher's backend when its entry says so, otherwise the first
+// registered backend that handles CPU tensors and fits the world (BackendEntry::one_host).
+// Errors: those of world_from_knobs() or of the launcher's world().
+Result<LaunchedWorld> launched_world(const KnobSet& knobs);
 
 }  // namespace kolo

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <thread>
 #include <utility>
@@ -51,12 +52,28 @@ TEST(RegistryTest, EveryEntryIsComplete) {
   ASSERT_TRUE(tcp.ok()) << tcp.status().to_string();
   EXPECT_EQ((*tcp)->devices, std::vector<DeviceKind>{DeviceKind::kCpu});
   EXPECT_EQ((*tcp)->launcher.detect, nullptr);
-  if (built_with_mpi()) {
-    auto mpi = find_backend("mpi");
-    ASSERT_TRUE(mpi.ok()) << mpi.status().to_string();
+  if (auto mpi = find_backend("mpi"); mpi.ok()) {  // builds with MPI
     EXPECT_EQ((*mpi)->launcher.name, "mpirun");
     EXPECT_TRUE((*mpi)->launcher.default_backend);
   }
+  // The default for CUDA tensors takes them: it is a device backend.
+  for (const auto& e : registered_backends())
+    if (e.default_for_cuda) EXPECT_TRUE(e.handles(Device::cuda(0))) << e.name;
+}
+
+// Without KOLO_GPU_OPERATIONS, CUDA tensors go to the first entry marked default_for_cuda
+// (nccl in builds with NCCL), and only where each rank of the host can have a GPU of its own.
+TEST(RegistryTest, TheDefaultForCudaTensorsIsTheEntryMarkedSo) {
+  std::string marked;
+  for (const auto& e : registered_backends())
+    if (e.default_for_cuda && marked.empty()) marked = e.name;
+  EXPECT_EQ(gpu_backend_choice("", 2, 2).value(), marked);
+  EXPECT_EQ(gpu_backend_choice("", 1, 1, /*gpu_per_process=*/true).value(), marked);
+  EXPECT_EQ(gpu_backend_choice("", 0, 1).value(), "");
+  EXPECT_EQ(gpu_backend_choice("", 2, 4).value(), "");  // more ranks than GPUs: staged
+  EXPECT_EQ(gpu_backend_choice("tcp", 0).value(), "tcp");
+  EXPECT_EQ(gpu_backend_choice("gloo", 1).status().message(),
+            "KOLO_GPU_OPERATIONS=gloo: " + find_backend("gloo").status().message());
 }
 
 TEST(RegistryTest, UnknownNameListsTheRegisteredOnes) {
@@ -71,6 +88,7 @@ TEST(RegistryTest, UnknownNameListsTheRegisteredOnes) {
 
   MemoryStore store;
   BackendContext ctx;
+  ctx.knobs = &KnobSet::defaults();
   ctx.store = &store;
   auto created = create_backend("gloo", ctx);
   ASSERT_FALSE(created.ok());
@@ -86,6 +104,7 @@ TEST(RegistryTest, UnknownNameListsTheRegisteredOnes) {
 TEST(RegistryTest, ANonPositiveOpTimeoutIsRefusedNamingTheBackend) {
   for (const BackendEntry& entry : registered_backends()) {
     BackendContext ctx;
+    ctx.knobs = &KnobSet::defaults();
     ctx.op_timeout = std::chrono::milliseconds(0);
     for (const Result<std::unique_ptr<Backend>>& made :
          {create_backend(entry.name, ctx), create_subgroup_backend(entry.name, ctx, {0})}) {
@@ -96,6 +115,47 @@ TEST(RegistryTest, ANonPositiveOpTimeoutIsRefusedNamingTheBackend) {
   }
 }
 
+// Every backend reads its options from the job's knobs, so a context without them is refused
+// before any factory runs, naming the backend.
+TEST(RegistryTest, AContextWithoutKnobsIsRefusedNamingTheBackend) {
+  for (const BackendEntry& entry : registered_backends()) {
+    BackendContext ctx;
+    ctx.op_timeout = std::chrono::milliseconds(1000);
+    for (const Result<std::unique_ptr<Backend>>& made :
+         {create_backend(entry.name, ctx), create_subgroup_backend(entry.name, ctx, {0})}) {
+      ASSERT_FALSE(made.ok()) << entry.name;
+      EXPECT_EQ(made.status().to_string(),
+                "InvalidArgument: backend " + std::string(entry.name) +
+                    ": context.knobs is not set (the KnobSet that kolo::init() parsed; "
+                    "backend_context() sets it)");
+    }
+  }
+}
+
+// backend_context() takes the world's topology, store and secret, and the op timeout from the
+// knobs it hands down (rounded up to whole milliseconds, never to 0).
+TEST(RegistryTest, BackendContextCarriesTheJobsKnobs) {
+  World world;
+  world.rank = 1;
+  world.size = 3;
+  world.local_size = 3;
+  world.store = std::make_unique<MemoryStore>();
+  world.secret = "s";
+  Result<KnobSet> knobs = KnobSet::read({{"KOLO_OP_TIMEOUT", "1500us"}});
+  ASSERT_TRUE(knobs.ok());
+  const BackendContext ctx = backend_context(world, *knobs, "p");
+  EXPECT_EQ(ctx.knobs, &*knobs);
+  EXPECT_EQ(ctx.op_timeout, std::chrono::milliseconds(2));
+  EXPECT_EQ(ctx.rank, 1);
+  EXPECT_EQ(ctx.size, 3);
+  EXPECT_EQ(ctx.local_size, 3);
+  EXPECT_EQ(ctx.store, world.store.get());
+  EXPECT_EQ(ctx.secret, "s");
+  EXPECT_EQ(ctx.store_prefix, "p");
+  EXPECT_EQ(backend_context(world, KnobSet::defaults(), "p").op_timeout,
+            KnobSet::defaults().duration(KnobId::kOpTimeout));
+}
+
 TEST(RegistryTest, CreatedTcpBackendsConnectAndAgreeWithTheirEntry) {
   MemoryStore store;
   std::vector<std::unique_ptr<Backend>> backends(2);
@@ -103,12 +163,13 @@ TEST(RegistryTest, CreatedTcpBackendsConnectAndAgreeWithTheirEntry) {
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
-      BackendContext ctx;
-      ctx.rank = r;
-      ctx.size = 2;
-      ctx.local_size = 2;
+      World world;
+      world.rank = r;
+      world.size = 2;
+      world.local_size = 2;
+      world.secret = "registry-test";
+      BackendContext ctx = backend_context(world, KnobSet::defaults(), "kolo");
       ctx.store = &store;
-      ctx.secret = "registry-test";
       auto b = create_backend("tcp", ctx);
       if (!b.ok()) {
         status[r] = b.status();
@@ -147,7 +208,8 @@ TEST(RegistryTest, CheckDevicesNamesTheDisagreement) {
             "backend local: supports(cpu) is true but its registry entry lists devices: none");
 }
 
-// Sets environment variables for one test and restores them after.
+// Sets (or unsets) environment variables for one test and restores them after: the launchers
+// other than kolorun are detected by their own variables (mpirun's OMPI_COMM_WORLD_SIZE).
 class ScopedEnv {
  public:
   void set(const char* name, const char* value) {
@@ -176,33 +238,34 @@ class ScopedEnv {
   std::vector<Saved> saved_;
 };
 
-TEST(RegistryTest, WithoutALauncherTheJobIsOneRankOnTheFirstBackendThatFits) {
-  ScopedEnv env;
-  for (const char* v :
-       {"KOLO_RANK", "KOLO_SIZE", "KOLO_LOCAL_RANK", "KOLO_LOCAL_SIZE", "KOLO_CROSS_RANK",
-        "KOLO_CROSS_SIZE", "KOLO_STORE_ADDR", "KOLO_SECRET", "OMPI_COMM_WORLD_SIZE"})
-    env.set(v, nullptr);
-  auto launched = launched_world();
-  ASSERT_TRUE(launched.ok()) << launched.status().to_string();
-  EXPECT_EQ(launched->launcher, "none");
-  EXPECT_EQ(launched->default_backend, "tcp");
-  EXPECT_EQ(launched->world.rank, 0);
-  EXPECT_EQ(launched->world.size, 1);
-  EXPECT_NE(launched->world.store, nullptr);
+// The job that knobs read from `env` describe (as init() reads them, once).
+Result<LaunchedWorld> launched(const std::map<std::string, std::string>& env) {
+  KOLO_ASSIGN_OR_RETURN(KnobSet knobs, KnobSet::read(env));
+  return launched_world(knobs);
 }
 
-TEST(RegistryTest, KolorunsEnvironmentComesBeforeOtherLaunchers) {
+TEST(RegistryTest, WithoutALauncherTheJobIsOneRankOnTheFirstBackendThatFits) {
   ScopedEnv env;
-  env.set("KOLO_RANK", "0");
-  env.set("KOLO_SIZE", "1");
+  env.set("OMPI_COMM_WORLD_SIZE", nullptr);
+  auto l = launched({});
+  ASSERT_TRUE(l.ok()) << l.status().to_string();
+  EXPECT_EQ(l->launcher, "none");
+  EXPECT_EQ(l->default_backend, "tcp");
+  EXPECT_EQ(l->world.rank, 0);
+  EXPECT_EQ(l->world.size, 1);
+  EXPECT_NE(l->world.store, nullptr);
+}
+
+TEST(RegistryTest, KolorunsKnobsComeBeforeOtherLaunchers) {
+  ScopedEnv env;
   // As if mpirun had started kolorun: kolorun's own variables still decide, and mpirun's
   // launcher (in builds with MPI) is not asked.
   env.set("OMPI_COMM_WORLD_SIZE", "4");
-  auto launched = launched_world();
-  ASSERT_TRUE(launched.ok()) << launched.status().to_string();
-  EXPECT_EQ(launched->launcher, "kolorun");
-  EXPECT_EQ(launched->default_backend, "tcp");
-  EXPECT_EQ(launched->world.size, 1);
+  auto l = launched({{"KOLO_RANK", "0"}, {"KOLO_SIZE", "1"}});
+  ASSERT_TRUE(l.ok()) << l.status().to_string();
+  EXPECT_EQ(l->launcher, "kolorun");
+  EXPECT_EQ(l->default_backend, "tcp");
+  EXPECT_EQ(l->world.size, 1);
 }
 
 // shm is the default exactly when several ranks share one host.
@@ -210,31 +273,31 @@ TEST(RegistryTest, ShmIsTheDefaultWhenEveryRankIsOnOneHost) {
   auto server = TcpStoreServer::start("127.0.0.1", 0, "s");
   ASSERT_TRUE(server.ok()) << server.status().to_string();
   for (const auto& [local_size, expected] :
-       std::vector<std::pair<const char*, const char*>>{{"2", "shm"}, {"1", "tcp"}}) {
-    ScopedEnv env;
-    env.set("KOLO_RANK", "1");
-    env.set("KOLO_SIZE", "2");
-    env.set("KOLO_LOCAL_RANK", "0");
-    env.set("KOLO_LOCAL_SIZE", local_size);
-    env.set("KOLO_CROSS_RANK", local_size[0] == '2' ? "0" : "1");
-    env.set("KOLO_CROSS_SIZE", local_size[0] == '2' ? "1" : "2");
-    env.set("KOLO_STORE_ADDR", (*server)->address().c_str());
-    env.set("KOLO_SECRET", "s");
-    auto launched = launched_world();
-    ASSERT_TRUE(launched.ok()) << launched.status().to_string();
-    EXPECT_EQ(launched->default_backend, expected) << "local size " << local_size;
+       std::vector<std::pair<std::string, std::string>>{{"2", "shm"}, {"1", "tcp"}}) {
+    auto l = launched({{"KOLO_RANK", "1"},
+                       {"KOLO_SIZE", "2"},
+                       {"KOLO_LOCAL_RANK", "0"},
+                       {"KOLO_LOCAL_SIZE", local_size},
+                       {"KOLO_CROSS_RANK", local_size == "2" ? "0" : "1"},
+                       {"KOLO_CROSS_SIZE", local_size == "2" ? "1" : "2"},
+                       {"KOLO_STORE_ADDR", (*server)->address()},
+                       {"KOLO_SECRET", "s"}});
+    ASSERT_TRUE(l.ok()) << l.status().to_string();
+    EXPECT_EQ(l->default_backend, expected) << "local size " << local_size;
   }
 }
 
-TEST(RegistryTest, KolorunsBadEnvironmentIsReported) {
-  ScopedEnv env;
-  env.set("KOLO_RANK", "abc");
-  env.set("KOLO_SIZE", "2");
-  auto launched = launched_world();
-  ASSERT_FALSE(launched.ok());
-  EXPECT_EQ(launched.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(launched.status().message().find("KOLO_RANK=abc"), std::string::npos)
-      << launched.status().to_string();
+// A bad launcher value in the environment is init()'s one parse's error: launched_world never
+// sees it. One that parses but does not fit the job is launched_world's.
+TEST(RegistryTest, KolorunsBadKnobsAreReported) {
+  auto l = launched({{"KOLO_RANK", "abc"}, {"KOLO_SIZE", "2"}});
+  ASSERT_FALSE(l.ok());
+  EXPECT_EQ(l.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(l.status().message(), "KOLO_RANK=abc is invalid: expected an integer >= 0");
+  l = launched({{"KOLO_RANK", "2"}, {"KOLO_SIZE", "2"}});
+  ASSERT_FALSE(l.ok());
+  EXPECT_EQ(l.status().message(),
+            "KOLO_RANK=2 is invalid: expected an integer in [0, KOLO_SIZE=2)");
 }
 
 }  // namespace

@@ -33,6 +33,7 @@
 #include "bench/flags.h"
 #include "bench/json_rows.h"
 #include "bench/workload.h"
+#include "common/knobs.h"
 #include "kolo/kolo.h"
 #include "kolo/units.h"
 
@@ -172,12 +173,23 @@ Result<Tuned> tune(const Config& defaults, const AutotuneOptions& o, Workload& w
   return t;
 }
 
-Status run_autotune(const AutotuneOptions& o) {
-  const char* env_rank = std::getenv("KOLO_RANK");
-  const char* mpi_rank = std::getenv("OMPI_COMM_WORLD_RANK");
-  const bool root = (env_rank ? std::string(env_rank) : mpi_rank ? mpi_rank : "0") == "0";
+// The configuration of a job that sets nothing: the registry's defaults, and
+// DistributedOptimizer's bucket (no knob: the autotuner's third dimension only).
+Config default_config() {
+  const KnobSet& d = KnobSet::defaults();
+  return {
+      d.size(KnobId::kFusionThreshold),
+      std::chrono::duration_cast<std::chrono::microseconds>(d.duration(KnobId::kCycleTime)).count(),
+      int64_t{4} << 20};
+}
+
+Status run_autotune(const AutotuneOptions& o, const KnobSet& knobs) {
+  const char* mpi_rank = std::getenv("OMPI_COMM_WORLD_RANK");  // mpirun's, not a Kolo knob
+  const bool root = knobs.is_set(KnobId::kRank)
+                        ? knobs.integer(KnobId::kRank) == 0
+                        : mpi_rank == nullptr || std::string(mpi_rank) == "0";
   Workload w(o);
-  const Config defaults{4 << 20, 1000, 4 << 20};
+  const Config defaults = default_config();
   nlohmann::json rows = nlohmann::json::array();
   if (root)
     std::printf("# sweep: threshold x cycle x bucket, median of %d steps, %d ns compute/param\n",
@@ -248,7 +260,7 @@ Status run_autotune(const AutotuneOptions& o) {
 
 }  // namespace
 
-int run_autotune_bench(int argc, char** argv) {
+int run_autotune_bench(const KnobSet& knobs, int argc, char** argv) {
   AutotuneOptions o;
   CommandLine line;
   line.command = "autotune";
@@ -266,7 +278,7 @@ int run_autotune_bench(int argc, char** argv) {
                 int_flag("--compute-ns-per-param", "N", &o.compute_ns_per_param, 0, 1000000,
                          "simulated backward time per parameter of a layer"),
                 json_flag(&o.json_path)};
-  return run_command(line, argc, argv, [&] { return run_autotune(o); });
+  return run_command(line, argc, argv, [&] { return run_autotune(o, knobs); });
 }
 
 }  // namespace kolo::bench

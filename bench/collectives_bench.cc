@@ -66,155 +66,192 @@ bool is_reduction(Collective c) {
   return c == Collective::kAllreduce || c == Collective::kReducescatter;
 }
 
-Status run(const CollectiveOptions& o) {
-  // kolorun's environment, else mpirun (in an MPI build), else one rank: as kolo::init() does.
-  KOLO_ASSIGN_OR_RETURN(LaunchedWorld launched, launched_world());
-  const World& world = launched.world;
-  const BackendContext ctx = backend_context(world, "kolo-bench");
-  KOLO_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, create_backend(o.backend, ctx));
-  // KOLO_HIERARCHICAL_ALLREDUCE=1 or KOLO_HIERARCHICAL_ALLGATHER=1 times the hierarchy with
-  // --backend across hosts, as kolo::init() builds it (within a host: shm, or
-  // KOLO_CPU_OPERATIONS when set); each knob switches its own collective.
-  KOLO_ASSIGN_OR_RETURN(KnobSet knobs, KnobSet::from_process_env());
+// The backend under test, made as kolo::init() makes the data plane, and the raw library it is
+// compared with on the same buffers (NCCL on device buffers, MPI under mpirun), if any.
+struct Bench {
+  LaunchedWorld launched;  // owns the store the backends were connected through
+  std::unique_ptr<Backend> backend;
+  std::string name;               // "tcp", "hierarchical over tcp"
+  std::unique_ptr<GpuBench> gpu;  // a backend that takes CUDA tensors only runs on the GPU
+  std::unique_ptr<RawMpi> mpi;    // host buffers under mpirun
+  const char* ref() const { return gpu ? "nccl" : "mpi"; }
+  bool has_ref() const { return gpu || mpi; }
+};
+
+// kolorun's launcher knobs, else mpirun (in an MPI build), else one rank: as kolo::init() does.
+// KOLO_HIERARCHICAL_ALLREDUCE=1 or KOLO_HIERARCHICAL_ALLGATHER=1 times the hierarchy with
+// --backend across hosts, as kolo::init() builds it (within a host: shm, or
+// KOLO_CPU_OPERATIONS when set); each knob switches its own collective.
+Result<Bench> connect_bench(const CollectiveOptions& o, const KnobSet& knobs) {
+  Bench b;
+  KOLO_ASSIGN_OR_RETURN(b.launched, launched_world(knobs));
+  const BackendContext ctx = backend_context(b.launched.world, knobs, "kolo-bench");
+  KOLO_ASSIGN_OR_RETURN(b.backend, create_backend(o.backend, ctx));
   const bool allreduce = knobs.boolean(KnobId::kHierarchicalAllreduce);
   const bool allgather = knobs.boolean(KnobId::kHierarchicalAllgather);
   if (allreduce || allgather) {
-    KOLO_ASSIGN_OR_RETURN(
-        backend, make_hierarchical_backend(
-                     std::move(backend), ctx,
-                     hierarchical_options(launched, o.backend, knobs.is_set(KnobId::kCpuOperations),
-                                          allreduce, allgather)));
+    KOLO_ASSIGN_OR_RETURN(b.backend, make_hierarchical_backend(
+                                         std::move(b.backend), ctx,
+                                         hierarchical_options(b.launched, o.backend,
+                                                              knobs.is_set(KnobId::kCpuOperations),
+                                                              allreduce, allgather)));
   }
-  const std::string backend_name =
-      backend->name() == "hierarchical" ? "hierarchical over " + o.backend : o.backend;
-  const int n = world.size, rank = world.rank;
-  const size_t element = dtype_size(o.dtype);
-  // A backend that takes CUDA tensors only (nccl) runs on device buffers, beside raw NCCL on
-  // the same buffers; the others on host memory, beside raw MPI under mpirun.
-  const bool on_gpu = !backend->supports(Device::cpu());
-  std::unique_ptr<GpuBench> gpu;
-  if (on_gpu) {
-    KOLO_ASSIGN_OR_RETURN(gpu, make_gpu_bench(ctx, o.max_bytes + element));
+  b.name = b.backend->name() == "hierarchical" ? "hierarchical over " + o.backend : o.backend;
+  if (!b.backend->supports(Device::cpu())) {
+    KOLO_ASSIGN_OR_RETURN(b.gpu, make_gpu_bench(ctx, o.max_bytes + dtype_size(o.dtype)));
+  } else {
+    b.mpi = make_raw_mpi();
   }
-  std::unique_ptr<RawMpi> mpi = on_gpu ? nullptr : make_raw_mpi();
-  const char* ref = gpu ? "nccl" : "mpi";
-  const bool has_ref = gpu || mpi;
+  return b;
+}
 
+void print_header(const CollectiveOptions& o, const Bench& b) {
+  std::printf("# kolo-bench %s: backend %s, %d ranks, %d iterations (+%d warm-up)%s\n",
+              collective_name(o.collective), b.name.c_str(), b.launched.world.size, o.iters,
+              o.warmup,
+              b.gpu   ? ", raw NCCL on the same device buffers"
+              : b.mpi ? ", raw MPI on the same buffers"
+                      : "");
+  std::printf("# time = max over ranks of the mean time per call; busbw = algbw x %s\n",
+              o.collective == Collective::kAllreduce   ? "2(n-1)/n"
+              : o.collective == Collective::kBroadcast ? "1"
+                                                       : "(n-1)/n");
+  std::printf("%12s %12s %9s %8s %11s %11s %11s %8s", "size(B)", "count", "type", "redop",
+              "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+  if (b.has_ref())
+    std::printf(" %11s %9s", (std::string(b.ref()) + "(us)").c_str(),
+                (std::string("kolo/") + b.ref()).c_str());
+  std::printf("\n");
+}
+
+// The case of about `bytes` bytes on the host buffers (nccl-tests' layout, bench_case.h).
+BenchCase case_of_size(const CollectiveOptions& o, int ranks, uint64_t bytes, char* input,
+                       char* output) {
+  BenchCase c;
+  c.collective = o.collective;
+  c.dtype = o.dtype;
+  c.op = o.op;
+  c.ranks = ranks;
+  const bool per_rank = o.collective == Collective::kAllgather ||
+                        o.collective == Collective::kAlltoall ||
+                        o.collective == Collective::kReducescatter;
+  const int64_t element = static_cast<int64_t>(dtype_size(o.dtype));
+  c.block = std::max<int64_t>(1, static_cast<int64_t>(bytes) / element / (per_rank ? ranks : 1));
+  c.count = per_rank ? c.block * ranks : c.block;
+  c.input = input;
+  c.output = output;
+  return c;
+}
+
+struct Measured {
+  double time = 0;      // seconds per call, the slowest rank's mean
+  double ref_time = 0;  // the same for the raw library, when there is one
+  int64_t wrong = 0;    // wrong elements over every rank (with --check)
+};
+
+// Times `host` (the case on host buffers; a GPU bench copies it to its device buffers) through
+// the backend, checks the result, then times the raw library on the same buffers.
+Result<Measured> measure(const CollectiveOptions& o, Bench& b, const BenchCase& host) {
+  const int rank = b.launched.world.rank;
+  const size_t bytes = static_cast<size_t>(host.count) * dtype_size(o.dtype);
+  BenchCase c = host;
+  if (b.gpu) {
+    if (o.check) KOLO_RETURN_IF_ERROR(b.gpu->upload(host.input, bytes));
+    c.input = b.gpu->input();
+    c.output = b.gpu->output();
+  }
+  Backend& backend = *b.backend;
+  KOLO_ASSIGN_OR_RETURN(double mean,
+                        time_calls(
+                            o.warmup, o.iters, [&] { return run_backend_case(backend, c); },
+                            [&] { return backend.barrier(); }));
+  Measured m;
+  if (b.gpu) {
+    if (o.check) KOLO_RETURN_IF_ERROR(b.gpu->download(host.output, bytes));
+    KOLO_ASSIGN_OR_RETURN(m.time, b.gpu->max_over_ranks(mean));
+    KOLO_ASSIGN_OR_RETURN(m.wrong, b.gpu->sum_over_ranks(o.check ? count_wrong(host, rank) : 0));
+    KOLO_ASSIGN_OR_RETURN(double raw, time_calls(
+                                          o.warmup, o.iters, [&] { return b.gpu->run_raw(c); },
+                                          [&] { return b.gpu->barrier(); }));
+    KOLO_ASSIGN_OR_RETURN(m.ref_time, b.gpu->max_over_ranks(raw));
+    return m;
+  }
+  KOLO_RETURN_IF_ERROR(
+      backend.allreduce(&mean, &m.time, 1, DataType::kFloat64, Reduction{ReduceOp::kMax}));
+  m.wrong = o.check ? count_wrong(host, rank) : 0;
+  KOLO_RETURN_IF_ERROR(backend.allreduce(&m.wrong, &m.wrong, 1, DataType::kInt64, Reduction{}));
+  if (b.mpi) {
+    KOLO_ASSIGN_OR_RETURN(double raw, time_calls(
+                                          o.warmup, o.iters, [&] { return b.mpi->run(c); },
+                                          [&] { return b.mpi->barrier(); }));
+    KOLO_ASSIGN_OR_RETURN(m.ref_time, b.mpi->max_over_ranks(raw));
+  }
+  return m;
+}
+
+// Prints the case's line of the table (rank 0) and returns it as a JSON row.
+nlohmann::json report(const CollectiveOptions& o, const Bench& b, const BenchCase& c,
+                      const Measured& m) {
+  const int n = b.launched.world.size;
+  const double size_bytes = static_cast<double>(c.count * dtype_size(o.dtype));
+  const double algbw = size_bytes / m.time / 1e9;
+  const double busbw = algbw * busbw_factor(o.collective, n);
+  const char* redop = is_reduction(o.collective) ? reduce_op_name(o.op).data() : "none";
+  std::printf("%12.0f %12lld %9s %8s %11.1f %11.3f %11.3f", size_bytes,
+              static_cast<long long>(c.count), dtype_name(o.dtype).data(), redop, m.time * 1e6,
+              algbw, busbw);
+  if (o.check)
+    std::printf(" %8lld", static_cast<long long>(m.wrong));
+  else
+    std::printf(" %8s", "N/A");
+  if (b.has_ref()) std::printf(" %11.1f %9.2f", m.ref_time * 1e6, m.time / m.ref_time);
+  std::printf("\n");
+  std::fflush(stdout);
+  nlohmann::json row = {{"collective", collective_name(o.collective)},
+                        {"backend", b.name},
+                        {"ranks", n},
+                        {"size_bytes", size_bytes},
+                        {"count", c.count},
+                        {"type", dtype_name(o.dtype)},
+                        {"redop", redop},
+                        {"time_us", m.time * 1e6},
+                        {"algbw_gbps", algbw},
+                        {"busbw_gbps", busbw}};
+  row["wrong"] = o.check ? nlohmann::json(m.wrong) : nlohmann::json(nullptr);
+  if (b.has_ref()) {
+    row[std::string(b.ref()) + "_time_us"] = m.ref_time * 1e6;
+    row[std::string("kolo_over_") + b.ref()] = m.time / m.ref_time;
+  }
+  return row;
+}
+
+Status run(const CollectiveOptions& o, const KnobSet& knobs) {
+  KOLO_ASSIGN_OR_RETURN(Bench b, connect_bench(o, knobs));
+  const int rank = b.launched.world.rank;
   // Both buffers at the largest size, allocated and touched once (host copies on a GPU).
+  const size_t element = dtype_size(o.dtype);
   std::vector<char> input(o.max_bytes + element), output(o.max_bytes + element);
   nlohmann::json rows = nlohmann::json::array();
-  if (rank == 0) {
-    std::printf("# kolo-bench %s: backend %s, %d ranks, %d iterations (+%d warm-up)%s\n",
-                collective_name(o.collective), backend_name.c_str(), n, o.iters, o.warmup,
-                gpu   ? ", raw NCCL on the same device buffers"
-                : mpi ? ", raw MPI on the same buffers"
-                      : "");
-    std::printf("# time = max over ranks of the mean time per call; busbw = algbw x %s\n",
-                o.collective == Collective::kAllreduce   ? "2(n-1)/n"
-                : o.collective == Collective::kBroadcast ? "1"
-                                                         : "(n-1)/n");
-    std::printf("%12s %12s %9s %8s %11s %11s %11s %8s", "size(B)", "count", "type", "redop",
-                "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
-    if (has_ref)
-      std::printf(" %11s %9s", (std::string(ref) + "(us)").c_str(),
-                  (std::string("kolo/") + ref).c_str());
-    std::printf("\n");
-  }
+  if (rank == 0) print_header(o, b);
   const uint64_t factor = static_cast<uint64_t>(o.factor);
   for (uint64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= factor) {
-    BenchCase c;
-    c.collective = o.collective;
-    c.dtype = o.dtype;
-    c.op = o.op;
-    c.ranks = n;
-    const bool per_rank = o.collective == Collective::kAllgather ||
-                          o.collective == Collective::kAlltoall ||
-                          o.collective == Collective::kReducescatter;
-    c.block = std::max<int64_t>(1, bytes / element / (per_rank ? n : 1));
-    c.count = per_rank ? c.block * n : c.block;
-    c.input = input.data();
-    c.output = output.data();
+    const BenchCase c = case_of_size(o, b.launched.world.size, bytes, input.data(), output.data());
     if (o.check) fill_inputs(c, rank);
-    BenchCase host = c;  // the host view of the case, for the check
-    const size_t case_bytes = static_cast<size_t>(c.count) * element;
-    if (gpu) {
-      if (o.check) KOLO_RETURN_IF_ERROR(gpu->upload(input.data(), case_bytes));
-      c.input = gpu->input();
-      c.output = gpu->output();
-    }
-    KOLO_ASSIGN_OR_RETURN(double mean,
-                          time_calls(
-                              o.warmup, o.iters, [&] { return run_backend_case(*backend, c); },
-                              [&] { return backend->barrier(); }));
-    double time = mean;
-    int64_t wrong = 0;
-    if (gpu) {
-      if (o.check) KOLO_RETURN_IF_ERROR(gpu->download(output.data(), case_bytes));
-      KOLO_ASSIGN_OR_RETURN(time, gpu->max_over_ranks(mean));
-      KOLO_ASSIGN_OR_RETURN(wrong, gpu->sum_over_ranks(o.check ? count_wrong(host, rank) : 0));
-    } else {
-      KOLO_RETURN_IF_ERROR(
-          backend->allreduce(&mean, &time, 1, DataType::kFloat64, Reduction{ReduceOp::kMax}));
-      wrong = o.check ? count_wrong(host, rank) : 0;
-      KOLO_RETURN_IF_ERROR(backend->allreduce(&wrong, &wrong, 1, DataType::kInt64, Reduction{}));
-    }
-    double ref_time = 0;
-    if (gpu) {
-      KOLO_ASSIGN_OR_RETURN(double m, time_calls(
-                                          o.warmup, o.iters, [&] { return gpu->run_raw(c); },
-                                          [&] { return gpu->barrier(); }));
-      KOLO_ASSIGN_OR_RETURN(ref_time, gpu->max_over_ranks(m));
-    }
-    if (mpi) {
-      KOLO_ASSIGN_OR_RETURN(double m, time_calls(
-                                          o.warmup, o.iters, [&] { return mpi->run(c); },
-                                          [&] { return mpi->barrier(); }));
-      KOLO_ASSIGN_OR_RETURN(ref_time, mpi->max_over_ranks(m));
-    }
-    const double size_bytes = static_cast<double>(c.count * element);
-    const double algbw = size_bytes / time / 1e9;
-    const double busbw = algbw * busbw_factor(o.collective, n);
-    if (rank == 0) {
-      const char* redop = is_reduction(o.collective) ? reduce_op_name(o.op).data() : "none";
-      std::printf("%12.0f %12lld %9s %8s %11.1f %11.3f %11.3f", size_bytes,
-                  static_cast<long long>(c.count), dtype_name(o.dtype).data(), redop, time * 1e6,
-                  algbw, busbw);
-      if (o.check)
-        std::printf(" %8lld", static_cast<long long>(wrong));
-      else
-        std::printf(" %8s", "N/A");
-      if (has_ref) std::printf(" %11.1f %9.2f", ref_time * 1e6, time / ref_time);
-      std::printf("\n");
-      std::fflush(stdout);
-      nlohmann::json row = {{"collective", collective_name(o.collective)},
-                            {"backend", backend_name},
-                            {"ranks", n},
-                            {"size_bytes", size_bytes},
-                            {"count", c.count},
-                            {"type", dtype_name(o.dtype)},
-                            {"redop", redop},
-                            {"time_us", time * 1e6},
-                            {"algbw_gbps", algbw},
-                            {"busbw_gbps", busbw}};
-      row["wrong"] = o.check ? nlohmann::json(wrong) : nlohmann::json(nullptr);
-      if (has_ref) {
-        row[std::string(ref) + "_time_us"] = ref_time * 1e6;
-        row[std::string("kolo_over_") + ref] = time / ref_time;
-      }
-      rows.push_back(row);
-    }
+    KOLO_ASSIGN_OR_RETURN(Measured m, measure(o, b, c));
+    if (rank == 0) rows.push_back(report(o, b, c, m));
     if (bytes > o.max_bytes / factor) break;  // the next size would overflow or exceed -e
   }
   if (rank == 0 && !o.json_path.empty()) KOLO_RETURN_IF_ERROR(write_json_rows(o.json_path, rows));
-  return backend->barrier();
+  return b.backend->barrier();
 }
 
 }  // namespace
 
-int run_collective_bench(Collective collective, int argc, char** argv) {
+int run_collective_bench(Collective collective, const KnobSet& knobs, int argc, char** argv) {
   CollectiveOptions options;
   options.collective = collective;
-  return run_command(collective_command_line(options), argc, argv, [&] { return run(options); });
+  return run_command(collective_command_line(options), argc, argv,
+                     [&] { return run(options, knobs); });
 }
 
 }  // namespace kolo::bench

@@ -27,6 +27,7 @@
 #include "bench/json_rows.h"
 #include "bench/nccl_support.h"
 #include "bench/workload.h"
+#include "common/knobs.h"
 #include "kolo/kolo.h"
 #include "rendezvous/world.h"
 
@@ -131,16 +132,15 @@ Result<FusionResult> run_fusion_mode(const FusionMode& mode, const std::string& 
   return FusionResult{median(times), ranks};
 }
 
-Status run_fusion(const FusionOptions& o) {
+Status run_fusion(const FusionOptions& o, const KnobSet& knobs) {
   const auto shapes = resnet50_shapes();
   int64_t total = 0;
   for (const auto& s : shapes) total += elements(s);
-  const char* env_threshold = std::getenv("KOLO_FUSION_THRESHOLD");
-  const std::string threshold = env_threshold ? env_threshold : "";
-  const char* env_timeline = std::getenv("KOLO_TIMELINE");
-  const std::string user_timeline = env_timeline ? env_timeline : "";
-  const char* env_rank = std::getenv("KOLO_RANK");  // only rank 0 prints; init comes later
-  const bool root = env_rank == nullptr || std::string(env_rank) == "0";
+  const std::string threshold =
+      knobs.is_set(KnobId::kFusionThreshold) ? knobs.raw(KnobId::kFusionThreshold) : "";
+  const std::string user_timeline = knobs.text(KnobId::kTimeline);
+  // Only rank 0 prints; init comes later.
+  const bool root = !knobs.is_set(KnobId::kRank) || knobs.integer(KnobId::kRank) == 0;
   if (root) {
     std::printf(
         "# ResNet-50 gradients: %zu float32 tensors, %lld elements (%.1f MB); median of %d "
@@ -202,7 +202,7 @@ Result<double> median_us(const LatencyOptions& o, Call call) {
   return median(us);
 }
 
-Status run_latency(const LatencyOptions& o) {
+Status run_latency(const LatencyOptions& o, const KnobSet& knobs) {
   KOLO_RETURN_IF_ERROR(kolo::init().with_context("init"));
   ShutdownOnExit shutdown_on_exit;
   float x = 1.0f;
@@ -213,14 +213,14 @@ Status run_latency(const LatencyOptions& o) {
   double raw_us = -1;
   std::string raw_name;
   // The raw comparison needs kolorun's store; under mpirun the world seen here has one rank.
-  KOLO_ASSIGN_OR_RETURN(World world, world_from_env());
+  KOLO_ASSIGN_OR_RETURN(World world, world_from_knobs(knobs));
   if (kolo::size() > 1 && world.size != kolo::size() && kolo::rank() == 0)
     std::fprintf(stderr, "latency: the raw backend comparison runs under kolorun only\n");
   if (kolo::size() > 1 && world.size == kolo::size()) {
-    const BackendContext ctx = backend_context(world, "kolo-bench/latency-raw");
+    const BackendContext ctx = backend_context(world, knobs, "kolo-bench/latency-raw");
     // The backend the coordinator runs on: KOLO_CPU_OPERATIONS, else the world's default.
-    const char* chosen = std::getenv("KOLO_CPU_OPERATIONS");
-    raw_name = chosen != nullptr && *chosen != '\0' ? chosen : default_cpu_backend(world);
+    raw_name = knobs.is_set(KnobId::kCpuOperations) ? knobs.text(KnobId::kCpuOperations)
+                                                    : default_cpu_backend(world);
     KOLO_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, create_backend(raw_name, ctx));
     KOLO_ASSIGN_OR_RETURN(raw_us, median_us(o, [&] {
                             return backend->allreduce(&x, &x, 1, DataType::kFloat32, {})
@@ -263,7 +263,7 @@ Status run_latency(const LatencyOptions& o) {
 
 }  // namespace
 
-int run_fusion_bench(int argc, char** argv) {
+int run_fusion_bench(const KnobSet& knobs, int argc, char** argv) {
   FusionOptions o;
   CommandLine line;
   line.command = "fusion";
@@ -286,10 +286,10 @@ int run_fusion_bench(int argc, char** argv) {
       "the timeline row records into that file and the other rows run without a timeline.\n"
       "--device cuda needs a GPU per rank (a build with NCCL); the default fusion row then\n"
       "measures nccl's device fusion buffer.\n";
-  return run_command(line, argc, argv, [&] { return run_fusion(o); });
+  return run_command(line, argc, argv, [&] { return run_fusion(o, knobs); });
 }
 
-int run_latency_bench(int argc, char** argv) {
+int run_latency_bench(const KnobSet& knobs, int argc, char** argv) {
   LatencyOptions o;
   CommandLine line;
   line.command = "latency";
@@ -300,7 +300,7 @@ int run_latency_bench(int argc, char** argv) {
                 int_flag("--warmup", "N", &o.warmup, 0, kIntMax, "untimed calls first"),
                 int_flag("--tensors", "N", &o.tensors, 1, kMaxTensors, "tensors in the rate step"),
                 json_flag(&o.json_path)};
-  return run_command(line, argc, argv, [&] { return run_latency(o); });
+  return run_command(line, argc, argv, [&] { return run_latency(o, knobs); });
 }
 
 }  // namespace kolo::bench

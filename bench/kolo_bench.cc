@@ -1,19 +1,21 @@
 // kolo-bench: one binary for every Kolo benchmark, `kolo-bench <command> [options]`.
 // Collective commands live in collectives_bench.cc; fusion and latency (coordinator
 // benchmarks) in coordinator_bench.cc when that file is part of the build. Every command
-// parses its options with bench/flags.h.
+// parses its options with bench/flags.h, and reads Kolo's knobs from the KnobSet that main()
+// parses from the environment once (as kolo::init() does), never with getenv.
 #include <cstdio>
 #include <string>
 #include <string_view>
 
 #include "bench/bench_options.h"
+#include "common/knobs.h"
 
 namespace kolo::bench {
-int run_collective_bench(Collective collective, int argc, char** argv);
+int run_collective_bench(Collective collective, const KnobSet& knobs, int argc, char** argv);
 #ifdef KOLO_BENCH_COORDINATOR
-int run_fusion_bench(int argc, char** argv);
-int run_autotune_bench(int argc, char** argv);
-int run_latency_bench(int argc, char** argv);
+int run_fusion_bench(const KnobSet& knobs, int argc, char** argv);
+int run_autotune_bench(const KnobSet& knobs, int argc, char** argv);
+int run_latency_bench(const KnobSet& knobs, int argc, char** argv);
 #endif
 }  // namespace kolo::bench
 
@@ -25,12 +27,12 @@ struct Subcommand {
   std::string_view name;
   std::string_view summary;
   // Sees argv from the command's name on, as if it were argv[0].
-  int (*main)(int argc, char** argv);
+  int (*main)(const kolo::KnobSet& knobs, int argc, char** argv);
 };
 
 template <Collective c>
-int collective_main(int argc, char** argv) {
-  return kolo::bench::run_collective_bench(c, argc, argv);
+int collective_main(const kolo::KnobSet& knobs, int argc, char** argv) {
+  return kolo::bench::run_collective_bench(c, knobs, argc, argv);
 }
 
 constexpr Subcommand kCommands[] = {
@@ -75,8 +77,15 @@ int main(int argc, char** argv) {
     std::fputs(tool_help().c_str(), stdout);
     return 0;
   }
-  for (const Subcommand& c : kCommands)
-    if (c.name == command) return c.main(argc - 1, argv + 1);
+  for (const Subcommand& c : kCommands) {
+    if (c.name != command) continue;
+    kolo::Result<kolo::KnobSet> knobs = kolo::KnobSet::from_process_env();
+    if (!knobs.ok()) {
+      std::fprintf(stderr, "kolo-bench: %s\n", knobs.status().message().c_str());
+      return 2;
+    }
+    return c.main(*knobs, argc - 1, argv + 1);
+  }
   std::fprintf(stderr, "kolo-bench: unknown command '%s'\n%s", argv[1], tool_help().c_str());
   return 2;
 }

@@ -118,13 +118,18 @@ function(kolo_test name)
                        PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT} RUN_SERIAL ${serial})
 endfunction()
 
-# kolo_backend(NAME SOURCES ... [DEPS ...]): the library kolo_backend_<NAME> of one folder of
-# backends/, recorded in the build's list of backends (common/build_info.h, written at the end
-# of the top-level CMakeLists.txt). A folder whose requirements are missing returns before
+# kolo_backend(NAME SOURCES ... [DEPS ...] [KNOBS FILE]): the library kolo_backend_<NAME> of one
+# folder of backends/, recorded in the build's list of backends (common/build_info.h, written at
+# the end of the top-level CMakeLists.txt). A folder whose requirements are missing returns before
 # calling it, and the backend is then not part of the build. NAME must be the folder's name:
 # the registry's line for the backend names backend_entry_<folder>() (backends/registry.h).
+# KNOBS: the folder's data-only file of knob rows (<name>_knobs.cc, defining
+# `BackendKnobs backend_knobs_<name>()`, common/knobs.h). It is compiled into kolo_common, not
+# into the backend's library, so that everything that links the knob registry sees the rows of
+# every backend of the build: kolorun validates and prints them without linking any backend.
+# Only that file sees the backends' include root (for its own header), not the rest of common/.
 function(kolo_backend name)
-  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "" "KNOBS" "SOURCES;DEPS" ${ARGN})
   get_filename_component(folder ${CMAKE_CURRENT_SOURCE_DIR} NAME)
   if(NOT name STREQUAL folder)
     message(FATAL_ERROR "kolo_backend(${name}) in backends/${folder}: the name must be the "
@@ -132,6 +137,14 @@ function(kolo_backend name)
   endif()
   kolo_library(kolo_backend_${name} SOURCES ${ARG_SOURCES} DEPS ${ARG_DEPS})
   set_property(GLOBAL APPEND PROPERTY KOLO_BUILT_BACKENDS ${name})
+  if(ARG_KNOBS)
+    get_filename_component(knobs ${ARG_KNOBS} ABSOLUTE)
+    kolo_folder_root(root)
+    target_sources(kolo_common PRIVATE ${knobs})
+    set_source_files_properties(${knobs} TARGET_DIRECTORY kolo_common
+                                PROPERTIES INCLUDE_DIRECTORIES ${root})
+    set_property(GLOBAL APPEND PROPERTY KOLO_BACKENDS_WITH_KNOBS ${name})
+  endif()
 endfunction()
 
 # Writes common/build_info.cc (see common/build_info.h) once every backend folder is configured.
@@ -143,7 +156,16 @@ function(kolo_write_build_info)
     list(APPEND quoted "\"${b}\"")
   endforeach()
   list(JOIN quoted ", " KOLO_BUILT_BACKENDS_CXX)
-  foreach(c MPI CUDA NCCL)
+  get_property(with_knobs GLOBAL PROPERTY KOLO_BACKENDS_WITH_KNOBS)
+  list(SORT with_knobs)
+  set(KOLO_BACKEND_KNOBS_DECLARATIONS)
+  set(calls)
+  foreach(b ${with_knobs})
+    string(APPEND KOLO_BACKEND_KNOBS_DECLARATIONS "BackendKnobs backend_knobs_${b}();\n")
+    list(APPEND calls "backend_knobs_${b}()")
+  endforeach()
+  list(JOIN calls ", " KOLO_BACKEND_KNOBS_CALLS)
+  foreach(c CUDA)
     if(KOLO_HAVE_${c})
       set(KOLO_HAVE_${c}_CXX true)
     else()

@@ -5,6 +5,8 @@
 #include <span>
 #include <string_view>
 
+#include "common/knobs.h"
+
 namespace kolo {
 
 // "0.2.0": the project version of CMakeLists.txt.
@@ -16,9 +18,13 @@ std::string_view build_version();
 // two agree. Tools that do not link the backends (kolorun) validate names against this list.
 std::span<const std::string_view> built_backends();
 
-// Whether the build has the optional components (cmake/kolo_options.cmake).
-bool built_with_mpi();
+// The knob rows and retired names of each backend of this build that declares any
+// (kolo_backend(<name> ... KNOBS <name>_knobs.cc)), in the order of built_backends(). The
+// registry (all_knobs(), retired_knobs()) appends them to the core's; ask it, not this.
+std::span<const BackendKnobs> built_backend_knobs();
+
+// Whether the build has CUDA (cmake/kolo_options.cmake). Which backends it has is
+// built_backends()'s business.
 bool built_with_cuda();
-bool built_with_nccl();
 
 }  // namespace kolo

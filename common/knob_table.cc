@@ -1,9 +1,13 @@
-// Every KOLO_* knob, declared once. Adding a knob: a KnobId in knobs.h, a row here in the same
-// place, a reader (RuntimeConfig, a backend's options), and `kolorun --print-config=markdown`
-// into README.md (a unit test compares them).
+// Every core KOLO_* knob, declared once. Adding one: a KnobId in knobs.h, a row here in the same
+// place, a reader (RuntimeConfig, ChannelBackend's tuning), and `kolorun --print-config=markdown`
+// into README.md (a unit test compares them). A backend's own knob (KOLO_<BACKEND>_*) is a row
+// in its folder instead (backends/<name>/<name>_knobs.cc; common/knobs.h says how it gets here).
 #include <climits>
+#include <set>
+#include <vector>
 
 #include "common/build_info.h"
+#include "common/enforce.h"
 #include "common/knobs.h"
 
 namespace kolo {
@@ -13,13 +17,6 @@ namespace {
 std::span<const std::string_view> log_levels() {
   static constexpr std::string_view kNames[] = {"trace",   "debug", "info",
                                                 "warning", "error", "off"};
-  return kNames;
-}
-
-// KOLO_GPU_OPERATIONS: NCCL on the device, or a CPU backend that CUDA tensors are staged to.
-// Names this build lacks are refused when the backend is chosen (gpu_backend_choice).
-std::span<const std::string_view> gpu_backends() {
-  static constexpr std::string_view kNames[] = {"nccl", "tcp", "mpi", "shm"};
   return kNames;
 }
 
@@ -37,7 +34,7 @@ constexpr std::array<Knob, kKnobCount> kTable = {{
      .kind = kChoice,
      .category = kCore,
      .scope = kJob,
-     .default_text = "tcp",
+     // No default_text: the default depends on the launcher and the hosts (launched_world()).
      .default_doc = "`shm` when every rank is on one host, else `tcp` (`mpi` under `mpirun`)",
      .choices = &built_backends,
      .help = "backend for CPU tensors: one of the backends of this build"},
@@ -46,11 +43,15 @@ constexpr std::array<Knob, kKnobCount> kTable = {{
      .kind = kChoice,
      .category = kCore,
      .scope = kJob,
-     .default_text = "nccl",
+     // No default_text: the default depends on the build and the GPUs (gpu_backend_choice()).
      .default_doc = "`nccl` when the build has NCCL and each rank of the host sees a GPU of its "
                     "own, else CUDA tensors are staged through host memory to the CPU backend",
-     .choices = &gpu_backends,
+     .choices = &built_backends,
      .help = "backend for CUDA tensors: `nccl` on the GPU, or a CPU backend through host memory"},
+    // Measured (kolo-bench fusion, ResNet-50's gradients, 2 ranks, docs/benchmarks.md): 4 MiB
+    // was as fast as 16 and 64 MiB on tcp and 15-20x faster than 64 MiB on mpi, whose
+    // large-message path is slow here; 4 MiB buffers are already far past the size where
+    // per-call latency matters.
     {.id = KnobId::kFusionThreshold,
      .name = "KOLO_FUSION_THRESHOLD",
      .kind = kSize,
@@ -225,8 +226,9 @@ constexpr std::array<Knob, kKnobCount> kTable = {{
      .default_text = "64MiB",
      .min = 1,
      .help = "largest gradient bucket the autotuner tries"},
-    // Channel backends. The one rule of the merged pair: the segment is > 0 bytes; the
-    // threshold may be 0 (every non-empty allreduce takes the ring).
+    // Channel backends (ops::AllreduceTuning; defaults measured, docs/benchmarks.md). The one
+    // rule of the merged pair: the segment is > 0 bytes; the threshold may be 0 (every
+    // non-empty allreduce takes the ring).
     {.id = KnobId::kRingThreshold,
      .name = "KOLO_RING_THRESHOLD",
      .kind = kSize,
@@ -245,73 +247,6 @@ constexpr std::array<Knob, kKnobCount> kTable = {{
      .min = 1,
      .help = "the ring pipelines each chunk in segments of this size (reduce one while sending "
              "the next)"},
-    // tcp backend
-    {.id = KnobId::kTcpHost,
-     .name = "KOLO_TCP_HOST",
-     .kind = kText,
-     .category = kTcpBackend,
-     .default_doc = "127.0.0.1 on one host, else the first non-loopback IPv4 address",
-     .help = "address the tcp backend publishes to its peers"},
-    {.id = KnobId::kTcpSocketBuffer,
-     .name = "KOLO_TCP_SOCKET_BUFFER",
-     .kind = kSize,
-     .category = kTcpBackend,
-     .default_text = "4MiB",
-     .min = 4 * kKiB,
-     .max = kGiB,
-     .help = "SO_SNDBUF and SO_RCVBUF of each tcp socket"},
-    {.id = KnobId::kTcpMaxFrame,
-     .name = "KOLO_TCP_MAX_FRAME",
-     .kind = kSize,
-     .category = kTcpBackend,
-     .scope = kJob,
-     .default_text = "1GiB",
-     .min = 1,
-     .max = kTiB,
-     .help = "largest frame payload; larger messages are split"},
-    {.id = KnobId::kTcpUnix,
-     .name = "KOLO_TCP_UNIX",
-     .kind = kBool,
-     .category = kTcpBackend,
-     .default_text = "1",
-     .help = "same-host peers carry data over an AF_UNIX socket after the TCP handshake (`0`: "
-             "TCP only)"},
-    {.id = KnobId::kTcpIntegrity,
-     .name = "KOLO_TCP_INTEGRITY",
-     .kind = kBool,
-     .category = kTcpBackend,
-     .scope = kJob,
-     .default_text = "0",
-     .help = "a keyed MAC (SipHash-2-4, per-connection key, frame sequence number) on every data "
-             "frame: an altered, replayed or dropped frame fails the operation naming the peer "
-             "(must match on all ranks; costs bandwidth, see docs/security.md)"},
-    {.id = KnobId::kTcpSpin,
-     .name = "KOLO_TCP_SPIN",
-     .kind = kDuration,
-     .category = kTcpBackend,
-     .default_text = "0",
-     .max = kNsPerSecond,
-     .help = "how long a waiting rank polls its sockets before sleeping"},
-    // shm backend (rank 0's values are the job's)
-    {.id = KnobId::kShmChunk,
-     .name = "KOLO_SHM_CHUNK",
-     .kind = kSize,
-     .category = kShmBackend,
-     .scope = kJob,
-     .default_text = "512KiB",
-     .min = 4 * kKiB,
-     .max = kGiB,
-     .help = "bytes of each of a rank's two staging buffers in the shm segment; larger "
-             "collectives run in chunks of this size"},
-    {.id = KnobId::kShmThreshold,
-     .name = "KOLO_SHM_THRESHOLD",
-     .kind = kSize,
-     .category = kShmBackend,
-     .scope = kJob,
-     .default_text = "32KiB",
-     .max = kGiB,
-     .help = "shm allreduces up to this size reduce in one round straight out of every rank's "
-             "buffer, larger ones by reduce-scatter + allgather"},
     // Set by kolorun for each rank (world.h says how they relate).
     {.id = KnobId::kRank,
      .name = "KOLO_RANK",
@@ -372,16 +307,51 @@ constexpr bool in_id_order() {
 static_assert(in_id_order(), "knob_table.cc's rows must follow KnobId's order");
 
 // The pairs that two parsers used to read with different rules; merged into the ring knobs.
+// (The tcp backend's old names of the same pair are its own: backends/tcp/tcp_knobs.cc.)
 constexpr RetiredKnob kRetired[] = {
-    {"KOLO_SEGMENT_BYTES", KnobId::kRingSegment},
-    {"KOLO_TCP_SEGMENT", KnobId::kRingSegment},
-    {"KOLO_SMALL_MESSAGE_BYTES", KnobId::kRingThreshold},
-    {"KOLO_TCP_SMALL_MESSAGE", KnobId::kRingThreshold},
+    {"KOLO_SEGMENT_BYTES", "KOLO_RING_SEGMENT"},
+    {"KOLO_SMALL_MESSAGE_BYTES", "KOLO_RING_THRESHOLD"},
 };
+
+// The core's rows, then each backend's (built_backend_knobs(): the build's backends that declare
+// rows), checked once: unique names, and no backend row that the autotuner could switch (it
+// addresses the knobs it tunes by KnobId, TuneDecision).
+struct Registry {
+  std::vector<Knob> rows;
+  std::vector<RetiredKnob> retired;
+
+  Registry()
+      : rows(kTable.begin(), kTable.end()), retired(std::begin(kRetired), std::end(kRetired)) {
+    for (const BackendKnobs& b : built_backend_knobs()) {
+      for (const Knob* k : b.rows) {
+        KOLO_ENFORCE(
+            k->category == KnobCategory::kBackend && !k->backend.empty() && k->id == KnobId::kCount,
+            k->name << ": a backend's row has category kBackend, its backend's name and "
+                       "no KnobId");
+        KOLO_ENFORCE(k->change == KnobChange::kFixedAtInit,
+                     k->name << ": a backend's row cannot be tunable at run time");
+        rows.push_back(*k);
+      }
+      retired.insert(retired.end(), b.retired.begin(), b.retired.end());
+    }
+    std::set<std::string_view> names;
+    for (const Knob& k : rows)
+      KOLO_ENFORCE(names.insert(k.name).second, k.name << " is declared twice");
+    for (const RetiredKnob& r : retired)
+      KOLO_ENFORCE(names.count(r.name) == 0 && names.count(r.replacement) == 1,
+                   r.name << " is retired for " << r.replacement
+                          << ", which must be a row (and the old name not one)");
+  }
+};
+
+const Registry& registry() {
+  static const Registry kRegistry;
+  return kRegistry;
+}
 
 }  // namespace
 
-std::span<const Knob> all_knobs() { return kTable; }
-std::span<const RetiredKnob> retired_knobs() { return kRetired; }
+std::span<const Knob> all_knobs() { return registry().rows; }
+std::span<const RetiredKnob> retired_knobs() { return registry().retired; }
 
 }  // namespace kolo

@@ -51,6 +51,19 @@ Result<bool> parse_bool(std::string_view text) {
   return Status::InvalidArgument("not a bool");
 }
 
+// The position of `k` in all_knobs(): a row itself, or a copy of one (found by its name, which
+// is unique in the registry).
+size_t row_index(const Knob& k) {
+  const std::span<const Knob> rows = all_knobs();
+  if (&k >= rows.data() && &k < rows.data() + rows.size())
+    return static_cast<size_t>(&k - rows.data());
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (rows[i].name == k.name) return i;
+  KOLO_ENFORCE(false,
+               k.name << " is not a row of the knob registry (is its backend in the build?)");
+  return 0;
+}
+
 }  // namespace
 
 const Knob& knob(KnobId id) {
@@ -123,16 +136,14 @@ std::string_view documented_default(const Knob& k) {
   return "unset";
 }
 
-std::string_view category_name(KnobCategory c) {
-  switch (c) {
+std::string category_name(const Knob& k) {
+  switch (k.category) {
     case KnobCategory::kCore:
       return "core";
     case KnobCategory::kChannelBackend:
       return "channel backends";
-    case KnobCategory::kTcpBackend:
-      return "tcp backend";
-    case KnobCategory::kShmBackend:
-      return "shm backend";
+    case KnobCategory::kBackend:
+      return std::string(k.backend) + " backend";
     case KnobCategory::kLauncher:
       return "set by the launcher";
   }
@@ -243,12 +254,15 @@ Result<KnobSet> KnobSet::read(const std::map<std::string, std::string>& env,
   for (const RetiredKnob& r : retired_knobs()) {
     auto it = env.find(std::string(r.name));
     if (it == env.end() || it->second.empty()) continue;
-    const std::string_view now = knob(r.replacement).name;
-    errors.push_back(std::string(r.name) + " was renamed " + std::string(now) + ": set " +
-                     std::string(now) + "=" + it->second + " instead");
+    const std::string now(r.replacement);
+    errors.push_back(std::string(r.name) + " was renamed " + now + ": set " + now + "=" +
+                     it->second + " instead");
   }
-  for (const Knob& k : all_knobs()) {
-    Entry& e = set.entries_[static_cast<size_t>(k.id)];
+  const std::span<const Knob> rows = all_knobs();
+  set.entries_.resize(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Knob& k = rows[i];
+    Entry& e = set.entries_[i];
     const std::string name(k.name);
     std::string label;
     if (auto f = flags.find(name); f != flags.end()) {
@@ -298,38 +312,54 @@ Result<KnobSet> KnobSet::read(const std::map<std::string, std::string>& env,
 
 Result<KnobSet> KnobSet::from_process_env() { return read(kolo_environment()); }
 
-const KnobValue& KnobSet::value_of(KnobId id, KnobKind kind) const {
-  const Knob& k = knob(id);
+const KnobSet& KnobSet::defaults() {
+  static const KnobSet kDefaults = [] {
+    Result<KnobSet> set = read({});
+    KOLO_ENFORCE(set.ok(), "a registry default does not parse: " << set.status().message());
+    return std::move(set).value();
+  }();
+  return kDefaults;
+}
+
+const KnobSet::Entry& KnobSet::entry(const Knob& k) const {
+  const size_t i = row_index(k);
+  KOLO_ENFORCE(i < entries_.size(), k.name << ": this KnobSet was not read");
+  return entries_[i];
+}
+
+const KnobValue& KnobSet::value_of(const Knob& k, KnobKind kind) const {
   KOLO_ENFORCE(k.kind == kind || (kind == KnobKind::kText && k.kind == KnobKind::kChoice),
                k.name << " is not read with this accessor");
-  KOLO_ENFORCE(entry(id).has_value, k.name << " is unset and has no default: ask is_set() first");
-  return entry(id).value;
+  const Entry& e = entry(k);
+  KOLO_ENFORCE(e.has_value, k.name << " is unset and has no default: ask is_set() first");
+  return e.value;
 }
 
-uint64_t KnobSet::size(KnobId id) const {
-  return std::get<uint64_t>(value_of(id, KnobKind::kSize));
+uint64_t KnobSet::size(const Knob& k) const {
+  return std::get<uint64_t>(value_of(k, KnobKind::kSize));
 }
-std::chrono::nanoseconds KnobSet::duration(KnobId id) const {
-  return std::get<std::chrono::nanoseconds>(value_of(id, KnobKind::kDuration));
+std::chrono::nanoseconds KnobSet::duration(const Knob& k) const {
+  return std::get<std::chrono::nanoseconds>(value_of(k, KnobKind::kDuration));
 }
-int64_t KnobSet::integer(KnobId id) const {
-  return std::get<int64_t>(value_of(id, KnobKind::kInteger));
+int64_t KnobSet::integer(const Knob& k) const {
+  return std::get<int64_t>(value_of(k, KnobKind::kInteger));
 }
-bool KnobSet::boolean(KnobId id) const { return std::get<bool>(value_of(id, KnobKind::kBool)); }
-const std::string& KnobSet::text(KnobId id) const {
-  return std::get<std::string>(value_of(id, KnobKind::kText));
-}
-
-KnobRange KnobSet::range(KnobId id) const {
-  return std::get<KnobRange>(value_of(id, KnobKind::kRange));
+bool KnobSet::boolean(const Knob& k) const { return std::get<bool>(value_of(k, KnobKind::kBool)); }
+const std::string& KnobSet::text(const Knob& k) const {
+  return std::get<std::string>(value_of(k, KnobKind::kText));
 }
 
-const RankSets& KnobSet::rank_sets(KnobId id) const {
-  return std::get<RankSets>(value_of(id, KnobKind::kRankSets));
+KnobRange KnobSet::range(const Knob& k) const {
+  return std::get<KnobRange>(value_of(k, KnobKind::kRange));
 }
 
-std::string KnobSet::canonical(KnobId id) const {
-  if (!entry(id).has_value) return {};
+const RankSets& KnobSet::rank_sets(const Knob& k) const {
+  return std::get<RankSets>(value_of(k, KnobKind::kRankSets));
+}
+
+std::string KnobSet::canonical(const Knob& k) const {
+  const Entry& e = entry(k);
+  if (!e.has_value) return {};
   return std::visit(
       [](const auto& v) -> std::string {
         using V = std::decay_t<decltype(v)>;
@@ -355,34 +385,34 @@ std::string KnobSet::canonical(KnobId id) const {
           return out;
         }
       },
-      entry(id).value);
+      e.value);
 }
 
 std::vector<std::string> KnobSet::echo_lines() const {
   std::vector<std::string> lines;
   for (const Knob& k : all_knobs())
-    if (k.category != KnobCategory::kLauncher && source(k.id) == KnobSource::kEnvironment)
-      lines.push_back(std::string(k.name) + " set by environment to " + raw(k.id));
+    if (k.category != KnobCategory::kLauncher && source(k) == KnobSource::kEnvironment)
+      lines.push_back(std::string(k.name) + " set by environment to " + raw(k));
   return lines;
 }
 
 std::string KnobSet::describe() const {
   std::ostringstream out;
   std::string launcher;
-  std::string_view category;
+  std::string category;
   for (const Knob& k : all_knobs()) {
     if (k.category == KnobCategory::kLauncher) {
       launcher += (launcher.empty() ? "" : ", ") + std::string(k.name);
       continue;
     }
-    if (category_name(k.category) != category) {
-      category = category_name(k.category);
+    if (category_name(k) != category) {
+      category = category_name(k);
       out << (out.tellp() > 0 ? "\n" : "") << "# " << category << "\n";
     }
     std::string from = "default";
-    if (source(k.id) == KnobSource::kEnvironment) from = "environment";
-    if (source(k.id) == KnobSource::kFlag) from = "flag " + flag_name(k);
-    const std::string value = raw(k.id).empty() ? "(unset)" : raw(k.id);
+    if (source(k) == KnobSource::kEnvironment) from = "environment";
+    if (source(k) == KnobSource::kFlag) from = "flag " + flag_name(k);
+    const std::string value = raw(k).empty() ? "(unset)" : raw(k);
     out << k.name << std::string(k.name.size() < 26 ? 26 - k.name.size() : 1, ' ') << value
         << std::string(value.size() < 14 ? 14 - value.size() : 1, ' ') << from << "\n";
   }

@@ -1,8 +1,19 @@
 // The registry of KOLO_* knobs, NCCL-style: every environment variable Kolo reads is declared
-// once in knob_table.cc (name, kind of value, default, accepted range, help, category, whether
-// it may change while the job runs) and parsed by the one parser of its kind here. kolo::init,
-// the backends, the launcher and the README's configuration table all read this registry, so a
-// knob cannot be accepted by one and rejected by another.
+// once, as a row (name, kind of value, default, accepted range, help, category, whether it may
+// change while the job runs), and parsed by the one parser of its kind here. kolo::init, the
+// backends, the launcher and the README's configuration table all read this registry, so a knob
+// cannot be accepted by one and rejected by another.
+//
+// Where rows live. The core's rows are knob_table.cc's, one per KnobId. A backend declares its
+// own rows in its folder (backends/<name>/<name>_knobs.{h,cc}: KOLO_TCP_* in backends/tcp/), as
+// `const Knob` objects its code names directly; the build compiles that data-only file into
+// this library (kolo_backend(... KNOBS ...), cmake/kolo_helpers.cmake), so every program that
+// links the registry sees every row of the build, kolorun included, without linking backends.
+//
+// A default is written in its row only. init() reads the environment once (from_process_env)
+// and hands the KnobSet down (BackendContext::knobs, RuntimeConfig, launched_world(knobs)); code
+// reads its values from there. No struct repeats a default, and nothing else in the library
+// reads a KOLO_* variable from the environment (tests/house/env_reads.py checks).
 //
 // Values are read from a snapshot of the environment (KnobSet), validated all at once: an error
 // names the variable (or kolorun flag), the value and the accepted form. A retired name set in
@@ -12,7 +23,6 @@
 // Thread-safety: the registry is constant; a KnobSet is an immutable value once read.
 #pragma once
 
-#include <array>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -26,7 +36,8 @@
 
 namespace kolo {
 
-// One per row of knob_table.cc, in the same order (checked at compile time there).
+// One per core row of knob_table.cc, in the same order (checked at compile time there). A
+// backend's rows have no KnobId: code names them by their `const Knob&`.
 enum class KnobId : int {
   // core
   kCpuOperations,
@@ -58,16 +69,6 @@ enum class KnobId : int {
   // channel backends (tcp, and every backend that runs the ops/ algorithms over a channel)
   kRingThreshold,
   kRingSegment,
-  // tcp backend
-  kTcpHost,
-  kTcpSocketBuffer,
-  kTcpMaxFrame,
-  kTcpUnix,
-  kTcpIntegrity,
-  kTcpSpin,
-  // shm backend
-  kShmChunk,
-  kShmThreshold,
   // set by the launcher
   kRank,
   kSize,
@@ -77,8 +78,9 @@ enum class KnobId : int {
   kCrossSize,
   kStoreAddr,
   kSecret,
-  kCount
+  kCount  // not a knob: the number of core rows, and the `id` of a backend's row
 };
+// The number of core rows (KnobIds); all_knobs() holds these and then the backends' rows.
 inline constexpr size_t kKnobCount = static_cast<size_t>(KnobId::kCount);
 
 // How a value is written, and so which parser reads it:
@@ -98,7 +100,9 @@ struct KnobRange {
   int64_t end = 0;  // exclusive
 };
 
-enum class KnobCategory { kCore, kChannelBackend, kTcpBackend, kShmBackend, kLauncher };
+// kBackend: a row that a backend folder declares (Knob::backend names it); kChannelBackend: the
+// core's rows for every backend that runs the ops/ algorithms over a channel (KOLO_RING_*).
+enum class KnobCategory { kCore, kChannelBackend, kBackend, kLauncher };
 
 // Whether a knob may change while the job runs. kFixedAtInit knobs are read once, when the
 // component that uses them starts (init, a backend's factory). kTunableAtRuntime ones are the
@@ -118,10 +122,12 @@ enum class KnobChange { kFixedAtInit, kTunableAtRuntime };
 enum class KnobScope { kRank, kJob };
 
 struct Knob {
-  KnobId id;
-  std::string_view name;  // "KOLO_FUSION_THRESHOLD"
+  KnobId id = KnobId::kCount;  // a core row's id; kCount for a backend's row
+  std::string_view name;       // "KOLO_FUSION_THRESHOLD"
   KnobKind kind;
   KnobCategory category;
+  // The backend folder that declares a kBackend row ("tcp"); its name starts KOLO_<BACKEND>_.
+  std::string_view backend = {};
   KnobChange change = KnobChange::kFixedAtInit;
   KnobScope scope = KnobScope::kRank;
   // The value when unset, in the knob's own syntax; parsed like a set value. Empty: no value
@@ -138,8 +144,11 @@ struct Knob {
   std::string_view help = {};  // one line: what it does, and what 0 or empty means
 };
 
-// The registry, in KnobId order.
+// The registry: the core rows in KnobId order, then each backend's rows (backends of this build,
+// by name, each in its own order). Built once; the span stays valid for the program's life.
+// A backend row kTunableAtRuntime or two rows of one name are a bug of the build (ENFORCE).
 std::span<const Knob> all_knobs();
+// The core row of `id`.
 const Knob& knob(KnobId id);
 // The knob named `name` ("KOLO_CYCLE_TIME"), or nullptr.
 const Knob* find_knob(std::string_view name);
@@ -150,12 +159,21 @@ bool is_categorical_tunable(const Knob& k);
 // kBool, the choices for a kChoice; empty for other kinds.
 std::vector<std::string_view> knob_choices(const Knob& k);
 
-// A retired name and the knob that replaced it.
+// A retired name and the name of the knob that replaced it. The core's and every backend's
+// (a backend folder lists the retired names of its own variables beside its rows).
 struct RetiredKnob {
   std::string_view name;
-  KnobId replacement;
+  std::string_view replacement;
 };
 std::span<const RetiredKnob> retired_knobs();
+
+// What a backend folder's <name>_knobs.cc contributes to the registry: its rows and its retired
+// names. The build declares `BackendKnobs backend_knobs_<name>()` for each backend that has
+// such a file and lists them in built_backend_knobs() (common/build_info.h).
+struct BackendKnobs {
+  std::span<const Knob* const> rows;
+  std::span<const RetiredKnob> retired = {};
+};
 
 // "--fusion-threshold" for KOLO_FUSION_THRESHOLD; empty for kLauncher knobs, which have none.
 std::string flag_name(const Knob& k);
@@ -164,7 +182,9 @@ std::string flag_name(const Knob& k);
 std::string accepted_form(const Knob& k);
 // The default as documented: default_doc, else default_text, else "unset".
 std::string_view documented_default(const Knob& k);
-std::string_view category_name(KnobCategory c);
+// "core", "channel backends", "tcp backend" (a kBackend row: its backend's), "set by the
+// launcher".
+std::string category_name(const Knob& k);
 
 using RankSets = std::vector<std::vector<int>>;
 using KnobValue = std::variant<uint64_t /* size */, std::chrono::nanoseconds, int64_t, bool,
@@ -180,36 +200,55 @@ enum class KnobSource { kDefault, kEnvironment, kFlag };
 std::map<std::string, std::string> kolo_environment();
 
 // Every knob's value, read once from an environment snapshot and validated.
+//
+// Each accessor comes in two forms: by KnobId for the core's rows, by `const Knob&` for any row
+// of all_knobs() (a backend's rows, e.g. tcp_knobs::kHost). Naming a Knob that is not a row of
+// the registry, or reading a row with the accessor of another kind, is a bug (ENFORCE).
 class KnobSet {
  public:
   // `env`: KOLO_* variables by name (others are ignored); an empty value counts as unset.
   // `flags`: knob values from kolorun's flags, by variable name; they win over `env` and their
   // errors name the flag. A flag value counts as set even when empty; names in `flags` that are
   // not knobs are ignored (kolorun only passes registry names). Errors (InvalidArgument, every bad
-  // value in registry order, joined by
-  // "; "): a bad value; a retired name set in `env`.
+  // value in registry order, joined by "; "): a bad value; a retired name set in `env`.
   static Result<KnobSet> read(const std::map<std::string, std::string>& env,
                               const std::map<std::string, std::string>& flags = {});
-  // read(kolo_environment()).
+  // read(kolo_environment()). Called once per program, where it starts: kolo::init() for the
+  // library (which hands the result down), main() for a tool; nowhere else (tests/house/).
   static Result<KnobSet> from_process_env();
+  // Every knob at its registry default: read({}), made once. For code and tests that need
+  // values without a job (the segment of ops/ algorithms that take no tuning; a RuntimeConfig or
+  // BackendContext built by hand). A default that does not parse is a bug of its row (ENFORCE).
+  static const KnobSet& defaults();
 
-  // The typed value (set or default). Calling the accessor of another kind is a bug (ENFORCE).
-  uint64_t size(KnobId id) const;
-  std::chrono::nanoseconds duration(KnobId id) const;
-  int64_t integer(KnobId id) const;
-  bool boolean(KnobId id) const;
-  const std::string& text(KnobId id) const;  // kChoice and kText
-  KnobRange range(KnobId id) const;
-  const RankSets& rank_sets(KnobId id) const;
+  // The typed value (set or default).
+  uint64_t size(const Knob& k) const;
+  std::chrono::nanoseconds duration(const Knob& k) const;
+  int64_t integer(const Knob& k) const;
+  bool boolean(const Knob& k) const;
+  const std::string& text(const Knob& k) const;  // kChoice and kText
+  KnobRange range(const Knob& k) const;
+  const RankSets& rank_sets(const Knob& k) const;
+  uint64_t size(KnobId id) const { return size(knob(id)); }
+  std::chrono::nanoseconds duration(KnobId id) const { return duration(knob(id)); }
+  int64_t integer(KnobId id) const { return integer(knob(id)); }
+  bool boolean(KnobId id) const { return boolean(knob(id)); }
+  const std::string& text(KnobId id) const { return text(knob(id)); }
+  KnobRange range(KnobId id) const { return range(knob(id)); }
+  const RankSets& rank_sets(KnobId id) const { return rank_sets(knob(id)); }
 
-  bool is_set(KnobId id) const { return entry(id).source != KnobSource::kDefault; }
-  KnobSource source(KnobId id) const { return entry(id).source; }
+  bool is_set(const Knob& k) const { return entry(k).source != KnobSource::kDefault; }
+  KnobSource source(const Knob& k) const { return entry(k).source; }
   // The text the value was parsed from (as given, or default_text).
-  const std::string& raw(KnobId id) const { return entry(id).text; }
+  const std::string& raw(const Knob& k) const { return entry(k).text; }
   // The value in one spelling per value, so that equal values compare equal however they were
   // written ("4MiB" and "4194304" are both "4194304"; durations in nanoseconds, booleans 0/1);
   // empty when unset without a default.
-  std::string canonical(KnobId id) const;
+  std::string canonical(const Knob& k) const;
+  bool is_set(KnobId id) const { return is_set(knob(id)); }
+  KnobSource source(KnobId id) const { return source(knob(id)); }
+  const std::string& raw(KnobId id) const { return raw(knob(id)); }
+  std::string canonical(KnobId id) const { return canonical(knob(id)); }
 
   // "KOLO_CYCLETIME is not a Kolo variable and is ignored; did you mean KOLO_CYCLE_TIME?" for
   // every unknown KOLO_* name within edit distance 2 of a registered one.
@@ -229,10 +268,10 @@ class KnobSet {
     KnobValue value;
     bool has_value = false;  // false: unset with an empty default (a launcher-set knob)
   };
-  const Entry& entry(KnobId id) const { return entries_[static_cast<size_t>(id)]; }
-  const KnobValue& value_of(KnobId id, KnobKind kind) const;
+  const Entry& entry(const Knob& k) const;
+  const KnobValue& value_of(const Knob& k, KnobKind kind) const;
 
-  std::array<Entry, kKnobCount> entries_;
+  std::vector<Entry> entries_;  // one per row of all_knobs(), in its order
   std::vector<std::string> warnings_;
 };
 

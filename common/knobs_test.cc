@@ -2,17 +2,38 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <set>
 #include <sstream>
 
 #include "common/build_info.h"
+#include "common/enforce.h"
 
 namespace kolo {
 namespace {
 
 using Env = std::map<std::string, std::string>;
 using namespace std::chrono_literals;
+
+// Rows that are not the registry's, for the parsers: a bounded size, a bounded duration.
+constexpr Knob kBoundedSize = {.name = "KOLO_TEST_SIZE",
+                               .kind = KnobKind::kSize,
+                               .category = KnobCategory::kCore,
+                               .default_text = "4MiB",
+                               .min = 4 << 10,
+                               .max = 1 << 30,
+                               .help = "a test row"};
+constexpr Knob kBoundedDuration = {.name = "KOLO_TEST_SPIN",
+                                   .kind = KnobKind::kDuration,
+                                   .category = KnobCategory::kCore,
+                                   .default_text = "0",
+                                   .max = 1'000'000'000,
+                                   .help = "a test row"};
+
+const Knob& row(KnobId id) { return knob(id); }
+const Knob& row(const Knob& k) { return k; }
 
 std::string error_of(const Env& env, const Env& flags = {}) {
   Result<KnobSet> r = KnobSet::read(env, flags);
@@ -23,13 +44,15 @@ std::string error_of(const Env& env, const Env& flags = {}) {
 }
 
 TEST(Knobs, TableIsWellFormedAndEveryDefaultParses) {
-  ASSERT_EQ(all_knobs().size(), kKnobCount);
+  size_t backend_rows = 0;
+  for (const BackendKnobs& b : built_backend_knobs()) backend_rows += b.rows.size();
+  ASSERT_EQ(all_knobs().size(), kKnobCount + backend_rows);
   std::set<std::string_view> names;
   for (const Knob& k : all_knobs()) {
     EXPECT_TRUE(names.insert(k.name).second) << k.name;
     EXPECT_EQ(k.name.rfind("KOLO_", 0), 0u) << k.name;
     EXPECT_FALSE(k.help.empty()) << k.name;
-    EXPECT_EQ(&knob(k.id), &k);
+    if (k.id != KnobId::kCount) EXPECT_EQ(&knob(k.id), &k);
     EXPECT_EQ(find_knob(k.name), &k);
     EXPECT_EQ(k.kind == KnobKind::kChoice, k.choices != nullptr) << k.name;
     if (!k.default_text.empty()) {
@@ -43,8 +66,10 @@ TEST(Knobs, TableIsWellFormedAndEveryDefaultParses) {
   EXPECT_EQ(set->duration(KnobId::kCycleTime), 1ms);
   EXPECT_EQ(set->integer(KnobId::kCacheCapacity), 1024);
   EXPECT_FALSE(set->boolean(KnobId::kTimelineMarkCycles));
-  EXPECT_TRUE(set->boolean(KnobId::kTcpUnix));
-  EXPECT_EQ(set->text(KnobId::kCpuOperations), "tcp");
+  // The default backends depend on the launcher, the hosts and the GPUs: decided at init.
+  EXPECT_FALSE(set->is_set(KnobId::kCpuOperations));
+  EXPECT_EQ(set->canonical(KnobId::kCpuOperations), "");
+  EXPECT_EQ(set->canonical(KnobId::kGpuOperations), "");
   EXPECT_EQ(set->text(KnobId::kTimeline), "");
   EXPECT_EQ(set->size(KnobId::kRingSegment), 256u << 10);
   EXPECT_FALSE(set->is_set(KnobId::kRank));
@@ -52,6 +77,56 @@ TEST(Knobs, TableIsWellFormedAndEveryDefaultParses) {
   EXPECT_TRUE(set->warnings().empty());
   EXPECT_TRUE(set->echo_lines().empty());
   EXPECT_FALSE(set->is_set(KnobId::kProcessSets));
+}
+
+// A backend's rows (backends/<name>/<name>_knobs.cc, compiled into this library by the build)
+// follow the core's: named KOLO_<BACKEND>_*, of a backend of the build, without a KnobId, never
+// tunable at run time; and a KnobSet reads them like the core's, by their Knob.
+TEST(Knobs, BackendRowsFollowTheCoresAndBelongToABackendOfTheBuild) {
+  const std::vector<std::string_view> built(built_backends().begin(), built_backends().end());
+  for (size_t i = 0; i < all_knobs().size(); ++i) {
+    const Knob& k = all_knobs()[i];
+    EXPECT_EQ(i < kKnobCount, k.category != KnobCategory::kBackend) << k.name;
+    if (k.category != KnobCategory::kBackend) {
+      EXPECT_TRUE(k.backend.empty()) << k.name;
+      continue;
+    }
+    std::string prefix = "KOLO_";
+    for (char c : k.backend) prefix += static_cast<char>(std::toupper(c));
+    EXPECT_EQ(k.name.rfind(prefix + "_", 0), 0u) << k.name;
+    EXPECT_NE(std::find(built.begin(), built.end(), k.backend), built.end()) << k.name;
+    EXPECT_EQ(k.id, KnobId::kCount) << k.name;
+    EXPECT_EQ(k.change, KnobChange::kFixedAtInit) << k.name;
+    EXPECT_EQ(category_name(k), std::string(k.backend) + " backend");
+    Result<KnobSet> set = KnobSet::read({});
+    ASSERT_TRUE(set.ok());
+    EXPECT_FALSE(set->is_set(k)) << k.name;
+    EXPECT_EQ(set->raw(k), k.default_text) << k.name;
+  }
+}
+
+// Every accessor takes a row of the registry, or a copy of one; anything else is a bug.
+TEST(Knobs, AccessorsTakeRowsOfTheRegistry) {
+  const KnobSet& d = KnobSet::defaults();
+  const Knob copy = knob(KnobId::kCacheCapacity);
+  EXPECT_EQ(d.integer(copy), d.integer(KnobId::kCacheCapacity));
+  EXPECT_EQ(&KnobSet::defaults(), &d);
+  try {
+    (void)d.size(kBoundedSize);
+    ADD_FAILURE() << "a row outside the registry was read";
+  } catch (const Error& e) {
+    EXPECT_NE(e.status().message().find("KOLO_TEST_SIZE is not a row of the knob registry"),
+              std::string::npos)
+        << e.status().message();
+  }
+  try {
+    (void)d.size(KnobId::kCycleTime);
+    ADD_FAILURE() << "a duration was read as a size";
+  } catch (const Error& e) {
+    EXPECT_NE(e.status().message().find("KOLO_CYCLE_TIME is not read with this accessor"),
+              std::string::npos)
+        << e.status().message();
+  }
 }
 
 TEST(Knobs, ProcessSetsParseIntoListsOfRanks) {
@@ -85,28 +160,29 @@ TEST(Knobs, CategoricalTunablesAreTheTunableBoolsAndChoices) {
 
 TEST(Knobs, FlagNamesDeriveFromTheVariableAndLauncherKnobsHaveNone) {
   EXPECT_EQ(flag_name(knob(KnobId::kFusionThreshold)), "--fusion-threshold");
-  EXPECT_EQ(flag_name(knob(KnobId::kTcpSocketBuffer)), "--tcp-socket-buffer");
+  EXPECT_EQ(flag_name(knob(KnobId::kRingSegment)), "--ring-segment");
+  EXPECT_EQ(flag_name(kBoundedSize), "--test-size");
   EXPECT_EQ(flag_name(knob(KnobId::kRank)), "");
   EXPECT_EQ(flag_name(knob(KnobId::kSecret)), "");
 }
 
 TEST(Knobs, EachKindParsesItsValues) {
-  auto value = [](KnobId id, std::string_view text) {
-    Result<KnobValue> v = parse_knob(knob(id), text);
+  auto value = [](const auto& k, std::string_view text) {
+    Result<KnobValue> v = parse_knob(row(k), text);
     EXPECT_TRUE(v.ok()) << v.status().to_string();
     return v.ok() ? *v : KnobValue{};
   };
   EXPECT_EQ(std::get<uint64_t>(value(KnobId::kFusionThreshold, "8MiB")), 8u << 20);
   EXPECT_EQ(std::get<uint64_t>(value(KnobId::kFusionThreshold, "0")), 0u);
-  EXPECT_EQ(std::get<uint64_t>(value(KnobId::kTcpSocketBuffer, "4KiB")), 4096u);
-  EXPECT_EQ(std::get<uint64_t>(value(KnobId::kTcpSocketBuffer, "1GiB")), 1u << 30);
+  EXPECT_EQ(std::get<uint64_t>(value(kBoundedSize, "4KiB")), 4096u);
+  EXPECT_EQ(std::get<uint64_t>(value(kBoundedSize, "1GiB")), 1u << 30);
   EXPECT_EQ(std::get<std::chrono::nanoseconds>(value(KnobId::kCycleTime, "2.5ms")), 2500us);
-  EXPECT_EQ(std::get<std::chrono::nanoseconds>(value(KnobId::kTcpSpin, "1s")), 1s);
+  EXPECT_EQ(std::get<std::chrono::nanoseconds>(value(kBoundedDuration, "1s")), 1s);
   EXPECT_EQ(std::get<int64_t>(value(KnobId::kCacheCapacity, "16777216")), 16777216);
   for (const char* t : {"1", "true", "yes", "on"})
-    EXPECT_TRUE(std::get<bool>(value(KnobId::kTcpUnix, t))) << t;
+    EXPECT_TRUE(std::get<bool>(value(knob(KnobId::kAutotune), t))) << t;
   for (const char* f : {"0", "false", "no", "off"})
-    EXPECT_FALSE(std::get<bool>(value(KnobId::kTcpUnix, f))) << f;
+    EXPECT_FALSE(std::get<bool>(value(knob(KnobId::kAutotune), f))) << f;
   EXPECT_EQ(std::get<std::string>(value(KnobId::kLogLevel, "info")), "info");
   EXPECT_EQ(std::get<std::string>(value(KnobId::kTimeline, "/t/{rank}.json")), "/t/{rank}.json");
   for (std::string_view backend : built_backends())
@@ -118,8 +194,8 @@ TEST(Knobs, EachKindParsesItsValues) {
 }
 
 TEST(Knobs, EachKindsErrorNamesTheVariableTheValueAndTheAcceptedForm) {
-  auto error = [](KnobId id, std::string_view text, std::string_view label = {}) {
-    Result<KnobValue> v = parse_knob(knob(id), text, label);
+  auto error = [](const auto& k, std::string_view text, std::string_view label = {}) {
+    Result<KnobValue> v = parse_knob(row(k), text, label);
     EXPECT_FALSE(v.ok()) << text;
     return v.ok() ? "" : v.status().message();
   };
@@ -132,26 +208,24 @@ TEST(Knobs, EachKindsErrorNamesTheVariableTheValueAndTheAcceptedForm) {
             "KOLO_FUSION_THRESHOLD=-1 is invalid: expected " + size + ", e.g. 64MiB");
   EXPECT_EQ(error(KnobId::kRingSegment, "0"),
             "KOLO_RING_SEGMENT=0 is invalid: expected " + size + " > 0, e.g. 64MiB");
-  EXPECT_EQ(error(KnobId::kTcpSocketBuffer, "1000"),
-            "KOLO_TCP_SOCKET_BUFFER=1000 is invalid: expected " + size +
-                " in [4 KiB, 1 GiB], e.g. 64MiB");
-  EXPECT_EQ(error(KnobId::kTcpSocketBuffer, "2GiB"),
-            "KOLO_TCP_SOCKET_BUFFER=2GiB is invalid: expected " + size +
-                " in [4 KiB, 1 GiB], e.g. 64MiB");
+  EXPECT_EQ(error(kBoundedSize, "1000"),
+            "KOLO_TEST_SIZE=1000 is invalid: expected " + size + " in [4 KiB, 1 GiB], e.g. 64MiB");
+  EXPECT_EQ(error(kBoundedSize, "2GiB"),
+            "KOLO_TEST_SIZE=2GiB is invalid: expected " + size + " in [4 KiB, 1 GiB], e.g. 64MiB");
   EXPECT_EQ(error(KnobId::kCycleTime, "soon"),
             "KOLO_CYCLE_TIME=soon is invalid: expected " + duration + ", e.g. 5ms");
   EXPECT_EQ(error(KnobId::kOpTimeout, "0"),
             "KOLO_OP_TIMEOUT=0 is invalid: expected " + duration + " > 0, e.g. 5ms");
-  EXPECT_EQ(error(KnobId::kTcpSpin, "2s"),
-            "KOLO_TCP_SPIN=2s is invalid: expected " + duration + " in [0 ns, 1.0 s], e.g. 5ms");
+  EXPECT_EQ(error(kBoundedDuration, "2s"),
+            "KOLO_TEST_SPIN=2s is invalid: expected " + duration + " in [0 ns, 1.0 s], e.g. 5ms");
   EXPECT_EQ(error(KnobId::kCacheCapacity, "-1"),
             "KOLO_CACHE_CAPACITY=-1 is invalid: expected an integer in [0, 16777216]");
   EXPECT_EQ(error(KnobId::kCacheCapacity, "12x"),
             "KOLO_CACHE_CAPACITY=12x is invalid: expected an integer in [0, 16777216]");
   EXPECT_EQ(error(KnobId::kRank, "abc"), "KOLO_RANK=abc is invalid: expected an integer >= 0");
   EXPECT_EQ(error(KnobId::kSize, "0"), "KOLO_SIZE=0 is invalid: expected an integer > 0");
-  EXPECT_EQ(error(KnobId::kTcpUnix, "2"),
-            "KOLO_TCP_UNIX=2 is invalid: expected 1/true/yes/on or 0/false/no/off");
+  EXPECT_EQ(error(knob(KnobId::kAutotune), "2"),
+            "KOLO_AUTOTUNE=2 is invalid: expected 1/true/yes/on or 0/false/no/off");
   EXPECT_EQ(
       error(KnobId::kHierarchicalAllreduce, "maybe"),
       "KOLO_HIERARCHICAL_ALLREDUCE=maybe is invalid: expected 1/true/yes/on or 0/false/no/off");
@@ -197,21 +271,16 @@ TEST(Knobs, FlagsWinOverTheEnvironmentAndTheirErrorsNameTheFlag) {
 }
 
 TEST(Knobs, EveryBadValueIsReportedAtOnce) {
-  EXPECT_EQ(error_of({{"KOLO_CACHE_CAPACITY", "x"}, {"KOLO_TCP_UNIX", "maybe"}}),
+  EXPECT_EQ(error_of({{"KOLO_CACHE_CAPACITY", "x"}, {"KOLO_AUTOTUNE", "maybe"}}),
             "KOLO_CACHE_CAPACITY=x is invalid: expected an integer in [0, 16777216]; "
-            "KOLO_TCP_UNIX=maybe is invalid: expected 1/true/yes/on or 0/false/no/off");
+            "KOLO_AUTOTUNE=maybe is invalid: expected 1/true/yes/on or 0/false/no/off");
 }
 
 TEST(Knobs, RetiredNamesAreErrorsNamingTheirReplacement) {
   EXPECT_EQ(error_of({{"KOLO_SEGMENT_BYTES", "4096"}}),
             "KOLO_SEGMENT_BYTES was renamed KOLO_RING_SEGMENT: set KOLO_RING_SEGMENT=4096 instead");
-  EXPECT_EQ(error_of({{"KOLO_TCP_SEGMENT", "1MiB"}}),
-            "KOLO_TCP_SEGMENT was renamed KOLO_RING_SEGMENT: set KOLO_RING_SEGMENT=1MiB instead");
   EXPECT_EQ(error_of({{"KOLO_SMALL_MESSAGE_BYTES", "0"}}),
             "KOLO_SMALL_MESSAGE_BYTES was renamed KOLO_RING_THRESHOLD: set KOLO_RING_THRESHOLD=0 "
-            "instead");
-  EXPECT_EQ(error_of({{"KOLO_TCP_SMALL_MESSAGE", "1KiB"}}),
-            "KOLO_TCP_SMALL_MESSAGE was renamed KOLO_RING_THRESHOLD: set KOLO_RING_THRESHOLD=1KiB "
             "instead");
   // The merged pair's one rule: the segment must be > 0, the threshold may be 0.
   Result<KnobSet> zero = KnobSet::read({{"KOLO_RING_THRESHOLD", "0"}});
@@ -224,18 +293,18 @@ TEST(Knobs, RetiredNamesAreErrorsNamingTheirReplacement) {
 TEST(Knobs, NearMissesOfRealNamesAreWarningsAndOtherNamesAreIgnored) {
   Result<KnobSet> set = KnobSet::read({{"KOLO_FUSION_TRESHOLD", "8MiB"},
                                        {"KOLO_CYCLETIME", "1ms"},
-                                       {"KOLO_TCP_SPINS", "1us"},
+                                       {"KOLO_AUTOTUNE_SAMPLE", "4"},
                                        {"KOLO_MY_OWN_SETTING", "1"},
                                        {"KOLO_RANK", "0"}});
   ASSERT_TRUE(set.ok()) << set.status().to_string();
   EXPECT_EQ(set->warnings(),
             (std::vector<std::string>{
+                "KOLO_AUTOTUNE_SAMPLE is not a Kolo variable and is ignored; did you mean "
+                "KOLO_AUTOTUNE_SAMPLES?",
                 "KOLO_CYCLETIME is not a Kolo variable and is ignored; did you mean "
                 "KOLO_CYCLE_TIME?",
                 "KOLO_FUSION_TRESHOLD is not a Kolo variable and is ignored; did you mean "
-                "KOLO_FUSION_THRESHOLD?",
-                "KOLO_TCP_SPINS is not a Kolo variable and is ignored; did you mean "
-                "KOLO_TCP_SPIN?"}));
+                "KOLO_FUSION_THRESHOLD?"}));
   EXPECT_EQ(edit_distance("KOLO_SIZE", "KOLO_SIZE"), 0u);
   EXPECT_EQ(edit_distance("KOLO_CYCLETIME", "KOLO_CYCLE_TIME"), 1u);
   EXPECT_EQ(edit_distance("abc", "acb"), 2u);
@@ -256,12 +325,12 @@ TEST(Knobs, NearMissesOfRealNamesAreWarningsAndOtherNamesAreIgnored) {
 
 TEST(Knobs, EchoListsWhatTheEnvironmentSetButNotTheLauncher) {
   Result<KnobSet> set =
-      KnobSet::read({{"KOLO_FUSION_THRESHOLD", "8MiB"}, {"KOLO_RANK", "1"}, {"KOLO_TCP_UNIX", "0"}},
+      KnobSet::read({{"KOLO_FUSION_THRESHOLD", "8MiB"}, {"KOLO_RANK", "1"}, {"KOLO_AUTOTUNE", "0"}},
                     {{"KOLO_CYCLE_TIME", "2ms"}});
   ASSERT_TRUE(set.ok()) << set.status().to_string();
   EXPECT_EQ(set->echo_lines(),
             (std::vector<std::string>{"KOLO_FUSION_THRESHOLD set by environment to 8MiB",
-                                      "KOLO_TCP_UNIX set by environment to 0"}));
+                                      "KOLO_AUTOTUNE set by environment to 0"}));
 }
 
 TEST(Knobs, DescribeShowsEveryValueAndWhereItCameFrom) {
@@ -269,12 +338,21 @@ TEST(Knobs, DescribeShowsEveryValueAndWhereItCameFrom) {
       KnobSet::read({{"KOLO_FUSION_THRESHOLD", "8MiB"}}, {{"KOLO_CYCLE_TIME", "2ms"}});
   ASSERT_TRUE(set.ok()) << set.status().to_string();
   const std::string text = set->describe();
-  EXPECT_EQ(text.rfind("# core\nKOLO_CPU_OPERATIONS       tcp           default\n", 0), 0u) << text;
-  for (const char* line : {"KOLO_FUSION_THRESHOLD     8MiB          environment\n",
-                           "KOLO_CYCLE_TIME           2ms           flag --cycle-time\n",
-                           "KOLO_TIMELINE             (unset)       default\n",
-                           "\n# tcp backend\nKOLO_TCP_HOST             (unset)       default\n"})
+  EXPECT_EQ(text.rfind("# core\nKOLO_CPU_OPERATIONS       (unset)       default\n", 0), 0u) << text;
+  for (const char* line :
+       {"KOLO_FUSION_THRESHOLD     8MiB          environment\n",
+        "KOLO_CYCLE_TIME           2ms           flag --cycle-time\n",
+        "KOLO_TIMELINE             (unset)       default\n",
+        "\n# channel backends\nKOLO_RING_THRESHOLD       64KiB         default\n"})
     EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
+  // Each backend's rows under its own header, after the core's.
+  std::set<std::string> headers = {"core", "channel backends"};
+  for (const Knob& k : all_knobs()) {
+    if (k.category != KnobCategory::kBackend) continue;
+    headers.insert(category_name(k));
+    EXPECT_NE(text.find("# " + category_name(k) + "\n"), std::string::npos) << k.name;
+    EXPECT_GT(text.find(std::string(k.name) + " "), text.find("# " + category_name(k) + "\n"));
+  }
   EXPECT_NE(text.find("\n# set by the launcher for each rank: KOLO_RANK, KOLO_SIZE, "
                       "KOLO_LOCAL_RANK, KOLO_LOCAL_SIZE, KOLO_CROSS_RANK, KOLO_CROSS_SIZE, "
                       "KOLO_STORE_ADDR, KOLO_SECRET\n"),
@@ -282,8 +360,9 @@ TEST(Knobs, DescribeShowsEveryValueAndWhereItCameFrom) {
       << text;
   size_t lines = 0;
   for (char c : text) lines += c == '\n';
-  // One line per knob but the 8 launcher-set ones, 4 headers, 4 blank lines, the launcher line.
-  EXPECT_EQ(lines, kKnobCount - 8 + 4 + 4 + 1);
+  // One line per knob but the 8 launcher-set ones, a header and a blank line per category, the
+  // launcher line.
+  EXPECT_EQ(lines, all_knobs().size() - 8 + 2 * headers.size() + 1);
 }
 
 TEST(Knobs, ReadmeConfigurationTableIsTheRegistrys) {

@@ -1,13 +1,12 @@
 // The global entry points of kolo/kolo.h: one process-wide Runtime built by init().
-#include <atomic>
 #include <cstdlib>
-#include <mutex>
 
 #include "backends/hierarchical/hierarchical_backend.h"
 #include "backends/local_backend.h"
 #include "backends/registry.h"
 #include "common/knobs.h"
 #include "common/logging.h"
+#include "common/thread_annotations.h"
 #include "coordinator/cuda_staging.h"
 #include "coordinator/departures.h"
 #include "coordinator/failure_board.h"
@@ -31,23 +30,26 @@ bool gpu_per_process() {
 }
 
 struct Global {
-  std::mutex mu;  // serialises init/shutdown
+  Mutex mu;  // serialises init/shutdown; guards every member below
   // Declared first, so destroyed last: a program that exits without kolo::shutdown() runs
   // these destructors, and the tables' shutdown and the backends still use the world's store.
-  World world;
-  std::shared_ptr<Store> quick_store;            // quick_store(): the board's and the pairs'
-  std::shared_ptr<coord::Runtime> runtime;       // set while initialised
-  std::shared_ptr<coord::ProcessSetTable> sets;  // with runtime
-  std::shared_ptr<coord::PairTable> pairs;       // with runtime
+  // The process sets' and pairs' backend factories read it without the lock, through the
+  // reference init() gave them: it changes only in init() and shutdown(), while no table exists.
+  World world KOLO_GUARDED_BY(mu);
+  std::shared_ptr<Store> quick_store KOLO_GUARDED_BY(mu);  // quick_store(): the board's, pairs'
+  std::shared_ptr<coord::Runtime> runtime KOLO_GUARDED_BY(mu);       // set while initialised
+  std::shared_ptr<coord::ProcessSetTable> sets KOLO_GUARDED_BY(mu);  // with runtime
+  std::shared_ptr<coord::PairTable> pairs KOLO_GUARDED_BY(mu);       // with runtime
   // With runtime, in a job of several ranks.
-  std::shared_ptr<coord::Departures> departures;
-  bool was_shut_down = false;
+  std::shared_ptr<coord::Departures> departures KOLO_GUARDED_BY(mu);
+  bool was_shut_down KOLO_GUARDED_BY(mu) = false;
   // init() after shutdown() must not meet the previous session's rendezvous keys (a store
   // never deletes keys), so every session namespaces them; all ranks count alike.
-  int session = 0;
+  int session KOLO_GUARDED_BY(mu) = 0;
 
   // Still initialised here, the process is exiting without kolo::shutdown(): the members'
-  // destructors end the session, and the peers are told why first (Note [Departures]).
+  // destructors end the session, and the peers are told why first (Note [Departures]). (No
+  // lock: no other thread calls into Kolo while static destructors run.)
   ~Global() {
     if (runtime && departures) departures->record();
   }
@@ -59,14 +61,18 @@ Global& global() {
 }
 
 std::shared_ptr<coord::Runtime> current() {
-  std::lock_guard<std::mutex> lock(global().mu);
-  return global().runtime;
+  Global& g = global();
+  MutexLock lock(g.mu);
+  return g.runtime;
 }
 
 std::shared_ptr<coord::ProcessSetTable> current_sets() {
-  std::lock_guard<std::mutex> lock(global().mu);
-  return global().sets;
+  Global& g = global();
+  MutexLock lock(g.mu);
+  return g.sets;
 }
+
+std::string session_prefix(int session) { return "kolo/s" + std::to_string(session); }
 
 // A control plane's context: its waits are bounded by the stall shutdown time too, when that is
 // set and shorter (see init()), and its errors then name that setting.
@@ -78,29 +84,38 @@ void bound_by_stall_time(BackendContext& ctx, std::chrono::nanoseconds stall) {
   }
 }
 
+// What a sub-group's backends are made from, shared by every set and pair of a session. The
+// knobs are the job's, as init() parsed them (shared: the groups outlive init()'s frame).
+struct GroupPlan {
+  const World* world;
+  std::shared_ptr<const KnobSet> knobs;
+  coord::RuntimeConfig config;
+  std::string device_backend;  // the device backend of CUDA tensors, or empty
+  int session;
+};
+
 // A sub-group's backends (a process set's, a point-to-point pair's): the job's CPU backend
 // connecting only `ranks` (its subgroup factory, else new connections through the store under
 // `ns`), `tag` telling its creation apart from concurrent ones (BackendContext::group_tag).
-// `device_backend` (nccl, or empty) gets a communicator of the members too, made as the job's
+// `plan.device_backend` (or none) gets a communicator of the members too, made as the job's
 // is: a unique id through the store under `ns`. Not ncclCommSplit: that is collective over the
 // job's communicator, which only the global background thread may touch, while a group is made
 // by its members' threads alone (a pair by two ranks). A CPU backend chosen for CUDA tensors
 // (KOLO_GPU_OPERATIONS=tcp|mpi|shm) is not connected per group: the group stages them to its
 // data plane.
-Result<coord::SetBackends> group_backends(const World& world, const coord::RuntimeConfig& config,
-                                          const std::string& device_backend, const std::string& ns,
-                                          int tag, const std::vector<int>& ranks, int group_rank) {
-  BackendContext ctx = backend_context(world, ns + "/data");
+Result<coord::SetBackends> group_backends(const GroupPlan& plan, const std::string& ns, int tag,
+                                          const std::vector<int>& ranks, int group_rank) {
+  const World& world = *plan.world;
+  BackendContext ctx = backend_context(world, *plan.knobs, ns + "/data");
   ctx.rank = group_rank;
   ctx.size = static_cast<int>(ranks.size());
-  ctx.op_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(config.op_timeout);
   ctx.group_tag = tag;
   coord::SetBackends b;
-  if (!device_backend.empty()) {
+  if (!plan.device_backend.empty()) {
     // local_rank and local_size stay the job's: they choose this process's own GPU.
     BackendContext dev = ctx;
     dev.store_prefix = ns + "/gpu";
-    KOLO_ASSIGN_OR_RETURN(b.gpu, create_backend(device_backend, dev));
+    KOLO_ASSIGN_OR_RETURN(b.gpu, create_backend(plan.device_backend, dev));
   }
   // A group of a one-host job is on one host; otherwise its members count as on hosts of
   // their own (tcp then publishes a routable address).
@@ -109,7 +124,7 @@ Result<coord::SetBackends> group_backends(const World& world, const coord::Runti
   ctx.local_size = one_host ? ctx.size : 1;
   ctx.cross_rank = one_host ? 0 : group_rank;
   ctx.cross_size = one_host ? 1 : ctx.size;
-  const std::string& name = config.cpu_operations;
+  const std::string& name = plan.config.cpu_operations;
   if (ranks.size() == 1) {  // as init() for a job of one rank
     b.data = make_local_backend(name);
     b.control = make_local_backend("control");
@@ -117,32 +132,26 @@ Result<coord::SetBackends> group_backends(const World& world, const coord::Runti
   }
   KOLO_ASSIGN_OR_RETURN(b.data, create_subgroup_backend(name, ctx, ranks));
   ctx.store_prefix = ns + "/ctrl";
-  bound_by_stall_time(ctx, config.stall_shutdown_time);
+  bound_by_stall_time(ctx, plan.config.stall_shutdown_time);
   KOLO_ASSIGN_OR_RETURN(b.control, create_subgroup_backend(name, ctx, ranks));
   return b;
 }
 
-std::string session_prefix(int session) { return "kolo/s" + std::to_string(session); }
-
 // Group tags: even for process sets (by id), odd for pairs (by their two ranks), so that no
 // two groups that may be created at once share one (up to 32767 ranks within MPI's int tags).
-coord::MakeSetBackends set_backends(const World& world, const coord::RuntimeConfig& config,
-                                    const std::string& device_backend, int session) {
-  return [&world, config, device_backend, session](int32_t id, const std::vector<int>& ranks,
-                                                   int set_rank) {
-    return group_backends(world, config, device_backend,
-                          session_prefix(session) + "/ps" + std::to_string(id), 2 * id, ranks,
-                          set_rank);
+coord::MakeSetBackends set_backends(GroupPlan plan) {
+  return [plan](int32_t id, const std::vector<int>& ranks, int set_rank) {
+    return group_backends(plan, session_prefix(plan.session) + "/ps" + std::to_string(id), 2 * id,
+                          ranks, set_rank);
   };
 }
 
-coord::MakePairBackends pair_backends(const World& world, const coord::RuntimeConfig& config,
-                                      const std::string& device_backend, int session) {
-  return [&world, config, device_backend, session](int low, int high, int pair_rank) {
+coord::MakePairBackends pair_backends(GroupPlan plan) {
+  return [plan](int low, int high, int pair_rank) {
     const std::string ns =
-        session_prefix(session) + "/p2p/" + std::to_string(low) + "-" + std::to_string(high);
-    return group_backends(world, config, device_backend, ns, 2 * (low * world.size + high) + 1,
-                          {low, high}, pair_rank);
+        session_prefix(plan.session) + "/p2p/" + std::to_string(low) + "-" + std::to_string(high);
+    return group_backends(plan, ns, 2 * (low * plan.world->size + high) + 1, {low, high},
+                          pair_rank);
   };
 }
 
@@ -169,119 +178,166 @@ std::shared_ptr<Store> quick_store(const KnobSet& knobs, World& world) {
   return std::shared_ptr<Store>(world.store.get(), [](Store*) {});
 }
 
+// What init() learns before it connects anything: the knobs (parsed here, the one time the
+// library reads the environment), the job and the coordinator's configuration.
+struct Job {
+  std::shared_ptr<const KnobSet> knobs;
+  LaunchedWorld launched;
+  coord::RuntimeConfig config;
+};
+
+// Every knob is validated before the rendezvous, so that a typo fails this rank at once instead
+// of after (or while) its peers connect; KOLO_CPU_OPERATIONS accepts only this build's backends.
+// Then the ranks compare their job-wide knobs before anything connects: ranks that differ would
+// run different collectives, or never meet (coordinator/knob_agreement.h).
+Result<Job> read_job(int session) {
+  Job job;
+  KOLO_ASSIGN_OR_RETURN(KnobSet knobs, KnobSet::from_process_env());
+  job.knobs = std::make_shared<const KnobSet>(std::move(knobs));
+  // kolorun's environment, else a launcher a backend knows (mpirun), else one rank.
+  KOLO_ASSIGN_OR_RETURN(job.launched, launched_world(*job.knobs));
+  KOLO_ASSIGN_OR_RETURN(job.config,
+                        coord::config_from_knobs(*job.knobs, job.launched.default_backend));
+  const World& world = job.launched.world;
+  set_log_rank(world.rank);
+  if (world.rank == 0) log_knobs(*job.knobs);
+  if (world.size > 1) {
+    KOLO_RETURN_IF_ERROR(coord::agree_on_job_knobs(
+        *world.store, session_prefix(session), world.rank, world.size,
+        coord::job_knobs_message(*job.knobs, {{KnobId::kCpuOperations, job.config.cpu_operations}}),
+        BackendContext{}.connect_timeout));
+  }
+  return job;
+}
+
+struct Planes {
+  std::unique_ptr<Backend> data, control;
+};
+
+// The data and control planes: separate instances of the same backend, so small negotiation
+// messages never queue behind bulk data; local backends in a job of one rank.
+Result<Planes> connect_planes(const Job& job, int session) {
+  const World& world = job.launched.world;
+  const coord::RuntimeConfig& config = job.config;
+  Planes p;
+  if (world.size == 1) {
+    p.data = make_local_backend(config.cpu_operations);
+    p.control = make_local_backend("control");
+    return p;
+  }
+  BackendContext ctx = backend_context(world, *job.knobs, session_prefix(session) + "/data");
+  KOLO_ASSIGN_OR_RETURN(p.data, create_backend(config.cpu_operations, ctx));
+  // The control plane stays flat: its messages are small. The hierarchy is built when asked
+  // for, and offered to the autotuner (not required, so unequal hosts keep the flat backend;
+  // off until the tuner switches it on). Both conditions are job-wide values, which every
+  // rank agreed on, so that every rank builds it or none: whether the tuner searches it (the
+  // knob left unset) is rank 0's business alone.
+  if (config.hierarchical_allreduce || config.hierarchical_allgather || config.autotune.enabled) {
+    KOLO_ASSIGN_OR_RETURN(
+        p.data,
+        make_hierarchical_backend(
+            std::move(p.data), ctx,
+            hierarchical_options(job.launched, config.cpu_operations,
+                                 job.knobs->is_set(KnobId::kCpuOperations),
+                                 config.hierarchical_allreduce, config.hierarchical_allgather)));
+  }
+  ctx.store_prefix = session_prefix(session) + "/ctrl";
+  // Every rank takes part in a control round at least every heartbeat, so a control wait
+  // longer than the stall shutdown time means a frozen rank (stopped, or stuck outside
+  // Kolo's thread): rank 0's stall inspector cannot see it from inside that wait, so the
+  // wait itself is bounded.
+  bound_by_stall_time(ctx, config.stall_shutdown_time);
+  KOLO_ASSIGN_OR_RETURN(p.control, create_backend(config.cpu_operations, ctx));
+  return p;
+}
+
+struct GpuPlane {
+  std::unique_ptr<Backend> backend;  // null: CUDA tensors are staged to the data plane
+  std::string device_backend;        // a device-only backend's name (nccl), or empty
+};
+
+// CUDA tensors: a device backend of their own, or a CPU backend other than the data plane's
+// that they are staged to; none when they are staged to the data plane's backend.
+Result<GpuPlane> connect_gpu_plane(const Job& job, int session) {
+  const World& world = job.launched.world;
+  KOLO_ASSIGN_OR_RETURN(std::string name,
+                        gpu_backend_choice(job.config.gpu_operations, coord::cuda_device_count(),
+                                           world.local_size, gpu_per_process()));
+  GpuPlane g;
+  if (name.empty()) return g;
+  // A device backend (one that takes no CPU tensors): process sets and pairs get one too.
+  KOLO_ASSIGN_OR_RETURN(const BackendEntry* entry, find_backend(name));
+  if (!entry->handles(Device::cpu())) g.device_backend = name;
+  // A CPU backend for a job of one rank would only stage to what the data plane does already.
+  if (name == job.config.cpu_operations || (world.size == 1 && g.device_backend.empty())) return g;
+  BackendContext ctx = backend_context(world, *job.knobs, session_prefix(session) + "/gpu");
+  KOLO_ASSIGN_OR_RETURN(g.backend, create_backend(name, ctx));
+  return g;
+}
+
+// How the ranks of a job of several learn what happened to a peer: the failure board names the
+// rank that failed first (config.name_first_failure), and this rank's Departures records its
+// leaving without kolo::shutdown() and says how a peer left (config.describe_departure, Note
+// [Departures]). Null in a job of one rank.
+std::shared_ptr<coord::Departures> report_peers(const Job& job, std::shared_ptr<Store> quick,
+                                                const std::string& prefix,
+                                                coord::RuntimeConfig& config) {
+  const World& world = job.launched.world;
+  if (world.size == 1) return nullptr;
+  auto board = std::make_shared<coord::FailureBoard>(quick, prefix, world.rank, world.size);
+  config.name_first_failure = [board](const Status& st) { return board->name_first_failure(st); };
+  auto departures = std::make_shared<coord::Departures>(
+      quick, prefix, world.rank,
+      job.launched.launcher == "kolorun" ? coord::kLauncherExitWait : std::chrono::seconds(0));
+  config.describe_departure = [departures](int r) { return departures->describe(r); };
+  return departures;
+}
+
+// KOLO_PROCESS_SETS: every rank adds the same sets, in order, before init() returns.
+Status add_knob_process_sets(const KnobSet& knobs, coord::ProcessSetTable& sets) {
+  if (!knobs.is_set(KnobId::kProcessSets)) return Status::Ok();
+  for (const std::vector<int>& ranks : knobs.rank_sets(KnobId::kProcessSets)) {
+    Result<ProcessSet> added = sets.add(ranks);
+    if (!added.ok())
+      return added.status().with_context("KOLO_PROCESS_SETS=" + knobs.raw(KnobId::kProcessSets));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status init() {
   Global& g = global();
-  std::lock_guard<std::mutex> lock(g.mu);
+  MutexLock lock(g.mu);
   if (g.runtime) return Status::PreconditionFailed("kolo::init(): already initialised");
-  // Every knob is validated before the rendezvous, so that a typo fails this rank at once
-  // instead of after (or while) its peers connect. KOLO_CPU_OPERATIONS accepts only this
-  // build's backends.
-  KOLO_ASSIGN_OR_RETURN(KnobSet knobs, KnobSet::from_process_env());
-  // kolorun's environment, else a launcher a backend knows (mpirun), else one rank.
-  KOLO_ASSIGN_OR_RETURN(LaunchedWorld launched, launched_world());
-  World& world = launched.world;
-  KOLO_ASSIGN_OR_RETURN(coord::RuntimeConfig config,
-                        coord::config_from_knobs(knobs, launched.default_backend));
-  set_log_rank(world.rank);
-  if (world.rank == 0) log_knobs(knobs);
-  coord::Topology topo{world.rank,       world.size,       world.local_rank,
-                       world.local_size, world.cross_rank, world.cross_size};
-  if (world.size > 1) {
-    // Before anything connects: ranks whose job-wide knobs differ would run different
-    // collectives, or never meet (coordinator/knob_agreement.h).
-    KOLO_RETURN_IF_ERROR(coord::agree_on_job_knobs(
-        *world.store, "kolo/s" + std::to_string(g.session), world.rank, world.size,
-        coord::job_knobs_message(knobs, {{KnobId::kCpuOperations, config.cpu_operations}}),
-        BackendContext{}.connect_timeout));
-  }
-  std::unique_ptr<Backend> data, control;
-  if (world.size == 1) {
-    data = make_local_backend(config.cpu_operations);
-    control = make_local_backend("control");
-  } else {
-    // Control and data planes are separate instances of the same backend, so small
-    // negotiation messages never queue behind bulk data.
-    const std::string ns = session_prefix(g.session);
-    BackendContext ctx = backend_context(world, ns + "/data");
-    ctx.op_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(config.op_timeout);
-    KOLO_ASSIGN_OR_RETURN(data, create_backend(config.cpu_operations, ctx));
-    // The control plane stays flat: its messages are small. The hierarchy is built when asked
-    // for, and offered to the autotuner (not required, so unequal hosts keep the flat backend;
-    // off until the tuner switches it on). Both conditions are job-wide values, which every
-    // rank agreed on above, so that every rank builds it or none: whether the tuner searches
-    // it (the knob left unset) is rank 0's business alone.
-    if (config.hierarchical_allreduce || config.hierarchical_allgather || config.autotune.enabled) {
-      KOLO_ASSIGN_OR_RETURN(
-          data, make_hierarchical_backend(std::move(data), ctx,
-                                          hierarchical_options(launched, config.cpu_operations,
-                                                               knobs.is_set(KnobId::kCpuOperations),
-                                                               config.hierarchical_allreduce,
-                                                               config.hierarchical_allgather)));
-    }
-    ctx.store_prefix = ns + "/ctrl";
-    // Every rank takes part in a control round at least every heartbeat, so a control wait
-    // longer than the stall shutdown time means a frozen rank (stopped, or stuck outside
-    // Kolo's thread): rank 0's stall inspector cannot see it from inside that wait, so the
-    // wait itself is bounded.
-    bound_by_stall_time(ctx, config.stall_shutdown_time);
-    KOLO_ASSIGN_OR_RETURN(control, create_backend(config.cpu_operations, ctx));
-  }
-  std::shared_ptr<Store> quick = quick_store(knobs, world);
-  std::shared_ptr<coord::Departures> departures;
-  if (world.size > 1) {
-    auto board = std::make_shared<coord::FailureBoard>(quick, session_prefix(g.session), world.rank,
-                                                       world.size);
-    config.name_first_failure = [board](const Status& st) { return board->name_first_failure(st); };
-    departures = std::make_shared<coord::Departures>(
-        quick, session_prefix(g.session), world.rank,
-        launched.launcher == "kolorun" ? coord::kLauncherExitWait : std::chrono::seconds(0));
-    config.describe_departure = [departures](int r) { return departures->describe(r); };
-  }
-  // CUDA tensors: a device backend (nccl) of their own, or a CPU backend other than the data
-  // plane's that they are staged to; none when they are staged to the data plane's backend.
-  KOLO_ASSIGN_OR_RETURN(std::string gpu_name,
-                        gpu_backend_choice(config.gpu_operations, coord::cuda_device_count(),
-                                           world.local_size, gpu_per_process()));
-  // nccl, when CUDA tensors have a device backend: process sets and pairs get one too.
-  std::string device_backend;
-  if (!gpu_name.empty())
-    if (Result<const BackendEntry*> e = find_backend(gpu_name);
-        e.ok() && !(*e)->handles(Device::cpu()))
-      device_backend = gpu_name;
-  std::unique_ptr<Backend> gpu;
-  if (!gpu_name.empty() && gpu_name != config.cpu_operations &&
-      (world.size > 1 || gpu_name == "nccl")) {
-    BackendContext ctx = backend_context(world, session_prefix(g.session) + "/gpu");
-    ctx.op_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(config.op_timeout);
-    KOLO_ASSIGN_OR_RETURN(gpu, create_backend(gpu_name, ctx));
-  }
+  KOLO_ASSIGN_OR_RETURN(Job job, read_job(g.session));
+  World& world = job.launched.world;
+  KOLO_ASSIGN_OR_RETURN(Planes planes, connect_planes(job, g.session));
+  std::shared_ptr<Store> quick = quick_store(*job.knobs, world);
+  coord::RuntimeConfig config = job.config;
+  std::shared_ptr<coord::Departures> departures =
+      report_peers(job, quick, session_prefix(g.session), config);
+  KOLO_ASSIGN_OR_RETURN(GpuPlane gpu, connect_gpu_plane(job, g.session));
+  const coord::Topology topo{world.rank,       world.size,       world.local_rank,
+                             world.local_size, world.cross_rank, world.cross_size};
   KOLO_ASSIGN_OR_RETURN(std::unique_ptr<coord::Runtime> created,
-                        coord::Runtime::create(std::move(config), topo, std::move(data),
-                                               std::move(control), std::move(gpu)));
+                        coord::Runtime::create(std::move(config), topo, std::move(planes.data),
+                                               std::move(planes.control), std::move(gpu.backend)));
   std::shared_ptr<coord::Runtime> rt = std::move(created);
   g.world = std::move(world);
   g.quick_store = quick;
-  auto sets = std::make_shared<coord::ProcessSetTable>(
-      rt, set_backends(g.world, rt->config(), device_backend, g.session));
+  const GroupPlan plan{&g.world, job.knobs, rt->config(), gpu.device_backend, g.session};
+  auto sets = std::make_shared<coord::ProcessSetTable>(rt, set_backends(plan));
   auto pairs = std::make_shared<coord::PairTable>(
-      rt, quick.get(), session_prefix(g.session) + "/p2p",
-      pair_backends(g.world, rt->config(), device_backend, g.session));
+      rt, quick.get(), session_prefix(g.session) + "/p2p", pair_backends(plan));
   ++g.session;
-  // KOLO_PROCESS_SETS: every rank adds the same sets, in order, before init() returns.
-  if (knobs.is_set(KnobId::kProcessSets)) {
-    for (const std::vector<int>& ranks : knobs.rank_sets(KnobId::kProcessSets)) {
-      Result<ProcessSet> added = sets->add(ranks);
-      if (!added.ok()) {
-        pairs->shutdown();
-        sets->shutdown();
-        (void)rt->shutdown();
-        g.quick_store.reset();
-        g.world = World{};
-        return added.status().with_context("KOLO_PROCESS_SETS=" + knobs.raw(KnobId::kProcessSets));
-      }
-    }
+  if (Status added = add_knob_process_sets(*job.knobs, *sets); !added.ok()) {
+    pairs->shutdown();
+    sets->shutdown();
+    (void)rt->shutdown();
+    g.quick_store.reset();
+    g.world = World{};
+    return added;
   }
   g.runtime = std::move(rt);
   g.sets = std::move(sets);
@@ -297,7 +353,7 @@ Status shutdown() {
   std::shared_ptr<coord::ProcessSetTable> sets;
   std::shared_ptr<coord::PairTable> pairs;
   {
-    std::lock_guard<std::mutex> lock(g.mu);
+    MutexLock lock(g.mu);
     rt = std::move(g.runtime);
     g.runtime.reset();
     sets = std::move(g.sets);
@@ -315,7 +371,7 @@ Status shutdown() {
   sets.reset();
   Status st = rt->shutdown();
   rt.reset();
-  std::lock_guard<std::mutex> lock(g.mu);
+  MutexLock lock(g.mu);
   g.departures.reset();
   g.quick_store.reset();
   g.world = World{};
@@ -387,8 +443,9 @@ namespace {
 Status not_running(const std::string& name) {
   bool after = false;
   {
-    std::lock_guard<std::mutex> lock(global().mu);
-    after = global().was_shut_down;
+    Global& g = global();
+    MutexLock lock(g.mu);
+    after = g.was_shut_down;
   }
   return Status::PreconditionFailed(
       "'" + name + "': " +
@@ -401,7 +458,7 @@ Status not_running(const std::string& name) {
 Result<Session> current_session(const std::string& name) {
   Global& g = global();
   {
-    std::lock_guard<std::mutex> lock(g.mu);
+    MutexLock lock(g.mu);
     if (g.runtime) return Session{g.runtime, g.sets, g.pairs};
   }
   return not_running(name);

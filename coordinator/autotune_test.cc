@@ -42,7 +42,8 @@ struct Driver {
 };
 
 RuntimeConfig tuned_config(const std::string& csv, bool continuous) {
-  RuntimeConfig c;
+  RuntimeConfig c = config_from_knobs(KnobSet::defaults(), "tcp").value();
+  c.autotune.categorical.clear();  // each test adds the categorical dimensions it studies
   c.autotune.enabled = true;
   c.autotune.log_path = csv;
   c.autotune.continuous = continuous;
@@ -124,7 +125,7 @@ TEST(TunerTest, CategoricalKnobIsSearchedUnlessFixed) {
     SCOPED_TRACE(fixed ? "fixed" : "searched");
     const std::string csv = temp_csv(fixed ? "cat_fixed.csv" : "cat_searched.csv");
     RuntimeConfig c = tuned_config(csv, false);
-    ASSERT_EQ(c.autotune.categorical.size(), 0u);  // a hand-built config lists none
+    ASSERT_EQ(c.autotune.categorical.size(), 0u);  // tuned_config() lists none
     c.autotune.categorical.push_back(
         {KnobId::kHierarchicalAllreduce, {"0", "1"}, /*initial=*/0, fixed});
     Timeline timeline;

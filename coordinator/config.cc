@@ -34,7 +34,7 @@ Result<RuntimeConfig> config_from_knobs(const KnobSet& knobs,
   c.op_timeout = knobs.duration(KnobId::kOpTimeout);
   // The heartbeat must stay well inside the op timeout (a waiting peer would otherwise time
   // out on an idle one) and fine enough for the stall inspector to be punctual.
-  auto hb = std::chrono::nanoseconds(std::chrono::milliseconds(200));
+  std::chrono::nanoseconds hb = std::chrono::milliseconds(200);
   hb = std::min(hb, c.op_timeout / 4);
   if (c.stall_check_time.count() > 0) hb = std::min(hb, c.stall_check_time / 4);
   if (c.stall_shutdown_time.count() > 0) hb = std::min(hb, c.stall_shutdown_time / 4);
@@ -57,10 +57,10 @@ Result<RuntimeConfig> config_from_knobs(const KnobSet& knobs,
     if (!is_categorical_tunable(k)) continue;
     CategoricalTunable t{k.id, knob_choices(k)};
     const std::string value =
-        k.kind == KnobKind::kBool ? (knobs.boolean(k.id) ? "1" : "0") : knobs.text(k.id);
+        k.kind == KnobKind::kBool ? (knobs.boolean(k) ? "1" : "0") : knobs.text(k);
     t.initial = static_cast<size_t>(std::find(t.choices.begin(), t.choices.end(), value) -
                                     t.choices.begin());
-    t.fixed = knobs.is_set(k.id);
+    t.fixed = knobs.is_set(k);
     a.categorical.push_back(std::move(t));
   }
   for (auto [lo, hi] : {std::pair{KnobId::kAutotuneFusionFrom, KnobId::kAutotuneFusionTo},

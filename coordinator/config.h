@@ -1,6 +1,7 @@
-// RuntimeConfig: the coordinator's typed view of its knobs (common/knobs.h), filled once at init.
-// The member defaults below are the registry's defaults (config_test checks that they agree);
-// tests that build a RuntimeConfig by hand start from them.
+// RuntimeConfig: the coordinator's typed view of its knobs (common/knobs.h), filled once at init
+// by config_from_knobs. A member read from a knob has no default of its own (zero or empty until
+// filled): its default is written in the registry row only. Code that builds a config by hand
+// (tests) starts from config_from_knobs(KnobSet::defaults(), ...).
 #pragma once
 
 #include <chrono>
@@ -30,14 +31,14 @@ struct CategoricalTunable {
 // The autotuner's knobs (KOLO_AUTOTUNE*; coordinator/autotune.h). Ranges are inclusive and
 // checked (min <= max) by config_from_knobs.
 struct AutotuneConfig {
-  bool enabled = false;
-  std::string log_path;  // empty: no CSV
-  bool continuous = false;
-  int samples = 3;
-  uint64_t fusion_min = uint64_t{64} << 10, fusion_max = uint64_t{64} << 20;
-  std::chrono::nanoseconds cycle_min = std::chrono::microseconds(100);
-  std::chrono::nanoseconds cycle_max = std::chrono::milliseconds(8);
-  uint64_t bucket_min = uint64_t{64} << 10, bucket_max = uint64_t{64} << 20;
+  bool enabled = false;     // KOLO_AUTOTUNE
+  std::string log_path;     // KOLO_AUTOTUNE_LOG; empty: no CSV
+  bool continuous = false;  // KOLO_AUTOTUNE_CONTINUOUS
+  int samples = 0;          // KOLO_AUTOTUNE_SAMPLES
+  // KOLO_AUTOTUNE_{FUSION,CYCLE,BUCKET}_{FROM,TO}
+  uint64_t fusion_min = 0, fusion_max = 0;
+  std::chrono::nanoseconds cycle_min{0}, cycle_max{0};
+  uint64_t bucket_min = 0, bucket_max = 0;
   // Knobs the user set are fixed at their value and left out of the search.
   bool fusion_fixed = false;
   bool cycle_fixed = false;
@@ -47,32 +48,33 @@ struct AutotuneConfig {
 };
 
 struct RuntimeConfig {
-  // Allreduce responses that agree in dtype, device and options are fused into one
-  // backend call up to this many bytes. 0 disables fusion. Measured default (kolo-bench
-  // fusion, ResNet-50's gradients, 2 ranks, docs/benchmarks.md): 4 MiB was as fast as 16 and
-  // 64 MiB on tcp and 15-20x faster than 64 MiB on mpi, whose large-message path is slow here;
-  // 4 MiB buffers are already far past the size where per-call latency matters.
-  uint64_t fusion_threshold = uint64_t{4} << 20;
-  // Batching window: while work is pending, cycles start at most this often, so that
-  // submissions arriving close together are negotiated (and fused) together.
-  std::chrono::nanoseconds cycle_time = std::chrono::milliseconds(1);
+  // KOLO_FUSION_THRESHOLD: allreduce responses that agree in dtype, device and options are
+  // fused into one backend call up to this many bytes. 0 disables fusion.
+  uint64_t fusion_threshold = 0;
+  // KOLO_CYCLE_TIME, the batching window: while work is pending, cycles start at most this
+  // often, so that submissions arriving close together are negotiated (and fused) together.
+  std::chrono::nanoseconds cycle_time{0};
   // Piggy-back (Note [Piggy-back] in runtime.cc): small cached allreduces travel inside the
   // negotiation message, saving the data round, up to this many bytes per rank and cycle.
   // Only in jobs of at most piggyback_max_ranks ranks, where gathering every rank's message
   // costs no more steps than allreducing it. 0 turns it off.
   uint64_t piggyback_bytes = 1024;
   int piggyback_max_ranks = 4;
-  // Names remembered by the response cache (the bit vector has one byte per entry).
-  uint64_t cache_capacity = 1024;
-  std::string timeline_path;  // empty: no timeline at init
-  bool timeline_mark_cycles = false;
-  // Record only steps [first, end) of kolo::mark_step()'s count; unset: from init to the end.
+  // KOLO_CACHE_CAPACITY: names remembered by the response cache (the bit vector has one byte
+  // per entry).
+  uint64_t cache_capacity = 0;
+  std::string timeline_path;          // KOLO_TIMELINE; empty: no timeline at init
+  bool timeline_mark_cycles = false;  // KOLO_TIMELINE_MARK_CYCLES
+  // KOLO_TIMELINE_STEPS: record only steps [first, end) of kolo::mark_step()'s count; unset:
+  // from init to the end.
   std::optional<KnobRange> timeline_steps;
-  std::chrono::nanoseconds stall_check_time = std::chrono::seconds(60);  // 0: off
-  std::chrono::nanoseconds stall_shutdown_time{0};                       // 0: off
-  // Bound on any one transfer (and so on how long a dead peer takes to be noticed).
-  std::chrono::nanoseconds op_timeout = std::chrono::seconds(60);
-  std::string cpu_operations = "tcp";
+  std::chrono::nanoseconds stall_check_time{0};     // KOLO_STALL_CHECK_TIME; 0: off
+  std::chrono::nanoseconds stall_shutdown_time{0};  // KOLO_STALL_SHUTDOWN_TIME; 0: off
+  // KOLO_OP_TIMEOUT: bound on any one transfer (and so on how long a dead peer takes to be
+  // noticed).
+  std::chrono::nanoseconds op_timeout{0};
+  // KOLO_CPU_OPERATIONS, or the launcher's default backend when it is unset.
+  std::string cpu_operations;
   // KOLO_HIERARCHICAL_ALLREDUCE: init() builds the data plane as the hierarchical composite
   // (backends/hierarchical/hierarchical_backend.h), and hosts of unequal rank counts fail it.
   bool hierarchical_allreduce = false;
@@ -82,8 +84,9 @@ struct RuntimeConfig {
   // KOLO_GPU_OPERATIONS as set; empty when unset (gpu_backend_choice picks the default).
   std::string gpu_operations;
   // An idle rank still takes part in a cycle this often, so that rank 0's stall inspector
-  // and shutdown requests make progress while some ranks have no work.
-  std::chrono::nanoseconds heartbeat = std::chrono::milliseconds(200);
+  // and shutdown requests make progress while some ranks have no work. Derived from the
+  // timeouts by config_from_knobs (at most 200 ms).
+  std::chrono::nanoseconds heartbeat{0};
   AutotuneConfig autotune;
   // When set, the background loop passes its failure through this before every operation
   // ends with it (api.cc: FailureBoard::name_first_failure, so that the error names the rank
@@ -105,10 +108,11 @@ struct RuntimeConfig {
 };
 
 // The coordinator's knobs from `knobs` (each already validated by KnobSet::read).
-// `default_cpu_operations` replaces the registry's default when KOLO_CPU_OPERATIONS is unset
-// (init passes "mpi" under mpirun). InvalidArgument for what involves two knobs: an autotune
-// range whose minimum exceeds its maximum (naming both variables).
+// `default_cpu_operations` is the backend when KOLO_CPU_OPERATIONS is unset (init passes the
+// launcher's default: LaunchedWorld::default_backend). InvalidArgument for what involves two
+// knobs: an autotune range whose minimum exceeds its maximum (naming both variables), and a
+// CPU backend that takes no CPU tensors.
 Result<RuntimeConfig> config_from_knobs(const KnobSet& knobs,
-                                        const std::string& default_cpu_operations = "tcp");
+                                        const std::string& default_cpu_operations);
 
 }  // namespace kolo::coord

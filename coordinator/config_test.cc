@@ -5,6 +5,7 @@
 #include <map>
 
 #include "backends/registry.h"
+#include "common/build_info.h"
 #include "coordinator/runtime.h"
 
 namespace kolo::coord {
@@ -15,32 +16,43 @@ RuntimeConfig parse(const std::map<std::string, std::string>& env,
   Result<KnobSet> knobs = KnobSet::read(env);
   EXPECT_TRUE(knobs.ok()) << knobs.status().to_string();
   Result<RuntimeConfig> c =
-      config_from_knobs(knobs.ok() ? *knobs : KnobSet::read({}).value(), default_ops);
+      config_from_knobs(knobs.ok() ? *knobs : KnobSet::defaults(), default_ops);
   EXPECT_TRUE(c.ok()) << c.status().to_string();
   return c.ok() ? *c : RuntimeConfig{};
 }
 
 TEST(ConfigTest, AutotuneKnobsAndTheirRanges) {
   const RuntimeConfig d = parse({});
-  const AutotuneConfig a;
   EXPECT_FALSE(d.autotune.enabled);
-  EXPECT_EQ(d.autotune.samples, a.samples);
-  EXPECT_EQ(d.autotune.fusion_min, a.fusion_min);
-  EXPECT_EQ(d.autotune.fusion_max, a.fusion_max);
-  EXPECT_EQ(d.autotune.cycle_min, a.cycle_min);
-  EXPECT_EQ(d.autotune.cycle_max, a.cycle_max);
-  EXPECT_EQ(d.autotune.bucket_min, a.bucket_min);
-  EXPECT_EQ(d.autotune.bucket_max, a.bucket_max);
   EXPECT_FALSE(d.autotune.fusion_fixed);
-  const RuntimeConfig c = parse({{"KOLO_AUTOTUNE", "1"}, {"KOLO_CYCLE_TIME", "2ms"}});
+  const RuntimeConfig c = parse({{"KOLO_AUTOTUNE", "1"},
+                                 {"KOLO_CYCLE_TIME", "2ms"},
+                                 {"KOLO_AUTOTUNE_LOG", "/t/tune.csv"},
+                                 {"KOLO_AUTOTUNE_CONTINUOUS", "1"},
+                                 {"KOLO_AUTOTUNE_SAMPLES", "5"},
+                                 {"KOLO_AUTOTUNE_FUSION_FROM", "1KiB"},
+                                 {"KOLO_AUTOTUNE_FUSION_TO", "2KiB"},
+                                 {"KOLO_AUTOTUNE_CYCLE_FROM", "3us"},
+                                 {"KOLO_AUTOTUNE_CYCLE_TO", "4ms"},
+                                 {"KOLO_AUTOTUNE_BUCKET_FROM", "5KiB"},
+                                 {"KOLO_AUTOTUNE_BUCKET_TO", "6MiB"}});
   EXPECT_TRUE(c.autotune.enabled);
   EXPECT_TRUE(c.autotune.cycle_fixed);
   EXPECT_FALSE(c.autotune.fusion_fixed);
+  EXPECT_EQ(c.autotune.log_path, "/t/tune.csv");
+  EXPECT_TRUE(c.autotune.continuous);
+  EXPECT_EQ(c.autotune.samples, 5);
+  EXPECT_EQ(c.autotune.fusion_min, 1u << 10);
+  EXPECT_EQ(c.autotune.fusion_max, 2u << 10);
+  EXPECT_EQ(c.autotune.cycle_min, std::chrono::microseconds(3));
+  EXPECT_EQ(c.autotune.cycle_max, std::chrono::milliseconds(4));
+  EXPECT_EQ(c.autotune.bucket_min, 5u << 10);
+  EXPECT_EQ(c.autotune.bucket_max, 6u << 20);
 
   Result<KnobSet> inverted =
       KnobSet::read({{"KOLO_AUTOTUNE_CYCLE_FROM", "5ms"}, {"KOLO_AUTOTUNE_CYCLE_TO", "1ms"}});
   ASSERT_TRUE(inverted.ok());
-  Result<RuntimeConfig> bad = config_from_knobs(*inverted);
+  Result<RuntimeConfig> bad = config_from_knobs(*inverted, "tcp");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(bad.status().message(),
@@ -70,21 +82,28 @@ TEST(ConfigTest, CategoricalTunablesComeFromTheRegistryAndASetOneIsFixed) {
   }
 }
 
-TEST(ConfigTest, RegistryDefaultsAreRuntimeConfigsDefaults) {
+// A knob left unset takes its row's default, written there only: RuntimeConfig has none of its
+// own (a default-constructed one holds zeros).
+TEST(ConfigTest, UnsetKnobsTakeTheirRowsDefaults) {
   const RuntimeConfig c = parse({});
-  const RuntimeConfig d;
-  EXPECT_EQ(c.fusion_threshold, d.fusion_threshold);
-  EXPECT_EQ(c.cycle_time, d.cycle_time);
-  EXPECT_EQ(c.cache_capacity, d.cache_capacity);
-  EXPECT_EQ(c.hierarchical_allreduce, d.hierarchical_allreduce);
+  const KnobSet& d = KnobSet::defaults();
+  EXPECT_EQ(c.fusion_threshold, d.size(KnobId::kFusionThreshold));
+  EXPECT_EQ(c.cycle_time, d.duration(KnobId::kCycleTime));
+  EXPECT_EQ(c.cache_capacity, static_cast<uint64_t>(d.integer(KnobId::kCacheCapacity)));
+  EXPECT_EQ(c.stall_check_time, d.duration(KnobId::kStallCheckTime));
+  EXPECT_EQ(c.op_timeout, d.duration(KnobId::kOpTimeout));
+  EXPECT_EQ(c.autotune.samples, d.integer(KnobId::kAutotuneSamples));
+  EXPECT_EQ(c.autotune.bucket_max, d.size(KnobId::kAutotuneBucketTo));
+  EXPECT_FALSE(c.hierarchical_allreduce);
   EXPECT_TRUE(parse({{"KOLO_HIERARCHICAL_ALLREDUCE", "1"}}).hierarchical_allreduce);
-  EXPECT_EQ(c.timeline_path, d.timeline_path);
-  EXPECT_EQ(c.timeline_mark_cycles, d.timeline_mark_cycles);
-  EXPECT_EQ(c.stall_check_time, d.stall_check_time);
-  EXPECT_EQ(c.stall_shutdown_time, d.stall_shutdown_time);
-  EXPECT_EQ(c.op_timeout, d.op_timeout);
-  EXPECT_EQ(c.cpu_operations, d.cpu_operations);
-  EXPECT_EQ(c.heartbeat, d.heartbeat);
+  EXPECT_EQ(c.timeline_path, "");
+  EXPECT_FALSE(c.timeline_mark_cycles);
+  // Both timeouts are far above 800 ms, so the heartbeat takes its ceiling.
+  EXPECT_EQ(c.heartbeat, std::chrono::milliseconds(200));
+  const RuntimeConfig blank;
+  EXPECT_EQ(blank.fusion_threshold, 0u);
+  EXPECT_EQ(blank.op_timeout.count(), 0);
+  EXPECT_EQ(blank.cpu_operations, "");
 }
 
 TEST(ConfigTest, ReadsEveryKnobWithUnits) {
@@ -117,7 +136,8 @@ TEST(ConfigTest, ReadsEveryKnobWithUnits) {
 
 TEST(ConfigTest, UnsetCpuOperationsTakesTheCallersDefault) {
   EXPECT_EQ(parse({}, "mpi").cpu_operations, "mpi");
-  EXPECT_EQ(parse({}).cpu_operations, "tcp");
+  EXPECT_EQ(parse({}, "shm").cpu_operations, "shm");
+  EXPECT_FALSE(KnobSet::defaults().is_set(KnobId::kCpuOperations));
 }
 
 TEST(ConfigTest, TimelinePathPerRank) {
@@ -135,20 +155,24 @@ TEST(ConfigTest, TimelinePathPerRank) {
 namespace kolo::coord {
 namespace {
 
+// KOLO_GPU_OPERATIONS accepts the backends of the build, from the registry, and only those.
 TEST(ConfigTest, GpuOperationsIsReadAndNcclIsNoCpuBackend) {
   EXPECT_EQ(parse({}).gpu_operations, "");  // unset: gpu_backend_choice picks the default
   EXPECT_EQ(parse({{"KOLO_GPU_OPERATIONS", "tcp"}}).gpu_operations, "tcp");
-  EXPECT_EQ(parse({{"KOLO_GPU_OPERATIONS", "nccl"}}).gpu_operations, "nccl");
   Result<KnobSet> bad = KnobSet::read({{"KOLO_GPU_OPERATIONS", "gloo"}});
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("KOLO_GPU_OPERATIONS"), std::string::npos)
-      << bad.status().to_string();
-  EXPECT_NE(bad.status().message().find("nccl, tcp, mpi, shm"), std::string::npos)
-      << bad.status().to_string();
-  if (!find_backend("nccl").ok()) GTEST_SKIP() << "this build has no nccl backend";
+  std::string built;
+  for (std::string_view b : built_backends()) built += (built.empty() ? "" : ", ") + std::string(b);
+  EXPECT_EQ(bad.status().message(),
+            "KOLO_GPU_OPERATIONS=gloo is invalid: expected one of " + built);
+  if (!find_backend("nccl").ok()) {
+    EXPECT_FALSE(KnobSet::read({{"KOLO_GPU_OPERATIONS", "nccl"}}).ok());
+    GTEST_SKIP() << "this build has no nccl backend";
+  }
+  EXPECT_EQ(parse({{"KOLO_GPU_OPERATIONS", "nccl"}}).gpu_operations, "nccl");
   Result<KnobSet> knobs = KnobSet::read({{"KOLO_CPU_OPERATIONS", "nccl"}});
   ASSERT_TRUE(knobs.ok()) << knobs.status().to_string();
-  Result<RuntimeConfig> c = config_from_knobs(*knobs);
+  Result<RuntimeConfig> c = config_from_knobs(*knobs, "tcp");
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().to_string(),
             "InvalidArgument: KOLO_CPU_OPERATIONS=nccl: backend nccl takes no CPU tensors; use "

@@ -39,12 +39,13 @@ std::string job_knobs_message(const KnobSet& knobs,
   std::string message;
   for (const Knob& k : all_knobs()) {
     if (k.scope != KnobScope::kJob) continue;
-    std::string canonical = knobs.canonical(k.id);
-    std::string shown = knobs.raw(k.id).empty() ? "(unset)" : knobs.raw(k.id);
+    // A backend's rows (KOLO_TCP_MAX_FRAME) have no KnobId: read by the row itself.
+    std::string canonical = knobs.canonical(k);
+    std::string shown = knobs.raw(k).empty() ? "(unset)" : knobs.raw(k);
     for (const auto& [id, value] : effective) {
-      if (id == k.id) canonical = shown = value;
+      if (k.id != KnobId::kCount && id == k.id) canonical = shown = value;
     }
-    if (!knobs.is_set(k.id)) shown += " (default)";
+    if (!knobs.is_set(k)) shown += " (default)";
     message += std::string(k.name) + "\t" + canonical + "\t" + shown + "\n";
   }
   return message;

@@ -56,6 +56,17 @@ TEST(KnobAgreement, EveryKnobThatDiffersIsNamedInRegistryOrder) {
   EXPECT_LT(cache, ring) << verdict;
 }
 
+// A backend's job-wide rows (declared in its folder, no KnobId) are compared like the core's.
+TEST(KnobAgreement, ABackendsJobWideRowsAreComparedToo) {
+  const std::string a = job_knobs_message(knobs_of({{"KOLO_TCP_MAX_FRAME", "1MiB"}}));
+  const std::string b = job_knobs_message(knobs_of({}));
+  EXPECT_NE(a.find("KOLO_TCP_MAX_FRAME\t1048576\t1MiB\n"), std::string::npos) << a;
+  EXPECT_NE(b.find("KOLO_SHM_CHUNK\t524288\t512KiB (default)\n"), std::string::npos) << b;
+  EXPECT_EQ(knob_disagreement({a, b}),
+            "KOLO_TCP_MAX_FRAME differs between ranks (rank 0 has 1MiB; rank 1 has 1GiB "
+            "(default)): these settings must be the same on every rank");
+}
+
 TEST(KnobAgreement, AnEffectiveValueReplacesTheKnobs) {
   // KOLO_CPU_OPERATIONS unset means shm on one host and tcp across hosts: what counts is the
   // backend each rank would use.

@@ -19,8 +19,10 @@ namespace kolo::coord::testkit {
 
 using namespace std::chrono_literals;
 
+// The registry's defaults (RuntimeConfig has none of its own), with a short heartbeat and no
+// stall check, for tests that run many short jobs.
 inline RuntimeConfig test_config() {
-  RuntimeConfig c;
+  RuntimeConfig c = config_from_knobs(KnobSet::defaults(), "thread").value();
   c.heartbeat = 20ms;
   c.cycle_time = 1ms;
   c.stall_check_time = 0ns;

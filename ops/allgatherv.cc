@@ -22,8 +22,8 @@ Status allgatherv(Channel& channel, const void* input, void* output,
   char* own = buf + offsets[r] * es;
   // memmove: the input may be this rank's own slot of the output (then this is a no-op).
   if (counts[r] > 0 && own != input) std::memmove(own, input, static_cast<size_t>(counts[r]) * es);
-  return ring_allgather(channel, buf, offsets, counts, es, segment_elems(kDefaultSegmentBytes, es),
-                        kOp);
+  return ring_allgather(channel, buf, offsets, counts, es,
+                        segment_elems(default_segment_bytes(), es), kOp);
 }
 
 }  // namespace kolo::ops

@@ -53,7 +53,7 @@ Status pipelined_chain(Channel& channel, char* data, size_t bytes, int root) {
     sends.add(channel.isend(next, data, bytes));
     return sends.wait_all(kOp, "send to", next);
   }
-  const size_t seg = kDefaultSegmentBytes;
+  const size_t seg = default_segment_bytes();
   const size_t nseg = (bytes + seg - 1) / seg;
   auto len = [&](size_t k) { return std::min(seg, bytes - k * seg); };
   Request pending = channel.irecv(prev, data, len(0));

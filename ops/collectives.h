@@ -43,21 +43,22 @@ class Workspace {
   size_t capacity_ = 0;
 };
 
-// Algorithm choice and tuning for allreduce. The defaults come from measurements (see
-// docs/benchmarks.md); backends may override them from KOLO_* variables.
+// Algorithm choice and tuning for allreduce: the values of KOLO_RING_THRESHOLD and
+// KOLO_RING_SEGMENT, whose registry rows hold the measured defaults (docs/benchmarks.md); a
+// backend fills this from the job's knobs (backends/channel_backend.h: allreduce_tuning()), so
+// there is no default here.
 struct AllreduceTuning {
   // Messages of at most this many bytes use recursive doubling; larger ones use the ring.
-  size_t small_message_bytes = 64 * 1024;
+  size_t small_message_bytes = 0;
   // The ring pipelines each chunk in segments of this size, so the reduction of one
-  // segment overlaps the transfer of the next.
-  size_t segment_bytes = 256 * 1024;
+  // segment overlaps the transfer of the next. > 0.
+  size_t segment_bytes = 0;
 };
 
 // In-place allreduce: on entry `data` holds this rank's `count` elements, on success the
 // reduced result. Chooses the algorithm by message size.
 Status allreduce(Channel& channel, void* data, int64_t count, DataType dtype,
-                 const Reduction& reduction, Workspace& workspace,
-                 const AllreduceTuning& tuning = {});
+                 const Reduction& reduction, Workspace& workspace, const AllreduceTuning& tuning);
 // Bandwidth-optimal: a segmented, pipelined ring reduce-scatter followed by a ring allgather.
 // Each rank sends 2(P-1)/P of the data.
 Status allreduce_ring(Channel& channel, void* data, int64_t count, DataType dtype,

@@ -331,8 +331,14 @@ TEST(CollectiveErrorsTest, ViolatedPreconditionsThrowInternalAndSendNothing) {
     std::string want;
   };
   const Case cases[] = {
-      {[&] { return allreduce(ch, nullptr, 3, f32, {}, ws); }, "check failed: count >= 0"},
-      {[&] { return allreduce(ch, x, -3, f32, {}, ws); }, "count -3"},
+      {[&] {
+         return allreduce(ch, nullptr, 3, f32, {}, ws, {64, 24});
+       },
+       "check failed: count >= 0"},
+      {[&] {
+         return allreduce(ch, x, -3, f32, {}, ws, {64, 24});
+       },
+       "count -3"},
       {[&] {
          return allreduce(ch, x, 4, f32, {}, ws, {64, 0});
        },
@@ -407,7 +413,7 @@ TEST(CollectiveErrorsTest, SilentPeerTimesOut) {
         if (ch.rank() == 1) return Status::Ok();  // never takes part
         float x = 1;
         Workspace ws;
-        return allreduce(ch, &x, 1, DataType::kFloat32, {}, ws);
+        return allreduce(ch, &x, 1, DataType::kFloat32, {}, ws, {64, 24});
       },
       std::chrono::milliseconds(100));
   ASSERT_EQ(st[0].code(), StatusCode::kTimeout) << st[0].to_string();

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/enforce.h"
+#include "common/knobs.h"
 #include "kolo/status.h"
 #include "ops/channel.h"
 #include "ops/collectives.h"
@@ -55,7 +56,8 @@ int64_t sum_of(const std::vector<int64_t>& counts);
 // Adds "<op>: <verb> rank <peer>" to a transport error so that it names the peer.
 Status with_peer(Status status, std::string_view op, std::string_view verb, int peer);
 
-// Default segment size for the algorithms whose signature carries no tuning.
-inline constexpr size_t kDefaultSegmentBytes = AllreduceTuning{}.segment_bytes;
+// The segment size of the algorithms whose signature carries no tuning: KOLO_RING_SEGMENT's
+// registry default.
+inline size_t default_segment_bytes() { return KnobSet::defaults().size(KnobId::kRingSegment); }
 
 }  // namespace kolo::ops

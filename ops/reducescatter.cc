@@ -24,7 +24,7 @@ Status reducescatter(Channel& channel, const void* input, void* output,
   const size_t es = dtype_size(dtype);
   const std::vector<int64_t> offsets = offsets_of(counts);
   const int64_t largest = *std::max_element(counts.begin(), counts.end());
-  const int64_t segment = std::min(segment_elems(kDefaultSegmentBytes, es), largest);
+  const int64_t segment = std::min(segment_elems(default_segment_bytes(), es), largest);
   const size_t copy_bytes = static_cast<size_t>(total) * es;
   char* buf = static_cast<char*>(workspace.get(copy_bytes + 2 * static_cast<size_t>(segment) * es));
   scale_copy(dtype, buf, input, total, reduction.prescale);

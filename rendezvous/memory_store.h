@@ -1,5 +1,5 @@
 // MemoryStore: a Store inside one process (a map under a mutex). It serves the single-rank world
-// that kolo::world_from_env() returns without kolorun, and unit tests that run ranks as threads.
+// that kolo::world_from_knobs() returns without kolorun, and unit tests that run ranks as threads.
 // Thread-safe; blocking calls wait on a condition variable (no polling).
 #pragma once
 

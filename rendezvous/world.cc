@@ -26,11 +26,7 @@ Result<int> launcher_int(const KnobSet& knobs, KnobId id, std::optional<int> fal
 
 }  // namespace
 
-bool launched_by_kolorun() {
-  const auto env = kolo_environment();
-  const auto it = env.find(std::string(knob(KnobId::kRank).name));
-  return it != env.end() && !it->second.empty();
-}
+bool launched_by_kolorun(const KnobSet& knobs) { return knobs.is_set(KnobId::kRank); }
 
 std::string launcher_exit_key(int rank) { return "kolorun/exit/" + std::to_string(rank); }
 
@@ -45,8 +41,7 @@ std::string random_secret() {
   return out;
 }
 
-Result<World> world_from_env() {
-  KOLO_ASSIGN_OR_RETURN(KnobSet knobs, KnobSet::from_process_env());
+Result<World> world_from_knobs(const KnobSet& knobs) {
   World w;
   const std::string& secret = knobs.text(KnobId::kSecret);
   if (!knobs.is_set(KnobId::kRank)) {

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "common/knobs.h"
 #include "kolo/status.h"
 #include "rendezvous/barrier.h"
 #include "rendezvous/store.h"
@@ -20,11 +21,11 @@ struct World {
   std::unique_ptr<TcpStoreServer> server;  // when this process hosts the store
 };
 
-// True when KOLO_RANK is set and not empty: this process was started by kolorun (or as if).
-bool launched_by_kolorun();
+// True when `knobs` has KOLO_RANK set: this process was started by kolorun (or as if).
+bool launched_by_kolorun(const KnobSet& knobs);
 
-// Reads the world from the environment that kolorun sets (through the knob registry, so every
-// other KOLO_* variable is validated too):
+// The world that kolorun describes with the launcher-set knobs of `knobs` (the KnobSet that
+// kolo::init() parsed from the environment; nothing here reads the environment again):
 //   KOLO_RANK, KOLO_SIZE               required together; 0 <= rank < size
 //   KOLO_LOCAL_RANK, KOLO_LOCAL_SIZE   default rank, size (one node); 0 <= local_rank < local_size
 //   KOLO_CROSS_RANK, KOLO_CROSS_SIZE   default 0, 1;                  0 <= cross_rank < cross_size
@@ -35,7 +36,7 @@ bool launched_by_kolorun();
 // TcpStore (waiting up to 30 s for the server).
 // Errors: InvalidArgument naming the variable, its value and the accepted form, e.g.
 //   "KOLO_RANK=4 is invalid: expected an integer in [0, KOLO_SIZE=4)"; IoError from connecting.
-Result<World> world_from_env();
+Result<World> world_from_knobs(const KnobSet& knobs);
 
 // The store key under which kolorun records how rank `rank`'s process ended, once it has reaped
 // it: "exited with status 1", "was killed by signal 9 (SIGKILL)". Its peers wait for it to say

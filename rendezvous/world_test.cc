@@ -2,9 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <map>
-#include <optional>
 #include <thread>
 
 #include "rendezvous/memory_store.h"
@@ -14,47 +12,30 @@ namespace {
 
 using namespace std::chrono_literals;
 
-const char* const kVars[] = {"KOLO_RANK",       "KOLO_SIZE",       "KOLO_LOCAL_RANK",
-                             "KOLO_LOCAL_SIZE", "KOLO_CROSS_RANK", "KOLO_CROSS_SIZE",
-                             "KOLO_STORE_ADDR", "KOLO_SECRET"};
+// The world of an environment holding exactly `vars`: the launcher's knobs as init() reads them
+// (KnobSet::read, whose errors name a malformed value), then world_from_knobs.
+Result<World> world_of(const std::map<std::string, std::string>& vars) {
+  KOLO_ASSIGN_OR_RETURN(KnobSet knobs, KnobSet::read(vars));
+  return world_from_knobs(knobs);
+}
 
-// Sets exactly the given KOLO_* variables for one test and restores the old ones afterwards.
-class ScopedEnv {
- public:
-  explicit ScopedEnv(const std::map<std::string, std::string>& vars) {
-    for (const char* v : kVars) {
-      const char* old = std::getenv(v);
-      saved_[v] = old ? std::optional<std::string>(old) : std::nullopt;
-      ::unsetenv(v);
-    }
-    for (const auto& [k, v] : vars) ::setenv(k.c_str(), v.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    for (const auto& [k, v] : saved_) {
-      if (v)
-        ::setenv(k.c_str(), v->c_str(), 1);
-      else
-        ::unsetenv(k.c_str());
-    }
-  }
-
- private:
-  std::map<std::string, std::optional<std::string>> saved_;
-};
+KnobSet knobs_of(const std::map<std::string, std::string>& vars) {
+  Result<KnobSet> knobs = KnobSet::read(vars);
+  EXPECT_TRUE(knobs.ok()) << knobs.status().to_string();
+  return knobs.ok() ? *knobs : KnobSet::defaults();
+}
 
 std::string error_of(const std::map<std::string, std::string>& vars) {
-  ScopedEnv env(vars);
-  auto w = world_from_env();
+  auto w = world_of(vars);
   EXPECT_FALSE(w.ok());
   if (w.ok()) return "";
   EXPECT_EQ(w.status().code(), StatusCode::kInvalidArgument);
   return w.status().message();
 }
 
-TEST(WorldFromEnv, WithoutKoloRankIsASingleRankWorldWithAStore) {
-  ScopedEnv env({});
-  EXPECT_FALSE(launched_by_kolorun());
-  auto w = world_from_env();
+TEST(WorldFromKnobs, WithoutKoloRankIsASingleRankWorldWithAStore) {
+  EXPECT_FALSE(launched_by_kolorun(KnobSet::defaults()));
+  auto w = world_from_knobs(KnobSet::defaults());
   ASSERT_TRUE(w.ok()) << w.status().to_string();
   EXPECT_EQ(w->rank, 0);
   EXPECT_EQ(w->size, 1);
@@ -65,18 +46,18 @@ TEST(WorldFromEnv, WithoutKoloRankIsASingleRankWorldWithAStore) {
   EXPECT_EQ(w->secret.size(), 32u);
 }
 
-TEST(WorldFromEnv, ReadsEveryVariableAndConnectsTheStore) {
+TEST(WorldFromKnobs, ReadsEveryVariableAndConnectsTheStore) {
   auto server = TcpStoreServer::start("127.0.0.1", 0, "00112233445566778899aabbccddeeff").value();
-  ScopedEnv env({{"KOLO_RANK", "3"},
-                 {"KOLO_SIZE", "4"},
-                 {"KOLO_LOCAL_RANK", "1"},
-                 {"KOLO_LOCAL_SIZE", "2"},
-                 {"KOLO_CROSS_RANK", "1"},
-                 {"KOLO_CROSS_SIZE", "2"},
-                 {"KOLO_STORE_ADDR", server->address()},
-                 {"KOLO_SECRET", "00112233445566778899aabbccddeeff"}});
-  EXPECT_TRUE(launched_by_kolorun());
-  auto w = world_from_env();
+  const KnobSet knobs = knobs_of({{"KOLO_RANK", "3"},
+                                  {"KOLO_SIZE", "4"},
+                                  {"KOLO_LOCAL_RANK", "1"},
+                                  {"KOLO_LOCAL_SIZE", "2"},
+                                  {"KOLO_CROSS_RANK", "1"},
+                                  {"KOLO_CROSS_SIZE", "2"},
+                                  {"KOLO_STORE_ADDR", server->address()},
+                                  {"KOLO_SECRET", "00112233445566778899aabbccddeeff"}});
+  EXPECT_TRUE(launched_by_kolorun(knobs));
+  auto w = world_from_knobs(knobs);
   ASSERT_TRUE(w.ok()) << w.status().to_string();
   EXPECT_EQ(w->rank, 3);
   EXPECT_EQ(w->size, 4);
@@ -93,9 +74,8 @@ TEST(WorldFromEnv, ReadsEveryVariableAndConnectsTheStore) {
   EXPECT_EQ(direct->get("from/world", 1s).value(), "x");
 }
 
-TEST(WorldFromEnv, LocalAndCrossDefaultToOneNode) {
-  ScopedEnv env({{"KOLO_RANK", "0"}, {"KOLO_SIZE", "1"}});
-  auto w = world_from_env();
+TEST(WorldFromKnobs, LocalAndCrossDefaultToOneNode) {
+  auto w = world_of({{"KOLO_RANK", "0"}, {"KOLO_SIZE", "1"}});
   ASSERT_TRUE(w.ok()) << w.status().to_string();
   EXPECT_EQ(w->local_rank, 0);
   EXPECT_EQ(w->local_size, 1);
@@ -103,7 +83,7 @@ TEST(WorldFromEnv, LocalAndCrossDefaultToOneNode) {
   EXPECT_EQ(w->cross_size, 1);
 }
 
-TEST(WorldFromEnv, MalformedVariablesNameVariableValueAndForm) {
+TEST(WorldFromKnobs, MalformedVariablesNameVariableValueAndForm) {
   const std::map<std::string, std::string> base = {
       {"KOLO_SIZE", "4"}, {"KOLO_STORE_ADDR", "127.0.0.1:1"}, {"KOLO_SECRET", "s"}};
   auto with = [&](std::map<std::string, std::string> extra) {
@@ -139,7 +119,7 @@ TEST(WorldFromEnv, MalformedVariablesNameVariableValueAndForm) {
             "KOLO_SIZE)) too, or unset KOLO_SIZE");
 }
 
-TEST(WorldFromEnv, MultiRankNeedsStoreAddressAndSecret) {
+TEST(WorldFromKnobs, MultiRankNeedsStoreAddressAndSecret) {
   EXPECT_EQ(error_of({{"KOLO_RANK", "0"}, {"KOLO_SIZE", "2"}, {"KOLO_SECRET", "s"}}),
             "KOLO_STORE_ADDR is not set: expected HOST:PORT of the rendezvous store (kolorun "
             "sets it) when KOLO_SIZE=2 > 1");

@@ -310,6 +310,7 @@ BackendEntry backend_entry_nccl() {
   entry.name = "nccl";
   entry.factory = &make_nccl_backend;
   entry.devices = {DeviceKind::kCuda};
+  entry.default_for_cuda = true;  // where each rank of the host has a GPU of its own
   return entry;
 }
 

@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "backends/shm/piece_index.h"
+#include "backends/shm/shm_knobs.h"
 #include "backends/shm/shm_segment.h"
-#include "common/knobs.h"
 #include "ops/reduce.h"
 
 namespace kolo {
@@ -563,10 +563,12 @@ class ShmBackend : public Backend {
 }  // namespace
 
 Result<std::unique_ptr<Backend>> make_shm_backend(const BackendContext& context) {
-  KOLO_ASSIGN_OR_RETURN(KnobSet knobs, KnobSet::from_process_env());
+  if (context.knobs == nullptr)
+    return Status::InvalidArgument(
+        "shm: context.knobs is not set (the KnobSet that kolo::init() parsed)");
   shm::SegmentParams params;
-  params.chunk_bytes = knobs.size(KnobId::kShmChunk);
-  params.threshold_bytes = knobs.size(KnobId::kShmThreshold);
+  params.chunk_bytes = context.knobs->size(shm_knobs::kChunk);
+  params.threshold_bytes = context.knobs->size(shm_knobs::kThreshold);
   // alltoall's first use holds every rank's send counts in one buffer.
   if (params.chunk_bytes < sizeof(int64_t) * static_cast<uint64_t>(std::max(context.size, 1)))
     return Status::InvalidArgument("shm: KOLO_SHM_CHUNK must be at least 8 bytes per rank (" +

@@ -43,8 +43,8 @@
 // Failure is sticky: after a collective failed, the ranks' counters disagree, so every later call
 // returns the first error.
 //
-// Knobs (common/knob_table.cc, "shm backend"): KOLO_SHM_CHUNK, KOLO_SHM_THRESHOLD; rank 0's
-// values are the job's (they are in the segment header).
+// Knobs (this folder's rows, shm_knobs.h): KOLO_SHM_CHUNK, KOLO_SHM_THRESHOLD, read from the
+// context's knobs; rank 0's values are the job's (they are in the segment header).
 // Thread-safety: one thread at a time, as every Backend.
 #pragma once
 

@@ -69,9 +69,10 @@ static_assert(sizeof(SegmentHeader) == kLine && sizeof(RankLine) == kLine &&
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
 
 // The parameters rank 0 chooses (from its knobs) and every rank then reads from the header.
+// No defaults here: the knob rows hold them (shm_knobs.h), and the factory fills both.
 struct SegmentParams {
-  uint64_t chunk_bytes = 512 << 10;
-  uint64_t threshold_bytes = 32 << 10;
+  uint64_t chunk_bytes = 0;      // KOLO_SHM_CHUNK
+  uint64_t threshold_bytes = 0;  // KOLO_SHM_THRESHOLD
 };
 
 // A mapped segment. Unmapped by the destructor; the memory itself is freed by the kernel when

@@ -22,14 +22,13 @@
 // behind gradients, connect a SECOND channel with a different store_prefix (e.g.
 // "<prefix>/control"): it has its own connections, and its wait() drives its own event loop.
 //
-// Knobs: the "tcp backend" and "channel backends" rows of the registry (common/knob_table.cc:
-// KOLO_TCP_HOST, KOLO_TCP_SOCKET_BUFFER, KOLO_TCP_MAX_FRAME, KOLO_TCP_UNIX, KOLO_TCP_SPIN,
-// KOLO_TCP_INTEGRITY (must match on every rank),
-// KOLO_RING_THRESHOLD, KOLO_RING_SEGMENT), read by these factories. KOLO_TCP_MAX_FRAME must
-// match on every rank; KOLO_TCP_UNIX switches a pair to AF_UNIX only when both ranks allow it;
-// KOLO_TCP_SPIN defaults to 0 because spinning was slower on the shared 2-core VM.
+// Knobs: this folder's rows (tcp_knobs.h: KOLO_TCP_HOST, KOLO_TCP_SOCKET_BUFFER,
+// KOLO_TCP_MAX_FRAME, KOLO_TCP_UNIX, KOLO_TCP_SPIN, KOLO_TCP_INTEGRITY) and the core's channel
+// backend rows (KOLO_RING_THRESHOLD, KOLO_RING_SEGMENT), read by these factories from the
+// context's knobs (BackendContext::knobs). KOLO_TCP_MAX_FRAME and KOLO_TCP_INTEGRITY must match
+// on every rank; KOLO_TCP_UNIX switches a pair to AF_UNIX only when both ranks allow it.
 //
-// Errors: InvalidArgument for a bad context or environment value; Timeout when the peers do not
+// Errors: InvalidArgument for a bad context (no knobs among them); Timeout when the peers do not
 // all connect within connect_timeout (the message lists the missing ranks and any rejected
 // connections); PeerFailure when a peer fails authentication (naming its rank and address) or
 // is not the rank/job size its address claims; IoError when a socket cannot be opened.

@@ -4,18 +4,23 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <map>
 #include <thread>
 #include <vector>
 
+#include "backends/channel_backend.h"
 #include "backends/tcp/tcp_connect.h"
+#include "backends/tcp/tcp_knobs.h"
 #include "common/knobs.h"
 #include "rendezvous/memory_store.h"
 
 namespace kolo {
 namespace {
 
-BackendContext context(Store& store, int rank, int size) {
+BackendContext context(Store& store, int rank, int size,
+                       const KnobSet& knobs = KnobSet::defaults()) {
   BackendContext c;
+  c.knobs = &knobs;
   c.rank = rank;
   c.size = size;
   c.local_size = size;
@@ -104,53 +109,82 @@ TEST(TcpBackendTest, ControlAndDataChannelsConnectSideBySide) {
   EXPECT_EQ(in, bulk);
 }
 
-TEST(TcpBackendTest, InvalidTuningEnvIsNamedBeforeConnecting) {
+KnobSet read_knobs(const std::map<std::string, std::string>& env) {
+  Result<KnobSet> knobs = KnobSet::read(env);
+  EXPECT_TRUE(knobs.ok()) << knobs.status().to_string();
+  return knobs.ok() ? *knobs : KnobSet::defaults();
+}
+
+// The factory takes its options from the context's knobs (what init() parsed), never from the
+// environment: a bad value there changes nothing, and the ring knobs reach the ChannelBackend.
+TEST(TcpBackendTest, TheFactoryReadsTheContextsKnobsNotTheEnvironment) {
   MemoryStore store;
   ::setenv("KOLO_RING_SEGMENT", "lots", 1);
-  Result<std::unique_ptr<Backend>> b = make_tcp_backend(context(store, 0, 1));
+  ::setenv("KOLO_TCP_UNIX", "maybe", 1);
+  const KnobSet knobs = read_knobs({{"KOLO_RING_SEGMENT", "4096"}, {"KOLO_RING_THRESHOLD", "0"}});
+  Result<std::unique_ptr<Backend>> b = make_tcp_backend(context(store, 0, 1, knobs));
   ::unsetenv("KOLO_RING_SEGMENT");
-  ASSERT_FALSE(b.ok());
-  EXPECT_EQ(b.status().message().rfind("KOLO_RING_SEGMENT=lots is invalid: expected a size", 0), 0u)
-      << b.status().message();
-  // The tcp-only name of the merged pair is retired, and says so.
-  ::setenv("KOLO_TCP_SEGMENT", "1MiB", 1);
-  b = make_tcp_backend(context(store, 0, 1));
-  ::unsetenv("KOLO_TCP_SEGMENT");
-  ASSERT_FALSE(b.ok());
-  EXPECT_EQ(b.status().message(),
-            "KOLO_TCP_SEGMENT was renamed KOLO_RING_SEGMENT: set KOLO_RING_SEGMENT=1MiB instead");
-}
-
-TEST(TcpBackendTest, ConnectOptionsDefaultsAreTheRegistrys) {
-  Result<KnobSet> knobs = KnobSet::read({});
-  ASSERT_TRUE(knobs.ok());
-  const tcp::ConnectOptions o;
-  EXPECT_EQ(o.host, knobs->text(KnobId::kTcpHost));
-  EXPECT_EQ(o.socket_buffer_bytes, knobs->size(KnobId::kTcpSocketBuffer));
-  EXPECT_EQ(o.max_frame_bytes, knobs->size(KnobId::kTcpMaxFrame));
-  EXPECT_EQ(o.spin, knobs->duration(KnobId::kTcpSpin));
-  EXPECT_EQ(o.same_host_unix, knobs->boolean(KnobId::kTcpUnix));
-  EXPECT_EQ(o.integrity, knobs->boolean(KnobId::kTcpIntegrity));
-  ::setenv("KOLO_TCP_SOCKET_BUFFER", "64KiB", 1);
-  ::setenv("KOLO_TCP_UNIX", "off", 1);
-  Result<tcp::ConnectOptions> set = tcp::connect_options_from_env();
-  ::unsetenv("KOLO_TCP_SOCKET_BUFFER");
   ::unsetenv("KOLO_TCP_UNIX");
-  ASSERT_TRUE(set.ok()) << set.status().to_string();
-  EXPECT_EQ(set->socket_buffer_bytes, 64u << 10);
-  EXPECT_FALSE(set->same_host_unix);
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  const ops::AllreduceTuning& t = static_cast<ChannelBackend&>(**b).tuning();
+  EXPECT_EQ(t.segment_bytes, 4096u);
+  EXPECT_EQ(t.small_message_bytes, 0u);
+
+  BackendContext without = context(store, 0, 1);
+  without.knobs = nullptr;
+  b = make_tcp_backend(without);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(b.status().message(),
+            "tcp: context.knobs is not set (the KnobSet that kolo::init() parsed)");
 }
 
-TEST(TcpBackendTest, InvalidSpinAndUnixEnvAreNamed) {
-  MemoryStore store;
-  for (const char* name : {"KOLO_TCP_SPIN", "KOLO_TCP_UNIX"}) {
-    ::setenv(name, "2", 1);  // not a duration / not 0 or 1
-    Result<std::unique_ptr<Backend>> b = make_tcp_backend(context(store, 0, 1));
-    ::unsetenv(name);
-    ASSERT_FALSE(b.ok()) << name;
-    EXPECT_EQ(b.status().code(), StatusCode::kInvalidArgument) << name;
-    EXPECT_NE(b.status().message().find(name), std::string::npos) << b.status().message();
+TEST(TcpBackendTest, ConnectOptionsComeFromTheKnobs) {
+  const tcp::ConnectOptions set =
+      tcp::connect_options(read_knobs({{"KOLO_TCP_HOST", "10.0.0.7"},
+                                       {"KOLO_TCP_SOCKET_BUFFER", "64KiB"},
+                                       {"KOLO_TCP_MAX_FRAME", "1MiB"},
+                                       {"KOLO_TCP_SPIN", "500ns"},
+                                       {"KOLO_TCP_UNIX", "off"},
+                                       {"KOLO_TCP_INTEGRITY", "on"}}));
+  EXPECT_EQ(set.host, "10.0.0.7");
+  EXPECT_EQ(set.socket_buffer_bytes, 64u << 10);
+  EXPECT_EQ(set.max_frame_bytes, 1u << 20);
+  EXPECT_EQ(set.spin, std::chrono::microseconds(1));  // rounded up, not off
+  EXPECT_FALSE(set.same_host_unix);
+  EXPECT_TRUE(set.integrity);
+  // Unset, each is its row's default.
+  const KnobSet& d = KnobSet::defaults();
+  const tcp::ConnectOptions o = tcp::connect_options(d);
+  EXPECT_EQ(o.host, "");
+  EXPECT_EQ(o.socket_buffer_bytes, d.size(tcp_knobs::kSocketBuffer));
+  EXPECT_EQ(o.max_frame_bytes, d.size(tcp_knobs::kMaxFrame));
+  EXPECT_EQ(o.spin, d.duration(tcp_knobs::kSpin));
+  EXPECT_EQ(o.same_host_unix, d.boolean(tcp_knobs::kUnix));
+  EXPECT_EQ(o.integrity, d.boolean(tcp_knobs::kIntegrity));
+}
+
+// The tcp folder's rows and retired names are the registry's: validated by KnobSet::read (so by
+// init() and kolorun), with the errors naming the variable.
+TEST(TcpBackendTest, TheFoldersKnobRowsAreValidatedByTheRegistry) {
+  for (const Knob* k : {&tcp_knobs::kHost, &tcp_knobs::kSocketBuffer, &tcp_knobs::kMaxFrame,
+                        &tcp_knobs::kUnix, &tcp_knobs::kIntegrity, &tcp_knobs::kSpin}) {
+    const Knob* row = find_knob(k->name);
+    ASSERT_NE(row, nullptr) << k->name;
+    EXPECT_EQ(row->backend, "tcp");
+    EXPECT_EQ(category_name(*row), "tcp backend");
   }
+  for (const char* name : {"KOLO_TCP_SPIN", "KOLO_TCP_UNIX"}) {
+    Result<KnobSet> bad = KnobSet::read({{name, "2"}});  // above 1 s / not a bool
+    ASSERT_FALSE(bad.ok()) << name;
+    EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument) << name;
+    EXPECT_EQ(bad.status().message().rfind(std::string(name) + "=2 is invalid: expected", 0), 0u)
+        << bad.status().message();
+  }
+  Result<KnobSet> retired = KnobSet::read({{"KOLO_TCP_SEGMENT", "1MiB"}});
+  ASSERT_FALSE(retired.ok());
+  EXPECT_EQ(retired.status().message(),
+            "KOLO_TCP_SEGMENT was renamed KOLO_RING_SEGMENT: set KOLO_RING_SEGMENT=1MiB instead");
 }
 
 }  // namespace

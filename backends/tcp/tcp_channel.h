@@ -57,13 +57,14 @@
 
 namespace kolo::tcp {
 
+// The channel's settings, which connect_channel() takes from the context and the job's knobs
+// (ConnectOptions, tcp_knobs.h); no defaults here, the registry's rows hold them.
 struct TcpChannelOptions {
-  std::chrono::milliseconds op_timeout{60000};
-  std::string op_timeout_knob = "KOLO_OP_TIMEOUT";   // named by the timeout's error
-  uint64_t max_frame_bytes = kDefaultMaxFrameBytes;  // > 0; must match on every rank
+  std::chrono::milliseconds op_timeout{0};          // > 0: BackendContext::op_timeout
+  std::string op_timeout_knob = "KOLO_OP_TIMEOUT";  // named by the timeout's error
+  uint64_t max_frame_bytes = 0;                     // > 0; must match on every rank
   // How long wait() polls without sleeping after the last byte moved (see "Spin, then block").
-  std::chrono::microseconds spin{kDefaultSpin};
-  static constexpr std::chrono::microseconds kDefaultSpin{0};
+  std::chrono::microseconds spin{0};
   // KOLO_TCP_INTEGRITY: every frame carries a tag under the link's session key (wire.h); a
   // frame whose tag does not match breaks the link with IoError naming the peer and
   // "integrity". Must match on every rank.

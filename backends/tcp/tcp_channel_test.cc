@@ -26,6 +26,7 @@ using std::chrono::milliseconds;
 
 BackendContext context(Store& store, int rank, int size, std::string secret = "s3cret") {
   BackendContext c;
+  c.knobs = &KnobSet::defaults();
   c.rank = rank;
   c.size = size;
   c.local_size = size;
@@ -37,9 +38,13 @@ BackendContext context(Store& store, int rank, int size, std::string secret = "s
   return c;
 }
 
+// The options of a job that sets no KOLO_TCP_* knob.
+ConnectOptions default_options() { return connect_options(KnobSet::defaults()); }
+
 // Connects `size` ranks as threads; secrets[r] (default: all equal) is rank r's secret.
 std::vector<Result<std::unique_ptr<TcpChannel>>> connect_group(
-    Store& store, int size, std::vector<std::string> secrets = {}, ConnectOptions options = {},
+    Store& store, int size, std::vector<std::string> secrets = {},
+    ConnectOptions options = default_options(),
     milliseconds connect_timeout = milliseconds(10000)) {
   std::vector<Result<std::unique_ptr<TcpChannel>>> out;
   for (int r = 0; r < size; ++r) out.emplace_back(Status::Internal("not run"));
@@ -91,7 +96,7 @@ TEST(TcpChannelTest, SendsZeroOneAndLargeMessagesBothWays) {
 
 TEST(TcpChannelTest, KeepsOrderAndSplitsMessagesIntoBoundedFrames) {
   MemoryStore store;
-  ConnectOptions options;
+  ConnectOptions options = default_options();
   options.max_frame_bytes = 1000;  // forces multi-frame messages
   auto ch = connect_group(store, 3, {}, options);
   for (auto& c : ch) ASSERT_TRUE(c.ok()) << c.status().to_string();
@@ -135,7 +140,7 @@ TEST(TcpChannelTest, ReceivesAreAByteStreamAcrossMessageBoundaries) {
   // ops::Channel's contract: a receive takes the next bytes, however they were sent (the ring
   // sends a chunk whole and receives it in segments).
   MemoryStore store;
-  ConnectOptions options;
+  ConnectOptions options = default_options();
   options.max_frame_bytes = 700;
   auto ch = connect_group(store, 2, {}, options);
   ASSERT_TRUE(ch[0].ok() && ch[1].ok());
@@ -182,7 +187,7 @@ struct RawPeer {
 TEST(TcpChannelTest, IntegrityTagsCarryEveryMessageExactly) {
   for (bool unix_socket : {true, false}) {
     MemoryStore store;
-    ConnectOptions options;
+    ConnectOptions options = default_options();
     options.integrity = true;
     options.same_host_unix = unix_socket;
     auto ch = connect_group(store, 2, {}, options);
@@ -339,7 +344,7 @@ TEST(TcpChannelTest, NoProgressTimesOutNamingThePeerAndTheSetting) {
         BackendContext c = context(store, r, 2);
         c.op_timeout = milliseconds(200);
         if (!knob.empty()) c.op_timeout_knob = knob;
-        ch[r] = connect_channel(c, {});
+        ch[r] = connect_channel(c, default_options());
       });
     for (auto& t : threads) t.join();
     ASSERT_TRUE(ch[0].ok() && ch[1].ok());
@@ -368,7 +373,7 @@ TEST(TcpChannelTest, SameHostSocketSubstitutionFollowsBothRanksSettings) {
       threads.emplace_back([&, r] {
         BackendContext c = context(store, r, 2);
         c.op_timeout = milliseconds(100);
-        ConnectOptions o;
+        ConnectOptions o = default_options();
         o.same_host_unix = ((mask >> r) & 1) != 0;
         ch[r] = connect_channel(c, o);
       });
@@ -396,7 +401,7 @@ TEST(TcpChannelTest, SameHostSocketSubstitutionFollowsBothRanksSettings) {
 
 TEST(TcpChannelTest, WrongSecretIsRefusedOnBothSides) {
   MemoryStore store;
-  auto ch = connect_group(store, 2, {"right", "wrong"}, {}, milliseconds(1500));
+  auto ch = connect_group(store, 2, {"right", "wrong"}, default_options(), milliseconds(1500));
   ASSERT_FALSE(ch[0].ok());
   ASSERT_FALSE(ch[1].ok());
   // The connector learns at once; the acceptor keeps waiting for the right peer, then says why.
@@ -411,7 +416,7 @@ TEST(TcpChannelTest, WrongSecretIsRefusedOnBothSides) {
 TEST(TcpChannelTest, AnIntruderDoesNotStopTheRightPeer) {
   MemoryStore store;
   Result<std::unique_ptr<TcpChannel>> rank0 = Status::Internal("not run");
-  std::thread t0([&] { rank0 = connect_channel(context(store, 0, 2), {}); });
+  std::thread t0([&] { rank0 = connect_channel(context(store, 0, 2), default_options()); });
   Result<HostPortText> hp = published_address(store, 0);
   ASSERT_TRUE(hp.ok()) << hp.status().to_string();
   {
@@ -421,7 +426,8 @@ TEST(TcpChannelTest, AnIntruderDoesNotStopTheRightPeer) {
     std::vector<uint8_t> junk(64, 0x5a);
     boost::asio::write(s, boost::asio::buffer(junk));
   }
-  Result<std::unique_ptr<TcpChannel>> rank1 = connect_channel(context(store, 1, 2), {});
+  Result<std::unique_ptr<TcpChannel>> rank1 =
+      connect_channel(context(store, 1, 2), default_options());
   t0.join();
   ASSERT_TRUE(rank0.ok()) << rank0.status().to_string();
   ASSERT_TRUE(rank1.ok()) << rank1.status().to_string();
@@ -438,7 +444,7 @@ TEST(TcpChannelTest, IdleHalfSentAndRandomConnectionsDoNotStarveTheRealPeer) {
   BackendContext c0 = context(store, 0, 2), c1 = context(store, 1, 2);
   c0.connect_timeout = c1.connect_timeout = milliseconds(5000);
   Result<std::unique_ptr<TcpChannel>> rank0 = Status::Internal("not run");
-  std::thread t0([&] { rank0 = connect_channel(c0, {}); });
+  std::thread t0([&] { rank0 = connect_channel(c0, default_options()); });
   Result<HostPortText> hp = published_address(store, 0);
   ASSERT_TRUE(hp.ok()) << hp.status().to_string();
   boost::asio::io_context io;
@@ -459,7 +465,7 @@ TEST(TcpChannelTest, IdleHalfSentAndRandomConnectionsDoNotStarveTheRealPeer) {
       boost::asio::write(idle.back(), boost::asio::buffer(junk), ignored);
     }
   }
-  Result<std::unique_ptr<TcpChannel>> rank1 = connect_channel(c1, {});
+  Result<std::unique_ptr<TcpChannel>> rank1 = connect_channel(c1, default_options());
   t0.join();
   ASSERT_TRUE(rank0.ok()) << rank0.status().to_string();
   ASSERT_TRUE(rank1.ok()) << rank1.status().to_string();
@@ -529,12 +535,12 @@ TEST(TcpChannelTest, ARelayBetweenTheRanksCannotCompleteTheHandshake) {
   BackendContext c0 = context(store, 0, 2), c1 = context(store, 1, 2);
   c0.connect_timeout = c1.connect_timeout = milliseconds(1500);
   Result<std::unique_ptr<TcpChannel>> rank0 = Status::Internal("not run");
-  std::thread t0([&] { rank0 = connect_channel(c0, {}); });
+  std::thread t0([&] { rank0 = connect_channel(c0, default_options()); });
   Result<HostPortText> hp = published_address(store, 0);
   ASSERT_TRUE(hp.ok()) << hp.status().to_string();
   auto relay = std::make_unique<Relay>(hp->host, hp->port);
   ASSERT_TRUE(store.set("test/tcp/addr/0", relay->address()).ok());
-  Result<std::unique_ptr<TcpChannel>> rank1 = connect_channel(c1, {});
+  Result<std::unique_ptr<TcpChannel>> rank1 = connect_channel(c1, default_options());
   t0.join();
   // The relay carried the hello, the challenge and the (refused) proof.
   EXPECT_GE(relay->forwarded(), kHelloBytes + kChallengeBytes + kProofBytes);
@@ -554,7 +560,8 @@ TEST(TcpChannelTest, ARelayBetweenTheRanksCannotCompleteTheHandshake) {
 
 TEST(TcpChannelTest, SingleRankNeedsNoStore) {
   BackendContext c;
-  Result<std::unique_ptr<TcpChannel>> ch = connect_channel(c, {});
+  c.op_timeout = milliseconds(1000);
+  Result<std::unique_ptr<TcpChannel>> ch = connect_channel(c, default_options());
   ASSERT_TRUE(ch.ok()) << ch.status().to_string();
   EXPECT_EQ((*ch)->size(), 1);
 }
@@ -563,12 +570,26 @@ TEST(TcpChannelTest, BadContextIsInvalidArgument) {
   BackendContext c;
   c.size = 2;
   c.rank = 2;
-  Result<std::unique_ptr<TcpChannel>> ch = connect_channel(c, {});
+  c.op_timeout = milliseconds(1000);
+  const ConnectOptions options = default_options();
+  Result<std::unique_ptr<TcpChannel>> ch = connect_channel(c, options);
   ASSERT_FALSE(ch.ok());
   EXPECT_EQ(ch.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(ch.status().message().find("got 2"), std::string::npos);
   c.rank = 0;
-  EXPECT_NE(connect_channel(c, {}).status().message().find("store"), std::string::npos);
+  EXPECT_NE(connect_channel(c, options).status().message().find("store"), std::string::npos);
+  c.store_prefix = "x";
+  MemoryStore store;
+  c.store = &store;
+  c.op_timeout = milliseconds(0);
+  EXPECT_EQ(connect_channel(c, options).status().message(),
+            "tcp: context.op_timeout must be > 0 ms, got 0");
+  c.op_timeout = milliseconds(1000);
+  ConnectOptions unbounded = options;  // a ConnectOptions not made by connect_options()
+  unbounded.max_frame_bytes = 0;
+  EXPECT_EQ(connect_channel(c, unbounded).status().message(),
+            "tcp: options.max_frame_bytes must be > 0, got 0 (connect_options() reads "
+            "KOLO_TCP_MAX_FRAME)");
 }
 
 }  // namespace

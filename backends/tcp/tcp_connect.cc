@@ -14,8 +14,8 @@
 #include "backends/tcp/accept_peers.h"
 #include "backends/tcp/close_on_exec.h"
 #include "backends/tcp/host_address.h"
+#include "backends/tcp/tcp_knobs.h"
 #include "common/auth.h"
-#include "common/knobs.h"
 #include "common/logging.h"
 
 namespace kolo::tcp {
@@ -217,12 +217,20 @@ class Bootstrap {
       return address.status().with_context(me() + " waiting for the address of " + who);
     KOLO_ASSIGN_OR_RETURN(HostPortText hp, split_host_port(*address, addr_key(peer)));
     const std::string name = who + " (" + *address + ")";
+    KOLO_ASSIGN_OR_RETURN(std::unique_ptr<tcp::socket> socket, connect_socket(hp, name));
+    KOLO_ASSIGN_OR_RETURN(AuthKey session,
+                          authenticate_as_connector(*socket, peer, *address, name));
+    return TcpPeer{peer, *address, std::move(socket), session};
+  }
 
+  // A TCP connection to `hp`, retried until the deadline: the peer may not listen yet (its
+  // address can be a stale one from a restart).
+  Result<std::unique_ptr<tcp::socket>> connect_socket(const HostPortText& hp,
+                                                      const std::string& name) {
     auto socket = std::make_unique<tcp::socket>(io_);
     std::string last_error = "no attempt finished";
     auto pause = std::chrono::milliseconds(10);
-    bool connected = false;
-    while (!connected && Clock::now() < deadline_) {
+    while (Clock::now() < deadline_) {
       error_code ec;
       tcp::resolver resolver(io_);
       auto endpoints = resolver.resolve(hp.host, std::to_string(hp.port), ec);
@@ -244,32 +252,31 @@ class Bootstrap {
             }))
           ec = asio::error::timed_out;
       }
-      if (!ec) {
-        connected = true;
-        break;
-      }
-      // The peer may not listen yet (its address can be a stale one from a restart): retry.
+      if (!ec) return socket;
       last_error = ec.message();
       std::this_thread::sleep_for(std::min(pause, remaining()));
       pause = std::min(pause * 2, std::chrono::milliseconds(200));
     }
-    if (!connected)
-      return Status::Timeout(me() + " could not connect to " + name + " within " +
-                             std::to_string(ctx_.connect_timeout.count()) +
-                             " ms (connect_timeout); last error: " + last_error);
+    return Status::Timeout(me() + " could not connect to " + name + " within " +
+                           std::to_string(ctx_.connect_timeout.count()) +
+                           " ms (connect_timeout); last error: " + last_error);
+  }
 
-    // Handshake as the connector (auth.h).
+  // The handshake as the connector (auth.h) with `peer`, published at `address`: hello, the
+  // acceptor's challenge, this rank's proof, the verdict. Returns the connection's session key.
+  Result<AuthKey> authenticate_as_connector(tcp::socket& socket, int peer,
+                                            const std::string& address, const std::string& name) {
     error_code e1, e2;
     const std::string bound =
-        channel_binding(ctx_.store_prefix, socket->local_endpoint(e1), socket->remote_endpoint(e2));
+        channel_binding(ctx_.store_prefix, socket.local_endpoint(e1), socket.remote_endpoint(e2));
     if (e1 || e2)
       return Status::IoError(me() + ": the connection to " + name +
                              " has no endpoints: " + (e1 ? e1 : e2).message());
     Hello hello{ctx_.rank, ctx_.size, random_nonce()};
     KOLO_RETURN_IF_ERROR(
-        send(*socket, encode(hello), deadline_, me() + " sending hello to " + name));
+        send(socket, encode(hello), deadline_, me() + " sending hello to " + name));
     std::array<uint8_t, kChallengeBytes> cbytes{};
-    KOLO_RETURN_IF_ERROR(transfer(*socket, false, cbytes.data(), cbytes.size(), deadline_,
+    KOLO_RETURN_IF_ERROR(transfer(socket, false, cbytes.data(), cbytes.size(), deadline_,
                                   me() + " reading the challenge of " + name));
     Result<Challenge> challenge = decode_challenge(cbytes);
     if (!challenge.ok())
@@ -277,19 +284,19 @@ class Bootstrap {
                                  " answered with a bad challenge: " + challenge.status().message());
     if (challenge->rank != peer || challenge->size != ctx_.size)
       return Status::PeerFailure(
-          me() + ": the process at " + *address + " is rank " + std::to_string(challenge->rank) +
+          me() + ": the process at " + address + " is rank " + std::to_string(challenge->rank) +
           " of " + std::to_string(challenge->size) + ", expected rank " + std::to_string(peer) +
           " of " + std::to_string(ctx_.size) + " (a stale address from another job?)");
     if (!tags_equal(challenge->tag, acceptor_tag(key_, bound, hello, *challenge))) {
-      (void)send(*socket, encode(Proof{false, {}}), deadline_, "rejecting");
+      (void)send(socket, encode(Proof{false, {}}), deadline_, "rejecting");
       return Status::PeerFailure(me() + ": authentication of " + name +
                                  " failed: " + secret_not_proven(bound));
     }
-    KOLO_RETURN_IF_ERROR(send(*socket,
+    KOLO_RETURN_IF_ERROR(send(socket,
                               encode(Proof{true, connector_tag(key_, bound, hello, *challenge)}),
                               deadline_, me() + " sending its proof to " + name));
     std::array<uint8_t, kVerdictBytes> vbytes{};
-    KOLO_RETURN_IF_ERROR(transfer(*socket, false, vbytes.data(), vbytes.size(), deadline_,
+    KOLO_RETURN_IF_ERROR(transfer(socket, false, vbytes.data(), vbytes.size(), deadline_,
                                   me() + " reading the verdict of " + name));
     Result<Verdict> verdict = decode_verdict(vbytes);
     if (!verdict.ok()) return verdict.status().with_context(me() + ": verdict of " + name);
@@ -297,7 +304,7 @@ class Bootstrap {
       return Status::PeerFailure(me() + ": " + name +
                                  " rejected this rank's proof of the job secret (KOLO_SECRET "
                                  "differs between the ranks, or a relay sits between them)");
-    return TcpPeer{peer, *address, std::move(socket), session_key(key_, hello, *challenge)};
+    return session_key(key_, hello, *challenge);
   }
 
   // Same-host substitution. Both ends of a connection whose local and remote addresses are equal
@@ -314,87 +321,113 @@ class Bootstrap {
     const auto remote = p.socket->remote_endpoint(e2);
     const bool same_host =
         options_.same_host_unix && !e1 && !e2 && local.address() == remote.address();
-    const std::string name = "rank " + std::to_string(p.rank) + " (" + p.address + ")";
-    const Clock::time_point limit = std::min(deadline_, Clock::now() + kHandshakeLimit);
-    auto keep_tcp = [&] {
+    const Link link{p, "rank " + std::to_string(p.rank) + " (" + p.address + ")",
+                    std::min(deadline_, Clock::now() + kHandshakeLimit)};
+    KOLO_ASSIGN_OR_RETURN(std::unique_ptr<unix_socket> u, ctx_.rank < p.rank
+                                                              ? offer_unix(link, same_host)
+                                                              : answer_unix_offer(link, same_host));
+    if (!u)
       return PeerSocket{p.rank, p.address, std::make_unique<StreamSocket>(std::move(*p.socket)),
                         p.session};
-    };
-    if (ctx_.rank < p.rank) {
-      Offer offer{};
-      asio::local::stream_protocol::acceptor listener(io_);
-      std::string path;
-      if (same_host) {
-        path = unix_name();
-        error_code ec;
-        const asio::local::stream_protocol::endpoint ep(std::string(1, '\0') + path);
-        listener.open(ep.protocol(), ec);
-        if (!ec) close_on_exec(listener);
-        if (!ec) listener.bind(ep, ec);
-        if (!ec) listener.listen(asio::socket_base::max_listen_connections, ec);
-        if (!ec) {
-          offer[0] = 1;
-          std::memcpy(offer.data() + 1, path.data(), kUnixNameBytes);
-        }
-      }
-      seal(p.session, "offer", offer);
-      KOLO_RETURN_IF_ERROR(
-          send(*p.socket, offer, limit, me() + " sending the same-host offer to " + name));
-      if (offer[0] == 0) return keep_tcp();
-      Answer answer{};
-      KOLO_RETURN_IF_ERROR(transfer(*p.socket, false, answer.data(), answer.size(), limit,
-                                    me() + " reading the same-host answer of " + name));
-      if (!sealed(p.session, "answer", answer))
-        return Status::PeerFailure(me() + ": the same-host answer of " + name +
-                                   " failed its MAC (altered on the way?)");
-      if (answer[0] == 0) return keep_tcp();
-      const Nonce token = upgrade_tag(p.session, "token",
-                                      std::span<const uint8_t>(offer.data() + 1, kUnixNameBytes));
-      while (true) {
-        auto u = std::make_unique<asio::local::stream_protocol::socket>(io_);
-        bool done = false;
-        error_code ec;
-        listener.async_accept(*u, [&](const error_code& e) {
-          ec = e;
-          done = true;
-        });
-        if (!run_until(done, limit, [&] {
-              error_code ignored;
-              listener.cancel(ignored);
-            }))
-          return Status::Timeout(me() + " timed out accepting the same-host socket of " + name);
-        if (ec)
-          return Status::IoError(me() + ": accepting the same-host socket of " + name +
-                                 " failed: " + ec.message());
-        close_on_exec(*u);
-        // The peer sends its token right after connecting; a silent intruder only gets a short
-        // while before the next connection is taken.
-        Nonce got{};
-        const Clock::time_point token_limit =
-            std::min(limit, Clock::now() + std::chrono::seconds(2));
-        Status st = transfer(*u, false, got.data(), got.size(), token_limit,
-                             me() + " reading the same-host token of " + name);
-        if (st.ok() && tags_equal(got, token)) {
-          set_buffers(*u);
-          return PeerSocket{p.rank, p.address + " via AF_UNIX",
-                            std::make_unique<StreamSocket>(std::move(*u)), p.session};
-        }
-        // Someone else on this host connected first: drop it and wait for the peer.
-        KOLO_LOG_ERROR(me() << ": dropped a same-host connection that did not present the token of "
-                            << name);
-        if (Clock::now() >= limit)
-          return Status::Timeout(me() + " timed out waiting for the same-host socket of " + name);
+    set_buffers(*u);
+    return PeerSocket{p.rank, p.address + " via AF_UNIX",
+                      std::make_unique<StreamSocket>(std::move(*u)), p.session};
+  }
+
+  using unix_socket = asio::local::stream_protocol::socket;
+
+  // One pair's same-host substitution in progress: its TCP link, how messages name the peer,
+  // and the deadline of the whole exchange.
+  struct Link {
+    TcpPeer& tcp;
+    std::string name;
+    Clock::time_point limit;
+  };
+
+  // The lower rank's side: offers an abstract socket (when the ranks share the host) and, if
+  // the peer takes it, waits for its connection. Null: the pair stays on TCP.
+  Result<std::unique_ptr<unix_socket>> offer_unix(const Link& l, bool same_host) {
+    Offer offer{};
+    asio::local::stream_protocol::acceptor listener(io_);
+    if (same_host) {
+      const std::string path = unix_name();
+      error_code ec;
+      const asio::local::stream_protocol::endpoint ep(std::string(1, '\0') + path);
+      listener.open(ep.protocol(), ec);
+      if (!ec) close_on_exec(listener);
+      if (!ec) listener.bind(ep, ec);
+      if (!ec) listener.listen(asio::socket_base::max_listen_connections, ec);
+      if (!ec) {
+        offer[0] = 1;
+        std::memcpy(offer.data() + 1, path.data(), kUnixNameBytes);
       }
     }
-    Offer offer{};
-    KOLO_RETURN_IF_ERROR(transfer(*p.socket, false, offer.data(), offer.size(), limit,
-                                  me() + " reading the same-host offer of " + name));
-    if (!sealed(p.session, "offer", offer))
-      return Status::PeerFailure(me() + ": the same-host offer of " + name +
-                                 " failed its MAC (altered on the way?)");
+    seal(l.tcp.session, "offer", offer);
+    KOLO_RETURN_IF_ERROR(
+        send(*l.tcp.socket, offer, l.limit, me() + " sending the same-host offer to " + l.name));
+    if (offer[0] == 0) return std::unique_ptr<unix_socket>();
     Answer answer{};
-    auto u = std::make_unique<asio::local::stream_protocol::socket>(io_);
-    if (offer[0] == 1 && same_host) {
+    KOLO_RETURN_IF_ERROR(transfer(*l.tcp.socket, false, answer.data(), answer.size(), l.limit,
+                                  me() + " reading the same-host answer of " + l.name));
+    if (!sealed(l.tcp.session, "answer", answer))
+      return Status::PeerFailure(me() + ": the same-host answer of " + l.name +
+                                 " failed its MAC (altered on the way?)");
+    if (answer[0] == 0) return std::unique_ptr<unix_socket>();
+    const Nonce token = upgrade_tag(l.tcp.session, "token",
+                                    std::span<const uint8_t>(offer.data() + 1, kUnixNameBytes));
+    return accept_unix(l, listener, token);
+  }
+
+  // Accepts on `listener` until a connection presents `token`: the name is visible to every
+  // process on the host, so someone else may connect first.
+  Result<std::unique_ptr<unix_socket>> accept_unix(const Link& l,
+                                                   asio::local::stream_protocol::acceptor& listener,
+                                                   const Nonce& token) {
+    while (true) {
+      auto u = std::make_unique<unix_socket>(io_);
+      bool done = false;
+      error_code ec;
+      listener.async_accept(*u, [&](const error_code& e) {
+        ec = e;
+        done = true;
+      });
+      if (!run_until(done, l.limit, [&] {
+            error_code ignored;
+            listener.cancel(ignored);
+          }))
+        return Status::Timeout(me() + " timed out accepting the same-host socket of " + l.name);
+      if (ec)
+        return Status::IoError(me() + ": accepting the same-host socket of " + l.name +
+                               " failed: " + ec.message());
+      close_on_exec(*u);
+      // The peer sends its token right after connecting; a silent intruder only gets a short
+      // while before the next connection is taken.
+      Nonce got{};
+      const Clock::time_point token_limit =
+          std::min(l.limit, Clock::now() + std::chrono::seconds(2));
+      Status st = transfer(*u, false, got.data(), got.size(), token_limit,
+                           me() + " reading the same-host token of " + l.name);
+      if (st.ok() && tags_equal(got, token)) return u;
+      KOLO_LOG_ERROR(me() << ": dropped a same-host connection that did not present the token of "
+                          << l.name);
+      if (Clock::now() >= l.limit)
+        return Status::Timeout(me() + " timed out waiting for the same-host socket of " + l.name);
+    }
+  }
+
+  // The higher rank's side: reads the offer, connects to the offered socket when the ranks share
+  // the host and it may, answers, and sends the token on the new socket. Null: stays on TCP.
+  Result<std::unique_ptr<unix_socket>> answer_unix_offer(const Link& l, bool same_host) {
+    Offer offer{};
+    KOLO_RETURN_IF_ERROR(transfer(*l.tcp.socket, false, offer.data(), offer.size(), l.limit,
+                                  me() + " reading the same-host offer of " + l.name));
+    if (!sealed(l.tcp.session, "offer", offer))
+      return Status::PeerFailure(me() + ": the same-host offer of " + l.name +
+                                 " failed its MAC (altered on the way?)");
+    if (offer[0] == 0) return std::unique_ptr<unix_socket>();  // the offerer expects no answer
+    Answer answer{};
+    auto u = std::make_unique<unix_socket>(io_);
+    if (same_host) {
       const std::string path(reinterpret_cast<const char*>(offer.data() + 1), kUnixNameBytes);
       error_code ec;
       const asio::local::stream_protocol::endpoint ep(std::string(1, '\0') + path);
@@ -404,17 +437,15 @@ class Bootstrap {
       if (!ec) u->connect(ep, ec);
       if (!ec) answer[0] = 1;
     }
-    if (offer[0] == 0) return keep_tcp();  // no offer: the offerer expects no answer
-    seal(p.session, "answer", answer);
+    seal(l.tcp.session, "answer", answer);
     KOLO_RETURN_IF_ERROR(
-        send(*p.socket, answer, limit, me() + " answering the same-host offer of " + name));
-    if (answer[0] == 0) return keep_tcp();
-    const Nonce token =
-        upgrade_tag(p.session, "token", std::span<const uint8_t>(offer.data() + 1, kUnixNameBytes));
-    KOLO_RETURN_IF_ERROR(send(*u, token, limit, me() + " sending the same-host token to " + name));
-    set_buffers(*u);
-    return PeerSocket{p.rank, p.address + " via AF_UNIX",
-                      std::make_unique<StreamSocket>(std::move(*u)), p.session};
+        send(*l.tcp.socket, answer, l.limit, me() + " answering the same-host offer of " + l.name));
+    if (answer[0] == 0) return std::unique_ptr<unix_socket>();
+    const Nonce token = upgrade_tag(l.tcp.session, "token",
+                                    std::span<const uint8_t>(offer.data() + 1, kUnixNameBytes));
+    KOLO_RETURN_IF_ERROR(
+        send(*u, token, l.limit, me() + " sending the same-host token to " + l.name));
+    return u;
   }
 
   // "kolo-" and 32 random hex digits: unique on the host with overwhelming probability.
@@ -439,24 +470,25 @@ class Bootstrap {
 
 }  // namespace
 
-Result<ConnectOptions> connect_options_from_env() {
-  KOLO_ASSIGN_OR_RETURN(KnobSet knobs, KnobSet::from_process_env());
+ConnectOptions connect_options(const KnobSet& knobs) {
   ConnectOptions o;
-  o.host = knobs.text(KnobId::kTcpHost);
-  if (knobs.is_set(KnobId::kTcpSocketBuffer))
-    o.socket_buffer_bytes = knobs.size(KnobId::kTcpSocketBuffer);
-  if (knobs.is_set(KnobId::kTcpMaxFrame)) o.max_frame_bytes = knobs.size(KnobId::kTcpMaxFrame);
+  o.host = knobs.text(tcp_knobs::kHost);
+  o.socket_buffer_bytes = knobs.size(tcp_knobs::kSocketBuffer);
+  o.max_frame_bytes = knobs.size(tcp_knobs::kMaxFrame);
   // Rounded up, so that a spin below 1 us (e.g. "500ns") still spins rather than turning off.
-  if (knobs.is_set(KnobId::kTcpSpin))
-    o.spin = std::chrono::ceil<std::chrono::microseconds>(knobs.duration(KnobId::kTcpSpin));
-  if (knobs.is_set(KnobId::kTcpUnix)) o.same_host_unix = knobs.boolean(KnobId::kTcpUnix);
-  if (knobs.is_set(KnobId::kTcpIntegrity)) o.integrity = knobs.boolean(KnobId::kTcpIntegrity);
+  o.spin = std::chrono::ceil<std::chrono::microseconds>(knobs.duration(tcp_knobs::kSpin));
+  o.same_host_unix = knobs.boolean(tcp_knobs::kUnix);
+  o.integrity = knobs.boolean(tcp_knobs::kIntegrity);
   return o;
 }
 
 Result<std::unique_ptr<TcpChannel>> connect_channel(const BackendContext& context,
                                                     const ConnectOptions& options) {
   KOLO_RETURN_IF_ERROR(check_context(context));
+  if (options.max_frame_bytes == 0)
+    return Status::InvalidArgument(
+        "tcp: options.max_frame_bytes must be > 0, got 0 (connect_options() reads "
+        "KOLO_TCP_MAX_FRAME)");
   auto io = std::make_unique<asio::io_context>(1);  // one thread drives it: no locking
   std::vector<PeerSocket> peers;
   {

@@ -42,8 +42,6 @@ inline constexpr uint32_t kFrameMagic = 0x31464c4b;  // "KLF1" read as little-en
 inline constexpr uint32_t kFrameTagged = 1;
 inline constexpr size_t kFrameTagBytes = 8;
 inline constexpr uint64_t kTaggedFrameBytes = uint64_t{256} << 10;
-// Default bound on one frame's payload (KOLO_TCP_MAX_FRAME overrides it, see tcp_backend.h).
-inline constexpr uint64_t kDefaultMaxFrameBytes = uint64_t{1} << 30;
 
 using FrameHeader = std::array<uint8_t, kFrameHeaderBytes>;
 using FrameTag = std::array<uint8_t, kFrameTagBytes>;

@@ -4,8 +4,13 @@
 
 #include <vector>
 
+#include "backends/tcp/tcp_knobs.h"
+
 namespace kolo::tcp {
 namespace {
+
+// The bound a job runs with unless KOLO_TCP_MAX_FRAME says otherwise.
+const uint64_t kDefaultMaxFrameBytes = KnobSet::defaults().size(tcp_knobs::kMaxFrame);
 
 TEST(WireTest, RoundTripsLengths) {
   for (uint64_t len : {uint64_t{1}, uint64_t{4096}, kDefaultMaxFrameBytes}) {

@@ -93,10 +93,13 @@ int main(int argc, char** argv) {
                  "[--counts N,N,...] [--hierarchical INTRA]\n");
     return 2;
   }
-  // kolorun's environment, or mpirun's through the mpi backend's registry entry.
-  auto launched = kolo::launched_world();
+  // kolorun's environment (parsed once, as init() does), or mpirun's through the mpi
+  // backend's registry entry.
+  auto knobs = kolo::KnobSet::from_process_env();
+  if (!knobs.ok()) return fail(-1, "knobs", knobs.status(), 1);
+  auto launched = kolo::launched_world(*knobs);
   if (!launched.ok()) return fail(-1, "world", launched.status(), 1);
-  kolo::BackendContext ctx = kolo::backend_context(launched->world, "kolo");
+  kolo::BackendContext ctx = kolo::backend_context(launched->world, *knobs, "kolo");
   // Short bounds: a test must fail within seconds, not hang for the 60 s default.
   ctx.connect_timeout = std::chrono::seconds(10);
   ctx.op_timeout = std::chrono::seconds(10);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <span>
 
+#include "backends/tcp/tcp_knobs.h"
 #include "backends/tcp/wire.h"
 #include "common/auth.h"
 #include "fuzz_input.h"
@@ -26,10 +27,12 @@ void check_round_trip(kolo::Result<Message> (*decode)(std::span<const uint8_t>),
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace kolo::tcp;
+  // The bound of a job that leaves KOLO_TCP_MAX_FRAME unset.
+  static const uint64_t kMaxFrame = kolo::KnobSet::defaults().size(kolo::tcp_knobs::kMaxFrame);
   const std::span<const uint8_t> bytes(data, size);
-  if (auto length = decode_frame_header(bytes, kDefaultMaxFrameBytes); length.ok()) {
-    FUZZ_CHECK(*length > 0 && *length <= kDefaultMaxFrameBytes);
-    auto again = decode_frame_header(encode_frame_header(*length), kDefaultMaxFrameBytes);
+  if (auto length = decode_frame_header(bytes, kMaxFrame); length.ok()) {
+    FUZZ_CHECK(*length > 0 && *length <= kMaxFrame);
+    auto again = decode_frame_header(encode_frame_header(*length), kMaxFrame);
     FUZZ_CHECK(again.ok() && *again == *length);
   }
   // Tagged frames (KOLO_TCP_INTEGRITY): the same bounds, and the tag's flag round-trips.

@@ -295,6 +295,7 @@ TEST(KolorunOptions, EveryUserKnobIsAFlagAndBoolFlagsNeedNoValue) {
   for (const Knob& k : all_knobs()) {
     if (k.category == KnobCategory::kLauncher) continue;
     const std::string value = !k.default_text.empty()         ? std::string(k.default_text)
+                              : k.kind == KnobKind::kChoice   ? std::string(k.choices().front())
                               : k.kind == KnobKind::kRange    ? "100:120"  // --timeline-steps
                               : k.kind == KnobKind::kRankSets ? "0"        // --process-sets
                                                               : "x";

@@ -69,10 +69,16 @@ Shown gpu_default(const LaunchOptions& o, const std::string& cpu) {
                          " rank(s) on this host" +
                          (own ? " (CUDA_VISIBLE_DEVICES gives each its own)" : "")};
   const std::string staged = "; CUDA tensors go through host memory to " + cpu;
-  if (!find_backend("nccl").ok()) return {"(none)", "default: this build has no NCCL" + staged};
+  // The registry's default for CUDA tensors (BackendEntry::default_for_cuda), if the build has one.
+  const auto& entries = registered_backends();
+  auto device = std::find_if(entries.begin(), entries.end(),
+                             [](const BackendEntry& e) { return e.default_for_cuda; });
+  if (device == entries.end())
+    return {"(none)", "default: this build has no backend for CUDA tensors" + staged};
   if (visible == 0) return {"(none)", "default for this job: no GPU visible here" + staged};
   return {"(none)", "default for this job: " + gpus + ", fewer than its " + std::to_string(o.np) +
-                        " ranks on this host (NCCL takes a GPU per rank)" + staged};
+                        " ranks on this host (" + std::string(device->name) +
+                        " takes a GPU per rank)" + staged};
 }
 
 // Without a shape: the registry's documented default, the rule itself.
@@ -87,7 +93,8 @@ Shown rule(KnobId id) {
 std::string print_config(const LaunchOptions& o, const KnobSet& knobs) {
   std::map<KnobId, Shown> replaced;
   const bool shaped = o.np > 0;  // -np or --np-total given
-  std::string cpu = knobs.text(KnobId::kCpuOperations);
+  // KOLO_CPU_OPERATIONS has no default_text: unset, the job's shape decides (or the rule).
+  std::string cpu = knobs.is_set(KnobId::kCpuOperations) ? knobs.text(KnobId::kCpuOperations) : "";
   if (!knobs.is_set(KnobId::kCpuOperations)) {
     replaced[KnobId::kCpuOperations] =
         shaped ? cpu_default(job_shape(o)) : rule(KnobId::kCpuOperations);

@@ -6,7 +6,7 @@
 //   sleep        print "sleeping pid=P", then sleep until a signal (SIGTERM kills it)
 //   sleep-report print "ready", then on SIGTERM print "got SIGTERM" and exit 0
 //   ignore-term  print "ready", ignore SIGTERM and sleep (only SIGKILL stops it)
-//   world        world_from_env(), then a rendezvous barrier over its store; print "world ok"
+//   world        world_from_knobs(), then a rendezvous barrier over its store; print "world ok"
 //   flood        write its pid to READY_DIR/<KOLO_RANK>, then print 100-byte lines forever
 #include <signal.h>
 #include <unistd.h>
@@ -88,7 +88,9 @@ int main(int argc, char** argv) {
     while (true) std::printf("%s\n", line.c_str());
   }
   if (mode == "world") {
-    auto w = kolo::world_from_env();
+    auto knobs = kolo::KnobSet::from_process_env();
+    auto w =
+        knobs.ok() ? kolo::world_from_knobs(*knobs) : kolo::Result<kolo::World>(knobs.status());
     if (!w.ok()) {
       std::fprintf(stderr, "%s\n", w.status().to_string().c_str());
       return 1;
