@@ -33,13 +33,6 @@
 
 namespace kolo {
 
-// The GPU (an ordinal among the visible ones) of the rank `local_rank` of `local_size` on its
-// host, for a device backend's factory: with exactly one visible GPU, that one (each process was
-// given its own through CUDA_VISIBLE_DEVICES; ranks that share it are refused by NCCL at init,
-// naming the duplicate GPU); with several, the local rank's own. Unsupported when none is visible;
-// InvalidArgument when the host has more ranks than its several visible GPUs.
-Result<int> gpu_of_local_rank(int local_rank, int local_size, int visible_gpus);
-
 class DeviceBackend : public Backend {
  public:
   using Done = std::function<void(const Status&)>;

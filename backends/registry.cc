@@ -141,6 +141,10 @@ Result<std::string> gpu_backend_choice(std::string_view requested, int visible_g
   return std::string(requested);
 }
 
+bool gpu_per_process(const char* cuda_visible_devices) {
+  return cuda_visible_devices != nullptr && *cuda_visible_devices != '\0';
+}
+
 Result<LaunchedWorld> launched_world(const KnobSet& knobs) {
   LaunchedWorld out;
   if (launched_by_kolorun(knobs)) {

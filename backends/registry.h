@@ -150,6 +150,12 @@ std::string default_cpu_backend(const World& world);
 Result<std::string> gpu_backend_choice(std::string_view requested, int visible_gpus,
                                        int local_size = 1, bool gpu_per_process = false);
 
+// Whether the launcher gave this process GPUs of its own, read from the value of its
+// CUDA_VISIBLE_DEVICES (nullptr when unset): set and not empty, as SLURM --gpus-per-task,
+// mpirun wrappers and `kolorun -x CUDA_VISIBLE_DEVICES=...` do. gpu_backend_choice's
+// `gpu_per_process`; init() and kolorun --print-config both ask this.
+bool gpu_per_process(const char* cuda_visible_devices);
+
 // The job this process belongs to, and who said so.
 struct LaunchedWorld {
   World world;

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/device_backend.h"
+#include "backends/nccl/nccl_backend.h"
 #include "backends/nccl/nccl_errors.h"
 
 namespace kolo::bench {

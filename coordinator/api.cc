@@ -22,13 +22,6 @@ namespace kolo {
 
 namespace {
 
-// The launcher gave this process its own GPUs (SLURM --gpus-per-task, mpirun wrappers): a
-// process that sees one GPU then has one of its own, whatever the host's rank count.
-bool gpu_per_process() {
-  const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
-  return v != nullptr && *v != '\0';
-}
-
 struct Global {
   Mutex mu;  // serialises init/shutdown; guards every member below
   // Declared first, so destroyed last: a program that exits without kolo::shutdown() runs
@@ -260,9 +253,10 @@ struct GpuPlane {
 // that they are staged to; none when they are staged to the data plane's backend.
 Result<GpuPlane> connect_gpu_plane(const Job& job, int session) {
   const World& world = job.launched.world;
-  KOLO_ASSIGN_OR_RETURN(std::string name,
-                        gpu_backend_choice(job.config.gpu_operations, coord::cuda_device_count(),
-                                           world.local_size, gpu_per_process()));
+  KOLO_ASSIGN_OR_RETURN(
+      std::string name,
+      gpu_backend_choice(job.config.gpu_operations, coord::cuda_device_count(), world.local_size,
+                         gpu_per_process(std::getenv("CUDA_VISIBLE_DEVICES"))));
   GpuPlane g;
   if (name.empty()) return g;
   // A device backend (one that takes no CPU tensors): process sets and pairs get one too.

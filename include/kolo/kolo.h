@@ -57,11 +57,15 @@ namespace kolo {
 
 // Joins the job and starts the background thread. The world comes from kolorun's environment
 // (KOLO_RANK, ...), else from MPI when launched by mpirun in a build with MPI, else it is a
-// single rank. The CPU backend is KOLO_CPU_OPERATIONS, any backend of this build ("tcp" by
-// default, "mpi" under mpirun). Errors: an invalid KOLO_* variable or a retired name (named,
-// with the value and the accepted form; before any connection), rendezvous or connection
-// failures. At KOLO_LOG_LEVEL=info rank 0 logs each variable the environment set.
-// PreconditionFailed when already initialised. init() after shutdown() starts a new session.
+// single rank. Which backend runs: KOLO_CPU_OPERATIONS when set (any backend of this build),
+// else "shm" when every rank is on one host, "tcp" across hosts, "mpi" under mpirun; CUDA
+// tensors go to "nccl" when the build has it and every rank of the host can have a GPU of its
+// own, else through host memory to the CPU backend (KOLO_GPU_OPERATIONS overrides). The rule is
+// the registry's (backends/registry.h); `kolorun --print-config -np N` shows a job's choice
+// and why. Errors: an invalid KOLO_* variable or a retired name (named, with the value and the
+// accepted form; before any connection), rendezvous or connection failures. At KOLO_LOG_LEVEL=info
+// rank 0 logs each variable the environment set. PreconditionFailed when already initialised.
+// init() after shutdown() starts a new session.
 Status init();
 // Completes every pending operation of this rank with Aborted, tells the other ranks (their
 // pending operations fail too, naming this rank), stops the background thread and closes

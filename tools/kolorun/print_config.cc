@@ -48,20 +48,13 @@ Shown cpu_default(const World& w) {
                     " hosts, " + std::to_string(w.local_size) + " on each"};
 }
 
-// Whether the launcher gave each process GPUs of its own, as api.cc's gpu_per_process() reads
-// it: CUDA_VISIBLE_DEVICES set for the ranks.
-bool gpu_per_process(const LaunchOptions& o) {
-  auto it = o.env.find("CUDA_VISIBLE_DEVICES");
-  const char* v = it != o.env.end() ? it->second.c_str() : std::getenv("CUDA_VISIBLE_DEVICES");
-  return v != nullptr && *v != '\0';
-}
-
 // What the ranks do with KOLO_GPU_OPERATIONS unset; `cpu` is their CPU backend.
 Shown gpu_default(const LaunchOptions& o, const std::string& cpu) {
   if (auto it = o.env.find("CUDA_VISIBLE_DEVICES"); it != o.env.end())
     ::setenv("CUDA_VISIBLE_DEVICES", it->second.c_str(), 1);  // before the driver reads it
   const int visible = coord::cuda_device_count();
-  const bool own = gpu_per_process(o);
+  // The ranks' CUDA_VISIBLE_DEVICES: -x's value, set above, else the one they inherit.
+  const bool own = gpu_per_process(std::getenv("CUDA_VISIBLE_DEVICES"));
   Result<std::string> chosen = gpu_backend_choice("", visible, o.np, own);
   const std::string gpus = std::to_string(visible) + " GPU(s) visible here";
   if (chosen.ok() && !chosen->empty())
