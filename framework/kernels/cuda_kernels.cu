@@ -8,10 +8,10 @@
 #include <cudnn.h>
 
 #include <functional>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "common/thread_annotations.h"
 #include "framework/kernels/cuda_allocator.h"
 #include "framework/kernels/cuda_kernels.h"
 #include "kolo/status.h"
@@ -48,19 +48,19 @@ int current_device() {
 }
 
 // One cuBLAS / cuDNN handle per device, created on first use and kept for the process.
-std::mutex g_handle_mu;
-std::vector<cublasHandle_t> g_blas;
-std::vector<cudnnHandle_t> g_dnn;
+Mutex g_handle_mu;
+std::vector<cublasHandle_t> g_blas KOLO_GUARDED_BY(g_handle_mu);
+std::vector<cudnnHandle_t> g_dnn KOLO_GUARDED_BY(g_handle_mu);
 
 cublasHandle_t blas() {
-  std::lock_guard<std::mutex> lock(g_handle_mu);
+  MutexLock lock(g_handle_mu);
   const int d = current_device();
   if (static_cast<int>(g_blas.size()) <= d) g_blas.resize(d + 1, nullptr);
   if (!g_blas[d]) check_blas(cublasCreate(&g_blas[d]), "create");
   return g_blas[d];
 }
 cudnnHandle_t dnn() {
-  std::lock_guard<std::mutex> lock(g_handle_mu);
+  MutexLock lock(g_handle_mu);
   const int d = current_device();
   if (static_cast<int>(g_dnn.size()) <= d) g_dnn.resize(d + 1, nullptr);
   if (!g_dnn[d]) check_dnn(cudnnCreate(&g_dnn[d]), "create");
