@@ -95,7 +95,7 @@ struct RuntimeConfig {
   // When set, what happened to a rank that shut the session down while this rank still has
   // operations to fail: it left without kolo::shutdown() (api.cc: Departures::describe, Note
   // [Departures]), or nullopt when it called kolo::shutdown(). May wait, seconds at most.
-  // Asked by the global set's Runtime only (a process set's names its ranks in the set).
+  // `rank` is this Runtime's: a process set's or pair's config maps it to the job's rank.
   std::function<std::optional<std::string>(int rank)> describe_departure;
   // A process set's Runtime (coordinator/process_sets.h): what its messages call it, e.g.
   // "process set 1". Empty for the global set.

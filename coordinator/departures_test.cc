@@ -94,5 +94,38 @@ TEST(DeparturesTest, PendingOperationsEndWithTheDepartureAndIdleRanksDoNotAsk) {
             "kolo was shut down (rank 0 called shutdown()); pending operations were cancelled");
 }
 
+// A process set's (or pair's) Runtime says the same of a member that left, under its label, and
+// asks about the member by the rank its config maps (process_sets.cc: the job's rank).
+TEST(DeparturesTest, AProcessSetsPendingOperationsEndWithTheMembersDeparture) {
+  RuntimeConfig config = testkit::test_config();
+  config.label = "process set 1";
+  const std::vector<int> members = {2, 5};
+  config.describe_departure = [&members](int set_rank) -> std::optional<std::string> {
+    return "rank " + std::to_string(members[set_rank]) + " left";
+  };
+  testkit::Cluster c(2, config);
+  std::vector<float> v(1, 1.0f);
+  Handle pending = testkit::allreduce(c[1], "never", v);
+  (void)c[0].shutdown();
+  Status st = pending.wait();
+  EXPECT_EQ(st.code(), StatusCode::kAborted);
+  EXPECT_EQ(st.message(),
+            "process set 1 was closed: rank 2 left; pending operations were cancelled");
+}
+
+// A member that called remove_process_set() or shutdown() is named as before.
+TEST(DeparturesTest, AProcessSetsMemberThatClosedItIsNamedAsBefore) {
+  RuntimeConfig config = testkit::test_config();
+  config.label = "process set 1";
+  config.describe_departure = [](int) -> std::optional<std::string> { return std::nullopt; };
+  testkit::Cluster c(2, config);
+  std::vector<float> v(1, 1.0f);
+  Handle pending = testkit::allreduce(c[1], "never", v);
+  (void)c[0].shutdown();
+  EXPECT_EQ(pending.wait().message(),
+            "process set 1 was removed (its rank 0 called remove_process_set() or shutdown()); "
+            "pending operations were cancelled");
+}
+
 }  // namespace
 }  // namespace kolo::coord

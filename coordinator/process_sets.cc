@@ -117,6 +117,10 @@ Result<ProcessSet> ProcessSetTable::add(std::vector<int> ranks) {
     config.timeline_path.clear();
     config.autotune.enabled = false;
     config.label = label;
+    // Its members are named to the departure record by their job ranks (Note [Departures]).
+    if (config.describe_departure)
+      config.describe_departure = [job = std::move(config.describe_departure),
+                                   members](int set_rank) { return job(members[set_rank]); };
     Topology t;
     t.rank = set_rank;
     t.size = static_cast<int>(members.size());

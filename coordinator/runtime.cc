@@ -570,19 +570,25 @@ Status Runtime::end_cycle(const ResponseList& list, const std::vector<Response>&
 
 std::string Runtime::shutdown_message(int rank) {
   const std::string cancelled = "; pending operations were cancelled";
+  if (std::optional<std::string> departure = departure_of(rank))
+    return (config_.label.empty() ? "kolo was shut down" : config_.label + " was closed") + ": " +
+           *departure + cancelled;
   if (!config_.label.empty())
     return config_.label + " was removed (its rank " + std::to_string(named_rank(config_, rank)) +
            " called " + config_.closed_by + ")" + cancelled;
+  return "kolo was shut down (rank " + std::to_string(rank) + " called shutdown())" + cancelled;
+}
+
+std::optional<std::string> Runtime::departure_of(int rank) {
+  if (rank == topology_.rank || !config_.describe_departure) return std::nullopt;
   bool work = !pending_.empty();
   if (!work) {
     MutexLock lock(mu_);
     work = !queue_.empty();
   }
   // Note [Departures]: asked only when something fails, since it may wait for the launcher.
-  if (work && rank != topology_.rank && config_.describe_departure)
-    if (std::optional<std::string> departure = config_.describe_departure(rank))
-      return "kolo was shut down: " + *departure + cancelled;
-  return "kolo was shut down (rank " + std::to_string(rank) + " called shutdown())" + cancelled;
+  if (!work) return std::nullopt;
+  return config_.describe_departure(rank);
 }
 
 Status Runtime::negotiate_slow(const RequestList& mine, ResponseList& out) {

@@ -155,6 +155,9 @@ class Runtime {
   void fail_all(const Status& status);
   // What the operations still pending end with when rank `rank` shut the session down.
   std::string shutdown_message(int rank);
+  // What happened to `rank`, which closed this Runtime, when it left without kolo::shutdown()
+  // and this rank has operations to fail (config_.describe_departure); nullopt otherwise.
+  std::optional<std::string> departure_of(int rank);
   // Every rank, in the same cycle: adopts the autotuner's decision. Internal when it names a
   // categorical knob this rank cannot switch (the job then fails: ranks would diverge).
   Status apply_tuning(const TuneDecision& d);
