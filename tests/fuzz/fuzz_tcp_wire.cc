@@ -42,9 +42,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                      kFrameTagged);
     FUZZ_CHECK(again.ok() && *again == *length);
   }
-  check_round_trip(&decode_hello, bytes);
-  check_round_trip(&decode_challenge, bytes);
-  check_round_trip(&decode_proof, bytes);
-  check_round_trip(&decode_verdict, bytes);
+  check_round_trip(&kolo::decode_hello, bytes);
+  check_round_trip(&kolo::decode_challenge, bytes);
+  check_round_trip(&kolo::decode_proof, bytes);
+  check_round_trip(&kolo::decode_verdict, bytes);
   return 0;
 }
