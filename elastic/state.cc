@@ -62,8 +62,11 @@ Result<std::vector<std::string>> unpack(const std::string& packed, size_t count,
 
 }  // namespace
 
-struct State::Impl {
-  explicit Impl(std::string n) : name(std::move(n)), ops("elastic." + name) {}
+namespace detail {
+
+class StateImpl {
+ public:
+  explicit StateImpl(std::string n) : name(std::move(n)), ops("elastic." + name) {}
 
   Status add(std::string key, Entry entry) KOLO_EXCLUDES(mu);
   Status check_initialized(const char* call) const;
@@ -85,7 +88,7 @@ struct State::Impl {
   int64_t commits KOLO_GUARDED_BY(mu) = 0;
 };
 
-Status State::Impl::add(std::string key, Entry entry) {
+Status StateImpl::add(std::string key, Entry entry) {
   MutexLock lock(mu);
   const std::string where = "elastic::State '" + name + "': key '" + key + "'";
   if (key.empty())
@@ -100,20 +103,20 @@ Status State::Impl::add(std::string key, Entry entry) {
   return Status::Ok();
 }
 
-Status State::Impl::check_initialized(const char* call) const {
+Status StateImpl::check_initialized(const char* call) const {
   if (is_initialized()) return Status::Ok();
   return Status::PreconditionFailed("elastic::State '" + name + "': " + call +
                                     " before kolo::init(): it is collective and needs the job");
 }
 
-std::vector<EntryLayout> State::Impl::layout() const {
+std::vector<EntryLayout> StateImpl::layout() const {
   std::vector<EntryLayout> out;
   for (const auto& [key, e] : entries) out.push_back(e.layout);
   return out;
 }
 
 // One allgather of every rank's commit count and layout (Note [State layout]).
-Result<std::vector<DecodedBlock>> State::Impl::gather_blocks(const std::string& op) {
+Result<std::vector<DecodedBlock>> StateImpl::gather_blocks(const std::string& op) {
   KOLO_ASSIGN_OR_RETURN(std::vector<std::string> raw,
                         allgather_object(op, encode_block(commits, layout())));
   std::vector<DecodedBlock> blocks;
@@ -125,13 +128,13 @@ Result<std::vector<DecodedBlock>> State::Impl::gather_blocks(const std::string& 
   return blocks;
 }
 
-Status State::Impl::check_and_fix(const std::string& op) {
+Status StateImpl::check_and_fix(const std::string& op) {
   KOLO_RETURN_IF_ERROR(gather_blocks(op).status());
   fix_layout();
   return Status::Ok();
 }
 
-void State::Impl::fix_layout() {
+void StateImpl::fix_layout() {
   if (fixed) return;
   const Placement p = place(layout());
   size_t i = 0, blob = 0;
@@ -144,7 +147,7 @@ void State::Impl::fix_layout() {
   fixed = true;
 }
 
-void State::Impl::take_snapshot() {
+void StateImpl::take_snapshot() {
   for (const auto& [key, e] : entries) {
     switch (e.layout.kind) {
       case EntryKind::kTensor:
@@ -160,7 +163,7 @@ void State::Impl::take_snapshot() {
   }
 }
 
-void State::Impl::write_back() {
+void StateImpl::write_back() {
   for (const auto& [key, e] : entries) {
     switch (e.layout.kind) {
       case EntryKind::kTensor:
@@ -182,7 +185,7 @@ void State::Impl::write_back() {
 // that fails (a peer lost mid-way, which is when elastic training syncs) leaves this rank's
 // last commit intact for the next attempt. The source broadcasts from its snapshot, which a
 // broadcast does not write on the root.
-Status State::Impl::sync() {
+Status StateImpl::sync() {
   KOLO_ASSIGN_OR_RETURN(std::vector<DecodedBlock> blocks, gather_blocks(ops + ".sync"));
   fix_layout();
   int source = 0;
@@ -214,7 +217,9 @@ Status State::Impl::sync() {
   return Status::Ok();
 }
 
-State::State(std::string name) : impl_(std::make_unique<Impl>(std::move(name))) {}
+}  // namespace detail
+
+State::State(std::string name) : impl_(std::make_unique<detail::StateImpl>(std::move(name))) {}
 State::~State() = default;
 
 Status State::add_tensor(std::string key, TensorView tensor) {

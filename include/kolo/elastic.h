@@ -28,7 +28,9 @@
 //   them, in the same order as its other collectives, and every rank registers the same keys
 //   with the same kinds, dtypes and shapes (byte strings may differ in length). They run on the
 //   global process set under the names "elastic.<name>.*". Later commits and restore() are
-//   local: no communication.
+//   local: no communication. After the world changes (shutdown() and init()), call sync()
+//   before the next commit(): a State created on a new rank would otherwise run its first,
+//   collective commit alone (run() will do this).
 // - Errors. Status, never an exception. A failed call changes neither the snapshot nor the
 //   registered memory (sync() receives into a buffer of its own and writes back only once
 //   every transfer succeeded), so restore() after a failure still returns the last commit.
@@ -40,6 +42,10 @@
 
 #include "kolo/status.h"
 #include "kolo/tensor.h"
+
+namespace kolo::elastic::detail {
+class StateImpl;  // defined in elastic/state.cc; not exported
+}
 
 // Exported from libkolo.so (Note [Visibility] in docs/architecture.md).
 #pragma GCC visibility push(default)
@@ -99,8 +105,7 @@ class State {
   int64_t commits() const;
 
  private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<detail::StateImpl> impl_;
 };
 
 }  // namespace kolo::elastic
