@@ -54,8 +54,9 @@ namespace kolo::elastic {
 
 class State {
  public:
-  // `name` tells the collectives of several States of one job apart; every rank gives a State
-  // the same name. Registration is open until the first commit() or sync().
+  // `name` tells the collectives of several States of one job apart: every rank gives a State
+  // the same name, and States whose collective calls may overlap need different names.
+  // Registration is open until the first commit() or sync().
   explicit State(std::string name = "state");
   ~State();
   State(const State&) = delete;
