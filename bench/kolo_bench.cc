@@ -16,6 +16,7 @@ int run_collective_bench(Collective collective, const KnobSet& knobs, int argc, 
 int run_fusion_bench(const KnobSet& knobs, int argc, char** argv);
 int run_autotune_bench(const KnobSet& knobs, int argc, char** argv);
 int run_latency_bench(const KnobSet& knobs, int argc, char** argv);
+int run_elastic_bench(const KnobSet& knobs, int argc, char** argv);
 #endif
 }  // namespace kolo::bench
 
@@ -50,6 +51,8 @@ constexpr Subcommand kCommands[] = {
      kolo::bench::run_latency_bench},
     {"autotune", "sweep of fusion x cycle x bucket on ResNet-50, then the autotuner",
      kolo::bench::run_autotune_bench},
+    {"elastic", "elastic::State's commit, restore and sync for the example models and ResNet-50",
+     kolo::bench::run_elastic_bench},
 #endif
 };
 

@@ -37,6 +37,7 @@ std::vector<std::string> commands() {
 #ifdef KOLO_BENCH_COORDINATOR
   c.push_back("fusion");
   c.push_back("latency");
+  c.push_back("elastic");
 #endif
   return c;
 }
@@ -146,6 +147,28 @@ TEST(KoloBenchCli, LatencyJsonRowsParse) {
     EXPECT_EQ(row["ranks"], 1);
     EXPECT_GT(row["value"].get<double>(), 0.0);
   }
+  std::remove(json.c_str());
+}
+
+TEST(KoloBenchCli, ElasticJsonRowsParse) {
+  const std::string json = temp_path("elastic.json");
+  ProcessRun r = bench("elastic --iters 2 --model cnn --json " + json);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  nlohmann::json rows = read_json(json);
+  ASSERT_TRUE(rows.is_array() && rows.size() == 1u) << rows.dump();
+  // The CNN of examples/train_fashion_mnist: 206,922 parameters, and as many momentum values.
+  EXPECT_EQ(rows[0]["model"], "cnn");
+  EXPECT_EQ(rows[0]["tensors"], 16);
+  EXPECT_EQ(rows[0]["elements"], 2 * 206922);
+  EXPECT_EQ(rows[0]["bytes"].get<double>(), 4.0 * 2 * 206922);
+  for (const char* field : {"first_commit_ms", "commit_ms", "commit_GBps", "restore_ms", "sync_ms"})
+    EXPECT_GT(rows[0][field].get<double>(), 0.0) << field;
+  r = bench("elastic --model vgg");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("kolo-bench elastic: --model 'vgg' is invalid: expected one of all, mlp, "
+                          "cnn, resnet50"),
+            std::string::npos)
+      << r.output;
   std::remove(json.c_str());
 }
 

@@ -1,8 +1,8 @@
-# libkolo: the core (common, ops, rendezvous, timeline, backends, coordinator) as one library,
+# libkolo: the core (common, ops, rendezvous, timeline, backends, coordinator, elastic) as one library,
 # Kolo::kolo, whose interface is the public API of include/kolo/ and nothing else.
 get_property(kolo_built_backends GLOBAL PROPERTY KOLO_BUILT_BACKENDS)
 set(kolo_core_parts kolo_common kolo_ops kolo_rendezvous kolo_timeline kolo_backend_api
-    kolo_channel_backend kolo_backends kolo_hierarchical kolo_coordinator)
+    kolo_channel_backend kolo_backends kolo_hierarchical kolo_coordinator kolo_elastic)
 foreach(b ${kolo_built_backends})
   list(APPEND kolo_core_parts kolo_backend_${b})
 endforeach()

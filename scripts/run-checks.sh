@@ -102,7 +102,7 @@ for check in "${checks[@]}"; do
       ;;
     tsan)
       configure build-tsan -DKOLO_SANITIZE=thread -DKOLO_THREAD_SAFETY=ON -DKOLO_WITH_MPI=OFF
-      tsan_tests=(coordinator_test ops_test channel_backend_test registry_test tcp_test
+      tsan_tests=(coordinator_test ops_test channel_backend_test registry_test tcp_test elastic_test
                   rendezvous_test)
       cmake --build build-tsan -j "$jobs" --target "${tsan_tests[@]}"
       for t in "${tsan_tests[@]}"; do
