@@ -28,7 +28,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cpp_source  # noqa: E402
 
-SCOPE = ["common", "ops", "rendezvous", "timeline", "backends", "coordinator", "include",
+SCOPE = ["common", "ops", "rendezvous", "timeline", "backends", "coordinator", "elastic", "include",
          "framework", "tools", "plugins"]
 SUFFIXES = cpp_source.SOURCE_SUFFIXES
 # Unit tests and test support (a test may name every backend to test the registry).
