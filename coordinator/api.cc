@@ -202,10 +202,13 @@ Result<Job> read_job(int session) {
   set_log_rank(world.rank);
   if (world.rank == 0) log_knobs(*job.knobs);
   if (world.size > 1) {
-    KOLO_RETURN_IF_ERROR(coord::agree_on_job_knobs(
-        *world.store, session_prefix(session), world.rank, world.size,
-        coord::job_knobs_message(*job.knobs, {{KnobId::kCpuOperations, job.config.cpu_operations}}),
-        BackendContext{}.connect_timeout));
+    KOLO_RETURN_IF_ERROR(with_rendezvous_timeout_hint(
+        coord::agree_on_job_knobs(
+            *world.store, session_prefix(session), world.rank, world.size,
+            coord::job_knobs_message(*job.knobs,
+                                     {{KnobId::kCpuOperations, job.config.cpu_operations}}),
+            rendezvous_timeout(*job.knobs)),
+        *job.knobs));
   }
   return job;
 }
