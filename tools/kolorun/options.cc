@@ -327,8 +327,8 @@ default to the size of that share, so that the ranks do not oversubscribe the no
   --node-rank K          this node's rank in [0, M) (default 0); global rank = K*N + local rank
   --rdzv HOST:PORT       store address: node 0 serves it, the others connect (required if M > 1)
   --timeout DUR          how long nodes, and then their ranks, wait for each other at start
-                         and nodes after a success: KOLO_RENDEZVOUS_TIMEOUT (default 5min);
-                         once ranks run, a lost node 0 costs kolorun seconds
+                         and nodes after a success: --rendezvous-timeout (below) by its older
+                         name; once ranks run, a lost node 0 costs kolorun seconds
   --secret-file PATH     read the job secret from PATH (mode 600: others must not read it)
   --secret S             job secret on the command line, visible to every user in the process
                          list: prefer --secret-file or $KOLO_SECRET (default: $KOLO_SECRET;
