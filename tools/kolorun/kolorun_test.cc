@@ -1167,6 +1167,24 @@ TEST(Kolorun, ARankWaitsForALostStoreAsLongAsTimeoutSays) {
       << n1.err();
 }
 
+// The ranks' own waits follow --timeout too: rank 1 never calls init(), so rank 0's comparison
+// of the job-wide knobs (the first wait after its store connect) gives up after 1 s, not 30 s,
+// naming the setting.
+TEST(Kolorun, ARanksInitWaitsForItsPeersAsLongAsTimeoutSays) {
+  const auto start = Clock::now();
+  Proc p({kKolorun, "--timeout", "1s", "-np", "2", "sh", "-c",
+          "if [ \"$KOLO_RANK\" = 0 ]; then exec " + kKoloChild + " leave 9 0; fi; exec sleep 60"});
+  EXPECT_EQ(exit_code(p.finish(20s)), 65) << p.err();  // kolorun_kolo_child's "init failed"
+  const auto waited = Clock::now() - start;
+  EXPECT_GT(waited, 900ms) << p.err();
+  EXPECT_LT(waited, 1s + 5s) << p.err();
+  EXPECT_NE(p.err().find("[0] init: Timeout: "), std::string::npos) << p.err();
+  EXPECT_NE(p.err().find("; KOLO_RENDEZVOUS_TIMEOUT=1s bounds each wait of the rendezvous "
+                         "(kolorun --timeout DUR sets it)"),
+            std::string::npos)
+      << p.err();
+}
+
 TEST(Kolorun, AMissingNodeTimesOutNamingIt) {
   std::string rdzv = "127.0.0.1:" + std::to_string(free_port());
   SecretFile secret("s");
