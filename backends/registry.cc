@@ -55,8 +55,8 @@ Result<const BackendEntry*> find_backend(std::string_view name) {
 
 namespace {
 
-// What every factory relies on: the deadline of every wait comes from the op timeout, and its
-// options from the job's knobs.
+// What every factory relies on: the deadline of every wait comes from the connect or the op
+// timeout, and its options from the job's knobs.
 Status check_context(std::string_view name, const BackendContext& context) {
   if (context.knobs == nullptr)
     return Status::InvalidArgument("backend " + std::string(name) +
@@ -66,6 +66,11 @@ Status check_context(std::string_view name, const BackendContext& context) {
     return Status::InvalidArgument("backend " + std::string(name) +
                                    ": context.op_timeout must be > 0 ms, got " +
                                    std::to_string(context.op_timeout.count()));
+  if (context.connect_timeout.count() <= 0)
+    return Status::InvalidArgument("backend " + std::string(name) +
+                                   ": context.connect_timeout must be > 0 ms, got " +
+                                   std::to_string(context.connect_timeout.count()) +
+                                   " (KOLO_RENDEZVOUS_TIMEOUT; backend_context() sets it)");
   return Status::Ok();
 }
 
@@ -157,7 +162,7 @@ Result<LaunchedWorld> launched_world(const KnobSet& knobs) {
     const BackendLauncher& l = entry.launcher;
     if (l.detect == nullptr || !l.detect()) continue;
     out.launcher = l.name;
-    KOLO_ASSIGN_OR_RETURN(out.world, l.world());
+    KOLO_ASSIGN_OR_RETURN(out.world, l.world(knobs));
     out.default_backend =
         l.default_backend ? std::string(entry.name) : default_cpu_backend(out.world);
     return out;
@@ -173,6 +178,7 @@ BackendContext backend_context(const World& world, const KnobSet& knobs, std::st
   ctx.knobs = &knobs;
   // Rounded up: a timeout below 1 ms still bounds the waits rather than failing them all.
   ctx.op_timeout = std::chrono::ceil<std::chrono::milliseconds>(knobs.duration(KnobId::kOpTimeout));
+  ctx.connect_timeout = rendezvous_timeout(knobs);
   ctx.rank = world.rank;
   ctx.size = world.size;
   ctx.local_rank = world.local_rank;

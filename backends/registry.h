@@ -28,8 +28,8 @@ namespace kolo {
 
 // What a backend needs to connect its group. Everything is borrowed for the duration of the
 // factory call only. Build it with backend_context(), which fills the topology, the store, the
-// secret, the knobs and the op timeout from the job; a factory refuses a context without knobs
-// or with an op timeout <= 0 (create_backend).
+// secret, the knobs, the connect and op timeouts from the job; a factory refuses a context
+// without knobs or with a connect or op timeout <= 0 (create_backend).
 struct BackendContext {
   int rank = 0;
   int size = 1;
@@ -45,7 +45,10 @@ struct BackendContext {
   // The job's knobs as init() parsed them, once: a factory reads its options from them
   // (KOLO_RING_*, its own rows such as KOLO_TCP_*), never from the environment. Required.
   const KnobSet* knobs = nullptr;
-  std::chrono::milliseconds connect_timeout{30000};
+  // How long the factory waits for its peers to connect (or to publish what it needs from the
+  // store): KOLO_RENDEZVOUS_TIMEOUT (backend_context() sets it; no default here, the registry row
+  // has it, and kolorun's --timeout sets that for its ranks). Required > 0.
+  std::chrono::milliseconds connect_timeout{0};
   // A transfer that makes no progress this long fails: KOLO_OP_TIMEOUT (backend_context() sets
   // it from the knobs; no default here, the registry row has it). Required > 0.
   std::chrono::milliseconds op_timeout{0};
@@ -77,8 +80,9 @@ struct BackendLauncher {
   // Whether this process was started by the launcher. Cheap, no side effects (reads the
   // environment).
   bool (*detect)() = nullptr;
-  // The World the launcher describes. Collective: every rank of the job calls it once.
-  Result<World> (*world)() = nullptr;
+  // The World the launcher describes. Collective: every rank of the job calls it once. `knobs`
+  // are init()'s: its waits for the rendezvous are bounded by rendezvous_timeout(knobs).
+  Result<World> (*world)(const KnobSet& knobs) = nullptr;
   // Whether the backend is the default for CPU tensors in jobs this launcher started.
   bool default_backend = false;
 };

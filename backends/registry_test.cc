@@ -115,6 +115,24 @@ TEST(RegistryTest, ANonPositiveOpTimeoutIsRefusedNamingTheBackend) {
   }
 }
 
+// Likewise a connect timeout: every wait for the backend's peers would expire at once. The
+// message names the knob it comes from.
+TEST(RegistryTest, ANonPositiveConnectTimeoutIsRefusedNamingTheBackendAndTheKnob) {
+  for (const BackendEntry& entry : registered_backends()) {
+    BackendContext ctx;
+    ctx.knobs = &KnobSet::defaults();
+    ctx.op_timeout = std::chrono::milliseconds(1000);
+    for (const Result<std::unique_ptr<Backend>>& made :
+         {create_backend(entry.name, ctx), create_subgroup_backend(entry.name, ctx, {0})}) {
+      ASSERT_FALSE(made.ok()) << entry.name;
+      EXPECT_EQ(made.status().to_string(),
+                "InvalidArgument: backend " + std::string(entry.name) +
+                    ": context.connect_timeout must be > 0 ms, got 0 (KOLO_RENDEZVOUS_TIMEOUT; "
+                    "backend_context() sets it)");
+    }
+  }
+}
+
 // Every backend reads its options from the job's knobs, so a context without them is refused
 // before any factory runs, naming the backend.
 TEST(RegistryTest, AContextWithoutKnobsIsRefusedNamingTheBackend) {
@@ -132,8 +150,8 @@ TEST(RegistryTest, AContextWithoutKnobsIsRefusedNamingTheBackend) {
   }
 }
 
-// backend_context() takes the world's topology, store and secret, and the op timeout from the
-// knobs it hands down (rounded up to whole milliseconds, never to 0).
+// backend_context() takes the world's topology, store and secret, and the op and connect
+// timeouts from the knobs it hands down (rounded up to whole milliseconds, never to 0).
 TEST(RegistryTest, BackendContextCarriesTheJobsKnobs) {
   World world;
   world.rank = 1;
@@ -141,11 +159,13 @@ TEST(RegistryTest, BackendContextCarriesTheJobsKnobs) {
   world.local_size = 3;
   world.store = std::make_unique<MemoryStore>();
   world.secret = "s";
-  Result<KnobSet> knobs = KnobSet::read({{"KOLO_OP_TIMEOUT", "1500us"}});
+  Result<KnobSet> knobs =
+      KnobSet::read({{"KOLO_OP_TIMEOUT", "1500us"}, {"KOLO_RENDEZVOUS_TIMEOUT", "2500us"}});
   ASSERT_TRUE(knobs.ok());
   const BackendContext ctx = backend_context(world, *knobs, "p");
   EXPECT_EQ(ctx.knobs, &*knobs);
   EXPECT_EQ(ctx.op_timeout, std::chrono::milliseconds(2));
+  EXPECT_EQ(ctx.connect_timeout, std::chrono::milliseconds(3));
   EXPECT_EQ(ctx.rank, 1);
   EXPECT_EQ(ctx.size, 3);
   EXPECT_EQ(ctx.local_size, 3);
@@ -154,6 +174,8 @@ TEST(RegistryTest, BackendContextCarriesTheJobsKnobs) {
   EXPECT_EQ(ctx.store_prefix, "p");
   EXPECT_EQ(backend_context(world, KnobSet::defaults(), "p").op_timeout,
             KnobSet::defaults().duration(KnobId::kOpTimeout));
+  EXPECT_EQ(backend_context(world, KnobSet::defaults(), "p").connect_timeout,
+            std::chrono::minutes(5));  // the registry row's default
 }
 
 TEST(RegistryTest, CreatedTcpBackendsConnectAndAgreeWithTheirEntry) {

@@ -22,14 +22,17 @@
 // (measured just before the rounds) with the same configuration set at init: well above 1 it
 // would be a defect of the tuner's state rather than of its choice; it is the one ratio that
 // spans the rounds' time, so it carries their drift.
-// Printed: the steps until the tuner's last change took effect ("steps to converge"), every
-// step time and the ratios. Rank 0 prints; run under kolorun or mpirun with 2+ ranks.
+// Printed: the steps until the tuner's last change took effect ("steps to converge"), or "did
+// not converge within N steps" when it changed again while the bench measured (then every rank
+// exits non-zero, after the rest: bench/autotune_convergence.h), every step time and the ratios.
+// Rank 0 prints; run under kolorun or mpirun with 2+ ranks.
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "bench/autotune_convergence.h"
 #include "bench/flags.h"
 #include "bench/json_rows.h"
 #include "bench/workload.h"
@@ -127,10 +130,10 @@ Result<double> measure(const Config& c, const AutotuneOptions& o, Workload& w) {
 }
 
 struct Tuned {
-  Config config;
-  int64_t converged_at = 0;  // the step from which the last configuration applied
+  Config config;  // the last configuration applied in --tune-steps steps
+  Convergence convergence;
+  int64_t converged_at = 0;  // the step from which that configuration applied
   double step_ms = 0;
-  size_t changes = 0;
 };
 
 Result<Tuned> tune(const Config& defaults, const AutotuneOptions& o, Workload& w) {
@@ -152,22 +155,22 @@ Result<Tuned> tune(const Config& defaults, const AutotuneOptions& o, Workload& w
     KOLO_RETURN_IF_ERROR(w.step(bucket).status());
   }
   Tuned t{defaults};
+  TuningRun run{.tune_steps = o.tune_steps, .window_steps = 2 * o.iters};
   const auto history = autotune_history();
+  run.changes_at_end = history.size();
   if (!history.empty()) {
     const AppliedTuning& last = history.back();
     t.config = {last.fusion_threshold, last.cycle_time_ns / 1000, last.bucket_bytes};
-    t.converged_at = last.from_step;
-    t.changes = history.size();
+    t.converged_at = run.last_change_step = last.from_step;
   }
   std::vector<double> times;
-  for (int i = 0; i < 2 * o.iters; ++i) {
+  for (int i = 0; i < run.window_steps; ++i) {
     if (auto b = tuned_bucket_bytes()) bucket = *b;
     KOLO_ASSIGN_OR_RETURN(double ms, w.step(bucket));
     times.push_back(ms);
   }
-  if (autotune_history().size() != t.changes)
-    std::fprintf(stderr, "autotune: still changing after %d steps; raise --tune-steps\n",
-                 o.tune_steps);
+  run.changes_after_window = autotune_history().size();
+  t.convergence = judge_convergence(run);
   t.step_ms = median(times);
   KOLO_RETURN_IF_ERROR(kolo::shutdown().with_context("shutdown"));
   return t;
@@ -237,11 +240,9 @@ Status run_autotune(const AutotuneOptions& o, const KnobSet& knobs) {
     std::printf("tuned, fresh init (%s)      %10.2f ms\n", t.config.describe().c_str(),
                 tuned_fresh_ms);
     std::printf("tuned, in place (%s)        %10.2f ms\n", t.config.describe().c_str(), t.step_ms);
-    std::printf(
-        "steps to converge %lld (%zu configurations applied); tuned/best %.3f, "
-        "tuned/default %.3f, in place/fresh %.3f\n",
-        static_cast<long long>(t.converged_at), t.changes, tuned_fresh_ms / best_now_ms,
-        tuned_fresh_ms / default_now_ms, t.step_ms / tuned_fresh_ms);
+    std::printf("%s; tuned/best %.3f, tuned/default %.3f, in place/fresh %.3f\n",
+                t.convergence.summary.c_str(), tuned_fresh_ms / best_now_ms,
+                tuned_fresh_ms / default_now_ms, t.step_ms / tuned_fresh_ms);
     rows.push_back({{"row", "summary"},
                     {"sweep_default_ms", default_ms},
                     {"sweep_best_ms", best_ms},
@@ -249,12 +250,16 @@ Status run_autotune(const AutotuneOptions& o, const KnobSet& knobs) {
                     {"best_ms", best_now_ms},
                     {"tuned_ms", t.step_ms},
                     {"tuned_fresh_ms", tuned_fresh_ms},
-                    {"steps_to_converge", t.converged_at},
+                    {"converged", t.convergence.converged},
+                    {"steps_to_converge", t.convergence.converged ? nlohmann::json(t.converged_at)
+                                                                  : nlohmann::json(nullptr)},
                     {"tuned_threshold", t.config.threshold},
                     {"tuned_cycle_us", t.config.cycle_us},
                     {"tuned_bucket", t.config.bucket}});
-    if (!o.json_path.empty()) return write_json_rows(o.json_path, rows);
+    if (!o.json_path.empty()) KOLO_RETURN_IF_ERROR(write_json_rows(o.json_path, rows));
   }
+  // Every rank holds the same history, so every rank fails alike.
+  if (!t.convergence.converged) return Status::Timeout("autotune " + t.convergence.summary);
   return Status::Ok();
 }
 

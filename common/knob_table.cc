@@ -117,6 +117,19 @@ constexpr std::array<Knob, kKnobCount> kTable = {{
      .min = 1,
      .help = "a transfer that makes no progress this long fails; on mpi, an MPI call not "
              "complete after this long ends the job (MPI_Abort, exit code 62)"},
+    // One bound for every wait of the rendezvous, so that the user's `kolorun --timeout`
+    // reaches the ranks (issue 27): kolorun's own store connect and node gathering, each rank's
+    // store connect and knob agreement, and every backend's connect (BackendContext::
+    // connect_timeout). 5 min: nodes started by hand, one after another, still meet.
+    {.id = KnobId::kRendezvousTimeout,
+     .name = "KOLO_RENDEZVOUS_TIMEOUT",
+     .kind = kDuration,
+     .category = kCore,
+     .default_text = "5min",
+     .min = 1'000'000,                     // 1 ms: the waits are counted in milliseconds
+     .max = 7 * 24 * 3600 * kNsPerSecond,  // the store server's clamp (tcp_store_protocol.h)
+     .help = "how long the rendezvous waits: to connect to the store, for the other nodes and "
+             "ranks at start, for the backends' peers; kolorun's `--timeout` sets it"},
     {.id = KnobId::kLogLevel,
      .name = "KOLO_LOG_LEVEL",
      .kind = kChoice,

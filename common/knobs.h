@@ -51,6 +51,7 @@ enum class KnobId : int {
   kStallCheckTime,
   kStallShutdownTime,
   kOpTimeout,
+  kRendezvousTimeout,
   kLogLevel,
   kProcessSets,
   kHierarchicalAllreduce,

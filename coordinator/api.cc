@@ -195,10 +195,13 @@ Result<Job> read_job(int session) {
   set_log_rank(world.rank);
   if (world.rank == 0) log_knobs(*job.knobs);
   if (world.size > 1) {
-    KOLO_RETURN_IF_ERROR(coord::agree_on_job_knobs(
-        *world.store, session_prefix(session), world.rank, world.size,
-        coord::job_knobs_message(*job.knobs, {{KnobId::kCpuOperations, job.config.cpu_operations}}),
-        BackendContext{}.connect_timeout));
+    KOLO_RETURN_IF_ERROR(with_rendezvous_timeout_hint(
+        coord::agree_on_job_knobs(
+            *world.store, session_prefix(session), world.rank, world.size,
+            coord::job_knobs_message(*job.knobs,
+                                     {{KnobId::kCpuOperations, job.config.cpu_operations}}),
+            rendezvous_timeout(*job.knobs)),
+        *job.knobs));
   }
   return job;
 }
@@ -298,6 +301,13 @@ Status add_knob_process_sets(const KnobSet& knobs, coord::ProcessSetTable& sets)
   return Status::Ok();
 }
 
+// A backend that timed out connecting waited BackendContext::connect_timeout, which is
+// KOLO_RENDEZVOUS_TIMEOUT: its own message names only the field, so say which setting it was.
+// (Its other errors are no wait of the rendezvous.)
+Status connect_error(const Status& st, const KnobSet& knobs) {
+  return st.code() == StatusCode::kTimeout ? with_rendezvous_timeout_hint(st, knobs) : st;
+}
+
 }  // namespace
 
 Status init() {
@@ -306,12 +316,16 @@ Status init() {
   if (g.runtime) return Status::PreconditionFailed("kolo::init(): already initialised");
   KOLO_ASSIGN_OR_RETURN(Job job, read_job(g.session));
   World& world = job.launched.world;
-  KOLO_ASSIGN_OR_RETURN(Planes planes, connect_planes(job, g.session));
+  Result<Planes> connected = connect_planes(job, g.session);
+  if (!connected.ok()) return connect_error(connected.status(), *job.knobs);
+  Planes planes = std::move(*connected);
   std::shared_ptr<Store> quick = quick_store(*job.knobs, world);
   coord::RuntimeConfig config = job.config;
   std::shared_ptr<coord::Departures> departures =
       report_peers(job, quick, session_prefix(g.session), config);
-  KOLO_ASSIGN_OR_RETURN(GpuPlane gpu, connect_gpu_plane(job, g.session));
+  Result<GpuPlane> gpu_connected = connect_gpu_plane(job, g.session);
+  if (!gpu_connected.ok()) return connect_error(gpu_connected.status(), *job.knobs);
+  GpuPlane gpu = std::move(*gpu_connected);
   const coord::Topology topo{world.rank,       world.size,       world.local_rank,
                              world.local_size, world.cross_rank, world.cross_size};
   KOLO_ASSIGN_OR_RETURN(std::unique_ptr<coord::Runtime> created,

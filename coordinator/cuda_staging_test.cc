@@ -253,6 +253,7 @@ TEST_F(CudaRuntimeTest, ANcclOperationsSpansEndWhenTheGpuFinishedIt) {
   // (it has no ready event): its NCCL_ALLREDUCE span must last most of that work.
   BackendContext one;  // rank 0 of 1: no store
   one.knobs = &KnobSet::defaults();
+  one.connect_timeout = std::chrono::milliseconds(60000);
   one.op_timeout = std::chrono::milliseconds(60000);
   Result<std::unique_ptr<Backend>> nccl = create_backend("nccl", one);
   if (!nccl.ok()) GTEST_SKIP() << "no nccl backend here: " << nccl.status().to_string();

@@ -67,7 +67,7 @@ struct TcpBacking {
     server = std::move(s).value();
   }
   std::unique_ptr<Store> client() {
-    auto c = TcpStore::connect({"127.0.0.1", server->port()}, "store-test", 5s);
+    auto c = TcpStore::connect({"127.0.0.1", server->port()}, "store-test", 5s, 5s);
     EXPECT_TRUE(c.ok()) << c.status().to_string();
     return std::move(c).value();
   }

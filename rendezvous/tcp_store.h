@@ -101,13 +101,16 @@ class TcpStoreServer {
 class TcpStore : public Store {
  public:
   // Connects to address and authenticates with `secret` (the job secret, non-empty), retrying
-  // refused connections until connect_timeout passes (the server may still be starting).
+  // refused connections until connect_timeout passes (the server may still be starting); each
+  // later call that opens a connection retries as long. io_timeout: how long past its own wait
+  // a call waits for a reply. No defaults: a job's bounds are KOLO_RENDEZVOUS_TIMEOUT's
+  // (rendezvous_timeout() in world.h), kolorun's own client's are short (tools/kolorun/job.cc).
   // PeerFailure when the server and this process know different secrets (the message says
-  // which side refused); IoError naming the address and the last error otherwise.
-  static Result<std::unique_ptr<TcpStore>> connect(
-      const HostPort& address, std::string_view secret,
-      std::chrono::milliseconds connect_timeout = std::chrono::seconds(30),
-      std::chrono::milliseconds io_timeout = std::chrono::seconds(30));
+  // which side refused); IoError naming the address, connect_timeout and the last error
+  // otherwise.
+  static Result<std::unique_ptr<TcpStore>> connect(const HostPort& address, std::string_view secret,
+                                                   std::chrono::milliseconds connect_timeout,
+                                                   std::chrono::milliseconds io_timeout);
   ~TcpStore() override;
 
   Status set(const std::string& key, const std::string& value) override;

@@ -114,7 +114,7 @@ std::string frame(const std::string& body) {
 
 TEST(TcpStoreServer, MalformedFramesCloseOnlyThatClient) {
   auto server = start_server();
-  auto good = TcpStore::connect({"127.0.0.1", server->port()}, kSecret, 5s).value();
+  auto good = TcpStore::connect({"127.0.0.1", server->port()}, kSecret, 5s, 5s).value();
   ASSERT_TRUE(good->set("before", "1").ok());
 
   // Frames that are not sealed fail their tag first; these check that the server survives them
@@ -138,7 +138,7 @@ TEST(TcpStoreServer, MalformedFramesCloseOnlyThatClient) {
   }
   // The server still serves the existing client and new ones.
   EXPECT_EQ(good->get("before", 1s).value(), "1");
-  auto fresh = TcpStore::connect({"127.0.0.1", server->port()}, kSecret, 5s).value();
+  auto fresh = TcpStore::connect({"127.0.0.1", server->port()}, kSecret, 5s, 5s).value();
   ASSERT_TRUE(fresh->set("after", "2").ok());
   EXPECT_EQ(good->get("after", 1s).value(), "2");
 }
@@ -160,7 +160,7 @@ TEST(TcpStoreServer, WellFormedRequestWithBadKeyGetsAnErrorReplyNotAHangUp) {
 // The attack of issue 16: an outsider on the host reads and rewrites rendezvous keys.
 TEST(TcpStoreServer, UnauthenticatedGetAndSetAreRefused) {
   auto server = start_server();
-  auto member = TcpStore::connect({"127.0.0.1", server->port()}, kSecret, 5s).value();
+  auto member = TcpStore::connect({"127.0.0.1", server->port()}, kSecret, 5s, 5s).value();
   ASSERT_TRUE(member->set("kolo/s0/data/tcp/addr/0", "10.0.0.1:5000").ok());
 
   tcp_store::Request set{tcp_store::Op::kSet, {"kolo/s0/data/tcp/addr/0"}, "6.6.6.6:666", 0, 0};
@@ -180,14 +180,14 @@ TEST(TcpStoreServer, UnauthenticatedGetAndSetAreRefused) {
 
 TEST(TcpStore, AWrongSecretFailsOnBothSidesNamingTheCause) {
   auto server = start_server();
-  auto c = TcpStore::connect({"127.0.0.1", server->port()}, "another-job", 5s);
+  auto c = TcpStore::connect({"127.0.0.1", server->port()}, "another-job", 5s, 5s);
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), StatusCode::kPeerFailure);
   EXPECT_EQ(c.status().message(), "store at " + server->address() +
                                       " does not know this job's secret: it is another job's "
                                       "store, or KOLO_SECRET differs from the one its kolorun "
                                       "was given");
-  EXPECT_EQ(TcpStore::connect({"127.0.0.1", server->port()}, "", 5s).status().code(),
+  EXPECT_EQ(TcpStore::connect({"127.0.0.1", server->port()}, "", 5s, 5s).status().code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(TcpStoreServer::start("127.0.0.1", 0, "").status().code(),
             StatusCode::kInvalidArgument);
@@ -196,7 +196,7 @@ TEST(TcpStore, AWrongSecretFailsOnBothSidesNamingTheCause) {
 // A frame changed on the way or replayed closes the connection unanswered.
 TEST(TcpStoreServer, AlteredOrReplayedFramesAreRefused) {
   auto server = start_server();
-  auto member = TcpStore::connect({"127.0.0.1", server->port()}, kSecret, 5s).value();
+  auto member = TcpStore::connect({"127.0.0.1", server->port()}, kSecret, 5s, 5s).value();
   const std::string set =
       tcp_store::encode_request({tcp_store::Op::kSet, {"k"}, "member-value", 0, 0});
   {
@@ -240,7 +240,7 @@ TEST(TcpStoreServer, RandomBytesBeforeAndAfterTheHandshakeOnlyCloseThatConnectio
     EXPECT_LE(half.drain().size(), tcp_store::kChallengeBytes + tcp_store::kVerdictBytes);
     EXPECT_EQ(send_raw_and_drain(server->port(), random_bytes()), "");
   }
-  auto member = TcpStore::connect({"127.0.0.1", server->port()}, kSecret, 5s).value();
+  auto member = TcpStore::connect({"127.0.0.1", server->port()}, kSecret, 5s, 5s).value();
   ASSERT_TRUE(member->set("still", "serving").ok());
   EXPECT_EQ(member->get("still", 1s).value(), "serving");
 }
@@ -269,7 +269,7 @@ TEST(TcpStoreServer, HalfSentFramesCostWhatWasSentNotWhatWasAnnounced) {
     stalled.push_back(std::move(c));
   }
   // The server has read what was sent once a request on another connection is answered.
-  auto member = TcpStore::connect({"127.0.0.1", server->port()}, kSecret, 5s).value();
+  auto member = TcpStore::connect({"127.0.0.1", server->port()}, kSecret, 5s, 5s).value();
   ASSERT_TRUE(member->set("k", "v").ok());
   std::this_thread::sleep_for(100ms);
   const size_t grown = resident_bytes() - std::min(before, resident_bytes());
@@ -283,7 +283,7 @@ TEST(TcpStoreServer, ManyIdleConnectionsDoNotKeepAMemberOut) {
   auto server = start_server();
   std::vector<std::unique_ptr<RawClient>> idle;
   for (int i = 0; i < 200; ++i) idle.push_back(std::make_unique<RawClient>(server->port()));
-  auto member = TcpStore::connect({"127.0.0.1", server->port()}, kSecret, 5s);
+  auto member = TcpStore::connect({"127.0.0.1", server->port()}, kSecret, 5s, 5s);
   ASSERT_TRUE(member.ok()) << member.status().to_string();
   ASSERT_TRUE((*member)->set("k", "v").ok());
   EXPECT_EQ((*member)->get("k", 1s).value(), "v");
@@ -359,7 +359,7 @@ TEST(TcpStoreServer, MembersAuthenticatingDuringAFloodOfIdleConnections) {
   std::vector<std::unique_ptr<RawClient>> idle;
   for (int i = 0; i < 2 * static_cast<int>(tcp_store::kMaxUnauthenticated); ++i)
     idle.push_back(std::make_unique<RawClient>(port));
-  auto store = TcpStore::connect({"127.0.0.1", port}, kSecret, 5s);
+  auto store = TcpStore::connect({"127.0.0.1", port}, kSecret, 5s, 5s);
   ASSERT_TRUE(store.ok()) << store.status().to_string();
   ASSERT_TRUE((*store)->set("k", "v").ok());
   EXPECT_EQ((*store)->get("k", 1s).value(), "v");
@@ -449,7 +449,7 @@ TEST(TcpStoreProtocol, RequestsRoundTripAndTruncationsAreRejected) {
 TEST(TcpStore, ConnectToNothingFailsWithinTheTimeoutNamingTheAddress) {
   // Find a port nobody listens on: bind one, then close it.
   int port = start_server()->port();
-  auto c = TcpStore::connect({"127.0.0.1", port}, kSecret, 200ms);
+  auto c = TcpStore::connect({"127.0.0.1", port}, kSecret, 200ms, 200ms);
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), StatusCode::kIoError);
   EXPECT_NE(c.status().message().find("cannot connect to 127.0.0.1:" + std::to_string(port)),
@@ -466,7 +466,7 @@ TEST(TcpStore, ConnectWaitsForAServerThatStartsLate) {
     ASSERT_TRUE(s.ok()) << s.status().to_string();
     late = std::move(s).value();
   });
-  auto c = TcpStore::connect({"127.0.0.1", port}, kSecret, 10s);
+  auto c = TcpStore::connect({"127.0.0.1", port}, kSecret, 10s, 10s);
   t.join();
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   EXPECT_TRUE((*c)->set("k", "v").ok());
@@ -474,7 +474,7 @@ TEST(TcpStore, ConnectWaitsForAServerThatStartsLate) {
 
 TEST(TcpStore, ServerStopFailsAPendingWaitWithIoError) {
   auto server = start_server();
-  auto c = TcpStore::connect({"127.0.0.1", server->port()}, kSecret, 5s).value();
+  auto c = TcpStore::connect({"127.0.0.1", server->port()}, kSecret, 5s, 5s).value();
   std::thread t([&] {
     std::this_thread::sleep_for(50ms);
     server->stop();
@@ -494,7 +494,7 @@ TEST(TcpStore, ServerStopFailsAPendingWaitWithIoError) {
 TEST(TcpStore, AGetWithoutALimitWaitsForTheKey) {
   auto server = start_server();
   auto c = TcpStore::connect({"127.0.0.1", server->port()}, kSecret, 5s, 200ms).value();
-  auto other = TcpStore::connect({"127.0.0.1", server->port()}, kSecret, 5s).value();
+  auto other = TcpStore::connect({"127.0.0.1", server->port()}, kSecret, 5s, 5s).value();
   std::thread t([&] {
     std::this_thread::sleep_for(500ms);
     EXPECT_TRUE(other->set("late", "v").ok());

@@ -102,9 +102,26 @@ Result<World> world_from_knobs(const KnobSet& knobs) {
   if (hp.port == 0)
     return Status::InvalidArgument("KOLO_STORE_ADDR=" + addr +
                                    " is invalid: expected HOST:PORT with a port in 1..65535");
-  KOLO_ASSIGN_OR_RETURN(auto store, TcpStore::connect(hp, w.secret, std::chrono::seconds(30)));
-  w.store = std::move(store);
+  // The same bound for the connect and for each reply: a node 0 that never comes, or that
+  // stops answering, costs this rank what the user gave kolorun --timeout, not a constant.
+  const std::chrono::milliseconds bound = rendezvous_timeout(knobs);
+  auto store = TcpStore::connect(hp, w.secret, bound, bound);
+  if (!store.ok()) return with_rendezvous_timeout_hint(store.status(), knobs);
+  w.store = std::move(*store);
   return w;
+}
+
+std::chrono::milliseconds rendezvous_timeout(const KnobSet& knobs) {
+  return std::chrono::ceil<std::chrono::milliseconds>(knobs.duration(KnobId::kRendezvousTimeout));
+}
+
+Status with_rendezvous_timeout_hint(const Status& st, const KnobSet& knobs) {
+  if (st.code() != StatusCode::kTimeout && st.code() != StatusCode::kIoError) return st;
+  return Status(st.code(), st.message() + "; " +
+                               std::string(knob(KnobId::kRendezvousTimeout).name) + "=" +
+                               knobs.raw(knob(KnobId::kRendezvousTimeout)) +
+                               " bounds each wait of the rendezvous (kolorun --timeout DUR "
+                               "sets it)");
 }
 
 }  // namespace kolo

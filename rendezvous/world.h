@@ -33,10 +33,21 @@ bool launched_by_kolorun(const KnobSet& knobs);
 //   KOLO_SECRET                        the job secret; required (non-empty) when size > 1
 // Without KOLO_RANK (and with none of the others set) it returns a 1-rank world whose store is
 // an in-process MemoryStore and whose secret is random. With KOLO_STORE_ADDR it connects a
-// TcpStore (waiting up to 30 s for the server).
+// TcpStore, waiting for the server and then for each reply up to rendezvous_timeout(knobs); the
+// IoError then names KOLO_RENDEZVOUS_TIMEOUT and kolorun's --timeout, which set it.
 // Errors: InvalidArgument naming the variable, its value and the accepted form, e.g.
 //   "KOLO_RANK=4 is invalid: expected an integer in [0, KOLO_SIZE=4)"; IoError from connecting.
 Result<World> world_from_knobs(const KnobSet& knobs);
+
+// KOLO_RENDEZVOUS_TIMEOUT in whole milliseconds, rounded up (the registry's minimum is 1 ms): the
+// bound of every wait of the rendezvous (the store connect, the knob agreement, every backend's
+// connect through BackendContext::connect_timeout). kolorun's --timeout sets it for its ranks.
+std::chrono::milliseconds rendezvous_timeout(const KnobSet& knobs);
+
+// `st` with what bounded the wait that failed appended, for a Timeout or IoError of the
+// rendezvous: "...; KOLO_RENDEZVOUS_TIMEOUT=3s bounds each wait of the rendezvous (kolorun
+// --timeout DUR sets it)". Other statuses pass unchanged.
+Status with_rendezvous_timeout_hint(const Status& st, const KnobSet& knobs);
 
 // The store key under which kolorun records how rank `rank`'s process ended, once it has reaped
 // it: "exited with status 1", "was killed by signal 9 (SIGKILL)". Its peers wait for it to say

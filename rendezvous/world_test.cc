@@ -69,9 +69,49 @@ TEST(WorldFromKnobs, ReadsEveryVariableAndConnectsTheStore) {
   EXPECT_EQ(w->server, nullptr);
   ASSERT_TRUE(w->store->set("from/world", "x").ok());
   auto direct =
-      TcpStore::connect({"127.0.0.1", server->port()}, "00112233445566778899aabbccddeeff", 1s)
+      TcpStore::connect({"127.0.0.1", server->port()}, "00112233445566778899aabbccddeeff", 1s, 1s)
           .value();
   EXPECT_EQ(direct->get("from/world", 1s).value(), "x");
+}
+
+// Issue 27: with no store server at KOLO_STORE_ADDR, the connect gives up after
+// KOLO_RENDEZVOUS_TIMEOUT (kolorun's --timeout), not a constant, and says which setting it was.
+TEST(WorldFromKnobs, TheStoreConnectWaitsAsLongAsTheRendezvousTimeout) {
+  const int port = TcpStoreServer::start("127.0.0.1", 0, "s").value()->port();  // now closed
+  const std::string addr = "127.0.0.1:" + std::to_string(port);
+  const auto start = std::chrono::steady_clock::now();
+  auto w = world_of({{"KOLO_RANK", "1"},
+                     {"KOLO_SIZE", "2"},
+                     {"KOLO_STORE_ADDR", addr},
+                     {"KOLO_SECRET", "s"},
+                     {"KOLO_RENDEZVOUS_TIMEOUT", "400ms"}});
+  const auto waited = std::chrono::steady_clock::now() - start;
+  ASSERT_FALSE(w.ok());
+  EXPECT_EQ(w.status().code(), StatusCode::kIoError);
+  EXPECT_GE(waited, 390ms);  // the last attempt starts 10 ms before the deadline
+  EXPECT_LT(waited, 400ms + 3s);
+  const std::string& msg = w.status().message();
+  EXPECT_EQ(msg.rfind("store: cannot connect to " + addr + " within 400ms: ", 0), 0u) << msg;
+  const std::string hint =
+      "; KOLO_RENDEZVOUS_TIMEOUT=400ms bounds each wait of the rendezvous (kolorun --timeout DUR "
+      "sets it)";
+  ASSERT_GE(msg.size(), hint.size());
+  EXPECT_EQ(msg.substr(msg.size() - hint.size()), hint) << msg;
+}
+
+TEST(WorldFromKnobs, RendezvousTimeoutIsTheKnobInWholeMillisecondsRoundedUp) {
+  EXPECT_EQ(rendezvous_timeout(KnobSet::defaults()), 5min);  // the registry row's default
+  EXPECT_EQ(rendezvous_timeout(knobs_of({{"KOLO_RENDEZVOUS_TIMEOUT", "1500us"}})), 2ms);
+  EXPECT_EQ(rendezvous_timeout(knobs_of({{"KOLO_RENDEZVOUS_TIMEOUT", "20s"}})), 20000ms);
+  EXPECT_EQ(KnobSet::read({{"KOLO_RENDEZVOUS_TIMEOUT", "0"}}).status().message(),
+            "KOLO_RENDEZVOUS_TIMEOUT=0 is invalid: expected a duration with an optional unit (ns, "
+            "us, ms, s, min, h; none: seconds) in [1.0 ms, 604800.0 s], e.g. 5ms");
+  // Only the rendezvous's own failures get the hint.
+  const Status bad = Status::InvalidArgument("x");
+  EXPECT_EQ(with_rendezvous_timeout_hint(bad, KnobSet::defaults()).message(), "x");
+  EXPECT_EQ(with_rendezvous_timeout_hint(Status::Timeout("t"), KnobSet::defaults()).message(),
+            "t; KOLO_RENDEZVOUS_TIMEOUT=5min bounds each wait of the rendezvous (kolorun "
+            "--timeout DUR sets it)");
 }
 
 TEST(WorldFromKnobs, LocalAndCrossDefaultToOneNode) {

@@ -69,7 +69,7 @@ std::string announce(bool all_local, std::unique_ptr<TcpStoreServer>& server) {
 
 bool launched_by_mpirun() { return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr; }
 
-Result<World> world_from_mpi() {
+Result<World> world_from_mpi(const KnobSet& knobs) {
   KOLO_RETURN_IF_ERROR(ensure_mpi());
   World world;
   CommGuard comm, local, cross;
@@ -104,10 +104,13 @@ Result<World> world_from_mpi() {
   KOLO_ASSIGN_OR_RETURN(HostPort address,
                         parse_host_port(text.substr(3, space - 3), "rank 0's store address"));
   world.secret = text.substr(space + 1);
-  auto store = TcpStore::connect(address, world.secret);
+  const std::chrono::milliseconds bound = rendezvous_timeout(knobs);
+  auto store = TcpStore::connect(address, world.secret, bound, bound);
   if (!store.ok())
-    return store.status().with_context("mpi world: rank " + std::to_string(world.rank) +
-                                       " connecting to rank 0's rendezvous store");
+    return with_rendezvous_timeout_hint(
+        store.status().with_context("mpi world: rank " + std::to_string(world.rank) +
+                                    " connecting to rank 0's rendezvous store"),
+        knobs);
   world.store = std::move(store).value();
   return world;
 }

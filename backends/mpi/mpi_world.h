@@ -19,11 +19,12 @@ bool launched_by_mpirun();
 // - Rank 0 starts a TcpStoreServer (World::server) on 127.0.0.1 when every rank shares its
 //   node, otherwise on all interfaces, advertising its first non-loopback IPv4 address; it
 //   draws a random 128-bit secret. Address and secret reach the other ranks by MPI_Bcast, and
-//   every rank (0 included) connects a TcpStore client to the server.
+//   every rank (0 included) connects a TcpStore client to the server, waiting for it and for
+//   each reply up to rendezvous_timeout(knobs) (KOLO_RENDEZVOUS_TIMEOUT).
 // Errors: rank 0's failure to start the server is broadcast, so every rank returns the same
 // IoError instead of waiting; MPI failures return IoError with MPI's error text.
 // The returned World must outlive every backend built from its store; rank 0's World owns
 // the server, so rank 0 must keep it until all ranks are done with the store.
-Result<World> world_from_mpi();
+Result<World> world_from_mpi(const KnobSet& knobs);
 
 }  // namespace kolo

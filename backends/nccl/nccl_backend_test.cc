@@ -46,6 +46,7 @@ int visible_gpus() {
 BackendContext one_rank() {
   BackendContext ctx;  // rank 0 of 1: no store needed
   ctx.knobs = &KnobSet::defaults();
+  ctx.connect_timeout = std::chrono::milliseconds(20000);
   ctx.op_timeout = std::chrono::milliseconds(20000);
   return ctx;
 }

@@ -560,6 +560,7 @@ TEST(TcpChannelTest, ARelayBetweenTheRanksCannotCompleteTheHandshake) {
 
 TEST(TcpChannelTest, SingleRankNeedsNoStore) {
   BackendContext c;
+  c.connect_timeout = milliseconds(1000);
   c.op_timeout = milliseconds(1000);
   Result<std::unique_ptr<TcpChannel>> ch = connect_channel(c, default_options());
   ASSERT_TRUE(ch.ok()) << ch.status().to_string();
@@ -570,6 +571,7 @@ TEST(TcpChannelTest, BadContextIsInvalidArgument) {
   BackendContext c;
   c.size = 2;
   c.rank = 2;
+  c.connect_timeout = milliseconds(1000);
   c.op_timeout = milliseconds(1000);
   const ConnectOptions options = default_options();
   Result<std::unique_ptr<TcpChannel>> ch = connect_channel(c, options);
@@ -581,6 +583,10 @@ TEST(TcpChannelTest, BadContextIsInvalidArgument) {
   c.store_prefix = "x";
   MemoryStore store;
   c.store = &store;
+  c.connect_timeout = milliseconds(0);
+  EXPECT_EQ(connect_channel(c, options).status().message(),
+            "tcp: context.connect_timeout must be > 0 ms, got 0");
+  c.connect_timeout = milliseconds(1000);
   c.op_timeout = milliseconds(0);
   EXPECT_EQ(connect_channel(c, options).status().message(),
             "tcp: context.op_timeout must be > 0 ms, got 0");

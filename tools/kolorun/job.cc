@@ -22,7 +22,8 @@ namespace {
 
 // How long kolorun waits on node 0's store once the ranks run: to reconnect, for a reply, and
 // (node 0, after a failure) for the other nodes to finish. Node 0 gone or cut off then costs
-// seconds, not --timeout (which only bounds the nodes' gathering at start).
+// seconds, not --timeout (which only bounds the nodes' gathering at start, and node 0's wait for
+// the others to finish).
 constexpr std::chrono::seconds kStoreLossBound{2};
 
 // The secret must not be readable by other users: a file that is would leak it as surely as
@@ -69,12 +70,12 @@ Result<std::string> choose_secret(const LaunchOptions& o, const KnobSet& knobs) 
 }
 
 // Every node checks that it was started like node 0, then all wait for each other.
-Status gather_nodes(Store& store, const LaunchOptions& o) {
+Status gather_nodes(Store& store, const LaunchOptions& o, std::chrono::milliseconds timeout) {
   std::string shape = "nnodes=" + std::to_string(o.nnodes) + " np=" + std::to_string(o.np);
   if (o.node_rank == 0) {
     KOLO_RETURN_IF_ERROR(store.set("kolorun/shape", shape));
   } else {
-    auto theirs = store.get("kolorun/shape", o.timeout);
+    auto theirs = store.get("kolorun/shape", timeout);
     if (!theirs.ok())
       return theirs.status().with_context("waiting for node 0 at " + o.rdzv->to_string());
     if (*theirs != shape)
@@ -91,13 +92,14 @@ Status gather_nodes(Store& store, const LaunchOptions& o) {
   char host[256] = "?";
   ::gethostname(host, sizeof host - 1);
   KOLO_RETURN_IF_ERROR(store.set("kolorun/node/" + me + "/host", host));
-  return rendezvous_barrier(store, "kolorun/nodes", o.node_rank, o.nnodes, o.timeout, "node ranks");
+  return rendezvous_barrier(store, "kolorun/nodes", o.node_rank, o.nnodes, timeout, "node ranks");
 }
 
 }  // namespace
 
 Result<Job> setup_job(const LaunchOptions& o, const KnobSet& knobs) {
   Job job;
+  job.timeout = rendezvous_timeout(knobs);
   KOLO_ASSIGN_OR_RETURN(std::string secret, choose_secret(o, knobs));
   HostPort addr;
   if (o.nnodes == 1 && !o.rdzv) {
@@ -110,8 +112,12 @@ Result<Job> setup_job(const LaunchOptions& o, const KnobSet& knobs) {
       addr.port = job.server->port();
     }
     if (o.nnodes > 1) {
-      KOLO_ASSIGN_OR_RETURN(job.store, TcpStore::connect(addr, secret, o.timeout));
-      KOLO_RETURN_IF_ERROR(gather_nodes(*job.store, o));
+      // --timeout bounds the connect and each reply, as it does the ranks' (world.cc).
+      auto first = TcpStore::connect(addr, secret, job.timeout, job.timeout);
+      if (!first.ok()) return with_rendezvous_timeout_hint(first.status(), knobs);
+      job.store = std::move(*first);
+      KOLO_RETURN_IF_ERROR(
+          with_rendezvous_timeout_hint(gather_nodes(*job.store, o, job.timeout), knobs));
       KOLO_ASSIGN_OR_RETURN(job.store,
                             TcpStore::connect(addr, secret, kStoreLossBound, kStoreLossBound));
       job.watch = std::make_unique<FailureWatch>(*job.store, o.node_rank);
@@ -173,8 +179,8 @@ Status finish_job(Job& job, const LaunchOptions& o, bool failed) {
   // After a failure the others learn of it within a poll of their FailureWatch and stop their
   // ranks within the grace period; waiting longer would only delay this exit.
   const std::chrono::milliseconds bound =
-      failed ? std::min<std::chrono::milliseconds>(o.timeout, o.grace + kStoreLossBound)
-             : o.timeout;
+      failed ? std::min<std::chrono::milliseconds>(job.timeout, o.grace + kStoreLossBound)
+             : job.timeout;
   return rendezvous_barrier(*job.store, "kolorun/done", 0, o.nnodes, bound, "node ranks")
       .with_context("waiting for the other nodes to finish");
 }

@@ -21,6 +21,9 @@ struct Job {
   std::unique_ptr<ExitNotices> exits;      // how each rank of this node ended, for its peers
   std::vector<RankSpec> ranks;             // this node's processes
   std::unique_ptr<FailureWatch> watch;     // multi-node: failures between nodes
+  // --timeout (KOLO_RENDEZVOUS_TIMEOUT, rendezvous_timeout()): the nodes' gathering at start and
+  // node 0's wait for the others to finish. Each rank reads the same knob for its own waits.
+  std::chrono::milliseconds timeout{0};
 };
 
 // Single node without --rdzv: serves the store on 127.0.0.1 at an ephemeral port.

@@ -246,7 +246,7 @@ TEST(KolorunOptions, ParsesEveryFlag) {
   EXPECT_EQ(o->nnodes, 3);
   EXPECT_EQ(o->node_rank, 1);
   EXPECT_EQ(o->rdzv->to_string(), "h:29500");
-  EXPECT_EQ(o->timeout, 2000ms);
+  EXPECT_EQ(o->knob_flags.at("KOLO_RENDEZVOUS_TIMEOUT"), "2s");  // --timeout is its flag
   EXPECT_EQ(o->grace, 100ms);
   EXPECT_EQ(*o->secret, "abc");
   EXPECT_FALSE(o->tag_output);
@@ -269,7 +269,11 @@ TEST(KolorunOptions, RejectsBadFlagsNamingFlagValueAndForm) {
   EXPECT_EQ(parse_error({"-np", "2", "--bogus", "prog"}),
             "unknown option --bogus (kolorun --help lists the options)");
   EXPECT_EQ(parse_error({"-np", "2", "--timeout", "soon", "prog"}),
-            "--timeout soon is invalid: expected a duration such as 30s, 500ms or 2min");
+            "--timeout soon is invalid: expected a duration with an optional unit (ns, us, ms, s, "
+            "min, h; none: seconds) in [1.0 ms, 604800.0 s], e.g. 5ms");
+  EXPECT_EQ(parse_error({"-np", "2", "--timeout", "0", "prog"}),
+            "--timeout 0 is invalid: expected a duration with an optional unit (ns, us, ms, s, "
+            "min, h; none: seconds) in [1.0 ms, 604800.0 s], e.g. 5ms");
   EXPECT_EQ(parse_error({"-np", "2", "--nnodes", "2", "--node-rank", "2", "--rdzv", "h:1", "p"}),
             "--node-rank 2 is invalid: expected an integer in [0, --nnodes=2)");
   EXPECT_EQ(parse_error({"-np", "2", "--nnodes", "2", "p"}),
@@ -441,6 +445,8 @@ TEST(Kolorun, SetsTheWorldEnvironmentForEachRank) {
     EXPECT_EQ(e["KOLO_CROSS_SIZE"], "1");
     EXPECT_EQ(e["EXTRA"], "hello");
     EXPECT_EQ(e["KOLO_FUSION_THRESHOLD"], "1MiB");
+    // No --timeout: the ranks take the registry's default, as kolorun does.
+    EXPECT_EQ(e["KOLO_RENDEZVOUS_TIMEOUT"], "<unset>");
     // Compute threads: as many as the rank's CPU share, unless the caller chose.
     const char* chosen = std::getenv("OPENBLAS_NUM_THREADS");
     const std::vector<int> cpus = allowed_cpus();
@@ -462,7 +468,7 @@ TEST(Kolorun, SetsTheWorldEnvironmentForEachRank) {
     ++lines;
     EXPECT_TRUE(std::regex_search(l, std::regex(R"(^\[[0-2]\] )"))) << l;
   }
-  EXPECT_EQ(lines, 33);  // 11 variables x 3 ranks
+  EXPECT_EQ(lines, 36);  // 12 variables x 3 ranks
 }
 
 TEST(Kolorun, RanksBuildTheirWorldAndMeetThroughTheStore) {
@@ -967,6 +973,7 @@ TEST(Kolorun, TwoNodesOnLocalhostFormOneWorld) {
     EXPECT_EQ(e["KOLO_CROSS_SIZE"], "2");
     EXPECT_EQ(e["KOLO_STORE_ADDR"], rdzv);
     EXPECT_EQ(e["KOLO_SECRET"], "0123456789abcdef");
+    EXPECT_EQ(e["KOLO_RENDEZVOUS_TIMEOUT"], "20s");  // --timeout bounds the ranks' waits too
   }
 }
 
@@ -1117,7 +1124,7 @@ TEST(Kolorun, AForgedAbortFromAnOutsiderIsIgnored) {
   Proc n1(node(1));
   ::unsetenv("KOLO_SECRET");
   // The outsider guesses a secret: the store does not prove it back, so the client gives up.
-  auto guess = TcpStore::connect({"127.0.0.1", port}, "a-guess", 10s);
+  auto guess = TcpStore::connect({"127.0.0.1", port}, "a-guess", 10s, 10s);
   ASSERT_FALSE(guess.ok());
   EXPECT_EQ(guess.status().code(), StatusCode::kPeerFailure) << guess.status().to_string();
   // Or it skips the handshake and sends the request as the old protocol had it.
@@ -1129,6 +1136,55 @@ TEST(Kolorun, AForgedAbortFromAnOutsiderIsIgnored) {
   EXPECT_EQ(n1.err(), "");
 }
 
+// Issue 27: node 0's kolorun dies after the nodes met but before node 1's rank has connected to
+// its store. The rank gives up after the --timeout the user gave kolorun (3 s), not after a
+// constant 30 s, and its error names the bound and the setting that changes it.
+TEST(Kolorun, ARankWaitsForALostStoreAsLongAsTimeoutSays) {
+  SecretFile secret("s");
+  const std::string rdzv = "127.0.0.1:" + std::to_string(free_port());
+  const std::string go = secret.dir.path + "/go";
+  Proc n0(node_args(0, rdzv, secret.path, 1, {"--timeout", "3s", kChild, "sleep"}));
+  // Node 1's rank starts init(), and so its store connect, only once node 0 is gone.
+  Proc n1(node_args(1, rdzv, secret.path, 1,
+                    {"--timeout", "3s", "sh", "-c",
+                     "echo started; while [ ! -e " + go + " ]; do sleep 0.02; done; exec " +
+                         kKoloChild + " leave 0 0"}));
+  ASSERT_TRUE(n0.wait_for_stdout("sleeping pid=", 1, 20s)) << n0.out() << n0.err();
+  ASSERT_TRUE(n1.wait_for_stdout("started", 1, 20s)) << n1.out() << n1.err();
+  n0.signal(SIGKILL);
+  EXPECT_EQ(exit_code(n0.finish(20s)), -SIGKILL);
+  std::ofstream(go) << "";
+  const auto start = Clock::now();
+  EXPECT_EQ(exit_code(n1.finish(20s)), 65) << n1.err();  // kolorun_kolo_child's "init failed"
+  const auto waited = Clock::now() - start;
+  EXPECT_GT(waited, 2s) << n1.err();
+  EXPECT_LT(waited, 3s + 5s) << n1.err();
+  EXPECT_NE(n1.err().find("store: cannot connect to " + rdzv + " within 3s: "), std::string::npos)
+      << n1.err();
+  EXPECT_NE(n1.err().find("; KOLO_RENDEZVOUS_TIMEOUT=3s bounds each wait of the rendezvous "
+                          "(kolorun --timeout DUR sets it)"),
+            std::string::npos)
+      << n1.err();
+}
+
+// The ranks' own waits follow --timeout too: rank 1 never calls init(), so rank 0's comparison
+// of the job-wide knobs (the first wait after its store connect) gives up after 1 s, not 30 s,
+// naming the setting.
+TEST(Kolorun, ARanksInitWaitsForItsPeersAsLongAsTimeoutSays) {
+  const auto start = Clock::now();
+  Proc p({kKolorun, "--timeout", "1s", "-np", "2", "sh", "-c",
+          "if [ \"$KOLO_RANK\" = 0 ]; then exec " + kKoloChild + " leave 9 0; fi; exec sleep 60"});
+  EXPECT_EQ(exit_code(p.finish(20s)), 65) << p.err();  // kolorun_kolo_child's "init failed"
+  const auto waited = Clock::now() - start;
+  EXPECT_GT(waited, 900ms) << p.err();
+  EXPECT_LT(waited, 1s + 5s) << p.err();
+  EXPECT_NE(p.err().find("[0] init: Timeout: "), std::string::npos) << p.err();
+  EXPECT_NE(p.err().find("; KOLO_RENDEZVOUS_TIMEOUT=1s bounds each wait of the rendezvous "
+                         "(kolorun --timeout DUR sets it)"),
+            std::string::npos)
+      << p.err();
+}
+
 TEST(Kolorun, AMissingNodeTimesOutNamingIt) {
   std::string rdzv = "127.0.0.1:" + std::to_string(free_port());
   SecretFile secret("s");
@@ -1136,7 +1192,9 @@ TEST(Kolorun, AMissingNodeTimesOutNamingIt) {
           secret.path, "--timeout", "300ms", "-np", "1", kChild, "env"});
   EXPECT_EQ(exit_code(p.finish()), 1);
   EXPECT_EQ(p.err(),
-            "kolorun: rendezvous timed out after 300ms: node ranks 1, 2 of 3 never arrived\n");
+            "kolorun: rendezvous timed out after 300ms: node ranks 1, 2 of 3 never arrived; "
+            "KOLO_RENDEZVOUS_TIMEOUT=300ms bounds each wait of the rendezvous (kolorun --timeout "
+            "DUR sets it)\n");
   EXPECT_EQ(p.out(), "");
 }
 

@@ -143,8 +143,10 @@ Result<bool> OptionParser::parse_shape_flag() {
 Result<bool> OptionParser::parse_run_flag() {
   std::string v;
   KOLO_ASSIGN_OR_RETURN(bool m, take("--timeout", v));
-  if (m) {
-    KOLO_ASSIGN_OR_RETURN(o_.timeout, parse_ms("--timeout", v));
+  if (m) {  // kolorun's older name of --rendezvous-timeout: one knob bounds both sides' waits
+    const Knob& k = knob(KnobId::kRendezvousTimeout);
+    KOLO_RETURN_IF_ERROR(parse_knob(k, v, "--timeout").status());
+    o_.knob_flags[std::string(k.name)] = v;
     return true;
   }
   KOLO_ASSIGN_OR_RETURN(m, take("--grace", v));
@@ -324,8 +326,9 @@ default to the size of that share, so that the ranks do not oversubscribe the no
                          same -np N (per node) or --np-total T (the job's)
   --node-rank K          this node's rank in [0, M) (default 0); global rank = K*N + local rank
   --rdzv HOST:PORT       store address: node 0 serves it, the others connect (required if M > 1)
-  --timeout DUR          how long nodes wait for each other at start and after a success
-                         (default 5min); once ranks run, a lost node 0 costs seconds
+  --timeout DUR          how long nodes, and then their ranks, wait for each other at start
+                         and nodes after a success: --rendezvous-timeout (below) by its older
+                         name; once ranks run, a lost node 0 costs kolorun seconds
   --secret-file PATH     read the job secret from PATH (mode 600: others must not read it)
   --secret S             job secret on the command line, visible to every user in the process
                          list: prefer --secret-file or $KOLO_SECRET (default: $KOLO_SECRET;

@@ -24,15 +24,16 @@ struct LaunchOptions {
   int nnodes = 1;                // nodes in the job
   int node_rank = 0;             // this node, in [0, nnodes)
   std::optional<HostPort> rdzv;  // store address; required when nnodes > 1
-  std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // node rendezvous
   std::chrono::milliseconds grace{3000};   // SIGTERM -> SIGKILL delay when stopping ranks
   std::optional<std::string> secret;       // --secret (KOLO_SECRET is consulted later)
   std::optional<std::string> secret_file;  // --secret-file PATH (read by setup_job)
   bool tag_output = true;
-  BindTo bind_to = BindTo::kAuto;                 // --bind-to (cpu_binding.h)
-  std::map<std::string, std::string> env;         // -x VAR=VALUE
-  std::map<std::string, std::string> knob_flags;  // KOLO_* name -> value, from the knob flags
-  std::vector<std::string> command;               // cmd args...
+  BindTo bind_to = BindTo::kAuto;          // --bind-to (cpu_binding.h)
+  std::map<std::string, std::string> env;  // -x VAR=VALUE
+  // KOLO_* name -> value, from the knob flags; --timeout is KOLO_RENDEZVOUS_TIMEOUT's, so that
+  // the ranks' waits follow the bound the user gave kolorun's (rendezvous_timeout()).
+  std::map<std::string, std::string> knob_flags;
+  std::vector<std::string> command;  // cmd args...
   bool help = false;
   PrintConfig print_config = PrintConfig::kNo;
 };

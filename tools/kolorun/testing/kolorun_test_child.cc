@@ -34,9 +34,10 @@ void mark_ready() {
 int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "env") {
-    for (const char* v : {"KOLO_RANK", "KOLO_SIZE", "KOLO_LOCAL_RANK", "KOLO_LOCAL_SIZE",
-                          "KOLO_CROSS_RANK", "KOLO_CROSS_SIZE", "KOLO_STORE_ADDR", "KOLO_SECRET",
-                          "KOLO_FUSION_THRESHOLD", "EXTRA", "OPENBLAS_NUM_THREADS"}) {
+    for (const char* v :
+         {"KOLO_RANK", "KOLO_SIZE", "KOLO_LOCAL_RANK", "KOLO_LOCAL_SIZE", "KOLO_CROSS_RANK",
+          "KOLO_CROSS_SIZE", "KOLO_STORE_ADDR", "KOLO_SECRET", "KOLO_FUSION_THRESHOLD",
+          "KOLO_RENDEZVOUS_TIMEOUT", "EXTRA", "OPENBLAS_NUM_THREADS"}) {
       const char* val = std::getenv(v);
       std::printf("%s=%s\n", v, val ? val : "<unset>");
     }
