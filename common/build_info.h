@@ -23,8 +23,4 @@ std::span<const std::string_view> built_backends();
 // registry (all_knobs(), retired_knobs()) appends them to the core's; ask it, not this.
 std::span<const BackendKnobs> built_backend_knobs();
 
-// Whether the build has CUDA (cmake/kolo_options.cmake). Which backends it has is
-// built_backends()'s business.
-bool built_with_cuda();
-
 }  // namespace kolo
