@@ -167,6 +167,16 @@ constexpr std::array<Knob, kKnobCount> kTable = {{
      .help = "allgather in three stages on jobs of several hosts: within each host, one shard "
              "of each host's data across hosts per local rank, within each host again; "
              "`1` needs the same number of ranks on every host"},
+    {.id = KnobId::kElasticResetLimit,
+     .name = "KOLO_ELASTIC_RESET_LIMIT",
+     .kind = kInteger,
+     .category = kCore,
+     .scope = kRank,
+     .default_text = "100",
+     .min = 0,
+     .max = INT_MAX,
+     .help = "how many times kolo::elastic::run() re-forms the world before it gives up and "
+             "returns the failure (an elastic job, kolorun --min-np/--max-np)"},
     // The autotuner (coordinator/autotune.h). Each range bounds one searched dimension; a
     // minimum above its maximum is an error at init (config_from_knobs).
     {.id = KnobId::kAutotune,
@@ -310,6 +320,13 @@ constexpr std::array<Knob, kKnobCount> kTable = {{
      .kind = kText,
      .category = kLauncher,
      .help = "the job's shared secret"},
+    {.id = KnobId::kElasticWorker,
+     .name = "KOLO_ELASTIC_WORKER",
+     .kind = kInteger,
+     .category = kLauncher,
+     .max = INT64_MAX,
+     .help = "this process's worker id in an elastic job, instead of KOLO_RANK (Note [Elastic "
+             "rendezvous] in rendezvous/elastic_plan.h)"},
 }};
 
 constexpr bool in_id_order() {

@@ -56,6 +56,7 @@ enum class KnobId : int {
   kProcessSets,
   kHierarchicalAllreduce,
   kHierarchicalAllgather,
+  kElasticResetLimit,
   // autotuner (issue 11)
   kAutotune,
   kAutotuneLog,
@@ -79,6 +80,7 @@ enum class KnobId : int {
   kCrossSize,
   kStoreAddr,
   kSecret,
+  kElasticWorker,
   kCount  // not a knob: the number of core rows, and the `id` of a backend's row
 };
 // The number of core rows (KnobIds); all_knobs() holds these and then the backends' rows.

@@ -24,6 +24,8 @@ std::string_view status_code_name(StatusCode code) {
       return "Mismatch";
     case StatusCode::kInternal:
       return "Internal";
+    case StatusCode::kWorldChanged:
+      return "WorldChanged";
   }
   return "Unknown";
 }

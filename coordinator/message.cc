@@ -207,7 +207,7 @@ Response read_response(Reader& r) {
   p.rank_dims = r.ints("rank dims");
   p.joined = r.ints32("joined");
   p.error_code =
-      r.enumeration<StatusCode>("error code", static_cast<int>(StatusCode::kInternal) + 1);
+      r.enumeration<StatusCode>("error code", static_cast<int>(StatusCode::kWorldChanged) + 1);
   p.error = r.str("error");
   return p;
 }

@@ -85,7 +85,7 @@ Status share_root_outcome(const std::string& name, const Status& root_status, in
   }
   if (is_root) return root_status;
   const bool known_code = header[1] > static_cast<int32_t>(StatusCode::kOk) &&
-                          header[1] <= static_cast<int32_t>(StatusCode::kInternal);
+                          header[1] <= static_cast<int32_t>(StatusCode::kWorldChanged);
   const StatusCode code = known_code ? static_cast<StatusCode>(header[1]) : StatusCode::kIoError;
   const std::string of_set = process_set.is_global() ? "" : " of " + process_set.to_string();
   return Status(code, what + " on root rank " + std::to_string(root) + of_set + ": " + message);

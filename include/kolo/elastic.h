@@ -1,20 +1,26 @@
-// Elastic training, part 1: the State a rank needs to continue after the world changes
-// (docs/elastic.md). A State names the caller's memory (tensors, byte strings, counters);
-// commit() snapshots it in host memory, restore() rolls it back to the last commit, and sync()
-// makes every rank equal to the rank with the newest commit.
+// Elastic training (docs/elastic.md): a job that goes on when a rank is lost or added.
+//
+// A State names what a rank needs to continue, in the caller's memory (tensors, byte strings,
+// counters); commit() snapshots it in host memory, restore() rolls it back to the last commit,
+// sync() makes every rank equal to the rank with the newest commit. run(state, fn) calls fn and,
+// when the world changes under it (a rank lost, ranks added by kolorun), re-forms the world
+// without restarting this process, restores and syncs the State, and calls fn again:
 //
 //   kolo::elastic::State state;
 //   KOLO_RETURN_IF_ERROR(state.add_tensor("fc1.weight", kolo::view_of(w.data(), {512, 784})));
 //   KOLO_RETURN_IF_ERROR(state.add_counter("step", &step));
-//   KOLO_RETURN_IF_ERROR(state.sync());  // every rank starts from the same values
-//   for (; step < steps; ++step) {
-//     train_one_step();
-//     if (step % 10 == 0) KOLO_RETURN_IF_ERROR(state.commit());
-//   }
+//   KOLO_RETURN_IF_ERROR(kolo::elastic::run(state, [&]() -> kolo::Status {
+//     for (; step < steps; ++step) {
+//       KOLO_RETURN_IF_ERROR(train_one_step());        // a lost rank: PeerFailure
+//       if (step % 10 == 0) KOLO_RETURN_IF_ERROR(state.commit());  // ranks added: WorldChanged
+//     }
+//     return kolo::Status::Ok();
+//   }));
 //
-// What comes next (issue 27, items 2-3): kolo::elastic::run(state, fn) re-forms the world when a
-// rank is lost or added, then calls restore() and sync() on this State and calls fn again. A
-// State outlives shutdown() and init(): its snapshot is host memory of its own.
+// A job is elastic when kolorun starts it so (`kolorun -np 4 --min-np 2 --max-np 6 ...`): each
+// process is then a worker whose rank belongs to a generation of the world (Note [Elastic
+// rendezvous] in rendezvous/elastic_plan.h). Elsewhere run() calls fn once and the State works
+// as in a fixed job.
 //
 // Contract shared by the members:
 // - Ownership. The State borrows what is registered: the caller keeps each tensor's memory, byte
@@ -28,15 +34,16 @@
 //   them, in the same order as its other collectives, and every rank registers the same keys
 //   with the same kinds, dtypes and shapes (byte strings may differ in length). They run on the
 //   global process set under the names "elastic.<name>.*". Later commits and restore() are
-//   local: no communication. After the world changes (shutdown() and init()), call sync()
-//   before the next commit(): a State created on a new rank would otherwise run its first,
-//   collective commit alone (run() will do this).
+//   local copies; in an elastic job each commit() also asks, collectively, whether the launcher
+//   has a newer world waiting (check_world()). After the world changes, sync() runs before the
+//   next commit(): run() does this.
 // - Errors. Status, never an exception. A failed call changes neither the snapshot nor the
 //   registered memory (sync() receives into a buffer of its own and writes back only once
 //   every transfer succeeded), so restore() after a failure still returns the last commit.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -78,11 +85,13 @@ class State {
   Status add_counter(std::string key, int64_t* counter);
 
   // Snapshots every registered entry in host memory, replacing the previous snapshot: a copy of
-  // the registered bytes, no communication (docs/elastic.md gives its cost). The first commit also
-  // checks, with one allgather, that every rank registered the same keys, kinds, dtypes and shapes.
+  // the registered bytes (docs/elastic.md gives its cost). The first commit also checks, with one
+  // allgather, that every rank registered the same keys, kinds, dtypes and shapes. In an elastic
+  // job it then calls check_world(): WorldChanged on every rank, with the snapshot taken, when
+  // the launcher has ranks to add (run() re-forms the world and calls fn again).
   // Errors: PreconditionFailed before kolo::init(); Mismatch naming the first key that differs,
   // what each rank registered and which ranks (alike on every rank; nothing is committed,
-  // registration stays open); the allgather's errors.
+  // registration stays open); the collectives' errors; WorldChanged as above.
   Status commit();
 
   // Writes the last commit back into the registered memory. Local. Errors: PreconditionFailed
@@ -105,9 +114,55 @@ class State {
   // rank's count.
   int64_t commits() const;
 
+  // Called by run() on every rank after each re-forming of the world, once the State is synced
+  // and before fn is called again, in the order added: what depends on the world's size (a
+  // learning rate scaled by it, a sampler's shard) is rebuilt here. A callback's error ends
+  // run() with it.
+  void on_reset(std::function<Status()> callback);
+
  private:
   std::unique_ptr<detail::StateImpl> impl_;
 };
+
+// Whether this process is a worker of an elastic job (kolorun set KOLO_ELASTIC_WORKER).
+bool enabled();
+
+// The generation of the world this rank is in (0 the first, counted by kolorun); -1 when the
+// job is not elastic or Kolo is not initialised.
+int64_t generation();
+
+// Collective over the global process set, every rank alike: WorldChanged on every rank when the
+// launcher has published a newer world (ranks to add) than this rank's, else Ok. Rank 0 reads
+// one store key and broadcasts it: cheap, but a round trip (docs/elastic.md). Not elastic: Ok
+// without communication. State::commit() calls it; a loop without a State may too.
+Status check_world();
+
+// Whether run() answers `st` (fn's failure) by re-forming the world: WorldChanged, PeerFailure,
+// and any failure once this rank's Kolo has stopped because its world broke. Other failures (a
+// bad argument, ranks that disagree) end run() with them.
+bool is_world_change(const Status& st);
+
+// Leaves the current world and joins the next one: kolo::shutdown(), then kolo::init(), which
+// waits (KOLO_RENDEZVOUS_TIMEOUT) for the newest generation that names this worker, asking
+// kolorun for a new one when the world broke and none is newer. Errors: PreconditionFailed when
+// the job is not elastic; PeerFailure with kolorun's message when the job cannot go on (fewer
+// ranks than --min-np); init()'s errors.
+Status reform();
+
+struct RunOptions {
+  // How many times run() re-forms the world before it gives up and returns the failure;
+  // negative: KOLO_ELASTIC_RESET_LIMIT.
+  int reset_limit = -1;
+};
+
+// Syncs `state` (every rank, a joining one included, starts from the newest commit), then calls
+// fn. When fn fails with a world change (is_world_change) in an elastic job: reform(), then
+// state.restore() (nothing to roll back after WorldChanged: commit() had just run) and
+// state.sync(), then the State's on_reset callbacks, then fn again, up to the reset limit.
+// Returns fn's Ok, fn's other failures as they are, or the failure that ended the job, its
+// context saying how many times the world was re-formed. Not elastic: one call of fn after the
+// sync. Call it after kolo::init(), on every rank, with the same State.
+Status run(State& state, const std::function<Status()>& fn, const RunOptions& options = {});
 
 }  // namespace kolo::elastic
 #pragma GCC visibility pop

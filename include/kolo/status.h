@@ -26,6 +26,7 @@ enum class StatusCode {
   kAborted,             // cancelled, e.g. by shutdown with pending operations
   kMismatch,            // ranks disagree about an operation (shape, dtype, op, ...)
   kInternal,            // an invariant broke: a bug in Kolo
+  kWorldChanged,        // elastic: the launcher formed a new world (kolo/elastic.h); re-form
 };
 
 std::string_view status_code_name(StatusCode code);
@@ -49,6 +50,9 @@ class [[nodiscard]] Status {
   static Status Aborted(std::string msg) { return {StatusCode::kAborted, std::move(msg)}; }
   static Status Mismatch(std::string msg) { return {StatusCode::kMismatch, std::move(msg)}; }
   static Status Internal(std::string msg) { return {StatusCode::kInternal, std::move(msg)}; }
+  static Status WorldChanged(std::string msg) {
+    return {StatusCode::kWorldChanged, std::move(msg)};
+  }
 
   bool ok() const { return state_ == nullptr; }
   StatusCode code() const { return state_ ? state_->code : StatusCode::kOk; }
