@@ -78,6 +78,7 @@ class ElasticSupervisor {
   int64_t next_id_ = 0;
   int target_ = 0;  // workers wanted: -np, then the discovered slots within the bounds
   bool warned_other_hosts_ = false;
+  std::string last_discovery_warning_;  // the failure of the last run, if it failed
   int interrupted_by_ = 0;
   bool end_said_ = false;
   std::optional<Clock::time_point> end_term_at_;  // ended: SIGTERM to whoever is left then
@@ -191,10 +192,14 @@ void ElasticSupervisor::apply_discovery() {
   std::optional<Result<std::vector<HostSlots>>> found = o_.discovery->take();
   if (!found) return;
   if (!found->ok()) {
-    if (found->status().code() != StatusCode::kAborted)
-      say("warning: " + found->status().message() + "; the workers stay as they are");
+    // Said once while it lasts: a script that stays broken must not flood the output.
+    const std::string& why = found->status().message();
+    if (found->status().code() != StatusCode::kAborted && why != last_discovery_warning_)
+      say("warning: " + why + "; the workers stay as they are");
+    last_discovery_warning_ = why;
     return;
   }
+  last_discovery_warning_.clear();
   const LocalShare share = local_share(**found, o_.host);
   if (!share.other_hosts.empty() && !warned_other_hosts_) {
     warned_other_hosts_ = true;
@@ -234,7 +239,7 @@ void ElasticSupervisor::drive(Clock::time_point now) {
   if (plan.generation > generation_said_) {
     generation_said_ = plan.generation;
     say("generation " + std::to_string(plan.generation) + ": " + std::to_string(plan.size()) +
-        " ranks, workers " + plan.workers_text());
+        (plan.size() == 1 ? " rank, worker " : " ranks, workers ") + plan.workers_text());
   }
   if (driver_.end_message() && !end_said_) {
     end_said_ = true;

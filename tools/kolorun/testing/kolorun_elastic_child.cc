@@ -7,9 +7,12 @@
 //           newer one, as ranks do at each commit; when kEndKey appears, print "end: MESSAGE" and
 //           exit 3. Settings (W a worker id):
 //     exit=W:S    worker W exits with status S once it has joined its first generation
+//     fail-from=W:S  every worker from W on exits with status S once it has joined its first
+//                 generation (replacements included)
 //     kill=W      worker W kills itself with SIGKILL once it has joined its first generation
 //     ask=W       worker W asks for a new generation (reform_key) once it has joined generation 0
 //     done=A,B,C  exit 0 once joined a generation whose workers are exactly A, B, C
+//     until=G     exit 0 once joined generation G or a newer one
 #include <signal.h>
 #include <unistd.h>
 
@@ -91,10 +94,16 @@ class Worker {
         plan.workers_text() + ")");
     const std::string me = std::to_string(id_);
     if (settings_.count("done") && settings_["done"] == compact(plan)) std::exit(0);
+    if (settings_.count("until") && plan.generation >= std::atoll(settings_["until"].c_str()))
+      std::exit(0);
     if (first_) {
       first_ = false;
       const std::string exit = settings_.count("exit") ? settings_["exit"] : "";
       if (exit.rfind(me + ":", 0) == 0) std::exit(std::atoi(exit.c_str() + me.size() + 1));
+      const std::string from = settings_.count("fail-from") ? settings_["fail-from"] : "";
+      const size_t colon = from.find(':');
+      if (colon != std::string::npos && id_ >= std::atoll(from.substr(0, colon).c_str()))
+        std::exit(std::atoi(from.c_str() + colon + 1));
       if (settings_.count("kill") && settings_["kill"] == me) ::raise(SIGKILL);
     }
     if (plan.generation == 0 && settings_.count("ask") && settings_["ask"] == me)
