@@ -21,7 +21,7 @@ Status ElasticDriver::start(const std::vector<std::pair<int64_t, std::string>>& 
   return publish(0, workers);
 }
 
-void ElasticDriver::add_worker(int64_t worker, std::string host, Clock::time_point) {
+void ElasticDriver::add_worker(int64_t worker, std::string host) {
   Worker& w = workers_[worker];
   w.host = std::move(host);
   w.state = WorkerState::kStarting;

@@ -66,7 +66,7 @@ class ElasticDriver {
 
   // A worker kolorun started after generation 0 (a replacement, a new slot): starting until its
   // ready key appears. Its id must be new.
-  void add_worker(int64_t worker, std::string host, Clock::time_point now);
+  void add_worker(int64_t worker, std::string host);
 
   // The worker's process ended: `how` is exit_text() ("exited with status 1"); `clean`: it
   // exited 0; `stopped`: kolorun stopped it (fewer slots, the job's end), not a failure.

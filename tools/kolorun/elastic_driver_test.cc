@@ -92,8 +92,8 @@ TEST_F(ElasticDriverTest, OnlyARequestOfTheNewestGenerationReforms) {
 TEST_F(ElasticDriverTest, ReadyWorkersJoinAfterTheMembersAndStartingOnesAreWaitedForABatch) {
   start(2, {.min_np = 1, .max_np = 5, .blacklist_after = 3, .join_batch = 500ms});
   const auto t0 = Clock::now();
-  driver_->add_worker(2, "localhost", t0);
-  driver_->add_worker(3, "localhost", t0);
+  driver_->add_worker(2, "localhost");
+  driver_->add_worker(3, "localhost");
   step(t0);
   EXPECT_EQ(published_generation(), 0);  // not ready yet
   EXPECT_EQ(driver_->state_of(2), WorkerState::kStarting);
@@ -114,7 +114,7 @@ TEST_F(ElasticDriverTest, ReadyWorkersJoinAfterTheMembersAndStartingOnesAreWaite
 TEST_F(ElasticDriverTest, AGenerationSmallerThanMinNpWaitsForTheReplacement) {
   start(3, {.min_np = 3, .max_np = 3});
   driver_->on_exit(0, false, kKill, false);
-  driver_->add_worker(3, "localhost", Clock::now());  // --respawn's replacement
+  driver_->add_worker(3, "localhost");  // --respawn's replacement
   step();
   EXPECT_EQ(published_generation(), 0);  // 2 ready, 3 live: wait
   EXPECT_FALSE(driver_->end_message());
@@ -163,7 +163,7 @@ TEST_F(ElasticDriverTest, AHostIsBlacklistedAfterItsWorkersFailedKTimes) {
 TEST_F(ElasticDriverTest, NoMoreThanMaxNpLiveWorkers) {
   start(2, {.min_np = 1, .max_np = 3});
   EXPECT_TRUE(driver_->may_start_on("localhost"));
-  driver_->add_worker(2, "localhost", Clock::now());
+  driver_->add_worker(2, "localhost");
   EXPECT_EQ(driver_->live_count(), 3);
   EXPECT_FALSE(driver_->may_start_on("localhost"));
 }
@@ -194,6 +194,26 @@ TEST_F(ElasticDriverTest, AFailureAfterAMemberFinishedEndsTheJob) {
             "(exited with status 0), and a finishing job is not re-formed: lost worker 2 (rank 2 "
             "of generation 0, was killed by signal 9 (SIGKILL)); survivors: worker 1 (rank 1)");
   EXPECT_EQ(published_generation(), 0);
+}
+
+TEST_F(ElasticDriverTest, AMemberKolorunStoppedLeavesEvenWhenItExitsZero) {
+  start(3, {.min_np = 1, .max_np = 3});
+  // A SIGTERM handler that exits 0: a departure, not the job finishing.
+  driver_->on_exit(2, /*clean=*/true, "exited with status 0", /*stopped=*/true);
+  step();
+  EXPECT_EQ(members(1), (std::vector<int64_t>{0, 1}));
+  EXPECT_TRUE(driver_->may_start_on("localhost"));
+  EXPECT_FALSE(driver_->blacklisted("localhost"));
+}
+
+TEST_F(ElasticDriverTest, AJoinerThatExitsBeforeItIsNamedIsNotInTheNextGeneration) {
+  start(2, {.min_np = 1, .max_np = 4});
+  driver_->add_worker(2, "localhost");
+  ASSERT_TRUE(store_.set(ep::ready_key(2), "1").ok());
+  driver_->on_exit(2, false, "exited with status 1", false);
+  step();
+  EXPECT_EQ(published_generation(), 0);  // nothing to re-form: no member left
+  EXPECT_EQ(driver_->state_of(2), WorkerState::kExited);
 }
 
 TEST(JoinAnd, ListsLikeASentence) {

@@ -116,7 +116,7 @@ Status ElasticSupervisor::spawn_worker(int64_t id) {
 
 void ElasticSupervisor::start_new_worker() {
   const int64_t id = next_id_++;
-  driver_.add_worker(id, o_.host, Clock::now());
+  driver_.add_worker(id, o_.host);
   Status s = spawn_worker(id);
   if (s.ok()) return;
   say(s.message());

@@ -122,6 +122,22 @@ TEST(KolorunElastic, AFailedWorkerLeavesTheSurvivorsTheNextGeneration) {
   EXPECT_NE(p.err().find("kolorun: generation 1: 3 ranks, workers 0, 1, 3\n"), std::string::npos);
 }
 
+// The issue's goal: the survivors of a kill train again within a second.
+TEST(KolorunElastic, SurvivorsOfAKillAreInTheNextGenerationWithinASecond) {
+  Proc p(kolorun({"-np", "3", "--min-np", "2"}, {"follow", "until=1"}));
+  ASSERT_TRUE(p.wait_for_stdout("joined generation 0", 3, 20s)) << p.out();
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(p.out(), m, std::regex(R"(\[1\] pid (\d+)\n)"))) << p.out();
+  const auto killed = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(std::stoi(m[1]), SIGKILL), 0);
+  ASSERT_TRUE(p.wait_for_stdout("joined generation 1 as rank", 2, 20s)) << p.out();
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, 1s);
+  EXPECT_EQ(exit_code(p.finish(20s)), 0) << p.err();
+  EXPECT_NE(p.out().find("[2] joined generation 1 as rank 1 of 2 (workers 0, 2)\n"),
+            std::string::npos)
+      << p.out();
+}
+
 TEST(KolorunElastic, RespawnStartsAReplacementThatJoinsALaterGeneration) {
   Proc p(kolorun({"-np", "3", "--min-np", "2", "--respawn"}, {"follow", "exit=1:1", "done=0,2,3"}));
   EXPECT_EQ(exit_code(p.finish(20s)), 0) << p.err();

@@ -2,7 +2,8 @@
 // protocol (rendezvous/elastic_plan.h) directly over rendezvous::TcpStore, without the library,
 // so that kolorun's side is tested alone. Usage: kolorun_elastic_child MODE [SETTING...]
 //   env     print KOLO_ELASTIC_WORKER and the world variables a worker must not have, exit 0
-//   follow  join the newest generation that names this worker (setting its ready key while not
+//   follow  print "pid P", join the newest generation that names this worker (setting its ready key
+//   while not
 //           named), print "joined generation G as rank R of S (workers A, B)", and follow every
 //           newer one, as ranks do at each commit; when kEndKey appears, print "end: MESSAGE" and
 //           exit 3. Settings (W a worker id):
@@ -142,5 +143,6 @@ int main(int argc, char** argv) {
   if (!addr.ok()) die(addr.status().message());
   auto store = kolo::TcpStore::connect(*addr, env_or("KOLO_SECRET", ""), 10s, 10s);
   if (!store.ok()) die(store.status().message());
+  say("pid " + std::to_string(::getpid()));
   Worker(**store, id, std::move(settings)).follow();
 }
