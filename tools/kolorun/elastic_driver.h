@@ -88,6 +88,8 @@ class ElasticDriver {
 
   // The end message once the job has ended (fewer than --min-np, or end()); nullopt before.
   const std::optional<std::string>& end_message() const { return end_message_; }
+  // A member of the newest generation exited 0 (Note [kolorun's generations]).
+  bool finishing() const { return finishing_; }
   // Finishing and every member of the newest generation has exited.
   bool finished() const;
   // finished() and every member of the newest generation exited 0, and the job did not end.

@@ -216,7 +216,8 @@ void ElasticSupervisor::apply_discovery() {
 }
 
 void ElasticSupervisor::follow_target() {
-  if (driver_.end_message() || interrupted_by_) return;
+  // A finishing job's ranks are done training: slots no longer matter.
+  if (driver_.end_message() || driver_.finishing() || interrupted_by_) return;
   int active = active_count();
   while (active < target_ && driver_.may_start_on(o_.host)) {
     start_new_worker();

@@ -51,7 +51,11 @@ std::string env_or(const char* name, const char* fallback) {
 // The plan's workers as "0,2,3", for done=.
 std::string compact(const ep::Plan& plan) {
   std::string out;
-  for (const auto& m : plan.members) out += (out.empty() ? "" : ",") + std::to_string(m.worker);
+  // Appended piece by piece: GCC 12 warns falsely (-Wrestrict) on "," + std::to_string(..).
+  for (const auto& m : plan.members) {
+    if (!out.empty()) out += ',';
+    out += std::to_string(m.worker);
+  }
   return out;
 }
 
