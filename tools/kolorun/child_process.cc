@@ -46,8 +46,8 @@ struct Envp {
 Status check_runnable(const RankSpec& spec) {
   const std::string& cmd = spec.argv.at(0);
   auto fail = [&](int err) {
-    return Status::IoError("cannot start rank " + std::to_string(spec.rank) + ": " + cmd + ": " +
-                           strerror(err));
+    return Status::IoError("cannot start " + spec.role + " " + std::to_string(spec.rank) + ": " +
+                           cmd + ": " + strerror(err));
   };
   if (cmd.find('/') != std::string::npos)
     return ::access(cmd.c_str(), X_OK) == 0 ? Status::Ok() : fail(errno);
@@ -98,7 +98,8 @@ Status spawn(const RankSpec& spec, bool tag, OutputSink& out_sink, OutputSink& e
   // for it); the guard restores ours afterwards.
   ScopedThreadAffinity affinity(spec.cpus);
   if (!affinity.status().ok())
-    return affinity.status().with_context("cannot bind rank " + std::to_string(spec.rank));
+    return affinity.status().with_context("cannot bind " + spec.role + " " +
+                                          std::to_string(spec.rank));
   int out[2] = {-1, -1}, err[2] = {-1, -1};
   if (tag && (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0))
     return Status::IoError(std::string("kolorun: pipe: ") + strerror(errno));
@@ -150,8 +151,8 @@ Status spawn(const RankSpec& spec, bool tag, OutputSink& out_sink, OutputSink& e
       ::close(out[0]);
       ::close(err[0]);
     }
-    return Status::IoError("cannot start rank " + std::to_string(spec.rank) + ": " + spec.argv[0] +
-                           ": " + strerror(rc));
+    return Status::IoError("cannot start " + spec.role + " " + std::to_string(spec.rank) + ": " +
+                           spec.argv[0] + ": " + strerror(rc));
   }
   child.rank = spec.rank;
   child.pid = pid;

@@ -36,6 +36,7 @@ int exit_code_of(int status);
 
 // Starts spec's process (argv[0] looked up in spec's PATH) with its output piped into prefixers
 // writing to the sinks when `tag`; fills `child`. IoError "cannot start rank R: cmd: <reason>"
+// ("worker W" by spec.role)
 // when the command is not runnable or the process cannot be created.
 Status spawn(const RankSpec& spec, bool tag, OutputSink& out_sink, OutputSink& err_sink,
              Child& child);

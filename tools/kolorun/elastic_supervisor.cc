@@ -106,6 +106,7 @@ Status ElasticSupervisor::start() {
 Status ElasticSupervisor::spawn_worker(int64_t id) {
   RankSpec spec = o_.worker;
   spec.rank = static_cast<int>(id);
+  spec.role = "worker";
   spec.cpus.clear();
   spec.env["KOLO_ELASTIC_WORKER"] = std::to_string(id);
   procs_.emplace_back();

@@ -56,7 +56,7 @@ struct ElasticSuperviseOptions {
 // Runs the job until no worker is left and returns kolorun's exit status: 0 when every member
 // of the last generation exited 0; 1 when the job ended otherwise (fewer than --min-np workers:
 // the driver's message is printed; kolorun's store lost); 128 + signal when kolorun was
-// interrupted. IoError "cannot start rank W: ..." when one of the first workers cannot start
+// interrupted. IoError "cannot start worker W: ..." when one of the first workers cannot start
 // (those already started are stopped first); a later worker that cannot start is reported and
 // counts as failed. Call once per process, on the thread that lives as long as kolorun: it
 // installs signal handlers.

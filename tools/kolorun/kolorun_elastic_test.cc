@@ -205,6 +205,13 @@ TEST(KolorunElastic, SigintEndsTheJobAndIsForwarded) {
       << p.err();
 }
 
+TEST(KolorunElastic, ACommandThatCannotStartIsNamedWithTheWorker) {
+  Proc p({kKolorun, "-np", "2", "--min-np", "1", "/nonexistent/train"});
+  EXPECT_EQ(exit_code(p.finish(20s)), 1);
+  EXPECT_EQ(p.err(),
+            "kolorun: cannot start worker 0: /nonexistent/train: No such file or directory\n");
+}
+
 // ---- discovery ----
 
 class KolorunDiscovery : public ::testing::Test {
