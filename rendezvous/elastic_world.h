@@ -39,7 +39,7 @@ class GenerationWatch : public Store {
   const int64_t generation_;
 };
 
-// Whether `st` is GenerationWatch's Aborted "superseded".
+// Whether `st` is GenerationWatch's Aborted "superseded", or an error that carries its message.
 bool is_superseded(const Status& st);
 
 // The newest generation kolorun has published (kGenerationKey), or -1 before generation 0's
