@@ -50,9 +50,13 @@
 #include "kolo/status.h"
 #include "kolo/tensor.h"
 
+// State's first declaration fixes its visibility: exported, as the class below.
+#pragma GCC visibility push(default)
 namespace kolo::elastic {
 class State;
 }
+#pragma GCC visibility pop
+
 namespace kolo::elastic::detail {
 class StateImpl;  // defined in elastic/state.cc; not exported
 // run()'s: the State's on_reset callbacks, in order, up to the first error.
