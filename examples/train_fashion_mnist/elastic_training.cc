@@ -1,6 +1,7 @@
 #include "examples/train_fashion_mnist/elastic_training.h"
 
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <memory>
@@ -53,7 +54,8 @@ class ElasticTraining {
     throw_if_error(kolo::elastic::run(state_, [this] { return train_epochs(); }));
     if (test_.total == 0) test_ = evaluate(*model_, *test_loader_, device_);
     print_weights_digest(params_);
-    return report_result(args_, test_, opt_);
+    print_commit_cost();
+    return report_result(args_, test_, opt_.stats(), opt_.bucket_names().size());
   }
 
  private:
@@ -101,6 +103,7 @@ class ElasticTraining {
   // which the training stack throws) become the Status that run() inspects.
   kolo::Status train_epochs() {
     try {
+      test_ = {};  // the last epoch's test is this call's, or run() tests at the end
       while (sampler_.epoch() < args_.epochs) {
         const int epoch = static_cast<int>(sampler_.epoch());
         train_loader_.start_epoch(epoch);  // this world's share of what remains
@@ -108,7 +111,7 @@ class ElasticTraining {
                          static_cast<int64_t>(sampler_.remaining_local().size()));
         for (int64_t left = sampler_.steps_left_in_epoch(); left > 0; --left) {
           train_step(epoch, meter);
-          if (step_ % args_.commit_every == 0) KOLO_RETURN_IF_ERROR(state_.commit());
+          if (step_ % args_.commit_every == 0) KOLO_RETURN_IF_ERROR(commit());
         }
         const EpochTotals totals = meter.finish();
         test_ = evaluate(*model_, *test_loader_, device_);
@@ -118,6 +121,26 @@ class ElasticTraining {
     } catch (const kolo::Error& e) {
       return e.status();
     }
+  }
+
+  // State::commit(), timed for the summary that tells what the commit frequency costs.
+  kolo::Status commit() {
+    const auto start = std::chrono::steady_clock::now();
+    kolo::Status status = state_.commit();
+    commit_seconds_ +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ++commits_;
+    return status;
+  }
+
+  void print_commit_cost() const {
+    const double total =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    fw::RankLogger().printf(
+        "elastic: %lld commits (every %lld steps) took %.1f ms, %.3f ms each, %.2f%% of %.1f s",
+        static_cast<long long>(commits_), static_cast<long long>(args_.commit_every),
+        commit_seconds_ * 1e3, commits_ > 0 ? commit_seconds_ * 1e3 / commits_ : 0.0,
+        100.0 * commit_seconds_ / std::max(1e-9, total), total);
   }
 
   void train_step(int epoch, EpochMeter& meter) {
@@ -167,6 +190,10 @@ class ElasticTraining {
   // which tells how many steps a re-form lost.
   int64_t step_ = 0;
   int64_t reached_ = 0;
+  // Rank 0's commits in this process (not state: what they cost here).
+  int64_t commits_ = 0;
+  double commit_seconds_ = 0;
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   TestResult test_;
   kolo::elastic::State state_{"train"};
 };

@@ -139,7 +139,7 @@ int train(const TrainArgs& args) {
   if (first_epoch >= args.epochs) test = evaluate(*model, *test_loader, device);
 
   print_weights_digest(params);
-  const int exit_code = report_result(args, test, opt);
+  const int exit_code = report_result(args, test, opt.stats(), opt.bucket_names().size());
   if (!args.timeline.empty()) throw_if_error(kolo::stop_timeline());
   throw_if_error(kolo::shutdown());
   return exit_code;

@@ -195,15 +195,14 @@ void print_epoch(const std::string& label, const EpochTotals& totals, const Test
       totals.samples / std::max(1e-9, totals.seconds), kolo::size());
 }
 
-int report_result(const TrainArgs& args, const TestResult& test,
-                  const fw::DistributedOptimizer& opt) {
+int report_result(const TrainArgs& args, const TestResult& test, const fw::DistributedStats& stats,
+                  size_t buckets) {
   const fw::RankLogger say;
   say.printf("final test accuracy %.4f (%lld/%lld)", test.accuracy(),
              static_cast<long long>(test.correct), static_cast<long long>(test.total));
-  if (const fw::DistributedStats& stats = opt.stats(); stats.communication_window_seconds > 0) {
+  if (stats.communication_window_seconds > 0) {
     // With one bucket (the default for both models) communication starts when backward
     // ends, so little of it can hide; --bucket-size 0 overlaps more at a higher CPU cost.
-    const size_t buckets = opt.bucket_names().size();
     say.printf(
         "communication hidden behind backward: %.0f%% (step() waited %.2f s of a "
         "%.2f s communication window; %zu gradient bucket%s per step)",

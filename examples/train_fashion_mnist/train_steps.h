@@ -108,9 +108,10 @@ void print_epoch(const std::string& label, const EpochTotals& totals, const Test
 // two runs can be compared for identical weights from their output alone (the --elastic tests).
 void print_weights_digest(const NamedParameters& params);
 
-// The final accuracy, how much communication hid behind backward, and the exit code that
-// --min-accuracy asks for (1 below it, on every rank alike, else 0).
-int report_result(const TrainArgs& args, const TestResult& test,
-                  const fw::DistributedOptimizer& opt);
+// The final accuracy, how much communication hid behind backward (the optimizer's stats and
+// gradient buckets per step), and the exit code that --min-accuracy asks for (1 below it, on
+// every rank alike, else 0).
+int report_result(const TrainArgs& args, const TestResult& test, const fw::DistributedStats& stats,
+                  size_t buckets);
 
 }  // namespace kolo::example
