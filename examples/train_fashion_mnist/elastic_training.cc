@@ -14,6 +14,8 @@
 namespace kolo::example {
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
 // Note [Elastic training loop]. With --elastic the loop runs inside kolo::elastic::run(), which
 // calls it again on a re-formed world after a rank is lost (or ranks are added). What a rank
 // needs to continue is one kolo::elastic::State: the parameters, the SGD state (momentum and
@@ -89,53 +91,60 @@ class ElasticTraining {
     } catch (const kolo::Error& e) {
       return e.status();
     }
-    // A rank that joined has no steps of its own to lose.
+    // A rank that joined has no steps of its own to lose, nor a failure to time from.
     const int64_t lost = std::max<int64_t>(0, reached_ - step_);
+    const double seconds =
+        failed_at_ ? std::chrono::duration<double>(Clock::now() - *failed_at_).count() : 0.0;
     fw::RankLogger().printf(
         "elastic: world re-formed: generation %lld, %d ranks, resumed at step %lld (lost %lld "
-        "step%s)",
+        "step%s); %.2f s from the failed step to the resume",
         static_cast<long long>(kolo::elastic::generation()), kolo::size(),
-        static_cast<long long>(step_), static_cast<long long>(lost), lost == 1 ? "" : "s");
+        static_cast<long long>(step_), static_cast<long long>(lost), lost == 1 ? "" : "s", seconds);
     return kolo::Status::Ok();
   }
 
   // run()'s fn: from the State's position to the end. Errors (a lost peer fails a collective,
   // which the training stack throws) become the Status that run() inspects.
   kolo::Status train_epochs() {
+    kolo::Status status;
     try {
-      test_ = {};  // the last epoch's test is this call's, or run() tests at the end
-      while (sampler_.epoch() < args_.epochs) {
-        const int epoch = static_cast<int>(sampler_.epoch());
-        train_loader_.start_epoch(epoch);  // this world's share of what remains
-        EpochMeter meter(epoch, args_.epochs,
-                         static_cast<int64_t>(sampler_.remaining_local().size()));
-        for (int64_t left = sampler_.steps_left_in_epoch(); left > 0; --left) {
-          train_step(epoch, meter);
-          if (step_ % args_.commit_every == 0) KOLO_RETURN_IF_ERROR(commit());
-        }
-        const EpochTotals totals = meter.finish();
-        test_ = evaluate(*model_, *test_loader_, device_);
-        print_epoch(meter.label(), totals, test_);
-      }
-      return kolo::Status::Ok();
+      status = train_to_end();
     } catch (const kolo::Error& e) {
-      return e.status();
+      status = e.status();
     }
+    if (!status.ok()) failed_at_ = Clock::now();
+    return status;
+  }
+
+  kolo::Status train_to_end() {
+    test_ = {};  // the last epoch's test is this call's, or run() tests at the end
+    while (sampler_.epoch() < args_.epochs) {
+      const int epoch = static_cast<int>(sampler_.epoch());
+      train_loader_.start_epoch(epoch);  // this world's share of what remains
+      EpochMeter meter(epoch, args_.epochs,
+                       static_cast<int64_t>(sampler_.remaining_local().size()));
+      for (int64_t left = sampler_.steps_left_in_epoch(); left > 0; --left) {
+        train_step(epoch, meter);
+        if (step_ % args_.commit_every == 0) KOLO_RETURN_IF_ERROR(commit());
+      }
+      const EpochTotals totals = meter.finish();
+      test_ = evaluate(*model_, *test_loader_, device_);
+      print_epoch(meter.label(), totals, test_);
+    }
+    return kolo::Status::Ok();
   }
 
   // State::commit(), timed for the summary that tells what the commit frequency costs.
   kolo::Status commit() {
-    const auto start = std::chrono::steady_clock::now();
+    const auto start = Clock::now();
     kolo::Status status = state_.commit();
-    commit_seconds_ +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    commit_seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
     ++commits_;
     return status;
   }
 
   void print_commit_cost() const {
-    const double total =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    const double total = std::chrono::duration<double>(Clock::now() - start_).count();
     fw::RankLogger().printf(
         "elastic: %lld commits (every %lld steps) took %.1f ms, %.3f ms each, %.2f%% of %.1f s",
         static_cast<long long>(commits_), static_cast<long long>(args_.commit_every),
@@ -193,7 +202,8 @@ class ElasticTraining {
   // Rank 0's commits in this process (not state: what they cost here).
   int64_t commits_ = 0;
   double commit_seconds_ = 0;
-  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::optional<Clock::time_point> failed_at_;  // when fn last failed
+  const Clock::time_point start_ = Clock::now();
   TestResult test_;
   kolo::elastic::State state_{"train"};
 };
