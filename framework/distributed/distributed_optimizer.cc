@@ -245,10 +245,6 @@ void DistributedOptimizer::step() {
   // Reset before throwing so that the optimizer stays usable for the next step.
   const int64_t global_samples = global_samples_;
   const bool weighted = distributed && options_.weight_by_sample_count;
-  if (!first_error.ok()) {
-    clear_step();
-    throw Error(first_error);
-  }
   for (auto& param : params_) param.passes_ready = 0;
   for (auto& bucket : buckets_) {
     bucket.ready = 0;
@@ -257,6 +253,11 @@ void DistributedOptimizer::step() {
   local_samples_ = 0;
   count_given_ = false;
   count_submitted_ = false;
+  if (!first_error.ok()) {
+    for (auto& bucket : buckets_) bucket.handle = Handle();
+    count_handle_ = Handle();
+    throw Error(first_error);
+  }
 
   double scale = 1.0;
   if (!distributed) {
@@ -277,6 +278,8 @@ void DistributedOptimizer::step() {
     follow_tuned_bucket_size();
   }
 }
+
+// ---- Elastic training: a new world (see the header) -------------------------------------------
 
 void DistributedOptimizer::clear_step() {
   for (auto& param : params_) param.passes_ready = 0;
@@ -315,6 +318,8 @@ void DistributedOptimizer::reset_for_new_world() {
   bucket_bytes_ = tuned_bucket_bytes().value_or(options_.bucket_bytes);
   build_buckets();
 }
+
+// ---- end of elastic training -------------------------------------------------------------------
 
 std::vector<Handle> DistributedOptimizer::submitted_handles() const {
   std::vector<Handle> handles;

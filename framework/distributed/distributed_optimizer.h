@@ -200,7 +200,7 @@ class DistributedOptimizer {
   TensorView prepare_gradient(Param& param, double local_weight);
   void submit_sample_count();
   void finish_gradient(Param& param, double scale);
-  // Drops the current step's handles, pass and sample counts (step() and reset_for_new_world()).
+  // Drops the current step's handles, pass and sample counts (reset_for_new_world()).
   void clear_step();
 
   Optimizer& inner_;
