@@ -91,13 +91,14 @@ class ElasticTraining {
     } catch (const kolo::Error& e) {
       return e.status();
     }
-    // A rank that joined has no steps of its own to lose, nor a failure to time from.
+    // A rank that joined has no steps of its own to lose, nor a failure to time from. The time
+    // runs from fn's failure (a lost peer seen, or WorldChanged at a commit) to the resume.
     const int64_t lost = std::max<int64_t>(0, reached_ - step_);
     const double seconds =
         failed_at_ ? std::chrono::duration<double>(Clock::now() - *failed_at_).count() : 0.0;
     fw::RankLogger().printf(
         "elastic: world re-formed: generation %lld, %d ranks, resumed at step %lld (lost %lld "
-        "step%s); %.2f s from the failed step to the resume",
+        "step%s) in %.2f s",
         static_cast<long long>(kolo::elastic::generation()), kolo::size(),
         static_cast<long long>(step_), static_cast<long long>(lost), lost == 1 ? "" : "s", seconds);
     return kolo::Status::Ok();
