@@ -6,7 +6,9 @@
 #   lost   3 ranks under kolorun --min-np 2, rank 1 killed before step 10 (commit every 4): the
 #          job re-forms on 2 ranks from the commit at step 8, losing 2 steps, and finishes; and a
 #          run whose rank 1 is killed right at that commit (nothing lost) ends with the same
-#          weights bit for bit, because rolled-back steps leave no trace. Skipped (77) when this
+#          weights bit for bit, because rolled-back steps leave no trace. Then with --respawn:
+#          kolorun starts a replacement, which joins at a commit (generation 2, 3 ranks again,
+#          its State synced from the others) and the job finishes. Skipped (77) when this
 #          kolorun has no --min-np.
 # Usage: elastic_test.sh fixed|lost KOLORUN TRAIN_FASHION_MNIST
 set -u
@@ -56,3 +58,12 @@ run "killed at the commit" "${elastic[@]}" --fail-rank-at 1:8
 grep -q "resumed at step 8 (lost 0 steps)" <<<"$out" || fail "killed at the commit: re-form line"
 [ "$(digest)" = "$lost" ] || fail "killed at the commit: $(digest), killed later: $lost"
 echo "killed at the commit step: the same weights"
+# 6000 images for 2 epochs (a few seconds), so that the replacement has started and loaded the
+# data set long before the job would end.
+run "replaced" -np 3 --min-np 2 --respawn "$train" --model mlp --epochs 2 --train-subset 6000 \
+  --test-subset 500 --batch-size 32 --elastic --commit-every 4 --fail-rank-at 1:10
+grep -q "resumed at step 8 (lost 2 steps)" <<<"$out" || fail "replaced: no re-form at the loss"
+grep -qE "\[0\] elastic: world re-formed: generation 2, 3 ranks, resumed at step [0-9]+ \(lost 0 steps\)" \
+  <<<"$out" || fail "replaced: the replacement did not join at a commit"
+grep -q "final test accuracy 0\.[7-9]" <<<"$out" || fail "replaced: accuracy"
+echo "replaced: the replacement joined and the job finished"
