@@ -7,8 +7,8 @@
 #          job re-forms on 2 ranks from the commit at step 8, losing 2 steps, and finishes; and a
 #          run whose rank 1 is killed right at that commit (nothing lost) ends with the same
 #          weights bit for bit, because rolled-back steps leave no trace. Then with --respawn:
-#          kolorun starts a replacement, which joins at a commit (generation 2, 3 ranks again,
-#          its State synced from the others) and the job finishes. Skipped (77) when this
+#          kolorun starts a replacement, which joins at a commit (3 ranks again, its State synced
+#          from the others) and the job finishes. Skipped (77) when this
 #          kolorun has no --min-np.
 # Usage: elastic_test.sh fixed|lost KOLORUN TRAIN_FASHION_MNIST
 set -u
@@ -49,7 +49,9 @@ if ! "$kolorun" --help 2>&1 | grep -qE '^ +--min-np'; then
 fi
 elastic=(-np 3 --min-np 2 "$train" "${common[@]}" --elastic --commit-every 4)
 run "killed before step 10" "${elastic[@]}" --fail-rank-at 1:10
-grep -q "\[0\] elastic: world re-formed: generation 1, 2 ranks, resumed at step 8 (lost 2 steps)" \
+# The generation's number depends on kolorun's timing (a re-form request may reach it before it
+# reaps the killed worker, and then one generation more is formed): any number.
+grep -qE "\[0\] elastic: world re-formed: generation [0-9]+, 2 ranks, resumed at step 8 \(lost 2 steps\)" \
   <<<"$out" || fail "killed before step 10: no re-form line as expected"
 grep -q "final test accuracy 0\.[6-9]" <<<"$out" || fail "killed before step 10: accuracy"
 lost=$(digest)
@@ -62,8 +64,9 @@ echo "killed at the commit step: the same weights"
 # data set long before the job would end.
 run "replaced" -np 3 --min-np 2 --respawn "$train" --model mlp --epochs 2 --train-subset 6000 \
   --test-subset 500 --batch-size 32 --elastic --commit-every 4 --fail-rank-at 1:10
-grep -q "resumed at step 8 (lost 2 steps)" <<<"$out" || fail "replaced: no re-form at the loss"
-grep -qE "\[0\] elastic: world re-formed: generation 2, 3 ranks, resumed at step [0-9]+ \(lost 0 steps\)" \
+grep -qE "generation [0-9]+, 2 ranks, resumed at step 8 \(lost 2 steps\)" <<<"$out" ||
+  fail "replaced: no re-form at the loss"
+grep -qE "\[0\] elastic: world re-formed: generation [0-9]+, 3 ranks, resumed at step [0-9]+ \(lost 0 steps\)" \
   <<<"$out" || fail "replaced: the replacement did not join at a commit"
 grep -q "final test accuracy 0\.[7-9]" <<<"$out" || fail "replaced: accuracy"
 echo "replaced: the replacement joined and the job finished"
