@@ -2,7 +2,8 @@
 # --elastic end to end (docs/elastic.md, "The training stack"). Two modes:
 #   fixed  2 and 3 ranks of a fixed world, with and without --elastic: the same final weights bit
 #          for bit (commit and sync change nothing; the elastic sampler's batches are the fixed
-#          job's when the world's size divides the training subset)
+#          job's when the world's size divides the training subset); and an uneven tail in
+#          which two of 3 ranks have no sample trains as 1 rank with 3 times the batch
 #   lost   3 ranks under kolorun --min-np 2, rank 1 killed before step 10 (commit every 4): the
 #          job re-forms on 2 ranks from the commit at step 8, losing 2 steps, and finishes; and a
 #          run whose rank 1 is killed right at that commit (nothing lost) ends with the same
@@ -39,6 +40,18 @@ if [ "$mode" = fixed ]; then
     grep -q "world re-formed" <<<"$out" && fail "$np ranks --elastic: re-formed a fixed world"
     echo "$np ranks: $plain with and without --elastic"
   done
+  # The epoch's uneven tail: 97 images in steps of 96 and 1, so ranks 1 and 2 have no sample in
+  # each epoch's last step and take part with a weight of 0. Sample-weighted averaging makes 3
+  # ranks of 32 the same training as 1 rank of 96 (same rates: no scaling), to float rounding:
+  # the same test counts after every epoch (the weights' bits differ by the summation order).
+  tail=(--model mlp --epochs 3 --train-subset 97 --test-subset 500 --lr-scaling none --elastic)
+  counts() { grep -oE "epoch [0-9]/3: .*test acc [0-9.]+ \([0-9]+/500\)" <<<"$out" | sed 's/train loss.*test/test/'; }
+  run "3 ranks, uneven tail" -np 3 "$train" "${tail[@]}" --batch-size 32
+  three=$(counts)
+  [ "$(wc -l <<<"$three")" = 3 ] || fail "3 ranks, uneven tail: expected 3 epochs"
+  run "1 rank, uneven tail" -np 1 "$train" "${tail[@]}" --batch-size 96
+  [ "$(counts)" = "$three" ] || fail "uneven tail: 1 rank gave $(counts), 3 ranks $three"
+  echo "uneven tail: 3 ranks of 32 and 1 rank of 96 test alike after every epoch"
   exit 0
 fi
 
