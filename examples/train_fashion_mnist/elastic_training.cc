@@ -200,7 +200,7 @@ class ElasticTraining {
   // which tells how many steps a re-form lost.
   int64_t step_ = 0;
   int64_t reached_ = 0;
-  // Rank 0's commits in this process (not state: what they cost here).
+  // This process's commits and their time (not state: what they cost here; rank 0 prints it).
   int64_t commits_ = 0;
   double commit_seconds_ = 0;
   std::optional<Clock::time_point> failed_at_;  // when fn last failed
