@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "framework/data/data_loader.h"
 #include "framework/distributed/distributed_sampler.h"
 #include "kolo/kolo.h"
 
@@ -139,6 +141,53 @@ TEST(ElasticSampler, TheLoaderSamplerGivesTheRemainingShareThenWholeLaterEpochs)
   EXPECT_EQ(loader->indices(4), fresh.remaining_local());
   sampler.set_position(1, 0);
   EXPECT_NE(error_of([&] { loader->indices(0); }).find("epoch 0 has ended"), std::string::npos);
+}
+
+// Example i holds the value i, so that a batch shows which samples it took.
+class IndexDataset : public Dataset {
+ public:
+  explicit IndexDataset(int64_t n) : n_(n) {}
+  int64_t size() const override { return n_; }
+  Example get(int64_t index) const override {
+    return {Tensor::from_vector({static_cast<float>(index)}, {1}), index};
+  }
+
+ private:
+  int64_t n_;
+};
+
+// What train_fashion_mnist --elastic relies on: a DataLoader over loader_sampler() gives, step
+// by step, exactly next_local(), also after the world changed mid-epoch (the loader's epoch
+// started again), and nothing for a rank whose share of the last step is empty.
+TEST(ElasticSampler, ADataLoaderOverItGivesEachStepsShareAcrossAWorldChange) {
+  const IndexDataset data(32);
+  const ElasticSampler::Options options{.size = 32, .batch_size = 3, .seed = 4};
+  for (int r = 0; r < 4; ++r) {
+    ElasticSampler sampler(options, r % 3, 3);
+    DataLoader loader(data, {.batch_size = 3}, sampler.loader_sampler());
+    loader.start_epoch(0);
+    for (int step = 0; step < 2; ++step) {  // 18 samples on 3 ranks
+      std::optional<Batch> batch = loader.next();
+      ASSERT_TRUE(batch.has_value());
+      EXPECT_EQ(batch->indices, sampler.next_local());
+      sampler.advance();
+    }
+    sampler.set_world(r, 4);  // 14 remain: 3 each, then 1 each for ranks 0 and 1 only
+    loader.start_epoch(0);
+    int64_t empty_steps = 0;
+    while (sampler.epoch() == 0) {
+      empty_steps += sampler.local_count() == 0;
+      if (sampler.local_count() > 0) {
+        std::optional<Batch> batch = loader.next();
+        ASSERT_TRUE(batch.has_value()) << "rank " << r;
+        EXPECT_EQ(batch->indices, sampler.next_local());
+        EXPECT_EQ(batch->y.size(0), sampler.local_count());
+      }
+      sampler.advance();
+    }
+    EXPECT_FALSE(loader.next().has_value()) << "rank " << r;
+    EXPECT_EQ(empty_steps, r >= 2 ? 1 : 0);
+  }
 }
 
 TEST(ElasticSampler, BadInputIsNamed) {
