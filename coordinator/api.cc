@@ -391,6 +391,9 @@ Status init_session(Global& g) {
   g.pairs = std::move(pairs);
   g.departures = std::move(departures);
   g.was_shut_down = false;
+  if (g.elastic)  // best effort: kolorun waits for it only to find members stuck elsewhere
+    (void)quick->set(elastic_protocol::joined_key(g.generation, g.world.workers[g.world.rank]),
+                     "1");
   return Status::Ok();
 }
 
