@@ -326,6 +326,15 @@ std::shared_ptr<coord::Departures> report_peers(const Job& job, std::shared_ptr<
       job.launched.launcher == "kolorun" ? coord::kLauncherExitWait : std::chrono::seconds(0),
       world.workers);
   config.describe_departure = [departures](int r) { return departures->describe(r); };
+  if (world.generation >= 0)  // Note [Elastic rendezvous]: "Stuck"
+    config.report_stuck = [quick, g = world.generation,
+                           workers = world.workers](const std::vector<int>& stuck) {
+      std::string ids;
+      for (int r : stuck) ids += (ids.empty() ? "" : ",") + std::to_string(workers.at(r));
+      if (Status st = quick->set(elastic_protocol::stuck_key(g), ids); !st.ok())
+        KOLO_LOG_WARNING("kolo::elastic: could not name the stuck workers " + ids +
+                         " to kolorun: " + st.message());
+    };
   return departures;
 }
 

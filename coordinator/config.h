@@ -97,6 +97,9 @@ struct RuntimeConfig {
   // [Departures]), or nullopt when it called kolo::shutdown(). May wait, seconds at most.
   // `rank` is this Runtime's: a process set's or pair's config maps it to the job's rank.
   std::function<std::optional<std::string>(int rank)> describe_departure;
+  // When set (the global set of an elastic job), rank 0 tells it the ranks its stall inspector
+  // gave up on (StallConfig::on_shutdown).
+  std::function<void(const std::vector<int>& stuck)> report_stuck;
   // A process set's Runtime (coordinator/process_sets.h): what its messages call it, e.g.
   // "process set 1". Empty for the global set.
   std::string label;

@@ -242,9 +242,11 @@ void Controller::inspect_stalls(Clock::time_point now, ResponseList& out) {
       e.warned = true;
       warnings_.push_back(msg);
     }
-    if (fail && out.fatal.empty())
+    if (fail && out.fatal.empty()) {
       out.fatal = msg + "; KOLO_STALL_SHUTDOWN_TIME (" + format_duration(stall_.shutdown_time) +
                   ") exceeded, failing the job";
+      if (stall_.on_shutdown) stall_.on_shutdown(missing);
+    }
   }
 }
 

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -25,6 +26,9 @@ namespace kolo::coord {
 struct StallConfig {
   std::chrono::nanoseconds check_time{std::chrono::seconds(60)};  // 0: never warn
   std::chrono::nanoseconds shutdown_time{0};                      // 0: never fail the job
+  // Called once, with the ranks the operation still waited for, when the shutdown time passes
+  // (an elastic job names them to kolorun, which stops them: Note [Elastic rendezvous]).
+  std::function<void(const std::vector<int>& stuck)> on_shutdown;
 };
 
 class Controller {

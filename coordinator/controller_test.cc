@@ -155,7 +155,9 @@ TEST(ControllerTest, CachedNamesSentAgainAreEvicted) {
 }
 
 TEST(ControllerTest, StallInspectorNamesMissingRanksAndCanFailTheJob) {
-  Controller c(3, StallConfig{std::chrono::seconds(1), std::chrono::seconds(5)});
+  std::vector<std::vector<int>> reported;
+  Controller c(3, StallConfig{std::chrono::seconds(1), std::chrono::seconds(5),
+                              [&](const std::vector<int>& stuck) { reported.push_back(stuck); }});
   ResponseCache cache(0);
   auto t = Clock::now();
   c.add(0, list_of({ar("slow", {1})}), cache, t);
@@ -171,8 +173,10 @@ TEST(ControllerTest, StallInspectorNamesMissingRanksAndCanFailTheJob) {
   EXPECT_TRUE(out.fatal.empty());
   c.respond(t + std::chrono::seconds(3));
   EXPECT_TRUE(c.take_warnings().empty());  // warned once
+  EXPECT_TRUE(reported.empty());
   out = c.respond(t + std::chrono::seconds(6));
   EXPECT_NE(out.fatal.find("KOLO_STALL_SHUTDOWN_TIME"), std::string::npos) << out.fatal;
+  EXPECT_EQ(reported, (std::vector<std::vector<int>>{{1}}));  // once, naming the stuck rank
 }
 
 // A point-to-point pair's Controller names its ranks 0 and 1 by their job ranks, roots too.

@@ -4,10 +4,10 @@
 // A process set outlives a re-forming of the world when all its members do: the same id, its
 // members renumbered to their ranks in the new world, and the ProcessSet objects the program
 // holds (which name the former ranks) still work. A set that lost a member is closed: its
-// operations fail with PreconditionFailed naming the set and the lost worker, and the program adds a
-// new one if it wants. Rank 0 of the new world, which was a member of the old one (survivors
-// keep their order, new workers come last: make_plan), says which sets there were, so that a
-// new worker carries them too. Sets that KOLO_PROCESS_SETS re-created in init() stay as they are.
+// operations fail with PreconditionFailed naming the set and the lost worker, and the program adds
+// a new one if it wants. Rank 0 of the new world, which was a member of the old one (survivors keep
+// their order, new workers come last: make_plan), says which sets there were, so that a new worker
+// carries them too. Sets that KOLO_PROCESS_SETS re-created in init() stay as they are.
 
 #include <algorithm>
 #include <sstream>

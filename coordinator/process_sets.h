@@ -57,8 +57,8 @@ class ProcessSetTable {
   // ascending); a ProcessSet of its former ranks (`former`) still names it. Every member calls
   // it for the same sets in the same order (no agreement: rank 0 said which). close(): set `id`
   // lost a member; operations on it fail with PreconditionFailed saying `why` (not PeerFailure:
-  // the world is whole again, and kolo::elastic::run() must not re-form it for this). Both keep later add()s'
-  // ids above `id`.
+  // the world is whole again, and kolo::elastic::run() must not re-form it for this). Both keep
+  // later add()s' ids above `id`.
   Result<ProcessSet> carry(int32_t id, std::vector<int> members, std::vector<int> former);
   void close(int32_t id, std::vector<int> former, std::string why);
   // The Runtime that runs `set`'s operations on this rank, or InvalidArgument naming the set

@@ -117,7 +117,8 @@ Runtime::Runtime(RuntimeConfig config, Topology topology, std::unique_ptr<Backen
                       topology_.size <= config_.piggyback_max_ranks) {
   if (topology_.rank == 0)
     controller_ = std::make_unique<Controller>(
-        topology_.size, StallConfig{config_.stall_check_time, config_.stall_shutdown_time},
+        topology_.size,
+        StallConfig{config_.stall_check_time, config_.stall_shutdown_time, config_.report_stuck},
         config_.rank_names);
   if (config_.name_first_failure) executor_.name_failures_with(config_.name_first_failure);
   device_ = dynamic_cast<DeviceBackend*>(gpu_.get());
@@ -560,7 +561,9 @@ Status Runtime::end_cycle(const ResponseList& list, const std::vector<Response>&
     }
     tuner_->observe(marks, responses, std::chrono::steady_clock::now());
   }
-  if (!list.fatal.empty()) return Status::Aborted(list.fatal);
+  // A rank stuck past the stall shutdown time is a failed peer (an elastic job re-forms without
+  // it), as one that died is.
+  if (!list.fatal.empty()) return Status::PeerFailure(list.fatal);
   if (list.shutdown_rank >= 0) {
     fail_all(Status::Aborted(shutdown_message(list.shutdown_rank)));
     stop = true;

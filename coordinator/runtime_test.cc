@@ -634,7 +634,7 @@ TEST(RuntimeTest, StallShutdownTimeFailsTheJobWithTheMessage) {
   std::vector<float> v(1, 1.0f);
   auto h = allreduce(c[0], "stuck", v);
   Status st = h.wait(10s);
-  EXPECT_EQ(st.code(), StatusCode::kAborted);
+  EXPECT_EQ(st.code(), StatusCode::kPeerFailure);
   EXPECT_NE(st.message().find("KOLO_STALL_SHUTDOWN_TIME"), std::string::npos) << st.to_string();
   EXPECT_NE(st.message().find("'stuck'"), std::string::npos) << st.to_string();
 }

@@ -80,6 +80,9 @@ std::string reform_key(int64_t generation) {
 }
 std::string ready_key(int64_t worker) { return numbered("kolo/elastic/ready/", worker); }
 std::string exit_key(int64_t worker) { return numbered("kolo/elastic/exit/", worker); }
+std::string stuck_key(int64_t generation) {
+  return numbered("kolo/elastic/g", generation, "/stuck");
+}
 std::string joined_key(int64_t generation, int64_t worker) {
   return numbered("kolo/elastic/g", generation, "/joined/") + std::to_string(worker);
 }

@@ -29,6 +29,10 @@
 // Joined. A worker whose kolo::init() connected generation G sets joined_key(G, worker), so that
 // kolorun can tell a member that never comes (alive but stuck: stopped, or deadlocked outside
 // Kolo) from one still on its way.
+// Stuck. A member alive but stuck (stopped, or deadlocked outside Kolo) never fails on its own:
+// rank 0's stall inspector gives up on it after KOLO_STALL_SHUTDOWN_TIME and writes the worker
+// ids of the ranks it waited for under stuck_key(G), once; the others' operations fail with
+// PeerFailure. kolorun stops those workers (SIGKILL) and forms the next generation without them.
 // Exits. kolorun records how each worker ended under exit_key(worker); a rank maps its peers'
 // ranks to workers through its plan (Note [Departures] in coordinator/departures.h).
 #pragma once
@@ -50,6 +54,7 @@ std::string reform_key(int64_t generation);  // "kolo/elastic/g<G>/reform" (a co
 std::string ready_key(int64_t worker);       // "kolo/elastic/ready/<W>"
 std::string exit_key(int64_t worker);        // "kolo/elastic/exit/<W>"
 std::string joined_key(int64_t generation, int64_t worker);  // "kolo/elastic/g<G>/joined/<W>"
+std::string stuck_key(int64_t generation);                   // "kolo/elastic/g<G>/stuck": "W,W,..."
 std::string generation_prefix(int64_t generation);           // "kolo/g<G>": a generation's sessions
 
 // One rank of a generation: the worker that holds it and its coordinates (rendezvous/world.h).
