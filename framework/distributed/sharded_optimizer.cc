@@ -1,0 +1,517 @@
+#include "framework/distributed/sharded_optimizer.h"
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "framework/distributed/tensor_view.h"
+#include "framework/optim/update_kernels.h"
+#include "kolo/kolo.h"
+
+namespace kolo::fw {
+
+struct ShardedOptimizer::Param {
+  std::string name;
+  Tensor tensor;
+  int64_t index = 0;  // in the wrapped optimizer's flattened order
+  int64_t numel = 0;
+  double lr_scale = 1;
+  std::optional<double> weight_decay;  // the group's override
+  int hook_id = -1;
+  int passes_ready = 0;
+  size_t bucket = 0;
+};
+
+struct ShardedOptimizer::Bucket {
+  std::string name;
+  std::vector<Segment> owned;              // this rank's parts of parameters
+  std::vector<std::vector<Tensor>> state;  // [owned segment][slot]
+  Tensor flat;        // E floats: the gradients sent, then the parameters gathered
+  Tensor shard_grad;  // this rank's share of the reduced gradient
+  Tensor send;        // this rank's updated parameter elements, for the allgather
+  size_t ready = 0;
+  bool submitted = false;
+  Handle reduce;
+  Handle gather;
+};
+
+namespace {
+
+[[noreturn]] void fail(const std::string& message) {
+  throw Error(Status::InvalidArgument("ShardedOptimizer: " + message));
+}
+
+float* f32(const Tensor& t) { return static_cast<float*>(t.raw_data()); }
+
+int64_t bytes_of(const Tensor& t) { return t.defined() ? static_cast<int64_t>(t.nbytes()) : 0; }
+
+void check_options(const ShardedOptions& o) {
+  const DistributedOptions& d = o.distributed;
+  if (d.backward_passes_per_step < 1)
+    fail("backward_passes_per_step must be >= 1, got " +
+         std::to_string(d.backward_passes_per_step));
+  if (d.bucket_bytes < 0) fail("bucket_bytes must be >= 0, got " + std::to_string(d.bucket_bytes));
+  if (!std::isfinite(o.max_grad_norm) || o.max_grad_norm < 0)
+    fail("max_grad_norm must be finite and >= 0, got " + std::to_string(o.max_grad_norm));
+  if (o.stage != ShardStage::kOptimizerState && o.stage != ShardStage::kGradients)
+    fail("stage must be kOptimizerState (1) or kGradients (2)");
+  if (d.compression != Compression::kNone)
+    throw Error(Status::Unsupported(
+        "ShardedOptimizer: fp16/bf16 gradient compression is not implemented for sharded "
+        "gradients; use Compression::kNone or DistributedOptimizer"));
+}
+
+// A rank's settings that every rank of the set must share, as "key=value" fields.
+std::vector<std::pair<std::string, std::string>> agreement_fields(
+    const ShardedOptions& o, const std::string& optimizer, const std::vector<int64_t>& numels) {
+  std::ostringstream sizes;
+  for (size_t i = 0; i < numels.size(); ++i) sizes << (i ? "," : "") << numels[i];
+  const DistributedOptions& d = o.distributed;
+  return {{"stage", std::to_string(static_cast<int>(o.stage))},
+          {"bucket_bytes", std::to_string(d.bucket_bytes)},
+          {"max_grad_norm", std::to_string(o.max_grad_norm)},
+          {"optimizer", optimizer},
+          {"backward_passes_per_step", std::to_string(d.backward_passes_per_step)},
+          {"weight_by_sample_count", d.weight_by_sample_count ? "true" : "false"},
+          {"parameter sizes", sizes.str()}};
+}
+
+std::string join_fields(const std::vector<std::pair<std::string, std::string>>& fields) {
+  std::string out;
+  for (const auto& [key, value] : fields) out += key + "=" + value + "\n";
+  return out;
+}
+
+}  // namespace
+
+ShardedOptimizer::ShardedOptimizer(Optimizer& inner,
+                                   std::vector<std::pair<std::string, Tensor>> named_params,
+                                   ShardedOptions options)
+    : inner_(inner), options_(std::move(options)), updater_(inner) {
+  check_options(options_);
+  const ProcessSet& set = options_.distributed.process_set;
+  ranks_ = set.size();
+  rank_ = set.rank();
+  if (rank_ < 0) fail("this rank is not a member of " + set.to_string());
+  // The wrapped optimizer's flattened index and group of every parameter it holds.
+  std::map<const TensorImpl*, std::pair<int64_t, size_t>> held;
+  int64_t flat = 0;
+  for (size_t g = 0; g < inner_.param_groups().size(); ++g)
+    for (const Tensor& p : inner_.param_groups()[g].params) held[p.impl().get()] = {flat++, g};
+  std::set<std::string> seen;
+  std::vector<int64_t> numels;
+  for (auto& [name, tensor] : named_params) {
+    if (name.empty()) fail("a parameter has an empty name");
+    if (!seen.insert(name).second) fail("parameter name '" + name + "' appears twice");
+    if (!tensor.defined()) fail("parameter '" + name + "' is undefined");
+    if (!tensor.device().is_cpu() || tensor.dtype() != DataType::kFloat32)
+      fail("parameter '" + name + "' is " + tensor.to_string() +
+           "; sharding supports float32 CPU parameters");
+    auto it = held.find(tensor.impl().get());
+    if (it == held.end()) fail("parameter '" + name + "' is not one of the optimizer's");
+    const ParamGroup& group = inner_.param_groups()[it->second.second];
+    Param p;
+    p.name = name;
+    p.tensor = tensor;
+    p.index = it->second.first;
+    p.numel = tensor.numel();
+    p.lr_scale = group.lr_scale;
+    p.weight_decay = group.weight_decay;
+    params_.push_back(std::move(p));
+    numels.push_back(tensor.numel());
+  }
+  if (params_.size() != held.size())
+    fail("the optimizer holds " + std::to_string(held.size()) + " parameters but " +
+         std::to_string(params_.size()) + " are named; name every one");
+  check_agreement();
+  layout_ = make_shard_layout(numels, options_.distributed.bucket_bytes, ranks_);
+  take_state();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    params_[i].hook_id =
+        params_[i].tensor.register_grad_ready_hook([this, i](Tensor&) { on_gradient_ready(i); });
+  }
+  (void)memory();
+}
+
+void ShardedOptimizer::check_agreement() const {
+  if (ranks_ == 1) return;
+  std::vector<int64_t> numels;
+  for (const Param& p : params_) numels.push_back(p.numel);
+  const auto mine = agreement_fields(options_, inner_.name(), numels);
+  auto all = allgather_object(options_.distributed.name_prefix + ".__config__", join_fields(mine),
+                              options_.distributed.process_set);
+  if (!all.ok()) throw Error(all.status());
+  for (size_t f = 0; f < mine.size(); ++f) {
+    std::string values;
+    bool differ = false;
+    for (size_t r = 0; r < all->size(); ++r) {
+      std::istringstream lines((*all)[r]);
+      std::string line;
+      for (size_t k = 0; k <= f && std::getline(lines, line);) ++k;
+      const std::string value = line.substr(line.find('=') + 1);
+      differ = differ || value != mine[f].second;
+      values += (r ? ", rank " : "rank ") + std::to_string(r) + ": " + value;
+    }
+    if (differ)
+      throw Error(Status::Mismatch("ShardedOptimizer: ranks of " +
+                                   options_.distributed.process_set.to_string() +
+                                   " disagree on the sharding setting '" + mine[f].first + "' (" +
+                                   values + "); every rank must construct it alike"));
+  }
+}
+
+void ShardedOptimizer::take_state() {
+  std::map<std::string, Tensor*> named;
+  for (auto& [name, tensor] : inner_.state_tensors()) named[name] = tensor;
+  step_counter_ = named.at("step");
+  param_counts_ = named.at("param_steps");
+  const std::string prefix = options_.distributed.name_prefix + ".";
+  buckets_.resize(layout_.size());
+  for (size_t k = 0; k < layout_.size(); ++k) {
+    const ShardBucket& b = layout_[k];
+    Bucket& bucket = buckets_[k];
+    bucket.name = prefix + "bucket" + std::to_string(k) + "(" + params_[b.params.front()].name +
+                  ".." + params_[b.params.back()].name + ")";
+    for (size_t i : b.params) params_[i].bucket = k;
+    bucket.owned = owned_segments(b, rank_);
+    const int64_t count = b.counts[static_cast<size_t>(rank_)];
+    bucket.shard_grad = Tensor::zeros({count});
+    bucket.send = Tensor::zeros({count});
+    for (const Segment& seg : bucket.owned) {
+      std::vector<Tensor> slots;
+      for (const std::string& slot : slot_names()) {
+        const Tensor& full =
+            *named.at("param." + std::to_string(params_[seg.param].index) + "." + slot);
+        Tensor slice = Tensor::empty({seg.length});
+        // A wrapped optimizer that already stepped keeps its history: this rank takes its slice.
+        std::memcpy(slice.raw_data(), f32(full) + seg.param_offset,
+                    static_cast<size_t>(seg.length) * sizeof(float));
+        slots.push_back(std::move(slice));
+      }
+      bucket.state.push_back(std::move(slots));
+    }
+  }
+  // Only now, with every slice copied: the whole-parameter state is what sharding saves.
+  for (const Param& p : params_)
+    for (const std::string& slot : slot_names())
+      *named.at("param." + std::to_string(p.index) + "." + slot) = Tensor();
+}
+
+ShardedOptimizer::~ShardedOptimizer() {
+  for (auto& param : params_) param.tensor.remove_grad_ready_hook(param.hook_id);
+  // Kolo borrows the buffers until the handles complete.
+  for (auto& bucket : buckets_) {
+    if (bucket.reduce.valid()) (void)bucket.reduce.wait();
+    if (bucket.gather.valid()) (void)bucket.gather.wait();
+  }
+  if (count_handle_.valid()) (void)count_handle_.wait();
+}
+
+void ShardedOptimizer::set_local_batch_size(int64_t n) {
+  if (n < 0) fail("local batch size must be >= 0, got " + std::to_string(n));
+  local_samples_ += n;
+  count_given_ = true;
+}
+
+void ShardedOptimizer::zero_grad() {
+  for (const Param& p : params_)
+    if (p.tensor.grad().defined()) p.tensor.zero_grad();
+}
+
+ShardedNoSyncScope::~ShardedNoSyncScope() {
+  if (owner_) --owner_->no_sync_depth_;
+}
+
+ShardedNoSyncScope ShardedOptimizer::no_sync() {
+  ++no_sync_depth_;
+  return ShardedNoSyncScope(this);
+}
+
+bool ShardedOptimizer::weighted() const {
+  return ranks_ > 1 && options_.distributed.weight_by_sample_count;
+}
+
+void ShardedOptimizer::on_gradient_ready(size_t index) {
+  if (no_sync_depth_ > 0) return;  // accumulates locally (DistributedOptimizer's no_sync)
+  Param& param = params_[index];
+  if (++param.passes_ready != options_.distributed.backward_passes_per_step) return;
+  if (weighted()) submit_sample_count();
+  Bucket& bucket = buckets_[param.bucket];
+  if (++bucket.ready == layout_[param.bucket].params.size()) {
+    submit(bucket);
+    stats_.submitted_from_hooks += static_cast<int64_t>(bucket.ready);
+  }
+}
+
+void ShardedOptimizer::submit_sample_count() {
+  if (count_submitted_) return;
+  count_submitted_ = true;
+  global_samples_ = count_given_ ? local_samples_ : 1;
+  count_handle_ = allreduce_async(options_.distributed.name_prefix + ".__samples__",
+                                  view_of(&global_samples_, {}),
+                                  {.process_set = options_.distributed.process_set});
+}
+
+void ShardedOptimizer::pack_gradients(Bucket& bucket, const ShardBucket& b) {
+  if (!bucket.flat.defined()) bucket.flat = Tensor::empty({b.numel});
+  const float w = weighted() && count_given_ ? static_cast<float>(local_samples_) : 1.0f;
+  float* out = f32(bucket.flat);
+  for (size_t k = 0; k < b.params.size(); ++k) {
+    Param& p = params_[b.params[k]];
+    float* dst = out + b.param_starts[k];
+    const Tensor grad = p.tensor.grad();
+    if (!grad.defined()) {
+      // Unused on this rank in every pass: contribute zeros (other ranks may have used it).
+      std::memset(dst, 0, static_cast<size_t>(p.numel) * sizeof(float));
+    } else if (w == 1.0f) {
+      std::memcpy(dst, f32(grad), static_cast<size_t>(p.numel) * sizeof(float));
+    } else {
+      const float* src = f32(grad);
+      for (int64_t i = 0; i < p.numel; ++i) dst[i] = src[i] * w;
+    }
+    // Stage 2: the flat buffer now holds what this rank contributes; the gradient is not
+    // needed again until the next step's backward allocates a new one.
+    if (options_.stage == ShardStage::kGradients) p.tensor.set_grad(Tensor());
+  }
+}
+
+void ShardedOptimizer::submit(Bucket& bucket) {
+  if (bucket.submitted) return;
+  bucket.submitted = true;
+  const ShardBucket& b = layout_[static_cast<size_t>(&bucket - buckets_.data())];
+  pack_gradients(bucket, b);
+  sample_memory();  // the flat buffers are fullest now (stage 2's gradients were just freed)
+  if (ranks_ == 1) {
+    std::memcpy(bucket.shard_grad.raw_data(), bucket.flat.raw_data(), bucket.flat.nbytes());
+    return;
+  }
+  if (!first_submit_) first_submit_ = std::chrono::steady_clock::now();
+  ReducescatterOptions opts;
+  // As in DistributedOptimizer::submit: this rank's weight is applied above, so every rank
+  // passes the same reduction.
+  opts.reduction.op = weighted() ? ReduceOp::kSum : ReduceOp::kAverage;
+  opts.reduction.prescale = 1.0 / options_.distributed.backward_passes_per_step;
+  void* out = bucket.shard_grad.raw_data();
+  opts.allocator = [out](const std::vector<int64_t>&, DataType) { return out; };
+  opts.recv_counts = b.counts;
+  opts.process_set = options_.distributed.process_set;
+  bucket.reduce = reducescatter_async(bucket.name, view_of_tensor(bucket.flat), std::move(opts));
+  if (weighted()) submit_sample_count();  // when no hook fired
+}
+
+Status ShardedOptimizer::wait_reductions() {
+  Status first_error;
+  for (auto& bucket : buckets_) {
+    if (!bucket.reduce.valid()) continue;
+    Status status = bucket.reduce.wait();
+    if (!status.ok() && first_error.ok()) first_error = status;
+  }
+  if (count_handle_.valid()) {
+    Status status = count_handle_.wait();
+    if (!status.ok() && first_error.ok()) first_error = status;
+  }
+  return first_error;
+}
+
+double ShardedOptimizer::gradient_scale() const {
+  if (ranks_ == 1) return 1.0 / options_.distributed.backward_passes_per_step;
+  if (!weighted()) return 1.0;  // the reduce-scatter averaged
+  // As DistributedOptimizer: a step in which no rank had a sample leaves the zeros as they are.
+  return global_samples_ > 0 ? 1.0 / static_cast<double>(global_samples_) : 1.0;
+}
+
+// Sums over the ranks of the set, in float64 (a few values: the norms' partial sums).
+static void sum_over_set(const std::string& name, std::vector<double>& values,
+                         const ProcessSet& set) {
+  if (set.size() == 1 || values.empty()) return;
+  Status status = allreduce(name, view_of(values.data(), {static_cast<int64_t>(values.size())}),
+                            {.process_set = set});
+  if (!status.ok()) throw Error(status);
+}
+
+void ShardedOptimizer::clip_and_measure(std::vector<LayerNorms>& norms) {
+  const std::string& prefix = options_.distributed.name_prefix;
+  const ProcessSet& set = options_.distributed.process_set;
+  if (options_.max_grad_norm > 0) {
+    std::vector<double> total = {0.0};
+    for (const Bucket& b : buckets_)
+      total[0] += kernels::sum_squares(f32(b.shard_grad), b.shard_grad.numel());
+    sum_over_set(prefix + ".__grad_norm__", total, set);
+    const double coef = clip_coefficient(total[0], options_.max_grad_norm);
+    if (coef < 1.0)
+      for (Bucket& b : buckets_) b.shard_grad.mul_(static_cast<float>(coef));
+  }
+  if (!updater_.needs_layer_norms()) return;
+  std::vector<double> sums(2 * params_.size(), 0.0);
+  for (size_t k = 0; k < buckets_.size(); ++k) {
+    const Bucket& b = buckets_[k];
+    const int64_t lo = layout_[k].offsets[static_cast<size_t>(rank_)];
+    for (const Segment& seg : b.owned) {
+      const float* param = f32(params_[seg.param].tensor) + seg.param_offset;
+      const float* grad = f32(b.shard_grad) + (seg.bucket_offset - lo);
+      sums[2 * seg.param] += kernels::sum_squares(param, seg.length);
+      sums[2 * seg.param + 1] += kernels::sum_squares(grad, seg.length);
+    }
+  }
+  sum_over_set(prefix + ".__layer_norms__", sums, set);
+  for (size_t i = 0; i < params_.size(); ++i) norms[i] = {sums[2 * i], sums[2 * i + 1]};
+}
+
+void ShardedOptimizer::update_bucket(Bucket& bucket, const std::vector<LayerNorms>& norms) {
+  const size_t k = static_cast<size_t>(&bucket - buckets_.data());
+  const int64_t lo = layout_[k].offsets[static_cast<size_t>(rank_)];
+  const int64_t* counts = param_counts_->data<int64_t>();
+  const double default_wd = updater_.default_weight_decay();
+  for (size_t s = 0; s < bucket.owned.size(); ++s) {
+    const Segment& seg = bucket.owned[s];
+    const Param& p = params_[seg.param];
+    std::vector<float*> state;
+    for (const Tensor& slot : bucket.state[s]) state.push_back(f32(slot));
+    updater_.update(f32(p.tensor) + seg.param_offset,
+                    f32(bucket.shard_grad) + (seg.bucket_offset - lo), state, seg.length,
+                    p.tensor.dim(), inner_.lr() * p.lr_scale, p.weight_decay.value_or(default_wd),
+                    counts[p.index] + 1, norms[seg.param]);
+  }
+}
+
+void ShardedOptimizer::gather_bucket(Bucket& bucket) {
+  if (ranks_ == 1) return;  // updated in place: nothing to exchange
+  const size_t k = static_cast<size_t>(&bucket - buckets_.data());
+  const int64_t lo = layout_[k].offsets[static_cast<size_t>(rank_)];
+  for (const Segment& seg : bucket.owned) {
+    std::memcpy(f32(bucket.send) + (seg.bucket_offset - lo),
+                f32(params_[seg.param].tensor) + seg.param_offset,
+                static_cast<size_t>(seg.length) * sizeof(float));
+  }
+  // The reduce-scatter has completed, so the flat buffer is free to receive the parameters.
+  void* out = bucket.flat.raw_data();
+  bucket.gather =
+      allgather_async(bucket.name + ".params", view_of_tensor(bucket.send),
+                      {.allocator = [out](const std::vector<int64_t>&, DataType) { return out; },
+                       .process_set = options_.distributed.process_set});
+}
+
+Status ShardedOptimizer::finish_gathers() {
+  Status first_error;
+  for (size_t k = 0; k < buckets_.size(); ++k) {
+    Bucket& bucket = buckets_[k];
+    if (!bucket.gather.valid()) continue;
+    Status status = bucket.gather.wait();
+    if (!status.ok()) {
+      if (first_error.ok()) first_error = status;
+      continue;
+    }
+    const ShardBucket& b = layout_[k];
+    for (size_t j = 0; j < b.params.size(); ++j) {
+      const Param& p = params_[b.params[j]];
+      std::memcpy(p.tensor.raw_data(), f32(bucket.flat) + b.param_starts[j],
+                  static_cast<size_t>(p.numel) * sizeof(float));
+    }
+  }
+  return first_error;
+}
+
+void ShardedOptimizer::reset_step() {
+  for (auto& param : params_) param.passes_ready = 0;
+  for (auto& bucket : buckets_) {
+    bucket.ready = 0;
+    bucket.submitted = false;
+    bucket.reduce = Handle();
+    bucket.gather = Handle();
+  }
+  count_handle_ = Handle();
+  local_samples_ = 0;
+  count_given_ = false;
+  count_submitted_ = false;
+}
+
+void ShardedOptimizer::step() {
+  if (no_sync_depth_ > 0)
+    throw Error(Status::PreconditionFailed(
+        "ShardedOptimizer::step() inside no_sync(): end the scope and run one more backward "
+        "pass, whose gradients (summed with those accumulated in the scope) are reduced"));
+  for (auto& bucket : buckets_) {
+    if (bucket.submitted) continue;
+    submit(bucket);
+    stats_.submitted_at_step +=
+        static_cast<int64_t>(layout_[&bucket - buckets_.data()].params.size());
+  }
+  const auto wait_start = std::chrono::steady_clock::now();
+  Status error = wait_reductions();
+  if (first_submit_) {
+    const auto done = std::chrono::steady_clock::now();
+    stats_.communication_window_seconds +=
+        std::chrono::duration<double>(done - *first_submit_).count();
+    stats_.exposed_wait_seconds += std::chrono::duration<double>(done - wait_start).count();
+    first_submit_.reset();
+  }
+  if (!error.ok()) {
+    reset_step();  // the parameters are untouched: the job may go on
+    throw Error(error);
+  }
+  const double scale = gradient_scale();
+  if (scale != 1.0)
+    for (Bucket& b : buckets_) b.shard_grad.mul_(static_cast<float>(scale));
+  std::vector<LayerNorms> norms(params_.size());
+  clip_and_measure(norms);
+  // Bucket k's parameters travel while bucket k + 1's shard is updated.
+  for (Bucket& bucket : buckets_) {
+    update_bucket(bucket, norms);
+    gather_bucket(bucket);
+  }
+  error = finish_gathers();
+  int64_t* counts = param_counts_->data<int64_t>();
+  for (const Param& p : params_) ++counts[p.index];
+  ++step_counter_->data<int64_t>()[0];
+  reset_step();
+  if (options_.stage == ShardStage::kGradients)
+    for (Bucket& b : buckets_) b.flat = Tensor();
+  sample_memory();
+  ++stats_.steps;
+  if (!error.ok())
+    throw Error(Status(error.code(),
+                       "ShardedOptimizer: gathering the updated parameters failed, "
+                       "so the replicas may now differ (restore a checkpoint): " +
+                           error.message()));
+  if (is_initialized()) (void)mark_step();
+}
+
+std::vector<StateSlice> ShardedOptimizer::state_slices() const {
+  std::vector<StateSlice> out;
+  for (const Bucket& b : buckets_) {
+    for (size_t s = 0; s < b.owned.size(); ++s) {
+      const Segment& seg = b.owned[s];
+      out.push_back({params_[seg.param].index, seg.param_offset, seg.length, b.state[s]});
+    }
+  }
+  return out;
+}
+
+void ShardedOptimizer::sample_memory() {
+  MemoryBytes now;
+  for (const Param& p : params_) {
+    now.parameters += bytes_of(p.tensor);
+    now.gradients += bytes_of(p.tensor.grad());
+  }
+  for (const Bucket& b : buckets_) {
+    now.gradients += bytes_of(b.shard_grad);
+    for (const auto& slots : b.state)
+      for (const Tensor& t : slots) now.optimizer_state += bytes_of(t);
+    now.communication += bytes_of(b.flat) + bytes_of(b.send);
+  }
+  memory_.current = now;
+  MemoryBytes& peak = memory_.peak;
+  peak.parameters = std::max(peak.parameters, now.parameters);
+  peak.gradients = std::max(peak.gradients, now.gradients);
+  peak.optimizer_state = std::max(peak.optimizer_state, now.optimizer_state);
+  peak.communication = std::max(peak.communication, now.communication);
+}
+
+ShardMemory ShardedOptimizer::memory() {
+  sample_memory();
+  return memory_;
+}
+
+}  // namespace kolo::fw

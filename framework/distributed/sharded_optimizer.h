@@ -1,0 +1,189 @@
+// ShardedOptimizer: data-parallel training with ZeRO stage 1 or 2 (Rajbhandari et al. 2020,
+// "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models") around SGD, Adam,
+// AdamW or LARS. docs/zero.md tells the design; this header the contract.
+//
+// Every rank keeps the whole model's parameters, as with DistributedOptimizer, but only its own
+// contiguous shard of every bucket's optimizer state (Note [Shard layout] in shard_layout.h).
+// The hooks, the buckets, no_sync(), backward_passes_per_step and the exact sample-weighted
+// averaging are DistributedOptimizer's (Notes [Buckets] and [Exact averaging] in
+// distributed_optimizer.h); what travels differs:
+//   - when a bucket's last gradient becomes final inside backward, its gradients are copied into
+//     one flat buffer (weighted by the rank's sample count) and reduce-scattered: each rank
+//     receives the summed gradient of its shard only;
+//   - step() divides by the global sample count, updates this rank's shard of each bucket with
+//     the wrapped optimizer's own kernels and hyperparameters (sharded_update.h), and
+//     all-gathers the bucket's updated parameters, bucket by bucket, so the gather of one
+//     bucket runs while the next bucket's shard is updated.
+// Stage 2 (ShardStage::kGradients) in addition releases every parameter's .grad() once its
+// bucket has been copied for the reduce-scatter, and the flat buffers at the end of step(): after
+// a step a rank holds only its shard's gradient (1/N). Stage 1 keeps the local gradients and the
+// flat buffers between steps (no allocation per step).
+//
+// The parameters equal those of DistributedOptimizer (and of one process training on the union
+// of the ranks' batches) up to float rounding: the reductions sum in another order; the update
+// of each element is the same arithmetic.
+//
+// LARS and global-norm clipping (ShardedOptions::max_grad_norm) need norms of tensors that span
+// shards: each rank sums squares over its shard and one allreduce of the partial sums (float64,
+// 1 value for clipping, 2 per parameter for LARS) gives the totals.
+//
+// The wrapped optimizer: its hyperparameters, param groups (lr_scale, weight_decay) and lr()
+// (set it as usual, e.g. from an LrSchedule, before step()) are read at each step; its "step"
+// and "param_steps" counters are advanced by step(). Its per-parameter state tensors are
+// copied into this rank's slices and then replaced by empty ones at construction (that memory is
+// what sharding saves): the wrapped optimizer must not be stepped, saved or broadcast directly
+// afterwards (its step() then throws PreconditionFailed); use sharded_checkpoint.h.
+//
+// Errors. Constructor: InvalidArgument as DistributedOptimizer's, and for a parameter that the
+// optimizer does not hold (or one it holds that is not named), a non-CPU or non-float32
+// parameter, max_grad_norm not finite or < 0; Unsupported for an optimizer whose state cannot be
+// sharded (naming it) and for fp16/bf16 compression (not implemented for sharded gradients);
+// Mismatch (after one allgather over the process set) when ranks
+// disagree on the stage, bucket_bytes, clipping, optimizer type or the parameters' sizes,
+// naming the setting and the ranks' values. step(): kolo::Error carrying Kolo's Status when a
+// collective fails; when a reduce-scatter fails no parameter has changed; when an allgather
+// fails the replicas may differ (restore from a checkpoint). PreconditionFailed inside no_sync().
+// Thread-safety: use from the training thread; hooks run inside backward() on that thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "framework/distributed/distributed_optimizer.h"
+#include "framework/distributed/shard_layout.h"
+#include "framework/distributed/sharded_update.h"
+#include "framework/optim/optimizer.h"
+#include "framework/tensor.h"
+#include "kolo/handle.h"
+
+namespace kolo::fw {
+
+enum class ShardStage { kOptimizerState = 1, kGradients = 2 };
+
+struct ShardedOptions {
+  // Buckets, averaging, passes and the process set, as for DistributedOptimizer.
+  // name_prefix defaults to "zero" here; compression must stay kNone.
+  DistributedOptions distributed = {.name_prefix = "zero"};
+  ShardStage stage = ShardStage::kOptimizerState;
+  // Global-norm gradient clipping of the averaged gradient (clip_coefficient in
+  // sharded_update.h); 0 disables it.
+  double max_grad_norm = 0;
+};
+
+// Bytes per category that this optimizer holds or knows of (Tensor storage, counted by size).
+struct MemoryBytes {
+  int64_t parameters = 0;       // the model's parameters (whole on every rank in stages 1, 2)
+  int64_t gradients = 0;        // defined .grad() buffers plus this rank's reduced shard
+  int64_t optimizer_state = 0;  // this rank's state slices
+  int64_t communication = 0;    // flat bucket buffers and send buffers
+};
+struct ShardMemory {
+  MemoryBytes current;  // at the last sample
+  MemoryBytes peak;     // the largest value of each category at any sample
+};
+
+class ShardedOptimizer;
+
+// The scope of ShardedOptimizer::no_sync() (as NoSyncScope for DistributedOptimizer).
+class [[nodiscard]] ShardedNoSyncScope {
+ public:
+  ShardedNoSyncScope(ShardedNoSyncScope&& other) noexcept
+      : owner_(std::exchange(other.owner_, nullptr)) {}
+  ShardedNoSyncScope& operator=(ShardedNoSyncScope&&) = delete;
+  ShardedNoSyncScope(const ShardedNoSyncScope&) = delete;
+  ~ShardedNoSyncScope();
+
+ private:
+  friend class ShardedOptimizer;
+  explicit ShardedNoSyncScope(ShardedOptimizer* owner) : owner_(owner) {}
+  ShardedOptimizer* owner_;
+};
+
+// One slice of the optimizer state: elements [param_offset, param_offset + length) of the
+// wrapped optimizer's parameter `index` (flattened group order), one tensor per slot.
+struct StateSlice {
+  int64_t index = 0;
+  int64_t param_offset = 0;
+  int64_t length = 0;
+  std::vector<Tensor> slots;  // each float32 [length], shared with the optimizer
+};
+
+class ShardedOptimizer {
+ public:
+  ShardedOptimizer(Optimizer& inner, std::vector<std::pair<std::string, Tensor>> named_params,
+                   ShardedOptions options = {});
+  ~ShardedOptimizer();
+  ShardedOptimizer(const ShardedOptimizer&) = delete;
+  ShardedOptimizer& operator=(const ShardedOptimizer&) = delete;
+
+  // As DistributedOptimizer's.
+  void set_local_batch_size(int64_t n);
+  void zero_grad();
+  void step();
+  ShardedNoSyncScope no_sync();
+
+  Optimizer& inner() { return inner_; }
+  const ShardedOptions& options() const { return options_; }
+  // This rank's position in the process set and the set's size.
+  int shard_rank() const { return rank_; }
+  int shard_count() const { return ranks_; }
+  const std::vector<ShardBucket>& layout() const { return layout_; }
+  // The slot names of the wrapped optimizer ("momentum"; "exp_avg", "exp_avg_sq").
+  const std::vector<std::string>& slot_names() const { return updater_.slot_names(); }
+  // This rank's state slices; writing through the tensors changes the state (checkpoint load).
+  std::vector<StateSlice> state_slices() const;
+  // Samples the current bytes per category (and updates the peaks); also sampled inside step()
+  // after the reduce-scatters are waited for and at its end.
+  ShardMemory memory();
+  const DistributedStats& stats() const { return stats_; }
+
+ private:
+  friend class ShardedNoSyncScope;
+  struct Param;
+  struct Bucket;
+
+  void check_agreement() const;
+  // Slices the wrapped optimizer's state into this rank's shards, then releases its tensors.
+  void take_state();
+  bool weighted() const;
+  void on_gradient_ready(size_t index);
+  // Copies the bucket's gradients, weighted, into its flat buffer (stage 2: frees them).
+  void pack_gradients(Bucket& bucket, const ShardBucket& layout);
+  void submit(Bucket& bucket);
+  void submit_sample_count();
+  Status wait_reductions();
+  double gradient_scale() const;
+  void clip_and_measure(std::vector<LayerNorms>& norms);
+  void update_bucket(Bucket& bucket, const std::vector<LayerNorms>& norms);
+  void gather_bucket(Bucket& bucket);
+  Status finish_gathers();
+  void reset_step();
+  void sample_memory();
+
+  Optimizer& inner_;
+  const ShardedOptions options_;
+  const SliceUpdater updater_;
+  int rank_ = 0;
+  int ranks_ = 1;
+  std::vector<Param> params_;
+  std::vector<ShardBucket> layout_;
+  std::vector<Bucket> buckets_;
+  Tensor* step_counter_ = nullptr;  // the wrapped optimizer's "step"
+  Tensor* param_counts_ = nullptr;  // its "param_steps"
+  int64_t local_samples_ = 0;
+  bool count_given_ = false;
+  int64_t global_samples_ = 0;
+  bool count_submitted_ = false;
+  Handle count_handle_;
+  int no_sync_depth_ = 0;
+  std::optional<std::chrono::steady_clock::time_point> first_submit_;  // this step's
+  DistributedStats stats_;
+  ShardMemory memory_;
+};
+
+}  // namespace kolo::fw

@@ -1,0 +1,262 @@
+// One rank of the ZeRO equality tests (sharded_training_test.cc starts it through kolorun).
+//
+// A two-layer MLP (8 -> 16 -> 4, 212 parameters) trains for --steps steps on a fixed synthetic
+// data set. Each step's global batch is the same 12 samples whatever the number of ranks, split
+// UNEVENLY between ranks (4/8; 2/4/6; 2/2/4/4), so a sharded run equals the unsharded one only if
+// the gradients are averaged weighted by sample counts.
+//   --stage 0      the unsharded reference: must run on 1 rank; the wrapped optimizer steps on the
+//                  whole batch (with --clip, the global-norm clipping done by hand first).
+//   --stage 1|2    ShardedOptimizer (ZeRO stage 1 or 2) on every rank.
+//   --optimizer    sgd (momentum 0.9, weight decay), nesterov, adam, adamw or lars; the biases
+//                  form a second param group (no weight decay, half the learning rate).
+//   --clip X       ShardedOptions::max_grad_norm (0: none).
+//   --bucket-bytes N  (default 400: buckets {fc2.bias, fc2.weight, fc1.bias} and {fc1.weight}).
+//   --passes k     each rank's share runs as k backward passes (backward_passes_per_step = k).
+//   --nosync       with --passes k: the first k - 1 passes inside no_sync() (their gradients are
+//                  summed), backward_passes_per_step stays 1 (the reference sums k passes too).
+// Rank 0 writes the parameters to --out ("name v v ..." lines). Every rank prints
+// "memory state=<bytes> grads=<bytes> comm=<bytes> peak_comm=<bytes>" at the end.
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "framework/autograd.h"
+#include "framework/distributed/sharded_optimizer.h"
+#include "framework/functional.h"
+#include "framework/optim/adam.h"
+#include "framework/optim/lars.h"
+#include "framework/optim/sgd.h"
+#include "kolo/kolo.h"
+
+namespace fw = kolo::fw;
+
+namespace {
+
+constexpr int kSamples = 64;
+constexpr int kFeatures = 8;
+constexpr int kHidden = 16;
+constexpr int kClasses = 4;
+constexpr int kGlobalBatch = 12;
+
+struct Args {
+  int stage = 1;
+  std::string optimizer = "sgd";
+  double clip = 0;
+  int64_t bucket_bytes = 400;
+  int steps = 20;
+  int passes = 1;
+  bool nosync = false;
+  std::string out;
+};
+
+[[noreturn]] void die(const std::string& message) {
+  std::fprintf(stderr, "sharded_worker: %s\n", message.c_str());
+  std::exit(1);
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) die("missing value after " + flag);
+      return argv[++i];
+    };
+    if (flag == "--stage")
+      a.stage = std::stoi(value());
+    else if (flag == "--optimizer")
+      a.optimizer = value();
+    else if (flag == "--clip")
+      a.clip = std::stod(value());
+    else if (flag == "--bucket-bytes")
+      a.bucket_bytes = std::stoll(value());
+    else if (flag == "--steps")
+      a.steps = std::stoi(value());
+    else if (flag == "--passes")
+      a.passes = std::stoi(value());
+    else if (flag == "--nosync")
+      a.nosync = true;
+    else if (flag == "--out")
+      a.out = value();
+    else
+      die("unknown flag " + flag);
+  }
+  return a;
+}
+
+std::vector<int> shares(int world) {
+  switch (world) {
+    case 1:
+      return {12};
+    case 2:
+      return {4, 8};
+    case 3:
+      return {2, 4, 6};
+    case 4:
+      return {2, 2, 4, 4};
+    default:
+      die("the tests use 1 to 4 ranks");
+  }
+}
+
+struct Model {
+  fw::Tensor w1, b1, w2, b2;
+  fw::NamedTensors named() const {
+    return {{"fc1.weight", w1}, {"fc1.bias", b1}, {"fc2.weight", w2}, {"fc2.bias", b2}};
+  }
+  fw::Tensor loss(const fw::Tensor& x, const fw::Tensor& y) const {
+    return fw::cross_entropy(fw::linear(fw::relu(fw::linear(x, w1, b1)), w2, b2), y);
+  }
+};
+
+Model make_model() {
+  fw::Generator gen(7);
+  Model m;
+  m.w1 = fw::Tensor::randn({kHidden, kFeatures}, 0.f, 0.4f, &gen);
+  m.b1 = fw::Tensor::randn({kHidden}, 0.f, 0.1f, &gen);
+  m.w2 = fw::Tensor::randn({kClasses, kHidden}, 0.f, 0.4f, &gen);
+  m.b2 = fw::Tensor::randn({kClasses}, 0.f, 0.1f, &gen);
+  for (auto* t : {&m.w1, &m.b1, &m.w2, &m.b2}) t->set_requires_grad(true);
+  return m;
+}
+
+// Rows [begin, begin + n) of the data set, wrapping around.
+void batch(int begin, int n, fw::Tensor* x, fw::Tensor* y) {
+  static const fw::Tensor all_x = [] {
+    fw::Generator gen(123);
+    return fw::Tensor::randn({kSamples, kFeatures}, 0.f, 1.f, &gen);
+  }();
+  std::vector<float> xs;
+  std::vector<int64_t> ys;
+  const float* data = all_x.data<float>();
+  for (int i = 0; i < n; ++i) {
+    const int row = (begin + i) % kSamples;
+    xs.insert(xs.end(), data + row * kFeatures, data + (row + 1) * kFeatures);
+    ys.push_back((row * 7) % kClasses);
+  }
+  *x = fw::Tensor::from_vector(xs, {n, kFeatures});
+  *y = fw::Tensor::from_labels(ys);
+}
+
+std::unique_ptr<fw::Optimizer> make_optimizer(const std::string& kind, const Model& m) {
+  std::vector<fw::ParamGroup> groups(2);
+  groups[0].params = {m.w1, m.w2};
+  groups[1].params = {m.b1, m.b2};
+  groups[1].lr_scale = 0.5;
+  groups[1].weight_decay = 0.0;
+  if (kind == "sgd")
+    return std::make_unique<fw::SGD>(
+        groups, fw::SgdOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-3});
+  if (kind == "nesterov")
+    return std::make_unique<fw::SGD>(
+        groups, fw::SgdOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-3, .nesterov = true});
+  if (kind == "adam")
+    return std::make_unique<fw::Adam>(groups, fw::AdamOptions{.lr = 1e-2, .weight_decay = 1e-3});
+  if (kind == "adamw")
+    return std::make_unique<fw::AdamW>(groups, fw::AdamOptions{.lr = 1e-2, .weight_decay = 0.05});
+  if (kind == "lars")
+    return std::make_unique<fw::LARS>(
+        groups, fw::LarsOptions{.lr = 0.5, .weight_decay = 1e-3, .trust_coefficient = 0.02});
+  die("unknown optimizer " + kind);
+}
+
+void write_params(const std::string& path, const Model& m) {
+  std::ofstream out(path);
+  if (!out) die("cannot write " + path);
+  out.precision(9);
+  for (const auto& [name, t] : m.named()) {
+    out << name;
+    for (float v : t.to_vector()) out << ' ' << v;
+    out << '\n';
+  }
+}
+
+// The unsharded reference on one rank: the wrapped optimizer on the whole batch. With k passes
+// each pass is a k-th of the batch: their mean (backward_passes_per_step) or, with --nosync,
+// their sum (gradients accumulated under no_sync).
+void run_reference(const Args& a, Model& m, fw::Optimizer& opt) {
+  const int per_pass = kGlobalBatch / a.passes;
+  for (int step = 0; step < a.steps; ++step) {
+    opt.zero_grad();
+    for (int pass = 0; pass < a.passes; ++pass) {
+      fw::Tensor x, y;
+      batch(step * kGlobalBatch + pass * per_pass, per_pass, &x, &y);
+      m.loss(x, y).backward();
+    }
+    std::vector<fw::Tensor> params = opt.parameters();
+    if (!a.nosync && a.passes > 1)
+      for (auto& p : params) p.grad().mul_(1.0f / static_cast<float>(a.passes));
+    if (a.clip > 0) {
+      double total = 0;
+      for (auto& p : params) total += p.grad().sq_norm();
+      const float coef = static_cast<float>(fw::clip_coefficient(total, a.clip));
+      if (coef < 1.f)
+        for (auto& p : params) p.grad().mul_(coef);
+    }
+    opt.step();
+  }
+}
+
+// The same passes of the same samples, spread over the ranks (each rank's share is split into
+// the k passes as the reference splits the whole batch: the k-th pass of every rank together
+// is the reference's k-th pass only when k = 1; with k > 1 the union is the same set of samples).
+void run_sharded(const Args& a, Model& m, fw::ShardedOptimizer& opt, int rank, int world) {
+  const std::vector<int> share = shares(world);
+  int begin = 0;
+  for (int r = 0; r < rank; ++r) begin += share[r];
+  const int local = share[rank];
+  const int per_pass = local / a.passes;
+  for (int step = 0; step < a.steps; ++step) {
+    opt.zero_grad();
+    for (int pass = 0; pass < a.passes; ++pass) {
+      fw::Tensor x, y;
+      batch(step * kGlobalBatch + begin + pass * per_pass, per_pass, &x, &y);
+      if (a.nosync && pass + 1 < a.passes) {
+        fw::ShardedNoSyncScope scope = opt.no_sync();
+        opt.set_local_batch_size(per_pass);
+        m.loss(x, y).backward();
+      } else {
+        opt.set_local_batch_size(per_pass);
+        m.loss(x, y).backward();
+      }
+    }
+    opt.step();
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const Args a = parse(argc, argv);
+  if (kolo::Status s = kolo::init(); !s.ok()) die("init: " + s.to_string());
+  const int rank = kolo::rank(), world = kolo::size();
+  Model m = make_model();
+  std::unique_ptr<fw::Optimizer> inner = make_optimizer(a.optimizer, m);
+  if (a.stage == 0) {
+    if (world != 1) die("--stage 0 is the one-rank reference");
+    run_reference(a, m, *inner);
+  } else {
+    fw::ShardedOptions options;
+    options.stage = a.stage == 2 ? fw::ShardStage::kGradients : fw::ShardStage::kOptimizerState;
+    options.max_grad_norm = a.clip;
+    options.distributed.bucket_bytes = a.bucket_bytes;
+    options.distributed.backward_passes_per_step = a.nosync ? 1 : a.passes;
+    fw::ShardedOptimizer opt(*inner, m.named(), options);
+    run_sharded(a, m, opt, rank, world);
+    const fw::ShardMemory mem = opt.memory();
+    std::printf("memory state=%lld grads=%lld comm=%lld peak_comm=%lld\n",
+                static_cast<long long>(mem.current.optimizer_state),
+                static_cast<long long>(mem.current.gradients),
+                static_cast<long long>(mem.current.communication),
+                static_cast<long long>(mem.peak.communication));
+    std::fflush(stdout);
+  }
+  if (rank == 0 && !a.out.empty()) write_params(a.out, m);
+  if (kolo::Status s = kolo::shutdown(); !s.ok()) die("shutdown: " + s.to_string());
+  return 0;
+} catch (const std::exception& e) {
+  die(e.what());
+}
