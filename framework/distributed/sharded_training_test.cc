@@ -21,7 +21,7 @@ namespace fs = std::filesystem;
 using Params = std::map<std::string, std::vector<double>>;
 
 class ShardedTrainingTest : public ::testing::Test {
- protected:
+ public:
   void SetUp() override {
     dir_ = fs::temp_directory_path() /
            ("kolo_zero_" + std::to_string(getpid()) + "_" +
@@ -77,8 +77,8 @@ void expect_close(const Params& a, const Params& b, const std::string& what) {
 }
 
 // The reference and the sharded runs of one configuration on 2 and 3 ranks, stages 1 and 2.
-void ShardedMatchesUnsharded(ShardedTrainingTest& t, const std::string& args,
-                             std::vector<int> worlds = {2, 3}) {
+void matches_unsharded(ShardedTrainingTest& t, const std::string& args,
+                       std::vector<int> worlds = {2, 3}) {
   t.launch(1, "--stage 0 " + args + " --out " + t.path("ref"));
   const Params ref = read_params(t.path("ref"));
   for (int np : worlds) {
@@ -93,29 +93,64 @@ void ShardedMatchesUnsharded(ShardedTrainingTest& t, const std::string& args,
 }
 
 TEST_F(ShardedTrainingTest, SgdMomentumWeightDecayMatchesUnsharded) {
-  ShardedMatchesUnsharded(*this, "--optimizer sgd", {2, 3, 4});
+  matches_unsharded(*this, "--optimizer sgd", {2, 3, 4});
 }
 TEST_F(ShardedTrainingTest, NesterovMatchesUnsharded) {
-  ShardedMatchesUnsharded(*this, "--optimizer nesterov");
+  matches_unsharded(*this, "--optimizer nesterov");
 }
 TEST_F(ShardedTrainingTest, AdamMatchesUnsharded) {
-  ShardedMatchesUnsharded(*this, "--optimizer adam", {2, 3, 4});
+  matches_unsharded(*this, "--optimizer adam", {2, 3, 4});
 }
 TEST_F(ShardedTrainingTest, AdamWMatchesUnsharded) {
-  ShardedMatchesUnsharded(*this, "--optimizer adamw");
+  matches_unsharded(*this, "--optimizer adamw");
 }
-TEST_F(ShardedTrainingTest, LarsMatchesUnsharded) {
-  ShardedMatchesUnsharded(*this, "--optimizer lars");
-}
+TEST_F(ShardedTrainingTest, LarsMatchesUnsharded) { matches_unsharded(*this, "--optimizer lars"); }
 // A small max norm, so that every step clips.
 TEST_F(ShardedTrainingTest, GlobalNormClippingMatchesUnsharded) {
-  ShardedMatchesUnsharded(*this, "--optimizer adam --clip 0.05");
-  ShardedMatchesUnsharded(*this, "--optimizer lars --clip 0.05");
+  matches_unsharded(*this, "--optimizer adam --clip 0.05");
+  matches_unsharded(*this, "--optimizer lars --clip 0.05");
 }
 TEST_F(ShardedTrainingTest, PassesNoSyncAndOneBucketPerParameterMatchUnsharded) {
-  ShardedMatchesUnsharded(*this, "--optimizer adam --passes 2 --steps 8");
-  ShardedMatchesUnsharded(*this, "--optimizer sgd --passes 2 --nosync --steps 8");
-  ShardedMatchesUnsharded(*this, "--optimizer adamw --bucket-bytes 0 --steps 8");
+  matches_unsharded(*this, "--optimizer adam --passes 2 --steps 8");
+  matches_unsharded(*this, "--optimizer sgd --passes 2 --nosync --steps 8");
+  matches_unsharded(*this, "--optimizer adamw --bucket-bytes 0 --steps 8");
+}
+
+// Optimizer state per rank: the bucket shards' counts (Note [Shard layout]) times 4 bytes per
+// slot. Buckets (bucket_bytes 400): {fc2.bias, fc2.weight, fc1.bias} 84 floats, {fc1.weight} 128.
+// Stage 2 keeps only the shard's gradient after the step; stage 1 the whole local gradient.
+TEST_F(ShardedTrainingTest, EachRankHoldsItsShareOfStateAndStageTwoOfGradients) {
+  const std::string two = launch(2, "--stage 1 --optimizer sgd --steps 2");
+  for (int r = 0; r < 2; ++r)  // 42 + 64 floats each; gradients 212 + 106 floats
+    EXPECT_EQ(kolo::testing::count_occurrences(
+                  two, "[" + std::to_string(r) + "] memory state=424 grads=1272 "),
+              1)
+        << two;
+  const std::string three = launch(3, "--stage 2 --optimizer sgd --steps 2");
+  // 28 + 43, 28 + 43, 28 + 42 floats: state and gradient alike.
+  EXPECT_EQ(kolo::testing::count_occurrences(three, "[0] memory state=284 grads=284 "), 1) << three;
+  EXPECT_EQ(kolo::testing::count_occurrences(three, "[1] memory state=284 grads=284 "), 1) << three;
+  EXPECT_EQ(kolo::testing::count_occurrences(three, "[2] memory state=280 grads=280 "), 1) << three;
+  const std::string four = launch(4, "--stage 2 --optimizer adam --steps 2");
+  for (int r = 0; r < 4; ++r)  // 21 + 32 floats, two slots
+    EXPECT_EQ(kolo::testing::count_occurrences(
+                  four, "[" + std::to_string(r) + "] memory state=424 grads=212 "),
+              1)
+        << four;
+}
+
+TEST_F(ShardedTrainingTest, RanksThatDisagreeOnTheStageFailNamingIt) {
+  const kolo::testing::ProcessRun r = run(2, "--stage 1 --rank1-stage 2 --steps 1");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  const std::string expected =
+      "disagree on the sharding setting 'stage' (rank 0: 1, rank 1: 2); every rank must "
+      "construct it alike";
+  EXPECT_NE(r.output.find("[0] sharded_worker: Mismatch: ShardedOptimizer: ranks of the global "
+                          "process set " +
+                          expected),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("[1] sharded_worker: Mismatch"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 //   --clip X       ShardedOptions::max_grad_norm (0: none).
 //   --bucket-bytes N  (default 400: buckets {fc2.bias, fc2.weight, fc1.bias} and {fc1.weight}).
 //   --passes k     each rank's share runs as k backward passes (backward_passes_per_step = k).
+//   --rank1-stage S  rank 1 asks for stage S instead (the agreement check must name 'stage').
 //   --nosync       with --passes k: the first k - 1 passes inside no_sync() (their gradients are
 //                  summed), backward_passes_per_step stays 1 (the reference sums k passes too).
 // Rank 0 writes the parameters to --out ("name v v ..." lines). Every rank prints
@@ -28,6 +29,7 @@
 #include "framework/functional.h"
 #include "framework/optim/adam.h"
 #include "framework/optim/lars.h"
+#include "framework/optim/serialize.h"
 #include "framework/optim/sgd.h"
 #include "kolo/kolo.h"
 
@@ -49,6 +51,7 @@ struct Args {
   int steps = 20;
   int passes = 1;
   bool nosync = false;
+  int rank1_stage = -1;  // -1: as --stage
   std::string out;
 };
 
@@ -79,6 +82,8 @@ Args parse(int argc, char** argv) {
       a.passes = std::stoi(value());
     else if (flag == "--nosync")
       a.nosync = true;
+    else if (flag == "--rank1-stage")
+      a.rank1_stage = std::stoi(value());
     else if (flag == "--out")
       a.out = value();
     else
@@ -240,7 +245,8 @@ int main(int argc, char** argv) try {
     run_reference(a, m, *inner);
   } else {
     fw::ShardedOptions options;
-    options.stage = a.stage == 2 ? fw::ShardStage::kGradients : fw::ShardStage::kOptimizerState;
+    const int stage = rank == 1 && a.rank1_stage >= 0 ? a.rank1_stage : a.stage;
+    options.stage = stage == 2 ? fw::ShardStage::kGradients : fw::ShardStage::kOptimizerState;
     options.max_grad_norm = a.clip;
     options.distributed.bucket_bytes = a.bucket_bytes;
     options.distributed.backward_passes_per_step = a.nosync ? 1 : a.passes;
