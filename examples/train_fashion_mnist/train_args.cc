@@ -124,6 +124,7 @@ std::map<std::string, Setter> value_flags(TrainArgs& a) {
          a.bucket_bytes = static_cast<int64_t>(*bytes);
          return Status::Ok();
        }},
+      {"--shard", one_of<int>({{"0", 0}, {"1", 1}, {"2", 2}}, &a.shard)},
       {"--device", one_of<DeviceChoice>(
                        {{"cpu", DeviceChoice::kCpu}, {"cuda", DeviceChoice::kCuda}}, &a.device)},
   };
@@ -171,6 +172,8 @@ std::string train_usage() {
          "  --device cpu|cuda        default: cuda when a GPU is visible, else cpu\n"
          "  --bucket-size SIZE       gradient bucket, e.g. 1MiB; 0: an allreduce per parameter\n"
          "                           (default 4MiB: one bucket for either model)\n"
+         "  --shard 0|1|2            ZeRO stage: 1 shards the optimizer state, 2 the gradients\n"
+         "                           too (CPU, no --checkpoint); prints memory per rank\n"
          "Exit status: 0 ok, 1 training failed or accuracy below --min-accuracy, 2 bad usage,\n"
          "77 data set not installed.\n";
 }

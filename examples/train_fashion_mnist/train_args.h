@@ -34,6 +34,7 @@ struct TrainArgs {
   double min_accuracy = -1;  // < 0: no check
   DeviceChoice device = DeviceChoice::kAuto;
   std::optional<int64_t> bucket_bytes;  // unset: DistributedOptimizer's default
+  int shard = 0;  // --shard: ZeRO stage (0: DistributedOptimizer; 1, 2: ShardedOptimizer)
   bool help = false;
 };
 

@@ -27,12 +27,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "examples/train_fashion_mnist/models.h"
 #include "examples/train_fashion_mnist/progress_bar.h"
 #include "examples/train_fashion_mnist/train_args.h"
+#include "framework/distributed/sharded_optimizer.h"
 #include "kolo/framework.h"
 
 namespace {
@@ -334,17 +336,66 @@ void print_epoch(const std::string& label, const EpochTotals& totals, const Test
       totals.samples / std::max(1e-9, totals.seconds), kolo::size());
 }
 
+// ---- --shard (ZeRO, sharded_optimizer.h): one of the two data-parallel optimizers ----------
+// The training loop calls the same four functions on either.
+class StepOptimizer {
+ public:
+  StepOptimizer(const TrainArgs& args, fw::SGD& sgd, const kolo::example::NamedParameters& params,
+                const fw::DistributedOptions& distributed) {
+    if (args.shard == 0) {
+      plain_.emplace(sgd, params, distributed);
+      return;
+    }
+    if (!args.checkpoint.empty())
+      throw kolo::Error(kolo::Status::InvalidArgument(
+          "--shard " + std::to_string(args.shard) +
+          " with --checkpoint: this example saves unsharded checkpoints only (sharded ones: "
+          "sharded_checkpoint.h is not wired in yet); drop one of the two flags"));
+    fw::ShardedOptions options{.distributed = distributed};
+    options.distributed.name_prefix = "zero";
+    options.stage = args.shard == 2 ? fw::ShardStage::kGradients : fw::ShardStage::kOptimizerState;
+    sharded_.emplace(sgd, params, options);
+  }
+  void zero_grad() { plain_ ? plain_->zero_grad() : sharded_->zero_grad(); }
+  void set_local_batch_size(int64_t n) {
+    plain_ ? plain_->set_local_batch_size(n) : sharded_->set_local_batch_size(n);
+  }
+  void step() { plain_ ? plain_->step() : sharded_->step(); }
+  const fw::DistributedStats& stats() const { return plain_ ? plain_->stats() : sharded_->stats(); }
+  size_t bucket_count() const {
+    return plain_ ? plain_->bucket_names().size() : sharded_->layout().size();
+  }
+  // With --shard: every rank's bytes per category, current (after the last step) and peak.
+  void print_memory() {
+    if (!sharded_) return;
+    const fw::ShardMemory m = sharded_->memory();
+    auto mib = [](int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
+    fw::RankLogger({.every_rank = true})
+        .printf(
+            "zero stage %d memory (MiB, now/peak): parameters %.3f/%.3f  gradients %.3f/%.3f  "
+            "optimizer state %.3f/%.3f  communication buffers %.3f/%.3f",
+            static_cast<int>(sharded_->options().stage), mib(m.current.parameters),
+            mib(m.peak.parameters), mib(m.current.gradients), mib(m.peak.gradients),
+            mib(m.current.optimizer_state), mib(m.peak.optimizer_state),
+            mib(m.current.communication), mib(m.peak.communication));
+  }
+
+ private:
+  std::optional<fw::DistributedOptimizer> plain_;
+  std::optional<fw::ShardedOptimizer> sharded_;
+};
+// ---- end of --shard --------------------------------------------------------------------------
+
 // The final accuracy, how much communication hid behind backward, and the exit code that
 // --min-accuracy asks for.
-int report_result(const TrainArgs& args, const TestResult& test,
-                  const fw::DistributedOptimizer& opt) {
+int report_result(const TrainArgs& args, const TestResult& test, const StepOptimizer& opt) {
   const fw::RankLogger say;
   say.printf("final test accuracy %.4f (%lld/%lld)", test.accuracy(),
              static_cast<long long>(test.correct), static_cast<long long>(test.total));
   if (const fw::DistributedStats& stats = opt.stats(); stats.communication_window_seconds > 0) {
     // With one bucket (the default for both models) communication starts when backward
     // ends, so little of it can hide; --bucket-size 0 overlaps more at a higher CPU cost.
-    const size_t buckets = opt.bucket_names().size();
+    const size_t buckets = opt.bucket_count();
     say.printf(
         "communication hidden behind backward: %.0f%% (step() waited %.2f s of a "
         "%.2f s communication window; %zu gradient bucket%s per step)",
@@ -378,7 +429,7 @@ int train(const TrainArgs& args) {
   fw::SGD sgd(model->parameters(), {.lr = lr, .momentum = args.momentum});
   fw::DistributedOptions distributed;
   if (args.bucket_bytes) distributed.bucket_bytes = *args.bucket_bytes;
-  fw::DistributedOptimizer opt(sgd, params, distributed);
+  StepOptimizer opt(args, sgd, params, distributed);  // --shard picks ZeRO
 
   // Each rank trains on its own shard of every epoch, padded so that every rank takes the same
   // number of steps (each step's allreduces need every rank).
@@ -416,6 +467,7 @@ int train(const TrainArgs& args) {
   if (first_epoch >= args.epochs) test = evaluate(*model, test_loader, device);
 
   const int exit_code = report_result(args, test, opt);
+  opt.print_memory();  // --shard only
   if (!args.timeline.empty()) throw_if_error(kolo::stop_timeline());
   throw_if_error(kolo::shutdown());
   return exit_code;
