@@ -153,4 +153,57 @@ TEST_F(ShardedTrainingTest, RanksThatDisagreeOnTheStageFailNamingIt) {
   EXPECT_NE(r.output.find("[1] sharded_worker: Mismatch"), std::string::npos) << r.output;
 }
 
+// A checkpoint saved by 4 ranks (stage 2) after 10 of 20 steps resumes on 3 ranks (stage 1)
+// and ends where the unsharded run ends; one consolidated by 3 ranks after 10 steps resumes in
+// the unsharded one-rank run (load_checkpoint) likewise.
+TEST_F(ShardedTrainingTest, FourRankCheckpointResumesOnThreeRanksAndConsolidates) {
+  for (const std::string optimizer : {"adam", "sgd"}) {
+    const std::string o = "--optimizer " + optimizer + " ";
+    launch(1, "--stage 0 " + o + "--out " + path("ref"));
+    const Params ref = read_params(path("ref"));
+    launch(4, "--stage 2 " + o + "--save-at 10 --ckpt " + path("four") + " --out " + path("p4"));
+    launch(3, "--stage 1 " + o + "--resume-from-shards 4 --ckpt " + path("four") + " --out " +
+                  path("p3"));
+    expect_close(read_params(path("p4")), ref, optimizer + " 4 ranks, saving");
+    expect_close(read_params(path("p3")), ref, optimizer + " resumed on 3 ranks");
+    launch(3, "--stage 2 " + o + "--steps 10 --consolidate " + path("whole"));
+    launch(1, "--stage 0 " + o + "--resume-unsharded " + path("whole") + " --out " + path("p1"));
+    expect_close(read_params(path("p1")), ref, optimizer + " consolidated, resumed unsharded");
+  }
+}
+
+// Every rank fails alike (exit 3) with the message of the rank that found the problem; the
+// files are left as they were.
+TEST_F(ShardedTrainingTest, BadCheckpointsFailOnEveryRankNamingWhatDiffered) {
+  launch(4, "--stage 1 --optimizer adam --steps 3 --save-at 2 --ckpt " + path("c"));
+  auto expect_failure = [&](int np, const std::string& args, const std::string& what) {
+    const kolo::testing::ProcessRun r = run(np, "--stage 1 " + args + " --ckpt " + path("c"));
+    EXPECT_NE(r.exit_code, 0) << r.output;
+    for (int rank = 0; rank < np; ++rank)
+      EXPECT_EQ(kolo::testing::count_occurrences(
+                    r.output, "[" + std::to_string(rank) + "] checkpoint failed: "),
+                1)
+          << r.output;
+    EXPECT_EQ(kolo::testing::count_occurrences(r.output, what), np) << r.output;
+  };
+  expect_failure(2, "--optimizer adam --resume-from-shards 3",
+                 "shard file '" + path("c") + ".shard0-of-3' of the 3-shard checkpoint '" +
+                     path("c") +
+                     "' does not exist (the files there are of a 4-shard checkpoint: pass that "
+                     "shard count)");
+  expect_failure(2, "--optimizer sgd --resume-from-shards 4",
+                 "holds the state of optimizer 'Adam', this one is 'SGD'");
+  expect_failure(3, "--optimizer adam --hidden 12 --resume-from-shards 4",
+                 "parameter 0 has 128 elements in the checkpoint, 96 here (a checkpoint of "
+                 "another model)");
+  fs::rename(path("c") + ".shard3-of-4", path("moved"));
+  expect_failure(2, "--optimizer adam --resume-from-shards 4",
+                 "IoError: sharded checkpoint load failed on rank 0 of the global process set: "
+                 "sharded checkpoint: shard file '" +
+                     path("c") + ".shard3-of-4' of the 4-shard checkpoint '" + path("c") +
+                     "' does not exist");
+  for (int r = 0; r < 3; ++r)
+    EXPECT_TRUE(fs::exists(path("c") + ".shard" + std::to_string(r) + "-of-4"));
+}
+
 }  // namespace

@@ -15,6 +15,11 @@
 //   --rank1-stage S  rank 1 asks for stage S instead (the agreement check must name 'stage').
 //   --nosync       with --passes k: the first k - 1 passes inside no_sync() (their gradients are
 //                  summed), backward_passes_per_step stays 1 (the reference sums k passes too).
+//   --save-at K --ckpt P   save_sharded_checkpoint(P) after K steps (training goes on).
+//   --resume-from-shards S --ckpt P   load_sharded_checkpoint(P, S) first; continue from its step.
+//   --consolidate C        consolidate_checkpoint(C) at the end.
+//   --resume-unsharded C   (--stage 0) load_checkpoint(C) first; continue from its step.
+// A checkpoint function that throws prints "checkpoint failed: <status>" and exits 3.
 // Rank 0 writes the parameters to --out ("name v v ..." lines). Every rank prints
 // "memory state=<bytes> grads=<bytes> comm=<bytes> peak_comm=<bytes>" at the end.
 #include <cstdio>
@@ -25,6 +30,7 @@
 #include <vector>
 
 #include "framework/autograd.h"
+#include "framework/distributed/sharded_checkpoint.h"
 #include "framework/distributed/sharded_optimizer.h"
 #include "framework/functional.h"
 #include "framework/optim/adam.h"
@@ -39,7 +45,6 @@ namespace {
 
 constexpr int kSamples = 64;
 constexpr int kFeatures = 8;
-constexpr int kHidden = 16;
 constexpr int kClasses = 4;
 constexpr int kGlobalBatch = 12;
 
@@ -52,7 +57,13 @@ struct Args {
   int passes = 1;
   bool nosync = false;
   int rank1_stage = -1;  // -1: as --stage
+  int hidden = 16;       // --hidden: another model (the checkpoint tests' "different model")
   std::string out;
+  std::string ckpt;         // --save-at / --resume: the sharded checkpoint's path
+  int save_at = -1;         // save a sharded checkpoint after this many steps
+  int saved_shards = 0;     // > 0: resume from the checkpoint that many ranks saved
+  std::string consolidate;  // at the end, a consolidated (unsharded) checkpoint here
+  std::string unsharded;    // --stage 0: resume from this unsharded checkpoint
 };
 
 [[noreturn]] void die(const std::string& message) {
@@ -82,6 +93,18 @@ Args parse(int argc, char** argv) {
       a.passes = std::stoi(value());
     else if (flag == "--nosync")
       a.nosync = true;
+    else if (flag == "--hidden")
+      a.hidden = std::stoi(value());
+    else if (flag == "--ckpt")
+      a.ckpt = value();
+    else if (flag == "--save-at")
+      a.save_at = std::stoi(value());
+    else if (flag == "--resume-from-shards")
+      a.saved_shards = std::stoi(value());
+    else if (flag == "--consolidate")
+      a.consolidate = value();
+    else if (flag == "--resume-unsharded")
+      a.unsharded = value();
     else if (flag == "--rank1-stage")
       a.rank1_stage = std::stoi(value());
     else if (flag == "--out")
@@ -117,12 +140,12 @@ struct Model {
   }
 };
 
-Model make_model() {
+Model make_model(int hidden) {
   fw::Generator gen(7);
   Model m;
-  m.w1 = fw::Tensor::randn({kHidden, kFeatures}, 0.f, 0.4f, &gen);
-  m.b1 = fw::Tensor::randn({kHidden}, 0.f, 0.1f, &gen);
-  m.w2 = fw::Tensor::randn({kClasses, kHidden}, 0.f, 0.4f, &gen);
+  m.w1 = fw::Tensor::randn({hidden, kFeatures}, 0.f, 0.4f, &gen);
+  m.b1 = fw::Tensor::randn({hidden}, 0.f, 0.1f, &gen);
+  m.w2 = fw::Tensor::randn({kClasses, hidden}, 0.f, 0.4f, &gen);
   m.b2 = fw::Tensor::randn({kClasses}, 0.f, 0.1f, &gen);
   for (auto* t : {&m.w1, &m.b1, &m.w2, &m.b2}) t->set_requires_grad(true);
   return m;
@@ -184,7 +207,7 @@ void write_params(const std::string& path, const Model& m) {
 // their sum (gradients accumulated under no_sync).
 void run_reference(const Args& a, Model& m, fw::Optimizer& opt) {
   const int per_pass = kGlobalBatch / a.passes;
-  for (int step = 0; step < a.steps; ++step) {
+  for (int step = static_cast<int>(opt.step_count()); step < a.steps; ++step) {
     opt.zero_grad();
     for (int pass = 0; pass < a.passes; ++pass) {
       fw::Tensor x, y;
@@ -208,13 +231,25 @@ void run_reference(const Args& a, Model& m, fw::Optimizer& opt) {
 // The same passes of the same samples, spread over the ranks (each rank's share is split into
 // the k passes as the reference splits the whole batch: the k-th pass of every rank together
 // is the reference's k-th pass only when k = 1; with k > 1 the union is the same set of samples).
+[[noreturn]] void checkpoint_failed(const kolo::Error& e) {
+  std::printf("checkpoint failed: %s\n", e.status().to_string().c_str());
+  std::fflush(stdout);
+  std::exit(3);
+}
+
 void run_sharded(const Args& a, Model& m, fw::ShardedOptimizer& opt, int rank, int world) {
+  try {
+    if (a.saved_shards > 0) fw::load_sharded_checkpoint(a.ckpt, a.saved_shards, m.named(), opt);
+  } catch (const kolo::Error& e) {
+    checkpoint_failed(e);
+  }
   const std::vector<int> share = shares(world);
   int begin = 0;
   for (int r = 0; r < rank; ++r) begin += share[r];
   const int local = share[rank];
   const int per_pass = local / a.passes;
-  for (int step = 0; step < a.steps; ++step) {
+  for (int step = static_cast<int>(opt.inner().step_count()); step < a.steps; ++step) {
+    if (step == a.save_at) fw::save_sharded_checkpoint(a.ckpt, m.named(), opt);
     opt.zero_grad();
     for (int pass = 0; pass < a.passes; ++pass) {
       fw::Tensor x, y;
@@ -230,6 +265,7 @@ void run_sharded(const Args& a, Model& m, fw::ShardedOptimizer& opt, int rank, i
     }
     opt.step();
   }
+  if (!a.consolidate.empty()) fw::consolidate_checkpoint(a.consolidate, m.named(), opt);
 }
 
 }  // namespace
@@ -238,10 +274,11 @@ int main(int argc, char** argv) try {
   const Args a = parse(argc, argv);
   if (kolo::Status s = kolo::init(); !s.ok()) die("init: " + s.to_string());
   const int rank = kolo::rank(), world = kolo::size();
-  Model m = make_model();
+  Model m = make_model(a.hidden);
   std::unique_ptr<fw::Optimizer> inner = make_optimizer(a.optimizer, m);
   if (a.stage == 0) {
     if (world != 1) die("--stage 0 is the one-rank reference");
+    if (!a.unsharded.empty()) fw::load_checkpoint(a.unsharded, m.named(), inner.get());
     run_reference(a, m, *inner);
   } else {
     fw::ShardedOptions options;
