@@ -110,6 +110,13 @@ TEST_F(ShardedTrainingTest, GlobalNormClippingMatchesUnsharded) {
   matches_unsharded(*this, "--optimizer adam --clip 0.05");
   matches_unsharded(*this, "--optimizer lars --clip 0.05");
 }
+// Ranks 1 and 2 of 3 shard over their process set (set ranks 0 and 1); rank 0 trains nothing.
+TEST_F(ShardedTrainingTest, AProcessSetWithoutRankZeroMatchesUnsharded) {
+  launch(1, "--stage 0 --optimizer adamw --out " + path("ref"));
+  launch(3, "--stage 2 --optimizer adamw --on-set --out " + path("set"));
+  expect_close(read_params(path("set")), read_params(path("ref")), "process set {1, 2}");
+}
+
 TEST_F(ShardedTrainingTest, PassesNoSyncAndOneBucketPerParameterMatchUnsharded) {
   matches_unsharded(*this, "--optimizer adam --passes 2 --steps 8");
   matches_unsharded(*this, "--optimizer sgd --passes 2 --nosync --steps 8");

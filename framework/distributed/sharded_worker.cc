@@ -12,6 +12,8 @@
 //   --clip X       ShardedOptions::max_grad_norm (0: none).
 //   --bucket-bytes N  (default 400: buckets {fc2.bias, fc2.weight, fc1.bias} and {fc1.weight}).
 //   --passes k     each rank's share runs as k backward passes (backward_passes_per_step = k).
+//   --on-set       the sharded ranks are the process set {1, ..., P-1}; rank 0 trains nothing
+//                  and the set's rank 0 (global rank 1) writes --out.
 //   --rank1-stage S  rank 1 asks for stage S instead (the agreement check must name 'stage').
 //   --nosync       with --passes k: the first k - 1 passes inside no_sync() (their gradients are
 //                  summed), backward_passes_per_step stays 1 (the reference sums k passes too).
@@ -57,6 +59,7 @@ struct Args {
   int passes = 1;
   bool nosync = false;
   int rank1_stage = -1;  // -1: as --stage
+  bool on_set = false;   // --on-set: ranks 1..P-1 train on a process set; rank 0 idles
   int hidden = 16;       // --hidden: another model (the checkpoint tests' "different model")
   std::string out;
   std::string ckpt;         // --save-at / --resume: the sharded checkpoint's path
@@ -93,6 +96,8 @@ Args parse(int argc, char** argv) {
       a.passes = std::stoi(value());
     else if (flag == "--nosync")
       a.nosync = true;
+    else if (flag == "--on-set")
+      a.on_set = true;
     else if (flag == "--hidden")
       a.hidden = std::stoi(value());
     else if (flag == "--ckpt")
@@ -280,15 +285,30 @@ int main(int argc, char** argv) try {
     if (world != 1) die("--stage 0 is the one-rank reference");
     if (!a.unsharded.empty()) fw::load_checkpoint(a.unsharded, m.named(), inner.get());
     run_reference(a, m, *inner);
+  } else if (a.on_set && rank == 0) {
+    std::vector<int> others;
+    for (int r = 1; r < world; ++r) others.push_back(r);
+    if (auto set = kolo::add_process_set(others); !set.ok()) die(set.status().to_string());
   } else {
     fw::ShardedOptions options;
+    int shard_rank = rank, shard_world = world;
+    if (a.on_set) {
+      std::vector<int> others;
+      for (int r = 1; r < world; ++r) others.push_back(r);
+      auto set = kolo::add_process_set(others);
+      if (!set.ok()) die(set.status().to_string());
+      options.distributed.process_set = *set;
+      shard_rank = set->rank();
+      shard_world = set->size();
+    }
     const int stage = rank == 1 && a.rank1_stage >= 0 ? a.rank1_stage : a.stage;
     options.stage = stage == 2 ? fw::ShardStage::kGradients : fw::ShardStage::kOptimizerState;
     options.max_grad_norm = a.clip;
     options.distributed.bucket_bytes = a.bucket_bytes;
     options.distributed.backward_passes_per_step = a.nosync ? 1 : a.passes;
     fw::ShardedOptimizer opt(*inner, m.named(), options);
-    run_sharded(a, m, opt, rank, world);
+    run_sharded(a, m, opt, shard_rank, shard_world);
+    if (a.on_set && shard_rank == 0 && !a.out.empty()) write_params(a.out, m);
     const fw::ShardMemory mem = opt.memory();
     std::printf("memory state=%lld grads=%lld comm=%lld peak_comm=%lld\n",
                 static_cast<long long>(mem.current.optimizer_state),
@@ -297,7 +317,7 @@ int main(int argc, char** argv) try {
                 static_cast<long long>(mem.peak.communication));
     std::fflush(stdout);
   }
-  if (rank == 0 && !a.out.empty()) write_params(a.out, m);
+  if (rank == 0 && !a.on_set && !a.out.empty()) write_params(a.out, m);
   if (kolo::Status s = kolo::shutdown(); !s.ok()) die("shutdown: " + s.to_string());
   return 0;
 } catch (const std::exception& e) {
