@@ -216,8 +216,25 @@ void ShardedOptimizer::set_local_batch_size(int64_t n) {
 }
 
 void ShardedOptimizer::zero_grad() {
-  for (const Param& p : params_)
-    if (p.tensor.grad().defined()) p.tensor.zero_grad();
+  for (size_t k = 0; k < buckets_.size(); ++k) attach_gradient_views(buckets_[k], layout_[k]);
+}
+
+// Note [Gradient views]. Each parameter's .grad() is made a view of its place in the bucket's
+// flat buffer, so that backward accumulates (autograd adds into a defined gradient in place)
+// straight into what the reduce-scatter sends: no copy per step, and no second buffer of the
+// model's size. A gradient that is not such a view (zero_grad() was not called, or a user set
+// one) is copied in at submission instead (pack_gradients).
+void ShardedOptimizer::attach_gradient_views(Bucket& bucket, const ShardBucket& b) {
+  if (bucket.flat.defined()) {
+    bucket.flat.zero_();
+  } else {
+    bucket.flat = Tensor::zeros({b.numel});
+  }
+  for (size_t j = 0; j < b.params.size(); ++j) {
+    const Param& p = params_[b.params[j]];
+    const int64_t start = b.param_starts[j];
+    p.tensor.set_grad(bucket.flat.slice(start, start + p.numel).reshape(p.tensor.shape()));
+  }
 }
 
 ShardedNoSyncScope::~ShardedNoSyncScope() {
@@ -262,7 +279,11 @@ void ShardedOptimizer::pack_gradients(Bucket& bucket, const ShardBucket& b) {
     Param& p = params_[b.params[k]];
     float* dst = out + b.param_starts[k];
     const Tensor grad = p.tensor.grad();
-    if (!grad.defined()) {
+    if (grad.defined() && grad.raw_data() == dst) {
+      // A view of this very place (Note [Gradient views]): weigh it in place.
+      if (w != 1.0f)
+        for (int64_t i = 0; i < p.numel; ++i) dst[i] *= w;
+    } else if (!grad.defined()) {
       // Unused on this rank in every pass: contribute zeros (other ranks may have used it).
       std::memset(dst, 0, static_cast<size_t>(p.numel) * sizeof(float));
     } else if (w == 1.0f) {
@@ -491,15 +512,23 @@ std::vector<StateSlice> ShardedOptimizer::state_slices() const {
 
 void ShardedOptimizer::sample_memory() {
   MemoryBytes now;
+  std::vector<bool> flat_holds_gradients(buckets_.size(), false);
   for (const Param& p : params_) {
     now.parameters += bytes_of(p.tensor);
-    now.gradients += bytes_of(p.tensor.grad());
+    const Tensor grad = p.tensor.grad();
+    // A view of the flat buffer (Note [Gradient views]) is counted once, with the buffer.
+    if (grad.defined() && grad.shares_storage(buckets_[p.bucket].flat))
+      flat_holds_gradients[p.bucket] = true;
+    else
+      now.gradients += bytes_of(grad);
   }
-  for (const Bucket& b : buckets_) {
+  for (size_t k = 0; k < buckets_.size(); ++k) {
+    const Bucket& b = buckets_[k];
     now.gradients += bytes_of(b.shard_grad);
     for (const auto& slots : b.state)
       for (const Tensor& t : slots) now.optimizer_state += bytes_of(t);
-    now.communication += bytes_of(b.flat) + bytes_of(b.send);
+    (flat_holds_gradients[k] ? now.gradients : now.communication) += bytes_of(b.flat);
+    now.communication += bytes_of(b.send);
   }
   memory_.current = now;
   MemoryBytes& peak = memory_.peak;

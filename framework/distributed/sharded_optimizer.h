@@ -14,10 +14,14 @@
 //     the wrapped optimizer's own kernels and hyperparameters (sharded_update.h), and
 //     all-gathers the bucket's updated parameters, bucket by bucket, so the gather of one
 //     bucket runs while the next bucket's shard is updated.
-// Stage 2 (ShardStage::kGradients) in addition releases every parameter's .grad() once its
-// bucket has been copied for the reduce-scatter, and the flat buffers at the end of step(): after
-// a step a rank holds only its shard's gradient (1/N). Stage 1 keeps the local gradients and the
-// flat buffers between steps (no allocation per step).
+// zero_grad() makes every .grad() a view of its bucket's flat buffer, so backward accumulates
+// into what is reduce-scattered (Note [Gradient views] in the .cc); after step() the buffer has
+// carried the gathered parameters, so .grad() holds no gradient until the next zero_grad()
+// (DistributedOptimizer leaves the averaged gradient there; this rank's averaged shard is not
+// the whole gradient). Stage 2 (ShardStage::kGradients) in addition releases every parameter's
+// .grad() once its bucket is submitted, and the flat buffers at the end of step(): after a step a
+// rank holds only its shard's gradient (1/N); the next zero_grad() allocates them again. Stage 1
+// keeps the buffers between steps (no allocation per step).
 //
 // The parameters equal those of DistributedOptimizer (and of one process training on the union
 // of the ranks' batches) up to float rounding: the reductions sum in another order; the update
@@ -121,7 +125,8 @@ class ShardedOptimizer {
   ShardedOptimizer(const ShardedOptimizer&) = delete;
   ShardedOptimizer& operator=(const ShardedOptimizer&) = delete;
 
-  // As DistributedOptimizer's.
+  // As DistributedOptimizer's; zero_grad() also (re)makes the gradients views of the flat
+  // buffers (see above), so call it before each step's first backward.
   void set_local_batch_size(int64_t n);
   void zero_grad();
   void step();
@@ -148,6 +153,8 @@ class ShardedOptimizer {
   struct Bucket;
 
   void check_agreement() const;
+  // Makes the bucket's parameters' gradients zeroed views of its flat buffer.
+  void attach_gradient_views(Bucket& bucket, const ShardBucket& layout);
   // Slices the wrapped optimizer's state into this rank's shards, then releases its tensors.
   void take_state();
   bool weighted() const;
