@@ -28,7 +28,8 @@ struct ShardedOptimizer::Bucket {
   std::string name;
   std::vector<Segment> owned;              // this rank's parts of parameters
   std::vector<std::vector<Tensor>> state;  // [owned segment][slot]
-  Tensor flat;        // E floats: the gradients sent, then the parameters gathered
+  Tensor flat;                             // E floats: the gradients (Note [Gradient views])
+  Tensor params;      // E floats: the parameters' storage (Note [Flat parameters])
   Tensor shard_grad;  // this rank's share of the reduced gradient
   Tensor send;        // this rank's updated parameter elements, for the allgather
   size_t ready = 0;
@@ -128,6 +129,7 @@ ShardedOptimizer::ShardedOptimizer(Optimizer& inner,
   check_agreement();
   layout_ = make_shard_layout(numels, options_.distributed.bucket_bytes, ranks_);
   take_state();
+  move_parameters();
   for (size_t i = 0; i < params_.size(); ++i) {
     params_[i].hook_id =
         params_[i].tensor.register_grad_ready_hook([this, i](Tensor&) { on_gradient_ready(i); });
@@ -197,6 +199,27 @@ void ShardedOptimizer::take_state() {
   for (const Param& p : params_)
     for (const std::string& slot : slot_names())
       *named.at("param." + std::to_string(p.index) + "." + slot) = Tensor();
+}
+
+// Note [Flat parameters]. Each bucket's parameters are moved into one flat buffer in bucket
+// order (as llm.c keeps its parameters): the Tensor handles that the model and the wrapped
+// optimizer hold are the same objects, now with storage in the buffer, so the shard a rank
+// updates is one contiguous range of it and the allgather writes every rank's shard straight
+// into the parameters, with no copy out of a receive buffer. The cost: views or raw pointers of
+// a parameter taken before the constructor no longer alias it (sharded_optimizer.h says so).
+void ShardedOptimizer::move_parameters() {
+  for (size_t k = 0; k < layout_.size(); ++k) {
+    const ShardBucket& b = layout_[k];
+    Bucket& bucket = buckets_[k];
+    bucket.params = Tensor::empty({b.numel});
+    for (size_t j = 0; j < b.params.size(); ++j) {
+      const Param& p = params_[b.params[j]];
+      std::memcpy(f32(bucket.params) + b.param_starts[j], p.tensor.raw_data(), p.tensor.nbytes());
+      TensorImpl& impl = *p.tensor.impl();
+      impl.storage = bucket.params.impl()->storage;
+      impl.offset = bucket.params.impl()->offset + b.param_starts[j];
+    }
+  }
 }
 
 ShardedOptimizer::~ShardedOptimizer() {
@@ -401,13 +424,10 @@ void ShardedOptimizer::gather_bucket(Bucket& bucket) {
   if (ranks_ == 1) return;  // updated in place: nothing to exchange
   const size_t k = static_cast<size_t>(&bucket - buckets_.data());
   const int64_t lo = layout_[k].offsets[static_cast<size_t>(rank_)];
-  for (const Segment& seg : bucket.owned) {
-    std::memcpy(f32(bucket.send) + (seg.bucket_offset - lo),
-                f32(params_[seg.param].tensor) + seg.param_offset,
-                static_cast<size_t>(seg.length) * sizeof(float));
-  }
-  // The reduce-scatter has completed, so the flat buffer is free to receive the parameters.
-  void* out = bucket.flat.raw_data();
+  // The shard is contiguous in the bucket's parameter buffer; it is copied out because the
+  // gather writes every rank's shard, this one's included, into that buffer.
+  std::memcpy(bucket.send.raw_data(), f32(bucket.params) + lo, bucket.send.nbytes());
+  void* out = bucket.params.raw_data();
   bucket.gather =
       allgather_async(bucket.name + ".params", view_of_tensor(bucket.send),
                       {.allocator = [out](const std::vector<int64_t>&, DataType) { return out; },
@@ -416,20 +436,10 @@ void ShardedOptimizer::gather_bucket(Bucket& bucket) {
 
 Status ShardedOptimizer::finish_gathers() {
   Status first_error;
-  for (size_t k = 0; k < buckets_.size(); ++k) {
-    Bucket& bucket = buckets_[k];
+  for (Bucket& bucket : buckets_) {
     if (!bucket.gather.valid()) continue;
     Status status = bucket.gather.wait();
-    if (!status.ok()) {
-      if (first_error.ok()) first_error = status;
-      continue;
-    }
-    const ShardBucket& b = layout_[k];
-    for (size_t j = 0; j < b.params.size(); ++j) {
-      const Param& p = params_[b.params[j]];
-      std::memcpy(p.tensor.raw_data(), f32(bucket.flat) + b.param_starts[j],
-                  static_cast<size_t>(p.numel) * sizeof(float));
-    }
+    if (!status.ok() && first_error.ok()) first_error = status;
   }
   return first_error;
 }
@@ -472,6 +482,10 @@ void ShardedOptimizer::step() {
     reset_step();  // the parameters are untouched: the job may go on
     throw Error(error);
   }
+  // Stage 2: every bucket is reduced, so the gradient memory outside this rank's shards goes.
+  sample_memory();
+  if (options_.stage == ShardStage::kGradients)
+    for (Bucket& b : buckets_) b.flat = Tensor();
   const double scale = gradient_scale();
   if (scale != 1.0)
     for (Bucket& b : buckets_) b.shard_grad.mul_(static_cast<float>(scale));
@@ -482,13 +496,11 @@ void ShardedOptimizer::step() {
     update_bucket(bucket, norms);
     gather_bucket(bucket);
   }
-  error = finish_gathers();
+  error = finish_gathers();  // the parameters are in place (Note [Flat parameters])
   int64_t* counts = param_counts_->data<int64_t>();
   for (const Param& p : params_) ++counts[p.index];
   ++step_counter_->data<int64_t>()[0];
   reset_step();
-  if (options_.stage == ShardStage::kGradients)
-    for (Bucket& b : buckets_) b.flat = Tensor();
   sample_memory();
   ++stats_.steps;
   if (!error.ok())

@@ -14,14 +14,17 @@
 //     the wrapped optimizer's own kernels and hyperparameters (sharded_update.h), and
 //     all-gathers the bucket's updated parameters, bucket by bucket, so the gather of one
 //     bucket runs while the next bucket's shard is updated.
-// zero_grad() makes every .grad() a view of its bucket's flat buffer, so backward accumulates
-// into what is reduce-scattered (Note [Gradient views] in the .cc); after step() the buffer has
-// carried the gathered parameters, so .grad() holds no gradient until the next zero_grad()
-// (DistributedOptimizer leaves the averaged gradient there; this rank's averaged shard is not
-// the whole gradient). Stage 2 (ShardStage::kGradients) in addition releases every parameter's
-// .grad() once its bucket is submitted, and the flat buffers at the end of step(): after a step a
-// rank holds only its shard's gradient (1/N); the next zero_grad() allocates them again. Stage 1
-// keeps the buffers between steps (no allocation per step).
+// Memory layout (Notes [Flat parameters] and [Gradient views] in the .cc): the constructor moves
+// each bucket's parameters into one flat buffer (the Tensor handles stay the same objects with
+// the same values; views or raw pointers of a parameter taken before no longer alias it), and
+// zero_grad() makes every .grad() a view of its bucket's flat gradient buffer, so backward
+// accumulates into what is reduce-scattered and the allgather writes into the parameters, with
+// no copies. In stage 1 .grad() keeps this rank's local gradient (times its sample count) after
+// step(); DistributedOptimizer leaves the averaged gradient there, of which a rank here has its
+// shard only. Stage 2 (ShardStage::kGradients) in addition releases every parameter's .grad()
+// once its bucket is submitted and the flat gradient buffers once every bucket is reduced: after
+// a step a rank holds only its shard's gradient (1/N); the next zero_grad() allocates them
+// again. Stage 1 keeps the buffers between steps (no allocation per step).
 //
 // The parameters equal those of DistributedOptimizer (and of one process training on the union
 // of the ranks' batches) up to float rounding: the reductions sum in another order; the update
@@ -84,7 +87,7 @@ struct MemoryBytes {
   int64_t parameters = 0;       // the model's parameters (whole on every rank in stages 1, 2)
   int64_t gradients = 0;        // defined .grad() buffers plus this rank's reduced shard
   int64_t optimizer_state = 0;  // this rank's state slices
-  int64_t communication = 0;    // flat bucket buffers and send buffers
+  int64_t communication = 0;    // send buffers, and flat gradient buffers no gradient views
 };
 struct ShardMemory {
   MemoryBytes current;  // at the last sample
@@ -153,6 +156,8 @@ class ShardedOptimizer {
   struct Bucket;
 
   void check_agreement() const;
+  // Moves each bucket's parameters into one flat buffer (Note [Flat parameters]).
+  void move_parameters();
   // Makes the bucket's parameters' gradients zeroed views of its flat buffer.
   void attach_gradient_views(Bucket& bucket, const ShardBucket& layout);
   // Slices the wrapped optimizer's state into this rank's shards, then releases its tensors.
