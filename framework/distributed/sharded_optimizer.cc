@@ -458,6 +458,57 @@ void ShardedOptimizer::reset_step() {
   count_submitted_ = false;
 }
 
+// Waits for bucket `k`'s reduce-scatter (and, first, the sample count), then scales its shard
+// by 1 / the global count; stage 2 frees the bucket's flat gradient buffer, which only fed the
+// reduce-scatter. A failure is returned, the shard left as it is.
+Status ShardedOptimizer::finish_reduction(Bucket& bucket) {
+  if (count_handle_.valid()) {
+    Status status = count_handle_.wait();
+    if (!status.ok()) return status;
+  }
+  if (bucket.reduce.valid()) {
+    Status status = bucket.reduce.wait();
+    if (!status.ok()) return status;
+  }
+  if (options_.stage == ShardStage::kGradients) bucket.flat = Tensor();
+  const double scale = gradient_scale();
+  if (scale != 1.0) bucket.shard_grad.mul_(static_cast<float>(scale));
+  return Status::Ok();
+}
+
+// Note [Step pipeline]. Without norms that span buckets (no clipping, not LARS), bucket k is
+// updated and its allgather submitted as soon as its own reduce-scatter completes, while the
+// later buckets' reduce-scatters (the last submitted at the end of backward) still run. With
+// clipping or LARS every shard must be reduced before the one allreduce of partial sums, so
+// all reductions are waited for first. Either way, when a reduce-scatter fails no bucket from
+// it on is updated: the parameters are unchanged when it is the first bucket's (it is the one
+// that backward's last layers submit first), else the step is partial on every rank that
+// received the same failure (the message says which buckets were updated).
+ShardedOptimizer::Progress ShardedOptimizer::update_and_gather() {
+  std::vector<LayerNorms> norms(params_.size());
+  const bool spanning = options_.max_grad_norm > 0 || updater_.needs_layer_norms();
+  if (spanning) {
+    for (Bucket& bucket : buckets_)
+      if (Status status = finish_reduction(bucket); !status.ok()) return {status, 0};
+    clip_and_measure(norms);
+  }
+  for (size_t k = 0; k < buckets_.size(); ++k) {
+    Bucket& bucket = buckets_[k];
+    if (!spanning) {
+      Status status = finish_reduction(bucket);
+      if (!status.ok() && k == 0) return {status, 0};
+      if (!status.ok())
+        return {Status(status.code(),
+                       "ShardedOptimizer: buckets 0.." + std::to_string(k - 1) +
+                           " of this step were updated, the others not: " + status.message()),
+                k};
+    }
+    update_bucket(bucket, norms);
+    gather_bucket(bucket);
+  }
+  return {Status::Ok(), buckets_.size()};
+}
+
 void ShardedOptimizer::step() {
   if (no_sync_depth_ > 0)
     throw Error(Status::PreconditionFailed(
@@ -470,7 +521,10 @@ void ShardedOptimizer::step() {
         static_cast<int64_t>(layout_[&bucket - buckets_.data()].params.size());
   }
   const auto wait_start = std::chrono::steady_clock::now();
-  Status error = wait_reductions();
+  const Progress progress = update_and_gather();
+  // Every handle completes before the buffers it borrows are reused or freed.
+  Status gathered = finish_gathers();  // the parameters are in place (Note [Flat parameters])
+  (void)wait_reductions();
   if (first_submit_) {
     const auto done = std::chrono::steady_clock::now();
     stats_.communication_window_seconds +=
@@ -478,36 +532,22 @@ void ShardedOptimizer::step() {
     stats_.exposed_wait_seconds += std::chrono::duration<double>(done - wait_start).count();
     first_submit_.reset();
   }
-  if (!error.ok()) {
-    reset_step();  // the parameters are untouched: the job may go on
-    throw Error(error);
+  if (progress.updated_buckets > 0) {
+    int64_t* counts = param_counts_->data<int64_t>();
+    for (const Param& p : params_) ++counts[p.index];
+    ++step_counter_->data<int64_t>()[0];
+    ++stats_.steps;
   }
-  // Stage 2: every bucket is reduced, so the gradient memory outside this rank's shards goes.
-  sample_memory();
+  reset_step();
   if (options_.stage == ShardStage::kGradients)
     for (Bucket& b : buckets_) b.flat = Tensor();
-  const double scale = gradient_scale();
-  if (scale != 1.0)
-    for (Bucket& b : buckets_) b.shard_grad.mul_(static_cast<float>(scale));
-  std::vector<LayerNorms> norms(params_.size());
-  clip_and_measure(norms);
-  // Bucket k's parameters travel while bucket k + 1's shard is updated.
-  for (Bucket& bucket : buckets_) {
-    update_bucket(bucket, norms);
-    gather_bucket(bucket);
-  }
-  error = finish_gathers();  // the parameters are in place (Note [Flat parameters])
-  int64_t* counts = param_counts_->data<int64_t>();
-  for (const Param& p : params_) ++counts[p.index];
-  ++step_counter_->data<int64_t>()[0];
-  reset_step();
   sample_memory();
-  ++stats_.steps;
-  if (!error.ok())
-    throw Error(Status(error.code(),
+  if (!progress.status.ok()) throw Error(progress.status);
+  if (!gathered.ok())
+    throw Error(Status(gathered.code(),
                        "ShardedOptimizer: gathering the updated parameters failed, "
                        "so the replicas may now differ (restore a checkpoint): " +
-                           error.message()));
+                           gathered.message()));
   if (is_initialized()) (void)mark_step();
 }
 

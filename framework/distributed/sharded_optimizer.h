@@ -48,8 +48,10 @@
 // Mismatch (after one allgather over the process set) when ranks
 // disagree on the stage, bucket_bytes, clipping, optimizer type or the parameters' sizes,
 // naming the setting and the ranks' values. step(): kolo::Error carrying Kolo's Status when a
-// collective fails; when a reduce-scatter fails no parameter has changed; when an allgather
-// fails the replicas may differ (restore from a checkpoint). PreconditionFailed inside no_sync().
+// collective fails; when the first bucket's reduce-scatter fails (or, with clipping or LARS,
+// any) no parameter has changed, when a later one fails the step is partial (Note [Step
+// pipeline] in the .cc; the message names the updated buckets); when an allgather fails the
+// replicas may differ (restore from a checkpoint). PreconditionFailed inside no_sync().
 // Thread-safety: use from the training thread; hooks run inside backward() on that thread.
 #pragma once
 
@@ -169,6 +171,12 @@ class ShardedOptimizer {
   void submit(Bucket& bucket);
   void submit_sample_count();
   Status wait_reductions();
+  Status finish_reduction(Bucket& bucket);
+  struct Progress {
+    Status status;
+    size_t updated_buckets = 0;
+  };
+  Progress update_and_gather();
   double gradient_scale() const;
   void clip_and_measure(std::vector<LayerNorms>& norms);
   void update_bucket(Bucket& bucket, const std::vector<LayerNorms>& norms);
