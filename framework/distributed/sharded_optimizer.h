@@ -89,7 +89,7 @@ struct MemoryBytes {
   int64_t parameters = 0;       // the model's parameters (whole on every rank in stages 1, 2)
   int64_t gradients = 0;        // defined .grad() buffers plus this rank's reduced shard
   int64_t optimizer_state = 0;  // this rank's state slices
-  int64_t communication = 0;    // send buffers, and flat gradient buffers no gradient views
+  int64_t communication = 0;    // flat gradient buffers that no .grad() views any more
 };
 struct ShardMemory {
   MemoryBytes current;  // at the last sample

@@ -170,8 +170,8 @@ TEST(ShardedOptimizer, MemoryCountsEachCategory) {
   EXPECT_EQ(m.current.parameters, 8 * 4);
   EXPECT_EQ(m.current.optimizer_state, 2 * 8 * 4);  // exp_avg and exp_avg_sq, one rank owns all
   EXPECT_EQ(m.current.gradients, 8 * 4);            // the shard only: .grad() was released
-  EXPECT_EQ(m.current.communication, 8 * 4);        // the send buffer (flat freed after step)
-  EXPECT_EQ(m.peak.communication, 2 * 8 * 4);       // the flat buffer during the step
+  EXPECT_EQ(m.current.communication, 0);            // the flat buffer went once reduced
+  EXPECT_EQ(m.peak.communication, 8 * 4);           // it, once .grad() no longer viewed it
 }
 
 }  // namespace
