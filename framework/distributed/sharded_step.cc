@@ -203,9 +203,12 @@ void ShardedOptimizer::step() {
     stats_.exposed_wait_seconds += std::chrono::duration<double>(done - wait_start).count();
     first_submit_.reset();
   }
+  // Counted as the parameters were updated: a partial step (Note [Step pipeline]) advances the
+  // updated buckets' parameters only.
+  int64_t* counts = param_counts_->data<int64_t>();
+  for (size_t k = 0; k < progress.updated_buckets; ++k)
+    for (size_t i : layout_[k].params) ++counts[params_[i].index];
   if (progress.updated_buckets > 0) {
-    int64_t* counts = param_counts_->data<int64_t>();
-    for (const Param& p : params_) ++counts[p.index];
     ++step_counter_->data<int64_t>()[0];
     ++stats_.steps;
   }
