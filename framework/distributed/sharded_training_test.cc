@@ -179,8 +179,8 @@ TEST_F(ShardedTrainingTest, FourRankCheckpointResumesOnThreeRanksAndConsolidates
   }
 }
 
-// Every rank fails alike (exit 3) with the message of the rank that found the problem; the
-// files are left as they were.
+// Every rank fails alike (exit 3) with the message of the rank that found the problem, its
+// model and optimizer state untouched; the files are left as they were.
 TEST_F(ShardedTrainingTest, BadCheckpointsFailOnEveryRankNamingWhatDiffered) {
   launch(4, "--stage 1 --optimizer adam --steps 3 --save-at 2 --ckpt " + path("c"));
   auto expect_failure = [&](int np, const std::string& args, const std::string& what) {
@@ -192,6 +192,7 @@ TEST_F(ShardedTrainingTest, BadCheckpointsFailOnEveryRankNamingWhatDiffered) {
                 1)
           << r.output;
     EXPECT_EQ(kolo::testing::count_occurrences(r.output, what), np) << r.output;
+    EXPECT_EQ(kolo::testing::count_occurrences(r.output, "] state unchanged"), np) << r.output;
   };
   expect_failure(2, "--optimizer adam --resume-from-shards 3",
                  "shard file '" + path("c") + ".shard0-of-3' of the 3-shard checkpoint '" +

@@ -21,7 +21,8 @@
 //   --resume-from-shards S --ckpt P   load_sharded_checkpoint(P, S) first; continue from its step.
 //   --consolidate C        consolidate_checkpoint(C) at the end.
 //   --resume-unsharded C   (--stage 0) load_checkpoint(C) first; continue from its step.
-// A checkpoint function that throws prints "checkpoint failed: <status>" and exits 3.
+// A failed load prints "checkpoint failed: <status>", then "state unchanged" when the
+// parameters, state slices and step counter are bit-identical to before, and exits 3.
 // Rank 0 writes the parameters to --out ("name v v ..." lines). Every rank prints
 // "memory state=<bytes> grads=<bytes> comm=<bytes> peak_comm=<bytes>" at the end.
 #include <cstdio>
@@ -233,20 +234,38 @@ void run_reference(const Args& a, Model& m, fw::Optimizer& opt) {
   }
 }
 
-// The same passes of the same samples, spread over the ranks (each rank's share is split into
-// the k passes as the reference splits the whole batch: the k-th pass of every rank together
-// is the reference's k-th pass only when k = 1; with k > 1 the union is the same set of samples).
-[[noreturn]] void checkpoint_failed(const kolo::Error& e) {
-  std::printf("checkpoint failed: %s\n", e.status().to_string().c_str());
+// Every byte a failed load must leave as it was: the parameters, the state slices, the counters.
+std::vector<float> snapshot(const Model& m, fw::ShardedOptimizer& opt) {
+  std::vector<float> out;
+  for (const auto& [name, t] : m.named()) {
+    const std::vector<float> v = t.to_vector();
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  for (const fw::StateSlice& s : opt.state_slices())
+    for (const fw::Tensor& t : s.slots) {
+      const std::vector<float> v = t.to_vector();
+      out.insert(out.end(), v.begin(), v.end());
+    }
+  out.push_back(static_cast<float>(opt.inner().step_count()));
+  return out;
+}
+
+[[noreturn]] void checkpoint_failed(const kolo::Error& e, bool unchanged) {
+  std::printf("checkpoint failed: %s\n%s\n", e.status().to_string().c_str(),
+              unchanged ? "state unchanged" : "state CHANGED by the failed load");
   std::fflush(stdout);
   std::exit(3);
 }
 
+// The same passes of the same samples, spread over the ranks (each rank's share is split into
+// the k passes as the reference splits the whole batch: the k-th pass of every rank together
+// is the reference's k-th pass only when k = 1; with k > 1 the union is the same set of samples).
 void run_sharded(const Args& a, Model& m, fw::ShardedOptimizer& opt, int rank, int world) {
+  const std::vector<float> before = snapshot(m, opt);
   try {
     if (a.saved_shards > 0) fw::load_sharded_checkpoint(a.ckpt, a.saved_shards, m.named(), opt);
   } catch (const kolo::Error& e) {
-    checkpoint_failed(e);
+    checkpoint_failed(e, snapshot(m, opt) == before);
   }
   const std::vector<int> share = shares(world);
   int begin = 0;
