@@ -29,6 +29,8 @@ struct ShardedOptimizer::Bucket {
   std::vector<std::vector<Tensor>> state;  // [owned segment][slot]
   Tensor flat;                             // E floats: the gradients (Note [Gradient views])
   Tensor params;      // E floats: the parameters' storage (Note [Flat parameters])
+  Tensor wire;        // with compression: the 16-bit copy of `flat` that travels
+  Tensor wire_shard;  // and the 16-bit reduced shard, widened into shard_grad
   Tensor shard_grad;  // this rank's share of the reduced gradient
   size_t ready = 0;
   bool submitted = false;

@@ -32,10 +32,6 @@ void check_options(const ShardedOptions& o) {
     fail("max_grad_norm must be finite and >= 0, got " + std::to_string(o.max_grad_norm));
   if (o.stage != ShardStage::kOptimizerState && o.stage != ShardStage::kGradients)
     fail("stage must be kOptimizerState (1) or kGradients (2)");
-  if (d.compression != Compression::kNone)
-    throw Error(Status::Unsupported(
-        "ShardedOptimizer: fp16/bf16 gradient compression is not implemented for sharded "
-        "gradients; use Compression::kNone or DistributedOptimizer"));
 }
 
 // A rank's settings that every rank of the set must share, as "key=value" fields.
@@ -50,6 +46,7 @@ std::vector<std::pair<std::string, std::string>> agreement_fields(
           {"optimizer", optimizer},
           {"backward_passes_per_step", std::to_string(d.backward_passes_per_step)},
           {"weight_by_sample_count", d.weight_by_sample_count ? "true" : "false"},
+          {"compression", std::to_string(static_cast<int>(d.compression))},
           {"parameter sizes", sizes.str()}};
 }
 
@@ -310,11 +307,25 @@ void ShardedOptimizer::submit(Bucket& bucket) {
   // passes the same reduction.
   opts.reduction.op = weighted() ? ReduceOp::kSum : ReduceOp::kAverage;
   opts.reduction.prescale = 1.0 / options_.distributed.backward_passes_per_step;
-  void* out = bucket.shard_grad.raw_data();
-  opts.allocator = [out](const std::vector<int64_t>&, DataType) { return out; };
   opts.recv_counts = b.counts;
   opts.process_set = options_.distributed.process_set;
-  bucket.reduce = reducescatter_async(bucket.name, view_of_tensor(bucket.flat), std::move(opts));
+  TensorView input = view_of_tensor(bucket.flat);
+  void* out = bucket.shard_grad.raw_data();
+  if (options_.distributed.compression != Compression::kNone) {
+    // The bucket travels as 16-bit values (as DistributedOptimizer's gradients do); the shard
+    // is widened back into shard_grad once reduced (finish_reduction).
+    const DataType wire = options_.distributed.compression == Compression::kFloat16
+                              ? DataType::kFloat16
+                              : DataType::kBFloat16;
+    bucket.wire = Tensor::empty({b.numel}, Device::cpu(), wire);
+    bucket.wire.copy_(bucket.flat);
+    if (!bucket.wire_shard.defined())
+      bucket.wire_shard = Tensor::empty({bucket.shard_grad.numel()}, Device::cpu(), wire);
+    input = view_of_tensor(bucket.wire);
+    out = bucket.wire_shard.raw_data();
+  }
+  opts.allocator = [out](const std::vector<int64_t>&, DataType) { return out; };
+  bucket.reduce = reducescatter_async(bucket.name, input, std::move(opts));
   if (weighted()) submit_sample_count();  // when no hook fired
 }
 
@@ -347,6 +358,7 @@ void ShardedOptimizer::sample_memory() {
     for (const auto& slots : b.state)
       for (const Tensor& t : slots) now.optimizer_state += bytes_of(t);
     (flat_holds_gradients[k] ? now.gradients : now.communication) += bytes_of(b.flat);
+    now.communication += bytes_of(b.wire) + bytes_of(b.wire_shard);
   }
   memory_.current = now;
   MemoryBytes& peak = memory_.peak;

@@ -44,9 +44,10 @@
 // Errors. Constructor: InvalidArgument as DistributedOptimizer's, and for a parameter that the
 // optimizer does not hold (or one it holds that is not named), a non-CPU or non-float32
 // parameter, max_grad_norm not finite or < 0; Unsupported for an optimizer whose state cannot be
-// sharded (naming it) and for fp16/bf16 compression (not implemented for sharded gradients);
+// sharded (naming it);
 // Mismatch (after one allgather over the process set) when ranks
-// disagree on the stage, bucket_bytes, clipping, optimizer type or the parameters' sizes,
+// disagree on the stage, bucket_bytes, clipping, compression, optimizer type or the parameters'
+// sizes,
 // naming the setting and the ranks' values. step(): kolo::Error carrying Kolo's Status when a
 // collective fails; when the first bucket's reduce-scatter fails (or, with clipping or LARS,
 // any) no parameter has changed, when a later one fails the step is partial (Note [Step
@@ -76,7 +77,9 @@ enum class ShardStage { kOptimizerState = 1, kGradients = 2 };
 
 struct ShardedOptions {
   // Buckets, averaging, passes and the process set, as for DistributedOptimizer.
-  // name_prefix defaults to "zero" here; compression must stay kNone.
+  // name_prefix defaults to "zero" here. With fp16/bf16 compression each bucket's reduce-scatter
+  // runs on a 16-bit copy (allocated per step), its shard widened back to float32; the
+  // parameters' allgather stays float32.
   DistributedOptions distributed = {.name_prefix = "zero"};
   ShardStage stage = ShardStage::kOptimizerState;
   // Global-norm gradient clipping of the averaged gradient (clip_coefficient in

@@ -146,11 +146,6 @@ TEST(ShardedOptimizer, BadInputIsNamed) {
             }).find("the optimizer holds 2 parameters but 1 are named"),
             std::string::npos);
   EXPECT_NE(error_of([&] {
-              ShardedOptimizer(sgd, {{"w", net.w}, {"b", net.b}},
-                               {.distributed = {.compression = Compression::kFloat16}});
-            }).find("compression is not implemented"),
-            std::string::npos);
-  EXPECT_NE(error_of([&] {
               ShardedOptimizer(sgd, {{"w", net.w}, {"b", net.b}}, {.max_grad_norm = -1});
             }).find("max_grad_norm must be finite and >= 0, got -1"),
             std::string::npos);

@@ -142,6 +142,10 @@ Status ShardedOptimizer::finish_reduction(Bucket& bucket) {
     if (!status.ok()) return status;
   }
   if (options_.stage == ShardStage::kGradients) bucket.flat = Tensor();
+  if (bucket.wire.defined()) {
+    bucket.shard_grad.copy_(bucket.wire_shard);
+    bucket.wire = Tensor();  // per step: its model-sized memory only while it travels
+  }
   const double scale = gradient_scale();
   if (scale != 1.0) bucket.shard_grad.mul_(static_cast<float>(scale));
   return Status::Ok();

@@ -117,6 +117,24 @@ TEST_F(ShardedTrainingTest, AProcessSetWithoutRankZeroMatchesUnsharded) {
   expect_close(read_params(path("set")), read_params(path("ref")), "process set {1, 2}");
 }
 
+// With fp16/bf16 compression each rank's gradient is rounded before the sum, so the reference
+// is DistributedOptimizer with the same compression on the same ranks: the reduce-scatter sums
+// the same 16-bit values that its allreduce sums.
+TEST_F(ShardedTrainingTest, CompressedShardsMatchCompressedDataParallel) {
+  for (const std::string c : {"fp16", "bf16"}) {
+    for (int np : {2, 3}) {
+      const std::string args = "--optimizer adam --steps 8 --compression " + c;
+      launch(np, "--dp " + args + " --out " + path("dp"));
+      const Params ref = read_params(path("dp"));
+      for (int stage : {1, 2}) {
+        launch(np, "--stage " + std::to_string(stage) + " " + args + " --out " + path("z"));
+        expect_close(read_params(path("z")), ref,
+                     c + " stage " + std::to_string(stage) + " on " + std::to_string(np));
+      }
+    }
+  }
+}
+
 TEST_F(ShardedTrainingTest, PassesNoSyncAndOneBucketPerParameterMatchUnsharded) {
   matches_unsharded(*this, "--optimizer adam --passes 2 --steps 8");
   matches_unsharded(*this, "--optimizer sgd --passes 2 --nosync --steps 8");

@@ -12,6 +12,9 @@
 //   --clip X       ShardedOptions::max_grad_norm (0: none).
 //   --bucket-bytes N  (default 400: buckets {fc2.bias, fc2.weight, fc1.bias} and {fc1.weight}).
 //   --passes k     each rank's share runs as k backward passes (backward_passes_per_step = k).
+//   --compression fp16|bf16  DistributedOptions::compression (sharded and --dp runs).
+//   --dp           DistributedOptimizer (unsharded) on every rank, the reference for runs whose
+//                  result is not the one-rank run's (compression rounds each rank's gradient).
 //   --on-set       the sharded ranks are the process set {1, ..., P-1}; rank 0 trains nothing
 //                  and the set's rank 0 (global rank 1) writes --out.
 //   --rank1-stage S  rank 1 asks for stage S instead (the agreement check must name 'stage').
@@ -33,6 +36,7 @@
 #include <vector>
 
 #include "framework/autograd.h"
+#include "framework/distributed/distributed_optimizer.h"
 #include "framework/distributed/sharded_checkpoint.h"
 #include "framework/distributed/sharded_optimizer.h"
 #include "framework/functional.h"
@@ -59,9 +63,11 @@ struct Args {
   int steps = 20;
   int passes = 1;
   bool nosync = false;
-  int rank1_stage = -1;  // -1: as --stage
-  bool on_set = false;   // --on-set: ranks 1..P-1 train on a process set; rank 0 idles
-  int hidden = 16;       // --hidden: another model (the checkpoint tests' "different model")
+  int rank1_stage = -1;              // -1: as --stage
+  std::string compression = "none";  // --compression none|fp16|bf16
+  bool data_parallel = false;        // --dp: DistributedOptimizer on every rank (the reference)
+  bool on_set = false;               // --on-set: ranks 1..P-1 train on a process set; rank 0 idles
+  int hidden = 16;  // --hidden: another model (the checkpoint tests' "different model")
   std::string out;
   std::string ckpt;         // --save-at / --resume: the sharded checkpoint's path
   int save_at = -1;         // save a sharded checkpoint after this many steps
@@ -97,6 +103,10 @@ Args parse(int argc, char** argv) {
       a.passes = std::stoi(value());
     else if (flag == "--nosync")
       a.nosync = true;
+    else if (flag == "--compression")
+      a.compression = value();
+    else if (flag == "--dp")
+      a.data_parallel = true;
     else if (flag == "--on-set")
       a.on_set = true;
     else if (flag == "--hidden")
@@ -195,6 +205,31 @@ std::unique_ptr<fw::Optimizer> make_optimizer(const std::string& kind, const Mod
     return std::make_unique<fw::LARS>(
         groups, fw::LarsOptions{.lr = 0.5, .weight_decay = 1e-3, .trust_coefficient = 0.02});
   die("unknown optimizer " + kind);
+}
+
+fw::Compression compression_of(const std::string& name) {
+  if (name == "none") return fw::Compression::kNone;
+  if (name == "fp16") return fw::Compression::kFloat16;
+  if (name == "bf16") return fw::Compression::kBFloat16;
+  die("unknown compression " + name);
+}
+
+// DistributedOptimizer on every rank, the same data as run_sharded (one pass per step).
+void run_data_parallel(const Args& a, Model& m, fw::Optimizer& inner, int rank, int world) {
+  fw::DistributedOptions options{.compression = compression_of(a.compression),
+                                 .bucket_bytes = a.bucket_bytes};
+  fw::DistributedOptimizer opt(inner, m.named(), options);
+  const std::vector<int> share = shares(world);
+  int begin = 0;
+  for (int r = 0; r < rank; ++r) begin += share[r];
+  for (int step = 0; step < a.steps; ++step) {
+    opt.zero_grad();
+    fw::Tensor x, y;
+    batch(step * kGlobalBatch + begin, share[rank], &x, &y);
+    opt.set_local_batch_size(share[rank]);
+    m.loss(x, y).backward();
+    opt.step();
+  }
 }
 
 void write_params(const std::string& path, const Model& m) {
@@ -304,6 +339,8 @@ int main(int argc, char** argv) try {
     if (world != 1) die("--stage 0 is the one-rank reference");
     if (!a.unsharded.empty()) fw::load_checkpoint(a.unsharded, m.named(), inner.get());
     run_reference(a, m, *inner);
+  } else if (a.data_parallel) {
+    run_data_parallel(a, m, *inner, rank, world);
   } else if (a.on_set && rank == 0) {
     std::vector<int> others;
     for (int r = 1; r < world; ++r) others.push_back(r);
@@ -324,6 +361,7 @@ int main(int argc, char** argv) try {
     options.stage = stage == 2 ? fw::ShardStage::kGradients : fw::ShardStage::kOptimizerState;
     options.max_grad_norm = a.clip;
     options.distributed.bucket_bytes = a.bucket_bytes;
+    options.distributed.compression = compression_of(a.compression);
     options.distributed.backward_passes_per_step = a.nosync ? 1 : a.passes;
     fw::ShardedOptimizer opt(*inner, m.named(), options);
     run_sharded(a, m, opt, shard_rank, shard_world);
