@@ -7,17 +7,17 @@
 // The hooks, the buckets, no_sync(), backward_passes_per_step and the exact sample-weighted
 // averaging are DistributedOptimizer's (Notes [Buckets] and [Exact averaging] in
 // distributed_optimizer.h); what travels differs:
-//   - when a bucket's last gradient becomes final inside backward, its gradients are copied into
-//     one flat buffer (weighted by the rank's sample count) and reduce-scattered: each rank
-//     receives the summed gradient of its shard only;
+//   - when a bucket's last gradient becomes final inside backward, the bucket's flat gradient
+//     buffer is weighted by the rank's sample count and reduce-scattered: each rank receives
+//     the summed gradient of its shard only;
 //   - step() divides by the global sample count, updates this rank's shard of each bucket with
 //     the wrapped optimizer's own kernels and hyperparameters (sharded_update.h), and
-//     all-gathers the bucket's updated parameters, bucket by bucket, so the gather of one
-//     bucket runs while the next bucket's shard is updated.
-// Memory layout (Notes [Flat parameters] and [Gradient views] in the .cc): the constructor moves
-// each bucket's parameters into one flat buffer (the Tensor handles stay the same objects with
-// the same values; views or raw pointers of a parameter taken before no longer alias it), and
-// zero_grad() makes every .grad() a view of its bucket's flat gradient buffer, so backward
+//     all-gathers the bucket's updated parameters, bucket by bucket, so that one bucket is
+//     gathered while the next is updated (Note [Step pipeline] in sharded_step.cc).
+// Memory layout (Notes [Flat parameters] and [Gradient views] in sharded_optimizer.cc): the
+// constructor moves each bucket's parameters into one flat buffer (the Tensor handles stay the same
+// objects with the same values; views or raw pointers of a parameter taken before no longer alias
+// it), and zero_grad() makes every .grad() a view of its bucket's flat gradient buffer, so backward
 // accumulates into what is reduce-scattered and the allgather writes into the parameters, with
 // no copies. In stage 1 .grad() keeps this rank's local gradient (times its sample count) after
 // step(); DistributedOptimizer leaves the averaged gradient there, of which a rank here has its
@@ -44,15 +44,13 @@
 // Errors. Constructor: InvalidArgument as DistributedOptimizer's, and for a parameter that the
 // optimizer does not hold (or one it holds that is not named), a non-CPU or non-float32
 // parameter, max_grad_norm not finite or < 0; Unsupported for an optimizer whose state cannot be
-// sharded (naming it);
-// Mismatch (after one allgather over the process set) when ranks
-// disagree on the stage, bucket_bytes, clipping, compression, optimizer type or the parameters'
-// sizes,
+// sharded (naming it); Mismatch (after one allgather over the process set) when ranks disagree
+// on the stage, bucket_bytes, clipping, compression, optimizer type or the parameters' sizes,
 // naming the setting and the ranks' values. step(): kolo::Error carrying Kolo's Status when a
 // collective fails; when the first bucket's reduce-scatter fails (or, with clipping or LARS,
 // any) no parameter has changed, when a later one fails the step is partial (Note [Step
-// pipeline] in the .cc; the message names the updated buckets); when an allgather fails the
-// replicas may differ (restore from a checkpoint). PreconditionFailed inside no_sync().
+// pipeline]; the message names the updated buckets); when an allgather fails the replicas may
+// differ (restore from a checkpoint). PreconditionFailed inside no_sync().
 // Thread-safety: use from the training thread; hooks run inside backward() on that thread.
 #pragma once
 
@@ -89,10 +87,14 @@ struct ShardedOptions {
 
 // Bytes per category that this optimizer holds or knows of (Tensor storage, counted by size).
 struct MemoryBytes {
-  int64_t parameters = 0;       // the model's parameters (whole on every rank in stages 1, 2)
-  int64_t gradients = 0;        // defined .grad() buffers plus this rank's reduced shard
+  int64_t parameters = 0;  // the model's parameters (whole on every rank in stages 1, 2)
+  // Defined .grad() buffers (a flat buffer that .grad() views counted once) plus this rank's
+  // reduced shard.
+  int64_t gradients = 0;
   int64_t optimizer_state = 0;  // this rank's state slices
-  int64_t communication = 0;    // flat gradient buffers that no .grad() views any more
+  // Flat gradient buffers that no .grad() views any more (stage 2, until reduced) and, with
+  // compression, the 16-bit copies.
+  int64_t communication = 0;
 };
 struct ShardMemory {
   MemoryBytes current;  // at the last sample
@@ -145,13 +147,15 @@ class ShardedOptimizer {
   // This rank's position in the process set and the set's size.
   int shard_rank() const { return rank_; }
   int shard_count() const { return ranks_; }
+  // The buckets and every rank's shard of each (Note [Shard layout]).
   const std::vector<ShardBucket>& layout() const { return layout_; }
   // The slot names of the wrapped optimizer ("momentum"; "exp_avg", "exp_avg_sq").
   const std::vector<std::string>& slot_names() const { return updater_.slot_names(); }
   // This rank's state slices; writing through the tensors changes the state (checkpoint load).
   std::vector<StateSlice> state_slices() const;
-  // Samples the current bytes per category (and updates the peaks); also sampled inside step()
-  // after the reduce-scatters are waited for and at its end.
+  // Samples the current bytes per category (and updates the peaks); also sampled at each
+  // bucket's submission and at the end of step(). Not during backward: a gradient's bytes
+  // before its bucket is submitted show only in a later sample.
   ShardMemory memory();
   const DistributedStats& stats() const { return stats_; }
 
@@ -169,7 +173,8 @@ class ShardedOptimizer {
   void take_state();
   bool weighted() const;
   void on_gradient_ready(size_t index);
-  // Copies the bucket's gradients, weighted, into its flat buffer (stage 2: frees them).
+  // Weighs the bucket's gradients in its flat buffer (copying in those that are not views of
+  // it); stage 2 then releases the .grad() handles.
   void pack_gradients(Bucket& bucket, const ShardBucket& layout);
   void submit(Bucket& bucket);
   void submit_sample_count();
