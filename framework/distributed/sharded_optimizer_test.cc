@@ -155,6 +155,28 @@ TEST(ShardedOptimizer, BadInputIsNamed) {
             std::string::npos);
 }
 
+// As DistributedOptimizer's no_sync(): passes inside the scope only accumulate, step() there
+// refuses, and the next pass outside makes the sum final.
+TEST(ShardedOptimizer, NoSyncAccumulatesAndStepInsideItRefuses) {
+  Net net;
+  SGD sgd({net.w, net.b}, {.lr = 0.1});
+  ShardedOptimizer opt(sgd, {{"w", net.w}, {"b", net.b}});
+  opt.zero_grad();
+  const std::vector<float> before = net.w.to_vector();
+  {
+    ShardedNoSyncScope scope = opt.no_sync();
+    net.backward(0);
+    EXPECT_NE(error_of([&] { opt.step(); }).find("step() inside no_sync()"), std::string::npos);
+    EXPECT_EQ(net.w.to_vector(), before);
+  }
+  const std::vector<float> first = net.w.grad().to_vector();
+  net.backward(0);  // the same pass again: the gradient doubles
+  for (size_t i = 0; i < first.size(); ++i) EXPECT_EQ(net.w.grad().to_vector()[i], 2 * first[i]);
+  opt.step();
+  EXPECT_EQ(opt.stats().submitted_from_hooks, 2);  // w and b, after the synced pass only
+  EXPECT_EQ(sgd.step_count(), 1);
+}
+
 TEST(ShardedOptimizer, MemoryCountsEachCategory) {
   Net net;
   Adam adam({net.w, net.b}, {.lr = 0.01});
