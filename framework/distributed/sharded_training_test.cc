@@ -139,6 +139,14 @@ TEST_F(ShardedTrainingTest, PassesNoSyncAndOneBucketPerParameterMatchUnsharded) 
   matches_unsharded(*this, "--optimizer adamw --bucket-bytes 0 --steps 8");
 }
 
+// A bucket smaller than the set: with --hidden 2 and a bucket per parameter, fc1.bias has 2
+// elements, so on 3 and 4 ranks some ranks own nothing of it (empty reduce-scatter and
+// allgather slots, no state), and LARS' norms and clipping still see the whole tensors.
+TEST_F(ShardedTrainingTest, RanksWithEmptyShardsMatchUnsharded) {
+  matches_unsharded(*this, "--optimizer lars --clip 0.05 --hidden 2 --bucket-bytes 0", {3, 4});
+  matches_unsharded(*this, "--optimizer adam --hidden 2 --bucket-bytes 0", {4});
+}
+
 // Optimizer state per rank: the bucket shards' counts (Note [Shard layout]) times 4 bytes per
 // slot. Buckets (bucket_bytes 400): {fc2.bias, fc2.weight, fc1.bias} 84 floats, {fc1.weight} 128.
 // Stage 2 keeps only the shard's gradient after the step; stage 1 the whole local gradient.
