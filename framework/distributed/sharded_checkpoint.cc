@@ -229,6 +229,59 @@ void load_sharded_checkpoint(const std::string& path, int saved_shards, const Na
     for (size_t k = 0; k < staged[i].size(); ++k) slices[i].slots[k].copy_(staged[i][k]);
 }
 
+namespace {
+
+// The checks of an unsharded checkpoint (save_checkpoint's entries) against the model and the
+// sharded optimizer: every name present with the expected shape or size.
+void check_unsharded(const Entries& file, const std::string& path, const NamedTensors& model,
+                     ShardedOptimizer& opt) {
+  auto entry = [&](const std::string& name) -> const Tensor& {
+    auto it = file.find(name);
+    if (it == file.end())
+      mismatch("'" + path + "' has no entry '" + name + "' (a checkpoint of another model or " +
+               "optimizer?)");
+    return it->second;
+  };
+  for (const auto& [name, t] : model)
+    if (entry("model/" + name).shape() != t.shape())
+      mismatch("'" + path + "': model tensor '" + name + "' has shape " +
+               shape_to_string(entry("model/" + name).shape()) + ", the model " +
+               shape_to_string(t.shape()));
+  for (const char* key : {"optim/step", "optim/param_steps"})
+    if (entry(key).shape() != counter(opt, key + 6)->shape())
+      mismatch("'" + path + "': '" + key + "' has another shape than the optimizer's");
+  const std::vector<int64_t> sizes = parameter_sizes(opt);
+  for (size_t i = 0; i < sizes.size(); ++i)
+    for (const std::string& slot : opt.slot_names()) {
+      const std::string name = "optim/param." + std::to_string(i) + "." + slot;
+      if (entry(name).numel() != sizes[i])
+        mismatch("'" + path + "': '" + name + "' has " + std::to_string(entry(name).numel()) +
+                 " elements, parameter " + std::to_string(i) + " has " + std::to_string(sizes[i]));
+    }
+}
+
+}  // namespace
+
+void load_unsharded_checkpoint(const std::string& path, const NamedTensors& model,
+                               ShardedOptimizer& opt) {
+  std::vector<StateSlice> slices = opt.state_slices();
+  Entries file;
+  on_every_rank("load", opt.options().distributed.process_set, [&] {
+    for (auto& [name, t] : load_tensors(path)) file[name] = t;
+    check_unsharded(file, path, model, opt);
+  });
+  for (const auto& [name, t] : model) Tensor(t).copy_(file.at("model/" + name));
+  counter(opt, "step")->copy_(file.at("optim/step"));
+  counter(opt, "param_steps")->copy_(file.at("optim/param_steps"));
+  for (const StateSlice& s : slices)
+    for (size_t k = 0; k < s.slots.size(); ++k) {
+      const Tensor& whole =
+          file.at("optim/param." + std::to_string(s.index) + "." + opt.slot_names()[k]);
+      std::memcpy(s.slots[k].raw_data(), whole.data<float>() + s.param_offset,
+                  static_cast<size_t>(s.length) * sizeof(float));
+    }
+}
+
 void consolidate_checkpoint(const std::string& path, const NamedTensors& model,
                             ShardedOptimizer& opt) {
   const ProcessSet& set = opt.options().distributed.process_set;

@@ -44,6 +44,12 @@ void save_sharded_checkpoint(const std::string& path, const NamedTensors& model,
 void load_sharded_checkpoint(const std::string& path, int saved_shards, const NamedTensors& model,
                              ShardedOptimizer& optimizer);
 
+// Loads an unsharded checkpoint (save_checkpoint's or consolidate_checkpoint's entries) into
+// the model and this rank's slices: every rank reads the whole file. Errors as above (Mismatch
+// naming a missing entry or another shape); nothing is written unless every rank's checks pass.
+void load_unsharded_checkpoint(const std::string& path, const NamedTensors& model,
+                               ShardedOptimizer& optimizer);
+
 // Gathers every rank's slices and writes, on the set's rank 0, an unsharded checkpoint
 // (save_checkpoint's entries) to `path`. Other ranks hold a whole copy of the state for the
 // duration of the call (one sum over the set per state tensor, where exactly one rank

@@ -186,7 +186,8 @@ TEST_F(ShardedTrainingTest, RanksThatDisagreeOnTheStageFailNamingIt) {
 
 // A checkpoint saved by 4 ranks (stage 2) after 10 of 20 steps resumes on 3 ranks (stage 1)
 // and ends where the unsharded run ends; one consolidated by 3 ranks after 10 steps resumes in
-// the unsharded one-rank run (load_checkpoint) likewise.
+// the unsharded one-rank run (load_checkpoint) and on 2 sharded ranks
+// (load_unsharded_checkpoint) likewise.
 TEST_F(ShardedTrainingTest, FourRankCheckpointResumesOnThreeRanksAndConsolidates) {
   for (const std::string optimizer : {"adam", "sgd"}) {
     const std::string o = "--optimizer " + optimizer + " ";
@@ -200,6 +201,8 @@ TEST_F(ShardedTrainingTest, FourRankCheckpointResumesOnThreeRanksAndConsolidates
     launch(3, "--stage 2 " + o + "--steps 10 --consolidate " + path("whole"));
     launch(1, "--stage 0 " + o + "--resume-unsharded " + path("whole") + " --out " + path("p1"));
     expect_close(read_params(path("p1")), ref, optimizer + " consolidated, resumed unsharded");
+    launch(2, "--stage 2 " + o + "--resume-unsharded " + path("whole") + " --out " + path("p2"));
+    expect_close(read_params(path("p2")), ref, optimizer + " consolidated, resumed on 2 ranks");
   }
 }
 
@@ -228,6 +231,10 @@ TEST_F(ShardedTrainingTest, BadCheckpointsFailOnEveryRankNamingWhatDiffered) {
   expect_failure(3, "--optimizer adam --hidden 12 --resume-from-shards 4",
                  "parameter 0 has 128 elements in the checkpoint, 96 here (a checkpoint of "
                  "another model)");
+  launch(3, "--stage 1 --optimizer adam --steps 2 --consolidate " + path("whole"));
+  expect_failure(2, "--optimizer sgd --resume-unsharded " + path("whole"),
+                 "'" + path("whole") + "' has no entry 'optim/param.0.momentum' (a checkpoint of " +
+                     "another model or optimizer?)");
   fs::rename(path("c") + ".shard3-of-4", path("moved"));
   expect_failure(2, "--optimizer adam --resume-from-shards 4",
                  "IoError: sharded checkpoint load failed on rank 0 of the global process set: "

@@ -23,7 +23,8 @@
 //   --save-at K --ckpt P   save_sharded_checkpoint(P) after K steps (training goes on).
 //   --resume-from-shards S --ckpt P   load_sharded_checkpoint(P, S) first; continue from its step.
 //   --consolidate C        consolidate_checkpoint(C) at the end.
-//   --resume-unsharded C   (--stage 0) load_checkpoint(C) first; continue from its step.
+//   --resume-unsharded C   load_checkpoint(C) (--stage 0) or load_unsharded_checkpoint(C)
+//                          (stages 1, 2) first; continue from its step.
 // A failed load prints "checkpoint failed: <status>", then "state unchanged" when the
 // parameters, state slices and step counter are bit-identical to before, and exits 3.
 // Rank 0 writes the parameters to --out ("name v v ..." lines). Every rank prints
@@ -299,6 +300,7 @@ void run_sharded(const Args& a, Model& m, fw::ShardedOptimizer& opt, int rank, i
   const std::vector<float> before = snapshot(m, opt);
   try {
     if (a.saved_shards > 0) fw::load_sharded_checkpoint(a.ckpt, a.saved_shards, m.named(), opt);
+    if (!a.unsharded.empty()) fw::load_unsharded_checkpoint(a.unsharded, m.named(), opt);
   } catch (const kolo::Error& e) {
     checkpoint_failed(e, snapshot(m, opt) == before);
   }
