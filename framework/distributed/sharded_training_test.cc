@@ -139,6 +139,19 @@ TEST_F(ShardedTrainingTest, PassesNoSyncAndOneBucketPerParameterMatchUnsharded) 
   matches_unsharded(*this, "--optimizer adamw --bucket-bytes 0 --steps 8");
 }
 
+// A rank that does not shard at all (DistributedOptimizer) never joins the settings check: Kolo's
+// stall check names the check's allgather and the rank it waits for, and with
+// KOLO_STALL_SHUTDOWN_TIME the job fails instead of hanging.
+TEST_F(ShardedTrainingTest, ARankThatDoesNotShardIsNamedByTheStallCheck) {
+  const kolo::testing::ProcessRun r = run(2, "--stage 1 --rank1-stage 0 --steps 2",
+                                          "KOLO_STALL_CHECK_TIME=1s KOLO_STALL_SHUTDOWN_TIME=3s");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("stall: allgather 'zero.__config__' was submitted by ranks [0]"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("is still waiting for ranks [1]"), std::string::npos) << r.output;
+}
+
 // A bucket smaller than the set: with --hidden 2 and a bucket per parameter, fc1.bias has 2
 // elements, so on 3 and 4 ranks some ranks own nothing of it (empty reduce-scatter and
 // allgather slots, no state), and LARS' norms and clipping still see the whole tensors.

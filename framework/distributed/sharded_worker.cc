@@ -17,7 +17,8 @@
 //                  result is not the one-rank run's (compression rounds each rank's gradient).
 //   --on-set       the sharded ranks are the process set {1, ..., P-1}; rank 0 trains nothing
 //                  and the set's rank 0 (global rank 1) writes --out.
-//   --rank1-stage S  rank 1 asks for stage S instead (the agreement check must name 'stage').
+//   --rank1-stage S  rank 1 asks for stage S instead (the agreement check must name 'stage');
+//                  0: rank 1 runs DistributedOptimizer (unsharded) while the others shard.
 //   --nosync       with --passes k: the first k - 1 passes inside no_sync() (their gradients are
 //                  summed), backward_passes_per_step stays 1 (the reference sums k passes too).
 //   --save-at K --ckpt P   save_sharded_checkpoint(P) after K steps (training goes on).
@@ -341,7 +342,7 @@ int main(int argc, char** argv) try {
     if (world != 1) die("--stage 0 is the one-rank reference");
     if (!a.unsharded.empty()) fw::load_checkpoint(a.unsharded, m.named(), inner.get());
     run_reference(a, m, *inner);
-  } else if (a.data_parallel) {
+  } else if (a.data_parallel || (rank == 1 && a.rank1_stage == 0)) {
     run_data_parallel(a, m, *inner, rank, world);
   } else if (a.on_set && rank == 0) {
     std::vector<int> others;
