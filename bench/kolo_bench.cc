@@ -17,6 +17,7 @@ int run_fusion_bench(const KnobSet& knobs, int argc, char** argv);
 int run_autotune_bench(const KnobSet& knobs, int argc, char** argv);
 int run_latency_bench(const KnobSet& knobs, int argc, char** argv);
 int run_elastic_bench(const KnobSet& knobs, int argc, char** argv);
+int run_zero_bench(const KnobSet& knobs, int argc, char** argv);
 #endif
 }  // namespace kolo::bench
 
@@ -53,6 +54,8 @@ constexpr Subcommand kCommands[] = {
      kolo::bench::run_autotune_bench},
     {"elastic", "elastic::State's commit, restore and sync for the example models and ResNet-50",
      kolo::bench::run_elastic_bench},
+    {"zero", "ZeRO stages 1 and 2 against unsharded: step time and memory per rank",
+     kolo::bench::run_zero_bench},
 #endif
 };
 

@@ -136,6 +136,7 @@ std::map<std::string, Setter> value_flags(TrainArgs& a) {
          a.fail_step = step;
          return Status::Ok();
        }},
+      {"--shard", one_of<int>({{"0", 0}, {"1", 1}, {"2", 2}}, &a.shard)},
       {"--device", one_of<DeviceChoice>(
                        {{"cpu", DeviceChoice::kCpu}, {"cuda", DeviceChoice::kCuda}}, &a.device)},
   };
@@ -190,6 +191,8 @@ std::string train_usage() {
          "                           (SIGKILL) before step S\n"
          "  --bucket-size SIZE       gradient bucket, e.g. 1MiB; 0: an allreduce per parameter\n"
          "                           (default 4MiB: one bucket for either model)\n"
+         "  --shard 0|1|2            ZeRO stage: 1 shards the optimizer state, 2 the gradients\n"
+         "                           too (CPU, no --checkpoint); prints memory per rank\n"
          "Exit status: 0 ok, 1 training failed or accuracy below --min-accuracy, 2 bad usage,\n"
          "77 data set not installed.\n";
 }
@@ -235,6 +238,12 @@ Result<TrainArgs> parse_train_args(int argc, char** argv) {
     return Status::InvalidArgument(
         "--checkpoint: not with --elastic, whose state lives in memory (a commit every "
         "--commit-every steps) and survives lost ranks without a file");
+  }
+  if (a.elastic && a.shard != 0) {
+    return Status::InvalidArgument(
+        "--shard " + std::to_string(a.shard) +
+        ": not with --elastic yet (a sharded optimizer's shards are sized by the world, and it "
+        "has no reset for a new one); drop one of the two flags");
   }
   if (!a.elastic && a.fail_rank >= 0) {
     return Status::InvalidArgument("--fail-rank-at: needs --elastic (a fixed job would stop)");

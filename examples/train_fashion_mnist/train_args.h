@@ -43,6 +43,7 @@ struct TrainArgs {
   // before step S. fail_rank < 0: never.
   int fail_rank = -1;
   int64_t fail_step = 0;
+  int shard = 0;  // --shard: ZeRO stage (0: DistributedOptimizer; 1, 2: ShardedOptimizer)
   bool help = false;
 };
 

@@ -27,6 +27,7 @@ TEST(TrainArgs, Defaults) {
   EXPECT_LT(r->min_accuracy, 0);
   EXPECT_FALSE(r->resume);
   EXPECT_FALSE(r->bucket_bytes.has_value());
+  EXPECT_EQ(r->shard, 0);
 }
 
 TEST(TrainArgs, BothValueForms) {
@@ -75,6 +76,7 @@ TEST(TrainArgs, BothValueForms) {
   EXPECT_EQ(r->data_dir, "/d");
   EXPECT_EQ(r->bucket_bytes, 1 << 20);
   EXPECT_EQ(parse({"--bucket-size", "0"})->bucket_bytes, 0);
+  EXPECT_EQ(parse({"--shard", "2"})->shard, 2);
 }
 
 TEST(TrainArgs, RejectsBadValuesNamingTheFlag) {
@@ -94,6 +96,7 @@ TEST(TrainArgs, RejectsBadValuesNamingTheFlag) {
       {{"--lr", "nan"}, "--lr: expected a number in (0, 1000], got 'nan'"},
       {{"--device", "tpu"}, "--device: expected cpu or cuda, got 'tpu'"},
       {{"--bucket-size", "-1"}, "--bucket-size: expected a size such as 1MiB, 4096 or 0, got '-1'"},
+      {{"--shard", "3"}, "--shard: expected 0, 1 or 2, got '3'"},
       {{"--epochs"}, "--epochs: missing value (see --help)"},
       {{"--bogus", "1"}, "unknown argument '--bogus' (see --help)"},
       {{"--resume"}, "--resume: needs --checkpoint PATH to resume from"},

@@ -25,11 +25,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "examples/train_fashion_mnist/elastic_training.h"
 #include "examples/train_fashion_mnist/train_args.h"
 #include "examples/train_fashion_mnist/train_steps.h"
+#include "framework/distributed/sharded_optimizer.h"
 #include "kolo/framework.h"
 
 namespace kolo::example {
@@ -85,6 +87,56 @@ class EpochCheckpoint {
   fw::Optimizer* const optimizer_;
 };
 
+// ---- --shard (ZeRO, sharded_optimizer.h): one of the two data-parallel optimizers ----------
+// The training loop calls the same four functions on either.
+class StepOptimizer {
+ public:
+  StepOptimizer(const TrainArgs& args, fw::SGD& sgd, const NamedParameters& params,
+                const fw::DistributedOptions& distributed) {
+    if (args.shard == 0) {
+      plain_.emplace(sgd, params, distributed);
+      return;
+    }
+    if (!args.checkpoint.empty())
+      throw kolo::Error(kolo::Status::InvalidArgument(
+          "--shard " + std::to_string(args.shard) +
+          " with --checkpoint: this example saves unsharded checkpoints only (sharded ones: "
+          "sharded_checkpoint.h is not wired in yet); drop one of the two flags"));
+    fw::ShardedOptions options{.distributed = distributed};
+    options.distributed.name_prefix = "zero";
+    options.stage = args.shard == 2 ? fw::ShardStage::kGradients : fw::ShardStage::kOptimizerState;
+    sharded_.emplace(sgd, params, options);
+  }
+  void zero_grad() { plain_ ? plain_->zero_grad() : sharded_->zero_grad(); }
+  void set_local_batch_size(int64_t n) {
+    plain_ ? plain_->set_local_batch_size(n) : sharded_->set_local_batch_size(n);
+  }
+  void step() { plain_ ? plain_->step() : sharded_->step(); }
+  const fw::DistributedStats& stats() const { return plain_ ? plain_->stats() : sharded_->stats(); }
+  size_t bucket_count() const {
+    return plain_ ? plain_->bucket_names().size() : sharded_->layout().size();
+  }
+  // With --shard: every rank's bytes per category, current (after the last step) and peak.
+  void print_memory() {
+    if (!sharded_) return;
+    const fw::ShardMemory m = sharded_->memory();
+    auto mib = [](int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
+    fw::RankLogger({.every_rank = true})
+        .printf(
+            "zero stage %d memory (MiB, now/peak): parameters %.3f/%.3f  gradients %.3f/%.3f  "
+            "optimizer state %.3f/%.3f  communication buffers %.3f/%.3f",
+            static_cast<int>(sharded_->options().stage), mib(m.current.parameters),
+            mib(m.peak.parameters), mib(m.current.gradients), mib(m.peak.gradients),
+            mib(m.current.optimizer_state), mib(m.peak.optimizer_state),
+            mib(m.current.communication), mib(m.peak.communication));
+  }
+
+ private:
+  std::optional<fw::DistributedOptimizer> plain_;
+  std::optional<fw::ShardedOptimizer> sharded_;
+};
+// ---- end of --shard --------------------------------------------------------------------------
+
 int train(const TrainArgs& args) {
   start_kolo(args);
   const int rank = kolo::rank(), world = kolo::size();
@@ -101,7 +153,7 @@ int train(const TrainArgs& args) {
   fw::SGD sgd(model->parameters(), {.lr = lr, .momentum = args.momentum});
   fw::DistributedOptions distributed;
   if (args.bucket_bytes) distributed.bucket_bytes = *args.bucket_bytes;
-  fw::DistributedOptimizer opt(sgd, params, distributed);
+  StepOptimizer opt(args, sgd, params, distributed);  // --shard picks ZeRO
 
   // Each rank trains on its own shard of every epoch, padded so that every rank takes the same
   // number of steps (each step's allreduces need every rank).
@@ -139,7 +191,8 @@ int train(const TrainArgs& args) {
   if (first_epoch >= args.epochs) test = evaluate(*model, *test_loader, device);
 
   print_weights_digest(params);
-  const int exit_code = report_result(args, test, opt.stats(), opt.bucket_names().size());
+  const int exit_code = report_result(args, test, opt.stats(), opt.bucket_count());
+  opt.print_memory();  // --shard only
   if (!args.timeline.empty()) throw_if_error(kolo::stop_timeline());
   throw_if_error(kolo::shutdown());
   return exit_code;

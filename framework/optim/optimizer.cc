@@ -96,6 +96,13 @@ void Optimizer::step() {
       invalid("gradient of parameter " + std::to_string(i) + " is on " + grad.device().to_string() +
               ", parameter on " + p.device().to_string());
     }
+    if (!slots_.empty() && !state_[i][0].defined()) {
+      // ShardedOptimizer took this state (sharded_optimizer.h): stepping here would update
+      // through a released buffer.
+      throw Error(Status::PreconditionFailed(
+          type_ + ": the state of parameter " + std::to_string(i) +
+          " was released to a ShardedOptimizer; step the ShardedOptimizer instead"));
+    }
     const ParamGroup& group = groups_[static_cast<size_t>(group_of_[i])];
     const double wd = group.weight_decay.value_or(default_weight_decay_);
     update(static_cast<int64_t>(i), p, grad, lr_ * group.lr_scale, wd, counts[i] + 1);

@@ -19,7 +19,8 @@
 //
 // Errors: constructors and set_lr throw kolo::Error(InvalidArgument) naming the bad argument
 // ("SGD: momentum must be in [0, 1), got 1.5"); step() throws InvalidArgument when a
-// gradient's shape differs from its parameter and Unsupported for non-float32 parameters.
+// gradient's shape differs from its parameter and Unsupported for non-float32 parameters;
+// PreconditionFailed once a ShardedOptimizer has taken the state (sharded_optimizer.h).
 // Parameters whose grad() is undefined are skipped by step() (no gradient this iteration).
 // Thread-safety: none; use an optimizer from one thread at a time.
 #pragma once
