@@ -109,6 +109,24 @@ TEST(TorchPython, ExampleTrains) {
 TEST(TorchPython, HorovodStyleScriptTrains) {
   run_ok(2, python(std::string(TORCH_SCRIPTS) + "/horovod_style.py", ""), "horovod_style");
 }
+// kolo.torch.elastic on a fixed job: the sampler's unit checks (simulated worlds), TorchState's
+// commit, restore and sync, run() calling the function once.
+TEST(TorchPython, ElasticSamplerAndTorchStateTwoRanks) {
+  const std::string out = run_ok(2, test_script("sampler,state"), "sampler");
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(count_occurrences(out, "[" + std::to_string(rank) + "] [ok] state"), 1)
+        << "rank " << rank << "\n"
+        << out;
+  }
+}
+std::string elastic_script(const std::string& args) {
+  return python(std::string(TORCH_SCRIPTS) + "/elastic_script.py", args);
+}
+// A Horovod elastic script on a fixed job: 120 samples, 2 ranks of 4 a step: 15 steps an epoch.
+TEST(TorchPython, ElasticScriptTrainsOnAFixedJob) {
+  run_ok(2, elastic_script("--epochs 2 --expect-steps 30"),
+         "elastic_script size 2 steps 30 resets 0 epoch 1");
+}
 #endif
 
 }  // namespace

@@ -1,0 +1,116 @@
+"""An elastic training script written as Horovod's elastic guide writes one (hvd.elastic.run,
+TorchState with the model, optimizer, an ElasticSampler and counters, a commit per batch, a
+reset callback scaling the learning rate), with only the import changed. torch_test.cc runs it
+on a fixed 2-rank job and, with --kill-rank, on an elastic job in which one rank kills itself.
+
+What the guide's script does not have, for the test: each sample carries its index, and the
+state counts, in `seen`, how many times the world trained on each sample (an allreduce of the
+batch's indices per step). `seen` is committed, restored and synced with the model, so at the
+end it holds the committed history: every sample exactly once per epoch. Prints "[ok]
+elastic_script ..." on success.
+"""
+import argparse
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+import kolo.torch as hvd  # was: import horovod.torch as hvd
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--epochs", type=int, default=2)
+parser.add_argument("--batch-size", type=int, default=4)
+parser.add_argument("--samples", type=int, default=120)
+parser.add_argument("--lr", type=float, default=0.01)
+parser.add_argument("--kill-rank", type=int, default=-1, help="this rank of generation 0 ...")
+parser.add_argument("--kill-step", type=int, default=-1, help="... kills itself at this step")
+parser.add_argument("--expect-steps", type=int, default=-1)
+parser.add_argument("--expect-resets", type=int, default=0)
+args = parser.parse_args()
+sys.stdout.reconfigure(line_buffering=True)
+torch.set_num_threads(1)
+
+hvd.init()
+torch.manual_seed(42)
+
+
+class IndexedDataset(torch.utils.data.Dataset):
+    def __init__(self, n):
+        g = torch.Generator().manual_seed(7)
+        self.x = torch.randn(n, 10, generator=g)
+        self.y = (self.x[:, :3].sum(dim=1) > 0).long()
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return self.x[i], self.y[i], i
+
+
+train_dataset = IndexedDataset(args.samples)
+train_sampler = hvd.elastic.ElasticSampler(train_dataset, shuffle=True, seed=3)
+train_loader = torch.utils.data.DataLoader(train_dataset, batch_size=args.batch_size,
+                                           sampler=train_sampler)
+
+model = torch.nn.Sequential(torch.nn.Linear(10, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * hvd.size(), momentum=0.9)
+optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+resets = 0
+
+
+@hvd.elastic.run
+def train(state):
+    for state.epoch in range(state.epoch, args.epochs):
+        for state.batch, (data, target, index) in enumerate(train_loader):
+            if (hvd.elastic.generation() == 0 and hvd.rank() == args.kill_rank and
+                    state.steps == args.kill_step):
+                print("killing myself at step %d" % state.steps)
+                os.kill(os.getpid(), 9)
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(data), target)
+            loss.backward()
+            optimizer.step()
+            counts = torch.bincount(index, minlength=len(train_dataset))
+            state.seen += hvd.allreduce(counts, op=hvd.Sum, name="seen")
+            state.steps += 1
+            state.train_sampler.record_batch(state.batch, args.batch_size)
+            state.commit()
+        state.batch = 0
+        state.train_sampler.set_epoch(state.epoch + 1)
+
+
+def on_state_reset():
+    global resets
+    resets += 1
+    for param_group in optimizer.param_groups:
+        param_group["lr"] = args.lr * hvd.size()
+
+
+state = hvd.elastic.TorchState(model, optimizer, train_sampler=train_sampler, epoch=0, batch=0,
+                               steps=0, seen=torch.zeros(len(train_dataset), dtype=torch.int64))
+state.register_reset_callbacks([on_state_reset])
+train(state)
+
+# The checks: the committed history used every sample once per epoch, the replicas are equal.
+failures = []
+if not torch.equal(state.seen, torch.full_like(state.seen, args.epochs)):
+    failures.append("seen %s" % state.seen.tolist())
+if args.expect_steps >= 0 and state.steps != args.expect_steps:
+    failures.append("steps %d, expected %d" % (state.steps, args.expect_steps))
+if resets != args.expect_resets:
+    failures.append("resets %d, expected %d" % (resets, args.expect_resets))
+w = torch.cat([p.detach().flatten() for p in model.parameters()])
+if not torch.equal(hvd.allreduce(w, op=hvd.Max, name="check.max"),
+                   hvd.allreduce(w, op=hvd.Min, name="check.min")):
+    failures.append("replicas differ")
+lr = optimizer.param_groups[0]["lr"]
+if abs(lr - args.lr * hvd.size()) > 1e-12:
+    failures.append("lr %g for %d ranks" % (lr, hvd.size()))
+for f in failures:
+    print("FAIL", f)
+if not failures:
+    print("[ok] elastic_script size %d steps %d resets %d epoch %d" % (
+        hvd.size(), state.steps, resets, state.epoch))
+hvd.shutdown()
+sys.exit(1 if failures else 0)
