@@ -202,6 +202,7 @@ void bind_gradient_reducer(py::module_& m) {
            py::call_guard<py::gil_scoped_release>())
       .def("mark_step", &kt::GradientReducer::mark_step)
       .def("pending", &kt::GradientReducer::pending)
+      .def("abandon_step", &kt::GradientReducer::abandon_step)
       .def("stats",
            [](const kt::GradientReducer& r) {
              const kt::DistributedStats& s = r.stats();

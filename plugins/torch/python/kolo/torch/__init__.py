@@ -539,6 +539,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._reducer.mark_step()  # the autotuner's step boundary; buckets follow its size
         return loss
 
+    def _abandon_step(self):
+        """Drops an unfinished step (elastic: the world broke during it; TorchState.restore)."""
+        self._reducer.abandon_step()
+        self._synchronized = False
+
     def zero_grad(self, *args, **kwargs):
         if self._reducer.pending():
             raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "

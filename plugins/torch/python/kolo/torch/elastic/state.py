@@ -52,6 +52,10 @@ class _StateDictHandler:
         self._saved = copy.deepcopy(self.value.state_dict())
 
     def restore(self):
+        # A DistributedOptimizer's step that a failure interrupted (passes counted, allreduces
+        # submitted in the broken world) would otherwise be counted into the next one.
+        if hasattr(self.value, "_abandon_step"):
+            self.value._abandon_step()
         # Optimizer.load_state_dict copies; a sampler's or scheduler's may keep what it is given.
         self.value.load_state_dict(copy.deepcopy(self._saved))
 
