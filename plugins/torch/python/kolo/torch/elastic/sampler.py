@@ -42,6 +42,7 @@ class ElasticSampler(torch.utils.data.Sampler):
         self.indices = []  # this rank's shard of the remaining indices, padded
         self.num_samples = 0
         self.total_size = 0
+        self._order, self._order_key = None, None
         self.reset()
 
     def set_epoch(self, epoch):
@@ -80,11 +81,16 @@ class ElasticSampler(torch.utils.data.Sampler):
         self._shard(size(), rank())
 
     def epoch_order(self):
-        """The epoch's permutation of the dataset's indices."""
-        order = list(range(len(self.dataset)))
-        if self.shuffle:
-            random.Random(self.seed + self.epoch).shuffle(order)
-        return order
+        """The epoch's permutation of the dataset's indices (a list: do not modify it)."""
+        # Kept per epoch: shuffling in Python costs ~25 ms for 60,000 samples, and restore()
+        # and sync() re-shard.
+        key = (self.epoch, len(self.dataset), self.shuffle, self.seed)
+        if self._order_key != key:
+            order = list(range(len(self.dataset)))
+            if self.shuffle:
+                random.Random(self.seed + self.epoch).shuffle(order)
+            self._order, self._order_key = order, key
+        return self._order
 
     def _shard(self, num_replicas, rank):
         # Separate from reset() so that the tests can shard for worlds other than their own.
