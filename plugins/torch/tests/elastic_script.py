@@ -3,6 +3,10 @@ TorchState with the model, optimizer, an ElasticSampler and counters, a commit p
 reset callback scaling the learning rate), with only the import changed. torch_test.cc runs it
 on a fixed 2-rank job and, with --kill-rank, on an elastic job in which one rank kills itself.
 
+144 samples, 6 per rank and step: a step of 2 or 3 ranks uses 12 or 18 samples, so what
+remains of an epoch is always a multiple of 6, which 2 and 3 divide: the sampler never pads,
+whatever step the world changes at.
+
 What the guide's script does not have, for the test: each sample carries its index, and the
 state counts, in `seen`, how many times the world trained on each sample (an allreduce of the
 batch's indices per step). `seen` is committed, restored and synced with the model, so at the
@@ -20,8 +24,8 @@ import kolo.torch as hvd  # was: import horovod.torch as hvd
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--epochs", type=int, default=2)
-parser.add_argument("--batch-size", type=int, default=4)
-parser.add_argument("--samples", type=int, default=120)
+parser.add_argument("--batch-size", type=int, default=6)
+parser.add_argument("--samples", type=int, default=144)
 parser.add_argument("--lr", type=float, default=0.01)
 parser.add_argument("--kill-rank", type=int, default=-1, help="this rank of generation 0 ...")
 parser.add_argument("--kill-step", type=int, default=-1, help="... kills itself at this step")

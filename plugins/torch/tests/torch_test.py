@@ -530,6 +530,8 @@ def mode_state():
     got = train(hvd.elastic.TorchState(fresh, None, epoch=0), "x")
     expect(calls == ["x"] and torch.equal(got, zero), "run: calls %s" % calls)
 
+    check_run_loop()
+
     @hvd.elastic.run(reset_limit=0)
     def mismatch(state):
         hvd.allreduce(torch.ones(r + 1), name="test.mismatch")
@@ -546,6 +548,59 @@ def mode_state():
         expect(False, "reset_limit=-1 accepted")
     except ValueError as e:
         expect("reset_limit" in str(e), "reset_limit: %s" % e)
+
+
+def check_run_loop():
+    """run()'s answers to the two exceptions, on every rank alike, with the world's re-forming
+    stubbed out (a fixed job cannot re-form; the real one: TorchPython.ElasticScript*)."""
+    el = hvd.elastic
+    real = (el.enabled, el._reform)
+    reforms = []
+    el.enabled = lambda: True
+    el._reform = lambda: reforms.append(hvd.size())
+    try:
+        state = el.TorchState(small_model(40), None, epoch=0)
+        at_reset, calls = [], []
+        state.register_reset_callbacks([lambda: at_reset.append(state.epoch)])
+
+        @el.run
+        def flaky(state):
+            calls.append(state.epoch)
+            if len(calls) == 1:
+                state.epoch = 1
+                state.commit()
+                state.epoch = 2  # not committed: rolled back
+                raise hvd.HorovodInternalError("PeerFailure: stub")
+            if len(calls) == 2:
+                state.epoch = 3  # not rolled back: Horovod restores after a lost peer only
+                raise hvd.HostsUpdatedInterrupt("WorldChanged: stub")
+            return "done"
+
+        got = flaky(state)
+        expect(got == "done" and calls == [0, 1, 3] and at_reset == [1, 3] and
+               len(reforms) == 2, "run loop: %s %s %s %s" % (got, calls, at_reset, reforms))
+
+        @el.run(reset_limit=2)
+        def hopeless(state):
+            raise hvd.HorovodInternalError("PeerFailure: stub")
+
+        del reforms[:]
+        try:
+            hopeless(state)
+            expect(False, "run() went on past its reset limit")
+        except hvd.HorovodInternalError as e:
+            expect(len(reforms) == 2 and "re-formed 2 times, the reset limit" in str(e),
+                   "reset limit: %s after %d" % (e, len(reforms)))
+        os.environ[el.RESET_LIMIT_ENV] = "1"
+        del reforms[:]
+        try:
+            el.run(hopeless.__wrapped__)(state)
+            expect(False, "run() went on past KOLO_ELASTIC_RESET_LIMIT")
+        except hvd.HorovodInternalError:
+            expect(len(reforms) == 1, "%s=1: %d re-forms" % (el.RESET_LIMIT_ENV, len(reforms)))
+        del os.environ[el.RESET_LIMIT_ENV]
+    finally:
+        el.enabled, el._reform = real
 
 
 if __name__ == "__main__":
