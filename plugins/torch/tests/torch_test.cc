@@ -127,6 +127,31 @@ TEST(TorchPython, ElasticScriptTrainsOnAFixedJob) {
   run_ok(2, elastic_script("--epochs 2 --expect-steps 24"),
          "elastic_script size 2 steps 24 resets 0 epoch 1");
 }
+
+// Whether this build's kolorun runs elastic jobs (its elastic driver lands separately).
+bool kolorun_is_elastic() {
+  const kolo::testing::ProcessRun r =
+      kolo::testing::run_command(std::string(KOLORUN_PATH) + " --help", /*timeout_s=*/30);
+  // An option's line, not a mention in another's help.
+  return r.output.find("\n  --min-np") != std::string::npos;
+}
+// The real thing: 3 ranks, --min-np 2, rank 1 kills itself (SIGKILL) as step 3 begins. The
+// survivors' step fails (HorovodInternalError), they restore the commit of step 2, re-form a
+// world of 2, sync and finish: 3 steps of 3 ranks (54 samples), the epoch's other 90 samples in
+// 8 steps of 2 ranks (the last of 3 a rank), 12 steps of epoch 1: 23 committed steps, and the
+// committed history used every sample once per epoch (the script checks its `seen` counts).
+TEST(TorchPython, ElasticScriptLosesARankAndFinishes) {
+  if (!kolorun_is_elastic()) GTEST_SKIP() << "this kolorun has no --min-np";
+  const kolo::testing::ProcessRun r = kolo::testing::run_command(
+      std::string("OMP_NUM_THREADS=1 ") + KOLORUN_PATH + " -np 3 --min-np 2 " +
+          elastic_script("--kill-rank 1 --kill-step 3 --expect-steps 23 --expect-resets 1"),
+      /*timeout_s=*/150);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(count_occurrences(r.output, "killing myself at step 3"), 1) << r.output;
+  EXPECT_EQ(count_occurrences(r.output, "[ok] elastic_script size 2 steps 23 resets 1 epoch 1"), 2)
+      << r.output;
+  EXPECT_EQ(count_occurrences(r.output, "FAIL"), 0) << r.output;
+}
 #endif
 
 }  // namespace
