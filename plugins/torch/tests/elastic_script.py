@@ -16,6 +16,7 @@ elastic_script ..." on success.
 import argparse
 import os
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -30,7 +31,10 @@ parser.add_argument("--lr", type=float, default=0.01)
 parser.add_argument("--kill-rank", type=int, default=-1, help="this rank of generation 0 ...")
 parser.add_argument("--kill-step", type=int, default=-1, help="... kills itself at this step")
 parser.add_argument("--expect-steps", type=int, default=-1)
-parser.add_argument("--expect-resets", type=int, default=0)
+parser.add_argument("--expect-resets", type=int, default=0, help="-1: any")
+parser.add_argument("--expect-size", type=int, default=-1, help="the final world's; -1: any")
+parser.add_argument("--step-sleep", type=float, default=0, help="seconds, so that a worker "
+                    "kolorun starts meanwhile joins before the end")
 args = parser.parse_args()
 sys.stdout.reconfigure(line_buffering=True)
 torch.set_num_threads(1)
@@ -79,6 +83,7 @@ def train(state):
             state.seen += hvd.allreduce(counts, op=hvd.Sum, name="seen")
             state.steps += 1
             state.train_sampler.record_batch(state.batch, args.batch_size)
+            time.sleep(args.step_sleep)
             state.commit()
         state.batch = 0
         state.train_sampler.set_epoch(state.epoch + 1)
@@ -102,8 +107,10 @@ if not torch.equal(state.seen, torch.full_like(state.seen, args.epochs)):
     failures.append("seen %s" % state.seen.tolist())
 if args.expect_steps >= 0 and state.steps != args.expect_steps:
     failures.append("steps %d, expected %d" % (state.steps, args.expect_steps))
-if resets != args.expect_resets:
+if args.expect_resets >= 0 and resets != args.expect_resets:
     failures.append("resets %d, expected %d" % (resets, args.expect_resets))
+if args.expect_size >= 0 and hvd.size() != args.expect_size:
+    failures.append("size %d, expected %d" % (hvd.size(), args.expect_size))
 w = torch.cat([p.detach().flatten() for p in model.parameters()])
 if not torch.equal(hvd.allreduce(w, op=hvd.Max, name="check.max"),
                    hvd.allreduce(w, op=hvd.Min, name="check.min")):

@@ -61,7 +61,7 @@ def run(func=None, reset_limit=None):
     back to its last commit) or HostsUpdatedInterrupt (the launcher has ranks to add: raised by
     state.commit(), with the state just committed), the rank leaves its world and joins the next
     one (kolo::elastic::reform), syncs the state, calls its reset callbacks and calls the
-    function again; a failure inside the sync or a callback is answered the same way. After
+    function again (a worker that joins a re-formed world calls them after its first sync); a failure inside the sync or a callback is answered the same way. After
     `reset_limit` re-forms (default KOLO_ELASTIC_RESET_LIMIT, 100) the next such exception
     propagates, saying so. Other exceptions propagate at once; so does the one that ends the
     job (fewer ranks than --min-np: HorovodInternalError with kolorun's message). Not elastic:
@@ -77,10 +77,14 @@ def run(func=None, reset_limit=None):
             state.sync()
             return func(state, *args, **kwargs)
         resets = 0
+        # A worker that joins a re-formed world (kolorun --respawn, discovered slots) takes a
+        # state synced from another world size: its callbacks run too, or it would keep, say,
+        # the learning rate the sync brought, scaled for the old size.
+        joined_late = generation() > 0
         while True:
             try:
                 state.sync()
-                if resets:
+                if resets or joined_late:
                     state.on_reset()
                 return func(state, *args, **kwargs)
             except HorovodInternalError as e:
