@@ -150,11 +150,11 @@ bool gpu_per_process(const char* cuda_visible_devices) {
   return cuda_visible_devices != nullptr && *cuda_visible_devices != '\0';
 }
 
-Result<LaunchedWorld> launched_world(const KnobSet& knobs) {
+Result<LaunchedWorld> launched_world(const KnobSet& knobs, int64_t last_generation) {
   LaunchedWorld out;
   if (launched_by_kolorun(knobs)) {
     out.launcher = "kolorun";
-    KOLO_ASSIGN_OR_RETURN(out.world, world_from_knobs(knobs));
+    KOLO_ASSIGN_OR_RETURN(out.world, world_from_knobs(knobs, last_generation));
     out.default_backend = default_cpu_backend(out.world);
     return out;
   }

@@ -106,6 +106,9 @@ struct BackendEntry {
   // whose `devices` include kCuda), where every rank of the host can have a GPU of its own
   // (gpu_backend_choice). The first such entry of the registry is the default.
   bool default_for_cuda = false;
+  // The backend's ranks are fixed for the whole job (mpi: MPI_COMM_WORLD cannot shrink or grow
+  // portably), so an elastic job, which re-forms its world, refuses it at kolo::init().
+  bool fixed_world = false;
 
   bool handles(Device device) const;
 };
@@ -172,7 +175,8 @@ struct LaunchedWorld {
 // (collective, see BackendLauncher::world); else a single rank with an in-process store. The
 // default backend is the launcher's backend when its entry says so, otherwise the first
 // registered backend that handles CPU tensors and fits the world (BackendEntry::one_host).
-// Errors: those of world_from_knobs() or of the launcher's world().
-Result<LaunchedWorld> launched_world(const KnobSet& knobs);
+// An elastic worker's world is the newest generation after `last_generation` that names it
+// (world_from_knobs()). Errors: those of world_from_knobs() or of the launcher's world().
+Result<LaunchedWorld> launched_world(const KnobSet& knobs, int64_t last_generation = -1);
 
 }  // namespace kolo

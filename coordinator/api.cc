@@ -16,6 +16,7 @@
 #include "coordinator/runtime.h"
 #include "coordinator/submit.h"
 #include "kolo/kolo.h"
+#include "rendezvous/elastic_world.h"
 #include "rendezvous/world.h"
 
 namespace kolo {
@@ -39,6 +40,11 @@ struct Global {
   // init() after shutdown() must not meet the previous session's rendezvous keys (a store
   // never deletes keys), so every session namespaces them; all ranks count alike.
   int session KOLO_GUARDED_BY(mu) = 0;
+  // An elastic worker's: whether the last init() found one, and the newest generation it joined
+  // (-1 none yet; the next init() joins a newer one: Note [Elastic rendezvous]).
+  bool elastic KOLO_GUARDED_BY(mu) = false;
+  int64_t generation KOLO_GUARDED_BY(mu) = -1;
+  int reset_limit KOLO_GUARDED_BY(mu) = -1;  // KOLO_ELASTIC_RESET_LIMIT; -1 before init()
 
   // Still initialised here, the process is exiting without kolo::shutdown(): the members'
   // destructors end the session, and the peers are told why first (Note [Departures]). (No
@@ -65,7 +71,12 @@ std::shared_ptr<coord::ProcessSetTable> current_sets() {
   return g.sets;
 }
 
-std::string session_prefix(int session) { return "kolo/s" + std::to_string(session); }
+// Where a session's keys live: "kolo/s<N>" in a fixed job; in an elastic one its generation's
+// namespace, which only one session of each worker ever uses.
+std::string session_prefix(int session, const World& world) {
+  if (world.generation >= 0) return elastic_protocol::generation_prefix(world.generation);
+  return "kolo/s" + std::to_string(session);
+}
 
 // A control plane's context: its waits are bounded by the stall shutdown time too, when that is
 // set and shorter (see init()), and its errors then name that setting.
@@ -84,7 +95,7 @@ struct GroupPlan {
   std::shared_ptr<const KnobSet> knobs;
   coord::RuntimeConfig config;
   std::string device_backend;  // the device backend of CUDA tensors, or empty
-  int session;
+  std::string prefix;          // the session's (session_prefix())
 };
 
 // A sub-group's backends (a process set's, a point-to-point pair's): the job's CPU backend
@@ -134,15 +145,13 @@ Result<coord::SetBackends> group_backends(const GroupPlan& plan, const std::stri
 // two groups that may be created at once share one (up to 32767 ranks within MPI's int tags).
 coord::MakeSetBackends set_backends(GroupPlan plan) {
   return [plan](int32_t id, const std::vector<int>& ranks, int set_rank) {
-    return group_backends(plan, session_prefix(plan.session) + "/ps" + std::to_string(id), 2 * id,
-                          ranks, set_rank);
+    return group_backends(plan, plan.prefix + "/ps" + std::to_string(id), 2 * id, ranks, set_rank);
   };
 }
 
 coord::MakePairBackends pair_backends(GroupPlan plan) {
   return [plan](int low, int high, int pair_rank) {
-    const std::string ns =
-        session_prefix(plan.session) + "/p2p/" + std::to_string(low) + "-" + std::to_string(high);
+    const std::string ns = plan.prefix + "/p2p/" + std::to_string(low) + "-" + std::to_string(high);
     return group_backends(plan, ns, 2 * (low * plan.world->size + high) + 1, {low, high},
                           pair_rank);
   };
@@ -177,27 +186,54 @@ struct Job {
   std::shared_ptr<const KnobSet> knobs;
   LaunchedWorld launched;
   coord::RuntimeConfig config;
+  std::string prefix;  // session_prefix()
 };
+
+// An elastic job re-forms its world by shutting its backends down and connecting new ones, which
+// a backend of a fixed world (BackendEntry::fixed_world) cannot: refused before anything
+// connects, naming the backends that can.
+Status check_elastic(const Job& job) {
+  if (job.launched.world.generation < 0) return Status::Ok();
+  std::string can;
+  for (const BackendEntry& e : registered_backends())
+    if (!e.fixed_world && e.handles(Device::cpu()))
+      can += (can.empty() ? "" : ", ") + std::string(e.name);
+  for (const std::string& name : {job.config.cpu_operations, job.config.gpu_operations}) {
+    Result<const BackendEntry*> entry = find_backend(name);
+    if (name.empty() || !entry.ok() || !(*entry)->fixed_world) continue;
+    return Status::Unsupported(
+        "kolo::init(): an elastic job (KOLO_ELASTIC_WORKER is set: kolorun --min-np/--max-np) "
+        "cannot use backend '" +
+        name +
+        "', whose ranks are fixed for the whole job (it cannot "
+        "shrink or grow its world); choose one that can with KOLO_CPU_OPERATIONS: " +
+        can);
+  }
+  return Status::Ok();
+}
 
 // Every knob is validated before the rendezvous, so that a typo fails this rank at once instead
 // of after (or while) its peers connect; KOLO_CPU_OPERATIONS accepts only this build's backends.
 // Then the ranks compare their job-wide knobs before anything connects: ranks that differ would
 // run different collectives, or never meet (coordinator/knob_agreement.h).
-Result<Job> read_job(int session) {
+// `generation`: an elastic worker's last (it joins a newer one).
+Result<Job> read_job(int session, int64_t generation) {
   Job job;
   KOLO_ASSIGN_OR_RETURN(KnobSet knobs, KnobSet::from_process_env());
   job.knobs = std::make_shared<const KnobSet>(std::move(knobs));
   // kolorun's environment, else a launcher a backend knows (mpirun), else one rank.
-  KOLO_ASSIGN_OR_RETURN(job.launched, launched_world(*job.knobs));
+  KOLO_ASSIGN_OR_RETURN(job.launched, launched_world(*job.knobs, generation));
   KOLO_ASSIGN_OR_RETURN(job.config,
                         coord::config_from_knobs(*job.knobs, job.launched.default_backend));
+  KOLO_RETURN_IF_ERROR(check_elastic(job));
   const World& world = job.launched.world;
+  job.prefix = session_prefix(session, world);
   set_log_rank(world.rank);
   if (world.rank == 0) log_knobs(*job.knobs);
   if (world.size > 1) {
     KOLO_RETURN_IF_ERROR(with_rendezvous_timeout_hint(
         coord::agree_on_job_knobs(
-            *world.store, session_prefix(session), world.rank, world.size,
+            *world.store, job.prefix, world.rank, world.size,
             coord::job_knobs_message(*job.knobs,
                                      {{KnobId::kCpuOperations, job.config.cpu_operations}}),
             rendezvous_timeout(*job.knobs)),
@@ -212,7 +248,7 @@ struct Planes {
 
 // The data and control planes: separate instances of the same backend, so small negotiation
 // messages never queue behind bulk data; local backends in a job of one rank.
-Result<Planes> connect_planes(const Job& job, int session) {
+Result<Planes> connect_planes(const Job& job) {
   const World& world = job.launched.world;
   const coord::RuntimeConfig& config = job.config;
   Planes p;
@@ -221,7 +257,7 @@ Result<Planes> connect_planes(const Job& job, int session) {
     p.control = make_local_backend("control");
     return p;
   }
-  BackendContext ctx = backend_context(world, *job.knobs, session_prefix(session) + "/data");
+  BackendContext ctx = backend_context(world, *job.knobs, job.prefix + "/data");
   KOLO_ASSIGN_OR_RETURN(p.data, create_backend(config.cpu_operations, ctx));
   // The control plane stays flat: its messages are small. The hierarchy is built when asked
   // for, and offered to the autotuner (not required, so unequal hosts keep the flat backend;
@@ -237,7 +273,7 @@ Result<Planes> connect_planes(const Job& job, int session) {
                                  job.knobs->is_set(KnobId::kCpuOperations),
                                  config.hierarchical_allreduce, config.hierarchical_allgather)));
   }
-  ctx.store_prefix = session_prefix(session) + "/ctrl";
+  ctx.store_prefix = job.prefix + "/ctrl";
   // Every rank takes part in a control round at least every heartbeat, so a control wait
   // longer than the stall shutdown time means a frozen rank (stopped, or stuck outside
   // Kolo's thread): rank 0's stall inspector cannot see it from inside that wait, so the
@@ -254,7 +290,7 @@ struct GpuPlane {
 
 // CUDA tensors: a device backend of their own, or a CPU backend other than the data plane's
 // that they are staged to; none when they are staged to the data plane's backend.
-Result<GpuPlane> connect_gpu_plane(const Job& job, int session) {
+Result<GpuPlane> connect_gpu_plane(const Job& job) {
   const World& world = job.launched.world;
   KOLO_ASSIGN_OR_RETURN(
       std::string name,
@@ -267,7 +303,7 @@ Result<GpuPlane> connect_gpu_plane(const Job& job, int session) {
   if (!entry->handles(Device::cpu())) g.device_backend = name;
   // A CPU backend for a job of one rank would only stage to what the data plane does already.
   if (name == job.config.cpu_operations || (world.size == 1 && g.device_backend.empty())) return g;
-  BackendContext ctx = backend_context(world, *job.knobs, session_prefix(session) + "/gpu");
+  BackendContext ctx = backend_context(world, *job.knobs, job.prefix + "/gpu");
   KOLO_ASSIGN_OR_RETURN(g.backend, create_backend(name, ctx));
   return g;
 }
@@ -277,15 +313,15 @@ Result<GpuPlane> connect_gpu_plane(const Job& job, int session) {
 // leaving without kolo::shutdown() and says how a peer left (config.describe_departure, Note
 // [Departures]). Null in a job of one rank.
 std::shared_ptr<coord::Departures> report_peers(const Job& job, std::shared_ptr<Store> quick,
-                                                const std::string& prefix,
                                                 coord::RuntimeConfig& config) {
   const World& world = job.launched.world;
   if (world.size == 1) return nullptr;
-  auto board = std::make_shared<coord::FailureBoard>(quick, prefix, world.rank, world.size);
+  auto board = std::make_shared<coord::FailureBoard>(quick, job.prefix, world.rank, world.size);
   config.name_first_failure = [board](const Status& st) { return board->name_first_failure(st); };
   auto departures = std::make_shared<coord::Departures>(
-      quick, prefix, world.rank,
-      job.launched.launcher == "kolorun" ? coord::kLauncherExitWait : std::chrono::seconds(0));
+      quick, job.prefix, world.rank,
+      job.launched.launcher == "kolorun" ? coord::kLauncherExitWait : std::chrono::seconds(0),
+      world.workers);
   config.describe_departure = [departures](int r) { return departures->describe(r); };
   return departures;
 }
@@ -308,22 +344,22 @@ Status connect_error(const Status& st, const KnobSet& knobs) {
   return st.code() == StatusCode::kTimeout ? with_rendezvous_timeout_hint(st, knobs) : st;
 }
 
-}  // namespace
-
-Status init() {
-  Global& g = global();
-  MutexLock lock(g.mu);
-  if (g.runtime) return Status::PreconditionFailed("kolo::init(): already initialised");
-  KOLO_ASSIGN_OR_RETURN(Job job, read_job(g.session));
+// One attempt of init(), under g.mu. An elastic worker's generation is recorded as joined as
+// soon as it is known, so that the next attempt, after a failure, joins a newer one.
+Status init_session(Global& g) KOLO_REQUIRES(g.mu);
+Status init_session(Global& g) {
+  KOLO_ASSIGN_OR_RETURN(Job job, read_job(g.session, g.generation));
   World& world = job.launched.world;
-  Result<Planes> connected = connect_planes(job, g.session);
+  g.elastic = world.generation >= 0;
+  if (g.elastic) g.generation = world.generation;
+  g.reset_limit = static_cast<int>(job.knobs->integer(KnobId::kElasticResetLimit));
+  Result<Planes> connected = connect_planes(job);
   if (!connected.ok()) return connect_error(connected.status(), *job.knobs);
   Planes planes = std::move(*connected);
   std::shared_ptr<Store> quick = quick_store(*job.knobs, world);
   coord::RuntimeConfig config = job.config;
-  std::shared_ptr<coord::Departures> departures =
-      report_peers(job, quick, session_prefix(g.session), config);
-  Result<GpuPlane> gpu_connected = connect_gpu_plane(job, g.session);
+  std::shared_ptr<coord::Departures> departures = report_peers(job, quick, config);
+  Result<GpuPlane> gpu_connected = connect_gpu_plane(job);
   if (!gpu_connected.ok()) return connect_error(gpu_connected.status(), *job.knobs);
   GpuPlane gpu = std::move(*gpu_connected);
   const coord::Topology topo{world.rank,       world.size,       world.local_rank,
@@ -334,10 +370,10 @@ Status init() {
   std::shared_ptr<coord::Runtime> rt = std::move(created);
   g.world = std::move(world);
   g.quick_store = quick;
-  const GroupPlan plan{&g.world, job.knobs, rt->config(), gpu.device_backend, g.session};
+  const GroupPlan plan{&g.world, job.knobs, rt->config(), gpu.device_backend, job.prefix};
   auto sets = std::make_shared<coord::ProcessSetTable>(rt, set_backends(plan));
-  auto pairs = std::make_shared<coord::PairTable>(
-      rt, quick.get(), session_prefix(g.session) + "/p2p", pair_backends(plan));
+  auto pairs =
+      std::make_shared<coord::PairTable>(rt, quick.get(), job.prefix + "/p2p", pair_backends(plan));
   ++g.session;
   if (Status added = add_knob_process_sets(*job.knobs, *sets); !added.ok()) {
     pairs->shutdown();
@@ -353,6 +389,22 @@ Status init() {
   g.departures = std::move(departures);
   g.was_shut_down = false;
   return Status::Ok();
+}
+
+}  // namespace
+
+Status init() {
+  Global& g = global();
+  MutexLock lock(g.mu);
+  if (g.runtime) return Status::PreconditionFailed("kolo::init(): already initialised");
+  // An elastic generation superseded while it connected (a member lost meanwhile): the next
+  // one is there already (Note [Elastic rendezvous]). Each pass joins a newer generation, and
+  // kolorun publishes one per event, so this ends.
+  while (true) {
+    Status st = init_session(g);
+    if (!elastic_protocol::is_superseded(st)) return st;
+    KOLO_LOG_INFO(st.message() + "; joining the newer generation");
+  }
 }
 
 Status shutdown() {
@@ -522,5 +574,47 @@ std::vector<ProcessSet> process_sets() {
   auto sets = current_sets();
   return sets ? sets->sets() : std::vector<ProcessSet>{ProcessSet{}};
 }
+
+namespace detail {
+
+bool elastic_enabled() {
+  Global& g = global();
+  MutexLock lock(g.mu);
+  return g.elastic;
+}
+
+int64_t elastic_generation() {
+  Global& g = global();
+  MutexLock lock(g.mu);
+  return g.runtime && g.elastic ? g.generation : -1;
+}
+
+Result<int64_t> elastic_newest_generation() {
+  Global& g = global();
+  std::shared_ptr<Store> store;
+  {
+    MutexLock lock(g.mu);
+    if (!g.runtime || !g.elastic)
+      return Status::PreconditionFailed("kolo::elastic: not an initialised elastic job");
+    store = g.quick_store;
+  }
+  return elastic_protocol::newest_generation(*store);
+}
+
+int elastic_reset_limit() {
+  Global& g = global();
+  {
+    MutexLock lock(g.mu);
+    if (g.reset_limit >= 0) return g.reset_limit;
+  }
+  return static_cast<int>(KnobSet::defaults().integer(KnobId::kElasticResetLimit));
+}
+
+Status world_failure() {
+  auto rt = current();
+  return rt ? rt->failure() : Status::Ok();
+}
+
+}  // namespace detail
 
 }  // namespace kolo

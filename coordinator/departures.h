@@ -28,6 +28,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "rendezvous/store.h"
 
@@ -43,9 +44,11 @@ class Departures {
  public:
   // `store` is shared with the caller; `prefix` namespaces the keys (the session's, e.g.
   // "kolo/s0"); `launcher_wait`: how long describe() waits for the launcher's record of a
-  // rank's end (kLauncherExitWait under kolorun; 0 when the launcher records nothing).
+  // rank's end (kLauncherExitWait under kolorun; 0 when the launcher records nothing);
+  // `workers`: in an elastic job, the worker id of each rank (World::workers), under which
+  // kolorun records a worker's end (elastic_protocol::exit_key); empty in a fixed job.
   Departures(std::shared_ptr<Store> store, std::string prefix, int rank,
-             std::chrono::milliseconds launcher_wait);
+             std::chrono::milliseconds launcher_wait, std::vector<int64_t> workers = {});
 
   // Records that this rank is leaving without kolo::shutdown(). Call before its runtime shuts
   // down. Best effort: when the store cannot be reached (bounded by its client's timeout), the
@@ -67,6 +70,7 @@ class Departures {
   const std::string prefix_;
   const int rank_;
   const std::chrono::milliseconds launcher_wait_;
+  const std::vector<int64_t> workers_;
 };
 
 }  // namespace kolo::coord

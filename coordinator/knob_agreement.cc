@@ -101,6 +101,9 @@ Status agree_on_job_knobs(Store& store, const std::string& prefix, int rank, int
     std::vector<std::string> keys;
     for (int r = 0; r < size; ++r) keys.push_back(key + std::to_string(r));
     Status waited = store.wait(keys, timeout);
+    // Not a timeout: the wait itself ended, e.g. an elastic generation superseded (Note [Elastic
+    // rendezvous]); the other ranks' waits end the same way.
+    if (!waited.ok() && waited.code() != StatusCode::kTimeout) return waited;
     if (!waited.ok()) {
       verdict = std::string("not every rank reached kolo::init() within ")
                     .append(std::to_string(timeout.count()))

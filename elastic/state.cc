@@ -4,6 +4,7 @@
 // checked once and frozen.
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <utility>
 #include <vector>
@@ -86,6 +87,7 @@ class StateImpl {
   std::vector<std::byte> snapshot KOLO_GUARDED_BY(mu);  // tensors and counters
   std::vector<std::string> blobs KOLO_GUARDED_BY(mu);   // byte strings, in key order
   int64_t commits KOLO_GUARDED_BY(mu) = 0;
+  std::vector<std::function<Status()>> on_reset KOLO_GUARDED_BY(mu);
 };
 
 Status StateImpl::add(std::string key, Entry entry) {
@@ -266,7 +268,8 @@ Status State::commit() {
   if (!impl_->fixed) KOLO_RETURN_IF_ERROR(impl_->check_and_fix(impl_->ops + ".layout"));
   impl_->take_snapshot();
   ++impl_->commits;
-  return Status::Ok();
+  // In an elastic job ranks are added only here, between steps (Note [Elastic rendezvous]).
+  return check_world();
 }
 
 Status State::restore() {
@@ -288,5 +291,24 @@ int64_t State::commits() const {
   MutexLock lock(impl_->mu);
   return impl_->commits;
 }
+
+void State::on_reset(std::function<Status()> callback) {
+  MutexLock lock(impl_->mu);
+  impl_->on_reset.push_back(std::move(callback));
+}
+
+namespace detail {
+
+Status call_reset_callbacks(State& state) {
+  std::vector<std::function<Status()>> callbacks;
+  {
+    MutexLock lock(state.impl_->mu);
+    callbacks = state.impl_->on_reset;  // called unlocked: they may use the State
+  }
+  for (const auto& callback : callbacks) KOLO_RETURN_IF_ERROR(callback());
+  return Status::Ok();
+}
+
+}  // namespace detail
 
 }  // namespace kolo::elastic

@@ -25,7 +25,7 @@
 // world may grow. Ranks that are training learn of a newer generation at their next
 // State::commit(), never inside a step: rank 0 reads kGenerationKey and broadcasts it.
 // Ending. When the job cannot go on (fewer live workers than --min-np), kolorun sets kEndKey to
-// a message that says why; every wait above ends with it (PeerFailure carrying the message).
+// a message that says why; every wait above ends with it (Aborted carrying the message).
 // Exits. kolorun records how each worker ended under exit_key(worker); a rank maps its peers'
 // ranks to workers through its plan (Note [Departures] in coordinator/departures.h).
 #pragma once

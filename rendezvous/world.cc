@@ -5,6 +5,7 @@
 
 #include "common/knobs.h"
 #include "rendezvous/address.h"
+#include "rendezvous/elastic_world.h"
 #include "rendezvous/memory_store.h"
 
 namespace kolo {
@@ -26,7 +27,9 @@ Result<int> launcher_int(const KnobSet& knobs, KnobId id, std::optional<int> fal
 
 }  // namespace
 
-bool launched_by_kolorun(const KnobSet& knobs) { return knobs.is_set(KnobId::kRank); }
+bool launched_by_kolorun(const KnobSet& knobs) {
+  return knobs.is_set(KnobId::kRank) || knobs.is_set(KnobId::kElasticWorker);
+}
 
 std::string launcher_exit_key(int rank) { return "kolorun/exit/" + std::to_string(rank); }
 
@@ -41,7 +44,62 @@ std::string random_secret() {
   return out;
 }
 
-Result<World> world_from_knobs(const KnobSet& knobs) {
+namespace {
+
+// The client of the store at KOLO_STORE_ADDR. The same bound for the connect and for each
+// reply: a node 0 that never comes, or that stops answering, costs this rank what the user gave
+// kolorun --timeout, not a constant.
+Result<std::unique_ptr<Store>> connect_store(const KnobSet& knobs, const std::string& secret) {
+  const std::string& addr = knobs.text(KnobId::kStoreAddr);
+  KOLO_ASSIGN_OR_RETURN(HostPort hp, parse_host_port(addr, "KOLO_STORE_ADDR"));
+  if (hp.port == 0)
+    return Status::InvalidArgument("KOLO_STORE_ADDR=" + addr +
+                                   " is invalid: expected HOST:PORT with a port in 1..65535");
+  const std::chrono::milliseconds bound = rendezvous_timeout(knobs);
+  auto store = TcpStore::connect(hp, secret, bound, bound);
+  if (!store.ok()) return with_rendezvous_timeout_hint(store.status(), knobs);
+  return std::unique_ptr<Store>(std::move(*store));
+}
+
+// An elastic worker's world: the coordinates of the newest generation after `last_generation`
+// that names it (Note [Elastic rendezvous] in elastic_plan.h).
+Result<World> elastic_world(const KnobSet& knobs, int64_t last_generation) {
+  const int64_t worker = knobs.integer(KnobId::kElasticWorker);
+  const std::string what = "KOLO_ELASTIC_WORKER=" + std::to_string(worker);
+  if (knobs.is_set(KnobId::kRank))
+    return Status::InvalidArgument(what + " and KOLO_RANK=" + knobs.raw(KnobId::kRank) +
+                                   " are both set: an elastic worker's rank comes from its "
+                                   "generation of the world; unset one of them");
+  for (KnobId needed : {KnobId::kStoreAddr, KnobId::kSecret})
+    if (knobs.text(needed).empty())
+      return Status::InvalidArgument(std::string(knob(needed).name) +
+                                     " is not set: an elastic "
+                                     "worker (" +
+                                     what + ") needs it (kolorun sets it)");
+  World w;
+  w.secret = knobs.text(KnobId::kSecret);
+  KOLO_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, connect_store(knobs, w.secret));
+  Result<elastic_protocol::Plan> plan =
+      elastic_protocol::join_generation(*store, worker, last_generation, rendezvous_timeout(knobs));
+  if (!plan.ok()) return with_rendezvous_timeout_hint(plan.status(), knobs);
+  const int rank = *plan->rank_of(worker);
+  const elastic_protocol::PlanMember& me = plan->members[rank];
+  w.rank = rank;
+  w.size = plan->size();
+  w.local_rank = me.local_rank;
+  w.local_size = me.local_size;
+  w.cross_rank = me.cross_rank;
+  w.cross_size = me.cross_size;
+  w.generation = plan->generation;
+  for (const elastic_protocol::PlanMember& m : plan->members) w.workers.push_back(m.worker);
+  w.store = std::make_unique<elastic_protocol::GenerationWatch>(std::move(store), w.generation);
+  return w;
+}
+
+}  // namespace
+
+Result<World> world_from_knobs(const KnobSet& knobs, int64_t last_generation) {
+  if (knobs.is_set(KnobId::kElasticWorker)) return elastic_world(knobs, last_generation);
   World w;
   const std::string& secret = knobs.text(KnobId::kSecret);
   if (!knobs.is_set(KnobId::kRank)) {
@@ -98,19 +156,9 @@ Result<World> world_from_knobs(const KnobSet& knobs) {
     w.store = std::make_unique<MemoryStore>();
     return w;
   }
-  KOLO_ASSIGN_OR_RETURN(HostPort hp, parse_host_port(addr, "KOLO_STORE_ADDR"));
-  if (hp.port == 0)
-    return Status::InvalidArgument("KOLO_STORE_ADDR=" + addr +
-                                   " is invalid: expected HOST:PORT with a port in 1..65535");
-  // The same bound for the connect and for each reply: a node 0 that never comes, or that
-  // stops answering, costs this rank what the user gave kolorun --timeout, not a constant.
-  const std::chrono::milliseconds bound = rendezvous_timeout(knobs);
-  auto store = TcpStore::connect(hp, w.secret, bound, bound);
-  if (!store.ok()) return with_rendezvous_timeout_hint(store.status(), knobs);
-  w.store = std::move(*store);
+  KOLO_ASSIGN_OR_RETURN(w.store, connect_store(knobs, w.secret));
   return w;
 }
-
 std::chrono::milliseconds rendezvous_timeout(const KnobSet& knobs) {
   return std::chrono::ceil<std::chrono::milliseconds>(knobs.duration(KnobId::kRendezvousTimeout));
 }

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/knobs.h"
 #include "kolo/status.h"
@@ -19,9 +20,14 @@ struct World {
   std::unique_ptr<Store> store;
   std::string secret;
   std::unique_ptr<TcpStoreServer> server;  // when this process hosts the store
+  // An elastic worker's world (Note [Elastic rendezvous] in elastic_plan.h): its generation and
+  // the worker id of each rank; -1 and empty in a fixed job.
+  int64_t generation = -1;
+  std::vector<int64_t> workers;
 };
 
-// True when `knobs` has KOLO_RANK set: this process was started by kolorun (or as if).
+// True when `knobs` has KOLO_RANK or KOLO_ELASTIC_WORKER set: this process was started by
+// kolorun (or as if).
 bool launched_by_kolorun(const KnobSet& knobs);
 
 // The world that kolorun describes with the launcher-set knobs of `knobs` (the KnobSet that
@@ -35,9 +41,13 @@ bool launched_by_kolorun(const KnobSet& knobs);
 // an in-process MemoryStore and whose secret is random. With KOLO_STORE_ADDR it connects a
 // TcpStore, waiting for the server and then for each reply up to rendezvous_timeout(knobs); the
 // IoError then names KOLO_RENDEZVOUS_TIMEOUT and kolorun's --timeout, which set it.
+// An elastic worker (KOLO_ELASTIC_WORKER instead of KOLO_RANK; KOLO_STORE_ADDR and KOLO_SECRET
+// required) joins the newest generation after `last_generation` that names it (join_generation
+// in elastic_world.h) and takes its coordinates from that plan; its store is a GenerationWatch.
 // Errors: InvalidArgument naming the variable, its value and the accepted form, e.g.
-//   "KOLO_RANK=4 is invalid: expected an integer in [0, KOLO_SIZE=4)"; IoError from connecting.
-Result<World> world_from_knobs(const KnobSet& knobs);
+//   "KOLO_RANK=4 is invalid: expected an integer in [0, KOLO_SIZE=4)"; IoError from connecting;
+//   join_generation's.
+Result<World> world_from_knobs(const KnobSet& knobs, int64_t last_generation = -1);
 
 // KOLO_RENDEZVOUS_TIMEOUT in whole milliseconds, rounded up (the registry's minimum is 1 ms): the
 // bound of every wait of the rendezvous (the store connect, the knob agreement, every backend's

@@ -285,6 +285,7 @@ BackendEntry backend_entry_mpi() {
   entry.factory = &make_mpi_backend;
   entry.subgroup = &make_mpi_subgroup_backend;
   entry.devices = {DeviceKind::kCpu};
+  entry.fixed_world = true;  // MPI_COMM_WORLD: see BackendEntry::fixed_world
   // Under mpirun the job is MPI's: its ranks, and MPI's own collectives by default.
   entry.launcher = {"mpirun", &launched_by_mpirun, &world_from_mpi, /*default_backend=*/true};
   return entry;

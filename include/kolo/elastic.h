@@ -50,9 +50,14 @@
 #include "kolo/status.h"
 #include "kolo/tensor.h"
 
+namespace kolo::elastic {
+class State;
+}
 namespace kolo::elastic::detail {
 class StateImpl;  // defined in elastic/state.cc; not exported
-}
+// run()'s: the State's on_reset callbacks, in order, up to the first error.
+Status call_reset_callbacks(State& state);
+}  // namespace kolo::elastic::detail
 
 // Exported from libkolo.so (Note [Visibility] in docs/architecture.md).
 #pragma GCC visibility push(default)
@@ -121,6 +126,7 @@ class State {
   void on_reset(std::function<Status()> callback);
 
  private:
+  friend Status detail::call_reset_callbacks(State& state);
   std::unique_ptr<detail::StateImpl> impl_;
 };
 
@@ -146,7 +152,7 @@ bool is_world_change(const Status& st);
 // waits (KOLO_RENDEZVOUS_TIMEOUT) for the newest generation that names this worker, asking
 // kolorun for a new one when the world broke and none is newer. Errors: PreconditionFailed when
 // the job is not elastic; PeerFailure with kolorun's message when the job cannot go on (fewer
-// ranks than --min-np); init()'s errors.
+// ranks than --min-np, Aborted with kolorun's message); init()'s errors.
 Status reform();
 
 struct RunOptions {
@@ -157,8 +163,8 @@ struct RunOptions {
 
 // Syncs `state` (every rank, a joining one included, starts from the newest commit), then calls
 // fn. When fn fails with a world change (is_world_change) in an elastic job: reform(), then
-// state.restore() (nothing to roll back after WorldChanged: commit() had just run) and
-// state.sync(), then the State's on_reset callbacks, then fn again, up to the reset limit.
+// state.sync() (which rolls every rank, this one included, back to the newest commit: the
+// restore), then the State's on_reset callbacks, then fn again, up to the reset limit.
 // Returns fn's Ok, fn's other failures as they are, or the failure that ended the job, its
 // context saying how many times the world was re-formed. Not elastic: one call of fn after the
 // sync. Call it after kolo::init(), on every rank, with the same State.

@@ -1,7 +1,5 @@
 #include "tools/kolorun/exit_notices.h"
 
-#include "rendezvous/world.h"
-
 namespace kolo::kolorun {
 
 ExitNotices::ExitNotices(Store& store) : store_(store) {
@@ -17,11 +15,11 @@ ExitNotices::~ExitNotices() {
   thread_.join();
 }
 
-void ExitNotices::publish(int rank, std::string how) {
+void ExitNotices::publish(std::string key, std::string how) {
   {
     MutexLock lock(mu_);
     if (lost_) return;
-    queue_.emplace_back(rank, std::move(how));
+    queue_.emplace_back(std::move(key), std::move(how));
   }
   wake_.notify_one();
 }
@@ -31,10 +29,10 @@ void ExitNotices::run() {
   while (true) {
     wake_.wait(lock.native(), [&]() KOLO_REQUIRES(mu_) { return closing_ || !queue_.empty(); });
     if (queue_.empty()) return;  // closing, and everything written
-    auto [rank, how] = std::move(queue_.front());
+    auto [key, how] = std::move(queue_.front());
     queue_.pop_front();
     lock.unlock();
-    const Status written = store_.set(launcher_exit_key(rank), how);
+    const Status written = store_.set(key, how);
     lock.lock();
     // A lost store (node 0's kolorun gone) loses the rest: nobody is left to read them there.
     if (!written.ok()) {

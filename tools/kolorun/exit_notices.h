@@ -1,6 +1,7 @@
 // ExitNotices: kolorun's record, in the job's store, of how each of its ranks ended, for the
-// ranks still running: under launcher_exit_key(rank) (rendezvous/world.h), "exited with status
-// 1" or "was killed by signal 9 (SIGKILL)". A Kolo rank whose peer left without kolo::shutdown()
+// ranks still running: under launcher_exit_key(rank) (rendezvous/world.h), or in an elastic job
+// elastic_protocol::exit_key(worker), "exited with status 1" or "was killed by signal 9
+// (SIGKILL)". A Kolo rank whose peer left without kolo::shutdown()
 // waits for it before failing its own operations, so that it fails after kolorun has seen its
 // peer end and names what happened to it (Note [Departures] in coordinator/departures.h).
 //
@@ -30,9 +31,10 @@ class ExitNotices {
   ExitNotices(const ExitNotices&) = delete;
   ExitNotices& operator=(const ExitNotices&) = delete;
 
-  // Queues the record of global rank `rank`'s end; `how` is "exited with status 1" or "was
-  // killed by signal 9 (SIGKILL)". Dropped once a write has failed (the store is lost).
-  void publish(int rank, std::string how);
+  // Queues the record of one process's end under `key` (launcher_exit_key(rank) or
+  // elastic_protocol::exit_key(worker)); `how` is "exited with status 1" or "was killed by
+  // signal 9 (SIGKILL)". Dropped once a write has failed (the store is lost).
+  void publish(std::string key, std::string how);
 
  private:
   void run();
@@ -40,7 +42,7 @@ class ExitNotices {
   Store& store_;
   Mutex mu_;
   std::condition_variable wake_;
-  std::deque<std::pair<int, std::string>> queue_ KOLO_GUARDED_BY(mu_);
+  std::deque<std::pair<std::string, std::string>> queue_ KOLO_GUARDED_BY(mu_);
   bool closing_ KOLO_GUARDED_BY(mu_) = false;
   bool lost_ KOLO_GUARDED_BY(mu_) = false;  // a write failed: the store is gone
   std::thread thread_;

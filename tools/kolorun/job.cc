@@ -95,6 +95,23 @@ Status gather_nodes(Store& store, const LaunchOptions& o, std::chrono::milliseco
   return rendezvous_barrier(store, "kolorun/nodes", o.node_rank, o.nnodes, timeout, "node ranks");
 }
 
+// An elastic worker's command and environment: the world's coordinates come from its
+// generation's plan, so none may be inherited from kolorun's own environment either.
+RankSpec elastic_worker(const LaunchOptions& o, std::map<std::string, std::string> env) {
+  for (const char* var : {"KOLO_RANK", "KOLO_SIZE", "KOLO_LOCAL_RANK", "KOLO_LOCAL_SIZE",
+                          "KOLO_CROSS_RANK", "KOLO_CROSS_SIZE", "KOLO_ELASTIC_WORKER"})
+    env.erase(var);
+  // Workers come and go, so they are not bound; the threads are shared out for the most there
+  // may be.
+  const size_t share = allowed_cpus().size() / static_cast<size_t>(o.elastic->max_np);
+  for (const char* var : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"})
+    env.emplace(var, std::to_string(std::max<size_t>(1, share)));
+  RankSpec spec;
+  spec.argv = o.command;
+  spec.env = std::move(env);
+  return spec;
+}
+
 }  // namespace
 
 Result<Job> setup_job(const LaunchOptions& o, const KnobSet& knobs) {
@@ -137,6 +154,12 @@ Result<Job> setup_job(const LaunchOptions& o, const KnobSet& knobs) {
   }
   for (const auto& [k, v] : o.env) base[k] = v;
   for (const auto& [k, v] : o.knob_flags) base[k] = v;
+  base["KOLO_STORE_ADDR"] = addr.to_string();
+  base["KOLO_SECRET"] = secret;
+  if (o.elastic) {
+    job.worker = elastic_worker(o, base);
+    return job;
+  }
   // N ranks that each start one compute thread per core would oversubscribe the node N-fold
   // (OpenBLAS and OpenMP default to every core). Unless the user chose, each rank gets as
   // many threads as it has CPUs: its bound share, or an equal share of the unbound node.
@@ -146,8 +169,6 @@ Result<Job> setup_job(const LaunchOptions& o, const KnobSet& knobs) {
   base["KOLO_LOCAL_SIZE"] = std::to_string(o.np);
   base["KOLO_CROSS_RANK"] = std::to_string(o.node_rank);
   base["KOLO_CROSS_SIZE"] = std::to_string(o.nnodes);
-  base["KOLO_STORE_ADDR"] = addr.to_string();
-  base["KOLO_SECRET"] = secret;
   for (int local = 0; local < o.np; ++local) {
     RankSpec spec;
     spec.rank = o.node_rank * o.np + local;

@@ -19,8 +19,12 @@ struct Job {
   std::unique_ptr<TcpStoreServer> server;  // on node 0 (or a single node): keep it alive
   std::unique_ptr<TcpStore> store;         // kolorun's own client, with short bounds
   std::unique_ptr<ExitNotices> exits;      // how each rank of this node ended, for its peers
-  std::vector<RankSpec> ranks;             // this node's processes
-  std::unique_ptr<FailureWatch> watch;     // multi-node: failures between nodes
+  std::vector<RankSpec> ranks;             // this node's processes (none when elastic)
+  // Elastic: what every worker runs, its environment without KOLO_RANK, KOLO_SIZE, KOLO_LOCAL_*
+  // and KOLO_CROSS_* (a worker's rank is its generation's); the supervisor adds
+  // KOLO_ELASTIC_WORKER.
+  RankSpec worker;
+  std::unique_ptr<FailureWatch> watch;  // multi-node: failures between nodes
   // --timeout (KOLO_RENDEZVOUS_TIMEOUT, rendezvous_timeout()): the nodes' gathering at start and
   // node 0's wait for the others to finish. Each rank reads the same knob for its own waits.
   std::chrono::milliseconds timeout{0};
@@ -37,6 +41,9 @@ struct Job {
 // else (one node only) random 128-bit hex.
 // Each rank's environment is this process's environment, then options.env (-x), then the knob
 // flags, then the KOLO_* world variables. `knobs` is knobs_for_ranks(options), already checked.
+// Elastic (options.elastic): no ranks; `worker` instead, with KOLO_STORE_ADDR and KOLO_SECRET and
+// no world coordinates (those of kolorun's own environment removed too), unbound, with
+// OMP_NUM_THREADS and OPENBLAS_NUM_THREADS defaulting to an equal share of the CPUs for --max-np.
 Result<Job> setup_job(const LaunchOptions& options, const KnobSet& knobs);
 
 // After this node's ranks have exited (`failed`: the job did not succeed). Multi-node: marks

@@ -1,16 +1,94 @@
 // kolorun: the launcher. See `kolorun --help` and Note [kolorun supervision] in supervisor.h.
 #include <fcntl.h>
 
+#include <algorithm>
 #include <iostream>
+#include <memory>
 #include <string>
 
+#include "rendezvous/elastic_plan.h"
+#include "rendezvous/world.h"
+#include "tools/kolorun/elastic_driver.h"
+#include "tools/kolorun/elastic_supervisor.h"
+#include "tools/kolorun/host_discovery.h"
 #include "tools/kolorun/job.h"
 #include "tools/kolorun/options.h"
 #include "tools/kolorun/print_config.h"
 #include "tools/kolorun/supervisor.h"
 
+namespace {
+
+using namespace kolo::kolorun;
+
+// The first discovery run, before anything starts: how many workers generation 0 has. Its error
+// ends kolorun (exit 2) with nothing started. Sets *warned when it warned about other hosts.
+kolo::Result<int> first_discovery(const LaunchOptions& o, const std::string& host, bool* warned) {
+  const ElasticOptions& e = *o.elastic;
+  if (!e.discovery_script) return o.np;
+  KOLO_ASSIGN_OR_RETURN(std::vector<HostSlots> hosts,
+                        run_discovery(*e.discovery_script, e.discovery_timeout));
+  const LocalShare share = local_share(hosts, host);
+  if (share.slots < e.min_np)
+    return kolo::Status::InvalidArgument(
+        "--host-discovery-script " + *e.discovery_script + " lists " + std::to_string(share.slots) +
+        " slots on this host (" + host + ", localhost or 127.0.0.1), fewer than --min-np " +
+        std::to_string(e.min_np));
+  if (!share.other_hosts.empty()) {
+    *warned = true;
+    std::cerr << "kolorun: warning: the discovery script lists other hosts ("
+              << join_and(share.other_hosts)
+              << "): kolorun cannot start ranks on other hosts yet; it uses this host's slots "
+                 "only\n";
+  }
+  return std::min(o.np, share.slots);
+}
+
+// An elastic job (elastic_supervisor.h), after the flags and knobs were checked.
+int run_elastic(const LaunchOptions& o, const kolo::KnobSet& knobs) {
+  const ElasticOptions& e = *o.elastic;
+  ElasticSuperviseOptions so;
+  so.tag_output = o.tag_output;
+  so.grace = o.grace;
+  so.elastic = e;
+  so.host = this_hostname();
+  auto initial = first_discovery(o, so.host, &so.warned_other_hosts);
+  if (!initial.ok()) {
+    std::cerr << "kolorun: " << initial.status().message() << "; nothing was started\n";
+    return 2;
+  }
+  so.initial_workers = *initial;
+  if (kolo::Status s = check_node_capacity(e.max_np, o.tag_output); !s.ok()) {
+    std::cerr << "kolorun: " << s.message() << "\n";
+    return 2;
+  }
+  auto job = setup_job(o, knobs);
+  if (!job.ok()) {
+    std::cerr << "kolorun: " << job.status().message() << "\n";
+    return 1;
+  }
+  so.worker = job->worker;
+  so.store = job->store.get();
+  ExitNotices* exits = job->exits.get();
+  so.on_exit = [exits](int64_t worker, const std::string& how) {
+    exits->publish(kolo::elastic_protocol::exit_key(worker), how);
+  };
+  std::unique_ptr<HostDiscovery> discovery;
+  if (e.discovery_script)
+    discovery = std::make_unique<HostDiscovery>(*e.discovery_script, e.discovery_interval,
+                                                e.discovery_timeout);
+  so.discovery = discovery.get();
+  auto code = supervise_elastic(so);
+  discovery.reset();
+  if (!code.ok()) {
+    std::cerr << "kolorun: " << code.status().message() << "\n";
+    return 1;
+  }
+  return *code;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  using namespace kolo::kolorun;
   // How each rank starts (Note [Ranks die with kolorun] in supervisor.h).
   if (argc > 1 && std::string(argv[1]) == kExecRankFlag) return exec_rank_main(argc, argv);
   // Started with stdin, stdout or stderr closed (>&-), kolorun's first sockets and pipes would
@@ -43,6 +121,7 @@ int main(int argc, char** argv) {
     std::cout << print_config(*options, *knobs);
     return 0;
   }
+  if (options->elastic) return run_elastic(*options, *knobs);
   if (kolo::Status s = check_node_capacity(options->np, options->tag_output); !s.ok()) {
     std::cerr << "kolorun: " << s.message() << "\n";
     return 2;
@@ -55,7 +134,7 @@ int main(int argc, char** argv) {
   SuperviseOptions supervise_options{options->tag_output, options->grace, nullptr, -1, nullptr};
   ExitNotices* exits = job->exits.get();
   supervise_options.on_exit = [exits](int rank, const std::string& how) {
-    exits->publish(rank, how);
+    exits->publish(kolo::launcher_exit_key(rank), how);
   };
   if (job->watch) {
     FailureWatch* watch = job->watch.get();

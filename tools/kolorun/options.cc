@@ -1,5 +1,6 @@
 #include "tools/kolorun/options.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <sstream>
@@ -78,6 +79,11 @@ class OptionParser {
   Result<bool> parse_run_flag();
   // --print-config[=markdown] and the knobs' own flags (--cycle-time ...).
   Result<bool> parse_config_flag(const std::string& a);
+  // --min-np, --max-np, --respawn, --host-discovery-script, --discovery-interval,
+  // --discovery-timeout, --blacklist-after: an elastic job.
+  Result<bool> parse_elastic_flag(const std::string& a);
+  // The elastic flags' defaults (from -np) and how they must relate to -np and --nnodes.
+  Status finish_elastic();
   // --np-total N: N / --nnodes processes on this node, when that divides.
   Status share_np_total();
   // What the flags must say together: -np and a command (unless only printing), a node rank
@@ -88,6 +94,9 @@ class OptionParser {
   size_t i_ = 0;
   LaunchOptions o_;
   bool have_np_ = false;
+  ElasticOptions elastic_;
+  std::vector<std::string> elastic_flags_;  // the elastic flags given, in order, for messages
+  std::optional<int> min_np_, max_np_;
 };
 
 Result<bool> OptionParser::take(const std::string& flag, std::string& value) {
@@ -204,6 +213,60 @@ Result<bool> OptionParser::parse_config_flag(const std::string& a) {
   return true;
 }
 
+Result<bool> OptionParser::parse_elastic_flag(const std::string& a) {
+  const std::string name = a.substr(0, a.find('='));
+  if (a == "--respawn") {
+    elastic_.respawn = true;
+  } else if (name == "--min-np" || name == "--max-np" || name == "--blacklist-after") {
+    std::string v;
+    KOLO_RETURN_IF_ERROR(take(name, v).status());
+    KOLO_ASSIGN_OR_RETURN(int n, parse_int(name, v, 1));
+    if (name == "--min-np") min_np_ = n;
+    if (name == "--max-np") max_np_ = n;
+    if (name == "--blacklist-after") elastic_.blacklist_after = n;
+  } else if (name == "--discovery-interval" || name == "--discovery-timeout") {
+    std::string v;
+    KOLO_RETURN_IF_ERROR(take(name, v).status());
+    KOLO_ASSIGN_OR_RETURN(auto d, parse_ms(name, v));
+    if (d.count() <= 0) return bad(name, v, "a duration above 0, such as 1s or 500ms");
+    (name == "--discovery-interval" ? elastic_.discovery_interval : elastic_.discovery_timeout) = d;
+  } else if (name == "--host-discovery-script") {
+    std::string v;
+    KOLO_RETURN_IF_ERROR(take(name, v).status());
+    if (v.empty())
+      return bad(name, "\"\"", "the path of an executable that prints host:slots lines");
+    elastic_.discovery_script = v;
+  } else {
+    return false;
+  }
+  if (std::find(elastic_flags_.begin(), elastic_flags_.end(), name) == elastic_flags_.end())
+    elastic_flags_.push_back(name);
+  return true;
+}
+
+Status OptionParser::finish_elastic() {
+  if (elastic_flags_.empty()) return Status::Ok();
+  std::string given;
+  for (size_t k = 0; k < elastic_flags_.size(); ++k)
+    given += (k == 0 ? "" : k + 1 == elastic_flags_.size() ? " and " : ", ") + elastic_flags_[k];
+  if (o_.nnodes > 1)
+    return Status::InvalidArgument(
+        given + " (an elastic job) and --nnodes " + std::to_string(o_.nnodes) +
+        " are given together: an elastic job runs on one node for now; drop --nnodes, or the "
+        "elastic flags (--min-np, --max-np, --respawn, --host-discovery-script)");
+  const std::string np = std::to_string(o_.np);
+  elastic_.min_np = min_np_.value_or(o_.np);
+  elastic_.max_np = max_np_.value_or(o_.np);
+  if (elastic_.min_np > o_.np)
+    return bad("--min-np", std::to_string(elastic_.min_np),
+               "an integer in [1, -np " + np + "]: the job starts with -np workers");
+  if (elastic_.max_np < o_.np)
+    return bad("--max-np", std::to_string(elastic_.max_np),
+               "an integer >= -np " + np + ": the job starts with -np workers");
+  o_.elastic = elastic_;
+  return Status::Ok();
+}
+
 Status OptionParser::share_np_total() {
   if (o_.np_total == 0) return Status::Ok();
   const std::string total = "--np-total " + std::to_string(o_.np_total);
@@ -263,12 +326,16 @@ Result<LaunchOptions> OptionParser::parse() {
     if (!taken) {
       KOLO_ASSIGN_OR_RETURN(taken, parse_config_flag(a));
     }
+    if (!taken) {
+      KOLO_ASSIGN_OR_RETURN(taken, parse_elastic_flag(a));
+    }
     if (!taken)
       return Status::InvalidArgument("unknown option " + a + " (kolorun --help lists the options)");
   }
   o_.command.assign(args_.begin() + static_cast<long>(i_), args_.end());
   KOLO_RETURN_IF_ERROR(share_np_total());
   KOLO_RETURN_IF_ERROR(check_complete());
+  if (o_.print_config == PrintConfig::kNo) KOLO_RETURN_IF_ERROR(finish_elastic());
   return o_;
 }
 
@@ -347,12 +414,30 @@ default to the size of that share, so that the ranks do not oversubscribe the no
   --print-config=markdown  print README's configuration table, generated from the registry
   -h, --help             this text
 
+Elastic jobs (docs/elastic.md; one node): any of these flags makes the job elastic. Each
+process is then a worker (KOLO_ELASTIC_WORKER=W; 0..N-1 first, then N, N+1, ... never reused)
+whose rank comes from the world's current generation, not from KOLO_RANK. A worker that fails
+no longer stops the others: the survivors re-form the world and go on while at least --min-np
+workers live; new workers join at the running ranks' next commit().
+  --min-np N             fewer live workers end the job, naming the lost ones (default -np)
+  --max-np N             never more live workers than N (default -np)
+  --respawn              start a replacement on the same host when a worker fails
+  --host-discovery-script PATH
+                         run PATH every --discovery-interval; it prints one "host:slots" (or
+                         "host", one slot) line per host; workers follow this host's slots
+                         (localhost, 127.0.0.1 or its hostname), up to --max-np
+  --discovery-interval DUR  how often the script runs (default 1s)
+  --discovery-timeout DUR   a run that takes longer is killed and warned about (default 10s)
+  --blacklist-after K    a host whose workers failed K times gets no new ones (default 3)
+
 Knobs: each flag sets the KOLO_* variable of the same name for every rank. Before starting
 any rank, kolorun checks every KOLO_* value, from these flags and from its environment (and
 -x), and warns about unknown KOLO_* names that are near misses of real ones.
 )" + knob_help() +
          R"(
-Exit status: 0 when every rank exits 0; 2 for a bad flag or KOLO_* value; otherwise the exit
+Exit status: 0 when every rank exits 0 (elastic: every member of the last generation); 2 for
+a bad flag, KOLO_* value or discovery script output at start; elastic: 1 when fewer than
+--min-np workers remain; otherwise the exit
 status of the first rank to fail (128+signal when it was killed by a signal), or 128+signal
 when kolorun itself was interrupted. kolorun names the first rank to end while the others still
 ran, by the time it saw each end; one that exited 0 before a failure is named first, as the

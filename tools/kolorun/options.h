@@ -18,6 +18,18 @@ namespace kolo::kolorun {
 // --print-config: the knobs' values and sources, or (=markdown) README's configuration table.
 enum class PrintConfig { kNo, kValues, kMarkdown };
 
+// An elastic job (issue 27; Note [Elastic rendezvous] in rendezvous/elastic_plan.h): a worker
+// that fails no longer stops the others while at least min_np remain. Defaults written here once.
+struct ElasticOptions {
+  int min_np = 0;        // --min-np: fewer live workers end the job (default -np)
+  int max_np = 0;        // --max-np: never more live workers than this (default -np)
+  bool respawn = false;  // --respawn: a failed worker is replaced on its host
+  std::optional<std::string> discovery_script;         // --host-discovery-script PATH
+  std::chrono::milliseconds discovery_interval{1000};  // --discovery-interval DUR
+  std::chrono::milliseconds discovery_timeout{10000};  // --discovery-timeout DUR: then killed
+  int blacklist_after = 3;  // --blacklist-after K: failed workers before a host gets no more
+};
+
 struct LaunchOptions {
   int np = 0;                    // processes on this node (required, >= 1)
   int np_total = 0;              // --np-total: processes in the job (0: not given); sets np
@@ -33,6 +45,9 @@ struct LaunchOptions {
   // KOLO_* name -> value, from the knob flags; --timeout is KOLO_RENDEZVOUS_TIMEOUT's, so that
   // the ranks' waits follow the bound the user gave kolorun's (rendezvous_timeout()).
   std::map<std::string, std::string> knob_flags;
+  // Set when any elastic flag is given (--min-np, --max-np, --respawn, --host-discovery-script,
+  // --discovery-interval, --discovery-timeout, --blacklist-after); one node only.
+  std::optional<ElasticOptions> elastic;
   std::vector<std::string> command;  // cmd args...
   bool help = false;
   PrintConfig print_config = PrintConfig::kNo;
@@ -42,6 +57,9 @@ struct LaunchOptions {
 // one node's processes; --np-total N instead counts the job's, and sets np to N / nnodes
 // (InvalidArgument naming both numbers when they do not divide; also when -np is given too).
 // With --help or --print-config, -np and the command are not required.
+// Elastic flags: InvalidArgument for --min-np 0 or above -np, --max-np below -np, a zero
+// --discovery-interval or --discovery-timeout, --blacklist-after 0, and --nnodes > 1 (naming the
+// elastic flags given: elastic jobs run on one node for now).
 Result<LaunchOptions> parse_options(const std::vector<std::string>& args);
 
 // Every knob as the ranks will see it: kolorun's own KOLO_* environment, then -x, then the knob

@@ -29,6 +29,7 @@ namespace kolo::kolorun {
 
 struct RankSpec {
   int rank = 0;                            // global rank, shown in prefixes and messages
+  std::string role = "rank";               // "worker" in an elastic job (rank is its id then)
   std::vector<std::string> argv;           // argv[0] is looked up in PATH
   std::map<std::string, std::string> env;  // the complete environment of the process
   std::vector<int> cpus;                   // CPU affinity (cpu_binding.h); empty: inherit
