@@ -152,6 +152,26 @@ TEST(TorchPython, ElasticScriptLosesARankAndFinishes) {
       << r.output;
   EXPECT_EQ(count_occurrences(r.output, "FAIL"), 0) << r.output;
 }
+// Too few left: the survivor's re-form ends with kolorun's message, which run() raises.
+TEST(TorchPython, ElasticScriptEndsBelowMinNp) {
+  if (!kolorun_is_elastic()) GTEST_SKIP() << "this kolorun has no --min-np";
+  const kolo::testing::ProcessRun r = kolo::testing::run_command(
+      std::string("OMP_NUM_THREADS=1 ") + KOLORUN_PATH + " -np 2 --min-np 2 " +
+          elastic_script("--kill-rank 1 --kill-step 3"),
+      /*timeout_s=*/150);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(count_occurrences(r.output,
+                              "[0] [kolo.torch.elastic] re-forming the world (1 of at "
+                              "most 100) after: HorovodInternalError: PeerFailure: "),
+            1)
+      << r.output;
+  EXPECT_EQ(count_occurrences(r.output,
+                              "KoloError: Aborted: kolorun: 1 rank left, fewer than "
+                              "--min-np 2: lost worker 1 (rank 1 of generation 0"),
+            1)
+      << r.output;
+  EXPECT_EQ(count_occurrences(r.output, "[ok]"), 0) << r.output;
+}
 // The same loss with --respawn: kolorun starts a replacement, which joins a world of 3 at the
 // survivors' next commit (HostsUpdatedInterrupt there), syncs from them with no commit of its own
 // and runs its reset callback once (the survivors twice). When it joins depends on the machine

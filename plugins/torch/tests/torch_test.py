@@ -589,8 +589,22 @@ def check_run_loop():
             hopeless(state)
             expect(False, "run() went on past its reset limit")
         except hvd.HorovodInternalError as e:
-            expect(len(reforms) == 2 and "re-formed 2 times, the reset limit" in str(e),
+            expect(len(reforms) == 2 and
+                   "re-forming the world 2 times: the reset limit" in str(e),
                    "reset limit: %s after %d" % (e, len(reforms)))
+        # A re-form that fails with a world change (superseded while joining) is retried.
+        attempts = []
+
+        def reform_once_superseded():
+            attempts.append(1)
+            if len(attempts) == 1:
+                raise hvd.HorovodInternalError("Aborted: stub: generation 1 was superseded")
+
+        el._reform = reform_once_superseded
+        calls.clear()
+        expect(flaky(state) == "done" and len(attempts) == 3 and len(calls) == 3,
+               "a failed re-form: %d attempts, %d calls" % (len(attempts), len(calls)))
+        el._reform = lambda: reforms.append(hvd.size())
         os.environ[el.RESET_LIMIT_ENV] = "1"
         del reforms[:]
         try:

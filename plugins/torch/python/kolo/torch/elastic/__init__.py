@@ -16,8 +16,9 @@ the job is fixed and run() calls the function once, after a sync.
 """
 import functools
 import os
+import sys
 
-from .. import _C, _reform, _world_joined
+from .. import _C, _reform, _world_joined, rank, size
 from .. import HorovodInternalError, HostsUpdatedInterrupt  # noqa: F401  (as Horovod's)
 from .sampler import ElasticSampler  # noqa: F401
 from .state import State, TorchState  # noqa: F401
@@ -37,6 +38,12 @@ def generation():
     """The generation of the world this rank is in (0 the first); -1 when the job is not elastic
     or Kolo is not initialised."""
     return _C.elastic_generation()
+
+
+def _log(message):
+    # As kolo::elastic::run() logs the same events (a warning: the job goes on, but lost work).
+    sys.stderr.write("[kolo.torch.elastic] %s\n" % message)
+    sys.stderr.flush()
 
 
 def _reset_limit(explicit):
@@ -61,11 +68,13 @@ def run(func=None, reset_limit=None):
     back to its last commit) or HostsUpdatedInterrupt (the launcher has ranks to add: raised by
     state.commit(), with the state just committed), the rank leaves its world and joins the next
     one (kolo::elastic::reform), syncs the state, calls its reset callbacks and calls the
-    function again (a worker that joins a re-formed world calls them after its first sync); a failure inside the sync or a callback is answered the same way. After
-    `reset_limit` re-forms (default KOLO_ELASTIC_RESET_LIMIT, 100) the next such exception
-    propagates, saying so. Other exceptions propagate at once; so does the one that ends the
-    job (fewer ranks than --min-np: HorovodInternalError with kolorun's message). Not elastic:
-    one sync and one call. Usable as @run or @run(reset_limit=3)."""
+    function again (a worker that joins a re-formed world calls them after its first sync). A
+    world change inside the re-form, the sync or a callback is answered the same way, as
+    kolo::elastic::run() answers it. After `reset_limit` re-forms (default
+    KOLO_ELASTIC_RESET_LIMIT, 100) the next world change propagates, saying so; when the job
+    cannot go on (fewer ranks than --min-np) that is HorovodInternalError with kolorun's message.
+    Other exceptions propagate at once. Not elastic: one sync and one call. Usable as @run or
+    @run(reset_limit=3)."""
     if func is None:
         return functools.partial(run, reset_limit=reset_limit)
 
@@ -84,6 +93,9 @@ def run(func=None, reset_limit=None):
         while True:
             try:
                 state.sync()
+                if resets and rank() == 0:
+                    _log("generation %d formed: %d ranks; resuming from commit %d" % (
+                        generation(), size(), state.commits))
                 if resets or joined_late:
                     state.on_reset()
                 return func(state, *args, **kwargs)
@@ -92,10 +104,25 @@ def run(func=None, reset_limit=None):
                 state.restore()
             except HostsUpdatedInterrupt as e:
                 failure = e  # commit() saved the state just before
-            if resets >= limit:
-                raise type(failure)("%s (kolo.torch.elastic.run: the world was re-formed %d "
-                                    "times, the reset limit)" % (failure, resets)) from failure
-            resets += 1
-            _reform()
+            resets = _rejoin(failure, resets, limit)
 
+    return wrapper
+
+
+def _rejoin(failure, resets, limit):
+    """Re-forms the world after `failure`, retrying a re-form that fails with a world change
+    (a generation superseded while joining it); raises once `limit` re-forms are spent.
+    Returns the new count of re-forms."""
+    while True:
+        if resets >= limit:
+            raise type(failure)("%s (kolo.torch.elastic.run: gave up after re-forming the world "
+                                "%d times: the reset limit)" % (failure, resets)) from failure
+        resets += 1
+        _log("re-forming the world (%d of at most %d) after: %s: %s" % (
+            resets, limit, type(failure).__name__, failure))
+        try:
+            _reform()
+            return resets
+        except (HorovodInternalError, HostsUpdatedInterrupt) as e:
+            failure = e
     return wrapper
