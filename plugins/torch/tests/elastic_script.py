@@ -33,8 +33,9 @@ parser.add_argument("--kill-step", type=int, default=-1, help="... kills itself 
 parser.add_argument("--expect-steps", type=int, default=-1)
 parser.add_argument("--expect-resets", type=int, default=0, help="-1: any")
 parser.add_argument("--expect-size", type=int, default=-1, help="the final world's; -1: any")
-parser.add_argument("--step-sleep", type=float, default=0, help="seconds, so that a worker "
-                    "kolorun starts meanwhile joins before the end")
+parser.add_argument("--step-sleep", type=float, default=0, help="seconds per step while the "
+                    "world is smaller than --expect-size, so that a worker kolorun starts "
+                    "meanwhile joins before the end")
 args = parser.parse_args()
 sys.stdout.reconfigure(line_buffering=True)
 torch.set_num_threads(1)
@@ -83,7 +84,8 @@ def train(state):
             state.seen += hvd.allreduce(counts, op=hvd.Sum, name="seen")
             state.steps += 1
             state.train_sampler.record_batch(state.batch, args.batch_size)
-            time.sleep(args.step_sleep)
+            if hvd.size() < args.expect_size:
+                time.sleep(args.step_sleep)
             state.commit()
         state.batch = 0
         state.train_sampler.set_epoch(state.epoch + 1)

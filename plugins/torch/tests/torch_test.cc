@@ -175,20 +175,21 @@ TEST(TorchPython, ElasticScriptEndsBelowMinNp) {
 // The same loss with --respawn: kolorun starts a replacement, which joins a world of 3 at the
 // survivors' next commit (HostsUpdatedInterrupt there), syncs from them with no commit of its own
 // and runs its reset callback once (the survivors twice). When it joins depends on the machine
-// (importing torch takes seconds), hence the sleep per step and no count of steps; every sample
-// is still used once per epoch, whatever steps the world changed at.
+// (importing torch takes seconds), hence a sleep per step while the world is smaller than 3 (up
+// to 44 steps, 13 s, for the replacement to join) and no count of steps; every sample is still
+// used once per epoch, whatever steps the world changed at.
 TEST(TorchPython, ElasticScriptReplacesALostRank) {
   if (!kolorun_is_elastic()) GTEST_SKIP() << "this kolorun has no --min-np";
   const kolo::testing::ProcessRun r = kolo::testing::run_command(
       std::string("OMP_NUM_THREADS=1 ") + KOLORUN_PATH + " -np 3 --min-np 2 --respawn " +
-          elastic_script("--epochs 3 --kill-rank 1 --kill-step 3 --step-sleep 0.3 "
+          elastic_script("--epochs 4 --kill-rank 1 --kill-step 3 --step-sleep 0.3 "
                          "--expect-resets -1 --expect-size 3"),
       /*timeout_s=*/150);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(count_occurrences(r.output, "killing myself at step 3"), 1) << r.output;
   EXPECT_EQ(count_occurrences(r.output, "[ok] elastic_script size 3 "), 3) << r.output;
-  EXPECT_EQ(count_occurrences(r.output, " resets 2 epoch 2"), 2) << r.output;
-  EXPECT_EQ(count_occurrences(r.output, " resets 1 epoch 2"), 1) << r.output;
+  EXPECT_EQ(count_occurrences(r.output, " resets 2 epoch 3"), 2) << r.output;
+  EXPECT_EQ(count_occurrences(r.output, " resets 1 epoch 3"), 1) << r.output;
   EXPECT_EQ(count_occurrences(r.output, "FAIL"), 0) << r.output;
 }
 #endif
