@@ -33,6 +33,9 @@ parser.add_argument("--kill-step", type=int, default=-1, help="... kills itself 
 parser.add_argument("--expect-steps", type=int, default=-1)
 parser.add_argument("--expect-resets", type=int, default=0, help="-1: any")
 parser.add_argument("--expect-size", type=int, default=-1, help="the final world's; -1: any")
+parser.add_argument("--grow-file", default="", help="rank 0 of generation 0 creates this file "
+                    "at --grow-at-step (a host discovery script then reports another slot)")
+parser.add_argument("--grow-at-step", type=int, default=-1)
 parser.add_argument("--step-sleep", type=float, default=0, help="seconds per step while the "
                     "world is smaller than --expect-size, so that a worker kolorun starts "
                     "meanwhile joins before the end")
@@ -76,6 +79,9 @@ def train(state):
                     state.steps == args.kill_step):
                 print("killing myself at step %d" % state.steps)
                 os.kill(os.getpid(), 9)
+            if (args.grow_file and hvd.elastic.generation() == 0 and hvd.rank() == 0 and
+                    state.steps == args.grow_at_step):
+                open(args.grow_file, "w").close()
             optimizer.zero_grad()
             loss = F.cross_entropy(model(data), target)
             loss.backward()

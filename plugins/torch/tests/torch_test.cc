@@ -4,6 +4,9 @@
 // rank; the workers check values, this driver checks that every rank got there.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "tests/support/run_command.h"
@@ -171,6 +174,35 @@ TEST(TorchPython, ElasticScriptEndsBelowMinNp) {
             1)
       << r.output;
   EXPECT_EQ(count_occurrences(r.output, "[ok]"), 0) << r.output;
+}
+// Growth without a failure: a host discovery script reports a third slot once rank 0 has made
+// 3 steps; kolorun starts a worker, the two ranks meet HostsUpdatedInterrupt at a commit (no
+// restore, no HorovodInternalError), re-form with it and the world of 3 finishes.
+TEST(TorchPython, ElasticScriptGrowsWhenASlotIsDiscovered) {
+  if (!kolorun_is_elastic()) GTEST_SKIP() << "this kolorun has no --min-np";
+  std::string dir = (std::filesystem::temp_directory_path() / "kolo_torch_grow_XXXXXX").string();
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  const std::string flag = dir + "/grow", script = dir + "/discover.sh";
+  std::ofstream(script) << "#!/bin/sh\nif [ -e " << flag
+                        << " ]; then echo localhost:3; else echo localhost:2; fi\n";
+  std::filesystem::permissions(script, std::filesystem::perms::owner_all);
+  const kolo::testing::ProcessRun r = kolo::testing::run_command(
+      std::string("OMP_NUM_THREADS=1 ") + KOLORUN_PATH +
+          " -np 2 --min-np 2 --max-np 3 --discovery-interval 200ms --host-discovery-script " +
+          script + " " +
+          elastic_script("--epochs 4 --grow-file " + flag +
+                         " --grow-at-step 3 --step-sleep 0.3 --expect-resets 1 --expect-size 3"),
+      /*timeout_s=*/150);
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(count_occurrences(r.output, "[ok] elastic_script size 3 "), 3) << r.output;
+  EXPECT_EQ(count_occurrences(r.output,
+                              "re-forming the world (1 of at most 100) after: "
+                              "HostsUpdatedInterrupt: WorldChanged: "),
+            2)
+      << r.output;
+  EXPECT_EQ(count_occurrences(r.output, "HorovodInternalError"), 0) << r.output;
+  EXPECT_EQ(count_occurrences(r.output, "FAIL"), 0) << r.output;
 }
 // The same loss with --respawn: kolorun starts a replacement, which joins a world of 3 at the
 // survivors' next commit (HostsUpdatedInterrupt there), syncs from them with no commit of its own
