@@ -9,6 +9,7 @@
 #include "common/thread_annotations.h"
 #include "coordinator/cuda_staging.h"
 #include "coordinator/departures.h"
+#include "coordinator/elastic_hooks.h"
 #include "coordinator/failure_board.h"
 #include "coordinator/knob_agreement.h"
 #include "coordinator/pairs.h"
@@ -45,6 +46,8 @@ struct Global {
   bool elastic KOLO_GUARDED_BY(mu) = false;
   int64_t generation KOLO_GUARDED_BY(mu) = -1;
   int reset_limit KOLO_GUARDED_BY(mu) = -1;  // KOLO_ELASTIC_RESET_LIMIT; -1 before init()
+  // The process sets of the last elastic session, for the next (Note [Elastic process sets]).
+  std::string carried_sets KOLO_GUARDED_BY(mu);
 
   // Still initialised here, the process is exiting without kolo::shutdown(): the members'
   // destructors end the session, and the peers are told why first (Note [Departures]). (No
@@ -395,16 +398,26 @@ Status init_session(Global& g) {
 
 Status init() {
   Global& g = global();
-  MutexLock lock(g.mu);
-  if (g.runtime) return Status::PreconditionFailed("kolo::init(): already initialised");
-  // An elastic generation superseded while it connected (a member lost meanwhile): the next
-  // one is there already (Note [Elastic rendezvous]). Each pass joins a newer generation, and
-  // kolorun publishes one per event, so this ends.
-  while (true) {
-    Status st = init_session(g);
-    if (!elastic_protocol::is_superseded(st)) return st;
-    KOLO_LOG_INFO(st.message() + "; joining the newer generation");
+  std::string carried;
+  {
+    MutexLock lock(g.mu);
+    if (g.runtime) return Status::PreconditionFailed("kolo::init(): already initialised");
+    // An elastic generation superseded while it connected (a member lost meanwhile): the next
+    // one is there already (Note [Elastic rendezvous]). Each pass joins a newer generation, and
+    // kolorun publishes one per event, so this ends.
+    while (true) {
+      Status st = init_session(g);
+      if (!elastic_protocol::is_superseded(st)) KOLO_RETURN_IF_ERROR(st);
+      if (st.ok()) break;
+      KOLO_LOG_INFO(st.message() + "; joining the newer generation");
+    }
+    if (!g.elastic || g.generation == 0) return Status::Ok();
+    carried = std::move(g.carried_sets);
+    g.carried_sets.clear();
   }
+  // Collective over the new generation (every member's init() gets here), and unlocked: it
+  // runs collectives through the public API.
+  return detail::carry_process_sets(carried);
 }
 
 Status shutdown() {
@@ -412,8 +425,12 @@ Status shutdown() {
   std::shared_ptr<coord::Runtime> rt;
   std::shared_ptr<coord::ProcessSetTable> sets;
   std::shared_ptr<coord::PairTable> pairs;
+  // What the next elastic session carries over (Note [Elastic process sets]).
+  const std::string carried =
+      detail::elastic_workers().empty() ? std::string() : detail::describe_process_sets();
   {
     MutexLock lock(g.mu);
+    if (g.runtime && g.elastic) g.carried_sets = carried;
     rt = std::move(g.runtime);
     g.runtime.reset();
     sets = std::move(g.sets);
@@ -599,6 +616,26 @@ Result<int64_t> elastic_newest_generation() {
     store = g.quick_store;
   }
   return elastic_protocol::newest_generation(*store);
+}
+
+std::vector<int64_t> elastic_workers() {
+  Global& g = global();
+  MutexLock lock(g.mu);
+  return g.runtime ? g.world.workers : std::vector<int64_t>{};
+}
+
+Result<ProcessSet> carry_process_set(int32_t id, std::vector<int> members,
+                                     std::vector<int> former) {
+  auto sets = current_sets();
+  if (!sets) return Status::PreconditionFailed("kolo::elastic: not initialised");
+  return sets->carry(id, std::move(members), std::move(former));
+}
+
+Status close_process_set(int32_t id, std::vector<int> former, std::string why) {
+  auto sets = current_sets();
+  if (!sets) return Status::PreconditionFailed("kolo::elastic: not initialised");
+  sets->close(id, std::move(former), std::move(why));
+  return Status::Ok();
 }
 
 int elastic_reset_limit() {

@@ -1,8 +1,7 @@
-// kolo::elastic::run() and the calls it is made of (include/kolo/elastic.h): the coordinator's
-// side of elastic training, as the State (elastic/) is the data's. The world itself is re-formed
-// by kolo::shutdown() and kolo::init(), which joins the next generation (Note [Elastic
-// rendezvous] in rendezvous/elastic_plan.h); what is here decides when, and brings the State and
-// the caller's callbacks along.
+// The calls kolo::elastic::run() is made of (include/kolo/elastic.h): the coordinator's side of
+// elastic training; run() itself and the State are elastic/'s. The world itself is re-formed by
+// kolo::shutdown() and kolo::init(), which joins the next generation (Note [Elastic rendezvous]
+// in rendezvous/elastic_plan.h); what is here decides when.
 #include <string>
 
 #include "common/logging.h"
@@ -16,17 +15,6 @@ namespace {
 
 // A newest generation rank 0 could not read: every rank fails check_world() alike.
 constexpr int64_t kUnreadable = -2;
-
-// After reform(): the newest commit on every rank (sync() rolls each rank back to it, writing its
-// registered memory), then what depends on the world.
-Status rejoin(State& state) {
-  KOLO_RETURN_IF_ERROR(state.sync());
-  if (rank() == 0)
-    KOLO_LOG_WARNING("kolo::elastic: generation " + std::to_string(generation()) +
-                     " formed: " + std::to_string(size()) + " ranks; resuming from commit " +
-                     std::to_string(state.commits()));
-  return detail::call_reset_callbacks(state);
-}
 
 }  // namespace
 
@@ -76,25 +64,6 @@ Status reform() {
   return kolo::init();
 }
 
-Status run(State& state, const std::function<Status()>& fn, const RunOptions& options) {
-  const int limit =
-      options.reset_limit >= 0 ? options.reset_limit : kolo::detail::elastic_reset_limit();
-  int resets = 0;
-  Status st = state.sync();
-  while (true) {
-    if (st.ok()) st = fn();
-    if (st.ok() || !enabled() || !is_world_change(st)) return st;
-    if (resets == limit)
-      return st.with_context("kolo::elastic::run(): gave up after re-forming the world " +
-                             std::to_string(resets) +
-                             " times (the reset limit: RunOptions::"
-                             "reset_limit or KOLO_ELASTIC_RESET_LIMIT)");
-    ++resets;
-    KOLO_LOG_WARNING("kolo::elastic: re-forming the world (" + std::to_string(resets) +
-                     " of at most " + std::to_string(limit) + ") after: " + st.to_string());
-    st = reform();
-    if (st.ok()) st = rejoin(state);
-  }
-}
+int reset_limit() { return kolo::detail::elastic_reset_limit(); }
 
 }  // namespace kolo::elastic

@@ -99,8 +99,15 @@ Result<ProcessSet> ProcessSetTable::add(std::vector<int> ranks) {
   KOLO_ASSIGN_OR_RETURN(std::vector<int> members, agree_on_ranks(lists));
 
   const int32_t id = next_id_++;
-  ProcessSet set(id, members);
-  std::shared_ptr<Runtime> runtime;
+  KOLO_ASSIGN_OR_RETURN(Member m, create(id, members));
+  MutexLock lock(mu_);
+  sets_[id] = m;
+  return m.set;
+}
+
+Result<ProcessSetTable::Member> ProcessSetTable::create(int32_t id,
+                                                        const std::vector<int>& members) {
+  Member m{ProcessSet(id, members), nullptr, {}, {}};
   // Not set.rank(): kolo::rank() takes the lock that init() holds while it adds
   // KOLO_PROCESS_SETS.
   const int me = global_->topology().rank;
@@ -129,11 +136,27 @@ Result<ProcessSet> ProcessSetTable::add(std::vector<int> ranks) {
         Runtime::create(std::move(config), t, std::move(b.data), std::move(b.control),
                         std::move(b.gpu),
                         global_->timeline_rows("set " + std::to_string(id) + ": ")));
-    runtime = std::move(rt);
+    m.runtime = std::move(rt);
   }
+  return m;
+}
+
+Result<ProcessSet> ProcessSetTable::carry(int32_t id, std::vector<int> members,
+                                          std::vector<int> former) {
+  MutexLock add_lock(add_mu_);
+  next_id_ = std::max(next_id_, id + 1);
+  KOLO_ASSIGN_OR_RETURN(Member m, create(id, members));
+  m.former = std::move(former);
   MutexLock lock(mu_);
-  sets_[id] = Member{set, std::move(runtime)};
-  return set;
+  sets_[id] = m;
+  return m.set;
+}
+
+void ProcessSetTable::close(int32_t id, std::vector<int> former, std::string why) {
+  MutexLock add_lock(add_mu_);
+  next_id_ = std::max(next_id_, id + 1);
+  MutexLock lock(mu_);
+  sets_[id] = Member{ProcessSet(id, former), nullptr, former, std::move(why)};
 }
 
 Status ProcessSetTable::remove(const ProcessSet& set) {
@@ -166,11 +189,14 @@ Result<std::shared_ptr<Runtime>> ProcessSetTable::runtime_for(const ProcessSet& 
     return Status::InvalidArgument(what + ": process set " + std::to_string(set.id()) +
                                    " does not exist on rank " + std::to_string(me) +
                                    " (removed, or never added)");
+  if (!it->second.closed.empty())
+    return Status::PreconditionFailed(what + ": " + it->second.closed);
   if (!it->second.runtime)
     return Status::InvalidArgument(what + ": rank " + std::to_string(me) + " is not in " +
                                    it->second.set.to_string());
   // A ProcessSet made by hand with an existing id but other ranks.
-  if (set.ranks() != it->second.set.ranks())
+  if (set.ranks() != it->second.set.ranks() &&
+      (it->second.former.empty() || set.ranks() != it->second.former))
     return Status::InvalidArgument(what + ": the process set passed has id " +
                                    std::to_string(set.id()) + " but not the ranks of " +
                                    it->second.set.to_string());
@@ -180,7 +206,8 @@ Result<std::shared_ptr<Runtime>> ProcessSetTable::runtime_for(const ProcessSet& 
 std::vector<ProcessSet> ProcessSetTable::sets() const {
   std::vector<ProcessSet> out{ProcessSet{}};
   MutexLock lock(mu_);
-  for (const auto& [id, m] : sets_) out.push_back(m.set);
+  for (const auto& [id, m] : sets_)
+    if (m.closed.empty()) out.push_back(m.set);
   return out;
 }
 

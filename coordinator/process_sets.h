@@ -51,6 +51,16 @@ class ProcessSetTable {
   Result<ProcessSet> add(std::vector<int> ranks);
   // See kolo::remove_process_set.
   Status remove(const ProcessSet& set);
+
+  // An elastic job's re-formed world (Note [Elastic process sets] in elastic_session.cc).
+  // carry(): set `id` again, its members renumbered to `members` (global ranks of the new world,
+  // ascending); a ProcessSet of its former ranks (`former`) still names it. Every member calls
+  // it for the same sets in the same order (no agreement: rank 0 said which). close(): set `id`
+  // lost a member; operations on it fail with PreconditionFailed saying `why` (not PeerFailure:
+  // the world is whole again, and kolo::elastic::run() must not re-form it for this). Both keep later add()s'
+  // ids above `id`.
+  Result<ProcessSet> carry(int32_t id, std::vector<int> members, std::vector<int> former);
+  void close(int32_t id, std::vector<int> former, std::string why);
   // The Runtime that runs `set`'s operations on this rank, or InvalidArgument naming the set
   // and this rank (not a member, or no such set) for the operation `what` ("allreduce 'x'").
   Result<std::shared_ptr<Runtime>> runtime_for(const ProcessSet& set,
@@ -65,7 +75,11 @@ class ProcessSetTable {
   struct Member {
     ProcessSet set;
     std::shared_ptr<Runtime> runtime;  // null when this rank is not a member
+    std::vector<int> former;           // carried: its ranks in the world before
+    std::string closed;                // closed: why (the set is gone)
   };
+  // The set `id` of `members` on this rank, and its Runtime when this rank is a member.
+  Result<Member> create(int32_t id, const std::vector<int>& members);
 
   const std::shared_ptr<Runtime> global_;
   const MakeSetBackends make_backends_;

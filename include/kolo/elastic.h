@@ -155,6 +155,9 @@ bool is_world_change(const Status& st);
 // ranks than --min-np, Aborted with kolorun's message); init()'s errors.
 Status reform();
 
+// KOLO_ELASTIC_RESET_LIMIT as the last kolo::init() read it (its default before).
+int reset_limit();
+
 struct RunOptions {
   // How many times run() re-forms the world before it gives up and returns the failure;
   // negative: KOLO_ELASTIC_RESET_LIMIT.
