@@ -123,6 +123,7 @@ void bind_process_sets(py::module_& m) {
       [](const kolo::ProcessSet& set) { kt::check(kolo::remove_process_set(set)); },
       py::call_guard<py::gil_scoped_release>());
   m.def("global_process_set", &kolo::global_process_set);
+  m.def("process_sets", &kolo::process_sets);
 }
 
 // The Handle and the collectives: every argument positional, the process set last

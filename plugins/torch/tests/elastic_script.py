@@ -40,6 +40,9 @@ parser.add_argument("--expect-size", type=int, default=-1, help="the final world
 parser.add_argument("--grow-file", default="", help="rank 0 of generation 0 creates this file "
                     "at --grow-at-step (a host discovery script then reports another slot)")
 parser.add_argument("--grow-at-step", type=int, default=-1)
+parser.add_argument("--process-sets", action="store_true", help="3 ranks, rank 1 lost: ranks 0 "
+                    "and 2 form a set before training, which must work after, renumbered; ranks 1 "
+                    "and 2 form one that must fail, naming itself")
 parser.add_argument("--step-sleep", type=float, default=0, help="seconds per step while the "
                     "world is smaller than --expect-size, so that a worker kolorun starts "
                     "meanwhile joins before the end")
@@ -68,6 +71,12 @@ train_dataset = IndexedDataset(args.samples)
 train_sampler = hvd.elastic.ElasticSampler(train_dataset, shuffle=True, seed=3)
 train_loader = torch.utils.data.DataLoader(train_dataset, batch_size=args.batch_size,
                                            sampler=train_sampler)
+
+first_rank = hvd.rank()
+if args.process_sets:
+    survivors_set = hvd.add_process_set([0, 2])
+    lost_set = hvd.add_process_set([1, 2])
+
 
 def make_model():
     return torch.nn.Sequential(torch.nn.Linear(10, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
@@ -170,6 +179,19 @@ w = torch.cat([p.detach().flatten() for p in model.parameters()])
 if not torch.equal(hvd.allreduce(w, op=hvd.Max, name="check.max"),
                    hvd.allreduce(w, op=hvd.Min, name="check.min")):
     failures.append("replicas differ")
+if args.process_sets:
+    got = (survivors_set.ranks, survivors_set.size(), survivors_set.rank(),
+           hvd.allreduce(torch.ones(1), op=hvd.Sum, name="check.set",
+                         process_set=survivors_set).item(),
+           hvd.broadcast_object(first_rank, root_rank=1, process_set=survivors_set))
+    if got != ([0, 1], 2, hvd.rank(), 2.0, 2):
+        failures.append("the set of ranks 0 and 2 after the re-form: %s" % (got,))
+    if first_rank == 2:
+        try:
+            hvd.allreduce(torch.ones(1), name="check.lost_set", process_set=lost_set)
+            failures.append("the set that lost rank 1 still works")
+        except hvd.KoloError as e:
+            print("lost set:", e)
 replay = replay_committed_history(state.worlds)
 print("replay max_diff %.3g over %d steps" % (replay, len(state.worlds)))
 if replay > 1e-5:

@@ -145,16 +145,24 @@ bool kolorun_is_elastic() {
 // epoch's other 108 samples in 9 steps of 2 ranks, 12 steps of epoch 1: 23 committed steps. The
 // script checks that the committed history used every sample once per epoch and that one
 // process replaying it ends with the same model (without the restore it differs by ~0.02).
+// Process sets: one of ranks 0 and 2 works afterwards as ranks 0 and 1 (its ProcessSet object
+// renumbered), one of ranks 1 and 2 fails naming itself and the lost worker.
 TEST(TorchPython, ElasticScriptLosesARankAndFinishes) {
   if (!kolorun_is_elastic()) GTEST_SKIP() << "this kolorun has no --min-np";
   const kolo::testing::ProcessRun r = kolo::testing::run_command(
       std::string("OMP_NUM_THREADS=1 ") + KOLORUN_PATH + " -np 3 --min-np 2 " +
-          elastic_script("--batches-per-commit 2 --kill-rank 1 --kill-step 3 --kill-after-update "
-                         "--expect-steps 23 --expect-resets 1"),
+          elastic_script("--process-sets --batches-per-commit 2 --kill-rank 1 --kill-step 3 "
+                         "--kill-after-update --expect-steps 23 --expect-resets 1"),
       /*timeout_s=*/150);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(count_occurrences(r.output, "killing myself at step 3"), 1) << r.output;
   EXPECT_EQ(count_occurrences(r.output, "[ok] elastic_script size 2 steps 23 resets 1 epoch 1"), 2)
+      << r.output;
+  EXPECT_EQ(count_occurrences(r.output,
+                              "lost set: PreconditionFailed: allreduce "
+                              "'check.lost_set': process set 2 lost its member worker 1 "
+                              "(rank 1) when the world was re-formed as generation 1"),
+            1)
       << r.output;
   EXPECT_EQ(count_occurrences(r.output, "FAIL"), 0) << r.output;
 }

@@ -30,6 +30,7 @@ import io
 import itertools
 import pickle
 import warnings
+import weakref
 
 import torch
 
@@ -153,6 +154,7 @@ class ProcessSet:
 
 global_process_set = ProcessSet([])
 global_process_set._set = _C.global_process_set()
+_added_sets = weakref.WeakSet()  # the ProcessSets add_process_set returned, for _reform()
 
 
 def add_process_set(process_set):
@@ -165,6 +167,7 @@ def add_process_set(process_set):
     if process_set._set is not None:
         raise ValueError("%s was added already" % process_set)
     process_set._set = _C.add_process_set(process_set._ranks)
+    _added_sets.add(process_set)
     return process_set
 
 
@@ -176,6 +179,7 @@ def remove_process_set(process_set):
     if process_set._set.id() == 0:
         return False
     _C.remove_process_set(process_set._set)
+    _added_sets.discard(process_set)
     process_set._set = None
     return True
 
@@ -216,6 +220,15 @@ def _reform():
     _handles.clear()
     _C.elastic_reform()
     _world_joined()
+    # A set whose members all survived keeps its id with its members renumbered (Note [Elastic
+    # process sets] in coordinator/elastic_sets.cc); the objects the program holds take the new
+    # numbers, so that their rank(), size() and ranks (broadcast_object's root) are right. A set
+    # that lost a member keeps its old object, whose operations fail naming the set.
+    current = {s.id(): s for s in _C.process_sets()}
+    for ps in list(_added_sets):
+        renumbered = current.get(ps._set.id())
+        if renumbered is not None:
+            ps._set, ps._ranks = renumbered, renumbered.ranks()
 
 
 def _op(op, average):
