@@ -125,4 +125,3 @@ def _rejoin(failure, resets, limit):
             return resets
         except (HorovodInternalError, HostsUpdatedInterrupt) as e:
             failure = e
-    return wrapper

@@ -13,9 +13,9 @@ whenever the step that used them was committed.
 
 Padding. When W does not divide what remains, the shards would differ in length and ranks in
 their number of steps. As Horovod's (and torch's DistributedSampler), the sampler then repeats
-the first W - n % W remaining positions at the end (cyclically when n < W), so every rank gets ceil(n / W): those few
-samples are used twice in that epoch. A dataset (and commit points) whose remaining count the
-world's size divides avoids it.
+the first W - n % W remaining positions at the end (cyclically when n < W), so every rank gets
+ceil(n / W): those few samples are used twice in that epoch. A dataset (and commit points) whose
+remaining count the world's size divides avoids it.
 """
 import math
 import random
