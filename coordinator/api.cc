@@ -391,6 +391,9 @@ Status init_session(Global& g) {
   g.pairs = std::move(pairs);
   g.departures = std::move(departures);
   g.was_shut_down = false;
+  if (g.elastic)  // best effort: kolorun waits for it only to find members stuck elsewhere
+    (void)quick->set(elastic_protocol::joined_key(g.generation, g.world.workers[g.world.rank]),
+                     "1");
   return Status::Ok();
 }
 
@@ -615,7 +618,9 @@ Result<int64_t> elastic_newest_generation() {
       return Status::PreconditionFailed("kolo::elastic: not an initialised elastic job");
     store = g.quick_store;
   }
-  return elastic_protocol::newest_generation(*store);
+  // One round trip: this rank is in a generation, so generation 0's plan exists and the
+  // counter alone says which is the newest (newest_generation() also asks for plan 0).
+  return store->add(elastic_protocol::kGenerationKey, 0);
 }
 
 std::vector<int64_t> elastic_workers() {

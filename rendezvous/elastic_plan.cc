@@ -80,6 +80,9 @@ std::string reform_key(int64_t generation) {
 }
 std::string ready_key(int64_t worker) { return numbered("kolo/elastic/ready/", worker); }
 std::string exit_key(int64_t worker) { return numbered("kolo/elastic/exit/", worker); }
+std::string joined_key(int64_t generation, int64_t worker) {
+  return numbered("kolo/elastic/g", generation, "/joined/") + std::to_string(worker);
+}
 std::string generation_prefix(int64_t generation) { return numbered("kolo/g", generation); }
 
 std::optional<int> Plan::rank_of(int64_t worker) const {

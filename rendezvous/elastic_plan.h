@@ -26,6 +26,9 @@
 // State::commit(), never inside a step: rank 0 reads kGenerationKey and broadcasts it.
 // Ending. When the job cannot go on (fewer live workers than --min-np), kolorun sets kEndKey to
 // a message that says why; every wait above ends with it (Aborted carrying the message).
+// Joined. A worker whose kolo::init() connected generation G sets joined_key(G, worker), so that
+// kolorun can tell a member that never comes (alive but stuck: stopped, or deadlocked outside
+// Kolo) from one still on its way.
 // Exits. kolorun records how each worker ended under exit_key(worker); a rank maps its peers'
 // ranks to workers through its plan (Note [Departures] in coordinator/departures.h).
 #pragma once
@@ -42,11 +45,12 @@ namespace kolo::elastic_protocol {
 
 inline constexpr const char* kGenerationKey = "kolo/elastic/generation";
 inline constexpr const char* kEndKey = "kolo/elastic/end";
-std::string plan_key(int64_t generation);           // "kolo/elastic/g<G>/plan"
-std::string reform_key(int64_t generation);         // "kolo/elastic/g<G>/reform" (a counter)
-std::string ready_key(int64_t worker);              // "kolo/elastic/ready/<W>"
-std::string exit_key(int64_t worker);               // "kolo/elastic/exit/<W>"
-std::string generation_prefix(int64_t generation);  // "kolo/g<G>": a generation's sessions
+std::string plan_key(int64_t generation);    // "kolo/elastic/g<G>/plan"
+std::string reform_key(int64_t generation);  // "kolo/elastic/g<G>/reform" (a counter)
+std::string ready_key(int64_t worker);       // "kolo/elastic/ready/<W>"
+std::string exit_key(int64_t worker);        // "kolo/elastic/exit/<W>"
+std::string joined_key(int64_t generation, int64_t worker);  // "kolo/elastic/g<G>/joined/<W>"
+std::string generation_prefix(int64_t generation);           // "kolo/g<G>": a generation's sessions
 
 // One rank of a generation: the worker that holds it and its coordinates (rendezvous/world.h).
 struct PlanMember {

@@ -74,6 +74,7 @@ TEST(ElasticPlan, KeysAreNamespacedByGenerationAndWorker) {
   EXPECT_EQ(reform_key(3), "kolo/elastic/g3/reform");
   EXPECT_EQ(ready_key(11), "kolo/elastic/ready/11");
   EXPECT_EQ(exit_key(11), "kolo/elastic/exit/11");
+  EXPECT_EQ(joined_key(3, 11), "kolo/elastic/g3/joined/11");
   EXPECT_EQ(generation_prefix(3), "kolo/g3");
 }
 

@@ -124,6 +124,18 @@ std::map<std::string, Setter> value_flags(TrainArgs& a) {
          a.bucket_bytes = static_cast<int64_t>(*bytes);
          return Status::Ok();
        }},
+      {"--commit-every", integer_in(1, 1'000'000'000, [&](int64_t x) { a.commit_every = x; })},
+      {"--fail-rank-at",
+       [&](const std::string& flag, const std::string& v) -> Status {
+         const size_t colon = v.find(':');
+         int64_t rank = 0, step = 0;
+         if (colon == std::string::npos || !parse_int(v.substr(0, colon), rank) ||
+             !parse_int(v.substr(colon + 1), step) || rank < 0 || rank > 1'000'000 || step < 0)
+           return bad(flag, "RANK:STEP with RANK >= 0 and STEP >= 0, e.g. 1:25", v);
+         a.fail_rank = static_cast<int>(rank);
+         a.fail_step = step;
+         return Status::Ok();
+       }},
       {"--device", one_of<DeviceChoice>(
                        {{"cpu", DeviceChoice::kCpu}, {"cuda", DeviceChoice::kCuda}}, &a.device)},
   };
@@ -169,6 +181,13 @@ std::string train_usage() {
          "  --resume                 continue from --checkpoint PATH\n"
          "  --min-accuracy X         exit 1 when the final test accuracy is below X\n"
          "  --device cpu|cuda        default: cuda when a GPU is visible, else cpu\n"
+         "  --elastic                go on when ranks are lost or added (kolorun --min-np):\n"
+         "                           the state is committed in memory every --commit-every\n"
+         "                           steps and a re-formed world resumes from the last commit\n"
+         "  --commit-every N         steps between commits with --elastic (default 10); a\n"
+         "                           failure loses at most N-1 steps\n"
+         "  --fail-rank-at R:S       test aid for --elastic: rank R of the first world dies\n"
+         "                           (SIGKILL) before step S\n"
          "  --bucket-size SIZE       gradient bucket, e.g. 1MiB; 0: an allreduce per parameter\n"
          "                           (default 4MiB: one bucket for either model)\n"
          "Exit status: 0 ok, 1 training failed or accuracy below --min-accuracy, 2 bad usage,\n"
@@ -186,6 +205,10 @@ Result<TrainArgs> parse_train_args(int argc, char** argv) {
     }
     if (arg == "--resume") {
       a.resume = true;
+      continue;
+    }
+    if (arg == "--elastic") {
+      a.elastic = true;
       continue;
     }
     std::string flag = arg, value;
@@ -207,6 +230,14 @@ Result<TrainArgs> parse_train_args(int argc, char** argv) {
   }
   if (a.resume && a.checkpoint.empty()) {
     return Status::InvalidArgument("--resume: needs --checkpoint PATH to resume from");
+  }
+  if (a.elastic && !a.checkpoint.empty()) {
+    return Status::InvalidArgument(
+        "--checkpoint: not with --elastic, whose state lives in memory (a commit every "
+        "--commit-every steps) and survives lost ranks without a file");
+  }
+  if (!a.elastic && a.fail_rank >= 0) {
+    return Status::InvalidArgument("--fail-rank-at: needs --elastic (a fixed job would stop)");
   }
   return a;
 }

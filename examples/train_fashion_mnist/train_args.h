@@ -34,6 +34,15 @@ struct TrainArgs {
   double min_accuracy = -1;  // < 0: no check
   DeviceChoice device = DeviceChoice::kAuto;
   std::optional<int64_t> bucket_bytes;  // unset: DistributedOptimizer's default
+  // --elastic: the loop runs inside kolo::elastic::run() and commits its State every
+  // commit_every steps (docs/elastic.md: at most commit_every - 1 steps are lost to a failure;
+  // a commit of either model costs under 0.1 ms, so 10 keeps the loss small for free).
+  bool elastic = false;
+  int64_t commit_every = 10;
+  // --fail-rank-at R:S, a test aid for --elastic: in the first world, rank R dies (SIGKILL)
+  // before step S. fail_rank < 0: never.
+  int fail_rank = -1;
+  int64_t fail_step = 0;
   bool help = false;
 };
 

@@ -97,6 +97,15 @@ TEST(TrainArgs, RejectsBadValuesNamingTheFlag) {
       {{"--epochs"}, "--epochs: missing value (see --help)"},
       {{"--bogus", "1"}, "unknown argument '--bogus' (see --help)"},
       {{"--resume"}, "--resume: needs --checkpoint PATH to resume from"},
+      {{"--commit-every", "0"}, "--commit-every: expected an integer in [1, 1000000000], got '0'"},
+      {{"--elastic", "--fail-rank-at", "1"},
+       "--fail-rank-at: expected RANK:STEP with RANK >= 0 and STEP >= 0, e.g. 1:25, got '1'"},
+      {{"--elastic", "--fail-rank-at", "1:-2"},
+       "--fail-rank-at: expected RANK:STEP with RANK >= 0 and STEP >= 0, e.g. 1:25, got '1:-2'"},
+      {{"--fail-rank-at", "1:3"}, "--fail-rank-at: needs --elastic (a fixed job would stop)"},
+      {{"--elastic", "--checkpoint", "c.kolo"},
+       "--checkpoint: not with --elastic, whose state lives in memory (a commit every "
+       "--commit-every steps) and survives lost ranks without a file"},
   };
   for (const Case& c : cases) {
     auto r = parse(c.args);
@@ -104,6 +113,19 @@ TEST(TrainArgs, RejectsBadValuesNamingTheFlag) {
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
     EXPECT_EQ(r.status().message(), c.message);
   }
+}
+
+TEST(TrainArgs, Elastic) {
+  auto plain = parse({});
+  EXPECT_FALSE(plain->elastic);
+  EXPECT_EQ(plain->commit_every, 10);
+  EXPECT_LT(plain->fail_rank, 0);
+  auto r = parse({"--elastic", "--commit-every=4", "--fail-rank-at", "2:17"});
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_TRUE(r->elastic);
+  EXPECT_EQ(r->commit_every, 4);
+  EXPECT_EQ(r->fail_rank, 2);
+  EXPECT_EQ(r->fail_step, 17);
 }
 
 TEST(TrainArgs, Help) {

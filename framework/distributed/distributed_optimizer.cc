@@ -279,6 +279,48 @@ void DistributedOptimizer::step() {
   }
 }
 
+// ---- Elastic training: a new world (see the header) -------------------------------------------
+
+void DistributedOptimizer::clear_step() {
+  for (auto& param : params_) param.passes_ready = 0;
+  for (auto& bucket : buckets_) {
+    bucket.ready = 0;
+    bucket.submitted = false;
+    bucket.handle = Handle();
+  }
+  local_samples_ = 0;
+  count_given_ = false;
+  count_submitted_ = false;
+  count_handle_ = Handle();
+  first_submit_.reset();
+}
+
+void DistributedOptimizer::reset_for_new_world() {
+  if (no_sync_depth_ > 0) {
+    throw Error(Status::PreconditionFailed(
+        "DistributedOptimizer::reset_for_new_world() inside no_sync(): reset between steps, "
+        "from elastic::State::on_reset"));
+  }
+  if (!options_.process_set.is_global()) {
+    throw Error(Status::Unsupported(
+        "DistributedOptimizer::reset_for_new_world(): the optimizer averages over " +
+        options_.process_set.to_string() +
+        ", whose members belonged to the old world; an elastic job trains over the global "
+        "process set"));
+  }
+  // The old world's operations completed when shutdown() ended it; waiting is for the rare one
+  // still running, which borrows a gradient buffer. Their failures are the lost world's.
+  for (auto& bucket : buckets_)
+    if (bucket.handle.valid()) (void)bucket.handle.wait();
+  if (count_handle_.valid()) (void)count_handle_.wait();
+  clear_step();
+  inner_.zero_grad();
+  bucket_bytes_ = tuned_bucket_bytes().value_or(options_.bucket_bytes);
+  build_buckets();
+}
+
+// ---- end of elastic training -------------------------------------------------------------------
+
 std::vector<Handle> DistributedOptimizer::submitted_handles() const {
   std::vector<Handle> handles;
   for (const auto& bucket : buckets_)

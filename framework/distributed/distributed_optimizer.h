@@ -54,6 +54,15 @@
 // Compression: with Compression::kFloat16 or kBFloat16 each gradient travels as 16-bit values
 // (a persistent buffer per parameter); the result is widened back into the float32 gradient.
 //
+// Elastic training (docs/elastic.md, "The training stack"). When run() re-forms the world, the
+// job calls reset_for_new_world() from an elastic::State::on_reset callback, once per re-form:
+// the optimizer forgets the step that the lost world left half done and rebuilds its buckets.
+// Nothing else depends on the world's size: the global process set's size() is read at each
+// step, and the averaging divides by the global sample count that the new world's ranks report,
+// so it stays exact across the change. Explicit rather than detected at the next step (from
+// kolo::elastic::generation()) because a step interrupted in backward holds handles and pass
+// counts that must be dropped before the next backward's hooks fire, not at step().
+//
 // Errors: a failed allreduce (a peer died, ranks disagree on a shape) makes step() throw
 // kolo::Error carrying Kolo's Status (it names the tensor); the parameters are then not
 // updated. Constructor: InvalidArgument for an empty or duplicate parameter name,
@@ -143,6 +152,15 @@ class DistributedOptimizer {
   NoSyncScope no_sync();
   bool syncing() const { return no_sync_depth_ == 0; }
 
+  // After the world was re-formed (kolo::shutdown() and init() under elastic::run()): waits for
+  // the old world's operations, which shutdown() failed (Kolo borrows the gradients until they
+  // complete), drops them, the pass and sample counts of the unfinished step and the gradients,
+  // and rebuilds the buckets for the new world (the autotuner's size if it has one). Local; the
+  // parameters and the wrapped optimizer's state are the State's to restore. Errors:
+  // PreconditionFailed inside no_sync(); Unsupported for an optimizer over a process set other
+  // than the global one (its members belonged to the old world). Both throw kolo::Error.
+  void reset_for_new_world();
+
   Optimizer& inner() { return inner_; }
   const DistributedStats& stats() const { return stats_; }
   // The allreduces submitted so far in the current step, one per submitted bucket (tests use
@@ -182,6 +200,8 @@ class DistributedOptimizer {
   TensorView prepare_gradient(Param& param, double local_weight);
   void submit_sample_count();
   void finish_gradient(Param& param, double scale);
+  // Drops the current step's handles, pass and sample counts (reset_for_new_world()).
+  void clear_step();
 
   Optimizer& inner_;
   const DistributedOptions options_;

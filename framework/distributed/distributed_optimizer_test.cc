@@ -122,5 +122,31 @@ TEST(DistributedOptimizer, BucketsPackParametersOutputFirstUpToTheCap) {
   EXPECT_EQ(whole.bucket_names(), (std::vector<std::string>{"grad.bucket0(e..a)"}));
 }
 
+// Elastic: a step that the lost world left half done (one of two passes ran backward) is
+// forgotten, so the next step's gradient is the mean of its own two passes only.
+TEST(DistributedOptimizer, ResetForNewWorldForgetsTheUnfinishedStep) {
+  Tensor w = Tensor::from_vector({1.f, 2.f}, {2}).set_requires_grad(true);
+  SGD sgd({w}, {.lr = 0.5});
+  DistributedOptimizer opt(sgd, {{"w", w}}, {.backward_passes_per_step = 2});
+  opt.zero_grad();
+  opt.set_local_batch_size(3);
+  sum(mul(w, Tensor::from_vector({100.f, 100.f}, {2}))).backward();  // the lost step's pass
+  opt.reset_for_new_world();
+  EXPECT_EQ(w.grad().to_vector(), (std::vector<float>{0.f, 0.f}));
+  EXPECT_EQ(opt.bucket_names(), (std::vector<std::string>{"grad.w"}));
+  sum(mul(w, Tensor::from_vector({2.f, 4.f}, {2}))).backward();
+  EXPECT_EQ(opt.stats().submitted_from_hooks, 0);  // one pass of two: not final yet
+  sum(mul(w, Tensor::from_vector({4.f, 8.f}, {2}))).backward();
+  EXPECT_EQ(opt.stats().submitted_from_hooks, 1);
+  opt.step();
+  EXPECT_EQ(w.grad().to_vector(), (std::vector<float>{3.f, 6.f}));
+  EXPECT_EQ(w.to_vector(), (std::vector<float>{1.f - 0.5f * 3.f, 2.f - 0.5f * 6.f}));
+  {
+    NoSyncScope scope = opt.no_sync();
+    EXPECT_NE(error_of([&] { opt.reset_for_new_world(); }).find("inside no_sync()"),
+              std::string::npos);
+  }
+}
+
 }  // namespace
 }  // namespace kolo::fw

@@ -4,6 +4,8 @@
 //   a large rate at step 0 diverges.
 // - square-root rule (Krizhevsky 2014; common for Adam/LAMB): lr * sqrt(W), which keeps the
 //   variance of the update constant.
+// Elastic jobs apply the same rule with the current world's size after every re-form (the global
+// batch is batch * size in each world): docs/elastic.md, "The training stack".
 // Errors: throw kolo::Error(InvalidArgument) for workers < 1 or a negative/non-finite base_lr.
 #pragma once
 

@@ -10,9 +10,9 @@
 //   KOLO_RETURN_IF_ERROR(state.add_tensor("fc1.weight", kolo::view_of(w.data(), {512, 784})));
 //   KOLO_RETURN_IF_ERROR(state.add_counter("step", &step));
 //   KOLO_RETURN_IF_ERROR(kolo::elastic::run(state, [&]() -> kolo::Status {
-//     for (; step < steps; ++step) {
+//     while (step < steps) {
 //       KOLO_RETURN_IF_ERROR(train_one_step());        // a lost rank: PeerFailure
-//       if (step % 10 == 0) KOLO_RETURN_IF_ERROR(state.commit());  // ranks added: WorldChanged
+//       if (++step % 10 == 0) KOLO_RETURN_IF_ERROR(state.commit());  // ranks added: WorldChanged
 //     }
 //     return kolo::Status::Ok();
 //   }));
@@ -50,9 +50,13 @@
 #include "kolo/status.h"
 #include "kolo/tensor.h"
 
+// State's first declaration fixes its visibility: exported, as the class below.
+#pragma GCC visibility push(default)
 namespace kolo::elastic {
 class State;
 }
+#pragma GCC visibility pop
+
 namespace kolo::elastic::detail {
 class StateImpl;  // defined in elastic/state.cc; not exported
 // run()'s: the State's on_reset callbacks, in order, up to the first error.
