@@ -317,6 +317,8 @@ void GradientReducer::mark_step() {
   }
 }
 
+void GradientReducer::abandon_step() { impl_->reset_step(); }
+
 bool GradientReducer::pending() const {
   for (const Impl::Bucket& b : impl_->buckets) {
     if (b.submitted) return true;

@@ -1,12 +1,14 @@
 // kolo.torch._kolo_torch: the C++ plugin's collectives, process sets and GradientReducer
 // (kolo/torch.h) for Python. The Horovod-style API (names, handles as integers,
-// DistributedOptimizer, ProcessSet) is Python, in kolo/torch/__init__.py. Waits release the GIL;
-// errors become kolo.torch.KoloError (a RuntimeError) carrying Kolo's message.
+// DistributedOptimizer, ProcessSet, elastic) is Python, in kolo/torch/. Waits release the GIL;
+// errors become kolo.torch.KoloError (a RuntimeError) carrying Kolo's message, or one of its two
+// elastic subclasses (bind_errors).
 #include <pybind11/stl.h>
 #include <torch/extension.h>
 
 #include <optional>
 
+#include "kolo/elastic.h"
 #include "kolo/torch.h"
 
 namespace py = pybind11;
@@ -34,16 +36,49 @@ struct NoSyncScope {
   std::optional<kt::GradientReducer::NoSync> guard;
 };
 
-// kolo::torch::Error becomes kolo.torch.KoloError, a RuntimeError carrying Kolo's message.
+// Tags for py::exception: one C++ type per Python class.
+struct WorldBrokeTag {};
+struct WorldChangedTag {};
+
+// kolo::torch::Error becomes kolo.torch.KoloError, a RuntimeError carrying Kolo's message, or
+// one of the two subclasses that horovod.torch.elastic.run answers, under Horovod's names
+// (kolo/torch/elastic): HostsUpdatedInterrupt for WorldChanged (the launcher has ranks to
+// add), HorovodInternalError for a failure that broke the world (kolo::elastic::is_world_change:
+// PeerFailure, and any failure once this rank's Kolo stopped because a peer was lost). Both are
+// KoloErrors, so code that catches KoloError still catches a lost peer, as it did before.
 void bind_errors(py::module_& m) {
   static py::exception<kt::Error> error(m, "KoloError", PyExc_RuntimeError);
+  static py::exception<WorldBrokeTag> world_broke(m, "HorovodInternalError", error.ptr());
+  static py::exception<WorldChangedTag> world_changed(m, "HostsUpdatedInterrupt", error.ptr());
+  // Horovod's HostsUpdatedInterrupt(skip_sync): Kolo always syncs after a world change (the
+  // added ranks need the state), so a raised one says False.
+  world_changed.attr("skip_sync") = false;
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const kt::Error& e) {
-      PyErr_SetString(error.ptr(), e.what());
+      const kolo::Status& st = e.status();
+      PyObject* type = error.ptr();
+      if (st.code() == kolo::StatusCode::kWorldChanged) {
+        type = world_changed.ptr();
+      } else if (kolo::elastic::is_world_change(st)) {
+        type = world_broke.ptr();
+      }
+      PyErr_SetString(type, e.what());
     }
   });
+}
+
+// kolo/elastic.h's world functions (the State itself is Python's: kolo/torch/elastic/state.py).
+void bind_elastic(py::module_& m) {
+  m.def("elastic_enabled", &kolo::elastic::enabled);
+  m.def("elastic_generation", &kolo::elastic::generation);
+  m.def(
+      "elastic_check_world", [] { kt::check(kolo::elastic::check_world()); },
+      py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "elastic_reform", [] { kt::check(kolo::elastic::reform()); },
+      py::call_guard<py::gil_scoped_release>());
 }
 
 // The reduce ops as integers, init/shutdown and the topology queries.
@@ -88,6 +123,7 @@ void bind_process_sets(py::module_& m) {
       [](const kolo::ProcessSet& set) { kt::check(kolo::remove_process_set(set)); },
       py::call_guard<py::gil_scoped_release>());
   m.def("global_process_set", &kolo::global_process_set);
+  m.def("process_sets", &kolo::process_sets);
 }
 
 // The Handle and the collectives: every argument positional, the process set last
@@ -167,6 +203,7 @@ void bind_gradient_reducer(py::module_& m) {
            py::call_guard<py::gil_scoped_release>())
       .def("mark_step", &kt::GradientReducer::mark_step)
       .def("pending", &kt::GradientReducer::pending)
+      .def("abandon_step", &kt::GradientReducer::abandon_step)
       .def("stats",
            [](const kt::GradientReducer& r) {
              const kt::DistributedStats& s = r.stats();
@@ -198,4 +235,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   bind_process_sets(m);
   bind_collectives(m);
   bind_gradient_reducer(m);
+  bind_elastic(m);
 }

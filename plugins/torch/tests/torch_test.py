@@ -10,10 +10,17 @@
   process_set  (3+ ranks) a set of ranks 1.. (excluding rank 0): every collective with
             process_set gives the closed form on the members, DistributedOptimizer(process_set=)
             equals one process on the members' batches, rank 0 is refused naming the set.
+  sampler   ElasticSampler in this process, sharding for simulated worlds: the epoch's
+            permutation used exactly once and in order, with and without a re-shard to another
+            world after any number of steps; the padding when the world does not divide the rest.
+  state     TorchState on a fixed job: a commit/restore round trip of model, optimizer, sampler
+            and attributes; sync from the rank with the most commits; elastic.run calls the
+            function once; the exception classes and where a Horovod script finds them.
 Modes may be combined, "exact,gloo". Prints "[ok] <mode>" per mode whose checks held, "FAIL ..."
 otherwise.
 """
 import os
+import random
 import socket
 import sys
 
@@ -21,6 +28,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+import kolo.common.exceptions
 import kolo.torch as hvd
 
 sys.stdout.reconfigure(line_buffering=True)
@@ -342,13 +350,281 @@ def mode_process_set():
         expect("was not added" in str(e), "removed set: %s" % e)
 
 
+def samplers(n, world, epoch=0, processed_num=0, shuffle=True):
+    """One ElasticSampler per rank of a simulated world of `world` ranks."""
+    out = []
+    for r in range(world):
+        s = hvd.elastic.ElasticSampler(list(range(n)), shuffle=shuffle, seed=5)
+        s.load_state_dict({"epoch": epoch, "processed_num": processed_num})
+        s._shard(world, r)
+        out.append(s)
+    return out
+
+
+def consume(shards, steps, batch):
+    """What `steps` steps of the world take (each rank `batch` of its shard), in position
+    order: step by step, within a step sample by sample, rank by rank. Records the batches."""
+    taken = []
+    for step in range(steps):
+        for j in range(batch):
+            for s in shards:
+                if step * batch + j < len(s):
+                    taken.append(s.get_indices(step, batch)[j])
+        for s in shards:
+            s.record_batch(step, batch)
+    return taken
+
+
+def mode_sampler():
+    n, batch = 24, 2
+    order = hvd.elastic.ElasticSampler(list(range(n)), seed=5).epoch_order()
+    want = list(range(n))
+    random.Random(5).shuffle(want)  # Horovod's permutation for seed 5, epoch 0
+    expect(order == want, "epoch 0's order %s, Horovod's %s" % (order, want))
+    for world in (1, 2, 3, 4):
+        shards = samplers(n, world)
+        expect([len(s) for s in shards] == [n // world] * world, "lengths %d ranks" % world)
+        expect(consume(shards, n // world // batch, batch) == order,
+               "%d ranks without a re-shard: not the epoch's order" % world)
+    # A re-shard from 3 ranks to 2, 4, 1 (and 2 to 3) after every possible number of steps:
+    # the samples used are the epoch's order, each once; padding only where the world does not
+    # divide the rest, and then exactly the first W - rest % W of the rest again.
+    for old, new in ((3, 2), (3, 4), (3, 1), (2, 3)):
+        for steps in range(n // (old * batch) + 1):
+            before = consume(samplers(n, old), steps, batch)
+            state = {"epoch": 0, "processed_num": steps * batch * old}
+            shards = samplers(n, new, **state)
+            rest = n - len(before)
+            expect(all(len(s) == -(-rest // new) for s in shards), "re-shard lengths")
+            after = consume(shards, -(-len(shards[0]) // batch), batch)
+            pad = -rest % new
+            got = before + after
+            ok = got == order + order[len(before):len(before) + pad]
+            expect(ok, "%d -> %d ranks after %d steps: %s" % (old, new, steps, got))
+            if pad == 0:
+                expect(sorted(got) == list(range(n)), "%d -> %d after %d steps: not once" % (
+                    old, new, steps))
+    # Fewer samples left than ranks: padded cyclically, every rank gets one.
+    shards = samplers(5, 4, processed_num=4)
+    last = shards[0].epoch_order()[4]
+    expect([list(s) for s in shards] == [[last]] * 4, "1 sample left, 4 ranks")
+    # A new epoch: another permutation, nothing used; unshuffled: the identity.
+    s = samplers(n, 2, processed_num=8)[0]
+    s.set_epoch(1)
+    expect(s.processed_num == 0 and s.epoch_order() != order and len(s) == n // hvd.size(),
+           "set_epoch")
+    expect(samplers(6, 2, shuffle=False)[1].indices == [1, 3, 5], "no shuffle")
+    s.record_indices([0, 1, 2])  # Horovod's older name: a batch of 3 on every rank
+    expect(s.state_dict() == {"epoch": 1, "processed_num": 3 * hvd.size()}, "record_indices")
+
+
+def small_model(seed):
+    torch.manual_seed(seed)
+    return torch.nn.Linear(3, 2)
+
+
+def params_of(model):
+    return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+def train_one(model, opt, seed):
+    torch.manual_seed(seed)
+    opt.zero_grad()
+    model(torch.randn(4, 3)).sum().backward()
+    opt.step()
+
+
+def mode_state():
+    P, r = hvd.size(), hvd.rank()
+    expect(hvd.elastic.run is not None and hvd.elastic.TorchState and hvd.elastic.ElasticSampler,
+           "hvd.elastic names")
+    for cls in (hvd.HorovodInternalError, hvd.HostsUpdatedInterrupt):
+        expect(issubclass(cls, hvd.KoloError) and issubclass(cls, RuntimeError),
+               "%s is a KoloError" % cls.__name__)
+    expect(kolo.common.exceptions.HorovodInternalError is hvd.elastic.HorovodInternalError and
+           kolo.common.exceptions.HostsUpdatedInterrupt is hvd.HostsUpdatedInterrupt and
+           hvd.HostsUpdatedInterrupt.skip_sync is False, "exception names")
+    expect(not hvd.elastic.enabled() and hvd.elastic.generation() == -1, "not elastic")
+    expect(hvd.allgather_object({"r": r}) == [{"r": q} for q in range(P)], "allgather_object")
+
+    # Commit / restore round trip, local (a fixed job's commit does not communicate).
+    model = small_model(10 + r)  # different on every rank
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    sampler = hvd.elastic.ElasticSampler(list(range(12)), seed=1)
+    train_one(model, opt, 1)
+    state = hvd.elastic.TorchState(model, opt, train_sampler=sampler, epoch=3, batch=7,
+                                   history=[1, 2])
+    expect(state.model is model and state.optimizer is opt and state.epoch == 3, "attributes")
+    sampler.record_batch(0, 2)
+    state.commit()
+    saved_params = params_of(model).clone()
+    saved_momentum = [v["momentum_buffer"].clone() for v in opt.state_dict()["state"].values()]
+    train_one(model, opt, 2)
+    state.epoch, state.batch = 4, 0
+    state.history.append(3)
+    sampler.record_batch(1, 2)
+    expect(not torch.equal(params_of(model), saved_params), "a step changed the parameters")
+    state.restore()
+    momentum = [v["momentum_buffer"] for v in opt.state_dict()["state"].values()]
+    expect(torch.equal(params_of(model), saved_params), "restore: parameters")
+    expect(all(torch.equal(a, b) for a, b in zip(momentum, saved_momentum)) and
+           len(momentum) == 2, "restore: momentum")
+    expect((state.epoch, state.batch, state.history) == (3, 7, [1, 2]), "restore: attributes")
+    expect(sampler.state_dict() == {"epoch": 0, "processed_num": 2 * P}, "restore: sampler")
+    expect(state.commits == 1, "commits %d" % state.commits)
+
+    # Sync: the last rank committed most, so every rank takes its commit, whole.
+    if r == P - 1:
+        train_one(model, opt, 3)
+        state.epoch = 9
+        sampler.record_batch(1, 2)
+        state.commit()
+        state.commit()
+    last = hvd.broadcast_object((params_of(model), state.epoch), root_rank=P - 1,
+                                name="test.last")
+    state.sync()
+    expect(torch.equal(params_of(model), last[0]) and state.epoch == last[1] == 9,
+           "sync: the newest commit's parameters and epoch")
+    expect(state.commits == 3 and sampler.state_dict() == {"epoch": 0, "processed_num": 4 * P},
+           "sync: commits %d, sampler %s" % (state.commits, sampler.state_dict()))
+    momentum = [v["momentum_buffer"] for v in opt.state_dict()["state"].values()]
+    expect(torch.equal(hvd.allreduce(momentum[0], op=hvd.Max, name="test.m.max"),
+                       hvd.allreduce(momentum[0], op=hvd.Min, name="test.m.min")),
+           "sync: momentum equal on every rank")
+    state.epoch = 11
+    state.restore()  # what sync took is the commit now
+    expect(state.epoch == 9 and torch.equal(params_of(model), last[0]), "restore after sync")
+
+    # restore() drops a DistributedOptimizer's unfinished step (as after a lost peer): the next
+    # step counts its passes afresh and equals one process's step.
+    model, reference = small_model(30), small_model(30)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    interrupted = hvd.elastic.TorchState(model, opt)
+    interrupted.commit()
+    model(torch.ones(2, 3)).sum().backward()
+    in_flight = opt._reducer.submitted_handles()
+    expect(opt._reducer.pending() and len(in_flight) == 1, "a submitted bucket")
+    interrupted.restore()
+    expect(not opt._reducer.pending(), "restore: the step was not dropped")
+    for h in in_flight:
+        h.wait()  # here the world is whole: let it finish before zeroing what it writes
+    opt.zero_grad()
+    model(torch.ones(2, 3)).sum().backward()
+    opt.step()
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    reference(torch.ones(2, 3)).sum().backward()
+    ref_opt.step()
+    expect(torch.equal(params_of(model), params_of(reference)), "the step after restore")
+
+    # run(): a fixed job syncs (nobody committed: rank 0's values) and calls the function once.
+    fresh = small_model(20 + r)
+    zero = hvd.broadcast_object(params_of(fresh), root_rank=0, name="test.zero")
+    calls = []
+
+    @hvd.elastic.run
+    def train(state, arg):
+        calls.append(arg)
+        return params_of(state.model)
+
+    got = train(hvd.elastic.TorchState(fresh, None, epoch=0), "x")
+    expect(calls == ["x"] and torch.equal(got, zero), "run: calls %s" % calls)
+
+    check_run_loop()
+
+    @hvd.elastic.run(reset_limit=0)
+    def mismatch(state):
+        hvd.allreduce(torch.ones(r + 1), name="test.mismatch")
+
+    try:
+        mismatch(hvd.elastic.TorchState(epoch=0))
+        expect(False, "a mismatch inside run() did not raise")
+    except hvd.HorovodInternalError as e:
+        expect(False, "a mismatch is not a world change: %s" % e)
+    except hvd.KoloError as e:
+        expect(str(e).startswith("Mismatch: "), "run: mismatch %s" % e)
+    try:
+        hvd.elastic.run(lambda s: None, reset_limit=-1)(hvd.elastic.TorchState())
+        expect(False, "reset_limit=-1 accepted")
+    except ValueError as e:
+        expect("reset_limit" in str(e), "reset_limit: %s" % e)
+
+
+def check_run_loop():
+    """run()'s answers to the two exceptions, on every rank alike, with the world's re-forming
+    stubbed out (a fixed job cannot re-form; the real one: TorchPython.ElasticScript*)."""
+    el = hvd.elastic
+    real = (el.enabled, el._reform)
+    reforms = []
+    el.enabled = lambda: True
+    el._reform = lambda: reforms.append(hvd.size())
+    try:
+        state = el.TorchState(small_model(40), None, epoch=0)
+        at_reset, calls = [], []
+        state.register_reset_callbacks([lambda: at_reset.append(state.epoch)])
+
+        @el.run
+        def flaky(state):
+            calls.append(state.epoch)
+            if len(calls) == 1:
+                state.epoch = 1
+                state.commit()
+                state.epoch = 2  # not committed: rolled back
+                raise hvd.HorovodInternalError("PeerFailure: stub")
+            if len(calls) == 2:
+                state.epoch = 3  # not rolled back: Horovod restores after a lost peer only
+                raise hvd.HostsUpdatedInterrupt("WorldChanged: stub")
+            return "done"
+
+        got = flaky(state)
+        expect(got == "done" and calls == [0, 1, 3] and at_reset == [1, 3] and
+               len(reforms) == 2, "run loop: %s %s %s %s" % (got, calls, at_reset, reforms))
+
+        @el.run(reset_limit=2)
+        def hopeless(state):
+            raise hvd.HorovodInternalError("PeerFailure: stub")
+
+        del reforms[:]
+        try:
+            hopeless(state)
+            expect(False, "run() went on past its reset limit")
+        except hvd.HorovodInternalError as e:
+            expect(len(reforms) == 2 and
+                   "re-forming the world 2 times: the reset limit" in str(e),
+                   "reset limit: %s after %d" % (e, len(reforms)))
+        # A re-form that fails with a world change (superseded while joining) is retried.
+        attempts = []
+
+        def reform_once_superseded():
+            attempts.append(1)
+            if len(attempts) == 1:
+                raise hvd.HorovodInternalError("Aborted: stub: generation 1 was superseded")
+
+        el._reform = reform_once_superseded
+        calls.clear()
+        expect(flaky(state) == "done" and len(attempts) == 3 and len(calls) == 3,
+               "a failed re-form: %d attempts, %d calls" % (len(attempts), len(calls)))
+        el._reform = lambda: reforms.append(hvd.size())
+        os.environ[el.RESET_LIMIT_ENV] = "1"
+        del reforms[:]
+        try:
+            el.run(hopeless.__wrapped__)(state)
+            expect(False, "run() went on past KOLO_ELASTIC_RESET_LIMIT")
+        except hvd.HorovodInternalError:
+            expect(len(reforms) == 1, "%s=1: %d re-forms" % (el.RESET_LIMIT_ENV, len(reforms)))
+        del os.environ[el.RESET_LIMIT_ENV]
+    finally:
+        el.enabled, el._reform = real
+
+
 if __name__ == "__main__":
     # Several modes in one job ("exact,gloo"): each launch pays for importing torch.
     hvd.init()
     for mode in sys.argv[1].split(","):
         before = failures
         {"exact": mode_exact, "gloo": mode_gloo, "overlap": mode_overlap,
-         "mismatch": mode_mismatch, "process_set": mode_process_set}[mode]()
+         "mismatch": mode_mismatch, "process_set": mode_process_set,
+         "sampler": mode_sampler, "state": mode_state}[mode]()
         if failures == before:
             print("[ok]", mode)
     hvd.shutdown()

@@ -205,6 +205,12 @@ class GradientReducer {
   // A bucket's allreduce was submitted and synchronize() has not run yet (zeroing gradients
   // now would race with Kolo writing them).
   bool pending() const;
+  // Drops the unfinished step without waiting: pass and sample counts and the submitted
+  // allreduces' handles (a dropped handle keeps its tensors alive until the operation ends).
+  // For elastic training, after the world broke: those operations fail or are aborted by the
+  // shutdown that re-forms the world, which is also when they stop writing into the gradients.
+  // The gradients keep whatever they hold; the caller zeroes them before the next step.
+  void abandon_step();
 
   // While a NoSync lives, backward passes only accumulate gradients locally (no
   // communication), as DDP's no_sync(); the next pass outside it reduces the sum. Such passes

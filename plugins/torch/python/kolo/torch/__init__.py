@@ -16,6 +16,11 @@ same order), remove_process_set, global_process_set, ProcessSet.rank()/size()/in
 and the process_set argument of every collective and of DistributedOptimizer. A broadcast's
 root_rank is a rank of the set (0..size()-1), as in Horovod.
 
+Elastic training is horovod.torch.elastic's API: hvd.elastic.run, hvd.elastic.TorchState and
+hvd.elastic.ElasticSampler (kolo/torch/elastic; docs/elastic-torch.md). A lost peer raises
+HorovodInternalError and a world the launcher grew raises HostsUpdatedInterrupt, both KoloErrors,
+also importable from kolo.common.exceptions as from horovod.common.exceptions.
+
 Beyond Horovod: DistributedOptimizer.set_local_batch_size(n) weights each rank's gradient by its
 sample count (Kolo's exact averaging: uneven local batches give the gradient of the union), and
 DistributedOptimizer.no_sync() accumulates gradients locally as DDP's no_sync() does.
@@ -25,11 +30,13 @@ import io
 import itertools
 import pickle
 import warnings
+import weakref
 
 import torch
 
 from . import _kolo_torch as _C
 from ._kolo_torch import KoloError  # noqa: F401  (re-exported)
+from ._kolo_torch import HorovodInternalError, HostsUpdatedInterrupt  # noqa: F401
 
 Sum = _C.SUM
 Average = _C.AVERAGE
@@ -147,6 +154,7 @@ class ProcessSet:
 
 global_process_set = ProcessSet([])
 global_process_set._set = _C.global_process_set()
+_added_sets = weakref.WeakSet()  # the ProcessSets add_process_set returned, for _reform()
 
 
 def add_process_set(process_set):
@@ -159,6 +167,7 @@ def add_process_set(process_set):
     if process_set._set is not None:
         raise ValueError("%s was added already" % process_set)
     process_set._set = _C.add_process_set(process_set._ranks)
+    _added_sets.add(process_set)
     return process_set
 
 
@@ -170,6 +179,7 @@ def remove_process_set(process_set):
     if process_set._set.id() == 0:
         return False
     _C.remove_process_set(process_set._set)
+    _added_sets.discard(process_set)
     process_set._set = None
     return True
 
@@ -194,6 +204,31 @@ _noname = itertools.count()
 
 def _name(kind, name):
     return name if name is not None else "%s.noname.%d" % (kind, next(_noname))
+
+
+def _world_joined():
+    """Unnamed operations count from 0 again: a rank that joins a re-formed world and the
+    survivors must give the same names to the same calls."""
+    global _noname
+    _noname = itertools.count()
+
+
+def _reform():
+    """Leaves the current world and joins the next one (kolo::elastic::reform: shutdown, then init
+    into the newest generation that names this worker). The old world's handles are dropped:
+    their operations failed or can never complete."""
+    _handles.clear()
+    _C.elastic_reform()
+    _world_joined()
+    # A set whose members all survived keeps its id with its members renumbered (Note [Elastic
+    # process sets] in coordinator/elastic_sets.cc); the objects the program holds take the new
+    # numbers, so that their rank(), size() and ranks (broadcast_object's root) are right. A set
+    # that lost a member keeps its old object, whose operations fail naming the set.
+    current = {s.id(): s for s in _C.process_sets()}
+    for ps in list(_added_sets):
+        renumbered = current.get(ps._set.id())
+        if renumbered is not None:
+            ps._set, ps._ranks = renumbered, renumbered.ranks()
 
 
 def _op(op, average):
@@ -390,6 +425,20 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     return obj if is_root else pickle.loads(payload.numpy().tobytes())
 
 
+def allgather_object(obj, name=None, process_set=global_process_set):
+    """Every rank's `obj` (pickled), as a list in rank order (of the process set)."""
+    name = _name("allgather_object", name)
+    payload = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
+    sizes = allgather(torch.tensor([payload.numel()], dtype=torch.int64), name=name + ".sizes",
+                      process_set=process_set)
+    data = allgather(payload, name=name, process_set=process_set).numpy().tobytes()
+    out, at = [], 0
+    for n in sizes.tolist():
+        out.append(pickle.loads(data[at:at + n]))
+        at += n
+    return out
+
+
 def broadcast_optimizer_state(optimizer, root_rank=0):
     """Copies root_rank's optimizer state_dict (buffers and hyper-parameters) to every rank."""
     state = None
@@ -503,6 +552,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._reducer.mark_step()  # the autotuner's step boundary; buckets follow its size
         return loss
 
+    def _abandon_step(self):
+        """Drops an unfinished step (elastic: the world broke during it; TorchState.restore)."""
+        self._reducer.abandon_step()
+        self._synchronized = False
+
     def zero_grad(self, *args, **kwargs):
         if self._reducer.pending():
             raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
@@ -522,3 +576,6 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
                op, gradient_predivide_factor, bucket_size, process_set)
+
+
+from . import elastic  # noqa: E402,F401  (hvd.elastic, as horovod.torch has it)

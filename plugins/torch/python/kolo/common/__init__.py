@@ -1,0 +1,1 @@
+"""Names a Horovod script imports from horovod.common (kolo.common.exceptions)."""
