@@ -28,6 +28,9 @@ Status run(State& state, const std::function<Status()>& fn, const RunOptions& op
   const int limit = options.reset_limit >= 0 ? options.reset_limit : reset_limit();
   int resets = 0;
   Status st = state.sync();
+  // A worker that joins a re-formed world (a replacement, a discovered slot) takes a State
+  // synced from a world of another size: what depends on the size is rebuilt, as after a reset.
+  if (st.ok() && generation() > 0) st = detail::call_reset_callbacks(state);
   while (true) {
     if (st.ok()) st = fn();
     if (st.ok() || !enabled() || !is_world_change(st)) return st;

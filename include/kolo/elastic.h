@@ -168,7 +168,8 @@ struct RunOptions {
   int reset_limit = -1;
 };
 
-// Syncs `state` (every rank, a joining one included, starts from the newest commit), then calls
+// Syncs `state` (every rank, a joining one included, starts from the newest commit), runs its
+// on_reset callbacks when this worker joined a re-formed world (generation() > 0), then calls
 // fn. When fn fails with a world change (is_world_change) in an elastic job: reform(), then
 // state.sync() (which rolls every rank, this one included, back to the newest commit: the
 // restore), then the State's on_reset callbacks, then fn again, up to the reset limit.

@@ -73,6 +73,7 @@ void bind_errors(py::module_& m) {
 void bind_elastic(py::module_& m) {
   m.def("elastic_enabled", &kolo::elastic::enabled);
   m.def("elastic_generation", &kolo::elastic::generation);
+  m.def("elastic_reset_limit", &kolo::elastic::reset_limit);
   m.def(
       "elastic_check_world", [] { kt::check(kolo::elastic::check_world()); },
       py::call_guard<py::gil_scoped_release>());

@@ -15,7 +15,6 @@ launched with `kolorun -np 4 --min-np 2 --max-np 6 python3 train.py`. Without --
 the job is fixed and run() calls the function once, after a sync.
 """
 import functools
-import os
 import sys
 
 from .. import _C, _reform, _world_joined, rank, size
@@ -23,10 +22,6 @@ from .. import HorovodInternalError, HostsUpdatedInterrupt  # noqa: F401  (as Ho
 from .sampler import ElasticSampler  # noqa: F401
 from .state import State, TorchState  # noqa: F401
 
-RESET_LIMIT_ENV = "KOLO_ELASTIC_RESET_LIMIT"
-# The registry's default (common/knob_table.cc, KOLO_ELASTIC_RESET_LIMIT): the library does not
-# yet expose the parsed knob to plugins, so its row's default is repeated here.
-_DEFAULT_RESET_LIMIT = 100
 
 
 def enabled():
@@ -48,14 +43,8 @@ def _log(message):
 
 def _reset_limit(explicit):
     if explicit is None:
-        text = os.environ.get(RESET_LIMIT_ENV)
-        if text is None:
-            return _DEFAULT_RESET_LIMIT
-        try:
-            explicit = int(text)
-        except ValueError:
-            raise ValueError("%s=%r: expected an integer >= 0 (how many times run() re-forms the "
-                             "world before it gives up)" % (RESET_LIMIT_ENV, text)) from None
+        # KOLO_ELASTIC_RESET_LIMIT as kolo::init() parsed and checked it.
+        return _C.elastic_reset_limit()
     if isinstance(explicit, bool) or not isinstance(explicit, int) or explicit < 0:
         raise ValueError("reset_limit must be an integer >= 0, got %r" % (explicit,))
     return explicit
