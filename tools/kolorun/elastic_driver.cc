@@ -1,6 +1,9 @@
 #include "tools/kolorun/elastic_driver.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <sstream>
+#include <utility>
 
 namespace kolo::kolorun {
 
@@ -31,7 +34,8 @@ void ElasticDriver::on_exit(int64_t worker, bool clean, std::string how, bool st
   auto it = workers_.find(worker);
   if (it == workers_.end() || it->second.state == WorkerState::kExited) return;
   Worker& w = it->second;
-  const bool was_member = w.state == WorkerState::kMember;
+  // A stuck worker left out of the newest generation leaves nothing to re-form.
+  const bool was_member = w.state == WorkerState::kMember && plan_.rank_of(worker).has_value();
   w.state = WorkerState::kExited;
   w.clean = clean;
   w.failed = !clean && !stopped;
@@ -70,12 +74,33 @@ Status ElasticDriver::poll_store(Clock::time_point now) {
     w.state = WorkerState::kReady;
     w.ready_since = now;
   }
+  KOLO_RETURN_IF_ERROR(poll_stuck());
   if (reform_due_) return Status::Ok();
   // add(0) reads the counter in one round trip (a missing key counts as 0).
   KOLO_ASSIGN_OR_RETURN(int64_t requests, store_.add(ep::reform_key(plan_.generation), 0));
   if (requests > 0) reform_due_ = true;
   return Status::Ok();
 }
+
+Status ElasticDriver::poll_stuck() {
+  if (stuck_read_ == plan_.generation) return Status::Ok();
+  KOLO_ASSIGN_OR_RETURN(bool named, store_.check(ep::stuck_key(plan_.generation)));
+  if (!named) return Status::Ok();
+  KOLO_ASSIGN_OR_RETURN(std::string ids, store_.get(ep::stuck_key(plan_.generation),
+                                                    std::chrono::milliseconds(1000)));
+  stuck_read_ = plan_.generation;
+  std::istringstream list(ids);
+  for (std::string id; std::getline(list, id, ',');) {
+    auto it = workers_.find(std::strtoll(id.c_str(), nullptr, 10));
+    if (it == workers_.end() || it->second.state != WorkerState::kMember || it->second.stuck)
+      continue;
+    it->second.stuck = true;
+    to_stop_.push_back(it->first);
+  }
+  return Status::Ok();
+}
+
+std::vector<int64_t> ElasticDriver::take_stuck() { return std::exchange(to_stop_, {}); }
 
 Status ElasticDriver::end(std::string message) {
   if (end_message_) return Status::Ok();
@@ -103,8 +128,10 @@ Status ElasticDriver::publish(int64_t generation,
 
 std::vector<std::pair<int64_t, std::string>> ElasticDriver::candidates() const {
   std::vector<std::pair<int64_t, std::string>> out;
-  for (const ep::PlanMember& m : plan_.members)
-    if (workers_.at(m.worker).state == WorkerState::kMember) out.emplace_back(m.worker, m.host);
+  for (const ep::PlanMember& m : plan_.members) {
+    const Worker& w = workers_.at(m.worker);
+    if (w.state == WorkerState::kMember && !w.stuck) out.emplace_back(m.worker, m.host);
+  }
   for (const auto& [id, w] : workers_)
     if (w.state == WorkerState::kReady) out.emplace_back(id, w.host);
   return out;

@@ -24,6 +24,10 @@
 // is formed or started, and the job succeeds when every member of that generation has exited 0.
 // A member that fails meanwhile, or a re-form request, ends the job instead (a rank waiting for
 // a new world would otherwise wait for one that never comes).
+// Stuck. Rank 0 names the members its stall inspector gave up on (stuck_key(G): alive but not
+// taking part); the driver hands them to the supervisor to stop (take_stuck(), SIGKILL) and
+// leaves them out of the next generation, which it forms once they are reaped, as for any member
+// that died. They count as failed.
 // Blacklist. A host whose workers failed --blacklist-after times gets no new worker. Workers
 // kolorun stopped itself, and those that exited 0, do not count.
 #pragma once
@@ -81,6 +85,10 @@ class ElasticDriver {
   // store failed. The store's error, if writing fails.
   Status end(std::string message);
 
+  // The members named stuck since the last call (Note [kolorun's generations]): the supervisor
+  // stops them (SIGKILL). Each worker is handed over once.
+  std::vector<int64_t> take_stuck();
+
   // Whether a new worker may start on `host`: not ended or finishing, fewer than --max-np live,
   // and the host not blacklisted.
   bool may_start_on(const std::string& host) const;
@@ -106,6 +114,7 @@ class ElasticDriver {
     std::optional<Clock::time_point> ready_since;
     bool clean = false;   // exited 0
     bool failed = false;  // exited otherwise, and not stopped by kolorun
+    bool stuck = false;   // named by stuck_key: left out of the next generation
     std::string how;      // exit_text() once exited
     std::optional<std::pair<int64_t, int>> last_rank;  // (generation, rank) it last held
   };
@@ -113,6 +122,8 @@ class ElasticDriver {
   // Writes plan_key(G) for these workers, then raises kGenerationKey to G.
   Status publish(int64_t generation, const std::vector<std::pair<int64_t, std::string>>& workers);
   Status poll_store(Clock::time_point now);
+  // Reads stuck_key of the newest generation, once it is there.
+  Status poll_stuck();
   // The next generation's members: live members in rank order, then ready workers by id.
   std::vector<std::pair<int64_t, std::string>> candidates() const;
   bool joiners_due(Clock::time_point now) const;
@@ -131,7 +142,9 @@ class ElasticDriver {
   std::map<std::string, int> failures_on_;  // host -> failed workers
   elastic_protocol::Plan plan_;             // the newest generation's
   bool published_ = false;
-  bool reform_due_ = false;  // a member of the newest generation died, or a rank asked
+  bool reform_due_ = false;       // a member of the newest generation died, or a rank asked
+  int64_t stuck_read_ = -1;       // the generation whose stuck_key was read
+  std::vector<int64_t> to_stop_;  // stuck members not yet taken by the supervisor
   bool finishing_ = false;
   std::optional<int64_t> finisher_;  // the member whose exit 0 started the finishing
   std::optional<std::string> end_message_;

@@ -216,6 +216,25 @@ TEST_F(ElasticDriverTest, AJoinerThatExitsBeforeItIsNamedIsNotInTheNextGeneratio
   EXPECT_EQ(driver_->state_of(2), WorkerState::kExited);
 }
 
+TEST_F(ElasticDriverTest, AStuckMemberIsHandedOverOnceAndLeftOutOfTheNextGeneration) {
+  start(4, {.min_np = 2, .max_np = 4});
+  step();
+  EXPECT_TRUE(driver_->take_stuck().empty());
+  // Rank 0's stall inspector gave up on worker 2; the others' operations failed and they ask.
+  ASSERT_TRUE(store_.set(ep::stuck_key(0), "2").ok());
+  ASSERT_TRUE(store_.add(ep::reform_key(0), 1).ok());
+  step();
+  EXPECT_EQ(driver_->take_stuck(), (std::vector<int64_t>{2}));
+  EXPECT_TRUE(driver_->take_stuck().empty());  // once
+  EXPECT_EQ(published_generation(), 1);
+  EXPECT_EQ(members(1), (std::vector<int64_t>{0, 1, 3}));
+  // Then the supervisor's SIGKILL: a failure, and no further generation for it.
+  driver_->on_exit(2, false, kKill, false);
+  step();
+  EXPECT_EQ(published_generation(), 1);
+  EXPECT_FALSE(driver_->end_message());
+}
+
 TEST(JoinAnd, ListsLikeASentence) {
   EXPECT_EQ(join_and({}), "");
   EXPECT_EQ(join_and({"a"}), "a");
