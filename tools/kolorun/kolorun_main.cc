@@ -57,6 +57,11 @@ int run_elastic(const LaunchOptions& o, const kolo::KnobSet& knobs) {
     return 2;
   }
   so.initial_workers = *initial;
+  // With --rdzv other nodes' kolorun may take part, from the start or later (Note [Elastic
+  // nodes] in elastic_nodes.h).
+  so.several_nodes = o.rdzv.has_value();
+  so.nnodes = o.nnodes;
+  so.node_rank = o.node_rank;
   if (kolo::Status s = check_node_capacity(e.max_np, o.tag_output); !s.ok()) {
     std::cerr << "kolorun: " << s.message() << "\n";
     return 2;

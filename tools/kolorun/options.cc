@@ -249,20 +249,27 @@ Status OptionParser::finish_elastic() {
   std::string given;
   for (size_t k = 0; k < elastic_flags_.size(); ++k)
     given += (k == 0 ? "" : k + 1 == elastic_flags_.size() ? " and " : ", ") + elastic_flags_[k];
-  if (o_.nnodes > 1)
+  const bool several = o_.nnodes > 1 || o_.node_rank > 0;
+  if (several && elastic_.discovery_script)
     return Status::InvalidArgument(
-        given + " (an elastic job) and --nnodes " + std::to_string(o_.nnodes) +
-        " are given together: an elastic job runs on one node for now; drop --nnodes, or the "
-        "elastic flags (--min-np, --max-np, --respawn, --host-discovery-script)");
-  const std::string np = std::to_string(o_.np);
-  elastic_.min_np = min_np_.value_or(o_.np);
-  elastic_.max_np = max_np_.value_or(o_.np);
-  if (elastic_.min_np > o_.np)
+        "--host-discovery-script and --nnodes " + std::to_string(o_.nnodes) + " (--node-rank " +
+        std::to_string(o_.node_rank) +
+        ") are given together: an elastic job on several nodes grows by nodes that join "
+        "(kolorun --node-rank K with K >= --nnodes), not by a discovery script yet");
+  // -np counts this node's workers; --min-np and --max-np the job's (Note [Elastic nodes]).
+  const int start = o_.np * o_.nnodes;
+  const std::string np = several ? "-np " + std::to_string(o_.np) + " x --nnodes " +
+                                       std::to_string(o_.nnodes) + " = " + std::to_string(start)
+                                 : "-np " + std::to_string(o_.np);
+  const std::string workers = several ? "that many workers" : "-np workers";
+  elastic_.min_np = min_np_.value_or(start);
+  elastic_.max_np = max_np_.value_or(start);
+  if (elastic_.min_np > start)
     return bad("--min-np", std::to_string(elastic_.min_np),
-               "an integer in [1, -np " + np + "]: the job starts with -np workers");
-  if (elastic_.max_np < o_.np)
+               "an integer in [1, " + np + "]: the job starts with " + workers);
+  if (elastic_.max_np < start)
     return bad("--max-np", std::to_string(elastic_.max_np),
-               "an integer >= -np " + np + ": the job starts with -np workers");
+               "an integer >= " + np + ": the job starts with " + workers);
   o_.elastic = elastic_;
   return Status::Ok();
 }
@@ -291,14 +298,15 @@ Status OptionParser::check_complete() const {
         "-np N (the processes on this node) or --np-total N (in the whole job) is required");
   if (o_.command.empty())
     return Status::InvalidArgument("no command given: kolorun [options] -np N cmd args...");
-  if (o_.node_rank >= o_.nnodes)
+  // An elastic job takes nodes that join later (Note [Elastic nodes]).
+  if (o_.node_rank >= o_.nnodes && elastic_flags_.empty())
     return bad("--node-rank", std::to_string(o_.node_rank),
                "an integer in [0, --nnodes=" + std::to_string(o_.nnodes) + ")");
-  if (o_.nnodes > 1 && !o_.rdzv)
+  if ((o_.nnodes > 1 || o_.node_rank > 0) && !o_.rdzv)
     return Status::InvalidArgument("--nnodes " + std::to_string(o_.nnodes) +
                                    " needs --rdzv HOST:PORT: the address node 0 serves the "
                                    "store on and the other nodes connect to");
-  if (o_.rdzv && o_.nnodes > 1 && o_.rdzv->port == 0)
+  if (o_.rdzv && (o_.nnodes > 1 || o_.node_rank > 0) && o_.rdzv->port == 0)
     return bad("--rdzv", o_.rdzv->to_string(), "HOST:PORT with a fixed port when --nnodes > 1");
   return Status::Ok();
 }
