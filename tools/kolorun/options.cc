@@ -422,18 +422,24 @@ default to the size of that share, so that the ranks do not oversubscribe the no
   --print-config=markdown  print README's configuration table, generated from the registry
   -h, --help             this text
 
-Elastic jobs (docs/elastic.md; one node): any of these flags makes the job elastic. Each
+Elastic jobs (docs/elastic.md): any of these flags makes the job elastic. Each
 process is then a worker (KOLO_ELASTIC_WORKER=W; 0..N-1 first, then N, N+1, ... never reused)
 whose rank comes from the world's current generation, not from KOLO_RANK. A worker that fails
 no longer stops the others: the survivors re-form the world and go on while at least --min-np
-workers live; new workers join at the running ranks' next commit().
+workers live; new workers join at the running ranks' next commit(). On several nodes (one
+kolorun each, the same flags; --min-np and --max-np count the job's workers, default -np x
+--nnodes), node 0 drives: a node whose kolorun stops beating for 1.5s is lost with its workers,
+and a kolorun started later with --node-rank K >= --nnodes (same flags, --rdzv, secret) joins
+with its -np workers; give --rdzv on node 0 even with --nnodes 1 for that. Node 0 lost ends
+the job on every node.
   --min-np N             fewer live workers end the job, naming the lost ones (default -np)
   --max-np N             never more live workers than N (default -np)
   --respawn              start a replacement on the same host when a worker fails
   --host-discovery-script PATH
                          run PATH every --discovery-interval; it prints one "host:slots" (or
                          "host", one slot) line per host; workers follow this host's slots
-                         (localhost, 127.0.0.1 or its hostname), up to --max-np
+                         (localhost, 127.0.0.1 or its hostname), up to --max-np; one node
+                         only
   --discovery-interval DUR  how often the script runs (default 1s)
   --discovery-timeout DUR   a run that takes longer is killed and warned about (default 10s)
   --blacklist-after K    a host whose workers failed K times gets no new ones (default 3)
