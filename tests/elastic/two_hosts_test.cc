@@ -125,6 +125,23 @@ TEST_F(ElasticNodes, TooFewLeftAfterAHostIsLostEndsTheJobSayingSo) {
   EXPECT_EQ(count_occurrences(n0.output(), "done steps"), 0) << both(n0, n1);
 }
 
+// --min-np 4 and a worker of node 1 killed: three left. Both kolorun print node 0's message and
+// exit non-zero, and so does every rank left, on both nodes.
+TEST_F(ElasticNodes, TooFewLeftEndsTheJobOnEveryNodeWithOneMessage) {
+  const std::string flags = "--nnodes 2 -np 2 --min-np 4";
+  const std::string work = "--steps 200 --commit-every 5 --step-ms 50 --die 2:10:0";
+  Launch n0(node(0, flags, work)), n1(node(1, flags, work));
+  auto s0 = n0.finish(60s), s1 = n1.finish(20s);
+  ASSERT_TRUE(s0 && s1) << both(n0, n1);
+  EXPECT_EQ(exit_code(*s0), 1) << both(n0, n1);
+  EXPECT_EQ(exit_code(*s1), 1) << both(n0, n1);
+  const std::string why = "kolorun: 3 ranks left, fewer than --min-np 4: lost worker 2 (";
+  EXPECT_EQ(count_occurrences(n0.output(), why), 3) << both(n0, n1);  // kolorun, 2 ranks
+  EXPECT_EQ(count_occurrences(n1.output(), why), 2) << both(n0, n1);  // kolorun, worker 3
+  EXPECT_EQ(count_occurrences(n1.output(), "kolorun: worker 2 (pid "), 1) << both(n0, n1);
+  EXPECT_EQ(count_occurrences(both(n0, n1), "done steps"), 0) << both(n0, n1);
+}
+
 // Node 0's kolorun SIGKILLed: the store goes with it. Node 1's kolorun says so, stops its
 // workers and exits 1 within seconds, never waiting for a world that cannot come.
 TEST_F(ElasticNodes, NodeZeroLostEndsTheOtherNodeWithinSeconds) {
