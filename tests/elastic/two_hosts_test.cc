@@ -5,9 +5,13 @@
 // different bounds. Needs root for the namespaces; every test skips, saying why, without it.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <fstream>
 #include <string>
 #include <thread>
 
@@ -102,6 +106,46 @@ TEST_F(ElasticNodes, AHostStartedLaterJoinsAtACommit) {
   const size_t joined = n1.output().find("] step ");
   ASSERT_NE(joined, std::string::npos) << out;
   EXPECT_EQ(std::stoi(n1.output().substr(joined + 7)) % 5, 0) << out;
+}
+
+// Node 1's kolorun runs, registered, but gets workers only once node 0's discovery script lists
+// its host (by its name in plans: the namespaces share a hostname, so "<hostname>/node1").
+TEST_F(ElasticNodes, AHostListedLaterByTheDiscoveryScriptGetsWorkers) {
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  const std::string dir = ::testing::TempDir() + "kolo_two_hosts_" + std::to_string(::getpid());
+  const std::string list = dir + "/hosts", script = dir + "/discover.sh";
+  ::mkdir(dir.c_str(), 0700);
+  auto write = [](const std::string& path, const std::string& text) {
+    std::ofstream(path) << text;
+  };
+  write(list, "localhost:2\n");
+  write(script, "#!/bin/sh\ncat " + list + "\n");
+  ASSERT_EQ(::chmod(script.c_str(), 0700), 0);
+  const std::string flags =
+      "--nnodes 1 -np 2 --min-np 2 --max-np 4 --discovery-interval 200ms "
+      "--host-discovery-script " +
+      script;
+  const std::string work = "--steps 100 --commit-every 5 --step-ms 50";
+  Launch n0(node(0, flags, work));
+  ASSERT_TRUE(n0.wait_for("step 0 generation 0 size 2", 2, 60s)) << n0.output();
+  Launch n1(node(1, flags, work));
+  ASSERT_TRUE(
+      n0.wait_for("kolorun: node 1 .* joined; it gets workers when the discovery script "
+                  "lists it as ",
+                  1, 30s))
+      << both(n0, n1);
+  // Written whole and renamed, so that a run never reads half a list.
+  write(list + ".new", "localhost:2\n" + std::string(name) + "/node1:2\n");
+  ASSERT_EQ(std::rename((list + ".new").c_str(), list.c_str()), 0);
+  auto s0 = n0.finish(60s), s1 = n1.finish(20s);
+  kolo::testing::run_command("rm -rf " + dir);
+  ASSERT_TRUE(s0 && s1) << both(n0, n1);
+  EXPECT_EQ(exit_code(*s0), 0) << both(n0, n1);
+  EXPECT_EQ(exit_code(*s1), 0) << both(n0, n1);
+  const std::string out = both(n0, n1);
+  EXPECT_EQ(count_occurrences(out, "done steps 100 weights 100.0 generation "), 4) << out;
+  EXPECT_EQ(count_occurrences(out, " size 4 resets "), 4) << out;
 }
 
 // --min-np 3 and node 1 lost: two ranks left; the job ends with one message, on node 0's

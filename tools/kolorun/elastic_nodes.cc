@@ -1,5 +1,6 @@
 #include "tools/kolorun/elastic_nodes.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "rendezvous/elastic_plan.h"
@@ -139,6 +140,31 @@ Status NodeRoster::finish(int code, std::chrono::milliseconds bound) {
     if (k != 0 && !n.lost) keys.push_back(node_key(k, "done"));
   if (keys.empty()) return Status::Ok();
   return store_.wait(keys, bound).with_context("waiting for the other nodes' kolorun to leave");
+}
+
+NodeTargets node_targets(const std::vector<HostSlots>& hosts,
+                         const std::map<int, NodeRoster::Node>& nodes, int max_np) {
+  NodeTargets t;
+  const LocalShare here = local_share(hosts, nodes.at(0).host);
+  std::map<std::string, int> slots_of;
+  for (const HostSlots& h : hosts) slots_of[h.host] = h.slots;
+  for (const auto& [k, n] : nodes) {
+    int slots = 0;
+    if (k == 0) {
+      slots = here.slots;
+    } else if (auto it = slots_of.find(n.name); it != slots_of.end() && !n.lost) {
+      slots = it->second;
+    }
+    t.listed += slots;
+    t.workers[k] = std::min(slots, max_np - t.total);
+    t.total += t.workers[k];
+  }
+  for (const std::string& host : here.other_hosts) {
+    bool claimed = false;
+    for (const auto& [k, n] : nodes) claimed |= k != 0 && n.name == host && !n.lost;
+    if (!claimed && slots_of[host] > 0) t.unclaimed.push_back(host);
+  }
+  return t;
 }
 
 NodeLink::NodeLink(Store& store, int node) : store_(store), node_(node) {}

@@ -33,7 +33,9 @@
 // within kolorun's store bound (job.cc), and its kolorun stops its workers and exits 1 saying so.
 // Joining. Initial nodes get generation 0's workers by start orders. A node started later
 // registers under `late`; the driver gives it up to its -np workers (within --max-np) as new
-// workers, which join at the running ranks' next commit like workers of new slots.
+// workers, which join at the running ranks' next commit like workers of new slots. With
+// --host-discovery-script (run on node 0 only) every node follows instead the slots of the line
+// naming it (node_targets()): a node registers, then waits until its host is listed.
 // Ending. Node 0 writes `over` once its own supervision ended (the job finished or ended), then
 // waits, bounded, for the live nodes' `done` before it stops serving the store.
 #pragma once
@@ -47,6 +49,7 @@
 
 #include "kolo/status.h"
 #include "rendezvous/store.h"
+#include "tools/kolorun/host_discovery.h"
 
 namespace kolo::kolorun {
 
@@ -116,6 +119,20 @@ class NodeRoster {
   int64_t late_seen_ = 0;
   Clock::time_point last_beats_{};
 };
+
+// What a discovered list (--host-discovery-script on node 0) asks of each node: node 0 gets the
+// slots of the lines that mean its host (local_share: localhost, 127.0.0.1, its hostname), any
+// other node those of the line naming it as plans do (its hostname, or "<hostname>/node<K>"),
+// 0 when none does; filled in node-rank order up to max_np in all. Lost nodes get nothing.
+// `unclaimed`: hosts listed with slots where no kolorun of the job runs (yet).
+struct NodeTargets {
+  std::map<int, int> workers;  // node -> workers
+  int total = 0;               // the sum of workers
+  int listed = 0;              // the slots of the nodes' lines before the max_np cap
+  std::vector<std::string> unclaimed;
+};
+NodeTargets node_targets(const std::vector<HostSlots>& hosts,
+                         const std::map<int, NodeRoster::Node>& nodes, int max_np);
 
 // A node's side (node rank > 0). Not thread-safe; the store must outlive it. Errors are the
 // store's: node 0 gone.

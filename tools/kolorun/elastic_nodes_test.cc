@@ -114,5 +114,20 @@ TEST_F(ElasticNodesTest, NodeZeroWaitsBoundedForTheNodesToLeave) {
   EXPECT_NE(s.message().find("kolorun/elastic/node/1/done"), std::string::npos) << s.message();
 }
 
+TEST_F(ElasticNodesTest, DiscoveredSlotsGoToTheNodesThatRunThereUpToMaxNp) {
+  ASSERT_TRUE(store_.set(node_host_key(2), "h0").ok());
+  ASSERT_TRUE(NodeLink(store_, 2).register_late(2).ok());
+  ASSERT_TRUE(roster_.poll(t0_).ok());  // nodes 0 "h0", 1 "h1", 2 "h0/node2"
+  NodeTargets t = node_targets({{"localhost", 2}, {"h0/node2", 3}, {"h9", 4}}, roster_.nodes(), 4);
+  EXPECT_EQ(t.workers, (std::map<int, int>{{0, 2}, {1, 0}, {2, 2}}));  // capped at 4 in all
+  EXPECT_EQ(t.total, 4);
+  EXPECT_EQ(t.listed, 5);
+  EXPECT_EQ(t.unclaimed, std::vector<std::string>{"h9"});
+  ASSERT_TRUE(roster_.give_up(1, "gone").ok());
+  t = node_targets({{"h0", 1}, {"h1", 2}}, roster_.nodes(), 8);
+  EXPECT_EQ(t.workers, (std::map<int, int>{{0, 1}, {1, 0}, {2, 0}}));  // a lost node: nothing
+  EXPECT_EQ(t.unclaimed, std::vector<std::string>{"h1"});
+}
+
 }  // namespace
 }  // namespace kolo::kolorun

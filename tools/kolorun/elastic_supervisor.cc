@@ -144,6 +144,7 @@ void ElasticSupervisor::apply_discovery() {
     return;
   }
   last_discovery_warning_.clear();
+  if (roster_) return apply_node_discovery(**found);
   const LocalShare share = local_share(**found, o_.host);
   if (!share.other_hosts.empty() && !warned_other_hosts_) {
     warned_other_hosts_ = true;

@@ -9,6 +9,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -88,6 +89,9 @@ class ElasticSupervisor {
   void on_node_lost(int node);
   void on_node_joined(int node);
   void stop_remote_workers();
+  // The discovery script's list on node 0 of several: each node's workers follow its slots.
+  void apply_node_discovery(const std::vector<HostSlots>& hosts);
+  void follow_node_target(int node, int target);
   // Any other node: follows node 0's orders and word.
   void follow(Clock::time_point now);
   void follow_word(Clock::time_point now);
@@ -112,11 +116,14 @@ class ElasticSupervisor {
   bool finished_stop_sent_ = false;
   int64_t generation_said_ = 0;
   std::optional<Clock::time_point> drain_until_;
-  std::optional<NodeRoster> roster_;    // node 0 of several
-  std::map<int64_t, int> worker_node_;  // node 0 of several: the node of each worker
-  std::optional<NodeLink> link_;        // any other node
-  std::optional<int> over_code_;        // any other node: the job is over for it, so
-  Clock::time_point word_read_{};       // any other node: node 0's word last read
+  std::optional<NodeRoster> roster_;                  // node 0 of several
+  std::map<int64_t, int> worker_node_;                // node 0 of several: the node of each worker
+  std::optional<std::vector<HostSlots>> last_hosts_;  // node 0 of several: discovered last
+  std::set<int64_t> stop_ordered_;                    // node 0 of several: remote stops sent
+  std::set<std::string> unclaimed_warned_;
+  std::optional<NodeLink> link_;   // any other node
+  std::optional<int> over_code_;   // any other node: the job is over for it, so
+  Clock::time_point word_read_{};  // any other node: node 0's word last read
   bool node0_lost_ = false;
 };
 

@@ -94,6 +94,12 @@ void ElasticSupervisor::on_node_lost(int node) {
 
 void ElasticSupervisor::on_node_joined(int node) {
   const NodeRoster::Node& n = roster_->nodes().at(node);
+  if (o_.discovery) {
+    say("node " + std::to_string(node) + " (host " + n.host + ") joined; it gets workers when " +
+        "the discovery script lists it as " + n.name);
+    if (last_hosts_) apply_node_discovery(*last_hosts_);
+    return;
+  }
   int started = 0;
   while (started < n.np && driver_.may_start_on(n.name)) {
     start_remote_worker(node);
@@ -110,6 +116,52 @@ void ElasticSupervisor::stop_remote_workers() {
     const std::optional<WorkerState> state = driver_.state_of(id);
     if (node == 0 || !state || *state == WorkerState::kExited) continue;
     if (!roster_->nodes().at(node).lost) (void)roster_->order(node, {false, id});
+  }
+}
+
+void ElasticSupervisor::apply_node_discovery(const std::vector<HostSlots>& hosts) {
+  last_hosts_ = hosts;
+  if (driver_.end_message() || driver_.finishing() || interrupted_by_) return;
+  const NodeTargets t = node_targets(hosts, roster_->nodes(), o_.elastic.max_np);
+  for (const std::string& host : t.unclaimed) {
+    if (!unclaimed_warned_.insert(host).second) continue;
+    say("warning: the discovery script lists " + host +
+        ", where no kolorun of this job runs: start kolorun there with --node-rank K >= --nnodes " +
+        std::to_string(o_.nnodes) + " (and this job's flags) for it to get workers");
+  }
+  if (t.total < o_.elastic.min_np) {
+    const std::string why = "the discovery script lists " + std::to_string(t.listed) +
+                            " slots on this job's nodes, fewer than --min-np " +
+                            std::to_string(o_.elastic.min_np);
+    if (why != last_discovery_warning_) say("warning: " + why + "; the workers stay as they are");
+    last_discovery_warning_ = why;  // said once while it lasts
+    return;
+  }
+  for (const auto& [node, target] : t.workers)
+    if (!roster_->nodes().at(node).lost) follow_node_target(node, target);
+}
+
+void ElasticSupervisor::follow_node_target(int node, int target) {
+  const std::string& name = roster_->name_of(node);
+  // This node's workers that are neither exited nor being stopped, oldest first.
+  std::vector<int64_t> active;
+  for (const auto& [id, k] : worker_node_) {
+    const std::optional<WorkerState> state = driver_.state_of(id);
+    if (k == node && state && *state != WorkerState::kExited && !stop_ordered_.count(id))
+      active.push_back(id);
+  }
+  if (node == 0) {
+    target_ = target;
+    return follow_target();
+  }
+  for (int n = static_cast<int>(active.size()); n < target && driver_.may_start_on(name); ++n)
+    start_remote_worker(node);
+  for (int n = static_cast<int>(active.size()); n > target; --n) {
+    const int64_t id = active[static_cast<size_t>(n - 1)];
+    say("stopping worker " + std::to_string(id) + " on node " + std::to_string(node) +
+        ": the discovery script lists " + std::to_string(target) + " slots for " + name);
+    stop_ordered_.insert(id);
+    (void)roster_->order(node, {false, id});
   }
 }
 

@@ -100,14 +100,6 @@ TEST(KolorunElasticOptions, SeveralNodesCountMinAndMaxNpOverTheJob) {
             "--node-rank 1 is invalid: expected an integer in [0, --nnodes=1)");
 }
 
-TEST(KolorunElasticOptions, ADiscoveryScriptOnSeveralNodesIsRefused) {
-  EXPECT_EQ(parse_error({"-np", "2", "--nnodes", "2", "--rdzv", "h:29400",
-                         "--host-discovery-script", "/bin/true", "t"}),
-            "--host-discovery-script and --nnodes 2 (--node-rank 0) are given together: an "
-            "elastic job on several nodes grows by nodes that join (kolorun --node-rank K with K "
-            ">= --nnodes), not by a discovery script yet");
-}
-
 // ---- jobs ----
 
 TEST(KolorunElastic, WorkersHaveAWorkerIdAndNoRank) {

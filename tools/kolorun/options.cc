@@ -250,12 +250,6 @@ Status OptionParser::finish_elastic() {
   for (size_t k = 0; k < elastic_flags_.size(); ++k)
     given += (k == 0 ? "" : k + 1 == elastic_flags_.size() ? " and " : ", ") + elastic_flags_[k];
   const bool several = o_.nnodes > 1 || o_.node_rank > 0;
-  if (several && elastic_.discovery_script)
-    return Status::InvalidArgument(
-        "--host-discovery-script and --nnodes " + std::to_string(o_.nnodes) + " (--node-rank " +
-        std::to_string(o_.node_rank) +
-        ") are given together: an elastic job on several nodes grows by nodes that join "
-        "(kolorun --node-rank K with K >= --nnodes), not by a discovery script yet");
   // -np counts this node's workers; --min-np and --max-np the job's (Note [Elastic nodes]).
   const int start = o_.np * o_.nnodes;
   const std::string np = several ? "-np " + std::to_string(o_.np) + " x --nnodes " +
@@ -438,8 +432,9 @@ the job on every node.
   --host-discovery-script PATH
                          run PATH every --discovery-interval; it prints one "host:slots" (or
                          "host", one slot) line per host; workers follow this host's slots
-                         (localhost, 127.0.0.1 or its hostname), up to --max-np; one node
-                         only
+                         (localhost, 127.0.0.1 or its hostname), up to --max-np; on several
+                         nodes node 0 runs it and each node follows the line naming its host
+                         (hostname, or hostname/nodeK when two nodes share one)
   --discovery-interval DUR  how often the script runs (default 1s)
   --discovery-timeout DUR   a run that takes longer is killed and warned about (default 10s)
   --blacklist-after K    a host whose workers failed K times gets no new ones (default 3)

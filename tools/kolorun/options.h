@@ -59,8 +59,7 @@ struct LaunchOptions {
 // (InvalidArgument naming both numbers when they do not divide; also when -np is given too).
 // With --help or --print-config, -np and the command are not required.
 // Elastic flags: InvalidArgument for --min-np 0 or above -np (x --nnodes), --max-np below it, a
-// zero --discovery-interval or --discovery-timeout, --blacklist-after 0, and
-// --host-discovery-script with --nnodes > 1 or --node-rank > 0. With an elastic flag,
+// zero --discovery-interval or --discovery-timeout, and --blacklist-after 0. With an elastic flag,
 // --node-rank may be --nnodes or more: a node that joins a running job later.
 Result<LaunchOptions> parse_options(const std::vector<std::string>& args);
 
