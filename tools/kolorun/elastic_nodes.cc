@@ -113,7 +113,8 @@ Result<NodeRoster::News> NodeRoster::poll(Clock::time_point now) {
       n.beat_seen = now;
     } else if (now - n.beat_seen >= kNodeLossBound) {
       n.lost = true;
-      news.lost.push_back(k);
+      KOLO_ASSIGN_OR_RETURN(bool left, store_.check(node_key(k, "done")));
+      (left ? news.left : news.lost).push_back(k);
     }
   }
   return news;

@@ -93,13 +93,15 @@ class NodeRoster {
     std::vector<std::pair<int, NodeEvent>> exits;  // (node, event), in the node's order
     std::vector<int> joined;                       // late nodes that registered
     std::vector<int> lost;                         // nodes whose beat stopped
+    std::vector<int> left;  // nodes whose beat stopped after their kolorun wrote `done`
   };
 
   NodeRoster(Store& store, std::string node0_host, int np);
   // Adds the initial nodes 1..nnodes-1, reading their hostnames (gather_nodes wrote them).
   Status add_initial(int nnodes, int np, Clock::time_point now);
   // Reads registrations, events and (every kBeatEvery) beats. A node found lost is marked lost
-  // here and named in News::lost once; its later events are ignored.
+  // here and named in News::lost once (News::left when its kolorun said it was leaving: an
+  // interrupted node); its later events are ignored.
   Result<News> poll(Clock::time_point now);
   Status order(int node, NodeOrder order);
   // Writes node/<K>/lost with `why`.

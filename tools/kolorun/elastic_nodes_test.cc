@@ -69,6 +69,17 @@ TEST_F(ElasticNodesTest, ANodeWithoutABeatIsLostOnceAfterTheBound) {
   EXPECT_TRUE(roster_.poll(t0_ + 3 * kNodeLossBound)->lost.empty());
 }
 
+TEST_F(ElasticNodesTest, ANodeThatSaidItWasLeavingLeftRatherThanWasLost) {
+  NodeLink link(store_, 1);
+  ASSERT_TRUE(link.beat(t0_).ok());
+  ASSERT_TRUE(roster_.poll(t0_).ok());
+  link.done();
+  auto news = roster_.poll(t0_ + kNodeLossBound + 200ms);
+  ASSERT_TRUE(news.ok());
+  EXPECT_TRUE(news->lost.empty());
+  EXPECT_EQ(news->left, std::vector<int>{1});
+}
+
 TEST_F(ElasticNodesTest, ABeatingNodeIsNotLost) {
   NodeLink link(store_, 1);
   for (auto t = t0_; t < t0_ + 3 * kNodeLossBound; t += kBeatEvery) {

@@ -86,7 +86,8 @@ class ElasticSupervisor {
   void start_remote_worker(int node);
   void poll_nodes(Clock::time_point now);
   void on_remote_exit(int node, const NodeEvent& e);
-  void on_node_lost(int node);
+  // `left`: its kolorun said it was leaving (interrupted) before its beat stopped.
+  void on_node_lost(int node, bool left);
   void on_node_joined(int node);
   void stop_remote_workers();
   // The discovery script's list on node 0 of several: each node's workers follow its slots.

@@ -55,7 +55,8 @@ void ElasticSupervisor::poll_nodes(Clock::time_point now) {
     return;
   }
   for (const auto& [node, e] : news->exits) on_remote_exit(node, e);
-  for (int node : news->lost) on_node_lost(node);
+  for (int node : news->lost) on_node_lost(node, /*left=*/false);
+  for (int node : news->left) on_node_lost(node, /*left=*/true);
   for (int node : news->joined) on_node_joined(node);
 }
 
@@ -73,7 +74,7 @@ void ElasticSupervisor::on_remote_exit(int node, const NodeEvent& e) {
   say(line);
 }
 
-void ElasticSupervisor::on_node_lost(int node) {
+void ElasticSupervisor::on_node_lost(int node, bool left) {
   const std::string& host = roster_->nodes().at(node).host;
   const std::string how = "lost with node " + std::to_string(node) + " (host " + host + ")";
   std::vector<std::string> lost;
@@ -84,9 +85,10 @@ void ElasticSupervisor::on_node_lost(int node) {
     if (o_.on_exit) o_.on_exit(id, how);
     driver_.on_exit(id, /*clean=*/false, how, /*stopped=*/false);
   }
-  const std::string why = "node " + std::to_string(node) + " (host " + host +
-                          ") lost: no heartbeat for " + std::to_string(kNodeLossBound.count()) +
-                          "ms";
+  const std::string why =
+      "node " + std::to_string(node) + " (host " + host +
+      (left ? ") left: its kolorun stopped"
+            : ") lost: no heartbeat for " + std::to_string(kNodeLossBound.count()) + "ms");
   say(why + (lost.empty() ? std::string("; it had no workers")
                           : "; its worker(s) " + join_and(lost) + " are lost with it"));
   (void)roster_->give_up(node, "kolorun: node 0 gave this node up: " + why);
