@@ -1,8 +1,9 @@
 // Elastic training on two hosts: one kolorun per network namespace (tests/support/
 // two_namespaces.h), node 0 serving the store and driving the generations (Note [Elastic nodes]
-// in tools/kolorun/elastic_nodes.h). A whole host lost (its kolorun SIGKILLed, its workers die
-// with it), a host that joins later, too few left, node 0 lost, and nodes started with
-// different bounds. Needs root for the namespaces; every test skips, saying why, without it.
+// in tools/kolorun/elastic_nodes.h): a whole host lost (its kolorun SIGKILLed, its workers die
+// with it), the link cut, a host that joins later (started late, or listed late by the discovery
+// script), too few left, node 0 lost, and nodes started with different bounds. Needs root for the
+// namespaces; every test skips, saying why, without it.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -82,6 +83,30 @@ TEST_F(ElasticNodes, AWholeHostLostLeavesTheOtherToFinish) {
   EXPECT_EQ(count_occurrences(n0.output(), "done steps 60 weights 60.0 generation "), 2)
       << both(n0, n1);
   EXPECT_EQ(count_occurrences(n0.output(), " size 2 resets "), 2) << both(n0, n1);
+}
+
+// The link to node 1 taken down: nothing breaks, packets just vanish. Node 0 gives node 1 up
+// when its beat stops, its ranks fail their step within the op timeout and re-form without node
+// 1's; node 1's kolorun, cut off from the store, stops its workers and exits 1 saying so.
+TEST_F(ElasticNodes, ACutLinkLeavesNodeZeroToFinishAndNodeOneToStop) {
+  const std::string flags = "--nnodes 2 -np 2 --min-np 2";
+  const std::string work = "--steps 100 --commit-every 5 --step-ms 50";
+  Launch n0(node(0, flags, work, "KOLO_OP_TIMEOUT=3s")), n1(node(1, flags, work));
+  ASSERT_TRUE(n1.wait_for("step 0 generation 0 size 4", 2, 60s)) << both(n0, n1);
+  std::this_thread::sleep_for(300ms);
+  ASSERT_EQ(
+      kolo::testing::run_command(namespaces_->a() + "ip link set " + namespaces_->name() + "x down")
+          .exit_code,
+      0);
+  auto s0 = n0.finish(60s), s1 = n1.finish(20s);
+  ASSERT_TRUE(s0 && s1) << both(n0, n1);
+  EXPECT_EQ(exit_code(*s0), 0) << both(n0, n1);
+  EXPECT_EQ(exit_code(*s1), 1) << both(n0, n1);
+  EXPECT_EQ(count_occurrences(n0.output(), ") lost: no heartbeat for 1500ms"), 1) << both(n0, n1);
+  EXPECT_EQ(count_occurrences(n0.output(), "done steps 100 weights 100.0 generation "), 2)
+      << both(n0, n1);
+  EXPECT_EQ(count_occurrences(n1.output(), "kolorun: lost node 0's store ("), 1) << both(n0, n1);
+  EXPECT_EQ(count_occurrences(n1.output(), "done steps"), 0) << both(n0, n1);
 }
 
 // Node 1 started after node 0's job runs (--node-rank 1 past --nnodes 1): it registers, node 0
