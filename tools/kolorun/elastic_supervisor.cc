@@ -6,88 +6,18 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <deque>
-#include <optional>
 
-#include "tools/kolorun/child_process.h"
-#include "tools/kolorun/elastic_driver.h"
+#include "tools/kolorun/elastic_supervisor_loop.h"
 
 namespace kolo::kolorun {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-// The poll's timeout: how late the driver may see a re-form request or a ready key (Note
-// [Elastic supervision loop]).
-constexpr std::chrono::milliseconds kTurn{10};
-
-struct WorkerProc {
-  Child child;
-  bool stopping = false;                     // kolorun sent SIGTERM: leaving, not failing
-  std::optional<Clock::time_point> kill_at;  // SIGKILL then, if still alive
-};
-
-class ElasticSupervisor {
- public:
-  explicit ElasticSupervisor(const ElasticSuperviseOptions& options)
-      : o_(options),
-        driver_(*options.store, DriverOptions{.min_np = options.elastic.min_np,
-                                              .max_np = options.elastic.max_np,
-                                              .blacklist_after = options.elastic.blacklist_after}) {
-    if (!same_file(1, 2)) own_stderr_.emplace(2);
-    warned_other_hosts_ = options.warned_other_hosts;
-    sinks_ = {&stdout_sink_};
-    if (own_stderr_) sinks_.push_back(&*own_stderr_);
-  }
-
-  // Publishes generation 0 and starts its workers; when one cannot start, kills and reaps
-  // those already started.
-  Status start();
-  // Runs the loop of Note [Elastic supervision loop] until no worker is left.
-  void run();
-  // Restores the default signal actions, flushes kolorun's output and returns its exit status.
-  int finish();
-
- private:
-  OutputSink& stderr_sink() { return own_stderr_ ? *own_stderr_ : stdout_sink_; }
-  void say(const std::string& line) { stderr_sink().write("kolorun: " + line + "\n"); }
-  Status spawn_worker(int64_t id);
-  // A worker after generation 0 (a replacement, a new slot); one that cannot start is reported
-  // and counts as a failed worker of this host.
-  void start_new_worker();
-  int alive_count() const;
-  int active_count() const;  // alive and not being stopped
-  void stop_worker(WorkerProc& p, Clock::time_point now);
-  void reap();
-  void on_reaped(WorkerProc& p);
-  void apply_discovery();
-  // Starts or stops workers so that target_ are active.
-  void follow_target();
-  void drive(Clock::time_point now);
-  void enforce_deadlines(Clock::time_point now);
-  bool done_draining(Clock::time_point now);
-  void poll_and_dispatch();
-  void handle_signals();
-
-  const ElasticSuperviseOptions& o_;
-  ElasticDriver driver_;
-  OutputSink stdout_sink_{1};
-  std::optional<OutputSink> own_stderr_;
-  std::vector<OutputSink*> sinks_;
-  std::deque<WorkerProc> procs_;  // a deque: a worker's prefixers keep their address
-  int64_t next_id_ = 0;
-  int target_ = 0;  // workers wanted: -np, then the discovered slots within the bounds
-  bool warned_other_hosts_ = false;
-  std::string last_discovery_warning_;  // the failure of the last run, if it failed
-  int interrupted_by_ = 0;
-  bool end_said_ = false;
-  std::optional<Clock::time_point> end_term_at_;  // ended: SIGTERM to whoever is left then
-  bool finished_stop_sent_ = false;
-  int64_t generation_said_ = 0;
-  std::optional<Clock::time_point> drain_until_;
-};
+namespace elastic_loop {
 
 Status ElasticSupervisor::start() {
+  if (follower()) {
+    if (o_.node_rank >= o_.nnodes) return link_->register_late(o_.initial_workers);
+    return Status::Ok();
+  }
+  if (roster_) return start_nodes();
   std::vector<std::pair<int64_t, std::string>> workers;
   for (int w = 0; w < o_.initial_workers; ++w) workers.emplace_back(w, o_.host);
   KOLO_RETURN_IF_ERROR(driver_.start(workers));
@@ -145,9 +75,14 @@ void ElasticSupervisor::stop_worker(WorkerProc& p, Clock::time_point now) {
 void ElasticSupervisor::run() {
   while (true) {
     reap();
-    apply_discovery();
     const auto now = Clock::now();
-    drive(now);
+    if (follower()) {
+      follow(now);
+    } else {
+      if (roster_) poll_nodes(now);
+      apply_discovery();
+      drive(now);
+    }
     enforce_deadlines(now);
     if (done_draining(now)) return;
     poll_and_dispatch();
@@ -170,6 +105,14 @@ void ElasticSupervisor::on_reaped(WorkerProc& p) {
   const std::string how = exit_text(p.child.status);
   const bool clean = !failed(p.child.status);
   if (o_.on_exit) o_.on_exit(id, how);
+  if (follower()) {
+    if (!node0_lost_) {
+      if (Status s = link_->report({id, clean, p.stopping, how}); !s.ok()) lose_node0(s);
+    }
+    if (!clean && !p.stopping && !interrupted_by_)
+      say("worker " + std::to_string(id) + " (pid " + std::to_string(p.child.pid) + ") " + how);
+    return;
+  }
   driver_.on_exit(id, clean, how, p.stopping);
   // Once the job has ended, every worker leaving is expected; the end message said why.
   if (clean || p.stopping || driver_.end_message() || interrupted_by_) return;
@@ -201,6 +144,7 @@ void ElasticSupervisor::apply_discovery() {
     return;
   }
   last_discovery_warning_.clear();
+  if (roster_) return apply_node_discovery(**found);
   const LocalShare share = local_share(**found, o_.host);
   if (!share.other_hosts.empty() && !warned_other_hosts_) {
     warned_other_hosts_ = true;
@@ -252,6 +196,7 @@ void ElasticSupervisor::drive(Clock::time_point now) {
     // Every rank is done: workers still waiting to join have nothing to join.
     finished_stop_sent_ = true;
     for (WorkerProc& p : procs_) stop_worker(p, now);
+    stop_remote_workers();
   }
 }
 
@@ -275,6 +220,9 @@ void ElasticSupervisor::enforce_deadlines(Clock::time_point now) {
 
 bool ElasticSupervisor::done_draining(Clock::time_point now) {
   if (alive_count() > 0) return false;
+  // Workers on other nodes still count; a follower waits for node 0's word even without any.
+  if (!follower() && driver_.live_count() > 0) return false;
+  if (follower() && !over_code_ && !interrupted_by_) return false;
   bool pipes_open = false;
   for (const WorkerProc& p : procs_) pipes_open |= p.child.out_fd >= 0 || p.child.err_fd >= 0;
   if (!pipes_open) return true;
@@ -332,9 +280,11 @@ void ElasticSupervisor::handle_signals() {
       interrupted_by_ = sig;
       say("got " + signal_name(sig) + "; forwarding it to " + std::to_string(alive_count()) +
           " worker(s)");
-      // The workers waiting in the rendezvous end with this instead of waiting for a world.
+      // The workers waiting in the rendezvous end with this instead of waiting for a world. A
+      // follower's workers just leave the world: node 0 re-forms it without them.
       end_said_ = true;
-      (void)driver_.end("kolorun: interrupted by " + signal_name(sig) + "; the job ends");
+      if (!follower())
+        (void)driver_.end("kolorun: interrupted by " + signal_name(sig) + "; the job ends");
       const auto now = Clock::now();
       for (WorkerProc& p : procs_) {
         if (!p.child.alive) continue;
@@ -350,15 +300,23 @@ int ElasticSupervisor::finish() {
   for (WorkerProc& p : procs_) signal_group(p.child, SIGKILL);
   for (int s : {SIGINT, SIGTERM, SIGHUP}) ::signal(s, SIG_DFL);
   close_signal_pipe();
+  const int code = interrupted_by_ ? 128 + interrupted_by_
+                   : follower()    ? over_code_.value_or(1)
+                                   : (driver_.succeeded() ? 0 : 1);
+  if (follower() && !node0_lost_) link_->done();
+  if (roster_) {
+    // The other nodes' kolorun read the end from the store: keep serving it until they left.
+    if (Status s = roster_->finish(code, o_.grace + kNodeLossBound); !s.ok())
+      say("warning: " + s.message());
+  }
   flush_at_exit(sinks_, interrupted_by_ != 0);
-  if (interrupted_by_) return 128 + interrupted_by_;
-  return driver_.succeeded() ? 0 : 1;
+  return code;
 }
 
-}  // namespace
+}  // namespace elastic_loop
 
 Result<int> supervise_elastic(const ElasticSuperviseOptions& options) {
-  ElasticSupervisor supervisor(options);
+  elastic_loop::ElasticSupervisor supervisor(options);
   KOLO_RETURN_IF_ERROR(install_signal_pipe());
   KOLO_RETURN_IF_ERROR(supervisor.start());
   supervisor.run();

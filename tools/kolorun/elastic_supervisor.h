@@ -51,15 +51,24 @@ struct ElasticSuperviseOptions {
   // Called for every worker once reaped: its id and exit_text(). kolorun records it under
   // elastic_protocol::exit_key(worker) (exit_notices.h).
   std::function<void(int64_t worker, const std::string& how)> on_exit;
+  // Several nodes (Note [Elastic nodes] in elastic_nodes.h): on node 0 (node_rank 0 and
+  // several_nodes) kolorun drives the other nodes' kolorun too, and generation 0 has
+  // initial_workers on each of the nnodes initial nodes; on any other node it starts only the
+  // workers node 0 orders, and initial_workers is what it offers as a late node (node_rank >=
+  // nnodes).
+  bool several_nodes = false;
+  int nnodes = 1;
+  int node_rank = 0;
 };
 
-// Runs the job until no worker is left and returns kolorun's exit status: 0 when every member
-// of the last generation exited 0; 1 when the job ended otherwise (fewer than --min-np workers:
-// the driver's message is printed; kolorun's store lost); 128 + signal when kolorun was
-// interrupted. IoError "cannot start worker W: ..." when one of the first workers cannot start
-// (those already started are stopped first); a later worker that cannot start is reported and
-// counts as failed. Call once per process, on the thread that lives as long as kolorun: it
-// installs signal handlers.
+// Runs the job until no worker is left (several nodes: on node 0, none on any node; elsewhere,
+// until node 0 says the job is over, gives this node up, or is lost) and returns kolorun's exit
+// status: 0 when every member of the last generation exited 0 (elsewhere: node 0's status); 1 when
+// the job ended otherwise (fewer than --min-np workers: the driver's message is printed; kolorun's
+// store lost); 128 + signal when kolorun was interrupted. IoError "cannot start worker W: ..." when
+// one of the first workers cannot start (those already started are stopped first); a later worker
+// that cannot start is reported and counts as failed. Call once per process, on the thread that
+// lives as long as kolorun: it installs signal handlers.
 Result<int> supervise_elastic(const ElasticSuperviseOptions& options);
 
 }  // namespace kolo::kolorun

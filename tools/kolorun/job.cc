@@ -61,7 +61,8 @@ Result<std::string> choose_secret(const LaunchOptions& o, const KnobSet& knobs) 
     return *o.secret;
   }
   if (knobs.is_set(KnobId::kSecret)) return knobs.text(KnobId::kSecret);
-  if (o.nnodes == 1) return random_secret();
+  // An elastic job with --rdzv takes nodes that join later: they need the secret too.
+  if (o.nnodes == 1 && !(o.elastic && o.rdzv)) return random_secret();
   return Status::InvalidArgument(
       "--nnodes " + std::to_string(o.nnodes) +
       " needs a secret shared by every node: give each node the same one in a private file "
@@ -69,9 +70,17 @@ Result<std::string> choose_secret(const LaunchOptions& o, const KnobSet& knobs) 
       "| tr -d ' \\n' > PATH)");
 }
 
-// Every node checks that it was started like node 0, then all wait for each other.
+// Every node checks that it was started like node 0, then all wait for each other; a node that
+// joins an elastic job later (--node-rank >= --nnodes) does not wait: the others run already.
 Status gather_nodes(Store& store, const LaunchOptions& o, std::chrono::milliseconds timeout) {
   std::string shape = "nnodes=" + std::to_string(o.nnodes) + " np=" + std::to_string(o.np);
+  std::string same = "--nnodes and -np (per node; or the same --np-total)";
+  if (o.elastic) {
+    // Every node's kolorun checks --min-np against what it sees: they must agree.
+    shape += " min-np=" + std::to_string(o.elastic->min_np) +
+             " max-np=" + std::to_string(o.elastic->max_np);
+    same = "--nnodes, -np, --min-np and --max-np (an elastic job's bounds count the whole job)";
+  }
   if (o.node_rank == 0) {
     KOLO_RETURN_IF_ERROR(store.set("kolorun/shape", shape));
   } else {
@@ -80,9 +89,8 @@ Status gather_nodes(Store& store, const LaunchOptions& o, std::chrono::milliseco
       return theirs.status().with_context("waiting for node 0 at " + o.rdzv->to_string());
     if (*theirs != shape)
       return Status::Mismatch("node " + std::to_string(o.node_rank) + " was started with " + shape +
-                              " but node 0 with " + *theirs +
-                              ": every node needs the same --nnodes and -np (per node; or the "
-                              "same --np-total)");
+                              " but node 0 with " + *theirs + ": every node needs the same " +
+                              same);
   }
   std::string me = std::to_string(o.node_rank);
   KOLO_ASSIGN_OR_RETURN(int64_t claims, store.add("kolorun/node/" + me + "/claims", 1));
@@ -92,6 +100,7 @@ Status gather_nodes(Store& store, const LaunchOptions& o, std::chrono::milliseco
   char host[256] = "?";
   ::gethostname(host, sizeof host - 1);
   KOLO_RETURN_IF_ERROR(store.set("kolorun/node/" + me + "/host", host));
+  if (o.node_rank >= o.nnodes) return Status::Ok();
   return rendezvous_barrier(store, "kolorun/nodes", o.node_rank, o.nnodes, timeout, "node ranks");
 }
 
@@ -128,7 +137,7 @@ Result<Job> setup_job(const LaunchOptions& o, const KnobSet& knobs) {
       KOLO_ASSIGN_OR_RETURN(job.server, TcpStoreServer::start(addr.host, addr.port, secret));
       addr.port = job.server->port();
     }
-    if (o.nnodes > 1) {
+    if (o.nnodes > 1 || o.elastic) {
       // --timeout bounds the connect and each reply, as it does the ranks' (world.cc).
       auto first = TcpStore::connect(addr, secret, job.timeout, job.timeout);
       if (!first.ok()) return with_rendezvous_timeout_hint(first.status(), knobs);
@@ -137,7 +146,8 @@ Result<Job> setup_job(const LaunchOptions& o, const KnobSet& knobs) {
           with_rendezvous_timeout_hint(gather_nodes(*job.store, o, job.timeout), knobs));
       KOLO_ASSIGN_OR_RETURN(job.store,
                             TcpStore::connect(addr, secret, kStoreLossBound, kStoreLossBound));
-      job.watch = std::make_unique<FailureWatch>(*job.store, o.node_rank);
+      // An elastic job outlives a failed node (Note [Elastic nodes]): no FailureWatch.
+      if (!o.elastic) job.watch = std::make_unique<FailureWatch>(*job.store, o.node_rank);
     }
   }
   if (!job.store) {

@@ -32,9 +32,11 @@ struct Job {
 
 // Single node without --rdzv: serves the store on 127.0.0.1 at an ephemeral port.
 // Otherwise node 0 serves at --rdzv and every node connects there, checks that all nodes were
-// started with the same --nnodes and -np, and waits (--timeout) until every node rank has
-// arrived (--timeout); the Timeout error names the node ranks that never did. Multi-node jobs
-// also get a FailureWatch, so a failure on any node stops the ranks on every node. Every job
+// started with the same --nnodes and -np (elastic: and --min-np and --max-np; Mismatch naming
+// them), and waits (--timeout) until every node rank has arrived (--timeout); the Timeout error
+// names the node ranks that never did. An elastic node that joins later (--node-rank >= --nnodes)
+// does not wait. Multi-node fixed jobs also get a FailureWatch, so a failure on any node stops
+// the ranks on every node; elastic ones none (Note [Elastic nodes] in elastic_nodes.h). Every job
 // gets ExitNotices (Note [Departures] in coordinator/departures.h).
 // Secret: --secret-file (refused unless private to its owner: mode 600 or stricter), else
 // --secret (with a warning: it shows in the process list), else KOLO_SECRET (from `knobs`),

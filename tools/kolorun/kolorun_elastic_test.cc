@@ -84,12 +84,20 @@ TEST(KolorunElasticOptions, BadBoundsNameTheFlagTheValueAndWhatWasExpected) {
             "prints host:slots lines");
 }
 
-TEST(KolorunElasticOptions, SeveralNodesAreRefusedNamingTheFlags) {
-  EXPECT_EQ(parse_error({"-np", "4", "--nnodes", "2", "--rdzv", "h:29400", "--min-np", "2",
-                         "--respawn", "t"}),
-            "--min-np and --respawn (an elastic job) and --nnodes 2 are given together: an elastic "
-            "job runs on one node for now; drop --nnodes, or the elastic flags (--min-np, "
-            "--max-np, --respawn, --host-discovery-script)");
+TEST(KolorunElasticOptions, SeveralNodesCountMinAndMaxNpOverTheJob) {
+  auto o = parse_options({"-np", "2", "--nnodes", "2", "--rdzv", "h:29400", "--min-np", "3", "t"});
+  ASSERT_TRUE(o.ok()) << o.status().message();
+  EXPECT_EQ(o->elastic->min_np, 3);
+  EXPECT_EQ(o->elastic->max_np, 4);  // -np x --nnodes
+  EXPECT_EQ(parse_error({"-np", "2", "--nnodes", "2", "--rdzv", "h:29400", "--min-np", "5", "t"}),
+            "--min-np 5 is invalid: expected an integer in [1, -np 2 x --nnodes 2 = 4]: the job "
+            "starts with that many workers");
+  // A node that joins later has a node rank past --nnodes; without elastic flags it is refused.
+  EXPECT_TRUE(parse_options({"-np", "2", "--nnodes", "1", "--node-rank", "1", "--rdzv", "h:29400",
+                             "--min-np", "2", "t"})
+                  .ok());
+  EXPECT_EQ(parse_error({"-np", "2", "--nnodes", "1", "--node-rank", "1", "--rdzv", "h:1", "t"}),
+            "--node-rank 1 is invalid: expected an integer in [0, --nnodes=1)");
 }
 
 // ---- jobs ----

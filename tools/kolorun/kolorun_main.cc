@@ -24,9 +24,12 @@ using namespace kolo::kolorun;
 // ends kolorun (exit 2) with nothing started. Sets *warned when it warned about other hosts.
 kolo::Result<int> first_discovery(const LaunchOptions& o, const std::string& host, bool* warned) {
   const ElasticOptions& e = *o.elastic;
-  if (!e.discovery_script) return o.np;
+  // On several nodes only node 0 runs the script, and it shares the slots out once every node's
+  // kolorun runs (Note [Elastic nodes]): generation 0 is -np on each initial node.
+  if (!e.discovery_script || (o.rdzv && o.node_rank > 0)) return o.np;
   KOLO_ASSIGN_OR_RETURN(std::vector<HostSlots> hosts,
                         run_discovery(*e.discovery_script, e.discovery_timeout));
+  if (o.rdzv) return o.np;
   const LocalShare share = local_share(hosts, host);
   if (share.slots < e.min_np)
     return kolo::Status::InvalidArgument(
@@ -57,6 +60,11 @@ int run_elastic(const LaunchOptions& o, const kolo::KnobSet& knobs) {
     return 2;
   }
   so.initial_workers = *initial;
+  // With --rdzv other nodes' kolorun may take part, from the start or later (Note [Elastic
+  // nodes] in elastic_nodes.h).
+  so.several_nodes = o.rdzv.has_value();
+  so.nnodes = o.nnodes;
+  so.node_rank = o.node_rank;
   if (kolo::Status s = check_node_capacity(e.max_np, o.tag_output); !s.ok()) {
     std::cerr << "kolorun: " << s.message() << "\n";
     return 2;
@@ -73,7 +81,7 @@ int run_elastic(const LaunchOptions& o, const kolo::KnobSet& knobs) {
     exits->publish(kolo::elastic_protocol::exit_key(worker), how);
   };
   std::unique_ptr<HostDiscovery> discovery;
-  if (e.discovery_script)
+  if (e.discovery_script && !(so.several_nodes && o.node_rank > 0))
     discovery = std::make_unique<HostDiscovery>(*e.discovery_script, e.discovery_interval,
                                                 e.discovery_timeout);
   so.discovery = discovery.get();

@@ -249,20 +249,21 @@ Status OptionParser::finish_elastic() {
   std::string given;
   for (size_t k = 0; k < elastic_flags_.size(); ++k)
     given += (k == 0 ? "" : k + 1 == elastic_flags_.size() ? " and " : ", ") + elastic_flags_[k];
-  if (o_.nnodes > 1)
-    return Status::InvalidArgument(
-        given + " (an elastic job) and --nnodes " + std::to_string(o_.nnodes) +
-        " are given together: an elastic job runs on one node for now; drop --nnodes, or the "
-        "elastic flags (--min-np, --max-np, --respawn, --host-discovery-script)");
-  const std::string np = std::to_string(o_.np);
-  elastic_.min_np = min_np_.value_or(o_.np);
-  elastic_.max_np = max_np_.value_or(o_.np);
-  if (elastic_.min_np > o_.np)
+  const bool several = o_.nnodes > 1 || o_.node_rank > 0;
+  // -np counts this node's workers; --min-np and --max-np the job's (Note [Elastic nodes]).
+  const int start = o_.np * o_.nnodes;
+  const std::string np = several ? "-np " + std::to_string(o_.np) + " x --nnodes " +
+                                       std::to_string(o_.nnodes) + " = " + std::to_string(start)
+                                 : "-np " + std::to_string(o_.np);
+  const std::string workers = several ? "that many workers" : "-np workers";
+  elastic_.min_np = min_np_.value_or(start);
+  elastic_.max_np = max_np_.value_or(start);
+  if (elastic_.min_np > start)
     return bad("--min-np", std::to_string(elastic_.min_np),
-               "an integer in [1, -np " + np + "]: the job starts with -np workers");
-  if (elastic_.max_np < o_.np)
+               "an integer in [1, " + np + "]: the job starts with " + workers);
+  if (elastic_.max_np < start)
     return bad("--max-np", std::to_string(elastic_.max_np),
-               "an integer >= -np " + np + ": the job starts with -np workers");
+               "an integer >= " + np + ": the job starts with " + workers);
   o_.elastic = elastic_;
   return Status::Ok();
 }
@@ -291,14 +292,15 @@ Status OptionParser::check_complete() const {
         "-np N (the processes on this node) or --np-total N (in the whole job) is required");
   if (o_.command.empty())
     return Status::InvalidArgument("no command given: kolorun [options] -np N cmd args...");
-  if (o_.node_rank >= o_.nnodes)
+  // An elastic job takes nodes that join later (Note [Elastic nodes]).
+  if (o_.node_rank >= o_.nnodes && elastic_flags_.empty())
     return bad("--node-rank", std::to_string(o_.node_rank),
                "an integer in [0, --nnodes=" + std::to_string(o_.nnodes) + ")");
-  if (o_.nnodes > 1 && !o_.rdzv)
+  if ((o_.nnodes > 1 || o_.node_rank > 0) && !o_.rdzv)
     return Status::InvalidArgument("--nnodes " + std::to_string(o_.nnodes) +
                                    " needs --rdzv HOST:PORT: the address node 0 serves the "
                                    "store on and the other nodes connect to");
-  if (o_.rdzv && o_.nnodes > 1 && o_.rdzv->port == 0)
+  if (o_.rdzv && (o_.nnodes > 1 || o_.node_rank > 0) && o_.rdzv->port == 0)
     return bad("--rdzv", o_.rdzv->to_string(), "HOST:PORT with a fixed port when --nnodes > 1");
   return Status::Ok();
 }
@@ -414,18 +416,25 @@ default to the size of that share, so that the ranks do not oversubscribe the no
   --print-config=markdown  print README's configuration table, generated from the registry
   -h, --help             this text
 
-Elastic jobs (docs/elastic.md; one node): any of these flags makes the job elastic. Each
+Elastic jobs (docs/elastic.md): any of these flags makes the job elastic. Each
 process is then a worker (KOLO_ELASTIC_WORKER=W; 0..N-1 first, then N, N+1, ... never reused)
 whose rank comes from the world's current generation, not from KOLO_RANK. A worker that fails
 no longer stops the others: the survivors re-form the world and go on while at least --min-np
-workers live; new workers join at the running ranks' next commit().
+workers live; new workers join at the running ranks' next commit(). On several nodes (one
+kolorun each, the same flags; --min-np and --max-np count the job's workers, default -np x
+--nnodes), node 0 drives: a node whose kolorun stops beating for 1.5s is lost with its workers,
+and a kolorun started later with --node-rank K >= --nnodes (same flags, --rdzv, secret) joins
+with its -np workers; give --rdzv on node 0 even with --nnodes 1 for that. Node 0 lost ends
+the job on every node.
   --min-np N             fewer live workers end the job, naming the lost ones (default -np)
   --max-np N             never more live workers than N (default -np)
   --respawn              start a replacement on the same host when a worker fails
   --host-discovery-script PATH
                          run PATH every --discovery-interval; it prints one "host:slots" (or
                          "host", one slot) line per host; workers follow this host's slots
-                         (localhost, 127.0.0.1 or its hostname), up to --max-np
+                         (localhost, 127.0.0.1 or its hostname), up to --max-np; on several
+                         nodes node 0 runs it and each node follows the line naming its host
+                         (hostname, or hostname/nodeK when two nodes share one)
   --discovery-interval DUR  how often the script runs (default 1s)
   --discovery-timeout DUR   a run that takes longer is killed and warned about (default 10s)
   --blacklist-after K    a host whose workers failed K times gets no new ones (default 3)

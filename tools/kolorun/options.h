@@ -46,7 +46,8 @@ struct LaunchOptions {
   // the ranks' waits follow the bound the user gave kolorun's (rendezvous_timeout()).
   std::map<std::string, std::string> knob_flags;
   // Set when any elastic flag is given (--min-np, --max-np, --respawn, --host-discovery-script,
-  // --discovery-interval, --discovery-timeout, --blacklist-after); one node only.
+  // --discovery-interval, --discovery-timeout, --blacklist-after). On several nodes its bounds
+  // count the whole job (Note [Elastic nodes] in elastic_nodes.h).
   std::optional<ElasticOptions> elastic;
   std::vector<std::string> command;  // cmd args...
   bool help = false;
@@ -57,9 +58,9 @@ struct LaunchOptions {
 // one node's processes; --np-total N instead counts the job's, and sets np to N / nnodes
 // (InvalidArgument naming both numbers when they do not divide; also when -np is given too).
 // With --help or --print-config, -np and the command are not required.
-// Elastic flags: InvalidArgument for --min-np 0 or above -np, --max-np below -np, a zero
-// --discovery-interval or --discovery-timeout, --blacklist-after 0, and --nnodes > 1 (naming the
-// elastic flags given: elastic jobs run on one node for now).
+// Elastic flags: InvalidArgument for --min-np 0 or above -np (x --nnodes), --max-np below it, a
+// zero --discovery-interval or --discovery-timeout, and --blacklist-after 0. With an elastic flag,
+// --node-rank may be --nnodes or more: a node that joins a running job later.
 Result<LaunchOptions> parse_options(const std::vector<std::string>& args);
 
 // Every knob as the ranks will see it: kolorun's own KOLO_* environment, then -x, then the knob
