@@ -138,6 +138,20 @@ TEST_P(ElasticRecovery, ASlotFoundByDiscoveryJoinsAtACommit) {
   EXPECT_GT(step, 0) << r.output;
 }
 
+TEST_P(ElasticRecovery, AStuckRankIsStoppedAndLeftOut) {
+  // Worker 2 hangs in its step (alive, taking no part): rank 0's stall inspector gives up on it
+  // after KOLO_STALL_SHUTDOWN_TIME, names it, and kolorun stops it.
+  auto r = run_command("KOLO_STALL_CHECK_TIME=0.5s KOLO_STALL_SHUTDOWN_TIME=1s " +
+                           job(GetParam(), "-np 4 --min-np 2",
+                               "--steps 30 --commit-every 5 --step-ms 5 --die 2:12:0:hang"),
+                       90);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(count_occurrences(r.output, "kolorun: stopping worker 2: rank 0 gave up on it"), 1)
+      << r.output;
+  EXPECT_EQ(count_occurrences(r.output, "done steps 30 weights 30.0 generation "), 3) << r.output;
+  EXPECT_EQ(count_occurrences(r.output, " size 3 resets "), 3) << r.output;
+}
+
 TEST_P(ElasticRecovery, AProcessSetWhoseMembersAllSurvivedGoesOnRenumbered) {
   // Set {1, 3} of generation 0 is {1, 2} in generation 1 (worker 2 lost).
   auto r = run_command(job(GetParam(), "-np 4 --min-np 2",

@@ -181,6 +181,15 @@ void ElasticSupervisor::follow_target() {
 void ElasticSupervisor::drive(Clock::time_point now) {
   if (Status s = driver_.step(now); !s.ok())
     (void)driver_.end("kolorun: lost its own store, the job cannot go on: " + s.message());
+  // SIGKILL, not stop_worker(): a stopped process ignores SIGTERM until continued, and a stuck
+  // worker's end counts as a failure (Note [kolorun's generations]: "Stuck").
+  for (int64_t id : driver_.take_stuck())
+    for (WorkerProc& p : procs_)
+      if (p.child.alive && p.child.rank == id) {
+        say("stopping worker " + std::to_string(id) +
+            ": rank 0 gave up on it (stuck past KOLO_STALL_SHUTDOWN_TIME)");
+        signal_group(p.child, SIGKILL);
+      }
   const elastic_protocol::Plan& plan = driver_.plan();
   if (plan.generation > generation_said_) {
     generation_said_ = plan.generation;

@@ -104,6 +104,10 @@ Status gather_nodes(Store& store, const LaunchOptions& o, std::chrono::milliseco
   return rendezvous_barrier(store, "kolorun/nodes", o.node_rank, o.nnodes, timeout, "node ranks");
 }
 
+// An elastic job's default KOLO_STALL_SHUTDOWN_TIME: the op timeout's default, so that a rank
+// waits for a stuck peer no longer than for a lost one in a fixed job.
+constexpr const char* kElasticStallShutdown = "60s";
+
 // An elastic worker's command and environment: the world's coordinates come from its
 // generation's plan, so none may be inherited from kolorun's own environment either.
 RankSpec elastic_worker(const LaunchOptions& o, std::map<std::string, std::string> env) {
@@ -115,6 +119,10 @@ RankSpec elastic_worker(const LaunchOptions& o, std::map<std::string, std::strin
   const size_t share = allowed_cpus().size() / static_cast<size_t>(o.elastic->max_np);
   for (const char* var : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"})
     env.emplace(var, std::to_string(std::max<size_t>(1, share)));
+  // A rank stuck (stopped, deadlocked outside Kolo) would hold an elastic job as it holds a fixed
+  // one; past this time rank 0 names it and kolorun stops it (Note [Elastic rendezvous]:
+  // "Stuck"). Unless the user chose a time: one that is given is kept.
+  env.emplace("KOLO_STALL_SHUTDOWN_TIME", kElasticStallShutdown);
   RankSpec spec;
   spec.argv = o.command;
   spec.env = std::move(env);

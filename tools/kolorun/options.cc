@@ -420,7 +420,8 @@ Elastic jobs (docs/elastic.md): any of these flags makes the job elastic. Each
 process is then a worker (KOLO_ELASTIC_WORKER=W; 0..N-1 first, then N, N+1, ... never reused)
 whose rank comes from the world's current generation, not from KOLO_RANK. A worker that fails
 no longer stops the others: the survivors re-form the world and go on while at least --min-np
-workers live; new workers join at the running ranks' next commit(). On several nodes (one
+workers live; new workers join at the running ranks' next commit(). A worker stuck past
+KOLO_STALL_SHUTDOWN_TIME (60s in an elastic job unless given) is stopped and left out. On several nodes (one
 kolorun each, the same flags; --min-np and --max-np count the job's workers, default -np x
 --nnodes), node 0 drives: a node whose kolorun stops beating for 1.5s is lost with its workers,
 and a kolorun started later with --node-rank K >= --nnodes (same flags, --rdzv, secret) joins
