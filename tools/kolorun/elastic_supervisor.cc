@@ -183,13 +183,20 @@ void ElasticSupervisor::drive(Clock::time_point now) {
     (void)driver_.end("kolorun: lost its own store, the job cannot go on: " + s.message());
   // SIGKILL, not stop_worker(): a stopped process ignores SIGTERM until continued, and a stuck
   // worker's end counts as a failure (Note [kolorun's generations]: "Stuck").
-  for (int64_t id : driver_.take_stuck())
+  for (int64_t id : driver_.take_stuck()) {
+    say("stopping worker " + std::to_string(id) +
+        ": rank 0 gave up on it (stuck past KOLO_STALL_SHUTDOWN_TIME)");
+    bool here = false;
     for (WorkerProc& p : procs_)
       if (p.child.alive && p.child.rank == id) {
-        say("stopping worker " + std::to_string(id) +
-            ": rank 0 gave up on it (stuck past KOLO_STALL_SHUTDOWN_TIME)");
         signal_group(p.child, SIGKILL);
+        here = true;
       }
+    // Another node's: its kolorun stops it (SIGTERM, SIGKILL after the grace period).
+    auto on = worker_node_.find(id);
+    if (!here && roster_ && on != worker_node_.end() && on->second != 0)
+      (void)roster_->order(on->second, {false, id});
+  }
   const elastic_protocol::Plan& plan = driver_.plan();
   if (plan.generation > generation_said_) {
     generation_said_ = plan.generation;
