@@ -181,7 +181,7 @@ TEST(ControllerTest, StallInspectorNamesMissingRanksAndCanFailTheJob) {
 
 // A point-to-point pair's Controller names its ranks 0 and 1 by their job ranks, roots too.
 TEST(ControllerTest, RankNamesNameRanksAndRootsInMessages) {
-  Controller c(2, StallConfig{std::chrono::seconds(1), {}}, /*rank_names=*/{3, 5});
+  Controller c(2, StallConfig{std::chrono::seconds(1), {}, {}}, /*rank_names=*/{3, 5});
   ResponseCache cache(0);
   auto t = Clock::now();
   Request a = ar("act", {4}), b = ar("act", {5});
