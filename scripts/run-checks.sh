@@ -102,8 +102,10 @@ for check in "${checks[@]}"; do
       ;;
     tsan)
       configure build-tsan -DKOLO_SANITIZE=thread -DKOLO_THREAD_SAFETY=ON -DKOLO_WITH_MPI=OFF
+      # elastic_recovery_test: real elastic jobs (kolorun and its workers built with TSan too),
+      # whose re-forming runs shutdown, init and the store's watches across threads.
       tsan_tests=(coordinator_test ops_test channel_backend_test registry_test tcp_test elastic_test
-                  rendezvous_test)
+                  rendezvous_test elastic_recovery_test)
       cmake --build build-tsan -j "$jobs" --target "${tsan_tests[@]}"
       for t in "${tsan_tests[@]}"; do
         echo "tsan: $t"
