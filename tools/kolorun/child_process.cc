@@ -91,6 +91,19 @@ int exit_code_of(int status) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+void init_spawn_attributes(posix_spawnattr_t& attr) {
+  posix_spawnattr_init(&attr);
+  sigset_t def, none;
+  sigemptyset(&def);
+  for (int s : {SIGINT, SIGTERM, SIGCHLD, SIGPIPE, SIGHUP}) sigaddset(&def, s);
+  sigemptyset(&none);
+  posix_spawnattr_setsigdefault(&attr, &def);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setpgroup(&attr, 0);
+  posix_spawnattr_setflags(&attr,
+                           POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+}
+
 Status spawn(const RankSpec& spec, bool tag, OutputSink& out_sink, OutputSink& err_sink,
              Child& child) {
   KOLO_RETURN_IF_ERROR(check_runnable(spec));
@@ -111,18 +124,7 @@ Status spawn(const RankSpec& spec, bool tag, OutputSink& out_sink, OutputSink& e
     posix_spawn_file_actions_adddup2(&fa, err[1], 2);
   }
   posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  // Own process group; default dispositions for the signals kolorun handles or ignores,
-  // since ignored dispositions would survive exec.
-  sigset_t def, none;
-  sigemptyset(&def);
-  for (int s : {SIGINT, SIGTERM, SIGCHLD, SIGPIPE, SIGHUP}) sigaddset(&def, s);
-  sigemptyset(&none);
-  posix_spawnattr_setsigdefault(&attr, &def);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr,
-                           POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+  init_spawn_attributes(attr);
   // Note [Ranks die with kolorun]: this binary again, in its rank-starting mode.
   static const std::string self = [] {
     std::string path(4096, '\0');

@@ -5,6 +5,7 @@
 // (Note [kolorun supervision]). Everything here is called from the supervising thread only.
 #pragma once
 
+#include <spawn.h>
 #include <sys/types.h>
 
 #include <cstdint>
@@ -33,6 +34,12 @@ struct Child {
 // signal when killed).
 bool failed(int status);
 int exit_code_of(int status);
+
+// Initialises `attr` for a process kolorun starts (a rank, a worker, the discovery script): its
+// own process group, so that a signal for it reaches whatever it spawns, and the default
+// dispositions and an empty mask for the signals kolorun handles or ignores, since ignored
+// dispositions would survive exec. The caller destroys it (posix_spawnattr_destroy).
+void init_spawn_attributes(posix_spawnattr_t& attr);
 
 // Starts spec's process (argv[0] looked up in spec's PATH) with its output piped into prefixers
 // writing to the sinks when `tag`; fills `child`. IoError "cannot start rank R: cmd: <reason>"

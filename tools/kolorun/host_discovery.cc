@@ -11,6 +11,7 @@
 #include <charconv>
 #include <map>
 
+#include "tools/kolorun/child_process.h"
 #include "tools/kolorun/supervisor.h"
 
 extern char** environ;
@@ -50,16 +51,7 @@ Result<pid_t> spawn_script(const std::string& script, int out_fd) {
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_adddup2(&fa, out_fd, 1);
   posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t def, none;
-  sigemptyset(&def);
-  for (int s : {SIGINT, SIGTERM, SIGCHLD, SIGPIPE, SIGHUP}) sigaddset(&def, s);
-  sigemptyset(&none);
-  posix_spawnattr_setsigdefault(&attr, &def);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setpgroup(&attr, 0);  // killed as a group, helpers it runs included
-  posix_spawnattr_setflags(&attr,
-                           POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+  init_spawn_attributes(attr);  // a group of its own: killed with the helpers it runs
   char* argv[] = {const_cast<char*>(script.c_str()), nullptr};
   pid_t pid = -1;
   const int rc = posix_spawnp(&pid, script.c_str(), &fa, &attr, argv, environ);
