@@ -23,6 +23,13 @@ Result<RuntimeConfig> config_from_knobs(const KnobSet& knobs,
   if (knobs.is_set(KnobId::kGpuOperations)) c.gpu_operations = knobs.text(KnobId::kGpuOperations);
   c.hierarchical_allreduce = knobs.boolean(KnobId::kHierarchicalAllreduce);
   c.hierarchical_allgather = knobs.boolean(KnobId::kHierarchicalAllgather);
+  c.deterministic = knobs.boolean(KnobId::kDeterministic);
+  // Summing within each host and then across hosts is an order of its own, not rank order.
+  if (c.deterministic && c.hierarchical_allreduce)
+    return Status::InvalidArgument(
+        "KOLO_DETERMINISTIC=1 and KOLO_HIERARCHICAL_ALLREDUCE=1 cannot be combined: the "
+        "hierarchical allreduce sums within each host first, so its order of summation is not "
+        "rank order; unset one of them (docs/determinism.md)");
   c.fusion_threshold = knobs.size(KnobId::kFusionThreshold);
   c.cycle_time = knobs.duration(KnobId::kCycleTime);
   c.cache_capacity = static_cast<uint64_t>(knobs.integer(KnobId::kCacheCapacity));
@@ -61,6 +68,9 @@ Result<RuntimeConfig> config_from_knobs(const KnobSet& knobs,
     t.initial = static_cast<size_t>(std::find(t.choices.begin(), t.choices.end(), value) -
                                     t.choices.begin());
     t.fixed = knobs.is_set(k);
+    // Deterministic mode fixes the order of summation; the hierarchy would change it.
+    if (k.id == KnobId::kHierarchicalAllreduce && knobs.boolean(KnobId::kDeterministic))
+      t.fixed = true;
     a.categorical.push_back(std::move(t));
   }
   for (auto [lo, hi] : {std::pair{KnobId::kAutotuneFusionFrom, KnobId::kAutotuneFusionTo},
@@ -84,6 +94,7 @@ Result<RuntimeConfig> config_from_knobs(const KnobSet& knobs,
                  << c.cpu_operations << " KOLO_GPU_OPERATIONS=" << c.gpu_operations
                  << " KOLO_HIERARCHICAL_ALLREDUCE=" << c.hierarchical_allreduce
                  << " KOLO_HIERARCHICAL_ALLGATHER=" << c.hierarchical_allgather
+                 << " KOLO_DETERMINISTIC=" << c.deterministic
                  << " KOLO_TIMELINE=" << c.timeline_path);
   return c;
 }
