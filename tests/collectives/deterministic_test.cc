@@ -110,6 +110,18 @@ TEST(Deterministic, SetOnSomeRanksOnlyFailsEveryRankNamingIt) {
   EXPECT_EQ(count_occurrences(r.output, "KOLO_DETERMINISTIC differs between ranks"), 3) << r.output;
 }
 
+// The hierarchical allreduce sums within each host first: refused beside the knob, at init.
+TEST(Deterministic, HierarchicalAllreduceIsRefusedBesideIt) {
+  ProcessRun r = run_command(
+      "KOLO_DETERMINISTIC=1 KOLO_HIERARCHICAL_ALLREDUCE=1 " + kKolorun + " -np 2 " + kWorker, 60);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_EQ(count_occurrences(r.output,
+                              "KOLO_DETERMINISTIC=1 and KOLO_HIERARCHICAL_ALLREDUCE=1 "
+                              "cannot be combined"),
+            2)
+      << r.output;
+}
+
 // kolorun --deterministic is the knob (its flag comes from the registry row).
 TEST(Deterministic, KolorunFlag) {
   ProcessRun r = run_command(
