@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# The main job's final-weights digest (train_steps.cc: "final weights: fnv1a64 ...") under
-# KOLO_DETERMINISTIC=1 across fusion thresholds, bucket sizes, --autotune, tcp and shm, 2 and 4
-# ranks, and the control without the knob (docs/determinism.md). One line per configuration:
-# the distinct digests its ranks printed.
+# The main job's parameter checksum (train_fashion_mnist --print-checksum: SHA-256, printed by
+# rank 0) under KOLO_DETERMINISTIC=1 across fusion thresholds, bucket sizes, --autotune, tcp and
+# shm, 2 and 4 ranks, and the control without the knob (docs/determinism.md). One line per
+# configuration: the checksum it printed.
 cd "$(dirname "$0")/.."
 run() {  # label, env, kolorun flags, job flags
   local d
   d=$(env $2 OPENBLAS_NUM_THREADS=1 timeout 300 build/bin/kolorun $3 build/bin/train_fashion_mnist \
-      --epochs 1 --train-subset 6400 --test-subset 1000 $4 2>&1 | grep "final weights" | sort -u | awk '{print $NF}' | tr '\n' ' ')
+      --epochs 1 --train-subset 6400 --test-subset 1000 --print-checksum $4 2>&1 | grep "parameters sha256" | sort -u | awk '{print $NF}' | tr '\n' ' ')
   printf '%-58s %s\n' "$1" "$d"
 }
 for np in 2 4; do
