@@ -10,6 +10,7 @@ ops::AllreduceTuning allreduce_tuning(const KnobSet& knobs) {
   ops::AllreduceTuning t;
   t.small_message_bytes = knobs.size(KnobId::kRingThreshold);
   t.segment_bytes = knobs.size(KnobId::kRingSegment);
+  t.rank_order = knobs.boolean(KnobId::kDeterministic);
   return t;
 }
 
@@ -58,7 +59,8 @@ Status ChannelBackend::do_reducescatter(const void* input, void* output, DataTyp
                                         const Reduction& reduction,
                                         const std::vector<int64_t>& counts) {
   KOLO_RETURN_IF_ERROR(init_status_);
-  return tag(ops::reducescatter(*channel_, input, output, counts, dtype, reduction, workspace_));
+  return tag(ops::reducescatter(*channel_, input, output, counts, dtype, reduction, workspace_,
+                                tuning_.rank_order));
 }
 
 Status ChannelBackend::do_barrier() {

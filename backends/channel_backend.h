@@ -7,7 +7,8 @@
 // there.
 //
 // Tuning: the AllreduceTuning given to the constructor, which a factory reads from the job's
-// knobs KOLO_RING_THRESHOLD and KOLO_RING_SEGMENT (allreduce_tuning(*context.knobs)); by
+// knobs KOLO_RING_THRESHOLD, KOLO_RING_SEGMENT and KOLO_DETERMINISTIC (allreduce_tuning(
+// *context.knobs); with the last, allreduce and reducescatter reduce in rank order); by
 // default the registry's defaults. A segment size of 0 given to the constructor is reported as
 // InvalidArgument, naming it, by every collective (the constructor cannot fail), and by
 // init_status().
@@ -28,8 +29,8 @@
 
 namespace kolo {
 
-// The allreduce tuning of the ring knobs KOLO_RING_THRESHOLD and KOLO_RING_SEGMENT in `knobs`
-// (their rows guarantee a segment > 0).
+// The allreduce tuning of the ring knobs KOLO_RING_THRESHOLD and KOLO_RING_SEGMENT and of
+// KOLO_DETERMINISTIC in `knobs` (their rows guarantee a segment > 0).
 ops::AllreduceTuning allreduce_tuning(const KnobSet& knobs);
 
 class ChannelBackend : public Backend {

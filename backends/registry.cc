@@ -57,6 +57,14 @@ namespace {
 
 // What every factory relies on: the deadline of every wait comes from the connect or the op
 // timeout, and its options from the job's knobs.
+// "tcp, shm": the backends of this build that honour KOLO_DETERMINISTIC.
+std::string rank_order_names() {
+  std::string out;
+  for (const auto& entry : registered_backends())
+    if (entry.rank_order) out += (out.empty() ? "" : ", ") + std::string(entry.name);
+  return out;
+}
+
 Status check_context(std::string_view name, const BackendContext& context) {
   if (context.knobs == nullptr)
     return Status::InvalidArgument("backend " + std::string(name) +
@@ -74,12 +82,26 @@ Status check_context(std::string_view name, const BackendContext& context) {
   return Status::Ok();
 }
 
+// Refused before anything connects, so that every rank of a job (they agree on the knob and
+// the backend, coordinator/knob_agreement.h) fails at init with the same message.
+Status check_deterministic(const BackendEntry& entry, const BackendContext& context) {
+  if (entry.rank_order || !context.knobs->boolean(KnobId::kDeterministic)) return Status::Ok();
+  return Status::InvalidArgument(
+      "KOLO_DETERMINISTIC=1: backend " + std::string(entry.name) +
+      " cannot reduce in a fixed order (it runs its library's own algorithms, whose summation "
+      "order depends on the message size and layout); use a backend that can (" +
+      rank_order_names() +
+      ": KOLO_CPU_OPERATIONS, KOLO_GPU_OPERATIONS to stage CUDA tensors "
+      "through one), or unset KOLO_DETERMINISTIC (docs/determinism.md)");
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Backend>> create_backend(std::string_view name,
                                                 const BackendContext& context) {
   KOLO_ASSIGN_OR_RETURN(const BackendEntry* entry, find_backend(name));
   KOLO_RETURN_IF_ERROR(check_context(name, context));
+  KOLO_RETURN_IF_ERROR(check_deterministic(*entry, context));
   KOLO_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, entry->factory(context));
   KOLO_RETURN_IF_ERROR(check_devices(*entry, *backend));
   return backend;
@@ -96,6 +118,7 @@ Result<std::unique_ptr<Backend>> create_subgroup_backend(std::string_view name,
         "backend " + std::string(name) + ": a sub-group of " + std::to_string(world_ranks.size()) +
         " ranks needs a context of that size and a rank in it, got rank " +
         std::to_string(context.rank) + " of " + std::to_string(context.size));
+  KOLO_RETURN_IF_ERROR(check_deterministic(*entry, context));
   KOLO_ASSIGN_OR_RETURN(
       std::unique_ptr<Backend> backend,
       entry->subgroup ? entry->subgroup(context, world_ranks) : entry->factory(context));

@@ -109,6 +109,12 @@ struct BackendEntry {
   // The backend's ranks are fixed for the whole job (mpi: MPI_COMM_WORLD cannot shrink or grow
   // portably), so an elastic job, which re-forms its world, refuses it at kolo::init().
   bool fixed_world = false;
+  // The backend reduces every element in rank order whatever the message size, layout and
+  // timing (Note [Deterministic reduction] in ops/deterministic.cc), on its own (shm) or when
+  // KOLO_DETERMINISTIC=1 asks it to (channel backends). create_backend refuses
+  // KOLO_DETERMINISTIC=1 for a backend without it (mpi and nccl run their libraries'
+  // algorithms).
+  bool rank_order = false;
 
   bool handles(Device device) const;
 };
@@ -128,7 +134,9 @@ Status check_devices(const BackendEntry& entry, const Backend& backend);
 // Creates the named backend with its factory. Errors: find_backend's for an unknown name;
 // InvalidArgument "backend tcp: context.op_timeout must be > 0 ms, got 0" (every factory waits
 // by it) or "backend tcp: context.knobs is not set ..." (every factory reads its options from
-// them); the factory's; check_devices' when the created backend disagrees with its entry.
+// them); the factory's; check_devices' when the created backend disagrees with its entry;
+// InvalidArgument "KOLO_DETERMINISTIC=1: backend mpi cannot ..." when the knob is set and the
+// entry is not rank_order (create_subgroup_backend too).
 Result<std::unique_ptr<Backend>> create_backend(std::string_view name,
                                                 const BackendContext& context);
 

@@ -177,6 +177,18 @@ constexpr std::array<Knob, kKnobCount> kTable = {{
      .max = INT_MAX,
      .help = "how many times kolo::elastic::run() re-forms the world before it gives up and "
              "returns the failure (an elastic job, kolorun --min-np/--max-np)"},
+    // Note [Deterministic reduction] (ops/deterministic.cc). Job-wide: ranks that disagree
+    // would run different algorithms on the same buffers.
+    {.id = KnobId::kDeterministic,
+     .name = "KOLO_DETERMINISTIC",
+     .kind = kBool,
+     .category = kCore,
+     .scope = kJob,
+     .default_text = "0",
+     .help = "every allreduce and reducescatter sums each element over the ranks in rank order, "
+             "so a result depends on the ranks' inputs and their number only (not on fusion, "
+             "timing, tuning or the backend, tcp or shm); backends that cannot (mpi, nccl) "
+             "refuse it at init (docs/determinism.md)"},
     // The autotuner (coordinator/autotune.h). Each range bounds one searched dimension; a
     // minimum above its maximum is an error at init (config_from_knobs).
     {.id = KnobId::kAutotune,

@@ -57,6 +57,7 @@ enum class KnobId : int {
   kHierarchicalAllreduce,
   kHierarchicalAllgather,
   kElasticResetLimit,
+  kDeterministic,
   // autotuner (issue 11)
   kAutotune,
   kAutotuneLog,

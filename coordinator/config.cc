@@ -8,6 +8,29 @@
 
 namespace kolo::coord {
 
+namespace {
+
+// Every categorical tunable of the registry, in registry order; fixed where the user set it.
+std::vector<CategoricalTunable> categorical_tunables(const KnobSet& knobs) {
+  std::vector<CategoricalTunable> out;
+  for (const Knob& k : all_knobs()) {
+    if (!is_categorical_tunable(k)) continue;
+    CategoricalTunable t{k.id, knob_choices(k)};
+    const std::string value =
+        k.kind == KnobKind::kBool ? (knobs.boolean(k) ? "1" : "0") : knobs.text(k);
+    t.initial = static_cast<size_t>(std::find(t.choices.begin(), t.choices.end(), value) -
+                                    t.choices.begin());
+    t.fixed = knobs.is_set(k);
+    // Deterministic mode fixes the order of summation; the hierarchy would change it.
+    if (k.id == KnobId::kHierarchicalAllreduce && knobs.boolean(KnobId::kDeterministic))
+      t.fixed = true;
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+}  // namespace
+
 Result<RuntimeConfig> config_from_knobs(const KnobSet& knobs,
                                         const std::string& default_cpu_operations) {
   RuntimeConfig c;
@@ -23,6 +46,13 @@ Result<RuntimeConfig> config_from_knobs(const KnobSet& knobs,
   if (knobs.is_set(KnobId::kGpuOperations)) c.gpu_operations = knobs.text(KnobId::kGpuOperations);
   c.hierarchical_allreduce = knobs.boolean(KnobId::kHierarchicalAllreduce);
   c.hierarchical_allgather = knobs.boolean(KnobId::kHierarchicalAllgather);
+  c.deterministic = knobs.boolean(KnobId::kDeterministic);
+  // Summing within each host and then across hosts is an order of its own, not rank order.
+  if (c.deterministic && c.hierarchical_allreduce)
+    return Status::InvalidArgument(
+        "KOLO_DETERMINISTIC=1 and KOLO_HIERARCHICAL_ALLREDUCE=1 cannot be combined: the "
+        "hierarchical allreduce sums within each host first, so its order of summation is not "
+        "rank order; unset one of them (docs/determinism.md)");
   c.fusion_threshold = knobs.size(KnobId::kFusionThreshold);
   c.cycle_time = knobs.duration(KnobId::kCycleTime);
   c.cache_capacity = static_cast<uint64_t>(knobs.integer(KnobId::kCacheCapacity));
@@ -53,16 +83,7 @@ Result<RuntimeConfig> config_from_knobs(const KnobSet& knobs,
   a.bucket_max = knobs.size(KnobId::kAutotuneBucketTo);
   a.fusion_fixed = knobs.is_set(KnobId::kFusionThreshold);
   a.cycle_fixed = knobs.is_set(KnobId::kCycleTime);
-  for (const Knob& k : all_knobs()) {
-    if (!is_categorical_tunable(k)) continue;
-    CategoricalTunable t{k.id, knob_choices(k)};
-    const std::string value =
-        k.kind == KnobKind::kBool ? (knobs.boolean(k) ? "1" : "0") : knobs.text(k);
-    t.initial = static_cast<size_t>(std::find(t.choices.begin(), t.choices.end(), value) -
-                                    t.choices.begin());
-    t.fixed = knobs.is_set(k);
-    a.categorical.push_back(std::move(t));
-  }
+  a.categorical = categorical_tunables(knobs);
   for (auto [lo, hi] : {std::pair{KnobId::kAutotuneFusionFrom, KnobId::kAutotuneFusionTo},
                         std::pair{KnobId::kAutotuneCycleFrom, KnobId::kAutotuneCycleTo},
                         std::pair{KnobId::kAutotuneBucketFrom, KnobId::kAutotuneBucketTo}}) {
@@ -75,16 +96,17 @@ Result<RuntimeConfig> config_from_knobs(const KnobSet& knobs,
                                      knobs.raw(hi) + ": the autotuner's range is empty");
   }
 
-  KOLO_LOG_DEBUG("config: KOLO_FUSION_THRESHOLD="
-                 << format_size(c.fusion_threshold) << " KOLO_CYCLE_TIME="
-                 << format_duration(c.cycle_time) << " KOLO_CACHE_CAPACITY=" << c.cache_capacity
-                 << " KOLO_STALL_CHECK_TIME=" << format_duration(c.stall_check_time)
-                 << " KOLO_STALL_SHUTDOWN_TIME=" << format_duration(c.stall_shutdown_time)
-                 << " KOLO_OP_TIMEOUT=" << format_duration(c.op_timeout) << " KOLO_CPU_OPERATIONS="
-                 << c.cpu_operations << " KOLO_GPU_OPERATIONS=" << c.gpu_operations
-                 << " KOLO_HIERARCHICAL_ALLREDUCE=" << c.hierarchical_allreduce
-                 << " KOLO_HIERARCHICAL_ALLGATHER=" << c.hierarchical_allgather
-                 << " KOLO_TIMELINE=" << c.timeline_path);
+  KOLO_LOG_DEBUG(
+      "config: KOLO_FUSION_THRESHOLD="
+      << format_size(c.fusion_threshold) << " KOLO_CYCLE_TIME=" << format_duration(c.cycle_time)
+      << " KOLO_CACHE_CAPACITY=" << c.cache_capacity
+      << " KOLO_STALL_CHECK_TIME=" << format_duration(c.stall_check_time)
+      << " KOLO_STALL_SHUTDOWN_TIME=" << format_duration(c.stall_shutdown_time)
+      << " KOLO_OP_TIMEOUT=" << format_duration(c.op_timeout)
+      << " KOLO_CPU_OPERATIONS=" << c.cpu_operations << " KOLO_GPU_OPERATIONS=" << c.gpu_operations
+      << " KOLO_HIERARCHICAL_ALLREDUCE=" << c.hierarchical_allreduce
+      << " KOLO_HIERARCHICAL_ALLGATHER=" << c.hierarchical_allgather
+      << " KOLO_DETERMINISTIC=" << c.deterministic << " KOLO_TIMELINE=" << c.timeline_path);
   return c;
 }
 

@@ -81,6 +81,11 @@ struct RuntimeConfig {
   // KOLO_HIERARCHICAL_ALLGATHER: the same composite, allgathers through it (set_hierarchical_
   // allgather); either knob builds it, and each switches its own collective.
   bool hierarchical_allgather = false;
+  // KOLO_DETERMINISTIC: every reduction's result depends only on the ranks' inputs and their
+  // number (Note [Deterministic reduction] in ops/deterministic.cc). The backends read the knob
+  // themselves (create_backend refuses one that cannot honour it); config_from_knobs refuses
+  // KOLO_HIERARCHICAL_ALLREDUCE=1 beside it and keeps the autotuner from switching that on.
+  bool deterministic = false;
   // KOLO_GPU_OPERATIONS as set; empty when unset (gpu_backend_choice picks the default).
   std::string gpu_operations;
   // An idle rank still takes part in a cycle this often, so that rank 0's stall inspector

@@ -53,12 +53,23 @@ struct AllreduceTuning {
   // The ring pipelines each chunk in segments of this size, so the reduction of one
   // segment overlaps the transfer of the next. > 0.
   size_t segment_bytes = 0;
+  // KOLO_DETERMINISTIC: every element is reduced in rank order (allreduce_rank_order), whatever
+  // the message size; small_message_bytes then picks between its two algorithms instead.
+  bool rank_order = false;
 };
 
 // In-place allreduce: on entry `data` holds this rank's `count` elements, on success the
 // reduced result. Chooses the algorithm by message size.
 Status allreduce(Channel& channel, void* data, int64_t count, DataType dtype,
                  const Reduction& reduction, Workspace& workspace, const AllreduceTuning& tuning);
+// Reproducible (Note [Deterministic reduction] in deterministic.cc): every element is the left
+// fold of the ranks' prescaled contributions in rank order, so the result's bits depend on the
+// inputs and the rank count only (not on count, tuning or the element's offset). Up to
+// tuning.small_message_bytes every rank exchanges its whole input with every other; larger
+// messages take a direct reduce-scatter and the ring allgather.
+Status allreduce_rank_order(Channel& channel, void* data, int64_t count, DataType dtype,
+                            const Reduction& reduction, Workspace& workspace,
+                            const AllreduceTuning& tuning);
 // Bandwidth-optimal: a segmented, pipelined ring reduce-scatter followed by a ring allgather.
 // Each rank sends 2(P-1)/P of the data.
 Status allreduce_ring(Channel& channel, void* data, int64_t count, DataType dtype,
@@ -70,9 +81,11 @@ Status allreduce_recursive_doubling(Channel& channel, void* data, int64_t count,
 
 // Reduce-scatter: `input` holds sum(counts) elements on every rank; on success `output`
 // holds the reduced block of counts[rank] elements that starts at sum(counts[0..rank)).
+// rank_order (KOLO_DETERMINISTIC): each element is reduced in rank order, as
+// allreduce_rank_order does, instead of in the ring's order.
 Status reducescatter(Channel& channel, const void* input, void* output,
                      const std::vector<int64_t>& counts, DataType dtype, const Reduction& reduction,
-                     Workspace& workspace);
+                     Workspace& workspace, bool rank_order = false);
 
 // Allgather with per-rank sizes: `input` holds counts[rank] elements; on success `output`
 // holds every rank's input, concatenated in rank order (sum(counts) elements). `input`

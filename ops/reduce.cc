@@ -8,6 +8,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "common/enforce.h"
 #include "kolo/float16.h"
 
 #if defined(__F16C__)
@@ -256,6 +257,26 @@ void reduce_to(DataType dtype, ReduceOp op, void* out, const void* a, const void
 
 void reduce_into(DataType dtype, ReduceOp op, void* dst, const void* src, int64_t count) {
   reduce_to(dtype, op, dst, dst, src, count);
+}
+
+void reduce_in_order(DataType dtype, ReduceOp op, void* out, std::span<const void* const> sources,
+                     void* acc, int64_t count) {
+  const size_t n = sources.size();
+  KOLO_ENFORCE(n >= 1);
+  if (count <= 0) return;
+  if (n == 1) {
+    if (out != sources[0])
+      std::memcpy(out, sources[0], static_cast<size_t>(count) * dtype_size(dtype));
+    return;
+  }
+  const void* partial = sources[0];
+  for (size_t q = 1; q < n; ++q) {
+    // The last step writes the result; earlier ones keep it in `acc`, since `out` may be a
+    // source that is still to be read.
+    void* to = q + 1 == n ? out : acc;
+    reduce_to(dtype, op, to, partial, sources[q], count);
+    partial = to;
+  }
 }
 
 void scale(DataType dtype, void* data, int64_t count, double factor) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "kolo/types.h"
 
@@ -16,6 +17,15 @@ void reduce_into(DataType dtype, ReduceOp op, void* dst, const void* src, int64_
 
 // out[i] = a[i] (op) b[i]; out may equal a or b.
 void reduce_to(DataType dtype, ReduceOp op, void* out, const void* a, const void* b, int64_t count);
+
+// out[i] = ((sources[0][i] (op) sources[1][i]) (op) sources[2][i]) ... : a left fold in the
+// order of `sources`, so the result's bits depend on the sources' values and order only (Note
+// [Deterministic reduction] in ops/deterministic.cc). `acc` is scratch of `count` elements for
+// the partial results (unused for fewer than three sources); it may be sources[0], which is then
+// overwritten, or `out`, but must not overlap sources[1..]. `out` may be any source. One source:
+// a copy.
+void reduce_in_order(DataType dtype, ReduceOp op, void* out, std::span<const void* const> sources,
+                     void* acc, int64_t count);
 
 // data[i] *= factor. A factor of exactly 1 returns at once. Integers multiply in double and
 // truncate toward zero (a result outside the type's range is unspecified: kolo/types.h);

@@ -5,6 +5,7 @@
 
 #include "ops/collectives.h"
 #include "ops/detail.h"
+#include "ops/deterministic.h"
 #include "ops/reduce.h"
 #include "ops/ring.h"
 
@@ -12,7 +13,7 @@ namespace kolo::ops {
 
 Status reducescatter(Channel& channel, const void* input, void* output,
                      const std::vector<int64_t>& counts, DataType dtype, const Reduction& reduction,
-                     Workspace& workspace) {
+                     Workspace& workspace, bool rank_order) {
   constexpr const char* kOp = "reducescatter";
   const int p = channel.size();
   const int r = channel.rank();
@@ -26,10 +27,18 @@ Status reducescatter(Channel& channel, const void* input, void* output,
   const int64_t largest = *std::max_element(counts.begin(), counts.end());
   const int64_t segment = std::min(segment_elems(default_segment_bytes(), es), largest);
   const size_t copy_bytes = static_cast<size_t>(total) * es;
-  char* buf = static_cast<char*>(workspace.get(copy_bytes + 2 * static_cast<size_t>(segment) * es));
+  // The rank-order reduce-scatter keeps a pair of segment slots per rank, the ring one pair.
+  const size_t slots = rank_order ? 2 * static_cast<size_t>(p) : 2;
+  char* buf =
+      static_cast<char*>(workspace.get(copy_bytes + slots * static_cast<size_t>(segment) * es));
   scale_copy(dtype, buf, input, total, reduction.prescale);
-  KOLO_RETURN_IF_ERROR(ring_reduce_scatter(channel, buf, offsets, counts, dtype, reduction.op,
-                                           buf + copy_bytes, segment, kOp));
+  if (rank_order) {
+    KOLO_RETURN_IF_ERROR(rank_order_reduce_scatter(channel, buf, offsets, counts, dtype,
+                                                   reduction.op, buf + copy_bytes, segment, kOp));
+  } else {
+    KOLO_RETURN_IF_ERROR(ring_reduce_scatter(channel, buf, offsets, counts, dtype, reduction.op,
+                                             buf + copy_bytes, segment, kOp));
+  }
   if (counts[r] > 0)
     std::memcpy(output, buf + offsets[r] * es, static_cast<size_t>(counts[r]) * es);
   finish_reduction(dtype, reduction, output, counts[r], p);

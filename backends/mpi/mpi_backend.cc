@@ -286,6 +286,9 @@ BackendEntry backend_entry_mpi() {
   entry.subgroup = &make_mpi_subgroup_backend;
   entry.devices = {DeviceKind::kCpu};
   entry.fixed_world = true;  // MPI_COMM_WORLD: see BackendEntry::fixed_world
+  // MPI_Allreduce's algorithm (and so its summation order) varies with the message size and
+  // the library's tuning: KOLO_DETERMINISTIC=1 is refused at init (docs/determinism.md).
+  entry.rank_order = false;
   // Under mpirun the job is MPI's: its ranks, and MPI's own collectives by default.
   entry.launcher = {"mpirun", &launched_by_mpirun, &world_from_mpi, /*default_backend=*/true};
   return entry;

@@ -325,6 +325,9 @@ BackendEntry backend_entry_nccl() {
   entry.factory = &make_nccl_backend;
   entry.devices = {DeviceKind::kCuda};
   entry.default_for_cuda = true;  // where each rank of the host has a GPU of its own
+  // NCCL is reproducible only for one fixed configuration (ranks, GPUs, topology, version,
+  // buffer layout: fusion changes it): KOLO_DETERMINISTIC=1 is refused at init.
+  entry.rank_order = false;
   return entry;
 }
 

@@ -391,13 +391,15 @@ class ShmBackend : public Backend {
           });
       KOLO_RETURN_IF_ERROR(share(k, d));
       // This rank's share of the chunk, reduced from every buffer into its own (peers read
-      // only their own shares of it meanwhile).
+      // only their own shares of it meanwhile), in rank order as the one-round path does, so
+      // that an element's bits do not depend on the share or chunk it falls in (Note
+      // [Deterministic reduction] in ops/deterministic.cc).
       const int64_t lo = n * rank_ / size_, hi = n * (rank_ + 1) / size_;
       char* mine = buffer(rank_) + lo * es;
-      for (int p = 0; p < size_; ++p)
-        if (p != rank_ && hi > lo)
-          ops::reduce_into(dtype, reduction.op, mine, buffer(p) + lo * es, hi - lo);
-      if (hi > lo) ops::finish_reduction(dtype, reduction, mine, hi - lo, size_);
+      if (hi > lo) {
+        reduce_all(mine, lo * es, hi - lo, dtype, reduction.op);
+        ops::finish_reduction(dtype, reduction, mine, hi - lo, size_);
+      }
       publish(mark2());
       KOLO_RETURN_IF_ERROR(wait_all(mark2()));
       // Every share out, from its owner's buffer into the pieces. Only this chunk's elements
@@ -415,14 +417,18 @@ class ShmBackend : public Backend {
     return Status::Ok();
   }
 
-  // out = the op over every rank's buffer bytes [offset, offset + n elements), in rank order.
+  // out = the op over every rank's buffer bytes [offset, offset + n elements), a left fold in
+  // rank order. `out` may be this rank's own buffer at `offset` (the chunked path's share): the
+  // partial results then go to acc_, since this rank's input is still to be read.
   void reduce_all(void* out, int64_t offset, int64_t n, DataType dtype, ReduceOp op) {
-    if (size_ == 1) {
-      std::memcpy(out, buffer(0) + offset, static_cast<size_t>(n) * dtype_size(dtype));
-      return;
+    sources_.resize(static_cast<size_t>(size_));
+    for (int p = 0; p < size_; ++p) sources_[p] = buffer(p) + offset;
+    void* acc = out;  // where out is no input, or rank 0's (the fold's first operand)
+    if (out == sources_[rank_] && rank_ != 0 && size_ > 2) {
+      acc_.resize(static_cast<size_t>(n) * dtype_size(dtype));
+      acc = acc_.data();
     }
-    ops::reduce_to(dtype, op, out, buffer(0) + offset, buffer(1) + offset, n);
-    for (int p = 2; p < size_; ++p) ops::reduce_into(dtype, op, out, buffer(p) + offset, n);
+    ops::reduce_in_order(dtype, op, out, sources_, acc, n);
   }
 
   BufferHeader descriptor(Kind kind, DataType dtype, int64_t count) const {
@@ -555,7 +561,10 @@ class ShmBackend : public Backend {
   const std::chrono::nanoseconds spin_for_;  // kSpinFor, or less with more ranks than cores
   std::vector<int> pidfds_;
   shm::PieceIndex pieces_;  // the running allreduce's pieces
-  int64_t use_ = -1;        // buffer uses so far, minus one (the same on every rank)
+  // reduce_all's scratch, kept across calls so that steady state allocates nothing.
+  std::vector<const void*> sources_;
+  std::vector<char> acc_;
+  int64_t use_ = -1;  // buffer uses so far, minus one (the same on every rank)
   const char* op_ = "";
   Status broken_;
 };
@@ -586,6 +595,7 @@ BackendEntry backend_entry_shm() {
   entry.factory = &make_shm_backend;
   entry.devices = {DeviceKind::kCpu};
   entry.one_host = true;
+  entry.rank_order = true;  // both allreduce paths fold the ranks in rank order
   return entry;
 }
 

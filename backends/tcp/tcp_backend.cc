@@ -29,6 +29,7 @@ BackendEntry backend_entry_tcp() {
   entry.name = "tcp";
   entry.factory = &make_tcp_backend;
   entry.devices = {DeviceKind::kCpu};
+  entry.rank_order = true;  // a ChannelBackend: KOLO_DETERMINISTIC selects the rank-order ops
   return entry;
 }
 

@@ -56,6 +56,7 @@ class ElasticTraining {
     throw_if_error(kolo::elastic::run(state_, [this] { return train_epochs(); }));
     if (test_.total == 0) test_ = evaluate(*model_, *test_loader_, device_);
     print_weights_digest(params_);
+    if (args_.print_checksum) print_parameters_sha256(params_);
     print_commit_cost();
     return report_result(args_, test_, opt_.stats(), opt_.bucket_names().size());
   }

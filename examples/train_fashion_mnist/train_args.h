@@ -44,6 +44,7 @@ struct TrainArgs {
   int fail_rank = -1;
   int64_t fail_step = 0;
   int shard = 0;  // --shard: ZeRO stage (0: DistributedOptimizer; 1, 2: ShardedOptimizer)
+  bool print_checksum = false;  // --print-checksum: the final parameters' SHA-256
   bool help = false;
 };
 

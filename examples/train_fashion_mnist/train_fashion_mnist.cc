@@ -191,6 +191,7 @@ int train(const TrainArgs& args) {
   if (first_epoch >= args.epochs) test = evaluate(*model, *test_loader, device);
 
   print_weights_digest(params);
+  if (args.print_checksum) print_parameters_sha256(params);
   const int exit_code = report_result(args, test, opt.stats(), opt.bucket_count());
   opt.print_memory();  // --shard only
   if (!args.timeline.empty()) throw_if_error(kolo::stop_timeline());

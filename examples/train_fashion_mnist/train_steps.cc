@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <vector>
 
+#include "examples/train_fashion_mnist/sha256.h"
+
 namespace kolo::example {
 namespace {
 
@@ -228,6 +230,15 @@ void print_weights_digest(const NamedParameters& params) {
     for (size_t i = 0; i < cpu.nbytes(); ++i) hash = (hash ^ bytes[i]) * 1099511628211ull;
   }
   fw::RankLogger().printf("final weights: fnv1a64 %016llx", static_cast<unsigned long long>(hash));
+}
+
+void print_parameters_sha256(const NamedParameters& params) {
+  Sha256 sha;
+  for (const auto& [name, tensor] : params) {
+    const fw::Tensor cpu = tensor.detach().to(kolo::Device::cpu());
+    sha.update(cpu.raw_data(), cpu.nbytes());
+  }
+  fw::RankLogger().printf("parameters sha256 %s", sha.hex_digest().c_str());
 }
 
 }  // namespace kolo::example

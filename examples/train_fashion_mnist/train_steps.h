@@ -107,6 +107,10 @@ void print_epoch(const std::string& label, const EpochTotals& totals, const Test
 // The final parameters as one number (FNV-1a over their bytes, in the model's order), so that
 // two runs can be compared for identical weights from their output alone (the --elastic tests).
 void print_weights_digest(const NamedParameters& params);
+// --print-checksum: "parameters sha256 <64 hex digits>", the SHA-256 of every parameter's bytes
+// in the model's order (names not included), printed by rank 0 (docs/determinism.md: with
+// KOLO_DETERMINISTIC=1 it is the same whatever the fusion, bucket, autotuner or backend).
+void print_parameters_sha256(const NamedParameters& params);
 
 // The final accuracy, how much communication hid behind backward (the optimizer's stats and
 // gradient buckets per step), and the exit code that --min-accuracy asks for (1 below it, on
