@@ -71,6 +71,9 @@ void expect_example_runs(const std::string& program) {
 }
 
 #ifdef TORCH_EXAMPLE_CPP
+// ZeRO in C++ (kolo/torch_zero.h): sharded equals unsharded, 2 and 3 ranks, uneven batches.
+TEST(TorchCpp, ZeroShardedEqualsUnshardedTwoRanks) { run_ok(2, worker("zero"), "zero"); }
+TEST(TorchCpp, ZeroShardedEqualsUnshardedThreeRanks) { run_ok(3, worker("zero"), "zero"); }
 TEST(TorchCpp, ExampleTrains) { expect_example_runs(TORCH_EXAMPLE_CPP); }
 #endif
 
