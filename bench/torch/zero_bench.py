@@ -51,7 +51,7 @@ def make_model(kind):
                                torch.nn.Linear(512, 10))
 
 
-def contender(name, kind, lr):
+def contender(name, kind, lr, bucket_size):
     """(name, net, optimizer, the torch optimizer whose .state holds this rank's state)."""
     model = make_model(kind)
     if name == "torch":
@@ -59,7 +59,9 @@ def contender(name, kind, lr):
         return name, torch.nn.parallel.DistributedDataParallel(model), opt, opt.optim
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     shard = {"kolo": "optimizer_state", "kolo2": "gradients", "plain": None}[name]
-    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), shard=shard)
+    extra = {} if bucket_size is None else {"bucket_size": bucket_size}
+    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), shard=shard,
+                                   **extra)
     return name, model, opt, opt
 
 
@@ -70,13 +72,15 @@ def main():
     p.add_argument("--steps", type=int, default=20, help="steps per window")
     p.add_argument("--repeats", type=int, default=6, help="timed windows per contender")
     p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--bucket-size", type=int, default=None,
+                   help="kolo: DistributedOptimizer's bucket_size in bytes (default its own)")
     args = p.parse_args()
     torch.set_num_threads(1)
     hvd.init()
     init_gloo()
     x, y = load("/usr/share/datasets/fashion-mnist", "train")
     names = args.contenders.split(",")
-    contenders = [contender(n, args.model, 1e-3) for n in names]
+    contenders = [contender(n, args.model, 1e-3, args.bucket_size) for n in names]
     bs, off = args.batch_size, hvd.rank() * args.batch_size
     windows = {n: [] for n in names}
     for rep in range(args.repeats + 1):  # the first window of each warms up

@@ -11,7 +11,7 @@ exact, at the price of a balance to within one parameter instead of one element.
 
 A step: the gradients are averaged by the unsharded optimizer's GradientReducer (bucketed
 allreduces that start during backward, Kolo's exact sample-count weighting), each rank steps the
-parameters it owns, then one allgather per dtype carries every rank's updated parameters
+parameters it owns, then one broadcast per rank and dtype carries that rank's updated parameters
 (flattened in a fixed order) to every rank. Stage 2 drops the gradients of parameters this rank
 does not own right after the reduce, before the optimizer allocates anything.
 """
@@ -85,7 +85,7 @@ class _Sharded:
         self._owner = owner
         self._flat = flat
         self._global_index = [i for i, q in enumerate(owner) if q == self._me]
-        # The allgather's layout: per dtype, rank 0's parameters, then rank 1's, ...
+        # The broadcasts' layout: per dtype and rank, its parameters flat in the groups' order.
         self._dtypes = sorted({p.dtype for p in flat}, key=str)
         self._by_rank = {dt: [[p for p, q in zip(flat, owner) if q == r and p.dtype == dt]
                               for r in range(world)] for dt in self._dtypes}
@@ -117,21 +117,32 @@ class _Sharded:
         self._gather_parameters()
 
     def _gather_parameters(self):
-        from . import allgather
+        # One broadcast per rank and dtype, all in flight at once, rather than one allgather:
+        # Kolo's allgather of 1.2M floats a rank took 17-23 ms on 2 ranks, the two broadcasts
+        # 6-8 ms (docs/zero-torch.md); the bytes on the wire are the same.
+        from . import broadcast_async_, synchronize
         with torch.no_grad():
+            pending = []
             for dt in self._dtypes:
-                mine = self._by_rank[dt][self._me]
-                flat = (torch.cat([p.detach().reshape(-1) for p in mine]) if mine
-                        else torch.empty(0, dtype=dt))
-                out = allgather(flat, name="zero.parameters.%s" % str(dt).split(".")[-1],
-                                process_set=self._set)
-                at = 0
+                tag = str(dt).split(".")[-1]
                 for r, params in enumerate(self._by_rank[dt]):
-                    for p in params:
-                        n = p.numel()
-                        if r != self._me:
-                            p.copy_(out[at:at + n].view_as(p))
-                        at += n
+                    if not params:
+                        continue
+                    if r == self._me:
+                        flat = torch.cat([p.detach().reshape(-1) for p in params])
+                    else:
+                        flat = torch.empty(sum(p.numel() for p in params), dtype=dt)
+                    h = broadcast_async_(flat, r, name="zero.parameters.%s.%d" % (tag, r),
+                                         process_set=self._set)
+                    pending.append((h, r, flat, params))
+            for h, r, flat, params in pending:
+                synchronize(h)
+                if r == self._me:
+                    continue
+                at = 0
+                for p in params:
+                    p.copy_(flat[at:at + p.numel()].view_as(p))
+                    at += p.numel()
 
     def zero_grad(self, set_to_none=False):
         if self._reducer.pending():
@@ -227,7 +238,7 @@ def ZeroRedundancyOptimizer(params, optimizer_class, process_group=None,
     if overlap_with_ddp:
         raise ValueError("ZeroRedundancyOptimizer: overlap_with_ddp is DDP's; Kolo's reducer "
                          "already overlaps the gradient reduction with backward")
-    del parameters_as_bucket_view  # the allgather always packs each rank's parameters flat
+    del parameters_as_bucket_view  # the broadcasts always pack each rank's parameters flat
     inner = optimizer_class(params, **defaults)
     return DistributedOptimizer(inner, named_parameters=named_parameters,
                                 process_set=process_group or global_process_set,
