@@ -22,7 +22,7 @@ enum class Shard {
 // to the least loaded rank: PyTorch's ZeroRedundancyOptimizer's partition); the constructor
 // leaves in `inner`'s param groups only this rank's parameters, so its step and state see only
 // those. step(): the GradientReducer's bucketed allreduce, the inner step on this rank's
-// parameters, one allgather per dtype of every rank's updated parameters.
+// parameters, one broadcast per rank and dtype of its updated parameters.
 //
 // Errors: the constructor throws Error(InvalidArgument) naming the optimizer when its update is
 // not per-parameter (LBFGS; anything but SGD, Adam, AdamW, Adagrad and RMSprop).
