@@ -9,6 +9,9 @@
 //   syncbn: SyncBatchNorm2d on uneven local batches equals BatchNorm2d on their union (output,
 //       input gradient, summed parameter gradients, running statistics).
 //   mismatch: ranks allreduce different shapes under one name; prints each rank's error.
+//   zero: ShardedOptimizer (SGD + momentum, Adam; both shards), uneven batches, 15 steps,
+//       equals the unsharded DistributedOptimizer; state only for this rank's parameters; stage
+//       2 drops the other ranks' gradients; LBFGS refused naming it.
 // Prints "[ok] <mode>" at the end when every check held, "FAIL ..." lines otherwise.
 #include <torch/torch.h>
 
@@ -20,6 +23,7 @@
 
 #include "kolo/torch.h"
 #include "kolo/torch_sync_batch_norm.h"
+#include "kolo/torch_zero.h"
 
 namespace kt = kolo::torch;
 namespace nn = torch::nn;
@@ -259,6 +263,72 @@ int mode_mismatch() {
   return 0;
 }
 
+template <typename Opt, typename Options>
+void zero_case(const char* what, Options opts, kt::Shard shard) {
+  const int P = kt::size(), r = kt::rank();
+  const int64_t total = rows_of(P - 1).second;
+  nn::Sequential plain = make_mlp(100), sharded = make_mlp(100);
+  Opt inner_plain(plain->parameters(), opts), inner_sharded(sharded->parameters(), opts);
+  kt::DistributedOptimizer o1(inner_plain, plain->named_parameters());
+  kt::ShardedOptimizer o2(inner_sharded, sharded->named_parameters(), shard);
+  for (int which = 0; which < 2; ++which) {
+    torch::manual_seed(7);
+    nn::Sequential& m = which == 0 ? plain : sharded;
+    for (int step = 0; step < 15; ++step) {
+      const torch::Tensor x = torch::randn({total, 6});
+      const torch::Tensor y = torch::randint(0, 3, {total});
+      const auto [b, e] = rows_of(r);
+      if (which == 0) {
+        o1.zero_grad();
+        o1.set_local_batch_size(e - b);
+      } else {
+        o2.zero_grad();
+        o2.set_local_batch_size(e - b);
+      }
+      torch::nn::functional::cross_entropy(m->forward(x.slice(0, b, e)), y.slice(0, b, e))
+          .backward();
+      which == 0 ? o1.step() : o2.step();
+    }
+  }
+  double diff = 0;
+  auto ps = plain->parameters();
+  auto qs = sharded->parameters();
+  for (size_t i = 0; i < ps.size(); ++i) {
+    diff = std::max(diff, (ps[i] - qs[i]).abs().max().item<double>());
+  }
+  size_t mine = 0, stray = 0;
+  for (size_t i = 0; i < o2.owner().size(); ++i) {
+    if (o2.owner()[i] == r) ++mine;
+    if (o2.owner()[i] != r && o2.parameters()[i].grad().defined()) ++stray;
+  }
+  std::printf("zero %s shard %d max_diff %.3g state %zu of %zu\n", what, static_cast<int>(shard),
+              diff, inner_sharded.state().size(), inner_plain.state().size());
+  expect(diff <= 1e-6, std::string(what) + ": parameters differ by " + std::to_string(diff));
+  expect(inner_sharded.state().size() == mine && inner_plain.state().size() == ps.size(),
+         std::string(what) + ": state for " + std::to_string(inner_sharded.state().size()) +
+             " parameters, this rank owns " + std::to_string(mine));
+  expect(shard == kt::Shard::kOptimizerState || stray == 0,
+         std::string(what) + ": stage 2 kept " + std::to_string(stray) + " gradients");
+}
+
+int mode_zero() {
+  for (kt::Shard shard : {kt::Shard::kOptimizerState, kt::Shard::kGradients}) {
+    zero_case<torch::optim::SGD>("sgd", torch::optim::SGDOptions(0.05).momentum(0.9), shard);
+    zero_case<torch::optim::Adam>("adam", torch::optim::AdamOptions(1e-2), shard);
+    zero_case<torch::optim::AdamW>("adamw", torch::optim::AdamWOptions(1e-2), shard);
+  }
+  nn::Sequential m = make_mlp(1);
+  torch::optim::LBFGS lbfgs(m->parameters(), torch::optim::LBFGSOptions(1));
+  try {
+    kt::ShardedOptimizer bad(lbfgs, m->named_parameters());
+    expect(false, "LBFGS was sharded");
+  } catch (const kt::Error& e) {
+    expect(std::string(e.what()).find("LBFGS") != std::string::npos,
+           std::string("the LBFGS error does not name it: ") + e.what());
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -284,6 +354,8 @@ int main(int argc, char** argv) {
       mode_syncbn();
     } else if (mode == "mismatch") {
       mode_mismatch();
+    } else if (mode == "zero") {
+      mode_zero();
     } else {
       std::fprintf(stderr, "unknown mode '%s'\n", mode.c_str());
       return 2;

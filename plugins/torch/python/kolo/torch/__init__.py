@@ -567,15 +567,25 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
                          num_groups=0, groups=None, sparse_as_dense=False,
-                         process_set=global_process_set, bucket_size=BUCKET_BYTES):
+                         process_set=global_process_set, bucket_size=BUCKET_BYTES, shard=None):
     """Wraps `optimizer` (an instance) in a class deriving from its class, as Horovod does.
     Gradients travel in buckets of up to bucket_size bytes (0: one allreduce per parameter; the
     autotuner's size replaces it when KOLO_AUTOTUNE is on). num_groups and groups (Horovod's
-    manual grouping) are superseded by the buckets; process_set: the ranks that average."""
-    cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
-               dict(_DistributedOptimizer.__dict__))
-    return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
-               op, gradient_predivide_factor, bucket_size, process_set)
+    manual grouping) are superseded by the buckets; process_set: the ranks that average.
+    shard: None (every rank steps every parameter), "optimizer_state" (ZeRO stage 1: each rank
+    keeps optimizer state for its own parameters only) or "gradients" (stage 2: also drops the
+    gradients it does not own after the reduce); docs/zero-torch.md."""
+    if shard is None:
+        cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
+                   dict(_DistributedOptimizer.__dict__))
+        return cls(optimizer.param_groups, named_parameters, compression,
+                   backward_passes_per_step, op, gradient_predivide_factor, bucket_size,
+                   process_set)
+    from . import zero
+    return zero.sharded(optimizer, shard, _DistributedOptimizer, named_parameters, compression,
+                        backward_passes_per_step, op, gradient_predivide_factor, bucket_size,
+                        process_set)
 
 
 from . import elastic  # noqa: E402,F401  (hvd.elastic, as horovod.torch has it)
+from .zero import ZeroRedundancyOptimizer  # noqa: E402,F401  (docs/zero-torch.md)
