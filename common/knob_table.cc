@@ -189,6 +189,18 @@ constexpr std::array<Knob, kKnobCount> kTable = {{
              "so a result depends on the ranks' inputs and their number only (not on fusion, "
              "timing, tuning or the backend, tcp or shm); backends that cannot (mpi, nccl) "
              "refuse it at init (docs/determinism.md)"},
+    // Test-only: shakes up the order in which ranks' tensors become ready, so tests can show
+    // that results do not depend on it (docs/determinism.md). Per rank: each may differ.
+    {.id = KnobId::kTestSubmitDelay,
+     .name = "KOLO_TEST_SUBMIT_DELAY",
+     .kind = kDuration,
+     .category = kCore,
+     .scope = kRank,
+     .default_text = "0",
+     .default_doc = "off",
+     .help = "test-only: before each operation it submits, a rank sleeps a pseudo-random time "
+             "up to this long (seeded by its rank and a count of its submissions); `0` turns it "
+             "off"},
     // The autotuner (coordinator/autotune.h). Each range bounds one searched dimension; a
     // minimum above its maximum is an error at init (config_from_knobs).
     {.id = KnobId::kAutotune,

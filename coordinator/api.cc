@@ -1,5 +1,8 @@
 // The global entry points of kolo/kolo.h: one process-wide Runtime built by init().
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 
 #include "backends/hierarchical/hierarchical_backend.h"
 #include "backends/local_backend.h"
@@ -23,6 +26,33 @@
 namespace kolo {
 
 namespace {
+
+// KOLO_TEST_SUBMIT_DELAY (test-only). Lock-free: read on every submission, from any thread.
+std::atomic<int64_t> g_submit_delay_ns{0};
+std::atomic<uint64_t> g_submit_delay_seed{0};  // the rank, in the top bits
+std::atomic<uint64_t> g_submissions{0};
+
+void set_test_submit_delay(std::chrono::nanoseconds max, int rank) {
+  g_submit_delay_ns.store(max.count());
+  g_submit_delay_seed.store(static_cast<uint64_t>(rank) << 40);
+  g_submissions.store(0);
+}
+
+// A pseudo-random sleep before a submission, so that tests see ranks' tensors become ready in
+// varying orders. Seeded by rank and a count of this rank's submissions (splitmix64), so each
+// rank sleeps differently; which thread gets which count is left to the scheduler.
+void test_submit_delay() {
+  const int64_t max_ns = g_submit_delay_ns.load(std::memory_order_relaxed);
+  if (max_ns <= 0) return;
+  uint64_t x = g_submit_delay_seed.load(std::memory_order_relaxed) ^
+               g_submissions.fetch_add(1, std::memory_order_relaxed);
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  x ^= x >> 31;
+  std::this_thread::sleep_for(
+      std::chrono::nanoseconds(static_cast<int64_t>(x % static_cast<uint64_t>(max_ns + 1))));
+}
 
 struct Global {
   Mutex mu;  // serialises init/shutdown; guards every member below
@@ -365,6 +395,7 @@ Status init_session(Global& g) {
   g.elastic = world.generation >= 0;
   if (g.elastic) g.generation = world.generation;
   g.reset_limit = static_cast<int>(job.knobs->integer(KnobId::kElasticResetLimit));
+  set_test_submit_delay(job.knobs->duration(KnobId::kTestSubmitDelay), world.rank);
   Result<Planes> connected = connect_planes(job);
   if (!connected.ok()) return connect_error(connected.status(), *job.knobs);
   Planes planes = std::move(*connected);
@@ -482,6 +513,11 @@ KOLO_TOPOLOGY_GETTER(cross_rank, 0)
 KOLO_TOPOLOGY_GETTER(cross_size, 1)
 #undef KOLO_TOPOLOGY_GETTER
 
+bool deterministic() {
+  auto rt = current();
+  return rt && rt->config().deterministic;
+}
+
 Status start_timeline(const std::string& path, std::optional<bool> mark_cycles) {
   auto rt = current();
   if (!rt)
@@ -566,6 +602,7 @@ Handle submit_global(Result<std::unique_ptr<Entry>> entry, const std::string& na
     (*entry)->state->complete(not_running(name));
     return Handle((*entry)->state);
   }
+  test_submit_delay();
   if (process_set.is_global()) return rt->submit(std::move(*entry));
   std::shared_ptr<ProcessSetTable> sets = current_sets();
   Result<std::shared_ptr<Runtime>> set_rt =

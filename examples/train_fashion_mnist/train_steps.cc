@@ -127,6 +127,10 @@ fw::LrScaling to_fw(ScalingRule rule) {
 
 void start_kolo(const TrainArgs& args) {
   throw_if_error(kolo::init());
+  // KOLO_DETERMINISTIC=1 (kolorun --deterministic) fixes the framework's kernels too; the BLAS
+  // thread count is printed because the checksum depends on it.
+  if (fw::configure_deterministic_kernels() && kolo::rank() == 0)
+    std::printf("deterministic mode: %d BLAS thread per rank\n", fw::kDeterministicBlasThreads);
   if (args.timeline.empty()) return;
   // One file per rank; cycle markers as KOLO_TIMELINE_MARK_CYCLES says.
   Status started = kolo::start_timeline(args.timeline);

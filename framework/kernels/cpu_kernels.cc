@@ -73,6 +73,8 @@ void bf16_to_f32(int64_t n, const uint16_t* x, float* y) {
 }
 
 const char* blas_core_name() { return openblas_get_corename(); }
+void set_blas_threads(int n) { openblas_set_num_threads(n); }
+int blas_threads() { return openblas_get_num_threads(); }
 
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           const float* b, float beta, float* c) {

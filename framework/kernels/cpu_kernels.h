@@ -35,6 +35,12 @@ void bf16_to_f32(int64_t n, const uint16_t* x, float* y);
 // Name of the OpenBLAS kernel set in use (e.g. "Haswell", "SkylakeX"); OpenBLAS picks it when the
 // library loads, and OPENBLAS_CORETYPE overrides the choice. CPU only, for benchmark reports.
 const char* blas_core_name();
+// The number of threads OpenBLAS splits one sgemm over. OpenBLAS's partition of a product is a
+// function of its shape and this count, so a fixed count gives the same bits in every run;
+// OpenBLAS's default count follows the host's cores (or OPENBLAS_NUM_THREADS), so it is not
+// part of any contract. Process-wide; set it before training, not while a gemm runs. CPU only.
+void set_blas_threads(int n);
+int blas_threads();
 // C[M,N] = alpha * op(A) * op(B) + beta * C, op(A) is [M,K], op(B) is [K,N].
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           const float* b, float beta, float* c);

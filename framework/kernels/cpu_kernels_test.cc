@@ -120,3 +120,11 @@ TEST(CpuPool, MaxPoolMatchesWindowScan) {
 
 }  // namespace
 }  // namespace kolo::fw::kernels::cpu
+
+TEST(CpuBlas, ThreadCountIsSetAndRead) {
+  const int before = kolo::fw::kernels::cpu::blas_threads();
+  kolo::fw::kernels::cpu::set_blas_threads(1);
+  EXPECT_EQ(kolo::fw::kernels::cpu::blas_threads(), 1);
+  kolo::fw::kernels::cpu::set_blas_threads(before);
+  EXPECT_EQ(kolo::fw::kernels::cpu::blas_threads(), before);
+}

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
+#include <atomic>
 #include <functional>
 #include <string>
 #include <vector>
@@ -40,6 +41,12 @@ int blocks_for(int64_t n) {
   const int64_t b = (n + kThreads - 1) / kThreads;
   return static_cast<int>(b < 1 ? 1 : (b > 65535 ? 65535 : b));
 }
+
+// Deterministic mode (set_deterministic): the scalar reductions run as one block, whose
+// thread partition and shared-memory tree are fixed, instead of adding per-block partials in
+// whatever order the blocks finish (atomicAdd).
+std::atomic<bool> g_deterministic{false};
+int reduce_blocks(int64_t n) { return g_deterministic.load() ? 1 : blocks_for(n); }
 
 int current_device() {
   int d = 0;
@@ -371,14 +378,17 @@ void tanh_fwd(int64_t n, const float* x, float* y) { KOLO_LAUNCH(k_tanh_fwd, n, 
 void tanh_bwd(int64_t n, const float* y, const float* gy, float* gx) {
   KOLO_LAUNCH(k_tanh_bwd, n, n, y, gy, gx);
 }
+void set_deterministic(bool on) { g_deterministic.store(on); }
+
 float sum(int64_t n, const float* x) {
   if (n == 0) return 0.f;
-  return reduce_to_host([&](double* d) { k_sum<<<blocks_for(n), kThreads>>>(n, x, false, d); },
+  return reduce_to_host([&](double* d) { k_sum<<<reduce_blocks(n), kThreads>>>(n, x, false, d); },
                         1.0);
 }
 float sq_sum(int64_t n, const float* x) {
   if (n == 0) return 0.f;
-  return reduce_to_host([&](double* d) { k_sum<<<blocks_for(n), kThreads>>>(n, x, true, d); }, 1.0);
+  return reduce_to_host([&](double* d) { k_sum<<<reduce_blocks(n), kThreads>>>(n, x, true, d); },
+                        1.0);
 }
 void f32_to_f16(int64_t n, const float* x, uint16_t* y) { KOLO_LAUNCH(k_f32_to_f16, n, n, x, y); }
 void f16_to_f32(int64_t n, const uint16_t* x, float* y) { KOLO_LAUNCH(k_f16_to_f32, n, n, x, y); }
@@ -465,7 +475,7 @@ void log_softmax_bwd(int64_t m, int64_t n, const float* y, const float* gy, floa
 float nll_mean(int64_t m, int64_t n, const float* logp, const int64_t* labels) {
   if (m == 0) return 0.f;
   return reduce_to_host(
-      [&](double* d) { k_nll<<<blocks_for(m), kThreads>>>(m, n, logp, labels, d); },
+      [&](double* d) { k_nll<<<reduce_blocks(m), kThreads>>>(m, n, logp, labels, d); },
       static_cast<double>(m));
 }
 void softmax_xent_bwd(int64_t m, int64_t n, const float* logp, const int64_t* labels, float g,

@@ -17,6 +17,15 @@ using cpu::ConvGeom;
 using cpu::PoolGeom;
 
 int device_count();  // 0 when no device / driver
+// Deterministic mode. The elementwise kernels, cuBLAS sgemm (one handle per device, default
+// stream) and the cuDNN algorithms (fixed, not searched: forward IMPLICIT_PRECOMP_GEMM, backward
+// filter and data ALGO_1, all deterministic per cuDNN) give the same bits in every run on the
+// same GPU model and toolkit; `on` makes the scalar reductions (sum, sq_sum, nll_mean) run as
+// one block instead of adding block partials with atomicAdd. Still not reproducible: col2im and
+// the pooling backward passes scatter with float atomicAdd, so windows that overlap (stride <
+// kernel) add in a varying order; non-overlapping pools (the main job's MaxPool2d(2)) add one
+// term per element and are exact. Process-wide.
+void set_deterministic(bool on);
 void set_device(int device);
 // cudaMemcpy in the given direction (synchronous w.r.t. the host).
 void copy_h2d(void* dst, const void* src, size_t nbytes);

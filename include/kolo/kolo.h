@@ -81,6 +81,12 @@ int local_size();
 int cross_rank();
 int cross_size();
 
+// Whether this job runs in deterministic mode (KOLO_DETERMINISTIC=1, kolorun --deterministic;
+// docs/determinism.md): the same on every rank, fixed at init(). false before init. Training
+// stacks read it after init() to make their own kernels reproducible too (the framework's
+// fw::configure_deterministic_kernels()).
+bool deterministic();
+
 // Starts/stops recording a Chrome trace of this rank's operations to `path`, with the file
 // rule of KOLO_TIMELINE (which does the same at init()): "{rank}" in the path is replaced by
 // the rank, else jobs of several ranks write "<stem>.rank<N>.json" (or "<path>.rank<N>" for a

@@ -30,6 +30,7 @@
 #include "framework/data/idx_reader.h"
 #include "framework/data/sampler.h"
 #include "framework/distributed/broadcast_state.h"
+#include "framework/distributed/deterministic_kernels.h"
 #include "framework/distributed/distributed_optimizer.h"
 #include "framework/distributed/distributed_sampler.h"
 #include "framework/distributed/rank_zero.h"
