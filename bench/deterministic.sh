@@ -4,10 +4,14 @@
 # backend (shm, tcp) and rank count (2, 4). Prints, per size, the median time of each mode over
 # the runs and the ratio deterministic / default.
 #
-#   bench/deterministic.sh [RUNS] [BUILD]        (defaults: 5, build)
+#   bench/deterministic.sh [RUNS] [BUILD] [MIN] [MAX]   (defaults: 5, build, 1MiB, 64MiB)
+# e.g. `bench/deterministic.sh 15 build 1KiB 512KiB` for the small messages (factor 4 between
+# sizes).
 set -euo pipefail
 runs=${1:-5}
 build=${2:-build}
+min=${3:-1MiB}
+max=${4:-64MiB}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 for np in 2 4; do
@@ -17,7 +21,7 @@ for np in 2 4; do
         knob=0
         [[ $mode == deterministic ]] && knob=1
         KOLO_DETERMINISTIC=$knob "$build/bin/kolorun" -np "$np" "$build/bin/kolo-bench" allreduce \
-          --backend "$backend" -b 1MiB -e 64MiB -f 4 -n 10 -w 3 \
+          --backend "$backend" -b "$min" -e "$max" -f 4 -n 10 -w 3 \
           --json "$tmp/$np-$backend-$mode-$i.json" >/dev/null
       done
     done
