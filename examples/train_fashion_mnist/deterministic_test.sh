@@ -5,8 +5,9 @@
 # random delays before each submission (KOLO_TEST_SUBMIT_DELAY) and OpenBLAS's own thread
 # count (OPENBLAS_NUM_THREADS 1, 2 or unset: deterministic mode fixes it, so the framework's
 # kernels are part of the contract). The control: without the knob, 4 ranks on tcp with fusion
-# 0 and 64 MiB give different checksums (the ring's association follows the fusion buffer); it
-# is deterministic per configuration, so it differs in every run.
+# 0 and 64 MiB give different checksums (the ring's association follows the fusion buffer).
+# Fusion 0 gave one checksum in every run seen; 64 MiB a different one in each (which tensors
+# share a buffer follows timing), never fusion 0's: that would need a run with no fusion at all.
 # Usage: deterministic_test.sh KOLORUN TRAIN_FASHION_MNIST
 set -u
 kolorun=$1 train=$2
