@@ -252,8 +252,9 @@ TraceSummary summarize(const json& events) {
       if (name == "thread_name" && row_tensor(e)) {
         names[{pid, tid}] = *row_tensor(e);
       } else if (name == trace_format::kStatsEvent) {
-        auto dropped = static_cast<uint64_t>(number_or(args, trace_format::kDroppedEventsArg, 0));
-        if (dropped > 0) s.dropped_events[pid] += dropped;
+        // integer_or: a cast of an out-of-range double is undefined (fuzz_trace_reader).
+        const int64_t dropped = integer_or(args, trace_format::kDroppedEventsArg, 0);
+        if (dropped > 0) s.dropped_events[pid] += static_cast<uint64_t>(dropped);
       }
       continue;
     }
@@ -261,8 +262,7 @@ TraceSummary summarize(const json& events) {
     if (ph == "B" || ph == "E" || ph == "X") tracks[{pid, tid}].push_back(&e);
     if (ph == "i" && e.value("name", "") == trace_format::kStepMarker) {
       const json args = e.contains("args") && e["args"].is_object() ? e["args"] : json::object();
-      steps[pid].emplace_back(number_or(e, "ts", 0),
-                              static_cast<int64_t>(number_or(args, trace_format::kStepArg, 0)));
+      steps[pid].emplace_back(number_or(e, "ts", 0), integer_or(args, trace_format::kStepArg, 0));
     }
   }
   for (auto& [pid, marks] : steps) std::sort(marks.begin(), marks.end());
