@@ -21,6 +21,7 @@
 #include "framework/distributed/distributed_optimizer.h"
 #include "framework/distributed/sharded_optimizer.h"
 #include "framework/functional.h"
+#include "framework/memory_stats.h"
 #include "framework/optim/adam.h"
 #include "framework/optim/serialize.h"
 #include "framework/optim/sgd.h"
@@ -64,6 +65,7 @@ Synthetic make_model(const ZeroOptions& o) {
   const int64_t per = static_cast<int64_t>(o.params) / o.layers;
   for (int i = 0; i < o.layers; ++i) {
     m.params.push_back(fw::Tensor::full({per}, 0.01f).set_requires_grad(true));
+    m.params.back().set_memory_category(fw::MemoryCategory::kParameters);
     m.inputs.push_back(fw::Tensor::randn({per}, 0.f, 1.f, &gen));
   }
   return m;
@@ -77,13 +79,15 @@ std::unique_ptr<fw::Optimizer> make_optimizer(const ZeroOptions& o, const Synthe
 
 struct Run {
   double step_ms = 0;
-  fw::MemoryBytes memory;  // after the last step (unsharded: what DistributedOptimizer keeps)
-  fw::MemoryBytes peak;
+  // The allocator's count (framework/memory_stats.h) after the last step, with the peaks since
+  // the model was built: what this mode's model, optimizer and steps held.
+  fw::MemoryStats memory;
 };
 
 // One run of `mode` (0: DistributedOptimizer; 1, 2: ZeRO stage): the median step time of
 // o.steps steps after two warm-up steps.
 Run run_mode(const ZeroOptions& o, int mode) {
+  fw::reset_memory_peaks();  // the previous mode's tensors are gone
   Synthetic m = make_model(o);
   std::unique_ptr<fw::Optimizer> inner = make_optimizer(o, m);
   fw::DistributedOptions d{.bucket_bytes = static_cast<int64_t>(o.bucket_bytes)};
@@ -114,21 +118,18 @@ Run run_mode(const ZeroOptions& o, int mode) {
   }
   Run run;
   run.step_ms = median(times);
-  if (sharded) {
-    const fw::ShardMemory mem = sharded->memory();
-    run.memory = mem.current;
-    run.peak = mem.peak;
-  } else {
-    for (const fw::Tensor& p : m.params) {
-      run.memory.parameters += static_cast<int64_t>(p.nbytes());
-      run.memory.gradients += static_cast<int64_t>(p.grad().nbytes());
-    }
-    for (auto& [name, t] : inner->state_tensors())
-      if (name.rfind("param.", 0) == 0)
-        run.memory.optimizer_state += static_cast<int64_t>(t->nbytes());
-    run.peak = run.memory;
-  }
+  run.memory = fw::memory_stats();
   return run;
+}
+
+// {"<category>": {"current": bytes, "peak": bytes}, ..., "total": {...}}.
+nlohmann::json memory_json(const fw::MemoryStats& mem) {
+  nlohmann::json out = nlohmann::json::object();
+  for (int c = 0; c < fw::kNumMemoryCategories; ++c)
+    out[std::string(fw::memory_category_name(static_cast<fw::MemoryCategory>(c)))] = {
+        {"current", mem.current[c]}, {"peak", mem.peak[c]}};
+  out["total"] = {{"current", mem.total_current}, {"peak", mem.total_peak}};
+  return out;
 }
 
 Status run_zero(const ZeroOptions& o) {
@@ -145,18 +146,19 @@ Status run_zero(const ZeroOptions& o) {
   }
   if (print)
     std::printf("%-6s %6s %11s %10s %10s %7s %10s %10s %10s %10s\n", "shard", "ranks", "params",
-                "optimizer", "step_ms", "ratio", "state_MB", "grads_MB", "comm_MB", "peakcomm_MB");
+                "optimizer", "step_ms", "ratio", "state_MB", "grads_MB", "comm_MB", "peak_MB");
   nlohmann::json rows = nlohmann::json::array();
   const double base = median(medians[0]);
   for (int mode = 0; mode < 3; ++mode) {
     const double ms = median(medians[mode]);
-    const Run& run = last[mode];
-    auto mb = [](int64_t b) { return static_cast<double>(b) / 1e6; };
+    const fw::MemoryStats& mem = last[mode].memory;
+    using C = fw::MemoryCategory;
+    auto mb = [&](C c) { return static_cast<double>(mem.current_of(c)) / 1e6; };
     if (print)
       std::printf("%-6d %6d %11llu %10s %10.3f %7.3f %10.3f %10.3f %10.3f %10.3f\n", mode, size(),
                   static_cast<unsigned long long>(o.params), o.optimizer.c_str(), ms, ms / base,
-                  mb(run.memory.optimizer_state), mb(run.memory.gradients),
-                  mb(run.memory.communication), mb(run.peak.communication));
+                  mb(C::kOptimizerState), mb(C::kGradients), mb(C::kCommunication),
+                  static_cast<double>(mem.total_peak) / 1e6);
     rows.push_back({{"shard", mode},
                     {"ranks", size()},
                     {"params", o.params},
@@ -164,10 +166,7 @@ Status run_zero(const ZeroOptions& o) {
                     {"step_ms_median", ms},
                     {"step_ms_runs", medians[mode]},
                     {"ratio_to_unsharded", ms / base},
-                    {"optimizer_state_bytes", run.memory.optimizer_state},
-                    {"gradient_bytes", run.memory.gradients},
-                    {"communication_bytes", run.memory.communication},
-                    {"peak_communication_bytes", run.peak.communication}});
+                    {"memory", memory_json(mem)}});
   }
   if (print && !o.json_path.empty()) KOLO_RETURN_IF_ERROR(write_json_rows(o.json_path, rows));
   return shutdown();

@@ -3,6 +3,8 @@
 #include <atomic>
 #include <unordered_map>
 
+#include "framework/memory_stats.h"
+
 namespace kolo::fw {
 namespace {
 
@@ -151,6 +153,8 @@ class BackwardPass {
       // A leaf whose every contribution was undefined (zero) still gets a defined gradient, so
       // hooks always see a buffer.
       if (!m->grad.defined()) m->grad = Tensor::zeros(leaf.shape(), leaf.device());
+      // The buffer may have been an op's output (the first contribution is taken, not copied).
+      m->grad.set_memory_category(MemoryCategory::kGradients);
       m->ready_pass = report_.pass;
       report_.ready.push_back(leaf);
       // Copy the hook list: a hook may register or remove hooks.

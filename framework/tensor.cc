@@ -8,6 +8,7 @@
 
 #include "framework/autograd.h"
 #include "framework/kernels/cpu_kernels.h"
+#include "framework/memory_stats.h"
 #ifdef KOLO_HAVE_CUDA
 #include "framework/kernels/cuda_allocator.h"
 #include "framework/kernels/cuda_kernels.h"
@@ -107,11 +108,13 @@ void keep_freed_cpu_memory() {
 }
 }  // namespace
 
-Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
+Storage::Storage(size_t nbytes, Device device)
+    : nbytes_(nbytes), device_(device), category_(memory_stats_detail::current_category()) {
   if (device.is_cpu()) {
     keep_freed_cpu_memory();
     // 64-byte alignment keeps AVX loads aligned and matches what OpenBLAS prefers.
     data_ = ::operator new(nbytes == 0 ? 64 : (nbytes + 63) / 64 * 64, std::align_val_t(64));
+    memory_stats_detail::add(device.kind, category(), static_cast<int64_t>(nbytes));
     return;
   }
 #ifdef KOLO_HAVE_CUDA
@@ -120,12 +123,14 @@ Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device
         "Storage: device " + device.to_string() + " does not exist (" +
         std::to_string(kernels::cuda::device_count()) + " CUDA devices visible)"));
   data_ = cuda_alloc::allocate(nbytes, device.index);
+  memory_stats_detail::add(device.kind, category(), static_cast<int64_t>(nbytes));
 #else
   no_cuda("Storage");
 #endif
 }
 
 Storage::~Storage() {
+  memory_stats_detail::add(device_.kind, category(), -static_cast<int64_t>(nbytes_));
   if (device_.is_cpu()) {
     ::operator delete(data_, std::align_val_t(64));
     return;
@@ -133,6 +138,11 @@ Storage::~Storage() {
 #ifdef KOLO_HAVE_CUDA
   cuda_alloc::release(data_, nbytes_, device_.index);
 #endif
+}
+
+void Storage::set_category(MemoryCategory category) {
+  const MemoryCategory was = category_.exchange(category, std::memory_order_relaxed);
+  memory_stats_detail::move(device_.kind, was, category, static_cast<int64_t>(nbytes_));
 }
 
 int cuda_device_count() {
@@ -539,7 +549,11 @@ void Tensor::set_grad(const Tensor& grad) const {
     check_same_device("set_grad", *this, grad);
   }
   if (!impl_->autograd) impl_->autograd = std::make_shared<AutogradMeta>();
+  grad.set_memory_category(MemoryCategory::kGradients);
   impl_->autograd->grad = grad;
+}
+void Tensor::set_memory_category(MemoryCategory category) const {
+  if (impl_ && impl_->storage) impl_->storage->set_category(category);
 }
 void Tensor::zero_grad() const {
   Tensor g = grad();

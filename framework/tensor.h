@@ -17,6 +17,7 @@
 // storage) written from several threads at once is a data race, as for any array.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -35,8 +36,11 @@ std::string shape_to_string(const Shape& shape);
 // Product of the dimensions (1 for a scalar, shape {}). Throws on a negative dimension.
 int64_t shape_numel(const Shape& shape);
 
+enum class MemoryCategory : uint8_t;  // memory_stats.h
+
 // A contiguous block of memory on one device, freed (returned to its allocator) when the last
-// reference goes. Never resized.
+// reference goes. Never resized. Counted in memory_stats.h from allocation to release, under
+// the allocating thread's MemoryCategoryScope until set_category moves it.
 class Storage {
  public:
   // Allocates nbytes on device (uninitialised). Throws kolo::Error on failure / no CUDA build.
@@ -48,11 +52,15 @@ class Storage {
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
+  // Counts these bytes under `category` from now on. Thread-safe.
+  void set_category(MemoryCategory category);
+  MemoryCategory category() const { return category_.load(std::memory_order_relaxed); }
 
  private:
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_;
+  std::atomic<MemoryCategory> category_;
 };
 
 // Seedable random source for randn/uniform/dropout. Deterministic for a given seed on CPU.
@@ -147,6 +155,9 @@ class Tensor {
   // True when both handles point at the same TensorImpl.
   bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
   bool shares_storage(const Tensor& other) const;
+  // Counts this tensor's storage (every view of it) under `category` (memory_stats.h).
+  // Nothing for an undefined tensor.
+  void set_memory_category(MemoryCategory category) const;
 
   // ---- In-place updates (no autograd; for optimizers, initialisation, gradient buffers) ----
   // Each works on CPU and CUDA; operands must have the same numel, device and float32 dtype.

@@ -32,6 +32,7 @@
 #include "examples/train_fashion_mnist/train_args.h"
 #include "examples/train_fashion_mnist/train_steps.h"
 #include "framework/distributed/sharded_optimizer.h"
+#include "framework/memory_stats.h"
 #include "kolo/framework.h"
 
 namespace kolo::example {
@@ -116,19 +117,25 @@ class StepOptimizer {
   size_t bucket_count() const {
     return plain_ ? plain_->bucket_names().size() : sharded_->layout().size();
   }
-  // With --shard: every rank's bytes per category, current (after the last step) and peak.
+  // With --shard: every rank's bytes per category, current (after the last step) and peak,
+  // as the training stack's allocator counts them (framework/memory_stats.h).
   void print_memory() {
     if (!sharded_) return;
-    const fw::ShardMemory m = sharded_->memory();
+    const fw::MemoryStats m = fw::memory_stats();
     auto mib = [](int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
+    std::string cells;
+    char cell[96];
+    for (int c = 0; c < fw::kNumMemoryCategories; ++c) {
+      std::snprintf(
+          cell, sizeof cell, "%s %.3f/%.3f  ",
+          std::string(fw::memory_category_name(static_cast<fw::MemoryCategory>(c))).c_str(),
+          mib(m.current[c]), mib(m.peak[c]));
+      cells += cell;
+    }
     fw::RankLogger({.every_rank = true})
-        .printf(
-            "zero stage %d memory (MiB, now/peak): parameters %.3f/%.3f  gradients %.3f/%.3f  "
-            "optimizer state %.3f/%.3f  communication buffers %.3f/%.3f",
-            static_cast<int>(sharded_->options().stage), mib(m.current.parameters),
-            mib(m.peak.parameters), mib(m.current.gradients), mib(m.peak.gradients),
-            mib(m.current.optimizer_state), mib(m.peak.optimizer_state),
-            mib(m.current.communication), mib(m.peak.communication));
+        .printf("zero stage %d memory (MiB, now/peak): %stotal %.3f/%.3f",
+                static_cast<int>(sharded_->options().stage), cells.c_str(), mib(m.total_current),
+                mib(m.total_peak));
   }
 
  private:

@@ -3,6 +3,7 @@
 #include <set>
 
 #include "framework/distributed/tensor_view.h"
+#include "framework/memory_stats.h"
 #include "kolo/kolo.h"
 #ifdef KOLO_HAVE_CUDA
 #include "framework/kernels/cuda_allocator.h"
@@ -162,8 +163,10 @@ TensorView DistributedOptimizer::prepare_gradient(Param& param, double local_wei
   if (options_.compression == Compression::kNone) {
     view = view_of_tensor(grad);
   } else {
-    if (!param.wire.defined())
+    if (!param.wire.defined()) {
       param.wire = Tensor::empty(grad.shape(), grad.device(), wire_dtype(options_.compression));
+      param.wire.set_memory_category(MemoryCategory::kCommunication);
+    }
     param.wire.copy_(grad);  // a device kernel for CUDA tensors (Tensor::to(DataType))
     view = view_of_tensor(param.wire);
   }

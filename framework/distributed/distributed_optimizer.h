@@ -136,6 +136,8 @@ class [[nodiscard]] NoSyncScope {
 
 class DistributedOptimizer {
  public:
+  // Not collective: an elastic job's joining worker constructs it while the survivors keep
+  // theirs. Throws kolo::Error InvalidArgument for a bad option or parameter list, naming it.
   DistributedOptimizer(Optimizer& inner, std::vector<std::pair<std::string, Tensor>> named_params,
                        DistributedOptions options = {});
   ~DistributedOptimizer();

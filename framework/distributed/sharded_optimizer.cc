@@ -4,10 +4,11 @@
 #include <cstring>
 #include <map>
 #include <set>
-#include <sstream>
 
+#include "framework/distributed/settings_agreement.h"
 #include "framework/distributed/sharded_internal.h"
 #include "framework/distributed/tensor_view.h"
+#include "framework/memory_stats.h"
 #include "framework/optim/update_kernels.h"
 #include "kolo/kolo.h"
 
@@ -32,28 +33,6 @@ void check_options(const ShardedOptions& o) {
     fail("max_grad_norm must be finite and >= 0, got " + std::to_string(o.max_grad_norm));
   if (o.stage != ShardStage::kOptimizerState && o.stage != ShardStage::kGradients)
     fail("stage must be kOptimizerState (1) or kGradients (2)");
-}
-
-// A rank's settings that every rank of the set must share, as "key=value" fields.
-std::vector<std::pair<std::string, std::string>> agreement_fields(
-    const ShardedOptions& o, const std::string& optimizer, const std::vector<int64_t>& numels) {
-  std::ostringstream sizes;
-  for (size_t i = 0; i < numels.size(); ++i) sizes << (i ? "," : "") << numels[i];
-  const DistributedOptions& d = o.distributed;
-  return {{"stage", std::to_string(static_cast<int>(o.stage))},
-          {"bucket_bytes", std::to_string(d.bucket_bytes)},
-          {"max_grad_norm", std::to_string(o.max_grad_norm)},
-          {"optimizer", optimizer},
-          {"backward_passes_per_step", std::to_string(d.backward_passes_per_step)},
-          {"weight_by_sample_count", d.weight_by_sample_count ? "true" : "false"},
-          {"compression", std::to_string(static_cast<int>(d.compression))},
-          {"parameter sizes", sizes.str()}};
-}
-
-std::string join_fields(const std::vector<std::pair<std::string, std::string>>& fields) {
-  std::string out;
-  for (const auto& [key, value] : fields) out += key + "=" + value + "\n";
-  return out;
 }
 
 }  // namespace
@@ -109,35 +88,22 @@ ShardedOptimizer::ShardedOptimizer(Optimizer& inner,
 }
 
 void ShardedOptimizer::check_agreement() const {
-  if (ranks_ == 1) return;
   std::vector<int64_t> numels;
   for (const Param& p : params_) numels.push_back(p.numel);
-  const auto mine = agreement_fields(options_, inner_.name(), numels);
-  auto all = allgather_object(options_.distributed.name_prefix + ".__config__", join_fields(mine),
-                              options_.distributed.process_set);
-  if (!all.ok()) throw Error(all.status());
-  for (size_t f = 0; f < mine.size(); ++f) {
-    std::string values;
-    bool differ = false;
-    for (size_t r = 0; r < all->size(); ++r) {
-      std::istringstream lines((*all)[r]);
-      std::string line;
-      for (size_t k = 0; k <= f && std::getline(lines, line);) ++k;
-      const std::string value = line.substr(line.find('=') + 1);
-      differ = differ || value != mine[f].second;
-      values += (r ? ", rank " : "rank ") + std::to_string(r) + ": " + value;
-    }
-    if (differ)
-      throw Error(Status::Mismatch("ShardedOptimizer: ranks of " +
-                                   options_.distributed.process_set.to_string() +
-                                   " disagree on the sharding setting '" + mine[f].first + "' (" +
-                                   values + "); every rank must construct it alike"));
-  }
+  const bool stage1 = options_.stage == ShardStage::kOptimizerState;
+  OptimizerSettings mine =
+      shared_settings(stage1 ? "stage 1 (optimizer state)" : "stage 2 (gradients)", inner_.name(),
+                      options_.distributed, numels);
+  mine.emplace_back("max_grad_norm", std::to_string(options_.max_grad_norm));
+  agree_on_settings("ShardedOptimizer", options_.distributed.process_set, mine);
 }
 
 void ShardedOptimizer::take_state() {
   std::map<std::string, Tensor*> named;
-  for (auto& [name, tensor] : inner_.state_tensors()) named[name] = tensor;
+  // As allocated: the wrapped optimizer's state exists only where it already stepped (or a
+  // checkpoint filled it), so the whole state is never made here, only this rank's slices.
+  for (auto& [name, tensor] : inner_.state_tensors(Optimizer::StateAccess::kAsAllocated))
+    named[name] = tensor;
   step_counter_ = named.at("step");
   param_counts_ = named.at("param_steps");
   const std::string prefix = options_.distributed.name_prefix + ".";
@@ -151,24 +117,25 @@ void ShardedOptimizer::take_state() {
     bucket.owned = owned_segments(b, rank_);
     const int64_t count = b.counts[static_cast<size_t>(rank_)];
     bucket.shard_grad = Tensor::zeros({count});
+    bucket.shard_grad.set_memory_category(MemoryCategory::kGradients);
     for (const Segment& seg : bucket.owned) {
       std::vector<Tensor> slots;
       for (const std::string& slot : slot_names()) {
         const Tensor& full =
             *named.at("param." + std::to_string(params_[seg.param].index) + "." + slot);
-        Tensor slice = Tensor::empty({seg.length});
+        Tensor slice = Tensor::zeros({seg.length});
+        slice.set_memory_category(MemoryCategory::kOptimizerState);
         // A wrapped optimizer that already stepped keeps its history: this rank takes its slice.
-        std::memcpy(slice.raw_data(), f32(full) + seg.param_offset,
-                    static_cast<size_t>(seg.length) * sizeof(float));
+        if (full.defined())
+          std::memcpy(slice.raw_data(), f32(full) + seg.param_offset,
+                      static_cast<size_t>(seg.length) * sizeof(float));
         slots.push_back(std::move(slice));
       }
       bucket.state.push_back(std::move(slots));
     }
   }
   // Only now, with every slice copied: the whole-parameter state is what sharding saves.
-  for (const Param& p : params_)
-    for (const std::string& slot : slot_names())
-      *named.at("param." + std::to_string(p.index) + "." + slot) = Tensor();
+  inner_.release_state();
 }
 
 // Note [Flat parameters]. Each bucket's parameters are moved into one flat buffer in bucket
@@ -182,6 +149,7 @@ void ShardedOptimizer::move_parameters() {
     const ShardBucket& b = layout_[k];
     Bucket& bucket = buckets_[k];
     bucket.params = Tensor::empty({b.numel});
+    bucket.params.set_memory_category(MemoryCategory::kParameters);
     for (size_t j = 0; j < b.params.size(); ++j) {
       const Param& p = params_[b.params[j]];
       std::memcpy(f32(bucket.params) + b.param_starts[j], p.tensor.raw_data(), p.tensor.nbytes());
@@ -265,7 +233,10 @@ void ShardedOptimizer::submit_sample_count() {
 }
 
 void ShardedOptimizer::pack_gradients(Bucket& bucket, const ShardBucket& b) {
-  if (!bucket.flat.defined()) bucket.flat = Tensor::empty({b.numel});
+  if (!bucket.flat.defined()) {
+    bucket.flat = Tensor::empty({b.numel});
+    bucket.flat.set_memory_category(MemoryCategory::kCommunication);  // no .grad() views it
+  }
   const float w = weighted() && count_given_ ? static_cast<float>(local_samples_) : 1.0f;
   float* out = f32(bucket.flat);
   for (size_t k = 0; k < b.params.size(); ++k) {
@@ -289,6 +260,9 @@ void ShardedOptimizer::pack_gradients(Bucket& bucket, const ShardBucket& b) {
     // needed again until the next step's backward allocates a new one.
     if (options_.stage == ShardStage::kGradients) p.tensor.set_grad(Tensor());
   }
+  // What no .grad() views any more is in flight only (stage 2, or a gradient copied in).
+  if (options_.stage == ShardStage::kGradients)
+    bucket.flat.set_memory_category(MemoryCategory::kCommunication);
 }
 
 void ShardedOptimizer::submit(Bucket& bucket) {
@@ -318,9 +292,11 @@ void ShardedOptimizer::submit(Bucket& bucket) {
                               ? DataType::kFloat16
                               : DataType::kBFloat16;
     bucket.wire = Tensor::empty({b.numel}, Device::cpu(), wire);
+    bucket.wire.set_memory_category(MemoryCategory::kCommunication);
     bucket.wire.copy_(bucket.flat);
     if (!bucket.wire_shard.defined())
       bucket.wire_shard = Tensor::empty({bucket.shard_grad.numel()}, Device::cpu(), wire);
+    bucket.wire_shard.set_memory_category(MemoryCategory::kCommunication);
     input = view_of_tensor(bucket.wire);
     out = bucket.wire_shard.raw_data();
   }

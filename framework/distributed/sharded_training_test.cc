@@ -139,15 +139,16 @@ TEST_F(ShardedTrainingTest, PassesNoSyncAndOneBucketPerParameterMatchUnsharded) 
   matches_unsharded(*this, "--optimizer adamw --bucket-bytes 0 --steps 8");
 }
 
-// A rank that does not shard at all (DistributedOptimizer) never joins the settings check: Kolo's
-// stall check names the check's allgather and the rank it waits for, and with
-// KOLO_STALL_SHUTDOWN_TIME the job fails instead of hanging.
+// A rank that does not shard at all (DistributedOptimizer, whose constructor is not collective)
+// never joins the settings check: Kolo's stall check names the check's allgather and the rank
+// it waits for, and with KOLO_STALL_SHUTDOWN_TIME the job fails instead of hanging.
 TEST_F(ShardedTrainingTest, ARankThatDoesNotShardIsNamedByTheStallCheck) {
   const kolo::testing::ProcessRun r = run(2, "--stage 1 --rank1-stage 0 --steps 2",
                                           "KOLO_STALL_CHECK_TIME=1s KOLO_STALL_SHUTDOWN_TIME=3s");
   EXPECT_NE(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("stall: allgather 'zero.__config__' was submitted by ranks [0]"),
-            std::string::npos)
+  EXPECT_NE(
+      r.output.find("stall: allgather 'kolo.optimizer.__settings__' was submitted by ranks [0]"),
+      std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("is still waiting for ranks [1]"), std::string::npos) << r.output;
 }
@@ -163,6 +164,8 @@ TEST_F(ShardedTrainingTest, RanksWithEmptyShardsMatchUnsharded) {
 // Optimizer state per rank: the bucket shards' counts (Note [Shard layout]) times 4 bytes per
 // slot. Buckets (bucket_bytes 400): {fc2.bias, fc2.weight, fc1.bias} 84 floats, {fc1.weight} 128.
 // Stage 2 keeps only the shard's gradient after the step; stage 1 the whole local gradient.
+// The allocator's peak of optimizer state equals the slices: the whole state never existed
+// (the wrapped optimizer allocates its state lazily, and the sharded one takes slices only).
 TEST_F(ShardedTrainingTest, EachRankHoldsItsShareOfStateAndStageTwoOfGradients) {
   const std::string two = launch(2, "--stage 1 --optimizer sgd --steps 2");
   for (int r = 0; r < 2; ++r)  // 42 + 64 floats each; gradients 212 + 106 floats
@@ -170,25 +173,29 @@ TEST_F(ShardedTrainingTest, EachRankHoldsItsShareOfStateAndStageTwoOfGradients) 
                   two, "[" + std::to_string(r) + "] memory state=424 grads=1272 "),
               1)
         << two;
+  EXPECT_EQ(kolo::testing::count_occurrences(two, " allocator_state_peak=424\n"), 2) << two;
   const std::string three = launch(3, "--stage 2 --optimizer sgd --steps 2");
   // 28 + 43, 28 + 43, 28 + 42 floats: state and gradient alike.
   EXPECT_EQ(kolo::testing::count_occurrences(three, "[0] memory state=284 grads=284 "), 1) << three;
   EXPECT_EQ(kolo::testing::count_occurrences(three, "[1] memory state=284 grads=284 "), 1) << three;
   EXPECT_EQ(kolo::testing::count_occurrences(three, "[2] memory state=280 grads=280 "), 1) << three;
+  EXPECT_EQ(kolo::testing::count_occurrences(three, " allocator_state_peak=284\n"), 2) << three;
+  EXPECT_EQ(kolo::testing::count_occurrences(three, " allocator_state_peak=280\n"), 1) << three;
   const std::string four = launch(4, "--stage 2 --optimizer adam --steps 2");
   for (int r = 0; r < 4; ++r)  // 21 + 32 floats, two slots
     EXPECT_EQ(kolo::testing::count_occurrences(
                   four, "[" + std::to_string(r) + "] memory state=424 grads=212 "),
               1)
         << four;
+  EXPECT_EQ(kolo::testing::count_occurrences(four, " allocator_state_peak=424\n"), 4) << four;
 }
 
 TEST_F(ShardedTrainingTest, RanksThatDisagreeOnTheStageFailNamingIt) {
   const kolo::testing::ProcessRun r = run(2, "--stage 1 --rank1-stage 2 --steps 1");
   EXPECT_NE(r.exit_code, 0) << r.output;
   const std::string expected =
-      "disagree on the sharding setting 'stage' (rank 0: 1, rank 1: 2); every rank must "
-      "construct it alike";
+      "disagree on the optimizer setting 'sharding' (rank 0: stage 1 (optimizer state), rank 1: "
+      "stage 2 (gradients)); every rank must construct its optimizer alike";
   EXPECT_NE(r.output.find("[0] sharded_worker: Mismatch: ShardedOptimizer: ranks of the global "
                           "process set " +
                           expected),

@@ -29,7 +29,8 @@
 // A failed load prints "checkpoint failed: <status>", then "state unchanged" when the
 // parameters, state slices and step counter are bit-identical to before, and exits 3.
 // Rank 0 writes the parameters to --out ("name v v ..." lines). Every rank prints
-// "memory state=<bytes> grads=<bytes> comm=<bytes> peak_comm=<bytes>" at the end.
+// "memory state=<bytes> grads=<bytes> comm=<bytes> peak_comm=<bytes>
+// allocator_state_peak=<bytes>" at the end (the last: memory_stats.h's peak of optimizer state).
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -42,6 +43,7 @@
 #include "framework/distributed/sharded_checkpoint.h"
 #include "framework/distributed/sharded_optimizer.h"
 #include "framework/functional.h"
+#include "framework/memory_stats.h"
 #include "framework/optim/adam.h"
 #include "framework/optim/lars.h"
 #include "framework/optim/serialize.h"
@@ -370,11 +372,12 @@ int main(int argc, char** argv) try {
     run_sharded(a, m, opt, shard_rank, shard_world);
     if (a.on_set && shard_rank == 0 && !a.out.empty()) write_params(a.out, m);
     const fw::ShardMemory mem = opt.memory();
-    std::printf("memory state=%lld grads=%lld comm=%lld peak_comm=%lld\n",
+    const int64_t state_peak = fw::memory_stats().peak_of(fw::MemoryCategory::kOptimizerState);
+    std::printf("memory state=%lld grads=%lld comm=%lld peak_comm=%lld allocator_state_peak=%lld\n",
                 static_cast<long long>(mem.current.optimizer_state),
                 static_cast<long long>(mem.current.gradients),
                 static_cast<long long>(mem.current.communication),
-                static_cast<long long>(mem.peak.communication));
+                static_cast<long long>(mem.peak.communication), static_cast<long long>(state_peak));
     std::fflush(stdout);
   }
   if (rank == 0 && !a.on_set && !a.out.empty()) write_params(a.out, m);

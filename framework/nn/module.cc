@@ -1,9 +1,12 @@
 #include "framework/nn/module.h"
 
+#include "framework/memory_stats.h"
+
 namespace kolo::fw::nn {
 
 Tensor& Module::register_parameter(std::string name, Tensor t) {
   t.set_requires_grad(true);
+  t.set_memory_category(MemoryCategory::kParameters);
   params_.emplace_back(std::move(name), std::make_unique<Tensor>(std::move(t)));
   return *params_.back().second;
 }

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <set>
 
+#include "framework/memory_stats.h"
+
 namespace kolo::fw {
 
 std::vector<ParamGroup> single_group(std::vector<Tensor> params) {
@@ -41,12 +43,7 @@ Optimizer::Optimizer(std::string type, std::vector<ParamGroup> groups, double lr
     }
   }
   if (flat_.empty()) invalid("no parameters to optimize");
-  for (const Tensor& p : flat_) {
-    std::vector<Tensor> slots;
-    for (size_t s = 0; s < slots_.size(); ++s)
-      slots.push_back(Tensor::zeros(p.shape(), p.device()));
-    state_.push_back(std::move(slots));
-  }
+  state_.assign(flat_.size(), std::vector<Tensor>(slots_.size()));
   step_ = Tensor::zeros({1}, Device::cpu(), DataType::kInt64);
   param_steps_ = Tensor::zeros({num_parameters()}, Device::cpu(), DataType::kInt64);
 }
@@ -96,7 +93,7 @@ void Optimizer::step() {
       invalid("gradient of parameter " + std::to_string(i) + " is on " + grad.device().to_string() +
               ", parameter on " + p.device().to_string());
     }
-    if (!slots_.empty() && !state_[i][0].defined()) {
+    if (released_ && !slots_.empty()) {
       // ShardedOptimizer took this state (sharded_optimizer.h): stepping here would update
       // through a released buffer.
       throw Error(Status::PreconditionFailed(
@@ -113,7 +110,25 @@ void Optimizer::step() {
 
 std::vector<Tensor> Optimizer::parameters() const { return flat_; }
 
-std::vector<std::pair<std::string, Tensor*>> Optimizer::state_tensors() {
+std::vector<Tensor>& Optimizer::state(int64_t index) {
+  std::vector<Tensor>& slots = state_[static_cast<size_t>(index)];
+  if (!released_ && !slots.empty() && !slots[0].defined()) {
+    MemoryCategoryScope state_memory(MemoryCategory::kOptimizerState);
+    const Tensor& p = flat_[static_cast<size_t>(index)];
+    for (Tensor& slot : slots) slot = Tensor::zeros(p.shape(), p.device());
+  }
+  return slots;
+}
+
+void Optimizer::release_state() {
+  released_ = true;
+  for (std::vector<Tensor>& slots : state_)
+    for (Tensor& slot : slots) slot = Tensor();
+}
+
+std::vector<std::pair<std::string, Tensor*>> Optimizer::state_tensors(StateAccess access) {
+  if (access == StateAccess::kAllocate)
+    for (size_t i = 0; i < state_.size(); ++i) (void)state(static_cast<int64_t>(i));
   std::vector<std::pair<std::string, Tensor*>> out;
   out.emplace_back("step", &step_);
   out.emplace_back("param_steps", &param_steps_);

@@ -4,10 +4,13 @@
 // model sees every update) arranged in parameter groups, a learning rate that the training
 // loop sets from an LrSchedule before each step, and per-parameter state tensors.
 //
-// State is allocated eagerly in the constructor (zeros, same shape/device as the parameter),
-// so that before the first step every rank already has the same set of named state tensors to
-// broadcast from the root or to save in a checkpoint. Whether a parameter has been updated yet
-// is kept in the int64 "param_steps" counter, not in the presence of a buffer.
+// State is allocated when first needed (zeros, same shape/device as the parameter, counted as
+// optimizer state in memory_stats.h): by a parameter's first update, or by state_tensors(),
+// which allocates it all, so that before the first step every rank already has the same set of
+// named state tensors to broadcast from the root or to save in a checkpoint. Not before: a
+// ShardedOptimizer that takes the state slices it from what exists and never makes the whole.
+// Whether a parameter has been updated yet is kept in the int64 "param_steps" counter, not in
+// the presence of a buffer.
 //
 // State names (state_tensors()) are stable across runs and processes for the same parameter
 // order: "step" (int64 [1], number of step() calls), "param_steps" (int64 [P], updates applied
@@ -67,10 +70,19 @@ class Optimizer {
   std::vector<Tensor> parameters() const;
   int64_t num_parameters() const { return static_cast<int64_t>(flat_.size()); }
 
+  enum class StateAccess {
+    kAllocate,     // allocate every parameter's state first (zeros where it did not exist)
+    kAsAllocated,  // as it is: a state never needed yet is an undefined Tensor
+  };
   // Named pointers to the state tensors, in a fixed order (see the header comment). Writing
   // through the pointers (broadcast, checkpoint load) changes the optimizer's state; the
-  // pointers stay valid for the optimizer's lifetime.
-  std::vector<std::pair<std::string, Tensor*>> state_tensors();
+  // pointers stay valid for the optimizer's lifetime. After release_state() the per-parameter
+  // ones are undefined whatever `access` says.
+  std::vector<std::pair<std::string, Tensor*>> state_tensors(
+      StateAccess access = StateAccess::kAllocate);
+  // Frees every per-parameter state tensor for good (the counters stay): a ShardedOptimizer
+  // that took the state calls it; step() then throws PreconditionFailed.
+  void release_state();
 
   // "SGD", "Adam", "AdamW", "LARS".
   virtual std::string name() const = 0;
@@ -86,7 +98,8 @@ class Optimizer {
   virtual void update(int64_t index, Tensor& param, const Tensor& grad, double lr,
                       double weight_decay, int64_t count) = 0;
 
-  std::vector<Tensor>& state(int64_t index) { return state_[static_cast<size_t>(index)]; }
+  // Parameter `index`'s slots, allocated (zeros) on first use.
+  std::vector<Tensor>& state(int64_t index);
   const std::string& type() const { return type_; }
   // The weight decay set in the options; groups may override it.
   double default_weight_decay_ = 0;
@@ -100,7 +113,8 @@ class Optimizer {
   std::vector<Tensor> flat_;
   std::vector<int64_t> group_of_;  // flattened index -> group
   std::vector<std::string> slots_;
-  std::vector<std::vector<Tensor>> state_;  // [param][slot]
+  std::vector<std::vector<Tensor>> state_;  // [param][slot]; undefined until first needed
+  bool released_ = false;                   // release_state() was called
   Tensor step_;                             // int64 [1]
   Tensor param_steps_;                      // int64 [P]
   double lr_ = 0;
