@@ -11,6 +11,8 @@
 //
 // What each part holds, with its contracts in its own header (each also includable alone):
 //   framework/tensor.h        Tensor (from_vector, from_labels, randn, ...), Generator, Device
+//   framework/memory_stats.h  bytes held per category (parameters, gradients, optimizer state,
+//                             communication), current and peak
 //   framework/autograd.h      backward, NoGradGuard, gradient-ready hooks
 //   framework/functional.h    differentiable operations: matmul, relu, cross_entropy, ...
 //   framework/nn/             Module, Sequential, Linear, Conv2d, pooling, BatchNorm, losses
@@ -20,7 +22,9 @@
 //                             samplers
 //   framework/distributed/    DistributedOptimizer, DistributedSampler, broadcast_parameters,
 //                             checkpoints on rank 0, RankLogger, run_on_root_first,
-//                             SyncBatchNorm, view_of_tensor (a Tensor as a kolo::TensorView)
+//                             SyncBatchNorm, view_of_tensor (a Tensor as a kolo::TensorView),
+//                             ElasticSampler (elastic training), ShardedOptimizer and its
+//                             sharded checkpoints (ZeRO stages 1 and 2)
 #pragma once
 
 #include "framework/autograd.h"
@@ -33,10 +37,14 @@
 #include "framework/distributed/deterministic_kernels.h"
 #include "framework/distributed/distributed_optimizer.h"
 #include "framework/distributed/distributed_sampler.h"
+#include "framework/distributed/elastic_sampler.h"
 #include "framework/distributed/rank_zero.h"
+#include "framework/distributed/sharded_checkpoint.h"
+#include "framework/distributed/sharded_optimizer.h"
 #include "framework/distributed/sync_batch_norm.h"
 #include "framework/distributed/tensor_view.h"
 #include "framework/functional.h"
+#include "framework/memory_stats.h"
 #include "framework/nn/layers.h"
 #include "framework/nn/losses.h"
 #include "framework/nn/module.h"
