@@ -9,7 +9,13 @@ namespace kolo::fw {
 namespace {
 
 thread_local bool t_grad_enabled = true;
-thread_local BackwardReport t_last_report;
+// The latest pass on this thread, holding its leaves weakly: a model destroyed after its last
+// backward must release its parameters and gradients then, not at the next backward.
+struct LastReport {
+  uint64_t pass = 0;
+  std::vector<std::weak_ptr<TensorImpl>> ready;
+};
+thread_local LastReport t_last_report;
 std::atomic<uint64_t> g_pass_counter{0};
 
 [[noreturn]] void fail(const std::string& msg) { throw Error(Status::InvalidArgument(msg)); }
@@ -48,7 +54,12 @@ void record(Tensor& out, std::shared_ptr<Node> node, const std::vector<Tensor>& 
   out.impl()->autograd = std::move(meta);
 }
 
-const BackwardReport& last_backward_report() { return t_last_report; }
+BackwardReport last_backward_report() {
+  BackwardReport out{.pass = t_last_report.pass};
+  for (const std::weak_ptr<TensorImpl>& leaf : t_last_report.ready)
+    if (auto alive = leaf.lock()) out.ready.emplace_back(std::move(alive));
+  return out;
+}
 
 std::vector<Tensor> unused_parameters(const std::vector<Tensor>& params,
                                       const BackwardReport& report) {
@@ -153,7 +164,7 @@ class BackwardPass {
       // A leaf whose every contribution was undefined (zero) still gets a defined gradient, so
       // hooks always see a buffer.
       if (!m->grad.defined()) m->grad = Tensor::zeros(leaf.shape(), leaf.device());
-      // The buffer may have been an op's output (the first contribution is taken, not copied).
+      // Autograd allocated it (a clone of the first contribution), or set_grad gave a view.
       m->grad.set_memory_category(MemoryCategory::kGradients);
       m->ready_pass = report_.pass;
       report_.ready.push_back(leaf);
@@ -196,8 +207,11 @@ BackwardReport backward(const Tensor& root, const Tensor& grad_output) {
   BackwardPass pass;
   pass.count_consumers(root);
   pass.run(root, seed);
-  t_last_report = pass.report();
-  return t_last_report;
+  BackwardReport report = pass.report();
+  t_last_report.pass = report.pass;
+  t_last_report.ready.assign(report.ready.size(), {});
+  for (size_t i = 0; i < report.ready.size(); ++i) t_last_report.ready[i] = report.ready[i].impl();
+  return report;
 }
 
 }  // namespace kolo::fw

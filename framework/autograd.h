@@ -83,8 +83,10 @@ struct BackwardReport {
 // Runs backward from root (see the Note above). grad_output defaults to 1 for a one-element root.
 BackwardReport backward(const Tensor& root, const Tensor& grad_output = Tensor());
 
-// The report of the latest backward() on this thread (pass 0 and empty before any).
-const BackwardReport& last_backward_report();
+// The report of the latest backward() on this thread (pass 0 and empty before any), with the
+// leaves that are still alive: the thread keeps them weakly, so destroying a model releases its
+// parameters and gradients at once.
+BackwardReport last_backward_report();
 
 // The parameters in params whose gradient did not become ready in the given pass.
 std::vector<Tensor> unused_parameters(const std::vector<Tensor>& params,

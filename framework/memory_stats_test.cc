@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "framework/autograd.h"
 #include "framework/functional.h"
 #include "framework/nn/layers.h"
 #include "framework/tensor.h"
@@ -84,6 +85,22 @@ TEST(MemoryStats, ParametersAndTheirGradientsAreTaggedByTheStack) {
   Tensor w = layer.parameters()[0];
   w.set_grad(Tensor::zeros({3, 4}));  // the old gradient is released, the new one counted
   EXPECT_EQ(now(C::kGradients) - grads, 15 * 4);
+}
+
+// The thread's last backward report holds its leaves weakly: a model destroyed after its last
+// backward releases its parameters and gradients at once, not at the next backward.
+TEST(MemoryStats, AModelDestroyedAfterBackwardReleasesItsMemoryAtOnce) {
+  const int64_t params = now(C::kParameters), grads = now(C::kGradients);
+  {
+    Generator gen(2);
+    nn::Linear layer(8, 8, true, &gen);
+    sum(layer.forward(Tensor::ones({1, 8}))).backward();
+    EXPECT_EQ(now(C::kParameters) - params, 72 * 4);
+    EXPECT_EQ(last_backward_report().ready.size(), 2u);
+  }
+  EXPECT_EQ(now(C::kParameters), params);
+  EXPECT_EQ(now(C::kGradients), grads);
+  EXPECT_TRUE(last_backward_report().ready.empty());
 }
 
 // Many threads allocating under different categories leave every count where it was.

@@ -164,8 +164,8 @@ TensorView DistributedOptimizer::prepare_gradient(Param& param, double local_wei
     view = view_of_tensor(grad);
   } else {
     if (!param.wire.defined()) {
+      MemoryCategoryScope memory(MemoryCategory::kCommunication);
       param.wire = Tensor::empty(grad.shape(), grad.device(), wire_dtype(options_.compression));
-      param.wire.set_memory_category(MemoryCategory::kCommunication);
     }
     param.wire.copy_(grad);  // a device kernel for CUDA tensors (Tensor::to(DataType))
     view = view_of_tensor(param.wire);

@@ -116,15 +116,17 @@ void ShardedOptimizer::take_state() {
     for (size_t i : b.params) params_[i].bucket = k;
     bucket.owned = owned_segments(b, rank_);
     const int64_t count = b.counts[static_cast<size_t>(rank_)];
-    bucket.shard_grad = Tensor::zeros({count});
-    bucket.shard_grad.set_memory_category(MemoryCategory::kGradients);
+    {
+      MemoryCategoryScope memory(MemoryCategory::kGradients);
+      bucket.shard_grad = Tensor::zeros({count});
+    }
     for (const Segment& seg : bucket.owned) {
       std::vector<Tensor> slots;
       for (const std::string& slot : slot_names()) {
         const Tensor& full =
             *named.at("param." + std::to_string(params_[seg.param].index) + "." + slot);
+        MemoryCategoryScope memory(MemoryCategory::kOptimizerState);
         Tensor slice = Tensor::zeros({seg.length});
-        slice.set_memory_category(MemoryCategory::kOptimizerState);
         // A wrapped optimizer that already stepped keeps its history: this rank takes its slice.
         if (full.defined())
           std::memcpy(slice.raw_data(), f32(full) + seg.param_offset,
@@ -148,8 +150,10 @@ void ShardedOptimizer::move_parameters() {
   for (size_t k = 0; k < layout_.size(); ++k) {
     const ShardBucket& b = layout_[k];
     Bucket& bucket = buckets_[k];
-    bucket.params = Tensor::empty({b.numel});
-    bucket.params.set_memory_category(MemoryCategory::kParameters);
+    {
+      MemoryCategoryScope memory(MemoryCategory::kParameters);
+      bucket.params = Tensor::empty({b.numel});
+    }
     for (size_t j = 0; j < b.params.size(); ++j) {
       const Param& p = params_[b.params[j]];
       std::memcpy(f32(bucket.params) + b.param_starts[j], p.tensor.raw_data(), p.tensor.nbytes());
@@ -189,6 +193,7 @@ void ShardedOptimizer::attach_gradient_views(Bucket& bucket, const ShardBucket& 
   if (bucket.flat.defined()) {
     bucket.flat.zero_();
   } else {
+    MemoryCategoryScope memory(MemoryCategory::kGradients);
     bucket.flat = Tensor::zeros({b.numel});
   }
   for (size_t j = 0; j < b.params.size(); ++j) {
@@ -234,8 +239,8 @@ void ShardedOptimizer::submit_sample_count() {
 
 void ShardedOptimizer::pack_gradients(Bucket& bucket, const ShardBucket& b) {
   if (!bucket.flat.defined()) {
+    MemoryCategoryScope memory(MemoryCategory::kCommunication);  // no .grad() views it
     bucket.flat = Tensor::empty({b.numel});
-    bucket.flat.set_memory_category(MemoryCategory::kCommunication);  // no .grad() views it
   }
   const float w = weighted() && count_given_ ? static_cast<float>(local_samples_) : 1.0f;
   float* out = f32(bucket.flat);
@@ -291,12 +296,11 @@ void ShardedOptimizer::submit(Bucket& bucket) {
     const DataType wire = options_.distributed.compression == Compression::kFloat16
                               ? DataType::kFloat16
                               : DataType::kBFloat16;
+    MemoryCategoryScope memory(MemoryCategory::kCommunication);
     bucket.wire = Tensor::empty({b.numel}, Device::cpu(), wire);
-    bucket.wire.set_memory_category(MemoryCategory::kCommunication);
     bucket.wire.copy_(bucket.flat);
     if (!bucket.wire_shard.defined())
       bucket.wire_shard = Tensor::empty({bucket.shard_grad.numel()}, Device::cpu(), wire);
-    bucket.wire_shard.set_memory_category(MemoryCategory::kCommunication);
     input = view_of_tensor(bucket.wire);
     out = bucket.wire_shard.raw_data();
   }
