@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include "common/logging.h"
+#include "rendezvous/slurm_world.h"
+
 // backend_entry_<name>() of every folder of backends/ (written by backends/CMakeLists.txt).
 #include "backends/backend_entries.h"
 
@@ -40,6 +43,18 @@ const std::vector<BackendEntry>& registered_backends() {
     return entries;
   }();
   return kBackends;
+}
+
+const std::vector<LauncherEntry>& registered_launchers() {
+  static const std::vector<LauncherEntry> kLaunchers = [] {
+    std::vector<LauncherEntry> out;
+    for (const BackendEntry& entry : registered_backends())
+      if (entry.launcher.detect != nullptr) out.push_back({entry.launcher, entry.name});
+    // Launchers that are no backend's, one line each.
+    out.push_back({{.name = "srun", .detect = launched_by_srun, .world = world_from_slurm}, {}});
+    return out;
+  }();
+  return kLaunchers;
 }
 
 Result<const BackendEntry*> find_backend(std::string_view name) {
@@ -177,17 +192,23 @@ Result<LaunchedWorld> launched_world(const KnobSet& knobs, int64_t last_generati
   LaunchedWorld out;
   if (launched_by_kolorun(knobs)) {
     out.launcher = "kolorun";
+    for (const LauncherEntry& l : registered_launchers())
+      if (l.launcher.detect())
+        KOLO_LOG_INFO("KOLO_RANK (kolorun) and " << l.launcher.name
+                                                 << "'s variables are both set: kolorun's "
+                                                    "world wins (kolorun inside an allocation)");
     KOLO_ASSIGN_OR_RETURN(out.world, world_from_knobs(knobs, last_generation));
     out.default_backend = default_cpu_backend(out.world);
     return out;
   }
-  for (const auto& entry : registered_backends()) {
+  for (const LauncherEntry& entry : registered_launchers()) {
     const BackendLauncher& l = entry.launcher;
-    if (l.detect == nullptr || !l.detect()) continue;
+    if (!l.detect()) continue;
     out.launcher = l.name;
     KOLO_ASSIGN_OR_RETURN(out.world, l.world(knobs));
-    out.default_backend =
-        l.default_backend ? std::string(entry.name) : default_cpu_backend(out.world);
+    out.default_backend = l.default_backend && !entry.backend.empty()
+                              ? std::string(entry.backend)
+                              : default_cpu_backend(out.world);
     return out;
   }
   out.launcher = "none";

@@ -74,16 +74,17 @@ using BackendFactory = Result<std::unique_ptr<Backend>> (*)(const BackendContext
 using SubgroupFactory = Result<std::unique_ptr<Backend>> (*)(const BackendContext& context,
                                                              const std::vector<int>& world_ranks);
 
-// A launcher other than kolorun that a backend knows how to read (mpirun for mpi).
+// A launcher other than kolorun (mpirun for mpi, srun): registered_launchers() lists them.
 struct BackendLauncher {
-  std::string_view name;  // for messages, e.g. "mpirun"
+  std::string_view name;  // for messages, e.g. "mpirun", "srun"
   // Whether this process was started by the launcher. Cheap, no side effects (reads the
   // environment).
   bool (*detect)() = nullptr;
   // The World the launcher describes. Collective: every rank of the job calls it once. `knobs`
   // are init()'s: its waits for the rendezvous are bounded by rendezvous_timeout(knobs).
   Result<World> (*world)(const KnobSet& knobs) = nullptr;
-  // Whether the backend is the default for CPU tensors in jobs this launcher started.
+  // Whether the declaring backend is the default for CPU tensors in jobs this launcher started
+  // (false for a launcher that is no backend's).
   bool default_backend = false;
 };
 
@@ -171,6 +172,20 @@ Result<std::string> gpu_backend_choice(std::string_view requested, int visible_g
 // `gpu_per_process`; init() and kolorun --print-config both ask this.
 bool gpu_per_process(const char* cuda_visible_devices);
 
+// The launchers init() knows besides kolorun, in the order it asks them (launched_world()):
+// the one table of launchers. A backend that comes with its own launcher declares it in its
+// entry (BackendEntry::launcher: mpirun for mpi, present only when the build has the backend);
+// a launcher that is no backend's is a line of registry.cc's table (srun: Slurm's job steps,
+// rendezvous/slurm_world.h). The backends' launchers come first: mpirun inside a Slurm
+// allocation inherits SLURM_* from the step of its daemons, and its own world is the right one.
+struct LauncherEntry {
+  BackendLauncher launcher;
+  // The backend whose entry declared the launcher (its default backend when
+  // launcher.default_backend); empty for a launcher that is no backend's.
+  std::string_view backend;
+};
+const std::vector<LauncherEntry>& registered_launchers();
+
 // The job this process belongs to, and who said so.
 struct LaunchedWorld {
   World world;
@@ -179,10 +194,11 @@ struct LaunchedWorld {
 };
 
 // Finds the job: kolorun's launcher knobs in `knobs` (KOLO_RANK, ...; rendezvous/world.h)
-// first; else the first registered backend whose launcher detects this process builds the World
-// (collective, see BackendLauncher::world); else a single rank with an in-process store. The
-// default backend is the launcher's backend when its entry says so, otherwise the first
-// registered backend that handles CPU tensors and fits the world (BackendEntry::one_host).
+// first (kolorun inside a Slurm allocation or step wins, and says so at info level); else the
+// first of registered_launchers() that detects this process builds the World (collective, see
+// BackendLauncher::world); else a single rank with an in-process store. The default backend is
+// the launcher's backend when its entry says so, otherwise the first registered backend that
+// handles CPU tensors and fits the world (BackendEntry::one_host).
 // An elastic worker's world is the newest generation after `last_generation` that names it
 // (world_from_knobs()). Errors: those of world_from_knobs() or of the launcher's world().
 Result<LaunchedWorld> launched_world(const KnobSet& knobs, int64_t last_generation = -1);

@@ -344,6 +344,12 @@ constexpr std::array<Knob, kKnobCount> kTable = {{
      .kind = kText,
      .category = kLauncher,
      .help = "the job's shared secret"},
+    {.id = KnobId::kSecretFile,
+     .name = "KOLO_SECRET_FILE",
+     .kind = kText,
+     .category = kLauncher,
+     .help = "a file holding the job's shared secret, private to its owner (mode 600): read "
+             "under srun when KOLO_SECRET is unset (docs/clusters.md)"},
     {.id = KnobId::kElasticWorker,
      .name = "KOLO_ELASTIC_WORKER",
      .kind = kInteger,

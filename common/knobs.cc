@@ -427,6 +427,9 @@ std::string knobs_markdown() {
     // (append, not "`" + ...: GCC 12 warns falsely about the latter, -Wrestrict)
     const std::string name = std::string("`").append(k.name).append("`");
     if (k.scope == KnobScope::kJob) job += (job.empty() ? "" : ", ") + name;
+    // KOLO_SECRET_FILE is the one launcher knob that kolorun does not set: the user sets it for
+    // srun's tasks (rendezvous/slurm_world.h), as the sentence below says.
+    if (k.category == KnobCategory::kLauncher && k.id == KnobId::kSecretFile) continue;
     if (k.category == KnobCategory::kLauncher) {
       launcher += (launcher.empty() ? "" : ", ") + name;
       continue;
@@ -440,7 +443,9 @@ std::string knobs_markdown() {
          " the same value (set or not): `kolo::init()` compares them across the job before "
          "connecting and fails on every rank, naming the variable and each rank's value.\n" +
          "\n`kolorun` sets " + launcher +
-         " for each rank; set them by hand only to start ranks without it.\n";
+         " for each rank; set them by hand only to start ranks without it. Under `srun` alone "
+         "(docs/clusters.md) set `KOLO_SECRET`, or `KOLO_SECRET_FILE` (the path of a file only "
+         "you can read, mode 600), for every task; Slurm gives the rest.\n";
 }
 
 }  // namespace kolo

@@ -82,6 +82,7 @@ enum class KnobId : int {
   kCrossSize,
   kStoreAddr,
   kSecret,
+  kSecretFile,
   kElasticWorker,
   kCount  // not a knob: the number of core rows, and the `id` of a backend's row
 };

@@ -355,14 +355,14 @@ TEST(Knobs, DescribeShowsEveryValueAndWhereItCameFrom) {
   }
   EXPECT_NE(text.find("\n# set by the launcher for each rank: KOLO_RANK, KOLO_SIZE, "
                       "KOLO_LOCAL_RANK, KOLO_LOCAL_SIZE, KOLO_CROSS_RANK, KOLO_CROSS_SIZE, "
-                      "KOLO_STORE_ADDR, KOLO_SECRET, KOLO_ELASTIC_WORKER\n"),
+                      "KOLO_STORE_ADDR, KOLO_SECRET, KOLO_SECRET_FILE, KOLO_ELASTIC_WORKER\n"),
             std::string::npos)
       << text;
   size_t lines = 0;
   for (char c : text) lines += c == '\n';
-  // One line per knob but the 9 launcher-set ones, a header and a blank line per category, the
-  // launcher line.
-  EXPECT_EQ(lines, all_knobs().size() - 9 + 2 * headers.size() + 1);
+  // One line per knob but the 10 launcher-set ones (KOLO_SECRET_FILE: srun's), a header and a
+  // blank line per category, the launcher line.
+  EXPECT_EQ(lines, all_knobs().size() - 10 + 2 * headers.size() + 1);
 }
 
 TEST(Knobs, ReadmeConfigurationTableIsTheRegistrys) {

@@ -1,5 +1,13 @@
 #include "rendezvous/world.h"
 
+#include <sys/stat.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 #include <optional>
 #include <random>
 
@@ -32,6 +40,28 @@ bool launched_by_kolorun(const KnobSet& knobs) {
 }
 
 std::string launcher_exit_key(int rank) { return "kolorun/exit/" + std::to_string(rank); }
+
+Result<std::string> read_secret_file(const std::string& path, const std::string& what) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    return Status::InvalidArgument(what + " " + path + ": " + std::strerror(errno));
+  if ((st.st_mode & 077) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return Status::InvalidArgument(what + " " + path + " has mode " + mode +
+                                   ": other users may read it; make it private with chmod 600 " +
+                                   path);
+  }
+  std::ifstream in(path, std::ios::binary);
+  std::string secret((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof())
+    return Status::InvalidArgument(what + " " + path + ": cannot read it");
+  while (!secret.empty() && std::isspace(static_cast<unsigned char>(secret.back())))
+    secret.pop_back();  // the newline of `echo S > file`
+  if (secret.empty())
+    return Status::InvalidArgument(what + " " + path + " is empty: expected the job secret");
+  return secret;
+}
 
 std::string random_secret() {
   std::random_device rd;

@@ -64,6 +64,13 @@ Status with_rendezvous_timeout_hint(const Status& st, const KnobSet& knobs);
 // what happened to a rank that left (Note [Departures] in coordinator/departures.h).
 std::string launcher_exit_key(int rank);
 
+// The job secret in the file at `path`, trailing whitespace (the newline of `echo S > file`)
+// removed. `what` names where the path came from in errors ("--secret-file",
+// "KOLO_SECRET_FILE"). Errors: InvalidArgument "<what> PATH has mode 0644: other users may read
+// it; make it private with chmod 600 PATH" when its group or others have any permission (a
+// readable secret leaks as surely as one on the command line); the stat error; an empty file.
+Result<std::string> read_secret_file(const std::string& path, const std::string& what);
+
 // 32 lowercase hex digits from std::random_device (128 bits): a job secret.
 std::string random_secret();
 

@@ -19,6 +19,7 @@ packages=(
   file                                  # cpack -G DEB (scripts/package-deb.sh)
   clang libclang-rt-14-dev              # checking builds: sanitizers, libFuzzer (run-checks.sh)
   clang-format                          # run-checks.sh format
+  slurmctld slurmd slurm-client munge   # a one-host Slurm for tests/slurm (scripts/slurm.sh)
 )
 # The PyTorch plugin (plugins/torch): LibTorch for C++, python3-torch for kolo.torch. Installing
 # them takes about 3 minutes on a fresh Debian 12 (~170 packages, ~600 MB); KOLO_WITH_TORCH=OFF

@@ -4,15 +4,16 @@
 // 2 bad usage; 3 (kill mode) a collective failed after a peer died, as it should; 4 (kill
 // mode) no failure was seen.
 //
-//   collectives_worker --backend tcp|mpi|shm [--mode checks|kill|mismatch] [--counts N,N,...]
-//                      [--hierarchical INTRA]
+//   collectives_worker --backend tcp|mpi|shm [--mode checks|kill|loop|mismatch]
+//                      [--counts N,N,...] [--hierarchical INTRA]
 // kill mode: rank 1 raises SIGKILL on itself while every rank loops over 32 MiB allreduces;
-// the survivors must see an error. mismatch mode: rank r allreduces 10 + r floats; every rank
-// must fail (exit 3) instead of reading past its peers' data. --counts: the element counts of
-// the checks (collective_checks.h). --hierarchical: the backend is the hierarchical composite
-// (backends/hierarchical) over --backend, with INTRA within each host, allreduce and allgather
-// hierarchical; its creation must not fall back to the flat backend, and the checks run again
-// with both switches off.
+// the survivors must see an error. loop mode: the same loop with nobody killed, for a test that
+// kills a rank from outside (scancel in tests/slurm). mismatch mode: rank r allreduces 10 + r
+// floats; every rank must fail (exit 3) instead of reading past its peers' data. --counts: the
+// element counts of the checks (collective_checks.h). --hierarchical: the backend is the
+// hierarchical composite (backends/hierarchical) over --backend, with INTRA within each host,
+// allreduce and allgather hierarchical; its creation must not fall back to the flat backend, and
+// the checks run again with both switches off.
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -32,9 +33,9 @@ int fail(int rank, const std::string& what, const kolo::Status& status, int code
   return code;
 }
 
-int kill_mode(kolo::Backend& backend) {
+int kill_mode(kolo::Backend& backend, bool self_kill) {
   const int rank = backend.rank();
-  if (rank == 1) {
+  if (rank == 1 && self_kill) {
     // A separate thread, so that the kill lands in the middle of a collective.
     std::thread([] {
       std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -87,10 +88,12 @@ int main(int argc, char** argv) {
     else if (std::strcmp(argv[i], "--hierarchical") == 0)
       intra = argv[i + 1];
   }
-  if (backend_name.empty() || (mode != "checks" && mode != "kill" && mode != "mismatch")) {
-    std::fprintf(stderr,
-                 "usage: collectives_worker --backend tcp|mpi|shm [--mode checks|kill|mismatch] "
-                 "[--counts N,N,...] [--hierarchical INTRA]\n");
+  if (backend_name.empty() ||
+      (mode != "checks" && mode != "kill" && mode != "loop" && mode != "mismatch")) {
+    std::fprintf(
+        stderr,
+        "usage: collectives_worker --backend tcp|mpi|shm [--mode checks|kill|loop|mismatch] "
+        "[--counts N,N,...] [--hierarchical INTRA]\n");
     return 2;
   }
   // kolorun's environment (parsed once, as init() does), or mpirun's through the mpi
@@ -117,7 +120,7 @@ int main(int argc, char** argv) {
     backend_name = "hierarchical " + intra + "/" + backend_name;
   }
   auto* hierarchy = dynamic_cast<kolo::HierarchicalBackend*>(backend->get());
-  if (mode == "kill") return kill_mode(**backend);
+  if (mode == "kill" || mode == "loop") return kill_mode(**backend, mode == "kill");
   if (mode == "mismatch") return mismatch_mode(**backend);
   auto passed = kolo::testing::run_collective_checks(**backend, counts);
   if (!passed.ok()) return fail(ctx.rank, "check failed", passed.status(), 1);

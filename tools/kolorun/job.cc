@@ -26,34 +26,10 @@ namespace {
 // the others to finish).
 constexpr std::chrono::seconds kStoreLossBound{2};
 
-// The secret must not be readable by other users: a file that is would leak it as surely as
-// the command line does.
-Result<std::string> read_secret_file(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0)
-    return Status::InvalidArgument("--secret-file " + path + ": " + std::strerror(errno));
-  if ((st.st_mode & 077) != 0) {
-    char mode[8];
-    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-    return Status::InvalidArgument("--secret-file " + path + " has mode " + mode +
-                                   ": other users may read it; make it private with chmod 600 " +
-                                   path);
-  }
-  std::ifstream in(path, std::ios::binary);
-  std::string secret((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (!in.good() && !in.eof())
-    return Status::InvalidArgument("--secret-file " + path + ": cannot read it");
-  while (!secret.empty() && std::isspace(static_cast<unsigned char>(secret.back())))
-    secret.pop_back();  // the newline of `echo S > file`
-  if (secret.empty())
-    return Status::InvalidArgument("--secret-file " + path + " is empty: expected the job secret");
-  return secret;
-}
-
 Result<std::string> choose_secret(const LaunchOptions& o, const KnobSet& knobs) {
   if (o.secret && o.secret_file)
     return Status::InvalidArgument("--secret and --secret-file are both given: pass one");
-  if (o.secret_file) return read_secret_file(*o.secret_file);
+  if (o.secret_file) return read_secret_file(*o.secret_file, "--secret-file");
   if (o.secret) {
     std::fprintf(stderr,
                  "kolorun: warning: --secret puts the job secret in the process list, where "
