@@ -22,7 +22,7 @@
 # bench/scale_model.py OUT_DIR prints the measured table, the model's error per row and its
 # forecast. Needs root (ip netns, tc). kolo-bench runs twice per job: 4-64 KiB with -n 200 -w 20
 # (a token bucket lets its 256 KiB burst through at memory speed: many calls amortise it) and
-# 256 KiB-64 MiB with -n 5 -w 1, both --check; options after -- replace both. The default run
+# 256 KiB-64 MiB with -n 4 -w 1, both --check; options after -- replace both. The default run
 # (mode all, 3 rounds) takes about 9 minutes on an idle 2-core machine.
 set -euo pipefail
 
@@ -52,7 +52,7 @@ while getopts "H:L:M:t:r:m:Uo:B:" opt; do
 done
 shift $((OPTIND - 1))
 [[ "${1:-}" == "--" ]] && shift
-bench_sets=("-b 4KiB -e 64KiB -f 4 -n 200 -w 20 --check" "-b 256KiB -e 64MiB -f 4 -n 5 -w 1 --check")
+bench_sets=("-b 4KiB -e 64KiB -f 4 -n 200 -w 20 --check" "-b 256KiB -e 64MiB -f 4 -n 4 -w 1 --check")
 [[ $# -gt 0 ]] && bench_sets=("$*")
 case "$mode" in bench | train | all) ;; *) echo "scale: -m must be bench, train or all, got '$mode'" >&2; exit 2 ;; esac
 for h in $hosts_list; do
