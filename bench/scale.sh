@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Scaling beyond one machine: N simulated hosts behind a switch, links of a known rate.
 #
-#   bench/scale.sh [-H "2 4 8"] [-L "1 2"] [-M MAX_RANKS] [-t RATE] [-r ROUNDS] [-m bench|train|all]
-#                  [-U] [-o OUT_DIR] [-B BUILD_DIR] [-- kolo-bench options]
+#   bench/scale.sh [-H "2 4 8"] [-L "1 2"] [-M MAX_RANKS] [-t RATE] [-r ROUNDS]
+#                  [-m all|bench|train|setup] [-U] [-o OUT_DIR] [-B BUILD_DIR] [-- kolo-bench options]
 #
 # Each "host" is a network namespace with one veth into a bridge in a switch namespace; the
 # host's end and the switch port's end are both limited to RATE by tc tbf (default 1gbit; "none"
@@ -23,7 +23,8 @@
 # forecast. Needs root (ip netns, tc). kolo-bench runs twice per job: 4-64 KiB with -n 200 -w 20
 # (a token bucket lets its 256 KiB burst through at memory speed: many calls amortise it) and
 # 256 KiB-64 MiB with -n 4 -w 1, both --check; options after -- replace both. The default run
-# (mode all, 3 rounds) takes about 9 minutes on an idle 2-core machine.
+# (mode all, 3 rounds) took 19 minutes on the 2-core machine at load average 13-22. Mode setup:
+# the testbed and link measurement only (the smoke test).
 set -euo pipefail
 
 hosts_list="2 4 8"
@@ -47,26 +48,39 @@ while getopts "H:L:M:t:r:m:Uo:B:" opt; do
     U) control=0 ;;
     o) out="$OPTARG" ;;
     B) build="$OPTARG" ;;
-    *) sed -n '2,29p' "$0"; exit 2 ;;
+    *) sed -n '2,31p' "$0"; exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
 [[ "${1:-}" == "--" ]] && shift
 bench_sets=("-b 4KiB -e 64KiB -f 4 -n 200 -w 20 --check" "-b 256KiB -e 64MiB -f 4 -n 4 -w 1 --check")
 [[ $# -gt 0 ]] && bench_sets=("$*")
-case "$mode" in bench | train | all) ;; *) echo "scale: -m must be bench, train or all, got '$mode'" >&2; exit 2 ;; esac
+case "$mode" in
+  bench | train | all | setup) ;;
+  *) echo "scale: -m must be bench, train, all or setup, got '$mode'" >&2; exit 2 ;;
+esac
 for h in $hosts_list; do
   [[ "$h" =~ ^[0-9]+$ && "$h" -ge 2 && "$h" -le 64 ]] ||
     { echo "scale: -H takes host counts in [2, 64], got '$h'" >&2; exit 2; }
 done
 bin="$build/bin"
-for tool in kolorun kolo-bench train_fashion_mnist; do
-  [[ -x "$bin/$tool" ]] || { echo "scale: $bin/$tool not found (build first)" >&2; exit 2; }
-done
-bin="$(cd "$bin" && pwd)"
+# Mode setup (the smoke test, seconds): the testbed and the link measurement only, then a check
+# that the shaped stream is within [0.8, 1.0] x RATE; exits 77 (skipped) without root or tc.
+if [[ "$mode" == setup ]]; then
+  [[ $(id -u) -eq 0 ]] || { echo "scale: skipped: needs root (ip netns, tc)"; exit 77; }
+  command -v tc >/dev/null || { echo "scale: skipped: tc not found (apt-get install iproute2)"; exit 77; }
+  [[ "$rate" =~ ^[0-9]+[mg]bit$ ]] ||
+    { echo "scale: -m setup needs a -t like 1gbit or 500mbit, got '$rate'" >&2; exit 2; }
+else
+  for tool in kolorun kolo-bench train_fashion_mnist; do
+    [[ -x "$bin/$tool" ]] || { echo "scale: $bin/$tool not found (build first)" >&2; exit 2; }
+  done
+  bin="$(cd "$bin" && pwd)"
+fi
 [[ $(id -u) -eq 0 ]] || { echo "scale: needs root (ip netns, tc)" >&2; exit 2; }
 command -v tc >/dev/null || { echo "scale: tc not found (apt-get install iproute2)" >&2; exit 2; }
-[[ -n "$out" ]] || out="$(mktemp -d /tmp/kolo-scale.XXXXXX)"
+keep_out=1
+[[ -n "$out" ]] || { out="$(mktemp -d /tmp/kolo-scale.XXXXXX)"; [[ "$mode" == setup ]] && keep_out=0; }
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
 
@@ -78,6 +92,7 @@ cleanup() {
   for ((i = 0; i < max_hosts; ++i)); do ip netns del "${ns}h$i" 2>/dev/null || true; done
   ip netns del "${ns}sw" 2>/dev/null || true
   rm -rf "$work"
+  ((keep_out)) || rm -rf "$out"
 }
 trap cleanup EXIT
 
@@ -114,6 +129,7 @@ shape() {
 measure_link() {
   local port=$((30000 + RANDOM % 1000)) bytes=$((100 * 1024 * 1024)) gbps=() r
   [[ "$rate" == none || "$1" == none ]] && bytes=$((400 * 1024 * 1024))
+  [[ "$mode" == setup ]] && bytes=$((20 * 1024 * 1024))
   for r in 1 2 3; do
     in_host 0 python3 "$here/scale_link.py" server "$(addr 0)" "$port" &
     sleep 0.3
@@ -203,6 +219,19 @@ if ((control)); then shape none; measure_link none >>"$out/link.json"; fi
 shape "$rate"
 measure_link "$rate" >>"$out/link.json"
 cat "$out/link.json"
+if [[ "$mode" == setup ]]; then
+  python3 - "$out/link.json" "$rate" <<'EOF'
+import json, statistics, sys
+line = [json.loads(l) for l in open(sys.argv[1]) if l.strip()][-1]
+rate = sys.argv[2]
+nominal = float(rate[:-4]) * (1.0 if rate.endswith("gbit") else 1e-3)
+got = statistics.median(line["stream_gbps"])
+if not 0.8 * nominal <= got <= 1.0 * nominal:
+    sys.exit(f"scale: the shaped link moved {got:.3f} Gbit/s, expected 0.8-1.0 x {nominal:g}")
+print(f"scale: setup ok: {got:.3f} Gbit/s through a {rate} bucket, round trip {line['rtt_us']} us")
+EOF
+  exit
+fi
 if [[ "$mode" != train ]]; then
   : >"$out/bench.jsonl"
   for ((r = 0; r < rounds; ++r)); do
