@@ -19,8 +19,30 @@ import sys
 import time
 
 
+def retried(make, what):
+    """make() until it succeeds, for up to 5 s: a freshly configured namespace may refuse a bind
+    for a moment, and the client may start before the server listens."""
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            return make()
+        except OSError as e:
+            if time.monotonic() > deadline:
+                sys.exit(f"scale_link: {what}: {e}")
+            time.sleep(0.05)
+
+
+def listen(host, port):
+    return retried(lambda: socket.create_server((host, port)), f"cannot listen on {host}:{port}")
+
+
+def connect(host, port):
+    return retried(lambda: socket.create_connection((host, port), timeout=60),
+                   f"cannot connect to {host}:{port}")
+
+
 def serve(host, port):
-    with socket.create_server((host, port)) as server:
+    with listen(host, port) as server:
         conn, _ = server.accept()
         with conn:
             buf = bytearray(1 << 20)
@@ -31,7 +53,7 @@ def serve(host, port):
 
 def send(host, port, total):
     data = b"\0" * (1 << 20)
-    with socket.create_connection((host, port), timeout=60) as conn:
+    with connect(host, port) as conn:
         start = time.perf_counter()
         sent = 0
         while sent < total:
@@ -45,7 +67,7 @@ def send(host, port, total):
 
 
 def echo(host, port):
-    with socket.create_server((host, port)) as server:
+    with listen(host, port) as server:
         conn, _ = server.accept()
         with conn:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -55,7 +77,7 @@ def echo(host, port):
 
 def rtt(host, port, count):
     times = []
-    with socket.create_connection((host, port), timeout=60) as conn:
+    with connect(host, port) as conn:
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         for _ in range(count):
             start = time.perf_counter()
