@@ -221,7 +221,7 @@ measure_link "$rate" >>"$out/link.json"
 cat "$out/link.json"
 if [[ "$mode" == setup ]]; then
   python3 - "$out/link.json" "$rate" <<'EOF'
-import json, statistics, sys
+import json, sys
 line = [json.loads(l) for l in open(sys.argv[1]) if l.strip()][-1]
 rate = sys.argv[2]
 nominal = float(rate[:-4]) * (1.0 if rate.endswith("gbit") else 1e-3)
