@@ -255,7 +255,7 @@ TEST(CollectiveOptions, BadValuesAndAnInvertedRangeAreErrors) {
             "--backend 'gloo' is invalid: expected one of " + backend_names());
   EXPECT_EQ(error({"-d", "float33"}),
             "-d 'float33' is invalid: expected one of uint8, int8, int32, int64, float16, "
-            "bfloat16, float32, float64");
+            "bfloat16, float32, float64, int16");
   EXPECT_EQ(error({"-o", "mean"}),
             "-o 'mean' is invalid: expected one of sum, average, min, max, product");
   EXPECT_EQ(error({"-b", "1MiB", "-e", "4KiB"}),
