@@ -255,7 +255,7 @@ TEST(CollectiveOptions, BadValuesAndAnInvertedRangeAreErrors) {
             "--backend 'gloo' is invalid: expected one of " + backend_names());
   EXPECT_EQ(error({"-d", "float33"}),
             "-d 'float33' is invalid: expected one of uint8, int8, int32, int64, float16, "
-            "bfloat16, float32, float64");
+            "bfloat16, float32, float64, int16");
   EXPECT_EQ(error({"-o", "mean"}),
             "-o 'mean' is invalid: expected one of sum, average, min, max, product");
   EXPECT_EQ(error({"-b", "1MiB", "-e", "4KiB"}),
@@ -277,7 +277,7 @@ TEST(CollectiveOptions, HelpNamesTheCommandEveryFlagAndItsDefault) {
            "                  default 256 MiB\n",
            "  -d DTYPE        element type\n"
            "                  (one of uint8, int8, int32, int64, float16, bfloat16, float32, "
-           "float64)\n"
+           "float64, int16)\n"
            "                  default float32\n",
            "  -o OP           reduction, allreduce and reducescatter only\n"
            "                  (one of sum, average, min, max, product); default sum\n",

@@ -26,6 +26,8 @@ void store_value(DataType dtype, void* base, int64_t index, double v) {
       return put(base, index, static_cast<uint8_t>(v));
     case DataType::kInt8:
       return put(base, index, static_cast<int8_t>(v));
+    case DataType::kInt16:
+      return put(base, index, static_cast<int16_t>(v));
     case DataType::kInt32:
       return put(base, index, static_cast<int32_t>(v));
     case DataType::kInt64:
@@ -47,6 +49,8 @@ double load_value(DataType dtype, const void* base, int64_t index) {
       return get<uint8_t>(base, index);
     case DataType::kInt8:
       return get<int8_t>(base, index);
+    case DataType::kInt16:
+      return get<int16_t>(base, index);
     case DataType::kInt32:
       return get<int32_t>(base, index);
     case DataType::kInt64:

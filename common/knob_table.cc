@@ -109,6 +109,16 @@ constexpr std::array<Knob, kKnobCount> kTable = {{
      .default_doc = "off",
      .help = "fail the job after a stall this long: tensors some ranks never submitted, or a "
              "frozen rank; `0` turns it off"},
+    // Note [Mismatched collectives] in coordinator/controller.cc. Longer than a rank normally
+    // computes with an operation outstanding while its peers wait in another one.
+    {.id = KnobId::kMismatchTime,
+     .name = "KOLO_MISMATCH_TIME",
+     .kind = kDuration,
+     .category = kCore,
+     .default_text = "10s",
+     .help = "fail the pending operations on every rank, naming each rank's, when every rank has "
+             "waited this long in operations that no other rank submitted (mismatched "
+             "collectives); `0` turns it off"},
     {.id = KnobId::kOpTimeout,
      .name = "KOLO_OP_TIMEOUT",
      .kind = kDuration,

@@ -50,6 +50,7 @@ enum class KnobId : int {
   kTimelineSteps,
   kStallCheckTime,
   kStallShutdownTime,
+  kMismatchTime,
   kOpTimeout,
   kRendezvousTimeout,
   kLogLevel,

@@ -21,11 +21,13 @@ constexpr std::array<DtypeInfo, kNumDataTypes> kDtypes = {{
     {DataType::kBFloat16, "bfloat16", 2},
     {DataType::kFloat32, "float32", 4},
     {DataType::kFloat64, "float64", 8},
+    {DataType::kInt16, "int16", 2},
 }};
 
-constexpr std::array<std::pair<std::string_view, DataType>, 10> kDtypeAliases = {{
+constexpr std::array<std::pair<std::string_view, DataType>, 11> kDtypeAliases = {{
     {"u8", DataType::kUInt8},
     {"i8", DataType::kInt8},
+    {"i16", DataType::kInt16},
     {"i32", DataType::kInt32},
     {"i64", DataType::kInt64},
     {"f16", DataType::kFloat16},

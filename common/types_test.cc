@@ -19,7 +19,14 @@ TEST(DataType, NamesRoundTripAndSizes) {
   EXPECT_EQ(dtype_size(DataType::kInt64), 8u);
   EXPECT_EQ(parse_dtype("f32"), DataType::kFloat32);
   EXPECT_EQ(parse_dtype("complex64"), std::nullopt);
-  EXPECT_FALSE(is_valid_dtype(8));
+  EXPECT_EQ(dtype_size(DataType::kInt16), 2u);
+  EXPECT_EQ(parse_dtype("int16"), DataType::kInt16);
+  EXPECT_EQ(parse_dtype("i16"), DataType::kInt16);
+  // Appended: the wire values of the older dtypes did not move.
+  EXPECT_EQ(static_cast<int>(DataType::kFloat64), 7);
+  EXPECT_EQ(static_cast<int>(DataType::kInt16), 8);
+  EXPECT_TRUE(is_valid_dtype(8));
+  EXPECT_FALSE(is_valid_dtype(9));
   EXPECT_FALSE(is_valid_dtype(-1));
 }
 

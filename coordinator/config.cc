@@ -29,6 +29,16 @@ std::vector<CategoricalTunable> categorical_tunables(const KnobSet& knobs) {
   return out;
 }
 
+// The heartbeat must stay well inside the op timeout (a waiting peer would otherwise time out
+// on an idle one) and fine enough for the stall and mismatch inspectors to be punctual.
+std::chrono::nanoseconds heartbeat_for(const RuntimeConfig& c) {
+  std::chrono::nanoseconds hb = std::chrono::milliseconds(200);
+  hb = std::min(hb, c.op_timeout / 4);
+  for (auto bound : {c.stall_check_time, c.stall_shutdown_time, c.mismatch_time})
+    if (bound.count() > 0) hb = std::min(hb, bound / 4);
+  return std::max(hb, std::chrono::nanoseconds(std::chrono::milliseconds(1)));
+}
+
 }  // namespace
 
 Result<RuntimeConfig> config_from_knobs(const KnobSet& knobs,
@@ -61,14 +71,9 @@ Result<RuntimeConfig> config_from_knobs(const KnobSet& knobs,
   if (knobs.is_set(KnobId::kTimelineSteps)) c.timeline_steps = knobs.range(KnobId::kTimelineSteps);
   c.stall_check_time = knobs.duration(KnobId::kStallCheckTime);
   c.stall_shutdown_time = knobs.duration(KnobId::kStallShutdownTime);
+  c.mismatch_time = knobs.duration(KnobId::kMismatchTime);
   c.op_timeout = knobs.duration(KnobId::kOpTimeout);
-  // The heartbeat must stay well inside the op timeout (a waiting peer would otherwise time
-  // out on an idle one) and fine enough for the stall inspector to be punctual.
-  std::chrono::nanoseconds hb = std::chrono::milliseconds(200);
-  hb = std::min(hb, c.op_timeout / 4);
-  if (c.stall_check_time.count() > 0) hb = std::min(hb, c.stall_check_time / 4);
-  if (c.stall_shutdown_time.count() > 0) hb = std::min(hb, c.stall_shutdown_time / 4);
-  c.heartbeat = std::max(hb, std::chrono::nanoseconds(std::chrono::milliseconds(1)));
+  c.heartbeat = heartbeat_for(c);
 
   AutotuneConfig& a = c.autotune;
   a.enabled = knobs.boolean(KnobId::kAutotune);
@@ -102,6 +107,7 @@ Result<RuntimeConfig> config_from_knobs(const KnobSet& knobs,
       << " KOLO_CACHE_CAPACITY=" << c.cache_capacity
       << " KOLO_STALL_CHECK_TIME=" << format_duration(c.stall_check_time)
       << " KOLO_STALL_SHUTDOWN_TIME=" << format_duration(c.stall_shutdown_time)
+      << " KOLO_MISMATCH_TIME=" << format_duration(c.mismatch_time)
       << " KOLO_OP_TIMEOUT=" << format_duration(c.op_timeout)
       << " KOLO_CPU_OPERATIONS=" << c.cpu_operations << " KOLO_GPU_OPERATIONS=" << c.gpu_operations
       << " KOLO_HIERARCHICAL_ALLREDUCE=" << c.hierarchical_allreduce

@@ -70,6 +70,9 @@ struct RuntimeConfig {
   std::optional<KnobRange> timeline_steps;
   std::chrono::nanoseconds stall_check_time{0};     // KOLO_STALL_CHECK_TIME; 0: off
   std::chrono::nanoseconds stall_shutdown_time{0};  // KOLO_STALL_SHUTDOWN_TIME; 0: off
+  // KOLO_MISMATCH_TIME (Note [Mismatched collectives], controller.cc); 0: off. A point-to-point
+  // pair's Runtime turns it off: a send legitimately waits for a recv posted much later.
+  std::chrono::nanoseconds mismatch_time{0};
   // KOLO_OP_TIMEOUT: bound on any one transfer (and so on how long a dead peer takes to be
   // noticed).
   std::chrono::nanoseconds op_timeout{0};

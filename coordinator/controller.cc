@@ -72,6 +72,7 @@ void Controller::add(int rank, const RequestList& list, const ResponseCache& cac
                      Clock::time_point now) {
   if (list.shutdown && shutdown_rank_ < 0) shutdown_rank_ = rank;
   if (list.join && joined_.insert(rank).second) last_joined_ = rank;
+  changed_ |= list.join || !list.requests.empty();
   for (const Request& q : list.requests) {
     if (cache.contains(q.name) &&
         std::find(evictions_.begin(), evictions_.end(), q.name) == evictions_.end())
@@ -145,15 +146,20 @@ std::optional<std::string> Controller::mismatch(const std::string& name, const E
     case OpType::kJoin:
       break;
   }
-  if (!joined_.empty()) {
-    std::vector<int> joined(joined_.begin(), joined_.end());
-    if (ref.type == OpType::kAlltoall || ref.type == OpType::kReducescatter)
-      return what + ": cannot run while ranks " + named_list(joined) +
-             " have joined (join supports allreduce, allgather, broadcast and barrier)";
-    if (ref.type == OpType::kBroadcast && joined_.count(ref.root) &&
-        entry.by_rank.count(ref.root) == 0)
-      return what + ": root rank " + std::to_string(named(ref.root)) + " has joined";
-  }
+  // Note [Join]: as Horovod's, only allreduce and barrier run while some rank has joined
+  // (without having submitted the operation); a joined rank contributes the identity (zeros to
+  // a sum) and an average divides by every rank (Executor::AllreducePlan). Allgather, broadcast,
+  // alltoall and reducescatter fail on the ranks that submitted them: a joined rank has no rows
+  // to gather or scatter and may be the root, and a result that silently depends on who
+  // joined is worse than an error.
+  std::vector<int> absent;
+  for (int r : joined_)
+    if (!entry.by_rank.count(r)) absent.push_back(named(r));
+  if (!absent.empty() && ref.type != OpType::kAllreduce && ref.type != OpType::kBarrier)
+    return what + ": cannot run while " +
+           (absent.size() == 1 ? "rank " + std::to_string(absent[0]) + " has"
+                               : "ranks " + rank_list(absent) + " have") +
+           " joined (join supports allreduce and barrier only, as Horovod's)";
   return std::nullopt;
 }
 
@@ -219,7 +225,107 @@ ResponseList Controller::respond(Clock::time_point now) {
   }
   out.joined.assign(joined_.begin(), joined_.end());
   inspect_stalls(now, out);
+  inspect_mismatch(now, changed_ || !out.responses.empty(), out);
+  changed_ = false;
   return out;
+}
+
+// Note [Mismatched collectives]
+// Ranks blocked in different operations (rank 0 in broadcast 'x', rank 1 in barrier 'b') wait
+// for each other forever: each operation completes only when every rank submits it. The table
+// shows it: once every rank that has not joined has some name pending here and none of those
+// names is complete (complete ones left the table in respond()), nothing can move until a rank
+// submits something new. Each rank's requests reach the table: an uncached one at once, a
+// cached one when it has waited half of KOLO_MISMATCH_TIME (Runtime::sort_pending), and a
+// cached name a rank sends thus is evicted everywhere, so a peer's later submission of it comes
+// here too. So when that state lasts KOLO_MISMATCH_TIME with nothing added (a request, a join)
+// and nothing completed, every operation in the table fails with Mismatch on every rank,
+// naming each rank's operations. A rank that is merely late (nothing pending) never trips it,
+// and neither does one that submits again within the bound. What it cannot tell apart: a rank
+// that computes with an operation outstanding for longer than the bound while its peers wait
+// in another one it will submit afterwards; the bound (default 10 s) is chosen above that.
+// A process set's Runtime has a Controller of its own, so each set is judged on its members; a
+// point-to-point pair's turns it off (a send waits for a recv that may come much later).
+
+bool Controller::every_rank_blocked() const {
+  if (table_.empty() || static_cast<int>(joined_.size()) == size_) return false;
+  std::set<int> waiting;
+  for (const auto& [name, e] : table_)
+    for (const auto& [r, q] : e.by_rank) waiting.insert(r);
+  for (int r = 0; r < size_; ++r)
+    if (!joined_.count(r) && !waiting.count(r)) return false;
+  return true;
+}
+
+std::string Controller::pending_by_rank() const {
+  std::vector<std::pair<uint64_t, const std::string*>> order;
+  for (const auto& [name, e] : table_) order.push_back({e.seq, &name});
+  std::sort(order.begin(), order.end());
+  // Each rank's operations in the order they were first requested, at most a few; ranks that
+  // wait in the same ones are named together, so a large job's message stays short.
+  constexpr size_t kShown = 3;
+  std::vector<std::pair<std::string, std::vector<int>>> groups;  // (what, ranks)
+  for (int r = 0; r < size_; ++r) {
+    std::vector<std::string> mine;
+    for (const auto& [seq, name] : order)
+      if (auto it = table_.at(*name).by_rank.find(r); it != table_.at(*name).by_rank.end())
+        mine.push_back(std::string(op_type_name(it->second.type)) + " '" + *name + "'");
+    std::string s = joined_.count(r) ? "joined" : "";
+    for (size_t i = 0; i < mine.size() && i < kShown; ++i)
+      s += (i == 0 ? "" : i + 1 == mine.size() ? " and " : ", ") + mine[i];
+    if (mine.size() > kShown) s += " and " + std::to_string(mine.size() - kShown) + " more";
+    auto g = std::find_if(groups.begin(), groups.end(), [&](auto& p) { return p.first == s; });
+    if (g == groups.end()) {
+      groups.push_back({s, {}});
+      g = std::prev(groups.end());
+    }
+    g->second.push_back(named(r));
+  }
+  std::string msg;
+  for (const auto& [what, ranks] : groups) {
+    const bool one = ranks.size() == 1;
+    msg += (msg.empty() ? "" : "; ") +
+           (one ? "rank " + std::to_string(ranks[0]) : "ranks " + rank_list(ranks)) +
+           (what == "joined" ? (one ? " has joined" : " have joined")
+                             : (one ? " waits in " : " wait in ") + what);
+  }
+  return msg;
+}
+
+void Controller::inspect_mismatch(Clock::time_point now, bool moved, ResponseList& out) {
+  if (stall_.mismatch_time.count() <= 0 || !every_rank_blocked()) {
+    blocked_since_.reset();
+    return;
+  }
+  if (moved || !blocked_since_) {
+    blocked_since_ = now;
+    return;
+  }
+  const auto waited = std::chrono::duration_cast<std::chrono::nanoseconds>(now - *blocked_since_);
+  if (waited < stall_.mismatch_time) return;
+  const std::string msg =
+      "mismatched collectives: " + pending_by_rank() +
+      "; no operation is pending on every rank, and none moved for " + format_duration(waited) +
+      " (KOLO_MISMATCH_TIME=" + format_duration(stall_.mismatch_time) +
+      "): the ranks called different collectives, or the same ones in a different order and "
+      "wait on them one by one";
+  std::vector<std::pair<uint64_t, std::string>> order;
+  for (const auto& [name, e] : table_) order.push_back({e.seq, name});
+  std::sort(order.begin(), order.end());
+  for (const auto& [seq, name] : order) {
+    const Request& ref = table_.at(name).by_rank.begin()->second;
+    Response p;
+    p.kind = Response::Kind::kError;
+    p.name = name;
+    p.type = ref.type;
+    p.dtype = ref.dtype;
+    p.device = ref.device;
+    p.error_code = StatusCode::kMismatch;
+    p.error = msg;
+    out.responses.push_back(std::move(p));
+  }
+  table_.clear();
+  blocked_since_.reset();
 }
 
 void Controller::inspect_stalls(Clock::time_point now, ResponseList& out) {

@@ -4,7 +4,9 @@
 // order in which names were first requested, a Response for every name that all ranks have
 // submitted (a joined rank counts as having submitted everything). Requests that disagree
 // become error Responses naming the tensor, the ranks and what differs. Names that wait too
-// long are reported by the stall inspector.
+// long are reported by the stall inspector. When every rank has waited too long in operations
+// that no other rank submitted, those operations fail on every rank (Note [Mismatched
+// collectives] in controller.cc).
 //
 // Not thread-safe: owned by rank 0's background thread. Pure logic: no I/O, so unit tests
 // drive it directly.
@@ -29,6 +31,9 @@ struct StallConfig {
   // Called once, with the ranks the operation still waited for, when the shutdown time passes
   // (an elastic job names them to kolorun, which stops them: Note [Elastic rendezvous]).
   std::function<void(const std::vector<int>& stuck)> on_shutdown;
+  // Every rank (not joined) blocked in operations pending on no other rank this long, with no
+  // progress meanwhile: they fail with Mismatch (Note [Mismatched collectives]); 0: never.
+  std::chrono::nanoseconds mismatch_time{0};
 };
 
 class Controller {
@@ -61,6 +66,12 @@ class Controller {
   Response build(const std::string& name, const Entry& entry) const;
   std::optional<std::string> mismatch(const std::string& name, const Entry& entry) const;
   void inspect_stalls(Clock::time_point now, ResponseList& out);
+  // Note [Mismatched collectives]. `moved`: this cycle completed or added something.
+  void inspect_mismatch(Clock::time_point now, bool moved, ResponseList& out);
+  // Every rank that has not joined has a name in the table (none is complete there).
+  bool every_rank_blocked() const;
+  // "rank 0 waits in broadcast 'x'; rank 1 waits in barrier 'b'; rank 2 has joined".
+  std::string pending_by_rank() const;
   int named(int rank) const;
   std::string named_list(const std::vector<int>& ranks) const;
 
@@ -74,6 +85,8 @@ class Controller {
   std::vector<std::string> evictions_;
   int32_t shutdown_rank_ = -1;
   std::vector<std::string> warnings_;
+  bool changed_ = false;  // add() brought a request or a join since the last respond()
+  std::optional<Clock::time_point> blocked_since_;  // every rank blocked, nothing moved since
 };
 
 // "[0, 2, 3]"

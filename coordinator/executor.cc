@@ -247,10 +247,11 @@ Status Executor::allreduce(const std::vector<BatchItem>& batch) {
 Executor::AllreducePlan::AllreducePlan(const std::vector<BatchItem>& b, int ranks, bool traced)
     : batch(b), head(*b.front().response) {
   const Reduction& reduction = head.reduction;
-  // kAverage divides by the ranks that contributed, not by those that joined: then the
-  // backend sums and this rank divides, by the rule of ops::finish_reduction (divide, then
-  // postscale; multiplying by postscale / active would round the quotient).
-  active = ranks - static_cast<int>(head.joined.size());
+  // kAverage divides by every rank of the set, the joined ones included, which contribute
+  // zeros (Horovod's join: Note [Join] in controller.cc): the backend sums and this rank
+  // divides, by the rule of ops::finish_reduction (divide, then postscale; multiplying by
+  // postscale / ranks would round the quotient).
+  active = ranks;
   divide_here = reduction.op == ReduceOp::kAverage && !head.joined.empty();
   backend_op = divide_here ? ReduceOp::kSum : reduction.op;
   for (const auto& item : batch)

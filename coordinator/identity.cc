@@ -51,6 +51,8 @@ void fill_identity(DataType dtype, ReduceOp op, void* data, int64_t count) {
       return fill<uint8_t>(data, count, identity<uint8_t>(op));
     case DataType::kInt8:
       return fill<int8_t>(data, count, identity<int8_t>(op));
+    case DataType::kInt16:
+      return fill<int16_t>(data, count, identity<int16_t>(op));
     case DataType::kInt32:
       return fill<int32_t>(data, count, identity<int32_t>(op));
     case DataType::kInt64:

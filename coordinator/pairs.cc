@@ -132,6 +132,9 @@ void PairTable::connect(int peer, Pair& pair) {
         "the point-to-point pair of ranks " + std::to_string(low) + " and " + std::to_string(high);
     config.closed_by = "shutdown()";
     config.rank_names = {low, high};
+    // A send waits for its recv, which the peer may post much later while it waits in a
+    // transfer of its own: not a mismatch (RuntimeConfig::mismatch_time).
+    config.mismatch_time = std::chrono::nanoseconds(0);
     if (config.describe_departure)
       config.describe_departure = [job = std::move(config.describe_departure), low, high](
                                       int pair_rank) { return job(pair_rank == 0 ? low : high); };

@@ -118,7 +118,8 @@ Runtime::Runtime(RuntimeConfig config, Topology topology, std::unique_ptr<Backen
   if (topology_.rank == 0)
     controller_ = std::make_unique<Controller>(
         topology_.size,
-        StallConfig{config_.stall_check_time, config_.stall_shutdown_time, config_.report_stuck},
+        StallConfig{config_.stall_check_time, config_.stall_shutdown_time, config_.report_stuck,
+                    config_.mismatch_time},
         config_.rank_names);
   if (config_.name_first_failure) executor_.name_failures_with(config_.name_first_failure);
   device_ = dynamic_cast<DeviceBackend*>(gpu_.get());
@@ -478,9 +479,10 @@ Status Runtime::cycle(bool shutdown_requested, bool& stop) {
   std::vector<std::pair<uint64_t, Entry*>> slow = sort_pending(nbits, now);
   // Rank 0 also takes the slow path now and then while names wait in its table, so that the
   // stall inspector runs even when no rank has anything new to say.
-  const bool inspect = controller_ && controller_->pending() > 0 &&
-                       config_.stall_check_time.count() > 0 &&
-                       now - last_inspection_ >= config_.heartbeat;
+  const bool inspect =
+      controller_ && controller_->pending() > 0 &&
+      (config_.stall_check_time.count() > 0 || config_.mismatch_time.count() > 0) &&
+      now - last_inspection_ >= config_.heartbeat;
   const bool tune = tuner_ && tuner_->has_decision();
   const bool need_slow = !slow.empty() || shutdown_requested || join_to_send_ ||
                          !joined_ranks_.empty() || inspect || tune;
@@ -505,13 +507,16 @@ std::vector<std::pair<uint64_t, Entry*>> Runtime::sort_pending(
   std::vector<std::pair<uint64_t, Entry*>> slow;
   cached_.clear();
   const bool joined_mode = !joined_ranks_.empty();
-  // Requests that miss the cache, or whose bit has gone unanswered for half the stall time (so
-  // rank 0 can name who is missing), take the slow path.
+  // Requests that miss the cache, or whose bit has gone unanswered for half the stall time or
+  // half the mismatch time (so rank 0 can name who is missing, or what each rank waits in),
+  // take the slow path.
+  std::chrono::nanoseconds stale_after = std::chrono::nanoseconds::max();
+  for (auto bound : {config_.stall_check_time, config_.mismatch_time})
+    if (bound.count() > 0) stale_after = std::min(stale_after, bound / 2);
   for (auto& [name, e] : pending_) {
     if (e->sent_slow) continue;
     std::optional<size_t> slot = joined_mode ? std::nullopt : cache_.lookup(e->request);
-    bool stale = config_.stall_check_time.count() > 0 &&
-                 now - e->pending_since > config_.stall_check_time / 2;
+    bool stale = now - e->pending_since > stale_after;
     if (slot && !stale) {
       bits_[1 + *slot] = 1;
       cached_.push_back({*slot, e.get()});

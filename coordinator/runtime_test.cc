@@ -267,7 +267,7 @@ TEST(RuntimeTest, BadArgumentsAreRejectedAtSubmission) {
             "allreduce 'x': input dimension 0 must be >= 0, got -4 in shape [-4]");
   EXPECT_EQ(message(build_allreduce("x", bad_dtype, ok, {})),
             "allreduce 'x': input: dtype must be one of uint8, int8, int32, int64, float16, "
-            "bfloat16, float32, float64, got enum value 42");
+            "bfloat16, float32, float64, int16, got enum value 42");
   EXPECT_EQ(message(build_allreduce("x", null_data, null_data, {})),
             "allreduce 'x': input data is null but shape [4] has 4 elements");
   EXPECT_EQ(message(build_allreduce("x", ok, view_of(d.data(), {4}), {})),
@@ -413,7 +413,7 @@ TEST(RuntimeTest, JoinedRankContributesIdentity) {
         allreduce(c[r], "j.avg", avg, {.reduction = {.op = ReduceOp::kAverage}}).wait().ok());
     EXPECT_TRUE(allreduce(c[r], "j.min", mn, {.reduction = {.op = ReduceOp::kMin}}).wait().ok());
     EXPECT_EQ(sum[0], 3.0f);
-    EXPECT_EQ(avg[0], 1.5f);  // divided by the 2 ranks that did not join
+    EXPECT_EQ(avg[0], 1.0f);  // (1 + 2 + 0) / 3: every rank counts, the joined one as 0
     EXPECT_EQ(mn[1], 1.0f);
     EXPECT_TRUE(submit(c[r], build_join()).wait().ok());
   });
@@ -442,9 +442,10 @@ TEST(RuntimeTest, AUserTensorNamedJoinIsNotTheJoin) {
   });
 }
 
-// Issue 15: with a rank joined, kAverage divides by the 3 ranks that contributed and then
-// applies the postscale, exactly: 27 / 3 * 13 = 117 (27 * (13 / 3.0) truncates to 116). Both
-// the direct path (one tensor) and the fusion buffer (a group) divide on this rank.
+// Issue 15, then issue 34 (Horovod's join): with a rank joined, kAverage divides by all 4
+// ranks (the joined one contributed 0) and then applies the postscale, exactly: 27 / 4
+// truncates to 6, * 13 = 78 (27 * (13 / 4.0) would truncate to 87). Both the direct path (one
+// tensor) and the fusion buffer (a group) divide on this rank.
 TEST(RuntimeTest, JoinedAverageDividesBeforeThePostscale) {
   Cluster c(4);
   c.each([&](int r) {
@@ -461,9 +462,9 @@ TEST(RuntimeTest, JoinedAverageDividesBeforeThePostscale) {
     auto group = submit(c[r], build_grouped_allreduce(
                                   "group", {view_of(a.data(), {2}), view_of(b.data(), {5})}, avg));
     EXPECT_TRUE(group.wait().ok()) << group.wait().to_string();
-    EXPECT_EQ(one, std::vector<int32_t>(3, 117));
-    EXPECT_EQ(a, std::vector<int32_t>(2, 117));
-    EXPECT_EQ(b, std::vector<int32_t>(5, 117));
+    EXPECT_EQ(one, std::vector<int32_t>(3, 78));
+    EXPECT_EQ(a, std::vector<int32_t>(2, 78));
+    EXPECT_EQ(b, std::vector<int32_t>(5, 78));
     EXPECT_TRUE(submit(c[r], build_join()).wait().ok());
   });
 }

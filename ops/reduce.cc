@@ -18,14 +18,17 @@
 namespace kolo::ops {
 namespace {
 
-// Integer sums and products wrap (computed in the unsigned type, where overflow is defined).
+// Integer sums and products wrap (computed in an unsigned type, where overflow is defined). Types
+// narrower than int compute in unsigned int: their unsigned type would promote to (signed) int,
+// where a uint16 product such as 65535 * 65535 overflows.
 template <typename T, bool = std::is_integral_v<T>>
 struct WideOf {
   using type = T;
 };
 template <typename T>
 struct WideOf<T, true> {
-  using type = std::make_unsigned_t<T>;
+  using type =
+      std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
 };
 template <typename T>
 using Wide = typename WideOf<T>::type;
@@ -159,6 +162,8 @@ void reduce_typed(DataType dtype, void* out, const void* a, const void* b, int64
       return native_reduce<Op, uint8_t>(out, a, b, n);
     case DataType::kInt8:
       return native_reduce<Op, int8_t>(out, a, b, n);
+    case DataType::kInt16:
+      return native_reduce<Op, int16_t>(out, a, b, n);
     case DataType::kInt32:
       return native_reduce<Op, int32_t>(out, a, b, n);
     case DataType::kInt64:
@@ -214,6 +219,9 @@ void map(DataType dtype, void* out, const void* in, int64_t n, double mul, doubl
     case DataType::kInt8:
       return inplace ? native_map_inplace<int8_t>(out, n, mul, div)
                      : native_map<int8_t>(out, in, n, mul, div);
+    case DataType::kInt16:
+      return inplace ? native_map_inplace<int16_t>(out, n, mul, div)
+                     : native_map<int16_t>(out, in, n, mul, div);
     case DataType::kInt32:
       return inplace ? native_map_inplace<int32_t>(out, n, mul, div)
                      : native_map<int32_t>(out, in, n, mul, div);

@@ -105,6 +105,24 @@ TEST(ReduceTest, IntegersWrapAndCombine) {
   EXPECT_EQ(p[1], 0);  // 2^32 wraps to 0
 }
 
+TEST(ReduceTest, Int16WrapsLikeTheOtherIntegers) {
+  std::vector<int16_t> a = {32767, -32768, 300, -7}, b = {1, -1, 300, 5};
+  std::vector<int16_t> s = a;
+  reduce_into(DataType::kInt16, ReduceOp::kSum, s.data(), b.data(), 4);
+  EXPECT_EQ(s, (std::vector<int16_t>{-32768, 32767, 600, -2}));
+  std::vector<int16_t> mn(4), mx(4), pr(4);
+  reduce_to(DataType::kInt16, ReduceOp::kMin, mn.data(), a.data(), b.data(), 4);
+  reduce_to(DataType::kInt16, ReduceOp::kMax, mx.data(), a.data(), b.data(), 4);
+  reduce_to(DataType::kInt16, ReduceOp::kProduct, pr.data(), a.data(), b.data(), 4);
+  EXPECT_EQ(mn, (std::vector<int16_t>{1, -32768, 300, -7}));
+  EXPECT_EQ(mx, (std::vector<int16_t>{32767, -1, 300, 5}));
+  EXPECT_EQ(pr, (std::vector<int16_t>{32767, -32768, 24464, -35}));  // 90000 mod 65536 = 24464
+  // -1 * -1 as unsigned 16-bit values is 65535 * 65535, past int: computed without overflow.
+  std::vector<int16_t> m = {-1, -32768}, n = {-1, -32768};
+  reduce_into(DataType::kInt16, ReduceOp::kProduct, m.data(), n.data(), 2);
+  EXPECT_EQ(m, (std::vector<int16_t>{1, 0}));  // 2^30 wraps to 0
+}
+
 TEST(ReduceTest, FloatsLongBuffersAllOps) {
   const int64_t n = 10007;
   std::vector<double> a(n), b(n);

@@ -27,6 +27,9 @@ inline void put(DataType t, void* buf, int64_t i, double v) {
     case DataType::kInt8:
       static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(static_cast<int64_t>(v));
       break;
+    case DataType::kInt16:
+      static_cast<int16_t*>(buf)[i] = static_cast<int16_t>(static_cast<int64_t>(v));
+      break;
     case DataType::kInt32:
       static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(static_cast<int64_t>(v));
       break;
@@ -54,6 +57,8 @@ inline double get(DataType t, const void* buf, int64_t i) {
       return static_cast<const uint8_t*>(buf)[i];
     case DataType::kInt8:
       return static_cast<const int8_t*>(buf)[i];
+    case DataType::kInt16:
+      return static_cast<const int16_t*>(buf)[i];
     case DataType::kInt32:
       return static_cast<const int32_t*>(buf)[i];
     case DataType::kInt64:
@@ -71,8 +76,8 @@ inline double get(DataType t, const void* buf, int64_t i) {
 }
 
 inline bool is_integer(DataType t) {
-  return t == DataType::kUInt8 || t == DataType::kInt8 || t == DataType::kInt32 ||
-         t == DataType::kInt64;
+  return t == DataType::kUInt8 || t == DataType::kInt8 || t == DataType::kInt16 ||
+         t == DataType::kInt32 || t == DataType::kInt64;
 }
 
 // Runs fn(channel) for every rank of a fresh thread-channel group on its own thread and

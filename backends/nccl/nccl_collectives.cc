@@ -122,6 +122,7 @@ Status NcclBackend::finish_call(const std::string& what) {
 Status NcclBackend::do_allreduce(const void* input, void* output, int64_t count, DataType dtype,
                                  const Reduction& reduction) {
   const std::string what = "nccl allreduce";
+  KOLO_RETURN_IF_ERROR(int16_reduction_unsupported(dtype, what));
   std::optional<DeviceGuard> guard;
   KOLO_RETURN_IF_ERROR(enter("allreduce", guard));
   KOLO_RETURN_IF_ERROR(reduce(input, output, count, dtype, reduction, what));
@@ -153,6 +154,7 @@ Status NcclBackend::do_allreduce_pieces(const std::vector<AllreducePiece>& piece
   if (pieces.size() == 1)
     return do_allreduce(pieces[0].input, pieces[0].output, pieces[0].count, dtype, reduction);
   const std::string what = "nccl allreduce of " + std::to_string(pieces.size()) + " tensors";
+  KOLO_RETURN_IF_ERROR(int16_reduction_unsupported(dtype, what));
   std::optional<DeviceGuard> guard;
   KOLO_RETURN_IF_ERROR(enter("allreduce", guard));
   // Every piece starts 16-byte aligned in the buffer, so that the batched copy moves 16-byte
@@ -288,6 +290,7 @@ Status NcclBackend::do_reducescatter(const void* input, void* output, DataType d
                                      const Reduction& reduction,
                                      const std::vector<int64_t>& counts) {
   const std::string what = "nccl reducescatter";
+  KOLO_RETURN_IF_ERROR(int16_reduction_unsupported(dtype, what));
   std::optional<DeviceGuard> guard;
   KOLO_RETURN_IF_ERROR(enter("reducescatter", guard));
   const size_t esize = dtype_size(dtype);

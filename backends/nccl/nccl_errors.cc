@@ -74,6 +74,8 @@ int nccl_dtype(DataType dtype) {
       return ncclUint8;
     case DataType::kInt8:
       return ncclInt8;
+    case DataType::kInt16:
+      return ncclFloat16;  // data movement only: the same 2 bytes (int16_reduction_unsupported)
     case DataType::kInt32:
       return ncclInt32;
     case DataType::kInt64:
@@ -106,12 +108,21 @@ int nccl_op(ReduceOp op) {
   return ncclSum;  // unreachable: Backend validated the op
 }
 
+Status int16_reduction_unsupported(DataType dtype, const std::string& what) {
+  if (dtype != DataType::kInt16) return Status::Ok();
+  return Status::Unsupported(what +
+                             ": NCCL cannot reduce int16 (it has no 16-bit integer type); "
+                             "reduce a CUDA int16 tensor as int32, or move it to the CPU");
+}
+
 ScaleType kernel_type(DataType dtype) {
   switch (dtype) {
     case DataType::kUInt8:
       return ScaleType::kUInt8;
     case DataType::kInt8:
       return ScaleType::kInt8;
+    case DataType::kInt16:
+      break;  // not reduced on the GPU (int16_reduction_unsupported)
     case DataType::kInt32:
       return ScaleType::kInt32;
     case DataType::kInt64:

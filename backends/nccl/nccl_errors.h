@@ -36,9 +36,15 @@ Status cuda_status(int err, const std::string& what);
 Status pending_cuda_status(int err, const std::string& what);
 
 // The ncclDataType_t of a dtype; every Kolo dtype has one (float16 and bfloat16 natively).
+// NCCL has no 16-bit integer: int16 maps to ncclFloat16, another 2-byte type, which is exact
+// for the data movements (broadcast, allgather, alltoall copy bits); reductions of int16 are
+// refused before they get here (int16_reduction_unsupported).
 int nccl_dtype(DataType dtype);
-// The element type of the device kernels (nccl_kernels.h) for a dtype.
+// The element type of the device kernels (nccl_kernels.h) for a dtype; not called for int16
+// (the kernels scale reductions only).
 ScaleType kernel_type(DataType dtype);
+// Unsupported naming `what` when `dtype` is int16, which NCCL cannot reduce; OK otherwise.
+Status int16_reduction_unsupported(DataType dtype, const std::string& what);
 
 // The ncclRedOp_t of an op. kAverage maps to ncclSum: the backend divides the sum afterwards
 // as the host does (ops::finish_reduction), because ncclAvg is not the CPU backends' average:

@@ -245,7 +245,7 @@ TEST(Serialize, MalformedFiles) {
   b[22] = 200;  // dtype code
   write_bytes(bad, b);
   expect_error([&] { load_tensors(bad); }, StatusCode::kInvalidArgument,
-               file + ": offset 22: expected a dtype code in [0, 8) for entry 0 'ab', got 200");
+               file + ": offset 22: expected a dtype code in [0, 9) for entry 0 'ab', got 200");
 
   b = good;
   b[32] = 12;  // nbytes 12 for a [2] float32

@@ -283,13 +283,15 @@ GroupedHandle grouped_reducescatter_async(std::string name, std::vector<TensorVi
 Handle barrier_async(std::string name = "barrier");
 Handle barrier_async(std::string name, const ProcessSet& process_set);
 // Declares that this rank has no more data for now: until every rank has joined, the other
-// ranks' allreduces, allgathers, broadcasts and barriers proceed without waiting for this
-// rank, which contributes the operation's identity (0 for sum and average, 1 for product,
-// +max/-max for min/max; zero rows for allgather). kAverage divides by the ranks that did
-// not join. Completes when all ranks have joined; then Handle::last_joined_rank() is the rank
-// that joined last (the same on every rank; among ranks whose joins reached the coordinator in
-// the same cycle, the highest). This rank may not submit other operations until then
-// (InvalidArgument). Alltoall and reducescatter fail while a rank has joined.
+// ranks' allreduces and barriers proceed without waiting for this rank, which contributes the
+// operation's identity (0 for sum and average, 1 for product, +max/-max for min/max), as in
+// Horovod. kAverage divides by every rank, joined ones included (Horovod's: 75 averaged over
+// two ranks, one joined, is 37). Completes when all ranks have joined; then
+// Handle::last_joined_rank() is the rank that joined last (the same on every rank; among ranks
+// whose joins reached the coordinator in the same cycle, the highest). This rank may not
+// submit other operations until then (InvalidArgument). Allgather, broadcast, alltoall and
+// reducescatter fail with Mismatch ("cannot run while rank R has joined") on the ranks that
+// submitted them while a rank that did not submit them has joined.
 // Join is about the global set only.
 Handle join_async();
 

@@ -70,6 +70,10 @@ constexpr DataType dtype_of<int8_t>() {
   return DataType::kInt8;
 }
 template <>
+constexpr DataType dtype_of<int16_t>() {
+  return DataType::kInt16;
+}
+template <>
 constexpr DataType dtype_of<int32_t>() {
   return DataType::kInt32;
 }

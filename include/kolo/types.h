@@ -21,14 +21,15 @@ enum class DataType : uint8_t {
   kBFloat16,
   kFloat32,
   kFloat64,
+  kInt16,  // last: the enumerators are wire values (message.cc), so new ones are appended
 };
-inline constexpr int kNumDataTypes = 8;
+inline constexpr int kNumDataTypes = 9;
 
 // Bytes per element.
 size_t dtype_size(DataType dtype);
-// "uint8", "int8", "int32", "int64", "float16", "bfloat16", "float32", "float64".
+// "uint8", "int8", "int32", "int64", "float16", "bfloat16", "float32", "float64", "int16".
 std::string_view dtype_name(DataType dtype);
-// Accepts the names above and the short forms "u8", "i8", "i32", "i64", "f16"/"half",
+// Accepts the names above and the short forms "u8", "i8", "i16", "i32", "i64", "f16"/"half",
 // "bf16", "f32"/"float", "f64"/"double". nullopt when unknown.
 std::optional<DataType> parse_dtype(std::string_view name);
 // True when the value is one of the enumerators (guards casts from integers off the wire).
@@ -36,7 +37,7 @@ bool is_valid_dtype(int value);
 
 enum class ReduceOp : uint8_t {
   kSum,
-  kAverage,  // sum, then divided by the number of contributing ranks
+  kAverage,  // sum, then divided by the number of ranks (joined ranks count, contributing 0)
   kMin,
   kMax,
   kProduct,
@@ -53,15 +54,14 @@ bool is_valid_reduce_op(int value);
 // reduction, shared by the public API (AllreduceOptions, ReducescatterOptions), the Backend
 // interface and the ops/ algorithms. Each rank's input is multiplied by prescale, the inputs
 // are combined with op, and the result is multiplied by postscale. kAverage combines as a sum
-// and divides by the number of contributing ranks before the postscale: a true division, so
-// an average whose sum divides evenly is exact, integers included (ops::finish_reduction is
-// the one implementation). Integer types apply scale factors by multiplying in double and
-// truncating toward zero; a scaled value outside the type's range is unspecified (the CPU
-// backends wrap it on x86, the GPU's kernels saturate it).
-// Valid when op is a ReduceOp enumerator and both factors are finite. One function checks it
-// (validate_reduction, backends/backend.h), where a Reduction enters Kolo: at submission
-// (naming the tensor) and at the Backend interface (for direct callers); the ops/ algorithms
-// below rely on it.
+// and divides by the number of ranks (joined ones included) before the postscale: a true division,
+// so an average whose sum divides evenly is exact, integers included (ops::finish_reduction is the
+// one implementation). Integer types apply scale factors by multiplying in double and truncating
+// toward zero; a scaled value outside the type's range is unspecified (the CPU backends wrap it on
+// x86, the GPU's kernels saturate it). Valid when op is a ReduceOp enumerator and both factors are
+// finite. One function checks it (validate_reduction, backends/backend.h), where a Reduction enters
+// Kolo: at submission (naming the tensor) and at the Backend interface (for direct callers); the
+// ops/ algorithms below rely on it.
 struct Reduction {
   ReduceOp op = ReduceOp::kSum;
   double prescale = 1.0;

@@ -15,9 +15,9 @@ namespace kolo::testing {
 
 namespace {
 
-constexpr DataType kDtypes[] = {DataType::kUInt8,   DataType::kInt8,    DataType::kInt32,
-                                DataType::kInt64,   DataType::kFloat16, DataType::kBFloat16,
-                                DataType::kFloat32, DataType::kFloat64};
+constexpr DataType kDtypes[] = {DataType::kUInt8,    DataType::kInt8,    DataType::kInt16,
+                                DataType::kInt32,    DataType::kInt64,   DataType::kFloat16,
+                                DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64};
 constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax,
                              ReduceOp::kProduct};
 constexpr int64_t kCounts[] = {0, 1, 7, 1031};
@@ -25,7 +25,7 @@ constexpr int64_t kCounts[] = {0, 1, 7, 1031};
 bool is_unsigned(DataType d) { return d == DataType::kUInt8; }
 
 // Typed buffers through double: every value used here is a small integer (or a half of
-// one), which all eight dtypes hold exactly.
+// one), which every dtype holds exactly.
 std::vector<char> encode(DataType dtype, const std::vector<double>& values) {
   std::vector<char> out(values.size() * dtype_size(dtype));
   for (size_t i = 0; i < values.size(); ++i) {
@@ -38,6 +38,9 @@ std::vector<char> encode(DataType dtype, const std::vector<double>& values) {
         break;
       case DataType::kInt8:
         put(static_cast<int8_t>(v));
+        break;
+      case DataType::kInt16:
+        put(static_cast<int16_t>(v));
         break;
       case DataType::kInt32:
         put(static_cast<int32_t>(v));
@@ -72,6 +75,8 @@ double decode_one(DataType dtype, const char* p) {
       return get(uint8_t{});
     case DataType::kInt8:
       return get(int8_t{});
+    case DataType::kInt16:
+      return get(int16_t{});
     case DataType::kInt32:
       return get(int32_t{});
     case DataType::kInt64:

@@ -286,6 +286,66 @@ void mismatch() {
   CHECK(st.code() == kolo::StatusCode::kMismatch);
 }
 
+// Run with KOLO_MISMATCH_TIME=1s. Rank 0 waits in broadcast 'x', rank 1 in barrier 'b', rank
+// 2 (if any) in allreduce 'y': every rank fails with a Mismatch naming each rank's operation,
+// which it prints. Then ranks that are merely late, or disjoint for less than the bound, run.
+void mismatched_ops() {
+  const int r = kolo::rank();
+  std::vector<float> v(4, 1.0f);
+  const auto start = std::chrono::steady_clock::now();
+  kolo::Status st = r == 0   ? kolo::broadcast("x", kolo::view_of(v.data(), {4}), 0)
+                    : r == 1 ? kolo::barrier("b")
+                             : kolo::allreduce("y", kolo::view_of(v.data(), {4}));
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("rank %d error after %.1f s: %s\n", r, s, st.to_string().c_str());
+  CHECK(st.code() == kolo::StatusCode::kMismatch);
+  CHECK(s >= 0.9 && s < 10);
+  // Late: rank 1 submits 3 s (three bounds) after the others, which wait with nothing else.
+  if (r == 1) std::this_thread::sleep_for(std::chrono::seconds(3));
+  ok(kolo::allreduce("late", kolo::view_of(v.data(), {4})), "late");
+  CHECK(v[0] == static_cast<float>(kolo::size()));
+  // Disjoint for 0.5 s: each rank submits one name, and the other's only after half a second.
+  std::vector<float> p(4, 1.0f), q(4, 1.0f);
+  auto first = r % 2 == 0 ? "p" : "q", second = r % 2 == 0 ? "q" : "p";
+  auto h1 = kolo::allreduce_async(first, kolo::view_of(r % 2 == 0 ? p.data() : q.data(), {4}));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  auto h2 = kolo::allreduce_async(second, kolo::view_of(r % 2 == 0 ? q.data() : p.data(), {4}));
+  ok(h1.wait(), "first");
+  ok(h2.wait(), "second");
+}
+
+// Horovod's join (its test_horovod_join_allreduce, _allgather, _broadcast): for each rank j,
+// j joins first; the others' average of 75 counts j as 0 (75 * (P - 1) / P, truncated), their
+// allgather and broadcast (rooted at themselves) fail naming j, and then they join. Every join
+// returns the same rank, not j.
+void join_semantics() {
+  const int r = kolo::rank(), P = kolo::size();
+  for (int j = 0; j < P; ++j) {
+    if (r != j) {
+      std::vector<int32_t> a(5, 75);
+      ok(kolo::allreduce("ja", kolo::view_of(a.data(), {5}),
+                         {.reduction = {.op = kolo::ReduceOp::kAverage}}),
+         "join allreduce");
+      CHECK(a[4] == 75 * (P - 1) / P);
+      std::vector<float> t(4, 1.0f);
+      auto g = kolo::allgather("jg", kolo::view_of(t.data(), {4}));
+      CHECK(g.status().code() == kolo::StatusCode::kMismatch);
+      kolo::Status b = kolo::broadcast("jb", kolo::view_of(t.data(), {4}), r);
+      CHECK(b.code() == kolo::StatusCode::kMismatch);
+      const std::string joined = "cannot run while rank " + std::to_string(j) + " has joined";
+      CHECK(g.status().message().find("allgather 'jg': " + joined) != std::string::npos);
+      if (P == 2) CHECK(b.message().find("broadcast 'jb': " + joined) != std::string::npos);
+    }
+    auto last = kolo::join();
+    if (ok(last.status(), "join")) {
+      CHECK(*last != j);
+      auto all = kolo::allgather_object("jr", std::to_string(*last));
+      if (ok(all.status(), "join result"))
+        for (const auto& s : *all) CHECK(s == std::to_string(*last));
+    }
+  }
+}
+
 // Rank 1 stops itself (SIGSTOP) after one allreduce; rank 0 keeps submitting and reports how
 // long its first failure took and what it said.
 void freeze() {
@@ -402,6 +462,10 @@ int main(int argc, char** argv) {
     fused();
   else if (scenario == "mismatch")
     mismatch();
+  else if (scenario == "mismatched_ops")
+    mismatched_ops();
+  else if (scenario == "join_semantics")
+    join_semantics();
   else if (scenario == "freeze")
     freeze();
   else if (scenario == "timeline")

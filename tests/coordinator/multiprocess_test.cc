@@ -133,6 +133,35 @@ TEST(CoordinatorJob, MismatchMessageOnEveryRank) {
       << r.output;
 }
 
+// Note [Mismatched collectives]: ranks blocked in different operations fail on every rank
+// after KOLO_MISMATCH_TIME, naming each rank's operation; a late rank, and ranks disjoint for
+// less than the bound, do not (the worker checks that those run).
+TEST(CoordinatorJob, RanksInDifferentCollectivesFailNamingEachRanksOperation) {
+  for (int np : {2, 3}) {
+    SCOPED_TRACE(np);
+    auto r = run_command("KOLO_MISMATCH_TIME=1s " + std::string(KOLO_TEST_KOLORUN) + " -np " +
+                         std::to_string(np) + " " + KOLO_TEST_WORKER + " mismatched_ops");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    const std::string named = np == 2 ? "Mismatch: mismatched collectives: rank 0 waits in "
+                                        "broadcast 'x'; rank 1 waits in barrier 'b'; no operation"
+                                      : "Mismatch: mismatched collectives: rank 0 waits in "
+                                        "broadcast 'x'; rank 1 waits in barrier 'b'; rank 2 "
+                                        "waits in allreduce 'y'; no operation";
+    EXPECT_EQ(count_occurrences(r.output, named), np) << r.output;
+    EXPECT_EQ(count_occurrences(r.output, "mismatched_ops passed"), np) << r.output;
+  }
+}
+
+// Horovod's join, as its torch tests check it (the worker asserts the values and errors).
+TEST(CoordinatorJob, JoinRunsAllreduceOverEveryRankAndRefusesGathers) {
+  for (int np : {2, 3}) {
+    SCOPED_TRACE(np);
+    auto r = job(np, "join_semantics");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(count_occurrences(r.output, "join_semantics passed"), np) << r.output;
+  }
+}
+
 // A frozen rank (SIGSTOP) blocks the control plane's collective, where rank 0's stall
 // inspector cannot see it: the control plane's waits are bounded by KOLO_STALL_SHUTDOWN_TIME
 // too, so the job fails after about that long (not the 60 s op timeout), naming the rank, on

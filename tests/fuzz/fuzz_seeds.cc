@@ -61,8 +61,13 @@ void negotiation() {
   split.type = coord::OpType::kAlltoall;
   split.shapes = {{4}};
   split.splits = {1, 3};
+  coord::Request counts =
+      sum;  // the last dtype, so the parser's range check has a seed at its edge
+  counts.name = "counts";
+  counts.type = coord::OpType::kBroadcast;
+  counts.dtype = DataType::kInt16;
   coord::RequestList requests;
-  requests.requests = {sum, gather, split};
+  requests.requests = {sum, gather, split, counts};
   write_seed("fuzz_negotiation", "requests", coord::serialize(requests));
   coord::RequestList join;
   join.join = true;

@@ -11,8 +11,8 @@
 //
 // Tensors. A tensor is viewed in place (no copy) when it is contiguous; otherwise a contiguous
 // copy is reduced and, for the in-place forms, copied back when the handle is waited for. Every
-// dtype Kolo has is accepted (uint8, int8, int32, int64, float16, bfloat16, float32, float64);
-// others (bool, int16, complex, ...) throw Error(InvalidArgument) naming the tensor and dtype.
+// dtype Kolo has is accepted (uint8, int8, int16, int32, int64, float16, bfloat16, float32,
+// float64); others (bool, complex, ...) throw Error(InvalidArgument) naming the tensor and dtype.
 // CUDA tensors pass their device and an event recorded on the current stream, after which Kolo
 // reads them (compiled everywhere; runs only in a CUDA build of LibTorch and Kolo).
 //
