@@ -121,6 +121,7 @@ Runtime::Runtime(RuntimeConfig config, Topology topology, std::unique_ptr<Backen
         StallConfig{config_.stall_check_time, config_.stall_shutdown_time, config_.report_stuck},
         config_.rank_names);
   if (config_.name_first_failure) executor_.name_failures_with(config_.name_first_failure);
+  executor_.reduce_exactly(config_.exact_reduction);
   device_ = dynamic_cast<DeviceBackend*>(gpu_.get());
 }
 
