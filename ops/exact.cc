@@ -91,9 +91,10 @@ const Format* format_of(DataType dtype) {
 constexpr int kNotNegZeroShift = 0, kPosInfShift = 16, kNegInfShift = 32, kNanShift = 48;
 int64_t counter(int64_t limb, int shift) { return (limb >> shift) & 0xffff; }
 
-template <typename U>
-void accumulate_as(const Format& f, const U* in, int64_t count, int64_t* acc) {
-  const int limbs = f.digits() + 1;
+// F is a template argument so that the limb count and the shifts are constants: the loops unroll.
+template <typename U, const Format& f>
+void accumulate_as(const U* in, int64_t count, int64_t* acc) {
+  constexpr int limbs = f.digits() + 1;
   for (int64_t i = 0; i < count; ++i, acc += limbs) {
     const uint64_t u = in[i];
     const bool negative = (u >> (f.bits - 1)) & 1;
@@ -186,7 +187,8 @@ bool divide_words(uint64_t* w, int nw, uint64_t divisor) {
   return rem != 0;
 }
 
-uint64_t round_one(const Format& f, const int64_t* acc, int64_t divisor) {
+template <const Format& f>
+uint64_t round_one(const int64_t* acc, int64_t divisor) {
   const uint64_t sign_bit = uint64_t{1} << (f.bits - 1);
   const uint64_t inf = f.exp_ones() << (f.p - 1);
   const int64_t c = acc[0];
@@ -194,8 +196,8 @@ uint64_t round_one(const Format& f, const int64_t* acc, int64_t divisor) {
   if (counter(c, kNanShift) != 0 || (pos_inf && neg_inf)) return inf | (f.hidden() >> 1);
   if (pos_inf || neg_inf) return neg_inf ? inf | sign_bit : inf;
 
-  const int n = f.digits();
-  int64_t d[kMaxDigits + 1];
+  constexpr int n = f.digits();
+  int64_t d[n + 1];
   std::memcpy(d, acc + 1, sizeof(int64_t) * static_cast<size_t>(n));
   d[n] = 0;
   propagate(d, n);
@@ -204,7 +206,10 @@ uint64_t round_one(const Format& f, const int64_t* acc, int64_t divisor) {
     for (int i = 0; i <= n; ++i) d[i] = -d[i];
     propagate(d, n);
   }
-  uint64_t w[kMaxWords + 1];
+  // An exact zero is -0 only if every term was.
+  if (std::all_of(d, d + n + 1, [](int64_t x) { return x == 0; }))
+    return counter(c, kNotNegZeroShift) == 0 ? sign_bit : 0;
+  uint64_t w[kMaxWords + 1];  // pack() writes (48 (n + 1)) / 64 + 2 words
   int nw = pack(d, n, w);
   int e0 = f.emin();
   bool sticky = false;
@@ -215,18 +220,15 @@ uint64_t round_one(const Format& f, const int64_t* acc, int64_t divisor) {
     sticky = divide_words(w, nw, static_cast<uint64_t>(divisor));
   }
   const uint64_t magnitude = round_magnitude(f, w, nw, e0, sticky);
-  const bool zero = std::all_of(d, d + n + 1, [](int64_t x) { return x == 0; });
-  // An exact zero is -0 only if every term was; a nonzero quotient that rounds to 0 keeps its
-  // sign.
-  if (zero) return counter(c, kNotNegZeroShift) == 0 ? sign_bit : 0;
+  // A nonzero quotient that rounds to 0 keeps its sign.
   return negative ? magnitude | sign_bit : magnitude;
 }
 
-template <typename U>
-void round_as(const Format& f, const int64_t* acc, int64_t count, int64_t divisor, U* out) {
-  const int limbs = f.digits() + 1;
+template <typename U, const Format& f>
+void round_as(const int64_t* acc, int64_t count, int64_t divisor, U* out) {
+  constexpr int limbs = f.digits() + 1;
   for (int64_t i = 0; i < count; ++i)
-    out[i] = static_cast<U>(round_one(f, acc + i * limbs, divisor));
+    out[i] = static_cast<U>(round_one<f>(acc + i * limbs, divisor));
 }
 
 }  // namespace
@@ -257,19 +259,34 @@ void exact_encode(DataType dtype, const void* in, int64_t count, int64_t* acc) {
 }
 
 void exact_accumulate(DataType dtype, const void* in, int64_t count, int64_t* acc) {
-  const Format* f = format_of(dtype);
-  KOLO_ENFORCE(f != nullptr, "exact_accumulate of " << dtype_name(dtype));
-  if (f->bits == 16) return accumulate_as(*f, static_cast<const uint16_t*>(in), count, acc);
-  if (f->bits == 32) return accumulate_as(*f, static_cast<const uint32_t*>(in), count, acc);
-  accumulate_as(*f, static_cast<const uint64_t*>(in), count, acc);
+  switch (dtype) {
+    case DataType::kFloat16:
+      return accumulate_as<uint16_t, kF16>(static_cast<const uint16_t*>(in), count, acc);
+    case DataType::kBFloat16:
+      return accumulate_as<uint16_t, kBF16>(static_cast<const uint16_t*>(in), count, acc);
+    case DataType::kFloat32:
+      return accumulate_as<uint32_t, kF32>(static_cast<const uint32_t*>(in), count, acc);
+    case DataType::kFloat64:
+      return accumulate_as<uint64_t, kF64>(static_cast<const uint64_t*>(in), count, acc);
+    default:
+      KOLO_ENFORCE(false, "exact_accumulate of " << dtype_name(dtype));
+  }
 }
 
 void exact_round(DataType dtype, const int64_t* acc, int64_t count, int64_t divisor, void* out) {
-  const Format* f = format_of(dtype);
-  KOLO_ENFORCE(f != nullptr && divisor >= 1, "exact_round of " << dtype_name(dtype));
-  if (f->bits == 16) return round_as(*f, acc, count, divisor, static_cast<uint16_t*>(out));
-  if (f->bits == 32) return round_as(*f, acc, count, divisor, static_cast<uint32_t*>(out));
-  round_as(*f, acc, count, divisor, static_cast<uint64_t*>(out));
+  KOLO_ENFORCE(divisor >= 1, "exact_round: divisor " << divisor);
+  switch (dtype) {
+    case DataType::kFloat16:
+      return round_as<uint16_t, kF16>(acc, count, divisor, static_cast<uint16_t*>(out));
+    case DataType::kBFloat16:
+      return round_as<uint16_t, kBF16>(acc, count, divisor, static_cast<uint16_t*>(out));
+    case DataType::kFloat32:
+      return round_as<uint32_t, kF32>(acc, count, divisor, static_cast<uint32_t*>(out));
+    case DataType::kFloat64:
+      return round_as<uint64_t, kF64>(acc, count, divisor, static_cast<uint64_t*>(out));
+    default:
+      KOLO_ENFORCE(false, "exact_round of " << dtype_name(dtype));
+  }
 }
 
 }  // namespace kolo::ops
