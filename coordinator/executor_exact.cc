@@ -21,8 +21,8 @@ Status Executor::exact_refusal(const Response& p, bool via_host) const {
     return Status::Unsupported(
         "KOLO_REDUCTION=exact: " + std::string(op_type_name(p.type)) + " '" + p.name + "' of " +
         p.device.to_string() + " tensors on backend " + std::string(backend().name()) +
-        ": the accumulators are built in host memory; stage them through a CPU backend "
-        "(KOLO_GPU_OPERATIONS=tcp or shm) (docs/determinism.md)");
+        ": the accumulators are built in host memory; stage them through a backend that takes CPU "
+        "tensors (KOLO_GPU_OPERATIONS) (docs/determinism.md)");
   return ops::exact_supported(p.dtype, backend().size());
 }
 
