@@ -63,12 +63,15 @@ TEST_P(Exact, EveryElementIsTheCorrectlyRoundedSum) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(count_occurrences(r.output, "every element correctly rounded"), 4) << r.output;
   EXPECT_EQ(count_occurrences(r.output, "4 jobs gave identical results"), 1) << r.output;
+  run_command("rm -rf " + dirs);
 }
 INSTANTIATE_TEST_SUITE_P(Np, Exact, ::testing::Values(2, 3, 4));
 
 // The control: floating-point sums in rank order are not the correctly rounded ones.
 TEST(Exact, WithoutTheKnobTheCheckFails) {
-  ProcessRun r = check(run_job(3, "KOLO_DETERMINISTIC=1 KOLO_CPU_OPERATIONS=tcp"));
+  const std::string dir = run_job(3, "KOLO_DETERMINISTIC=1 KOLO_CPU_OPERATIONS=tcp");
+  ProcessRun r = check(dir);
+  run_command("rm -rf " + dir);
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_EQ(count_occurrences(r.output, "want"), 1) << r.output;
 }
