@@ -76,6 +76,26 @@ TEST(Exact, WithoutTheKnobTheCheckFails) {
   EXPECT_EQ(count_occurrences(r.output, "want"), 1) << r.output;
 }
 
+#ifdef KOLO_TEST_MPIRUN
+// mpi sums the accumulators with MPI_Allreduce, whose order we do not control: integer sums
+// do not care (deterministic mode refuses mpi; exact mode needs no order).
+TEST(Exact, MpiGivesTheCorrectlyRoundedSums) {
+  const std::string dir = fresh_dir();
+  ProcessRun r = run_command("OMPI_MCA_btl_vader_single_copy_mechanism=none KOLO_REDUCTION=exact " +
+                                 std::string(KOLO_TEST_MPIRUN) +
+                                 " --allow-run-as-root --oversubscribe -x KOLO_REDUCTION -x "
+                                 "OMPI_MCA_btl_vader_single_copy_mechanism -np 3 " +
+                                 kWorker + " --seed 5 --rotate 1 --out " + dir,
+                             120);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  ProcessRun c = check(dir);
+  EXPECT_EQ(c.exit_code, 0) << c.output;
+  EXPECT_EQ(count_occurrences(c.output, "3 ranks, 10 tensors, every element correctly rounded"), 1)
+      << c.output;
+  run_command("rm -rf " + dir);
+}
+#endif
+
 TEST(Exact, SetOnSomeRanksOnlyFailsEveryRankNamingIt) {
   ProcessRun r = run_command("KOLO_CPU_OPERATIONS=tcp " + kKolorun +
                                  " -np 3 sh -c \"if [ \\$KOLO_RANK = 1 ]; then export "
