@@ -23,6 +23,9 @@ struct BenchCase {
   int64_t block = 0;
   const void* input = nullptr;  // broadcast reads and writes `output` on every rank
   void* output = nullptr;
+  // KOLO_REDUCTION=exact: a float sum or average allreduce runs as the executor runs it
+  // (backends/exact_allreduce.h): accumulators, an int64 allreduce of them, the rounding.
+  bool exact = false;
 };
 
 // Runs the case once through `backend` (equal per-rank splits; broadcast from rank 0).

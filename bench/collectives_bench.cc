@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "backends/exact_allreduce.h"
 #include "backends/hierarchical/hierarchical_backend.h"
 #include "backends/registry.h"
 #include "bench/bench_case.h"
@@ -17,6 +19,7 @@
 #include "bench/mpi_support.h"
 #include "bench/nccl_support.h"
 #include "common/knobs.h"
+#include "ops/exact.h"
 
 namespace kolo::bench {
 
@@ -24,6 +27,13 @@ Status run_backend_case(Backend& b, const BenchCase& c) {
   const std::vector<int64_t> blocks(c.ranks, c.block);
   switch (c.collective) {
     case Collective::kAllreduce:
+      if (c.exact) {
+        static ops::Workspace acc;  // one bench thread
+        if (c.input != c.output)
+          std::memcpy(c.output, c.input, static_cast<size_t>(c.count) * dtype_size(c.dtype));
+        return exact_allreduce(b, c.output, c.count, c.dtype,
+                               c.op == ReduceOp::kAverage ? b.size() : 1, acc);
+      }
       return b.allreduce(c.input, c.output, c.count, c.dtype, Reduction{c.op});
     case Collective::kAllgather:
       return b.allgather(c.input, c.output, c.dtype, blocks);
@@ -231,11 +241,17 @@ Status run(const CollectiveOptions& o, const KnobSet& knobs) {
   // Both buffers at the largest size, allocated and touched once (host copies on a GPU).
   const size_t element = dtype_size(o.dtype);
   std::vector<char> input(o.max_bytes + element), output(o.max_bytes + element);
+  // KOLO_REDUCTION=exact takes float sums and averages of host buffers (as the executor does).
+  const bool exact = knobs.text(KnobId::kReduction) == "exact" && !b.gpu &&
+                     o.collective == Collective::kAllreduce && ops::exact_dtype(o.dtype) &&
+                     (o.op == ReduceOp::kSum || o.op == ReduceOp::kAverage);
+  if (exact) KOLO_RETURN_IF_ERROR(ops::exact_supported(o.dtype, b.launched.world.size));
   nlohmann::json rows = nlohmann::json::array();
   if (rank == 0) print_header(o, b);
   const uint64_t factor = static_cast<uint64_t>(o.factor);
   for (uint64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= factor) {
-    const BenchCase c = case_of_size(o, b.launched.world.size, bytes, input.data(), output.data());
+    BenchCase c = case_of_size(o, b.launched.world.size, bytes, input.data(), output.data());
+    c.exact = exact;
     if (o.check) fill_inputs(c, rank);
     KOLO_ASSIGN_OR_RETURN(Measured m, measure(o, b, c));
     if (rank == 0) rows.push_back(report(o, b, c, m));

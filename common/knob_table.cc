@@ -20,6 +20,12 @@ std::span<const std::string_view> log_levels() {
   return kNames;
 }
 
+// KOLO_REDUCTION's values; "exact" is Note [Exact reduction] (ops/exact.cc).
+std::span<const std::string_view> reduction_modes() {
+  static constexpr std::string_view kNames[] = {"default", "exact"};
+  return kNames;
+}
+
 constexpr int64_t kKiB = 1024, kMiB = kKiB << 10, kGiB = kMiB << 10, kTiB = kGiB << 10;
 constexpr int64_t kNsPerSecond = 1'000'000'000;
 
@@ -199,6 +205,20 @@ constexpr std::array<Knob, kKnobCount> kTable = {{
              "so a result depends on the ranks' inputs and their number only (not on fusion, "
              "timing, tuning or the backend, tcp or shm); backends that cannot (mpi, nccl) "
              "refuse it at init (docs/determinism.md)"},
+    // Note [Exact reduction] (ops/exact.cc). Its own knob, not a value of KOLO_DETERMINISTIC:
+    // the two combine (exact sums; min, max, product in rank order). Job-wide: every rank must
+    // send the accumulators.
+    {.id = KnobId::kReduction,
+     .name = "KOLO_REDUCTION",
+     .kind = kChoice,
+     .category = kCore,
+     .scope = kJob,
+     .default_text = "default",
+     .choices = &reduction_modes,
+     .help = "`exact`: every float sum and average allreduce is the correctly rounded exact sum "
+             "of the ranks' values (a superaccumulator; independent of order, rank count and "
+             "backend; 14x the bytes for float32); `default`: floating-point sums "
+             "(docs/determinism.md)"},
     // Test-only: shakes up the order in which ranks' tensors become ready, so tests can show
     // that results do not depend on it (docs/determinism.md). Per rank: each may differ.
     {.id = KnobId::kTestSubmitDelay,

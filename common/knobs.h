@@ -59,6 +59,7 @@ enum class KnobId : int {
   kHierarchicalAllgather,
   kElasticResetLimit,
   kDeterministic,
+  kReduction,
   kTestSubmitDelay,
   // autotuner (issue 11)
   kAutotune,

@@ -57,6 +57,7 @@ Result<RuntimeConfig> config_from_knobs(const KnobSet& knobs,
   c.hierarchical_allreduce = knobs.boolean(KnobId::kHierarchicalAllreduce);
   c.hierarchical_allgather = knobs.boolean(KnobId::kHierarchicalAllgather);
   c.deterministic = knobs.boolean(KnobId::kDeterministic);
+  c.exact_reduction = knobs.text(KnobId::kReduction) == "exact";
   // Summing within each host and then across hosts is an order of its own, not rank order.
   if (c.deterministic && c.hierarchical_allreduce)
     return Status::InvalidArgument(
@@ -101,18 +102,19 @@ Result<RuntimeConfig> config_from_knobs(const KnobSet& knobs,
                                      knobs.raw(hi) + ": the autotuner's range is empty");
   }
 
-  KOLO_LOG_DEBUG(
-      "config: KOLO_FUSION_THRESHOLD="
-      << format_size(c.fusion_threshold) << " KOLO_CYCLE_TIME=" << format_duration(c.cycle_time)
-      << " KOLO_CACHE_CAPACITY=" << c.cache_capacity
-      << " KOLO_STALL_CHECK_TIME=" << format_duration(c.stall_check_time)
-      << " KOLO_STALL_SHUTDOWN_TIME=" << format_duration(c.stall_shutdown_time)
-      << " KOLO_MISMATCH_TIME=" << format_duration(c.mismatch_time)
-      << " KOLO_OP_TIMEOUT=" << format_duration(c.op_timeout)
-      << " KOLO_CPU_OPERATIONS=" << c.cpu_operations << " KOLO_GPU_OPERATIONS=" << c.gpu_operations
-      << " KOLO_HIERARCHICAL_ALLREDUCE=" << c.hierarchical_allreduce
-      << " KOLO_HIERARCHICAL_ALLGATHER=" << c.hierarchical_allgather
-      << " KOLO_DETERMINISTIC=" << c.deterministic << " KOLO_TIMELINE=" << c.timeline_path);
+  KOLO_LOG_DEBUG("config: KOLO_FUSION_THRESHOLD="
+                 << format_size(c.fusion_threshold) << " KOLO_CYCLE_TIME="
+                 << format_duration(c.cycle_time) << " KOLO_CACHE_CAPACITY=" << c.cache_capacity
+                 << " KOLO_STALL_CHECK_TIME=" << format_duration(c.stall_check_time)
+                 << " KOLO_STALL_SHUTDOWN_TIME=" << format_duration(c.stall_shutdown_time)
+                 << " KOLO_MISMATCH_TIME=" << format_duration(c.mismatch_time)
+                 << " KOLO_OP_TIMEOUT=" << format_duration(c.op_timeout) << " KOLO_CPU_OPERATIONS="
+                 << c.cpu_operations << " KOLO_GPU_OPERATIONS=" << c.gpu_operations
+                 << " KOLO_HIERARCHICAL_ALLREDUCE=" << c.hierarchical_allreduce
+                 << " KOLO_HIERARCHICAL_ALLGATHER=" << c.hierarchical_allgather
+                 << " KOLO_DETERMINISTIC=" << c.deterministic
+                 << " KOLO_REDUCTION=" << (c.exact_reduction ? "exact" : "default")
+                 << " KOLO_TIMELINE=" << c.timeline_path);
   return c;
 }
 

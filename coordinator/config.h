@@ -89,6 +89,9 @@ struct RuntimeConfig {
   // themselves (create_backend refuses one that cannot honour it); config_from_knobs refuses
   // KOLO_HIERARCHICAL_ALLREDUCE=1 beside it and keeps the autotuner from switching that on.
   bool deterministic = false;
+  // KOLO_REDUCTION=exact: float sums and averages are correctly rounded exact sums (Note [Exact
+  // reduction] in ops/exact.cc), computed by the executor over any backend.
+  bool exact_reduction = false;
   // KOLO_GPU_OPERATIONS as set; empty when unset (gpu_backend_choice picks the default).
   std::string gpu_operations;
   // An idle rank still takes part in a cycle this often, so that rank 0's stall inspector

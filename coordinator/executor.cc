@@ -220,6 +220,13 @@ Status Executor::allreduce(const std::vector<BatchItem>& batch) {
   }
   const AllreducePlan plan(batch, backend().size(), timeline_.active());
   const bool cuda = *via_host;  // CUDA tensors the backend does not take
+  if (exact_applies(head)) {
+    if (Status refused = exact_refusal(head, cuda); !refused.ok()) {
+      finish(batch, refused);
+      return Status::Ok();
+    }
+    return allreduce_exact(plan, cuda);
+  }
 
   // A backend that reads and writes the tensors where they are fuses a batch of several
   // without the fusion buffer (Note [Allreduce pieces] in backends/backend.h): shm on the host,
@@ -468,8 +475,19 @@ Status Executor::reducescatter(const BatchItem& item) {
   Status alloc = Status::Ok();
   void* out = allocate_output(*item.entry, out_shape, p.dtype, alloc);
   const size_t out_bytes = static_cast<size_t>(counts[me]) * dtype_size(p.dtype);
+  const bool exact = exact_applies(p);
+  if (exact) {
+    Result<bool> via_host = through_host(p);
+    Status refused = via_host.ok() ? exact_refusal(p, *via_host) : Status::Ok();
+    if (!refused.ok()) {
+      std::vector<BatchItem> batch{item};
+      finish(batch, refused);
+      return Status::Ok();
+    }
+  }
   return run_single(item, item.entry->inputs[0].num_bytes(), out, out_bytes, alloc, {},
                     [&](const void* in, void* o) {
+                      if (exact) return reducescatter_exact(in, o, p, counts);
                       return backend().reducescatter(in, o, p.dtype, p.reduction, counts);
                     });
 }
@@ -485,6 +503,12 @@ void Executor::reduce_gathered(const BatchItem& item, const std::vector<const vo
   // The inputs were copied into the negotiation buffer, so the output may alias the input.
   void* out = item.entry ? item.entry->outputs[0].data : scratch_.get(bytes);
   const Reduction& reduction = p.reduction;
+  if (exact_applies(p)) {
+    reduce_gathered_exactly(p, inputs, out, n);
+    end(batch);
+    finish(batch, Status::Ok());
+    return;
+  }
   ops::scale_copy(p.dtype, out, inputs[0], n, reduction.prescale);
   for (size_t r = 1; r < inputs.size(); ++r) {
     const void* in = inputs[r];

@@ -78,6 +78,10 @@ class Executor {
   // `gpu` (may be null: CUDA tensors then use `backend` too) is borrowed like `backend`, and
   // `timeline`, whose rows of this Executor's Runtime are named "<rows><tensor>" (TimelineRows).
   Executor(Backend& backend, Timeline& timeline, std::string rows, Backend* gpu = nullptr);
+  // KOLO_REDUCTION=exact (RuntimeConfig::exact_reduction): float sums and averages, allreduce,
+  // piggy-back and reducescatter alike, through the superaccumulator (executor_exact.cc). Set
+  // before the first run().
+  void reduce_exactly(bool on) { exact_ = on; }
   // Every failed operation ends with namer(its status) instead (RuntimeConfig::
   // name_first_failure); set before the first run().
   void name_failures_with(std::function<Status(const Status&)> namer) { namer_ = std::move(namer); }
@@ -116,6 +120,21 @@ class Executor {
   // (divided, postscaled). A failed CUDA copy's Status; the copies go on.
   Status copy_into_fusion(const AllreducePlan& plan, char* buffer, bool cuda);
   Status copy_out_of_fusion(const AllreducePlan& plan, char* buffer, bool cuda);
+  // KOLO_REDUCTION=exact (executor_exact.cc). Whether the response takes it: exact_ and a float
+  // sum or average (other ops and integers run as without it).
+  bool exact_applies(const Response& p) const;
+  // OK, or why the exact path cannot run it, alike on every rank: tensors a device backend takes
+  // on the device, more ranks than the accumulator holds.
+  Status exact_refusal(const Response& p, bool via_host) const;
+  // allreduce_fused, with exact_allreduce (backends/exact_allreduce.h) for the backend's
+  // allreduce.
+  Status allreduce_exact(const AllreducePlan& plan, bool cuda);
+  // The backend reducescatter of the response, exactly, on host buffers.
+  Status reducescatter_exact(const void* in, void* out, const Response& p,
+                             const std::vector<int64_t>& counts);
+  // reduce_gathered's combine: prescale, exact sum, divide, postscale.
+  void reduce_gathered_exactly(const Response& p, const std::vector<const void*>& inputs, void* out,
+                               int64_t n);
   Status allgather(const BatchItem& item);
   Status broadcast(const BatchItem& item);
   Status alltoall(const BatchItem& item);
@@ -187,7 +206,9 @@ class Executor {
   std::vector<AllreducePiece> pieces_;
   ops::Workspace scratch_;    // joined ranks' stand-in buffers
   ops::Workspace prescaled_;  // reduce_gathered: one rank's input times the prescale
-  CudaStaging staging_;       // pinned buffers and copy streams (idle for CPU tensors)
+  ops::Workspace exact_acc_;  // KOLO_REDUCTION=exact: the accumulators
+  bool exact_ = false;
+  CudaStaging staging_;  // pinned buffers and copy streams (idle for CPU tensors)
   std::array<ops::Workspace, 3> pageable_;  // per slot, when pinned memory is unavailable
   bool warned_pageable_ = false;
 };

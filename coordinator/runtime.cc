@@ -122,6 +122,7 @@ Runtime::Runtime(RuntimeConfig config, Topology topology, std::unique_ptr<Backen
                     config_.mismatch_time},
         config_.rank_names);
   if (config_.name_first_failure) executor_.name_failures_with(config_.name_first_failure);
+  executor_.reduce_exactly(config_.exact_reduction);
   device_ = dynamic_cast<DeviceBackend*>(gpu_.get());
 }
 
