@@ -21,6 +21,7 @@ enum class DataType : uint8_t {
   kBFloat16,
   kFloat32,
   kFloat64,
+  kInt16,  // placeholder: outside kNumDataTypes until the mismatch branch's real one lands
 };
 inline constexpr int kNumDataTypes = 8;
 
