@@ -24,6 +24,10 @@ std::optional<DataType> to_kolo_dtype(c10::ScalarType type) {
       return DataType::kUInt8;
     case c10::ScalarType::Char:
       return DataType::kInt8;
+    case c10::ScalarType::Short:
+      // Only where the core knows the enumerator's size (include/kolo/types.h's table).
+      if (!kolo::is_valid_dtype(static_cast<int>(DataType::kInt16))) return std::nullopt;
+      return DataType::kInt16;
     case c10::ScalarType::Int:
       return DataType::kInt32;
     case c10::ScalarType::Long:
@@ -47,6 +51,8 @@ c10::ScalarType to_torch_dtype(DataType type) {
       return c10::ScalarType::Byte;
     case DataType::kInt8:
       return c10::ScalarType::Char;
+    case DataType::kInt16:
+      return c10::ScalarType::Short;
     case DataType::kInt32:
       return c10::ScalarType::Int;
     case DataType::kInt64:
