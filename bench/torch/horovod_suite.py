@@ -104,7 +104,7 @@ def collect(test_dir, env, substring):
 
 def rank_command(test):
     exports = " ".join("%s=${%s}" % pair for pair in ENV_COPY)
-    return ("export %s; exec %s -m pytest -x -q -p no:cacheprovider %s" %
+    return ("export %s; exec %s -m pytest -x -q -rs -p no:cacheprovider %s" %
             (exports, PYTHON, test))
 
 
