@@ -49,7 +49,8 @@ struct GradientReducer::Impl {
     int passes_ready = 0;  // synchronised passes of this step that produced its gradient
     int passes_local = 0;  // passes under no_sync()
     size_t bucket = 0;
-    at::Tensor wire;  // 16-bit copy when compressing
+    at::Tensor wire;      // 16-bit copy when compressing
+    bool sparse = false;  // this step's gradient came sparse: reduced dense, returned sparse
   };
   struct Bucket {
     std::string name;
@@ -143,6 +144,12 @@ struct GradientReducer::Impl {
     Param& p = params[i];
     at::Tensor& grad = p.tensor.mutable_grad();
     if (!grad.defined()) grad = at::zeros_like(p.tensor);
+    if (grad.is_sparse()) {
+      // nn.Embedding(sparse=true): reduced as a dense tensor (Horovod's sparse_as_dense) in the
+      // bucket; synchronize() makes it sparse again for the optimizer (SparseAdam takes no other).
+      grad = grad.to_dense();
+      p.sparse = true;
+    }
     if (!grad.is_contiguous()) grad = grad.contiguous();
     const double weight =
         options.weight_by_sample_count && count_given ? static_cast<double>(local_count) : 1.0;
@@ -186,7 +193,10 @@ struct GradientReducer::Impl {
   }
 
   void reset_step() {
-    for (Param& p : params) p.passes_ready = p.passes_local = 0;
+    for (Param& p : params) {
+      p.passes_ready = p.passes_local = 0;
+      p.sparse = false;
+    }
     for (Bucket& b : buckets) {
       b.ready = 0;
       b.submitted = false;
@@ -301,6 +311,7 @@ void GradientReducer::synchronize() {
       } else if (total != 1.0) {
         grad.div_(total);
       }
+      if (p.sparse) grad = grad.to_sparse();
     }
   }
   ++m.stats.steps;

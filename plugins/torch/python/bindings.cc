@@ -1,8 +1,8 @@
 // kolo.torch._kolo_torch: the C++ plugin's collectives, process sets and GradientReducer
 // (kolo/torch.h) for Python. The Horovod-style API (names, handles as integers,
 // DistributedOptimizer, ProcessSet, elastic) is Python, in kolo/torch/. Waits release the GIL;
-// errors become kolo.torch.KoloError (a RuntimeError) carrying Kolo's message, or one of its two
-// elastic subclasses (bind_errors).
+// errors become kolo.torch.KoloError (a RuntimeError) carrying Kolo's message, or one of its
+// subclasses: the two elastic ones and InvalidArgumentError, also a ValueError (bind_errors).
 #include <pybind11/stl.h>
 #include <torch/extension.h>
 
@@ -50,6 +50,15 @@ void bind_errors(py::module_& m) {
   static py::exception<kt::Error> error(m, "KoloError", PyExc_RuntimeError);
   static py::exception<WorldBrokeTag> world_broke(m, "HorovodInternalError", error.ptr());
   static py::exception<WorldChangedTag> world_changed(m, "HostsUpdatedInterrupt", error.ptr());
+  // A bad argument (StatusCode::kInvalidArgument: a split that does not fit, a length that does
+  // not divide) is also a ValueError, the class horovod.torch raises for it; still a KoloError.
+  static py::handle invalid_argument = [&] {
+    py::tuple bases = py::make_tuple(py::handle(error.ptr()), py::handle(PyExc_ValueError));
+    PyObject* type = PyErr_NewException("kolo.torch.InvalidArgumentError", bases.ptr(), nullptr);
+    if (type == nullptr) throw py::error_already_set();
+    m.add_object("InvalidArgumentError", py::handle(type));
+    return py::handle(type);
+  }();
   // Horovod's HostsUpdatedInterrupt(skip_sync): Kolo always syncs after a world change (the
   // added ranks need the state), so a raised one says False.
   world_changed.attr("skip_sync") = false;
@@ -63,6 +72,8 @@ void bind_errors(py::module_& m) {
         type = world_changed.ptr();
       } else if (kolo::elastic::is_world_change(st)) {
         type = world_broke.ptr();
+      } else if (st.code() == kolo::StatusCode::kInvalidArgument) {
+        type = invalid_argument.ptr();
       }
       PyErr_SetString(type, e.what());
     }
@@ -101,6 +112,15 @@ void bind_lifecycle(py::module_& m) {
   m.def("cross_rank", [] { return kolo::cross_rank(); });
   m.def("cross_size", [] { return kolo::cross_size(); });
   m.def("mark_step", [] { kt::check(kolo::mark_step()); });
+  // What this build has (coordinator/build_queries.cc): horovod.torch's *_built() queries.
+  m.def("built", [](const std::string& backend) { return kolo::built(backend); });
+  m.def("built_backend_names", &kolo::built_backend_names);
+  m.attr("NCCL_VERSION_CODE") = KOLO_NCCL_VERSION_CODE;  // 0 without NCCL (plugin's CMakeLists)
+  m.def("mpi_threads_supported", &kolo::mpi_threads_supported);
+  m.def("start_timeline", [](const std::string& path, std::optional<bool> mark_cycles) {
+    kt::check(kolo::start_timeline(path, mark_cycles));
+  });
+  m.def("stop_timeline", [] { kt::check(kolo::stop_timeline()); });
 }
 
 void bind_process_sets(py::module_& m) {

@@ -115,6 +115,20 @@ TEST(TorchPython, ExampleTrains) {
 TEST(TorchPython, HorovodStyleScriptTrains) {
   run_ok(2, python(std::string(TORCH_SCRIPTS) + "/horovod_style.py", ""), "horovod_style");
 }
+// What Horovod's own test suite asks of horovod.torch (horovod_compat_test.py; docs/torch.md):
+// the build queries, Horovod's gradients of every collective, the grouped and object calls,
+// ValueError for bad alltoall arguments, a process set's global root, the optimizer's fixes.
+TEST(TorchPython, HorovodCompatibilityTwoRanks) {
+  const std::string out =
+      run_ok(2, python(std::string(TORCH_SCRIPTS) + "/horovod_compat_test.py", ""), "build");
+  for (const char* part : {"grads", "calls", "errors", "optimizer"}) {
+    for (int rank = 0; rank < 2; ++rank) {
+      EXPECT_EQ(count_occurrences(out, "[" + std::to_string(rank) + "] [ok] " + part), 1)
+          << part << " on rank " << rank << "\n"
+          << out;
+    }
+  }
+}
 // kolo.torch.elastic on a fixed job: the sampler's unit checks (simulated worlds), TorchState's
 // commit, restore and sync, run() calling the function once.
 TEST(TorchPython, ElasticSamplerAndTorchStateTwoRanks) {

@@ -321,7 +321,8 @@ def mode_process_set():
         same(got[1], torch.full((3,), 2 * tri), "set grouped_allreduce [1]")
         same(hvd.allgather(torch.full((k + 1, 2), v), process_set=ps),
              torch.cat([torch.full((q + 1, 2), q + 1.0) for q in range(M)]), "set allgather")
-        same(hvd.broadcast(torch.full((4,), v), root_rank=M - 1, process_set=ps),
+        # root_rank: the last member's GLOBAL rank (Horovod's meaning).
+        same(hvd.broadcast(torch.full((4,), v), root_rank=ps.ranks[M - 1], process_set=ps),
              torch.full((4,), float(M)), "set broadcast from the last member")
         a = torch.arange(2.0 * M).reshape(M, 2) + 100 * k  # row j goes to set rank j
         same(hvd.alltoall(a, process_set=ps),
@@ -331,7 +332,7 @@ def mode_process_set():
         same(hvd.reducescatter(s, op=hvd.Sum, process_set=ps),
              torch.arange(2.0 * k, 2.0 * k + 2) * tri, "set reducescatter")
         hvd.barrier(process_set=ps)
-        expect(hvd.broadcast_object({"from": r}, root_rank=0, process_set=ps) == {"from": 1},
+        expect(hvd.broadcast_object({"from": r}, root_rank=1, process_set=ps) == {"from": 1},
                "set broadcast_object")
         # Gradients averaged over the members only equal one process on their batches.
         diff, opt = train_exact(M, k, process_set=ps)

@@ -178,7 +178,9 @@ struct DistributedStats {
 // torch::optim::Optimizer (kolo.torch's Python DistributedOptimizer drives one): hooks on the
 // parameters' gradient accumulators submit each bucket's allreduce the moment its gradients are
 // final; synchronize() waits for them and leaves the averaged gradient in each parameter's
-// .grad. See distributed_optimizer.cc for the design (hooks, buckets, averaging).
+// .grad. See distributed_optimizer.cc for the design (hooks, buckets, averaging). A sparse
+// gradient (nn.Embedding(sparse=true)) travels dense in its bucket and is sparse again in .grad
+// after synchronize() (horovod.torch's sparse_as_dense, which Kolo does in either case).
 //
 // Errors: the constructor throws Error(InvalidArgument) for a bad option or a parameter Kolo
 // cannot reduce (naming it). A backward pass that makes a gradient final a second time before

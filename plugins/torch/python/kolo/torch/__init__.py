@@ -14,7 +14,11 @@ a per-process counter, so every rank must call unnamed operations in the same or
 Process sets are horovod.torch's: add_process_set(ranks) (collective: every rank calls it, in the
 same order), remove_process_set, global_process_set, ProcessSet.rank()/size()/included()/ranks,
 and the process_set argument of every collective and of DistributedOptimizer. A broadcast's
-root_rank is a rank of the set (0..size()-1), as in Horovod.
+root_rank is a GLOBAL rank, a member of the set, as in Horovod (Kolo's C++ API, kolo/torch.h, takes
+the rank within the set: kolo.torch translates).
+
+The out-of-place collectives are differentiable with Horovod's gradients (Note [Collective
+gradients]); the build queries (mpi_built(), nccl_built(), ...) answer from Kolo's registry.
 
 Elastic training is horovod.torch.elastic's API: hvd.elastic.run, hvd.elastic.TorchState and
 hvd.elastic.ElasticSampler (kolo/torch/elastic; docs/elastic-torch.md). A lost peer raises
@@ -27,6 +31,7 @@ DistributedOptimizer.no_sync() accumulates gradients locally as DDP's no_sync() 
 """
 import contextlib
 import io
+import os
 import itertools
 import pickle
 import warnings
@@ -37,6 +42,7 @@ import torch
 from . import _kolo_torch as _C
 from ._kolo_torch import KoloError  # noqa: F401  (re-exported)
 from ._kolo_torch import HorovodInternalError, HostsUpdatedInterrupt  # noqa: F401
+from ._kolo_torch import InvalidArgumentError  # noqa: F401  (a KoloError and a ValueError)
 
 Sum = _C.SUM
 Average = _C.AVERAGE
@@ -67,8 +73,69 @@ def init(comm=None, process_sets=None):
             add_process_set(ps)
 
 
+# ---- What this build has (horovod.torch's build queries) ----------------------------------------
+# Answered from Kolo's backend registry (kolo::built, coordinator/build_queries.cc). Kolo has no
+# Gloo, oneCCL, DDL or ROCm backend; CUDA tensors go to the nccl backend when it is built (else they
+# are staged through host memory, which Horovod's cuda_built does not describe).
+
 def mpi_threads_supported():
+    """True when this build's MPI backend is there (it requires MPI_THREAD_MULTIPLE)."""
+    return _C.mpi_threads_supported()
+
+
+def mpi_built():
+    return _C.built("mpi")
+
+
+def mpi_enabled():
+    """True when this job's CPU collectives run on MPI: built, and chosen (KOLO_CPU_OPERATIONS=mpi,
+    or launched by mpirun, whose default it is)."""
+    if not mpi_built():
+        return False
+    chosen = os.environ.get("KOLO_CPU_OPERATIONS")
+    if chosen is not None:
+        return chosen == "mpi"
+    return "KOLO_RANK" not in os.environ and ("OMPI_COMM_WORLD_RANK" in os.environ or
+                                              "PMI_RANK" in os.environ)
+
+
+def nccl_built():
+    """NCCL's version code (NCCL_VERSION_CODE of the header the nccl backend was built with, e.g.
+    22809 for 2.28.9), 0 when this build has no nccl backend (as Horovod)."""
+    return _C.NCCL_VERSION_CODE if _C.built("nccl") else 0
+
+
+def cuda_built():
+    return _C.built("nccl")
+
+
+def gloo_built():
     return False
+
+
+def gloo_enabled():
+    return False
+
+
+def ccl_built():
+    return False
+
+
+def ddl_built():
+    return False
+
+
+def rocm_built():
+    return False
+
+
+def start_timeline(file_path, mark_cycles=False):
+    """Starts writing the timeline to file_path (Kolo's timeline, docs/timeline.md)."""
+    _C.start_timeline(file_path, mark_cycles)
+
+
+def stop_timeline():
+    _C.stop_timeline()
 
 
 class Compressor:
@@ -222,7 +289,7 @@ def _reform():
     _world_joined()
     # A set whose members all survived keeps its id with its members renumbered (Note [Elastic
     # process sets] in coordinator/elastic_sets.cc); the objects the program holds take the new
-    # numbers, so that their rank(), size() and ranks (broadcast_object's root) are right. A set
+    # numbers, so that their rank(), size() and ranks (a broadcast's global root) are right. A set
     # that lost a member keeps its old object, whose operations fail naming the set.
     current = {s.id(): s for s in _C.process_sets()}
     for ps in list(_added_sets):
@@ -267,6 +334,31 @@ def _one(outputs):
 
 # ---- Collectives ------------------------------------------------------------------------------
 # process_set: a ProcessSet added with add_process_set; None or global_process_set: every rank.
+# The synchronous out-of-place collectives are differentiable, as horovod.torch's: each is a
+# torch.autograd.Function whose backward is Horovod's (Note [Collective gradients]).
+#
+# Note [Collective gradients]
+# Horovod's conventions, kept so that its models train the same on Kolo:
+#   allreduce       the allreduce of the gradient with the same op and scale factors;
+#   allgather       the average over the set of the gradient, then this rank's rows of it;
+#   broadcast       the average over the set of the gradient on the root, zero elsewhere;
+#   alltoall        the alltoall of the gradient back, with the splits this rank received;
+#   reducescatter   the allgather of the gradient, times the set's size for Sum and times the
+#                   scale factors (Horovod's; the true gradient of an Average would divide by it).
+# The grouped forms do the same tensor by tensor. In-place and _async calls carry no gradient.
+
+def _set_root(root_rank, process_set):
+    """The root's rank within the set: a broadcast's root_rank is a GLOBAL rank (Horovod's
+    meaning); Kolo's C++ takes the rank within the set, so it is translated here, once."""
+    ps = _set_of(process_set)
+    if ps.id() == 0:
+        return root_rank
+    ranks = ps.ranks()
+    if root_rank not in ranks:
+        raise ValueError("root_rank %r is not a member of %r (a process set's broadcast takes the "
+                         "root's global rank, as horovod.torch)" % (root_rank, ps))
+    return ranks.index(root_rank)
+
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=global_process_set):
@@ -282,11 +374,25 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     return _register(h, _one)
 
 
+class _Allreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, average, name, op, prescale_factor, postscale_factor, process_set):
+        ctx.args = (average, op, prescale_factor, postscale_factor, process_set)
+        return synchronize(allreduce_async(tensor, average, name, op, prescale_factor,
+                                           postscale_factor, process_set))
+
+    @staticmethod
+    def backward(ctx, grad):
+        average, op, pre, post, ps = ctx.args
+        return (allreduce(grad, average=average, op=op, prescale_factor=pre,
+                          postscale_factor=post, process_set=ps),) + (None,) * 6
+
+
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
               prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     compressed, ctx = compression.compress(tensor)
-    out = synchronize(allreduce_async(compressed, average, name, op, prescale_factor,
-                                      postscale_factor, process_set))
+    out = _Allreduce.apply(compressed, average, name, op, prescale_factor, postscale_factor,
+                           process_set)
     return compression.decompress(out, ctx)
 
 
@@ -312,11 +418,26 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
     return _register(h, list)
 
 
+class _GroupedAllreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, average, name, op, prescale_factor, postscale_factor, process_set, *tensors):
+        ctx.args = (average, op, prescale_factor, postscale_factor, process_set)
+        return tuple(synchronize(grouped_allreduce_async(
+            tensors, average, name, op, prescale_factor, postscale_factor, process_set)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        average, op, pre, post, ps = ctx.args
+        return (None,) * 6 + tuple(grouped_allreduce(list(grads), average=average, op=op,
+                                                     prescale_factor=pre,
+                                                     postscale_factor=post, process_set=ps))
+
+
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
                       prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     pairs = [compression.compress(t) for t in tensors]
-    outs = synchronize(grouped_allreduce_async([c for c, _ in pairs], average, name, op,
-                                               prescale_factor, postscale_factor, process_set))
+    outs = _GroupedAllreduce.apply(average, name, op, prescale_factor, postscale_factor,
+                                   process_set, *[c for c, _ in pairs])
     return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, pairs)]
 
 
@@ -326,45 +447,175 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
                                                 postscale_factor, process_set))
 
 
+def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
+    """Reduces a sparse COO tensor as horovod.torch does: allgathers its indices and values (the
+    sum is the concatenation, uncoalesced), divided by the set's size for Average. Returns a
+    callable that waits and returns the sparse result (Horovod's handle for this call)."""
+    op = _op(op, None)
+    if op not in (Average, Sum):
+        raise ValueError("sparse_allreduce_async: op must be Average or Sum, got %r" % (op,))
+    indices = allgather_async(tensor._indices().transpose(0, 1).contiguous(),
+                              name="%s.indices" % name, process_set=process_set)
+    values = allgather_async(tensor._values(), name="%s.values" % name, process_set=process_set)
+    members = _set_of(process_set).size()
+
+    def handle():
+        v = synchronize(values)
+        i = synchronize(indices)
+        if op == Average:
+            v = v / members
+        return torch.sparse_coo_tensor(i.transpose(0, 1), v, tensor.size())
+
+    return handle
+
+
 def allgather_async(tensor, name=None, process_set=global_process_set):
     return _register(_C.allgather_async(_name("allgather", name), tensor, _set_of(process_set)),
                      _one)
 
 
+def _own_rows(grad, rows, process_set):
+    """This rank's slice of a gathered gradient: the rows after those of the lower set ranks."""
+    counts = allgather(torch.tensor([rows], dtype=torch.int64), process_set=process_set)
+    offset = int(counts[:_set_of(process_set).rank()].sum())
+    return grad.narrow(0, offset, rows)
+
+
+class _Allgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, process_set):
+        ctx.rows, ctx.process_set = tensor.shape[0], process_set
+        return synchronize(allgather_async(tensor, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad):
+        reduced = allreduce(grad, op=Average, process_set=ctx.process_set)
+        return _own_rows(reduced, ctx.rows, ctx.process_set), None, None
+
+
 def allgather(tensor, name=None, process_set=global_process_set):
-    return synchronize(allgather_async(tensor, name, process_set))
+    return _Allgather.apply(tensor, name, process_set)
+
+
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    """One allgather per tensor ("<name>.<i>"), all submitted before any is waited for; the
+    handle's result is the list of gathered tensors."""
+    name = _name("grouped_allgather", name)
+    ps = _set_of(process_set)
+    handles = [_C.allgather_async("%s.%d" % (name, i), t, ps) for i, t in enumerate(tensors)]
+    return _register(_Group(handles), lambda outs: [o[0] for o in outs])
+
+
+class _Group:
+    """Several Kolo handles as one (grouped_allgather, grouped_reducescatter)."""
+
+    def __init__(self, handles):
+        self._handles = handles
+
+    def poll(self):
+        return all(h.poll() for h in self._handles)
+
+    def wait(self):
+        return [h.wait() for h in self._handles]
+
+
+class _GroupedAllgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, process_set, *tensors):
+        ctx.rows, ctx.process_set = [t.shape[0] for t in tensors], process_set
+        return tuple(synchronize(grouped_allgather_async(tensors, name, process_set)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        reduced = grouped_allreduce(list(grads), op=Average, process_set=ctx.process_set)
+        return (None, None) + tuple(_own_rows(g, rows, ctx.process_set)
+                                    for g, rows in zip(reduced, ctx.rows))
+
+
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    return list(_GroupedAllgather.apply(name, process_set, *tensors))
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
-    return _register(_C.broadcast_async(_name("broadcast", name), tensor, root_rank,
+    return _register(_C.broadcast_async(_name("broadcast", name), tensor,
+                                        _set_root(root_rank, process_set),
                                         _set_of(process_set)), _one)
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
-    return _register(_C.broadcast_async_(_name("broadcast", name), tensor, root_rank,
+    return _register(_C.broadcast_async_(_name("broadcast", name), tensor,
+                                         _set_root(root_rank, process_set),
                                          _set_of(process_set)), _one)
 
 
+class _Broadcast(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name, process_set):
+        ctx.root_rank, ctx.process_set = root_rank, process_set
+        return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad):
+        reduced = allreduce(grad, op=Average, process_set=ctx.process_set)
+        if rank() != ctx.root_rank:
+            reduced = torch.zeros_like(reduced)
+        return reduced, None, None, None
+
+
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
-    return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+    """root_rank's tensor on every member; root_rank is a global rank (Horovod's meaning)."""
+    return _Broadcast.apply(tensor, root_rank, name, process_set)
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
 
-def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
-    split_list = [] if splits is None else [int(s) for s in splits]
-    h = _C.alltoall_async(_name("alltoall", name), tensor, split_list, _set_of(process_set))
+def _split_list(splits):
+    """splits as Python ints; a float tensor or a negative count is a ValueError (Horovod's)."""
     if splits is None:
+        return []
+    if torch.is_tensor(splits) and (splits.dtype.is_floating_point or splits.is_complex()):
+        raise ValueError("alltoall: splits must hold integers (torch.int32), got %s" %
+                         splits.dtype)
+    out = [int(s) for s in splits]
+    if any(s < 0 for s in out):
+        raise ValueError("alltoall: splits must not be negative, got %s" % out)
+    return out
+
+
+def _alltoall_async(tensor, splits, name, process_set, with_splits):
+    h = _C.alltoall_async(_name("alltoall", name), tensor, _split_list(splits),
+                          _set_of(process_set))
+    if not with_splits:
         return _register(h, _one)
     return _register(h, lambda outs: (outs[0], torch.tensor(h.received_splits(),
                                                             dtype=torch.int32)))
 
 
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    return _alltoall_async(tensor, splits, name, process_set, splits is not None)
+
+
+class _Alltoall(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, splits, name, process_set):
+        out, received = synchronize(_alltoall_async(tensor, splits, name, process_set, True))
+        ctx.received, ctx.process_set = received, process_set
+        if splits is None:
+            return out
+        ctx.mark_non_differentiable(received)
+        return out, received
+
+    @staticmethod
+    def backward(ctx, grad, *unused):
+        back, _ = alltoall(grad, splits=ctx.received, process_set=ctx.process_set)
+        return back, None, None, None
+
+
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     """The rows received from every rank; with splits, also how many came from each."""
-    return synchronize(alltoall_async(tensor, splits, name, process_set))
+    return _Alltoall.apply(tensor, splits, name, process_set)
 
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
@@ -374,12 +625,65 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     return _register(h, _one)
 
 
+def _scatter_grad(grad, op, pre, post, process_set):
+    """Horovod's reducescatter gradient before the allgather (Note [Collective gradients])."""
+    if op == Sum:
+        grad = grad * _set_of(process_set).size()
+    return grad * (pre * post) if pre * post != 1.0 else grad
+
+
+class _Reducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor):
+        ctx.args = (op, prescale_factor, postscale_factor, process_set)
+        return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor,
+                                               postscale_factor))
+
+    @staticmethod
+    def backward(ctx, grad):
+        op, pre, post, ps = ctx.args
+        return (allgather(_scatter_grad(grad, op, pre, post, ps), process_set=ps),) + (None,) * 5
+
+
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
                   process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
     compressed, ctx = compression.compress(tensor)
-    out = synchronize(reducescatter_async(compressed, name, op, process_set, prescale_factor,
-                                          postscale_factor))
+    out = _Reducescatter.apply(compressed, name, op, process_set, prescale_factor,
+                               postscale_factor)
     return compression.decompress(out, ctx)
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
+                                prescale_factor=1.0, postscale_factor=1.0):
+    """One reducescatter per tensor ("<name>.<i>"), all submitted before any is waited for."""
+    name = _name("grouped_reducescatter", name)
+    ps, op = _set_of(process_set), _op(op, None)
+    handles = [_C.reducescatter_async("%s.%d" % (name, i), t, op, prescale_factor,
+                                      postscale_factor, ps) for i, t in enumerate(tensors)]
+    return _register(_Group(handles), lambda outs: [o[0] for o in outs])
+
+
+class _GroupedReducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, process_set, prescale_factor, postscale_factor, *tensors):
+        ctx.args = (op, prescale_factor, postscale_factor, process_set)
+        return tuple(synchronize(grouped_reducescatter_async(
+            tensors, name, op, process_set, prescale_factor, postscale_factor)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        op, pre, post, ps = ctx.args
+        scaled = [_scatter_grad(g, op, pre, post, ps) for g in grads]
+        return (None,) * 5 + tuple(grouped_allgather(scaled, process_set=ps))
+
+
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
+                          process_set=global_process_set, prescale_factor=1.0,
+                          postscale_factor=1.0):
+    pairs = [compression.compress(t) for t in tensors]
+    outs = _GroupedReducescatter.apply(name, op, process_set, prescale_factor, postscale_factor,
+                                       *[c for c, _ in pairs])
+    return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, pairs)]
 
 
 def barrier(process_set=global_process_set):
@@ -410,9 +714,11 @@ def broadcast_parameters(params, root_rank=0):
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
-    """Returns root_rank's `obj` (pickled) on every rank (of the process set)."""
+    """Returns root_rank's `obj` (pickled) on every rank (of the process set); root_rank is a
+    global rank, as for broadcast."""
     name = _name("broadcast_object", name)
-    is_root = _set_of(process_set).rank() == root_rank
+    _set_root(root_rank, process_set)  # a root outside the set fails here, on every member
+    is_root = rank() == root_rank
     if is_root:
         payload = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
         n = torch.tensor([payload.numel()], dtype=torch.int64)
@@ -439,8 +745,35 @@ def allgather_object(obj, name=None, process_set=global_process_set):
     return out
 
 
-def broadcast_optimizer_state(optimizer, root_rank=0):
-    """Copies root_rank's optimizer state_dict (buffers and hyper-parameters) to every rank."""
+def _initialize_optimizer_state(optimizer, model=None):
+    """A new optimizer has no state (momentum buffers, ...) until its first step; as Horovod does,
+    step once on zero gradients so that every rank has the buffers root_rank's values go into.
+    The step is the wrapped optimizer's own (no allreduce), so it does not need every rank."""
+    if len(optimizer.state_dict()["state"]) != 0:
+        return
+    sparse = set()
+    if model is not None:
+        sparse = {id(p) for m in model.modules()
+                  if isinstance(m, torch.nn.Embedding) and m.sparse for p in m.parameters()}
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p.requires_grad and p.grad is None:
+                p.grad = torch.zeros_like(p.data)
+                if isinstance(optimizer, torch.optim.SparseAdam) or id(p) in sparse:
+                    p.grad = p.grad.to_sparse()
+    if "_reducer" in vars(optimizer):  # a DistributedOptimizer: its class derives the original
+        super(optimizer.__class__, optimizer).step()
+    else:
+        optimizer.step()
+
+
+def broadcast_optimizer_state(optimizer, root_rank=0, model=None):
+    """Copies root_rank's optimizer state_dict (buffers and hyper-parameters) to every rank,
+    initialising the state first where the optimizer has not stepped yet (as Horovod).
+    model: optional, names the sparse embeddings (their zero gradients are sparse)."""
+    if isinstance(optimizer, torch.optim.LBFGS):
+        raise ValueError("cannot broadcast torch.optim.LBFGS state (as horovod.torch)")
+    _initialize_optimizer_state(optimizer, model)
     state = None
     if rank() == root_rank:
         buf = io.BytesIO()
@@ -466,14 +799,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     calls synchronize() (waits, averages in place), the wrapped optimizer's step, mark_step()."""
 
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
-                 gradient_predivide_factor, bucket_size, process_set):
+                 gradient_predivide_factor, bucket_size, process_set, sparse_as_dense=False):
         super(self.__class__, self).__init__(params)
         if named_parameters is not None:
             named_parameters = list(named_parameters)
-        else:
-            named_parameters = [("allreduce.noname.%s" % i, v)
-                                for group in self.param_groups
-                                for i, v in enumerate(group["params"])]
+        else:  # group i's parameter j: unique over every group (Horovod's names)
+            named_parameters = [("allreduce.noname.%d.%d" % (i, j), v)
+                                for i, group in enumerate(self.param_groups)
+                                for j, v in enumerate(group["params"])]
         names = [k for k, _ in named_parameters]
         if len(set(names)) != len(names):
             raise ValueError("parameter names in named_parameters must be unique")
@@ -489,17 +822,24 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if op not in (Average, Sum):
             raise ValueError("DistributedOptimizer: op must be Average or Sum, got %r" % (op,))
         name_of = {id(v): k for k, v in named_parameters}
+        self._parameter_names = {v: k for k, v in named_parameters}  # Horovod's attribute
         # Registration order: the optimizer's; the reducer buckets from the end.
         ordered = [(name_of[id(p)], p) for g in self.param_groups for p in g["params"]
                    if p.requires_grad]
         self.backward_passes_per_step = backward_passes_per_step
-        # Average: Kolo's exact averaging (sample counts from set_local_batch_size; without
-        # them, the mean over ranks). Passes are summed as Horovod sums them.
-        self._reducer = _C.GradientReducer(
-            ordered, backward_passes_per_step=backward_passes_per_step,
-            compression=_WIRE[compression], weight_by_sample_count=op == Average, op=op,
-            mean_over_passes=False, gradient_predivide_factor=gradient_predivide_factor,
-            bucket_bytes=bucket_size, process_set=_set_of(process_set))
+        self.sparse_as_dense = sparse_as_dense
+        self.process_set = process_set
+        if not _set_of(process_set).includes(rank()):
+            # Not a member: the set's optimizer steps here on local gradients (as Horovod).
+            self._reducer = _LocalReducer()
+        else:
+            # Average: Kolo's exact averaging (sample counts from set_local_batch_size; without
+            # them, the mean over ranks). Passes are summed as Horovod sums them.
+            self._reducer = _C.GradientReducer(
+                ordered, backward_passes_per_step=backward_passes_per_step,
+                compression=_WIRE[compression], weight_by_sample_count=op == Average, op=op,
+                mean_over_passes=False, gradient_predivide_factor=gradient_predivide_factor,
+                bucket_bytes=bucket_size, process_set=_set_of(process_set))
         self._synchronized = False
         self._should_synchronize = True
 
@@ -544,8 +884,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def step(self, closure=None):
         if self._should_synchronize:
             if self._synchronized:
-                warnings.warn("optimizer.step() called without a backward pass since the last "
-                              "synchronize(); use skip_synchronize() around step()")
+                # Horovod's wording first: scripts and its tests look for it.
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() "
+                              "context after optimizer.synchronize(): no backward pass since "
+                              "the last synchronize(); use skip_synchronize() around step()")
             self.synchronize()
         self._synchronized = False
         loss = super(self.__class__, self).step(closure)
@@ -564,6 +906,34 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return super(self.__class__, self).zero_grad(*args, **kwargs)
 
 
+class _LocalReducer:
+    """The reducer of a rank outside the optimizer's process set: no communication."""
+
+    def set_local_batch_size(self, n):
+        pass
+
+    def stats(self):
+        return {"steps": 0, "submitted_from_hooks": 0, "submitted_at_step": 0, "allreduces": 0}
+
+    def bucket_names(self):
+        return []
+
+    def synchronize(self):
+        pass
+
+    def no_sync(self):
+        return contextlib.nullcontext()
+
+    def mark_step(self):
+        pass
+
+    def abandon_step(self):
+        pass
+
+    def pending(self):
+        return False
+
+
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
                          num_groups=0, groups=None, sparse_as_dense=False,
@@ -580,7 +950,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                    dict(_DistributedOptimizer.__dict__))
         return cls(optimizer.param_groups, named_parameters, compression,
                    backward_passes_per_step, op, gradient_predivide_factor, bucket_size,
-                   process_set)
+                   process_set, sparse_as_dense)
     from . import zero
     return zero.sharded(optimizer, shard, _DistributedOptimizer, named_parameters, compression,
                         backward_passes_per_step, op, gradient_predivide_factor, bucket_size,

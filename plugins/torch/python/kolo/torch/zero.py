@@ -104,8 +104,9 @@ class _Sharded:
         if self._should_synchronize:
             if self._synchronized:
                 import warnings
-                warnings.warn("optimizer.step() called without a backward pass since the last "
-                              "synchronize(); use skip_synchronize() around step()")
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() "
+                              "context after optimizer.synchronize(): no backward pass since "
+                              "the last synchronize(); use skip_synchronize() around step()")
             self.synchronize()
         self._synchronized = False
         if self._shard == "gradients":
