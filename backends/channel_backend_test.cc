@@ -107,7 +107,7 @@ TEST(ChannelBackendTest, InvalidArgumentsAreReportedBeforeSending) {
        "allreduce: output must be non-null when its count is > 0, got null with count 3"},
       {be.allreduce(x, x, 4, bad_dtype, {}),
        "allreduce: dtype must be one of uint8, int8, int32, int64, float16, bfloat16, float32, "
-       "float64, got enum value 42"},
+       "float64, int16, got enum value 42"},
       {be.allreduce(x, x, 4, f32, bad_op),
        "allreduce: reduce op must be one of sum, average, min, max, product, got enum value 9"},
       {be.allreduce(x, x, 4, f32, {ReduceOp::kSum, HUGE_VAL, 1.0}),
