@@ -137,6 +137,11 @@ void sweep_orphans() {
 
 Handle make_handle(std::unique_ptr<Handle::State> s) {
   sweep_orphans();
+  // Refused at submission (Runtime::submit completes such a handle before returning): raise at
+  // the call, where Horovod raises, not at a wait() the caller may never reach.
+  if (s->handle.valid() && s->handle.poll() &&
+      s->handle.status().code() == StatusCode::kInvalidArgument)
+    throw Error(s->handle.status());
   Handle h;
   h.state_ = std::shared_ptr<Handle::State>(s.release(), [](Handle::State* p) {
     if (p->handle.valid() && !p->handle.poll()) {

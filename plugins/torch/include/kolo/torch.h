@@ -17,7 +17,9 @@
 // reads them (compiled everywhere; runs only in a CUDA build of LibTorch and Kolo).
 //
 // Errors: every function throws kolo::torch::Error carrying Kolo's Status (its message names
-// the tensor, the ranks and what differs); waits throw the operation's error. Memory: the
+// the tensor, the ranks and what differs); waits throw the operation's error, except that an
+// operation the core refuses at submission with InvalidArgument (a name already in flight on
+// this rank, a rank that has joined) throws at the *_async call, as Horovod's do. Memory: the
 // tensors passed are kept alive until the operation completes, also when the Handle is dropped
 // before (they are then freed on a later call's thread, never on Kolo's background thread).
 // Thread-safety: as kolo.h.

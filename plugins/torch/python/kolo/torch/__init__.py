@@ -732,8 +732,11 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
-    """Every rank's `obj` (pickled), as a list in rank order (of the process set)."""
-    name = _name("allgather_object", name)
+    """Every rank's `obj` (pickled), as a list in rank order (of the process set). Without a name
+    it is named after obj's type, as in Horovod (not the unnamed-operation counter: a rank that
+    skipped another unnamed call, e.g. while it had joined, still meets the others here)."""
+    if name is None:
+        name = "allgather_object." + type(obj).__name__
     payload = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
     sizes = allgather(torch.tensor([payload.numel()], dtype=torch.int64), name=name + ".sizes",
                       process_set=process_set)
