@@ -7,7 +7,7 @@ kolorun): what Horovod's own test suite asks of horovod.torch, in Kolo's words, 
   calls      grouped_allgather, grouped_reducescatter (and _async), sparse_allreduce_async,
              broadcast_object and allgather_object with a process set and a global root.
   errors     bad alltoall arguments raise ValueError (and KoloError); a broadcast's root outside
-             the set names it; int16 is carried where the core has it, else refused by name.
+             the set names it; int16 is carried; a name in flight raises at the second call.
   optimizer  names without named_parameters are unique over several groups; sparse embedding
              gradients are averaged (sparse_as_dense or not); broadcast_optimizer_state on a new
              optimizer initialises its state; a rank outside the optimizer's set steps locally.
@@ -157,14 +157,16 @@ def part_errors(P, r):
                        "splits must hold integers")
     raises_value_error(lambda: hvd.alltoall(torch.ones(P - 1), torch.ones(P, dtype=torch.int32)),
                        "splits past the first dimension", "alltoall")
-    # int16 where the core has it (the mismatch branch's DataType::kInt16), else a clear refusal.
+    # int16 is carried (DataType::kInt16), as Horovod's allgather, broadcast and alltoall take it.
     t = torch.full((2,), r + 1, dtype=torch.int16)
-    try:
-        got = hvd.allgather(t, name="int16")
-        same(got, torch.cat([torch.full((2,), q + 1, dtype=torch.int16) for q in range(P)]),
-             "int16 allgather")
-    except hvd.KoloError as e:
-        expect("has dtype Short" in str(e), "int16 refused without naming it: %s" % e)
+    same(hvd.allgather(t, name="int16"),
+         torch.cat([torch.full((2,), q + 1, dtype=torch.int16) for q in range(P)]),
+         "int16 allgather")
+    # A name still in flight on this rank raises at the second call (ValueError, as Horovod).
+    first = hvd.allreduce_async(torch.ones(3), name="dup")
+    raises_value_error(lambda: hvd.allreduce_async(torch.ones(3), name="dup"),
+                       "a second 'dup' in flight", "already in flight")
+    same(hvd.synchronize(first), torch.ones(3), "the first 'dup' completes")
 
 
 def part_optimizer(P, r):
