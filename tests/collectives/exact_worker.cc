@@ -107,7 +107,11 @@ std::vector<uint64_t> values_of(DataType d, int64_t i, int p, std::mt19937_64& r
 
 Tensor make(uint64_t seed, int index, std::string name, DataType d, ReduceOp op, int64_t count,
             int p, int me) {
-  Tensor t{std::move(name), d, op, count};
+  Tensor t;
+  t.name = std::move(name);
+  t.dtype = d;
+  t.op = op;
+  t.count = count;
   std::mt19937_64 rng(seed * 1000003 + index);
   const size_t es = kolo::dtype_size(d);
   t.bytes.resize(static_cast<size_t>(count) * es);
