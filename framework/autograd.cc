@@ -55,7 +55,8 @@ void record(Tensor& out, std::shared_ptr<Node> node, const std::vector<Tensor>& 
 }
 
 BackwardReport last_backward_report() {
-  BackwardReport out{.pass = t_last_report.pass};
+  BackwardReport out;
+  out.pass = t_last_report.pass;
   for (const std::weak_ptr<TensorImpl>& leaf : t_last_report.ready)
     if (auto alive = leaf.lock()) out.ready.emplace_back(std::move(alive));
   return out;
