@@ -78,8 +78,9 @@ TEST(Exact, WithoutTheKnobTheCheckFails) {
 
 #ifdef KOLO_TEST_MPIRUN
 // mpi sums the accumulators with MPI_Allreduce, whose order we do not control: integer sums
-// do not care (deterministic mode refuses mpi; exact mode needs no order).
-TEST(Exact, MpiGivesTheCorrectlyRoundedSums) {
+// do not care (deterministic mode refuses mpi; exact mode needs no order). "Mpirun" in the name:
+// the ASan check runs jobs under mpirun without the leak check (Open MPI's own allocations).
+TEST(Exact, MpirunGivesTheCorrectlyRoundedSums) {
   const std::string dir = fresh_dir();
   ProcessRun r = run_command("OMPI_MCA_btl_vader_single_copy_mechanism=none KOLO_REDUCTION=exact " +
                                  std::string(KOLO_TEST_MPIRUN) +
