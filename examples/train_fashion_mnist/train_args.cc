@@ -192,7 +192,7 @@ std::string train_usage() {
          "  --bucket-size SIZE       gradient bucket, e.g. 1MiB; 0: an allreduce per parameter\n"
          "                           (default 4MiB: one bucket for either model)\n"
          "  --shard 0|1|2            ZeRO stage: 1 shards the optimizer state, 2 the gradients\n"
-         "                           too (CPU, no --checkpoint); prints memory per rank\n"
+         "                           too (CPU); prints memory per rank\n"
          "  --print-checksum         print the SHA-256 of the final parameters (rank 0)\n"
          "Exit status: 0 ok, 1 training failed or accuracy below --min-accuracy, 2 bad usage,\n"
          "77 data set not installed.\n";

@@ -42,21 +42,32 @@ constexpr int kExitSkip = 77;  // CTest's SKIP_RETURN_CODE: the data set is not 
 
 // --checkpoint: the parameters, the optimizer state and the number of finished epochs, saved
 // after every epoch (rank 0 writes) and read back by --resume. Without --checkpoint it does
-// nothing.
+// nothing. With --shard the file is the same unsharded one: ShardedOptimizer's slices are
+// gathered into it (consolidate_checkpoint) and every rank takes its slices back from it
+// (load_unsharded_checkpoint), so one checkpoint resumes with any --shard and any number of
+// ranks. Such a resume reads the file on every rank: on several hosts it must be on a shared
+// file system (a rank that cannot read it fails naming the file, on every rank).
 class EpochCheckpoint {
  public:
-  EpochCheckpoint(std::string path, const NamedParameters& params, fw::Optimizer& optimizer)
-      : path_(std::move(path)), state_(params.begin(), params.end()), optimizer_(&optimizer) {
+  // `sharded`: the ZeRO optimizer wrapping `optimizer` with --shard, else null.
+  EpochCheckpoint(std::string path, const NamedParameters& params, fw::Optimizer& optimizer,
+                  fw::ShardedOptimizer* sharded)
+      : path_(std::move(path)),
+        state_(params.begin(), params.end()),
+        optimizer_(&optimizer),
+        sharded_(sharded) {
     state_.emplace_back("train.epochs_done", epochs_done_);
   }
 
-  // With `resume`, loads the file (rank 0 reads it, every rank receives it) and returns the
-  // epochs it had finished. Otherwise rank 0 makes the file's folder while the others wait, so
-  // that a path it cannot create stops every rank now, with rank 0's reason, instead of after
-  // the first epoch; returns 0.
+  // With `resume`, loads the file and returns the epochs it had finished. Otherwise rank 0
+  // makes the file's folder while the others wait, so that a path it cannot create stops every
+  // rank now, with rank 0's reason, instead of after the first epoch; returns 0.
   int start(bool resume, const fw::RankLogger& say) {
     if (resume) {
-      fw::load_checkpoint_from_root(path_, state_, optimizer_);
+      if (sharded_)
+        fw::load_unsharded_checkpoint(path_, state_, *sharded_);
+      else
+        fw::load_checkpoint_from_root(path_, state_, optimizer_);
       const int done = static_cast<int>(epochs_done_.data<int64_t>()[0]);
       say.printf("resumed from '%s' after %d epoch(s)", path_.c_str(), done);
       return done;
@@ -69,7 +80,10 @@ class EpochCheckpoint {
   void save(int epochs_done) {
     if (path_.empty()) return;
     epochs_done_.data<int64_t>()[0] = epochs_done;
-    fw::save_checkpoint_on_root(path_, state_, optimizer_);
+    if (sharded_)
+      fw::consolidate_checkpoint(path_, state_, *sharded_);
+    else
+      fw::save_checkpoint_on_root(path_, state_, optimizer_);
   }
 
  private:
@@ -86,6 +100,7 @@ class EpochCheckpoint {
   fw::Tensor epochs_done_ = fw::Tensor::zeros({1}, kolo::Device::cpu(), kolo::DataType::kInt64);
   fw::NamedTensors state_;
   fw::Optimizer* const optimizer_;
+  fw::ShardedOptimizer* const sharded_;
 };
 
 // ---- --shard (ZeRO, sharded_optimizer.h): one of the two data-parallel optimizers ----------
@@ -98,11 +113,6 @@ class StepOptimizer {
       plain_.emplace(sgd, params, distributed);
       return;
     }
-    if (!args.checkpoint.empty())
-      throw kolo::Error(kolo::Status::InvalidArgument(
-          "--shard " + std::to_string(args.shard) +
-          " with --checkpoint: this example saves unsharded checkpoints only (sharded ones: "
-          "sharded_checkpoint.h is not wired in yet); drop one of the two flags"));
     fw::ShardedOptions options{.distributed = distributed};
     options.distributed.name_prefix = "zero";
     options.stage = args.shard == 2 ? fw::ShardStage::kGradients : fw::ShardStage::kOptimizerState;
@@ -113,6 +123,7 @@ class StepOptimizer {
     plain_ ? plain_->set_local_batch_size(n) : sharded_->set_local_batch_size(n);
   }
   void step() { plain_ ? plain_->step() : sharded_->step(); }
+  fw::ShardedOptimizer* sharded() { return sharded_ ? &*sharded_ : nullptr; }
   const fw::DistributedStats& stats() const { return plain_ ? plain_->stats() : sharded_->stats(); }
   size_t bucket_count() const {
     return plain_ ? plain_->bucket_names().size() : sharded_->layout().size();
@@ -171,7 +182,7 @@ int train(const TrainArgs& args) {
   const std::unique_ptr<fw::DataLoader> test_loader = make_test_loader(data);
   const LrPlan plan(args, lr, (shard + args.batch_size - 1) / args.batch_size);
 
-  EpochCheckpoint checkpoint(args.checkpoint, params, sgd);
+  EpochCheckpoint checkpoint(args.checkpoint, params, sgd, opt.sharded());
   const int first_epoch = checkpoint.start(args.resume, fw::RankLogger());
   print_setup(args, *model, device, data, lr, plan);
 
