@@ -94,7 +94,8 @@ struct ShardedOptions {
   double max_grad_norm = 0;
 };
 
-// Bytes per category that this optimizer holds or knows of (Tensor storage, counted by size).
+// Bytes per category that this optimizer holds or knows of (Tensor storage, counted by size),
+// on the parameters' device (see Devices above).
 struct MemoryBytes {
   int64_t parameters = 0;  // the model's parameters (whole on every rank in stages 1, 2)
   // Defined .grad() buffers (a flat buffer that .grad() views counted once) plus this rank's

@@ -1,7 +1,8 @@
 // The optimizer arithmetic of ZeRO's sharded step: one rank updates a slice of a parameter with
-// the same kernels (update_kernels.h) and hyperparameters as the wrapped optimizer, on its own
-// slice of the optimizer state. The kernels are element-wise, so updating a slice gives the
-// elements the whole-tensor update would give, bit for bit, given the same gradient.
+// the same kernels (update_kernels.h on the CPU, their CUDA twins in update_kernels_cuda.h, both
+// through device_update.h) and hyperparameters as the wrapped optimizer, on its own slice of the
+// optimizer state. The kernels are element-wise, so updating a slice gives the elements the
+// whole-tensor update would give, bit for bit, given the same gradient.
 //
 // LARS' trust ratio and global-norm clipping need norms of tensors that span ranks: the caller
 // sums partial sums of squares over the ranks (one small allreduce) and passes the totals in.
