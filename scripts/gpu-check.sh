@@ -136,6 +136,7 @@ confirms=(
   "nccl_test NcclOneRankTest.AnAbortInsideAnOperationEndsItsGroupWithoutItsPostWork"   # s8 #4
   "nccl_test BatchedCopyTest.AlignedPiecesOfOddFloat16CountsCopyExactly"  # s8 #5: padded pieces
   "sharded_cuda ShardedCuda.StagesOneAndTwoOnTheDeviceEqualTheUnshardedAndTheCpuRuns"  # ZeRO GPU
+  "sharded_cuda ShardedCuda.ParametersOnTwoDevicesAreNamed"               # ZeRO: refused
   "sharded_cuda ShardedCuda.DeviceBuffersAreCountedUnderCuda"              # ZeRO device memory
   "sharded_cuda ShardedCuda.ACheckpointOfACudaRunLoadsOnTheDeviceAndOnTheCpu"  # via the host
   "sharded_ranks_cuda ShardedTrainingTest.CudaParametersThroughHostStagingMatchUnsharded"  # 1 GPU

@@ -111,7 +111,7 @@ void ShardedOptimizer::check_agreement() const {
                       options_.distributed, numels);
   mine.emplace_back("max_grad_norm", std::to_string(options_.max_grad_norm));
   // Kolo needs every rank's tensors on one device kind (cpu or cuda), not on one ordinal.
-  mine.emplace_back("parameters' device kind", device_.is_cuda() ? "cuda" : "cpu");
+  mine.emplace_back("device kind of the parameters", device_.is_cuda() ? "cuda" : "cpu");
   agree_on_settings("ShardedOptimizer", options_.distributed.process_set, mine);
 }
 

@@ -54,11 +54,11 @@
 // or not on the first parameter's device (naming it, what was expected and what it is),
 // max_grad_norm not finite or < 0; Unsupported for an optimizer whose state cannot be
 // sharded (naming it); Mismatch (after one allgather over the process set) when ranks disagree
-// on the stage, bucket_bytes, clipping, compression, optimizer type or the parameters' sizes,
-// naming the setting and the ranks' values. step(): kolo::Error carrying Kolo's Status when a
-// collective fails; when the first bucket's reduce-scatter fails (or, with clipping or LARS,
-// any) no parameter has changed, when a later one fails the step is partial (Note [Step
-// pipeline]; the message names the updated buckets); when an allgather fails the replicas may
+// on the stage, bucket_bytes, clipping, compression, optimizer type, the parameters' sizes or
+// device kind (cpu, cuda), naming the setting and the ranks' values. step(): kolo::Error carrying
+// Kolo's Status when a collective fails; when the first bucket's reduce-scatter fails (or, with
+// clipping or LARS, any) no parameter has changed, when a later one fails the step is partial (Note
+// [Step pipeline]; the message names the updated buckets); when an allgather fails the replicas may
 // differ (restore from a checkpoint). PreconditionFailed inside no_sync().
 // Thread-safety: use from the training thread; hooks run inside backward() on that thread.
 #pragma once

@@ -306,6 +306,20 @@ TEST(ShardedCuda, StagesOneAndTwoOnTheDeviceEqualTheUnshardedAndTheCpuRuns) {
       "Adam clipped");
 }
 
+// Parameters on two devices are refused at construction, naming the parameter and both devices.
+TEST(ShardedCuda, ParametersOnTwoDevicesAreNamed) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  Net net;
+  SGD sgd({net.w, net.b}, {.lr = 0.1});
+  const Tensor on_gpu = Tensor::zeros({2}, Device::cuda(0));
+  EXPECT_EQ(error_of([&] {
+              ShardedOptimizer(sgd, {{"w", net.w}, {"g", on_gpu}});
+            }),
+            "InvalidArgument: ShardedOptimizer: parameter 'g' is on cuda:0, expected cpu (the "
+            "device of parameter 'w'): every parameter must be on one device (each bucket is one "
+            "flat buffer there)");
+}
+
 TEST(ShardedCuda, DeviceBuffersAreCountedUnderCuda) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   Net net(Device::cuda(0));
