@@ -78,7 +78,7 @@ if ! cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITEC
   exit 1
 fi
 targets=(nccl_test coordinator_test framework_test train_fashion_mnist_models_test kolo-bench kolorun
-  train_fashion_mnist)
+  train_fashion_mnist sharded_optimizer_test sharded_training_test sharded_worker)
 if ! cmake --build "$build_dir" -j "$jobs" --target "${targets[@]}" >"$log_dir/build.log" 2>&1; then
   grep -E "error|Error" "$log_dir/build.log" | head -30
   say "build failed (log: $log_dir/build.log)"
@@ -105,6 +105,12 @@ run_test nccl_test "$bin/nccl_test"
 run_test coordinator_cuda "$bin/coordinator_test" --gtest_filter='*Cuda*:*Device*:*Staging*'
 run_test framework_cuda "$bin/framework_test" --gtest_filter='*Cuda*'
 run_test models_cuda "$bin/train_fashion_mnist_models_test" --gtest_filter='*Cuda*'
+# ZeRO with CUDA parameters (docs/zero.md, Devices): stages 1 and 2 on one GPU against the
+# unsharded run there and the sharded CPU run (SGD momentum, Adam, LARS, clipping), the device
+# memory per category, a checkpoint through the host; then 2 ranks through host staging to tcp
+# (one GPU is enough) and on nccl (one GPU per rank, skipped with fewer).
+run_test sharded_cuda "$bin/sharded_optimizer_test" --gtest_filter='ShardedCuda.*'
+run_test sharded_ranks_cuda "$bin/sharded_training_test" --gtest_filter='*Cuda*'
 # Alone in its process: it needs GPU 0 without a primary context, which every earlier test makes.
 run_test guard_alone "$bin/framework_test" \
   --gtest_filter='CudaTest.AGuardOnAThreadWithoutADeviceCreatesNoContextOnGpu0'
@@ -129,6 +135,12 @@ confirms=(
   "nccl_test NcclDeathTest.DestroyedOnAThreadThatDoesNotOwnItsOpenGroupItStopsTheProcess"  # s8 #3
   "nccl_test NcclOneRankTest.AnAbortInsideAnOperationEndsItsGroupWithoutItsPostWork"   # s8 #4
   "nccl_test BatchedCopyTest.AlignedPiecesOfOddFloat16CountsCopyExactly"  # s8 #5: padded pieces
+  "sharded_cuda ShardedCuda.StagesOneAndTwoOnTheDeviceEqualTheUnshardedAndTheCpuRuns"  # ZeRO GPU
+  "sharded_cuda ShardedCuda.ParametersOnTwoDevicesAreNamed"               # ZeRO: refused
+  "sharded_cuda ShardedCuda.DeviceBuffersAreCountedUnderCuda"              # ZeRO device memory
+  "sharded_cuda ShardedCuda.ACheckpointOfACudaRunLoadsOnTheDeviceAndOnTheCpu"  # via the host
+  "sharded_ranks_cuda ShardedTrainingTest.CudaParametersThroughHostStagingMatchUnsharded"  # 1 GPU
+  "sharded_ranks_cuda ShardedTrainingTest.CudaParametersOnNcclMatchUnsharded"  # ZeRO; 2 GPUs
 )
 for entry in "${confirms[@]}"; do
   read -r log test <<<"$entry"

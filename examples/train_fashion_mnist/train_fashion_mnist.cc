@@ -116,7 +116,9 @@ class StepOptimizer {
     fw::ShardedOptions options{.distributed = distributed};
     options.distributed.name_prefix = "zero";
     options.stage = args.shard == 2 ? fw::ShardStage::kGradients : fw::ShardStage::kOptimizerState;
+    // With --device cuda the optimizer's buffers live on the GPU (sharded_optimizer.h, Devices).
     sharded_.emplace(sgd, params, options);
+    device_kind_ = params.front().second.device().kind;
   }
   void zero_grad() { plain_ ? plain_->zero_grad() : sharded_->zero_grad(); }
   void set_local_batch_size(int64_t n) {
@@ -129,10 +131,11 @@ class StepOptimizer {
     return plain_ ? plain_->bucket_names().size() : sharded_->layout().size();
   }
   // With --shard: every rank's bytes per category, current (after the last step) and peak,
-  // as the training stack's allocator counts them (framework/memory_stats.h).
+  // as the training stack's allocator counts them (framework/memory_stats.h) on the
+  // parameters' device kind.
   void print_memory() {
     if (!sharded_) return;
-    const fw::MemoryStats m = fw::memory_stats();
+    const fw::MemoryStats m = fw::memory_stats(device_kind_);
     auto mib = [](int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
     std::string cells;
     char cell[96];
@@ -144,14 +147,16 @@ class StepOptimizer {
       cells += cell;
     }
     fw::RankLogger({.every_rank = true})
-        .printf("zero stage %d memory (MiB, now/peak): %stotal %.3f/%.3f",
-                static_cast<int>(sharded_->options().stage), cells.c_str(), mib(m.total_current),
-                mib(m.total_peak));
+        .printf("zero stage %d memory on %s (MiB, now/peak): %stotal %.3f/%.3f",
+                static_cast<int>(sharded_->options().stage),
+                device_kind_ == kolo::DeviceKind::kCuda ? "cuda" : "cpu", cells.c_str(),
+                mib(m.total_current), mib(m.total_peak));
   }
 
  private:
   std::optional<fw::DistributedOptimizer> plain_;
   std::optional<fw::ShardedOptimizer> sharded_;
+  kolo::DeviceKind device_kind_ = kolo::DeviceKind::kCpu;
 };
 // ---- end of --shard --------------------------------------------------------------------------
 

@@ -273,12 +273,12 @@ void load_unsharded_checkpoint(const std::string& path, const NamedTensors& mode
   for (const auto& [name, t] : model) Tensor(t).copy_(file.at("model/" + name));
   counter(opt, "step")->copy_(file.at("optim/step"));
   counter(opt, "param_steps")->copy_(file.at("optim/param_steps"));
-  for (const StateSlice& s : slices)
+  // copy_ goes through the host when the slices are on a CUDA device.
+  for (StateSlice& s : slices)
     for (size_t k = 0; k < s.slots.size(); ++k) {
       const Tensor& whole =
           file.at("optim/param." + std::to_string(s.index) + "." + opt.slot_names()[k]);
-      std::memcpy(s.slots[k].raw_data(), whole.data<float>() + s.param_offset,
-                  static_cast<size_t>(s.length) * sizeof(float));
+      s.slots[k].copy_(whole.reshape({-1}).slice(s.param_offset, s.param_offset + s.length));
     }
 }
 
@@ -295,10 +295,13 @@ void consolidate_checkpoint(const std::string& path, const NamedTensors& model,
   for (const Tensor& p : params)
     for (size_t k = 0; k < opt.slot_names().size(); ++k)
       full[&p - params.data()].push_back(Tensor::zeros(p.shape()));
+  // The host copy of each slice (copied from the device when the slices are on CUDA).
   for (const StateSlice& s : opt.state_slices())
     for (size_t k = 0; k < s.slots.size(); ++k)
-      std::memcpy(full[static_cast<size_t>(s.index)][k].data<float>() + s.param_offset,
-                  s.slots[k].data<float>(), static_cast<size_t>(s.length) * sizeof(float));
+      full[static_cast<size_t>(s.index)][k]
+          .reshape({-1})
+          .slice(s.param_offset, s.param_offset + s.length)
+          .copy_(s.slots[k]);
   for (size_t i = 0; i < full.size(); ++i) {
     for (size_t k = 0; k < full[i].size(); ++k) {
       if (set.size() > 1) {

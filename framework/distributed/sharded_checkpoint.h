@@ -10,6 +10,9 @@
 // every shard), "optim/param.<i>.<slot>@<offset>" (float32 [length]: elements [offset,
 // offset + length) of parameter i's slot), and on shard 0 only the model, "model/<name>".
 // Stages 1 and 2 keep the whole parameters on every rank, so one copy suffices.
+// Devices: the files hold host tensors; a run with CUDA parameters (and state slices) saves and
+// loads through the host (save_tensors and Tensor::copy_ copy between host and device), so a
+// checkpoint of a CUDA run loads into a CPU run and the other way.
 //
 // Every function is collective over the optimizer's process set: every member calls it, and
 // every member fails alike (kolo::Error) when any fails, with the failing rank's message. Load

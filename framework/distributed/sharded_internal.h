@@ -3,6 +3,7 @@
 // Not a public header.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,6 +37,9 @@ struct ShardedOptimizer::Bucket {
   bool submitted = false;
   Handle reduce;
   Handle gather;
+  // CUDA: the ready events of the reduce-scatter's and the allgather's inputs (ready_view).
+  std::shared_ptr<void> reduce_ready;
+  std::shared_ptr<void> gather_ready;
 };
 
 namespace sharded_detail {

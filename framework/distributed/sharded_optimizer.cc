@@ -1,13 +1,15 @@
 #include "framework/distributed/sharded_optimizer.h"
 
 #include <cmath>
-#include <cstring>
 #include <map>
 #include <set>
 
 #include "framework/distributed/settings_agreement.h"
 #include "framework/distributed/sharded_internal.h"
 #include "framework/distributed/tensor_view.h"
+#ifdef KOLO_HAVE_CUDA
+#include "framework/kernels/cuda_allocator.h"
+#endif
 #include "framework/memory_stats.h"
 #include "framework/optim/update_kernels.h"
 #include "kolo/kolo.h"
@@ -18,8 +20,6 @@ namespace {
 [[noreturn]] void fail(const std::string& message) {
   throw Error(Status::InvalidArgument("ShardedOptimizer: " + message));
 }
-
-using sharded_detail::f32;
 
 int64_t bytes_of(const Tensor& t) { return t.defined() ? static_cast<int64_t>(t.nbytes()) : 0; }
 
@@ -33,6 +33,23 @@ void check_options(const ShardedOptions& o) {
     fail("max_grad_norm must be finite and >= 0, got " + std::to_string(o.max_grad_norm));
   if (o.stage != ShardStage::kOptimizerState && o.stage != ShardStage::kGradients)
     fail("stage must be kOptimizerState (1) or kGradients (2)");
+}
+
+// Every parameter is float32 and on `device` (the first parameter's, named `first`): each bucket
+// is one flat buffer on one device, and the update kernels are float32.
+void check_parameter(const std::string& name, const Tensor& t, const std::string& first,
+                     Device device) {
+  if (!t.defined()) fail("parameter '" + name + "' is undefined");
+  if (t.dtype() != DataType::kFloat32)
+    fail("parameter '" + name + "' is " + t.to_string() + ": expected float32, got " +
+         std::string(dtype_name(t.dtype())) + " (sharding updates float32 parameters only)");
+  if (!t.device().is_cpu() && !t.device().is_cuda())
+    fail("parameter '" + name + "' is " + t.to_string() + ": expected a CPU or CUDA device, got " +
+         t.device().to_string());
+  if (!first.empty() && t.device() != device)
+    fail("parameter '" + name + "' is on " + t.device().to_string() + ", expected " +
+         device.to_string() + " (the device of parameter '" + first +
+         "'): every parameter must be on one device (each bucket is one flat buffer there)");
 }
 
 }  // namespace
@@ -56,10 +73,8 @@ ShardedOptimizer::ShardedOptimizer(Optimizer& inner,
   for (auto& [name, tensor] : named_params) {
     if (name.empty()) fail("a parameter has an empty name");
     if (!seen.insert(name).second) fail("parameter name '" + name + "' appears twice");
-    if (!tensor.defined()) fail("parameter '" + name + "' is undefined");
-    if (!tensor.device().is_cpu() || tensor.dtype() != DataType::kFloat32)
-      fail("parameter '" + name + "' is " + tensor.to_string() +
-           "; sharding supports float32 CPU parameters");
+    check_parameter(name, tensor, params_.empty() ? "" : params_.front().name, device_);
+    if (params_.empty()) device_ = tensor.device();
     auto it = held.find(tensor.impl().get());
     if (it == held.end()) fail("parameter '" + name + "' is not one of the optimizer's");
     const ParamGroup& group = inner_.param_groups()[it->second.second];
@@ -95,6 +110,8 @@ void ShardedOptimizer::check_agreement() const {
       shared_settings(stage1 ? "stage 1 (optimizer state)" : "stage 2 (gradients)", inner_.name(),
                       options_.distributed, numels);
   mine.emplace_back("max_grad_norm", std::to_string(options_.max_grad_norm));
+  // Kolo needs every rank's tensors on one device kind (cpu or cuda), not on one ordinal.
+  mine.emplace_back("device kind of the parameters", device_.is_cuda() ? "cuda" : "cpu");
   agree_on_settings("ShardedOptimizer", options_.distributed.process_set, mine);
 }
 
@@ -118,7 +135,7 @@ void ShardedOptimizer::take_state() {
     const int64_t count = b.counts[static_cast<size_t>(rank_)];
     {
       MemoryCategoryScope memory(MemoryCategory::kGradients);
-      bucket.shard_grad = Tensor::zeros({count});
+      bucket.shard_grad = Tensor::zeros({count}, device_);
     }
     for (const Segment& seg : bucket.owned) {
       std::vector<Tensor> slots;
@@ -126,11 +143,10 @@ void ShardedOptimizer::take_state() {
         const Tensor& full =
             *named.at("param." + std::to_string(params_[seg.param].index) + "." + slot);
         MemoryCategoryScope memory(MemoryCategory::kOptimizerState);
-        Tensor slice = Tensor::zeros({seg.length});
+        Tensor slice = Tensor::zeros({seg.length}, device_);
         // A wrapped optimizer that already stepped keeps its history: this rank takes its slice.
         if (full.defined())
-          std::memcpy(slice.raw_data(), f32(full) + seg.param_offset,
-                      static_cast<size_t>(seg.length) * sizeof(float));
+          slice.copy_(full.reshape({-1}).slice(seg.param_offset, seg.param_offset + seg.length));
         slots.push_back(std::move(slice));
       }
       bucket.state.push_back(std::move(slots));
@@ -152,11 +168,12 @@ void ShardedOptimizer::move_parameters() {
     Bucket& bucket = buckets_[k];
     {
       MemoryCategoryScope memory(MemoryCategory::kParameters);
-      bucket.params = Tensor::empty({b.numel});
+      bucket.params = Tensor::empty({b.numel}, device_);
     }
     for (size_t j = 0; j < b.params.size(); ++j) {
       const Param& p = params_[b.params[j]];
-      std::memcpy(f32(bucket.params) + b.param_starts[j], p.tensor.raw_data(), p.tensor.nbytes());
+      const int64_t start = b.param_starts[j];
+      bucket.params.slice(start, start + p.numel).copy_(p.tensor);
       TensorImpl& impl = *p.tensor.impl();
       impl.storage = bucket.params.impl()->storage;
       impl.offset = bucket.params.impl()->offset + b.param_starts[j];
@@ -194,7 +211,7 @@ void ShardedOptimizer::attach_gradient_views(Bucket& bucket, const ShardBucket& 
     bucket.flat.zero_();
   } else {
     MemoryCategoryScope memory(MemoryCategory::kGradients);
-    bucket.flat = Tensor::zeros({b.numel});
+    bucket.flat = Tensor::zeros({b.numel}, device_);
   }
   for (size_t j = 0; j < b.params.size(); ++j) {
     const Param& p = params_[b.params[j]];
@@ -240,34 +257,42 @@ void ShardedOptimizer::submit_sample_count() {
 void ShardedOptimizer::pack_gradients(Bucket& bucket, const ShardBucket& b) {
   if (!bucket.flat.defined()) {
     MemoryCategoryScope memory(MemoryCategory::kCommunication);  // no .grad() views it
-    bucket.flat = Tensor::empty({b.numel});
+    bucket.flat = Tensor::empty({b.numel}, device_);
   }
-  const float w = weighted() && count_given_ ? static_cast<float>(local_samples_) : 1.0f;
-  float* out = f32(bucket.flat);
   for (size_t k = 0; k < b.params.size(); ++k) {
     Param& p = params_[b.params[k]];
-    float* dst = out + b.param_starts[k];
+    const int64_t start = b.param_starts[k];
+    Tensor dst = bucket.flat.slice(start, start + p.numel);
     const Tensor grad = p.tensor.grad();
-    if (grad.defined() && grad.raw_data() == dst) {
-      // A view of this very place (Note [Gradient views]): weigh it in place.
-      if (w != 1.0f)
-        for (int64_t i = 0; i < p.numel; ++i) dst[i] *= w;
-    } else if (!grad.defined()) {
-      // Unused on this rank in every pass: contribute zeros (other ranks may have used it).
-      std::memset(dst, 0, static_cast<size_t>(p.numel) * sizeof(float));
-    } else if (w == 1.0f) {
-      std::memcpy(dst, f32(grad), static_cast<size_t>(p.numel) * sizeof(float));
-    } else {
-      const float* src = f32(grad);
-      for (int64_t i = 0; i < p.numel; ++i) dst[i] = src[i] * w;
-    }
+    // A view of this very place (Note [Gradient views]) is already there.
+    if (!grad.defined())
+      dst.zero_();  // unused on this rank in every pass: zeros (other ranks may have used it)
+    else if (grad.raw_data() != dst.raw_data())
+      dst.copy_(grad);
     // Stage 2: the flat buffer now holds what this rank contributes; the gradient is not
     // needed again until the next step's backward allocates a new one.
     if (options_.stage == ShardStage::kGradients) p.tensor.set_grad(Tensor());
   }
+  // This rank's weight, in one pass over the bucket (one kernel on a device).
+  const float w = weighted() && count_given_ ? static_cast<float>(local_samples_) : 1.0f;
+  if (w != 1.0f) bucket.flat.mul_(w);
   // What no .grad() views any more is in flight only (stage 2, or a gradient copied in).
   if (options_.stage == ShardStage::kGradients)
     bucket.flat.set_memory_category(MemoryCategory::kCommunication);
+}
+
+TensorView ShardedOptimizer::ready_view(const Tensor& t, std::shared_ptr<void>& event) const {
+  TensorView view = view_of_tensor(t);
+#ifdef KOLO_HAVE_CUDA
+  // Written on the legacy default stream just now (as DistributedOptimizer::prepare_gradient).
+  if (view.device.is_cuda()) {
+    event = cuda_alloc::record_event(view.device.index);
+    view.ready_event = event.get();
+  }
+#else
+  (void)event;
+#endif
+  return view;
 }
 
 void ShardedOptimizer::submit(Bucket& bucket) {
@@ -277,7 +302,7 @@ void ShardedOptimizer::submit(Bucket& bucket) {
   pack_gradients(bucket, b);
   sample_memory();  // the flat buffers are fullest now (stage 2's gradients were just freed)
   if (ranks_ == 1) {
-    std::memcpy(bucket.shard_grad.raw_data(), bucket.flat.raw_data(), bucket.flat.nbytes());
+    bucket.shard_grad.copy_(bucket.flat);
     return;
   }
   if (!first_submit_) first_submit_ = std::chrono::steady_clock::now();
@@ -288,7 +313,7 @@ void ShardedOptimizer::submit(Bucket& bucket) {
   opts.reduction.prescale = 1.0 / options_.distributed.backward_passes_per_step;
   opts.recv_counts = b.counts;
   opts.process_set = options_.distributed.process_set;
-  TensorView input = view_of_tensor(bucket.flat);
+  const Tensor* input = &bucket.flat;
   void* out = bucket.shard_grad.raw_data();
   if (options_.distributed.compression != Compression::kNone) {
     // The bucket travels as 16-bit values (as DistributedOptimizer's gradients do); the shard
@@ -297,15 +322,17 @@ void ShardedOptimizer::submit(Bucket& bucket) {
                               ? DataType::kFloat16
                               : DataType::kBFloat16;
     MemoryCategoryScope memory(MemoryCategory::kCommunication);
-    bucket.wire = Tensor::empty({b.numel}, Device::cpu(), wire);
-    bucket.wire.copy_(bucket.flat);
+    bucket.wire = Tensor::empty({b.numel}, device_, wire);
+    bucket.wire.copy_(bucket.flat);  // a device kernel for CUDA tensors
     if (!bucket.wire_shard.defined())
-      bucket.wire_shard = Tensor::empty({bucket.shard_grad.numel()}, Device::cpu(), wire);
-    input = view_of_tensor(bucket.wire);
+      bucket.wire_shard = Tensor::empty({bucket.shard_grad.numel()}, device_, wire);
+    input = &bucket.wire;
     out = bucket.wire_shard.raw_data();
   }
+  // For CUDA buffers `out` is device memory on the input's device, as Kolo requires.
   opts.allocator = [out](const std::vector<int64_t>&, DataType) { return out; };
-  bucket.reduce = reducescatter_async(bucket.name, input, std::move(opts));
+  bucket.reduce =
+      reducescatter_async(bucket.name, ready_view(*input, bucket.reduce_ready), std::move(opts));
   if (weighted()) submit_sample_count();  // when no hook fired
 }
 

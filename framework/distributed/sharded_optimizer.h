@@ -41,15 +41,24 @@
 // what sharding saves): the wrapped optimizer must not be stepped, saved or broadcast directly
 // afterwards (its step() then throws PreconditionFailed); use sharded_checkpoint.h.
 //
+// Devices. The parameters are float32, all on the CPU or all on one CUDA device; every buffer
+// above (flat parameters and gradients, reduced shards, state slices, 16-bit copies) lives on
+// that device and is counted under its kind by memory_stats.h. With CUDA parameters the
+// reduce-scatter and allgather run on the device buffers (on the GPU backend, or staged through
+// the host to a CPU backend, as Kolo does for any CUDA tensor), and the division by the sample
+// count, the widening, the slice updates (device_update.h) and the norms' partial sums
+// (Tensor::sq_norm) run on the device, on the framework's legacy default stream.
+//
 // Errors. Constructor: InvalidArgument as DistributedOptimizer's, and for a parameter that the
-// optimizer does not hold (or one it holds that is not named), a non-CPU or non-float32
-// parameter, max_grad_norm not finite or < 0; Unsupported for an optimizer whose state cannot be
+// optimizer does not hold (or one it holds that is not named), a parameter that is not float32
+// or not on the first parameter's device (naming it, what was expected and what it is),
+// max_grad_norm not finite or < 0; Unsupported for an optimizer whose state cannot be
 // sharded (naming it); Mismatch (after one allgather over the process set) when ranks disagree
-// on the stage, bucket_bytes, clipping, compression, optimizer type or the parameters' sizes,
-// naming the setting and the ranks' values. step(): kolo::Error carrying Kolo's Status when a
-// collective fails; when the first bucket's reduce-scatter fails (or, with clipping or LARS,
-// any) no parameter has changed, when a later one fails the step is partial (Note [Step
-// pipeline]; the message names the updated buckets); when an allgather fails the replicas may
+// on the stage, bucket_bytes, clipping, compression, optimizer type, the parameters' sizes or
+// device kind (cpu, cuda), naming the setting and the ranks' values. step(): kolo::Error carrying
+// Kolo's Status when a collective fails; when the first bucket's reduce-scatter fails (or, with
+// clipping or LARS, any) no parameter has changed, when a later one fails the step is partial (Note
+// [Step pipeline]; the message names the updated buckets); when an allgather fails the replicas may
 // differ (restore from a checkpoint). PreconditionFailed inside no_sync().
 // Thread-safety: use from the training thread; hooks run inside backward() on that thread.
 #pragma once
@@ -85,7 +94,8 @@ struct ShardedOptions {
   double max_grad_norm = 0;
 };
 
-// Bytes per category that this optimizer holds or knows of (Tensor storage, counted by size).
+// Bytes per category that this optimizer holds or knows of (Tensor storage, counted by size),
+// on the parameters' device (see Devices above).
 struct MemoryBytes {
   int64_t parameters = 0;  // the model's parameters (whole on every rank in stages 1, 2)
   // Defined .grad() buffers (a flat buffer that .grad() views counted once) plus this rank's
@@ -172,6 +182,10 @@ class ShardedOptimizer {
   // Slices the wrapped optimizer's state into this rank's shards, then releases its tensors.
   void take_state();
   bool weighted() const;
+  // The view of `t` that a collective reads, with (for CUDA) a ready event recorded now, so
+  // that Kolo's stream waits for the kernels that wrote it and not for later ones; the event
+  // is kept in `event` until the handle completes.
+  TensorView ready_view(const Tensor& t, std::shared_ptr<void>& event) const;
   void on_gradient_ready(size_t index);
   // Weighs the bucket's gradients in its flat buffer (copying in those that are not views of
   // it); stage 2 then releases the .grad() handles.
@@ -196,6 +210,7 @@ class ShardedOptimizer {
   Optimizer& inner_;
   const ShardedOptions options_;
   const SliceUpdater updater_;
+  Device device_ = Device::cpu();  // every parameter's, and every buffer's here
   int rank_ = 0;
   int ranks_ = 1;
   std::vector<Param> params_;

@@ -4,13 +4,18 @@
 #include "framework/distributed/sharded_optimizer.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cmath>
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "framework/distributed/sharded_checkpoint.h"
 #include "framework/functional.h"
+#include "framework/memory_stats.h"
 #include "framework/optim/adam.h"
 #include "framework/optim/lars.h"
 #include "framework/optim/sgd.h"
@@ -56,14 +61,17 @@ TEST(ShardLayout, ShardsAreContiguousAndBalancedToOneElement) {
 }
 
 struct Net {
-  Tensor w = Tensor::from_vector({0.5f, -0.25f, 1.f, 0.75f, -1.f, 0.1f}, {2, 3});
-  Tensor b = Tensor::from_vector({0.2f, -0.3f}, {2});
-  Net() {
+  Tensor w;
+  Tensor b;
+  explicit Net(Device device = Device::cpu())
+      : w(Tensor::from_vector({0.5f, -0.25f, 1.f, 0.75f, -1.f, 0.1f}, {2, 3}, device)),
+        b(Tensor::from_vector({0.2f, -0.3f}, {2}, device)) {
     w.set_requires_grad(true);
     b.set_requires_grad(true);
   }
   void backward(int step) {
-    const Tensor x = Tensor::from_vector({1.f, 2.f - static_cast<float>(step), 0.5f}, {1, 3});
+    const Tensor x =
+        Tensor::from_vector({1.f, 2.f - static_cast<float>(step), 0.5f}, {1, 3}, w.device());
     const Tensor y = linear(x, w, b);
     sum(mul(y, y)).backward();
   }
@@ -149,6 +157,19 @@ TEST(ShardedOptimizer, BadInputIsNamed) {
               ShardedOptimizer(sgd, {{"w", net.w}, {"b", net.b}}, {.max_grad_norm = -1});
             }).find("max_grad_norm must be finite and >= 0, got -1"),
             std::string::npos);
+  // Every parameter must be float32 (checked before anything else about it); the message names
+  // the parameter, what was expected and what it is.
+  const Tensor half = Tensor::zeros({2}, Device::cpu(), DataType::kFloat16);
+  EXPECT_EQ(error_of([&] {
+              ShardedOptimizer(sgd, {{"w", net.w}, {"h", half}});
+            }),
+            "InvalidArgument: ShardedOptimizer: parameter 'h' is " + half.to_string() +
+                ": expected float32, got float16 (sharding updates float32 parameters only)");
+  const Tensor wide = Tensor::zeros({2}, Device::cpu(), DataType::kFloat64);
+  EXPECT_NE(error_of([&] {
+              ShardedOptimizer(sgd, {{"w", net.w}, {"d", wide}});
+            }).find("parameter 'd' is " + wide.to_string() + ": expected float32, got float64"),
+            std::string::npos);
   ShardedOptimizer opt(sgd, {{"w", net.w}, {"b", net.b}});
   net.backward(0);
   EXPECT_NE(error_of([&] { sgd.step(); }).find("released to a ShardedOptimizer"),
@@ -189,6 +210,166 @@ TEST(ShardedOptimizer, MemoryCountsEachCategory) {
   EXPECT_EQ(m.current.gradients, 8 * 4);            // the shard only: .grad() was released
   EXPECT_EQ(m.current.communication, 0);            // the flat buffer went once reduced
   EXPECT_EQ(m.peak.communication, 8 * 4);           // it, once .grad() no longer viewed it
+}
+
+// ---- CUDA parameters (skipped without a CUDA device; listed in scripts/gpu-check.sh) ----------
+
+// The parameters of a run, read back to the host.
+std::vector<float> values_of(const Net& net) {
+  std::vector<float> out = net.w.to_vector();
+  for (float v : net.b.to_vector()) out.push_back(v);
+  return out;
+}
+
+// |a - b| <= tol * (1 + |b|) element by element.
+void expect_near(const std::vector<float>& a, const std::vector<float>& b, double tol,
+                 const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_NEAR(a[i], b[i], tol * (1.0 + std::fabs(b[i]))) << what << " [" << i << "]";
+}
+
+// 4 steps of the sharded optimizer with `stage` on `device` (one rank owns every shard).
+template <typename Make>
+std::vector<float> sharded_run(Make make, ShardStage stage, double max_grad_norm, Device device) {
+  Net net(device);
+  auto inner = make(std::vector<Tensor>{net.w, net.b});
+  ShardedOptions options;
+  options.stage = stage;
+  options.max_grad_norm = max_grad_norm;
+  options.distributed.bucket_bytes = 8;  // two buckets, b then w
+  ShardedOptimizer opt(*inner, {{"w", net.w}, {"b", net.b}}, options);
+  for (int step = 0; step < 4; ++step) {
+    opt.zero_grad();
+    net.backward(step);
+    opt.step();
+  }
+  EXPECT_EQ(inner->step_count(), 4);
+  return values_of(net);
+}
+
+// The same 4 steps with the wrapped optimizer alone on `device` (clipping by hand first).
+template <typename Make>
+std::vector<float> plain_run(Make make, double max_grad_norm, Device device) {
+  Net net(device);
+  auto opt = make(std::vector<Tensor>{net.w, net.b});
+  for (int step = 0; step < 4; ++step) {
+    opt->zero_grad();
+    net.backward(step);
+    const double total = net.w.grad().sq_norm() + net.b.grad().sq_norm();
+    const float coef = static_cast<float>(clip_coefficient(total, max_grad_norm));
+    if (coef < 1.f) {
+      net.w.grad().mul_(coef);
+      net.b.grad().mul_(coef);
+    }
+    opt->step();
+  }
+  return values_of(net);
+}
+
+// Stages 1 and 2 on cuda:0 against the unsharded run on cuda:0 (the same CUDA kernels and
+// reductions on the same values: equal up to the last bit in practice, asserted to 1e-6) and
+// against the sharded CPU run (CPU loops against CUDA kernels: rounding, asserted to 1e-5).
+template <typename Make>
+void expect_cuda_matches(Make make, double max_grad_norm, const std::string& what) {
+  const Device gpu = Device::cuda(0);
+  const std::vector<float> plain = plain_run(make, max_grad_norm, gpu);
+  for (ShardStage stage : {ShardStage::kOptimizerState, ShardStage::kGradients}) {
+    const std::string label = what + " stage " + std::to_string(static_cast<int>(stage));
+    const std::vector<float> on_gpu = sharded_run(make, stage, max_grad_norm, gpu);
+    expect_near(on_gpu, plain, 1e-6, label + " vs unsharded on cuda:0");
+    expect_near(on_gpu, sharded_run(make, stage, max_grad_norm, Device::cpu()), 1e-5,
+                label + " vs sharded on the CPU");
+  }
+}
+
+TEST(ShardedCuda, StagesOneAndTwoOnTheDeviceEqualTheUnshardedAndTheCpuRuns) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  expect_cuda_matches(
+      [](std::vector<Tensor> p) {
+        return std::make_unique<SGD>(p,
+                                     SgdOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01});
+      },
+      0, "SGD momentum");
+  expect_cuda_matches(
+      [](std::vector<Tensor> p) {
+        return std::make_unique<Adam>(p, AdamOptions{.lr = 0.01, .weight_decay = 0.01});
+      },
+      0, "Adam");
+  auto lars = [](std::vector<Tensor> p) {
+    return std::make_unique<LARS>(p, LarsOptions{.lr = 0.1, .weight_decay = 0.01});
+  };
+  expect_cuda_matches(lars, 0, "LARS");
+  expect_cuda_matches(lars, 0.5, "LARS clipped");  // every step clips at 0.5
+  expect_cuda_matches(
+      [](std::vector<Tensor> p) { return std::make_unique<Adam>(p, AdamOptions{.lr = 0.01}); }, 0.5,
+      "Adam clipped");
+}
+
+// Parameters on two devices are refused at construction, naming the parameter and both devices.
+TEST(ShardedCuda, ParametersOnTwoDevicesAreNamed) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  Net net;
+  SGD sgd({net.w, net.b}, {.lr = 0.1});
+  const Tensor on_gpu = Tensor::zeros({2}, Device::cuda(0));
+  EXPECT_EQ(error_of([&] {
+              ShardedOptimizer(sgd, {{"w", net.w}, {"g", on_gpu}});
+            }),
+            "InvalidArgument: ShardedOptimizer: parameter 'g' is on cuda:0, expected cpu (the "
+            "device of parameter 'w'): every parameter must be on one device (each bucket is one "
+            "flat buffer there)");
+}
+
+TEST(ShardedCuda, DeviceBuffersAreCountedUnderCuda) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  Net net(Device::cuda(0));
+  Adam adam({net.w, net.b}, {.lr = 0.01});
+  const MemoryStats cuda_before = memory_stats(DeviceKind::kCuda);
+  const MemoryStats cpu_before = memory_stats(DeviceKind::kCpu);
+  ShardedOptimizer opt(adam, {{"w", net.w}, {"b", net.b}}, {.stage = ShardStage::kGradients});
+  opt.zero_grad();
+  net.backward(0);
+  opt.step();
+  const MemoryStats cuda = memory_stats(DeviceKind::kCuda);
+  const MemoryStats cpu = memory_stats(DeviceKind::kCpu);
+  // exp_avg and exp_avg_sq slices (8 floats each) and the reduced shard (8 floats), on the GPU.
+  EXPECT_EQ(cuda.current_of(MemoryCategory::kOptimizerState) -
+                cuda_before.current_of(MemoryCategory::kOptimizerState),
+            2 * 8 * 4);
+  EXPECT_EQ(cuda.current_of(MemoryCategory::kGradients) -
+                cuda_before.current_of(MemoryCategory::kGradients),
+            8 * 4);
+  EXPECT_EQ(cpu.current_of(MemoryCategory::kOptimizerState),
+            cpu_before.current_of(MemoryCategory::kOptimizerState));
+  const ShardMemory m = opt.memory();
+  EXPECT_EQ(m.current.parameters, 8 * 4);
+  EXPECT_EQ(m.current.optimizer_state, 2 * 8 * 4);
+  EXPECT_EQ(m.current.gradients, 8 * 4);
+}
+
+// A sharded checkpoint of a CUDA run goes through the host: saved after 2 steps, loaded into a
+// CUDA run and into a CPU run, each continues 2 steps and ends where the saving run ends.
+TEST(ShardedCuda, ACheckpointOfACudaRunLoadsOnTheDeviceAndOnTheCpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const std::string path = ::testing::TempDir() + "zero_cuda_ckpt_" + std::to_string(getpid());
+  auto run = [&](Device device, int from, int to, bool save, bool load) {
+    Net net(device);
+    Adam adam({net.w, net.b}, {.lr = 0.01});
+    ShardedOptimizer opt(adam, {{"w", net.w}, {"b", net.b}}, {.stage = ShardStage::kGradients});
+    const NamedTensors model = {{"w", net.w}, {"b", net.b}};
+    if (load) load_sharded_checkpoint(path, 1, model, opt);
+    for (int step = from; step < to; ++step) {
+      opt.zero_grad();
+      net.backward(step);
+      opt.step();
+      if (save && step == 1) save_sharded_checkpoint(path, model, opt);
+    }
+    return values_of(net);
+  };
+  const std::vector<float> whole = run(Device::cuda(0), 0, 4, /*save=*/true, /*load=*/false);
+  expect_near(run(Device::cuda(0), 2, 4, false, true), whole, 0, "resumed on cuda:0");
+  expect_near(run(Device::cpu(), 2, 4, false, true), whole, 1e-5, "resumed on the CPU");
+  std::remove(shard_file(path, 0, 1).c_str());
 }
 
 }  // namespace

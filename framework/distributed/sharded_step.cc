@@ -1,7 +1,6 @@
 // ShardedOptimizer's step: waiting for the reduce-scatters, the norms that span shards, the
 // shard updates and the allgathers (the rest is in sharded_optimizer.cc).
 #include <chrono>
-#include <cstring>
 
 #include "framework/distributed/sharded_internal.h"
 #include "framework/distributed/sharded_optimizer.h"
@@ -10,8 +9,6 @@
 #include "kolo/kolo.h"
 
 namespace kolo::fw {
-
-using sharded_detail::f32;
 
 Status ShardedOptimizer::wait_reductions() {
   Status first_error;
@@ -44,6 +41,14 @@ void sum_over_set(const std::string& name, std::vector<double>& values, const Pr
   if (!status.ok()) throw Error(status);
 }
 
+// The sum of squares of a float32 slice, as a float64 partial sum. On a CUDA device the
+// framework's own reduction (Tensor::sq_norm: accumulated in double on the device, returned as
+// a float, as the unsharded LARS reads its norms); on the CPU the double loop of update_kernels.h.
+double sum_of_squares(const Tensor& t) {
+  if (t.device().is_cpu()) return kernels::sum_squares(sharded_detail::f32(t), t.numel());
+  return t.numel() > 0 ? static_cast<double>(t.sq_norm()) : 0.0;
+}
+
 }  // namespace
 
 void ShardedOptimizer::clip_and_measure(std::vector<LayerNorms>& norms) {
@@ -51,8 +56,7 @@ void ShardedOptimizer::clip_and_measure(std::vector<LayerNorms>& norms) {
   const ProcessSet& set = options_.distributed.process_set;
   if (options_.max_grad_norm > 0) {
     std::vector<double> total = {0.0};
-    for (const Bucket& b : buckets_)
-      total[0] += kernels::sum_squares(f32(b.shard_grad), b.shard_grad.numel());
+    for (const Bucket& b : buckets_) total[0] += sum_of_squares(b.shard_grad);
     sum_over_set(prefix + ".__grad_norm__", total, set);
     const double coef = clip_coefficient(total[0], options_.max_grad_norm);
     if (coef < 1.0)
@@ -64,10 +68,10 @@ void ShardedOptimizer::clip_and_measure(std::vector<LayerNorms>& norms) {
     const Bucket& b = buckets_[k];
     const int64_t lo = layout_[k].offsets[static_cast<size_t>(rank_)];
     for (const Segment& seg : b.owned) {
-      const float* param = f32(params_[seg.param].tensor) + seg.param_offset;
-      const float* grad = f32(b.shard_grad) + (seg.bucket_offset - lo);
-      sums[2 * seg.param] += kernels::sum_squares(param, seg.length);
-      sums[2 * seg.param + 1] += kernels::sum_squares(grad, seg.length);
+      const int64_t at = seg.bucket_offset - lo;  // in the shard
+      sums[2 * seg.param] +=
+          sum_of_squares(b.params.slice(seg.bucket_offset, seg.bucket_offset + seg.length));
+      sums[2 * seg.param + 1] += sum_of_squares(b.shard_grad.slice(at, at + seg.length));
     }
   }
   sum_over_set(prefix + ".__layer_norms__", sums, set);
@@ -82,12 +86,12 @@ void ShardedOptimizer::update_bucket(Bucket& bucket, const std::vector<LayerNorm
   for (size_t s = 0; s < bucket.owned.size(); ++s) {
     const Segment& seg = bucket.owned[s];
     const Param& p = params_[seg.param];
-    std::vector<float*> state;
-    for (const Tensor& slot : bucket.state[s]) state.push_back(f32(slot));
-    updater_.update(f32(p.tensor) + seg.param_offset,
-                    f32(bucket.shard_grad) + (seg.bucket_offset - lo), state, seg.length,
-                    p.tensor.dim(), inner_.lr() * p.lr_scale, p.weight_decay.value_or(default_wd),
-                    counts[p.index] + 1, norms[seg.param]);
+    // Views of this segment in the flat parameters and the shard (on the parameters' device).
+    Tensor param = bucket.params.slice(seg.bucket_offset, seg.bucket_offset + seg.length);
+    const int64_t at = seg.bucket_offset - lo;
+    const Tensor grad = bucket.shard_grad.slice(at, at + seg.length);
+    updater_.update(param, grad, bucket.state[s], p.tensor.dim(), inner_.lr() * p.lr_scale,
+                    p.weight_decay.value_or(default_wd), counts[p.index] + 1, norms[seg.param]);
   }
 }
 
@@ -97,12 +101,14 @@ void ShardedOptimizer::gather_bucket(Bucket& bucket) {
   const int64_t lo = layout_[k].offsets[static_cast<size_t>(rank_)];
   // In place: the input is this rank's own slot of the output, which Kolo's backends allow
   // (backends copy a rank's block only when it is elsewhere; MPI's runs as MPI_IN_PLACE).
+  // For CUDA parameters both are device memory, and the view's ready event orders the gather
+  // after the update kernels.
   const int64_t count = layout_[k].counts[static_cast<size_t>(rank_)];
   void* out = bucket.params.raw_data();
-  bucket.gather =
-      allgather_async(bucket.name + ".params", view_of(f32(bucket.params) + lo, {count}),
-                      {.allocator = [out](const std::vector<int64_t>&, DataType) { return out; },
-                       .process_set = options_.distributed.process_set});
+  bucket.gather = allgather_async(
+      bucket.name + ".params", ready_view(bucket.params.slice(lo, lo + count), bucket.gather_ready),
+      {.allocator = [out](const std::vector<int64_t>&, DataType) { return out; },
+       .process_set = options_.distributed.process_set});
 }
 
 Status ShardedOptimizer::finish_gathers() {
@@ -122,6 +128,8 @@ void ShardedOptimizer::reset_step() {
     bucket.submitted = false;
     bucket.reduce = Handle();
     bucket.gather = Handle();
+    bucket.reduce_ready.reset();  // the handles completed: Kolo no longer reads the events
+    bucket.gather_ready.reset();
   }
   count_handle_ = Handle();
   local_samples_ = 0;

@@ -133,6 +133,47 @@ TEST_F(ShardedTrainingTest, CompressedShardsMatchCompressedDataParallel) {
   }
 }
 
+// ---- CUDA parameters (skipped without a GPU; listed in scripts/gpu-check.sh) -----------------
+
+// Stages 1 and 2 with CUDA parameters on 2 ranks, against the unsharded one-rank run on the GPU
+// (as the CPU tests above; --hidden 15 makes a bucket of 79 elements, shards of 40 and 39), and
+// bf16 compression against DistributedOptimizer on the GPU. `env` picks the GPU operations:
+// the nccl backend (one GPU per rank) or tcp through host staging.
+void cuda_matches_unsharded(ShardedTrainingTest& t, const std::string& env, int need_gpus) {
+  const std::string cuda = "--device cuda --need-gpus " + std::to_string(need_gpus) + " ";
+  const kolo::testing::ProcessRun probe = t.run(1, cuda + "--stage 0 --steps 1");
+  if (probe.output.find("no CUDA device") != std::string::npos)
+    GTEST_SKIP() << probe.output;  // says how many GPUs are visible and needed
+  auto launch = [&](int np, const std::string& args) {
+    const kolo::testing::ProcessRun r = t.run(np, cuda + args, env);
+    ASSERT_EQ(r.exit_code, 0) << env << " " << args << "\n" << r.output;
+  };
+  for (const std::string args :
+       {"--optimizer sgd", "--optimizer adam", "--optimizer lars", "--optimizer adam --clip 0.05",
+        "--optimizer lars --clip 0.05", "--optimizer adam --hidden 15"}) {
+    launch(1, "--stage 0 " + args + " --out " + t.path("ref"));
+    for (int stage : {1, 2}) {
+      launch(2, "--stage " + std::to_string(stage) + " " + args + " --out " + t.path("z"));
+      expect_close(read_params(t.path("z")), read_params(t.path("ref")),
+                   env + " " + args + " stage " + std::to_string(stage));
+    }
+  }
+  const std::string bf16 = "--optimizer adam --steps 8 --compression bf16";
+  launch(2, "--dp " + bf16 + " --out " + t.path("dp"));
+  launch(2, "--stage 2 " + bf16 + " --out " + t.path("z"));
+  expect_close(read_params(t.path("z")), read_params(t.path("dp")), env + " " + bf16);
+}
+
+// Two ranks may share one GPU: their CUDA buffers are staged through the host to tcp.
+TEST_F(ShardedTrainingTest, CudaParametersThroughHostStagingMatchUnsharded) {
+  cuda_matches_unsharded(*this, "KOLO_GPU_OPERATIONS=tcp", 1);
+}
+// One GPU per rank: reducescatter with recv_counts (one ncclReduce per shard) and the in-place
+// allgather on the nccl backend.
+TEST_F(ShardedTrainingTest, CudaParametersOnNcclMatchUnsharded) {
+  cuda_matches_unsharded(*this, "", 2);
+}
+
 TEST_F(ShardedTrainingTest, PassesNoSyncAndOneBucketPerParameterMatchUnsharded) {
   matches_unsharded(*this, "--optimizer adam --passes 2 --steps 8");
   matches_unsharded(*this, "--optimizer sgd --passes 2 --nosync --steps 8");

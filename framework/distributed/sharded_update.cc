@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "framework/optim/adam.h"
+#include "framework/optim/device_update.h"
 #include "framework/optim/lars.h"
 #include "framework/optim/sgd.h"
 #include "framework/optim/update_kernels.h"
@@ -45,9 +46,9 @@ double SliceUpdater::default_weight_decay() const {
   return static_cast<const LARS&>(optimizer_).options().weight_decay;
 }
 
-void SliceUpdater::update(float* param, const float* grad, const std::vector<float*>& state,
-                          int64_t n, int64_t param_dim, double lr, double weight_decay,
-                          int64_t count, const LayerNorms& norms) const {
+void SliceUpdater::update(Tensor& param, const Tensor& grad, std::vector<Tensor>& state,
+                          int64_t param_dim, double lr, double weight_decay, int64_t count,
+                          const LayerNorms& norms) const {
   if (kind_ == Kind::kSgd) {
     const SgdOptions& o = static_cast<const SGD&>(optimizer_).options();
     kernels::SgdArgs a;
@@ -57,7 +58,7 @@ void SliceUpdater::update(float* param, const float* grad, const std::vector<flo
     a.weight_decay = static_cast<float>(weight_decay);
     a.nesterov = o.nesterov;
     a.first = count == 1;
-    kernels::sgd_update(param, grad, state[0], n, a);
+    apply_update(param, grad, state[0], a);
     return;
   }
   if (kind_ == Kind::kAdam) {
@@ -70,7 +71,7 @@ void SliceUpdater::update(float* param, const float* grad, const std::vector<flo
     a.weight_decay = static_cast<float>(weight_decay);
     a.decoupled = optimizer_.name() == "AdamW";
     a.step = count;
-    kernels::adam_update(param, grad, state[0], state[1], n, a);
+    apply_update(param, grad, state[0], state[1], a);
     return;
   }
   // LARS, as LARS::update and LARS::trust_ratio compute it on the whole parameter.
@@ -88,7 +89,7 @@ void SliceUpdater::update(float* param, const float* grad, const std::vector<flo
   a.weight_decay = static_cast<float>(weight_decay);
   a.grad_scale = static_cast<float>(ratio);
   a.first = count == 1;
-  kernels::sgd_update(param, grad, state[0], n, a);
+  apply_update(param, grad, state[0], a);
 }
 
 }  // namespace kolo::fw

@@ -1,7 +1,8 @@
 // The optimizer arithmetic of ZeRO's sharded step: one rank updates a slice of a parameter with
-// the same kernels (update_kernels.h) and hyperparameters as the wrapped optimizer, on its own
-// slice of the optimizer state. The kernels are element-wise, so updating a slice gives the
-// elements the whole-tensor update would give, bit for bit, given the same gradient.
+// the same kernels (update_kernels.h on the CPU, their CUDA twins in update_kernels_cuda.h, both
+// through device_update.h) and hyperparameters as the wrapped optimizer, on its own slice of the
+// optimizer state. The kernels are element-wise, so updating a slice gives the elements the
+// whole-tensor update would give, bit for bit, given the same gradient.
 //
 // LARS' trust ratio and global-norm clipping need norms of tensors that span ranks: the caller
 // sums partial sums of squares over the ranks (one small allreduce) and passes the totals in.
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "framework/optim/optimizer.h"
+#include "framework/tensor.h"
 
 namespace kolo::fw {
 
@@ -41,12 +43,13 @@ class SliceUpdater {
   // Whether update() needs LayerNorms (LARS).
   bool needs_layer_norms() const { return kind_ == Kind::kLars; }
 
-  // Updates n elements of a parameter of `param_dim` dimensions. `state` holds one pointer per
-  // slot, each to n floats; lr and weight_decay are the parameter's group's; count its 1-based
-  // update number. Buffers are the caller's and must not overlap.
-  void update(float* param, const float* grad, const std::vector<float*>& state, int64_t n,
-              int64_t param_dim, double lr, double weight_decay, int64_t count,
-              const LayerNorms& norms) const;
+  // Updates a slice of a parameter of `param_dim` dimensions: `param`, `grad` and each of
+  // `state` (one tensor per slot) are float32 tensors of the same numel on one device (views of
+  // the caller's buffers, which must not overlap), CPU or CUDA: device_update.h runs the
+  // wrapped optimizer's kernel there (kolo::Error(Unsupported) for another device). lr and
+  // weight_decay are the parameter's group's; count its 1-based update number.
+  void update(Tensor& param, const Tensor& grad, std::vector<Tensor>& state, int64_t param_dim,
+              double lr, double weight_decay, int64_t count, const LayerNorms& norms) const;
 
  private:
   enum class Kind { kSgd, kAdam, kLars };

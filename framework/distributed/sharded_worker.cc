@@ -24,6 +24,11 @@
 //   --save-at K --ckpt P   save_sharded_checkpoint(P) after K steps (training goes on).
 //   --resume-from-shards S --ckpt P   load_sharded_checkpoint(P, S) first; continue from its step.
 //   --consolidate C        consolidate_checkpoint(C) at the end.
+//   --device cuda  the model and the batches on cuda:<local rank mod GPUs> (several ranks may
+//                  share one GPU: KOLO_GPU_OPERATIONS=tcp stages through the host); without a
+//                  CUDA device it prints "no CUDA device" and exits 4 (the test then skips).
+//   --need-gpus N  with --device cuda: likewise when fewer than N GPUs are visible (one per rank
+//                  on the nccl backend).
 //   --resume-unsharded C   load_checkpoint(C) (--stage 0) or load_unsharded_checkpoint(C)
 //                          (stages 1, 2) first; continue from its step.
 // A failed load prints "checkpoint failed: <status>", then "state unchanged" when the
@@ -71,7 +76,9 @@ struct Args {
   std::string compression = "none";  // --compression none|fp16|bf16
   bool data_parallel = false;        // --dp: DistributedOptimizer on every rank (the reference)
   bool on_set = false;               // --on-set: ranks 1..P-1 train on a process set; rank 0 idles
-  int hidden = 16;  // --hidden: another model (the checkpoint tests' "different model")
+  int hidden = 16;    // --hidden: another model (the checkpoint tests' "different model")
+  bool cuda = false;  // --device cuda
+  int need_gpus = 1;  // --need-gpus
   std::string out;
   std::string ckpt;         // --save-at / --resume: the sharded checkpoint's path
   int save_at = -1;         // save a sharded checkpoint after this many steps
@@ -129,6 +136,10 @@ Args parse(int argc, char** argv) {
       a.rank1_stage = std::stoi(value());
     else if (flag == "--out")
       a.out = value();
+    else if (flag == "--device")
+      a.cuda = value() == "cuda";
+    else if (flag == "--need-gpus")
+      a.need_gpus = std::stoi(value());
     else
       die("unknown flag " + flag);
   }
@@ -152,6 +163,7 @@ std::vector<int> shares(int world) {
 
 struct Model {
   fw::Tensor w1, b1, w2, b2;
+  kolo::Device device = kolo::Device::cpu();  // of the parameters and the batches
   fw::NamedTensors named() const {
     return {{"fc1.weight", w1}, {"fc1.bias", b1}, {"fc2.weight", w2}, {"fc2.bias", b2}};
   }
@@ -160,19 +172,24 @@ struct Model {
   }
 };
 
-Model make_model(int hidden) {
+// Drawn on the CPU (the same values whatever the device), then moved to `device`.
+Model make_model(int hidden, kolo::Device device) {
   fw::Generator gen(7);
   Model m;
+  m.device = device;
   m.w1 = fw::Tensor::randn({hidden, kFeatures}, 0.f, 0.4f, &gen);
   m.b1 = fw::Tensor::randn({hidden}, 0.f, 0.1f, &gen);
   m.w2 = fw::Tensor::randn({kClasses, hidden}, 0.f, 0.4f, &gen);
   m.b2 = fw::Tensor::randn({kClasses}, 0.f, 0.1f, &gen);
-  for (auto* t : {&m.w1, &m.b1, &m.w2, &m.b2}) t->set_requires_grad(true);
+  for (auto* t : {&m.w1, &m.b1, &m.w2, &m.b2}) {
+    *t = t->to(device);
+    t->set_requires_grad(true);
+  }
   return m;
 }
 
 // Rows [begin, begin + n) of the data set, wrapping around.
-void batch(int begin, int n, fw::Tensor* x, fw::Tensor* y) {
+void batch(int begin, int n, fw::Tensor* x, fw::Tensor* y, kolo::Device device) {
   static const fw::Tensor all_x = [] {
     fw::Generator gen(123);
     return fw::Tensor::randn({kSamples, kFeatures}, 0.f, 1.f, &gen);
@@ -185,8 +202,8 @@ void batch(int begin, int n, fw::Tensor* x, fw::Tensor* y) {
     xs.insert(xs.end(), data + row * kFeatures, data + (row + 1) * kFeatures);
     ys.push_back((row * 7) % kClasses);
   }
-  *x = fw::Tensor::from_vector(xs, {n, kFeatures});
-  *y = fw::Tensor::from_labels(ys);
+  *x = fw::Tensor::from_vector(xs, {n, kFeatures}, device);
+  *y = fw::Tensor::from_labels(ys, device);
 }
 
 std::unique_ptr<fw::Optimizer> make_optimizer(const std::string& kind, const Model& m) {
@@ -229,7 +246,7 @@ void run_data_parallel(const Args& a, Model& m, fw::Optimizer& inner, int rank, 
   for (int step = 0; step < a.steps; ++step) {
     opt.zero_grad();
     fw::Tensor x, y;
-    batch(step * kGlobalBatch + begin, share[rank], &x, &y);
+    batch(step * kGlobalBatch + begin, share[rank], &x, &y, m.device);
     opt.set_local_batch_size(share[rank]);
     m.loss(x, y).backward();
     opt.step();
@@ -256,7 +273,7 @@ void run_reference(const Args& a, Model& m, fw::Optimizer& opt) {
     opt.zero_grad();
     for (int pass = 0; pass < a.passes; ++pass) {
       fw::Tensor x, y;
-      batch(step * kGlobalBatch + pass * per_pass, per_pass, &x, &y);
+      batch(step * kGlobalBatch + pass * per_pass, per_pass, &x, &y, m.device);
       m.loss(x, y).backward();
     }
     std::vector<fw::Tensor> params = opt.parameters();
@@ -317,7 +334,7 @@ void run_sharded(const Args& a, Model& m, fw::ShardedOptimizer& opt, int rank, i
     opt.zero_grad();
     for (int pass = 0; pass < a.passes; ++pass) {
       fw::Tensor x, y;
-      batch(step * kGlobalBatch + begin + pass * per_pass, per_pass, &x, &y);
+      batch(step * kGlobalBatch + begin + pass * per_pass, per_pass, &x, &y, m.device);
       if (a.nosync && pass + 1 < a.passes) {
         fw::ShardedNoSyncScope scope = opt.no_sync();
         opt.set_local_batch_size(per_pass);
@@ -336,9 +353,17 @@ void run_sharded(const Args& a, Model& m, fw::ShardedOptimizer& opt, int rank, i
 
 int main(int argc, char** argv) try {
   const Args a = parse(argc, argv);
+  if (a.cuda && fw::cuda_device_count() < a.need_gpus) {
+    std::printf("sharded_worker: no CUDA device to run on (%d visible, --need-gpus %d)\n",
+                fw::cuda_device_count(), a.need_gpus);
+    return 4;
+  }
   if (kolo::Status s = kolo::init(); !s.ok()) die("init: " + s.to_string());
   const int rank = kolo::rank(), world = kolo::size();
-  Model m = make_model(a.hidden);
+  const kolo::Device device = a.cuda
+                                  ? kolo::Device::cuda(kolo::local_rank() % fw::cuda_device_count())
+                                  : kolo::Device::cpu();
+  Model m = make_model(a.hidden, device);
   std::unique_ptr<fw::Optimizer> inner = make_optimizer(a.optimizer, m);
   if (a.stage == 0) {
     if (world != 1) die("--stage 0 is the one-rank reference");
@@ -372,7 +397,8 @@ int main(int argc, char** argv) try {
     run_sharded(a, m, opt, shard_rank, shard_world);
     if (a.on_set && shard_rank == 0 && !a.out.empty()) write_params(a.out, m);
     const fw::ShardMemory mem = opt.memory();
-    const int64_t state_peak = fw::memory_stats().peak_of(fw::MemoryCategory::kOptimizerState);
+    const int64_t state_peak =
+        fw::memory_stats(device.kind).peak_of(fw::MemoryCategory::kOptimizerState);
     std::printf("memory state=%lld grads=%lld comm=%lld peak_comm=%lld allocator_state_peak=%lld\n",
                 static_cast<long long>(mem.current.optimizer_state),
                 static_cast<long long>(mem.current.gradients),
