@@ -399,6 +399,76 @@ TEST(DeviceBackendTest, AGpuOperationsSpansEndWhenTheDeviceFinishedIt) {
   EXPECT_EQ(op->at("tid"), gpu->at("tid"));
 }
 
+// Issue 32 (Note [Device spans per batch] in executor_device.cc): a fused batch on a device
+// backend records its phases once, on its first tensor's operation, with the batch's tensor
+// count; every tensor's operation span is still there, with its own args, and ends when the
+// device finished the batch, after the device span.
+TEST(DeviceBackendTest, AFusedDeviceBatchRecordsOneDeviceSpanAndEveryTensorsOperation) {
+  const std::string trace =
+      ::testing::TempDir() + "device_batch_" + std::to_string(::getpid()) + ".json";
+  std::unique_ptr<Backend> local = make_local_backend("local");
+  FakeDeviceBackend fake;
+  fake.fuse_pieces();
+  Timeline timeline;
+  ASSERT_TRUE(timeline.start(trace, 0).ok());
+  Executor executor(*local, timeline, "", &fake);
+  std::vector<float> a(3, 1.0f), b(5, 2.0f), c(2, 3.0f);
+  std::vector<std::unique_ptr<Entry>> entries;
+  std::vector<Response> responses(3);
+  const std::vector<std::pair<std::string, std::vector<float>*>> tensors = {
+      {"a", &a}, {"b", &b}, {"c", &c}};
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    auto& [name, v] = tensors[i];
+    entries.push_back(on_cuda(build_allreduce(name, host_view(*v), host_view(*v), {})));
+    entries.back()->trace_kind = "ALLREDUCE";
+    entries.back()->trace = timeline.begin_op(name, "ALLREDUCE");
+    responses[i].name = name;
+    responses[i].shapes = {{static_cast<int64_t>(v->size())}};
+    responses[i].device = Device::cuda(0);
+  }
+  std::vector<BatchItem> batch;
+  for (size_t i = 0; i < entries.size(); ++i) batch.push_back({&responses[i], entries[i].get()});
+  ASSERT_TRUE(executor.run(batch).ok());
+  for (auto& e : entries) ASSERT_TRUE(Handle(e->state).wait(std::chrono::seconds(20)).ok());
+  timeline.stop();
+  std::ifstream in(trace);
+  const nlohmann::json events = nlohmann::json::parse(in);
+  std::remove(trace.c_str());
+  std::map<int, std::string> rows;
+  std::map<std::string, nlohmann::json> ops;
+  std::vector<nlohmann::json> device, waits;
+  for (const auto& e : events) {
+    if (e.at("ph") == "M" && e.at("name") == "thread_name")
+      rows[e.at("tid")] = e.at("args").at("name");
+    if (e.at("ph") != "X") continue;
+    if (e.at("name") == "ALLREDUCE") ops[rows.at(e.at("tid"))] = e;
+    if (e.at("name") == "FAKEGPU_ALLREDUCE") device.push_back(e);
+    if (e.at("name") == "WAIT_FOR_DATA") waits.push_back(e);
+  }
+  const std::vector<std::string> log = fake.log();
+  EXPECT_EQ(std::count(log.begin(), log.end(), "allreduce_pieces 3"), 1);
+  ASSERT_EQ(device.size(), 1u) << events.dump();
+  ASSERT_EQ(waits.size(), 1u) << events.dump();
+  EXPECT_EQ(rows.at(device[0].at("tid")), "a");
+  EXPECT_EQ(device[0].at("args").at("tensors"), 3);
+  EXPECT_GE(device[0].at("dur").get<double>(), 20000.0);  // the fake "GPU" works 20 ms
+  ASSERT_EQ(ops.size(), 3u) << events.dump();
+  const double device_end = device[0].at("ts").get<double>() + device[0].at("dur").get<double>();
+  for (const auto& [name, bytes] :
+       std::vector<std::pair<std::string, int>>{{"a", 12}, {"b", 20}, {"c", 8}}) {
+    const nlohmann::json& op = ops[name];
+    EXPECT_EQ(op.at("args"), (nlohmann::json{{"bytes", bytes},
+                                             {"dtype", "float32"},
+                                             {"shape", "[" + std::to_string(bytes / 4) + "]"},
+                                             {"backend", "fakegpu"},
+                                             {"fused", 3},
+                                             {"fused_bytes", 40},
+                                             {"status", "OK"}}))
+        << name;
+    EXPECT_GE(op.at("ts").get<double>() + op.at("dur").get<double>(), device_end) << name;
+  }
+}
+
 // Issue 33: a GPU operation's spans stay open until the device finished it, while its
 // tensor's name is free again at once. The next operation of the name, submitted meanwhile,
 // used to begin on the same row and overlap the first; now it goes on the sibling row "x (2)"

@@ -129,6 +129,10 @@ confirms=(
   "nccl_test NcclDeathTest.DestroyedOnAThreadThatDoesNotOwnItsOpenGroupItStopsTheProcess"  # s8 #3
   "nccl_test NcclOneRankTest.AnAbortInsideAnOperationEndsItsGroupWithoutItsPostWork"   # s8 #4
   "nccl_test BatchedCopyTest.AlignedPiecesOfOddFloat16CountsCopyExactly"  # s8 #5: padded pieces
+  "nccl_test NcclOneRankTest.AllgatherBroadcastAlltoallReducescatterBarrier"  # issue 32 #2: empty
+  "nccl_test NcclOneRankTest.EmptyTensorsCompleteWithoutNccl"  # issue 32 #2: every op, fused, in op
+  "nccl_test NcclTwoRankTest.EmptyBlocksOfOneRankBesideTheOthersData"  # issue 32 #2; 2 GPUs
+  "coordinator_cuda CudaRuntimeTest.AFusedNcclBatchHasOneDeviceSpanAndEveryTensorsOperation"  # 32 #4
 )
 for entry in "${confirms[@]}"; do
   read -r log test <<<"$entry"
