@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "backends/local_backend.h"
@@ -292,6 +293,54 @@ TEST_F(CudaRuntimeTest, ANcclOperationsSpansEndWhenTheGpuFinishedIt) {
   EXPECT_EQ(t.download<float>(1)[0], 1.0f);  // one rank: the sum is the input
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
+}
+
+// Issue 32 (Note [Device spans per batch] in executor_device.cc): a fused batch of CUDA tensors
+// on nccl records its NCCL_ALLREDUCE span once, with the batch's tensor count; each tensor keeps
+// its ALLREDUCE span. Whether the three are fused depends on the cycle they land in, so the
+// device spans' counts must add up to the three tensors, whatever the cut.
+TEST_F(CudaRuntimeTest, AFusedNcclBatchHasOneDeviceSpanAndEveryTensorsOperation) {
+  BackendContext one;  // rank 0 of 1: no store
+  one.knobs = &KnobSet::defaults();
+  one.connect_timeout = std::chrono::milliseconds(60000);
+  one.op_timeout = std::chrono::milliseconds(60000);
+  Result<std::unique_ptr<Backend>> nccl = create_backend("nccl", one);
+  if (!nccl.ok()) GTEST_SKIP() << "no nccl backend here: " << nccl.status().to_string();
+  auto rt = Runtime::create(testkit::test_config(), Topology{}, make_local_backend("local"),
+                            make_local_backend("control"), std::move(*nccl));
+  ASSERT_TRUE(rt.ok()) << rt.status().to_string();
+  const std::string trace =
+      ::testing::TempDir() + "nccl_batch_" + std::to_string(::getpid()) + ".json";
+  ASSERT_TRUE((*rt)->timeline().start(trace, 0).ok());
+  std::vector<std::unique_ptr<DeviceBuffer>> buffers;
+  std::vector<Handle> handles;
+  for (const char* name : {"a", "b", "c"}) {
+    buffers.push_back(std::make_unique<DeviceBuffer>(1024 * sizeof(float)));
+    buffers.back()->upload(std::vector<float>(1024, 2.0f));
+    TensorView v = cuda_view(buffers.back()->data(), {1024});
+    handles.push_back(submit(**rt, build_allreduce(name, v, v, {})));
+  }
+  for (Handle& h : handles) ASSERT_TRUE(h.wait().ok()) << h.wait().to_string();
+  (*rt)->timeline().stop();
+  std::ifstream in(trace);
+  const nlohmann::json events = nlohmann::json::parse(in);
+  std::remove(trace.c_str());
+  int ops = 0, tensors = 0, device_spans = 0;
+  for (const auto& e : events) {
+    if (e.at("ph") != "X") continue;
+    if (e.at("name") == "ALLREDUCE") {
+      ++ops;
+      EXPECT_EQ(e.at("args").at("status"), "OK") << e.dump();
+    }
+    if (e.at("name") == "NCCL_ALLREDUCE") {
+      ++device_spans;
+      tensors += e.at("args").at("tensors").get<int>();
+    }
+  }
+  EXPECT_EQ(ops, 3) << events.dump();
+  EXPECT_EQ(tensors, 3) << events.dump();
+  EXPECT_LE(device_spans, 3);
+  for (auto& b : buffers) EXPECT_EQ(b->download<float>(1)[0], 2.0f);  // one rank: the input
 }
 
 #endif  // KOLO_HAVE_CUDA

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <fstream>
@@ -399,6 +400,76 @@ TEST(DeviceBackendTest, AGpuOperationsSpansEndWhenTheDeviceFinishedIt) {
   EXPECT_EQ(op->at("tid"), gpu->at("tid"));
 }
 
+// Issue 32 (Note [Device spans per batch] in executor_device.cc): a fused batch on a device
+// backend records its phases once, on its first tensor's operation, with the batch's tensor
+// count; every tensor's operation span is still there, with its own args, and ends when the
+// device finished the batch, after the device span.
+TEST(DeviceBackendTest, AFusedDeviceBatchRecordsOneDeviceSpanAndEveryTensorsOperation) {
+  const std::string trace =
+      ::testing::TempDir() + "device_batch_" + std::to_string(::getpid()) + ".json";
+  std::unique_ptr<Backend> local = make_local_backend("local");
+  FakeDeviceBackend fake;
+  fake.fuse_pieces();
+  Timeline timeline;
+  ASSERT_TRUE(timeline.start(trace, 0).ok());
+  Executor executor(*local, timeline, "", &fake);
+  std::vector<float> a(3, 1.0f), b(5, 2.0f), c(2, 3.0f);
+  std::vector<std::unique_ptr<Entry>> entries;
+  std::vector<Response> responses(3);
+  const std::vector<std::pair<std::string, std::vector<float>*>> tensors = {
+      {"a", &a}, {"b", &b}, {"c", &c}};
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    auto& [name, v] = tensors[i];
+    entries.push_back(on_cuda(build_allreduce(name, host_view(*v), host_view(*v), {})));
+    entries.back()->trace_kind = "ALLREDUCE";
+    entries.back()->trace = timeline.begin_op(name, "ALLREDUCE");
+    responses[i].name = name;
+    responses[i].shapes = {{static_cast<int64_t>(v->size())}};
+    responses[i].device = Device::cuda(0);
+  }
+  std::vector<BatchItem> batch;
+  for (size_t i = 0; i < entries.size(); ++i) batch.push_back({&responses[i], entries[i].get()});
+  ASSERT_TRUE(executor.run(batch).ok());
+  for (auto& e : entries) ASSERT_TRUE(Handle(e->state).wait(std::chrono::seconds(20)).ok());
+  timeline.stop();
+  std::ifstream in(trace);
+  const nlohmann::json events = nlohmann::json::parse(in);
+  std::remove(trace.c_str());
+  std::map<int, std::string> rows;
+  std::map<std::string, nlohmann::json> ops;
+  std::vector<nlohmann::json> device, waits;
+  for (const auto& e : events) {
+    if (e.at("ph") == "M" && e.at("name") == "thread_name")
+      rows[e.at("tid")] = e.at("args").at("name");
+    if (e.at("ph") != "X") continue;
+    if (e.at("name") == "ALLREDUCE") ops[rows.at(e.at("tid"))] = e;
+    if (e.at("name") == "FAKEGPU_ALLREDUCE") device.push_back(e);
+    if (e.at("name") == "WAIT_FOR_DATA") waits.push_back(e);
+  }
+  const std::vector<std::string> log = fake.log();
+  EXPECT_EQ(std::count(log.begin(), log.end(), "allreduce_pieces 3"), 1);
+  ASSERT_EQ(device.size(), 1u) << events.dump();
+  ASSERT_EQ(waits.size(), 1u) << events.dump();
+  EXPECT_EQ(rows.at(device[0].at("tid")), "a");
+  EXPECT_EQ(device[0].at("args").at("tensors"), 3);
+  EXPECT_GE(device[0].at("dur").get<double>(), 20000.0);  // the fake "GPU" works 20 ms
+  ASSERT_EQ(ops.size(), 3u) << events.dump();
+  const double device_end = device[0].at("ts").get<double>() + device[0].at("dur").get<double>();
+  for (const auto& [name, bytes] :
+       std::vector<std::pair<std::string, int>>{{"a", 12}, {"b", 20}, {"c", 8}}) {
+    const nlohmann::json& op = ops[name];
+    EXPECT_EQ(op.at("args"), (nlohmann::json{{"bytes", bytes},
+                                             {"dtype", "float32"},
+                                             {"shape", "[" + std::to_string(bytes / 4) + "]"},
+                                             {"backend", "fakegpu"},
+                                             {"fused", 3},
+                                             {"fused_bytes", 40},
+                                             {"status", "OK"}}))
+        << name;
+    EXPECT_GE(op.at("ts").get<double>() + op.at("dur").get<double>(), device_end) << name;
+  }
+}
+
 // Issue 33: a GPU operation's spans stay open until the device finished it, while its
 // tensor's name is free again at once. The next operation of the name, submitted meanwhile,
 // used to begin on the same row and overlap the first; now it goes on the sibling row "x (2)"
@@ -531,6 +602,43 @@ TEST(DeviceBackendTest, AnAllocatorOutputInHostMemoryIsRefusedAndStandsInOnTheDe
       (std::vector<std::string>{"wait_ready allgather 'g'", "wait_ready allgather 'g' (output)",
                                 "stand_in allgather 'g'", "allgather", "fence allgather 'g'"}));
   EXPECT_EQ(host_out, std::vector<float>(4, 0.0f));  // never written
+}
+
+// A measurement, not a check (disabled: run it with --gtest_also_run_disabled_tests): the host
+// cost of the timeline on a device backend's step, without a GPU. ResNet-50's 161 gradient
+// tensors (16 floats each: the data is not the point) are submitted and waited as kolo-bench
+// fusion --device cuda does, on the fake device backend completing each operation inside its
+// fence; the median step with the timeline recording and without is printed. What a GPU step
+// costs on top is the device's; issue 32's 5% goal is confirmed only by kolo-bench fusion
+// --device cuda on a GPU (scripts/gpu-check.sh).
+TEST(DeviceBackendTest, DISABLED_TimelineHostCostOfADeviceStep) {
+  for (const bool traced : {false, true}) {
+    OneRank one;
+    one.fake->fuse_pieces();
+    one.fake->complete_in_fence();
+    const std::string trace =
+        ::testing::TempDir() + "device_step_" + std::to_string(::getpid()) + ".json";
+    if (traced) ASSERT_TRUE(one.runtime->timeline().start(trace, 0).ok());
+    std::vector<std::vector<float>> grads(161, std::vector<float>(16, 1.0f));
+    std::vector<double> us;
+    for (int step = 0; step < 60; ++step) {
+      const auto t0 = std::chrono::steady_clock::now();
+      std::vector<Handle> handles;
+      for (size_t k = grads.size(); k-- > 0;)
+        handles.push_back(one.runtime->submit(on_cuda(build_allreduce(
+            "grad." + std::to_string(k), host_view(grads[k]), host_view(grads[k]), {}))));
+      for (Handle& h : handles) ASSERT_TRUE(h.wait(std::chrono::seconds(20)).ok());
+      if (step >= 10)  // warm-up
+        us.push_back(
+            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+                .count());
+    }
+    if (traced) one.runtime->timeline().stop();
+    std::remove(trace.c_str());
+    std::sort(us.begin(), us.end());
+    std::printf("timeline %s: median step %.0f us (quartiles %.0f, %.0f)\n", traced ? "on " : "off",
+                us[us.size() / 2], us[us.size() / 4], us[3 * us.size() / 4]);
+  }
 }
 
 }  // namespace

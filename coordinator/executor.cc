@@ -51,6 +51,16 @@ std::string Executor::op_span(OpType type) const {
 void Executor::begin(const std::vector<BatchItem>& batch, const std::string& phase,
                      TimelineArgs args) {
   if (!timeline_.active()) return;
+  if (batch_spans_) {
+    const BatchItem* first = nullptr;
+    int tensors = 0;
+    for (const auto& item : batch)
+      if (item.entry && tensors++ == 0) first = &item;
+    if (!first) return;
+    args.emplace_back("tensors", std::to_string(tensors));
+    timeline_.begin(first->entry->trace, phase, std::move(args));
+    return;
+  }
   for (const auto& item : batch)
     if (item.entry) timeline_.begin(item.entry->trace, phase, args);
 }
@@ -60,8 +70,11 @@ void Executor::end(const std::vector<BatchItem>& batch, const Status& status) {
   if (!timeline_.active() || deferred_) return;
   // Only a failed phase says so: the operation's span carries the final status anyway.
   const TimelineArgs args = status.ok() ? TimelineArgs{} : timeline_status_args(status);
-  for (const auto& item : batch)
-    if (item.entry) timeline_.end(item.entry->trace, args);
+  for (const auto& item : batch) {
+    if (!item.entry) continue;
+    timeline_.end(item.entry->trace, args);
+    if (batch_spans_) return;  // begin() opened it in the first entry only
+  }
 }
 
 void Executor::finish(const std::vector<BatchItem>& batch, const Status& outcome) {
@@ -77,9 +90,10 @@ void Executor::finish(const std::vector<BatchItem>& batch, const Status& outcome
   const bool traced = timeline_.active();
   if (traced) {
     const TimelineArgs outcome_args = timeline_status_args(status);
+    const TimelineArgs batch_args = batch_span_args(batch);
     for (const auto& item : batch) {
       if (!item.entry) continue;
-      TimelineArgs args = op_span_args(item, batch);
+      TimelineArgs args = op_span_args(item, batch_args);
       args.insert(args.end(), outcome_args.begin(), outcome_args.end());
       timeline_.end_all(item.entry->trace, {}, args);
     }
@@ -98,17 +112,21 @@ void Executor::finish(const std::vector<BatchItem>& batch, const Status& outcome
   }
 }
 
-TimelineArgs Executor::op_span_args(const BatchItem& item,
-                                    const std::vector<BatchItem>& batch) const {
-  const Response& p = *item.response;
-  TimelineArgs args = operation_args(p.shapes, p.dtype);
-  args.emplace_back("backend", std::string(backend().name()));
-  args.emplace_back("fused", std::to_string(batch.size()));
+TimelineArgs Executor::batch_span_args(const std::vector<BatchItem>& batch) const {
+  TimelineArgs args = {{"backend", std::string(backend().name())},
+                       {"fused", std::to_string(batch.size())}};
   if (batch.size() > 1) {
     uint64_t bytes = 0;
     for (const auto& b : batch) bytes += response_bytes(*b.response);
     args.emplace_back("fused_bytes", std::to_string(bytes));
   }
+  return args;
+}
+
+TimelineArgs Executor::op_span_args(const BatchItem& item, const TimelineArgs& batch_args) {
+  const Response& p = *item.response;
+  TimelineArgs args = operation_args(p.shapes, p.dtype);
+  args.insert(args.end(), batch_args.begin(), batch_args.end());
   return args;
 }
 
@@ -144,6 +162,7 @@ Status Executor::run(const std::vector<BatchItem>& batch) {
   const Response& head = *batch.front().response;
   active_ = gpu_ && head.device.is_cuda() ? gpu_ : &backend_;
   deferred_ = false;
+  batch_spans_ = false;
   fence_status_ = Status::Ok();
   Status st = dispatch(batch);
   // A device operation that could not be launched in full strands the peers like a failed
@@ -162,16 +181,19 @@ Status Executor::dispatch(const std::vector<BatchItem>& batch) {
     finish(batch, error);
     return Status::Ok();
   }
-  // CPU tensors are ready by contract, so this span is empty for them; CUDA tensors' ready
-  // events are waited on by their staging copies (MEMCPY_D2H), on a copy stream.
-  begin(batch, "WAIT_FOR_DATA");
-  end(batch);
   // A batch with no entry here (this rank joined) has nothing for the device: through_host()
   // refuses it on every rank, and there is no handle to fence.
   const bool has_entry =
       std::any_of(batch.begin(), batch.end(), [](const BatchItem& b) { return b.entry; });
-  if (active_ == gpu_ && device_ && has_entry && head.type != OpType::kBarrier &&
-      head.type != OpType::kJoin) {
+  const bool on_device = active_ == gpu_ && device_ && has_entry && head.type != OpType::kBarrier &&
+                         head.type != OpType::kJoin;
+  batch_spans_ = on_device;
+  // CPU tensors are ready by contract, so this span is empty for them; CUDA tensors' ready
+  // events are waited on by their staging copies (MEMCPY_D2H), on a copy stream, or on the
+  // device backend's stream (wait_ready).
+  begin(batch, "WAIT_FOR_DATA");
+  end(batch);
+  if (on_device) {
     KOLO_RETURN_IF_ERROR(prepare_on_device(batch));
     deferred_ = true;  // reset by the next run()
   }

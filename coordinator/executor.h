@@ -141,8 +141,11 @@ class Executor {
   Status reducescatter(const BatchItem& item);
   // The backend op's timeline name, e.g. "TCP_ALLREDUCE".
   std::string op_span(OpType type) const;
+  // Opens the span `phase` in each traced entry's operation; in a device batch (batch_spans_)
+  // in the first entry's only, with "tensors" (the batch's entries) added to its args.
   void begin(const std::vector<BatchItem>& batch, const std::string& phase, TimelineArgs args = {});
-  // Ends the innermost span of each traced entry; a failed `status` is added to its args.
+  // Ends the innermost span of each traced entry (the first's only in a device batch); a failed
+  // `status` is added to its args.
   void end(const std::vector<BatchItem>& batch, const Status& status = Status::Ok());
   // Allocates an output through the entry's allocator or as an owned HostTensor. Returns
   // null (and fails the entry later) when the allocator returns null.
@@ -150,9 +153,12 @@ class Executor {
                         Status& alloc_status);
   // Ends the batch's operations (their spans, then their handles) with `status`.
   void finish(const std::vector<BatchItem>& batch, const Status& status);
+  // The args every operation of `batch` ends with: backend, fused (the operations of `batch`)
+  // and fused_bytes (theirs, when several). Once per batch: per operation it was quadratic.
+  TimelineArgs batch_span_args(const std::vector<BatchItem>& batch) const;
   // The args an operation's span ends with, but the status: bytes, dtype, shape or members,
-  // backend, fused (the operations of `batch`) and fused_bytes (theirs, when several).
-  TimelineArgs op_span_args(const BatchItem& item, const std::vector<BatchItem>& batch) const;
+  // then `batch_args` (batch_span_args of its batch).
+  static TimelineArgs op_span_args(const BatchItem& item, const TimelineArgs& batch_args);
   // The backend of the batch being run: gpu_ for CUDA tensors when there is one.
   Backend& backend() const { return *active_; }
 
@@ -198,8 +204,12 @@ class Executor {
   DeviceBackend* device_ = nullptr;  // gpu_ when it takes CUDA buffers directly
   Backend* active_ = &backend_;      // set by run() for each batch
   bool deferred_ = false;            // the batch runs on device_: finish() fences it
-  Status fence_status_;              // the batch's fence: not OK when it could not launch
-  ops::Workspace fusion_buffer_;     // persistent: grows to the largest batch and stays
+  // The batch runs on device_ (set before its first phase): its phases, the backend's device
+  // span among them, are recorded once per batch, on its first entry's operation (Note
+  // [Device spans per batch] in executor_device.cc).
+  bool batch_spans_ = false;
+  Status fence_status_;           // the batch's fence: not OK when it could not launch
+  ops::Workspace fusion_buffer_;  // persistent: grows to the largest batch and stays
   // Every tensor of `batch` (each item with an entry) as allreduce_pieces takes them, in
   // pieces_ (reused: valid until the next call).
   const std::vector<AllreducePiece>& pieces_of(const std::vector<BatchItem>& batch);

@@ -85,6 +85,7 @@ NcclBackend::~NcclBackend() {
   if (scratch_) release(scratch_, "the scratch buffer");
   if (stand_in_) release(stand_in_, "the stand-in output");
   if (fusion_) release(fusion_, "the fusion buffer");
+  if (empty_) kept_.push_back(empty_);  // cudaMalloc'd: freed with the kept ones below
   if (stream_) {
     // Polled, never cudaStreamSynchronize: a kernel stuck on a peer (finalize timed out before
     // the abort ended it) must not hang the shutdown.
@@ -118,6 +119,8 @@ Status NcclBackend::connect(const BackendContext& ctx) {
                             me + ": creating its stream"));
   KOLO_RETURN_IF_ERROR(cuda(cudaEventCreateWithFlags(&legacy_mark_, cudaEventDisableTiming),
                             me + ": creating its event"));
+  KOLO_RETURN_IF_ERROR(cuda(cudaMalloc(&empty_, kEmptyBufferBytes),
+                            me + ": allocating the stand-in for empty buffers"));
 
   ncclUniqueId id;
   const std::string key = ctx.store_prefix + "/nccl/id";

@@ -30,6 +30,10 @@
 // NCCL min): without them has_allreduce_pieces() is false, the executor calls once per
 // tensor, and the scratch and stand-in buffers are cudaMalloc'd and freed at shutdown.
 //
+// Empty tensors (Note [Empty collectives] in nccl_plan.h): a collective with nothing to move on
+// any rank returns OK without NCCL, the communicator or the stream; where only this rank's part
+// is empty, NCCL gets a small stand-in device buffer of the backend's instead of a null pointer.
+//
 // Completion: fence() records an event; the backend's watchdog thread polls it with
 // cudaEventQuery (no host thread ever blocks on the GPU), polls ncclCommGetAsyncError, and
 // aborts the communicator (ncclCommAbort) when NCCL reports an error, when the oldest pending

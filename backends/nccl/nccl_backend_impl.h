@@ -38,6 +38,9 @@ constexpr auto kPollInterval = std::chrono::microseconds(100);
 constexpr auto kSpinFor = std::chrono::microseconds(200);
 // How often a shutdown that waits for GPU work looks for a peer's abort notice in the store.
 constexpr auto kNoticeInterval = std::chrono::milliseconds(200);
+// The stand-in for an empty buffer (Note [Empty collectives]): NCCL never touches it, it only
+// needs a valid device pointer; 256 bytes is cudaMalloc's alignment, the least it hands out.
+constexpr size_t kEmptyBufferBytes = 256;
 
 // Yields while `start` is recent, sleeps a poll interval after.
 inline void backoff(Clock::time_point start) {
@@ -122,6 +125,13 @@ class NcclBackend final : public DeviceBackend {
   // success (or InProgress) is an error, returned without aborting (abort needs comm_mu_).
   static Status group_call(ncclResult_t r, const std::string& what) {
     return r == ncclSuccess || r == ncclInProgress ? Status::Ok() : nccl_status(r, what);
+  }
+  // A collective with nothing to move on any rank (Note [Empty collectives], nccl_plan.h):
+  // OK without NCCL, the communicator, a group or the stream; once the backend failed, that
+  // failure (every later call returns it, device_backend.h).
+  Status nothing_to_move(const std::string& what) const {
+    Status failed = pending_.failure();
+    return failed.ok() ? failed : failed.with_context(what);
   }
   // Makes stream_ wait for the work queued so far on the legacy default stream (once per
   // operation: one mark covers every tensor of it).
@@ -250,6 +260,9 @@ class NcclBackend final : public DeviceBackend {
   // Set by connect(), constant after it.
   bool pools_ = false;       // stream-ordered allocation on every rank's GPU (agree_on_pools)
   int multiprocessors_ = 1;  // the GPU's SM count: the batched copy's grid
+  // The stand-in for this rank's empty buffer in a collective that is not empty (Note [Empty
+  // collectives]): never read or written; cudaMalloc'd by connect(), freed by the destructor.
+  void* empty_ = nullptr;
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
   void* stand_in_ = nullptr;

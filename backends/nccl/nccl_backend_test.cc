@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <thread>
 #include <type_traits>
@@ -20,6 +21,7 @@
 #include "backends/nccl/nccl_kernels.h"
 #include "backends/registry.h"
 #include "ops/reduce.h"
+#include "rendezvous/memory_store.h"
 
 namespace kolo {
 namespace {
@@ -267,6 +269,121 @@ TEST_F(NcclOneRankTest, AllgatherBroadcastAlltoallReducescatterBarrier) {
   // Zero elements are valid everywhere.
   EXPECT_TRUE(backend_->allreduce(nullptr, nullptr, 0, DataType::kFloat32, {}).ok());
   EXPECT_TRUE(backend_->allgather(nullptr, nullptr, DataType::kFloat32, {0}).ok());
+}
+
+// Note [Empty collectives] (nccl_plan.h): nothing to move is OK with no NCCL call. This binary
+// sets NCCL_CHECK_POINTERS=1, so a null pointer that reached NCCL would be refused and abort the
+// communicator: failure() staying OK and the real allreduce after show that none did.
+TEST_F(NcclOneRankTest, EmptyTensorsCompleteWithoutNccl) {
+  const Reduction sum{ReduceOp::kSum, 1.0, 1.0};
+  auto empties = [&](const std::string& where) {
+    EXPECT_TRUE(backend_->allreduce(nullptr, nullptr, 0, DataType::kFloat32, sum).ok()) << where;
+    EXPECT_TRUE(backend_->allgather(nullptr, nullptr, DataType::kFloat32, {0}).ok()) << where;
+    EXPECT_TRUE(backend_->broadcast(nullptr, 0, DataType::kFloat32, 0).ok()) << where;
+    EXPECT_TRUE(backend_->alltoall(nullptr, nullptr, DataType::kFloat32, {0}, {0}).ok()) << where;
+    EXPECT_TRUE(
+        backend_
+            ->reducescatter(nullptr, nullptr, DataType::kFloat32, {ReduceOp::kSum, 2.0, 1.0}, {0})
+            .ok())
+        << where;
+    // A fused batch of empty tensors only (the device fusion buffer's path) and of one.
+    EXPECT_TRUE(backend_
+                    ->allreduce_pieces({{nullptr, nullptr, 0}, {nullptr, nullptr, 0}},
+                                       DataType::kFloat32, sum)
+                    .ok())
+        << where;
+    EXPECT_TRUE(backend_->allreduce_pieces({{nullptr, nullptr, 0}}, DataType::kFloat32, sum).ok())
+        << where;
+  };
+  empties("blocking");
+  // Inside an operation (wait_ready on an empty tensor passes null, as the executor does).
+  ASSERT_TRUE(device_->wait_ready(Device::cuda(0), nullptr, nullptr, "allreduce 'e'").ok());
+  empties("in an operation");
+  EXPECT_TRUE(fence_and_wait(*device_, "allreduce 'e'").ok());
+  ASSERT_TRUE(device_->failure().ok()) << device_->failure().to_string();
+  // Empty pieces (null pointers) between full ones: only the full ones move, through the
+  // fusion buffer when there is one.
+  const std::vector<float> x = iota(1000);
+  DeviceArray<float> a(x), b(x), out_b(std::vector<float>(x.size(), -1));
+  const std::vector<AllreducePiece> pieces = {{nullptr, nullptr, 0},
+                                              {a.data, a.data, 1000},
+                                              {nullptr, nullptr, 0},
+                                              {b.data, out_b.data, 1000},
+                                              {nullptr, nullptr, 0}};
+  ASSERT_TRUE(
+      backend_->allreduce_pieces(pieces, DataType::kFloat32, {ReduceOp::kSum, 1.0, 3.0}).ok());
+  std::vector<float> got_a = a.get(), got_b = out_b.get();
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(got_a[i], 3 * x[i]) << i;
+    ASSERT_EQ(got_b[i], 3 * x[i]) << i;
+  }
+  EXPECT_EQ(b.get(), x);  // out of place: the input is untouched
+  ASSERT_TRUE(device_->failure().ok()) << device_->failure().to_string();
+}
+
+// Two ranks, one GPU each (threads of this process sharing a MemoryStore), where some ranks'
+// blocks are empty and others' are not: NCCL gets the stand-in for the empty buffers (Note
+// [Empty collectives]), never null, and the others' data moves exactly. Skips below 2 GPUs.
+TEST(NcclTwoRankTest, EmptyBlocksOfOneRankBesideTheOthersData) {
+  if (visible_gpus() < 2)
+    GTEST_SKIP() << "needs two visible GPUs (one per rank; NCCL refuses two ranks on one)";
+  MemoryStore store;
+  std::vector<std::unique_ptr<Backend>> backends(2);
+  std::vector<std::thread> connect;
+  for (int r = 0; r < 2; ++r)
+    connect.emplace_back([&, r] {
+      BackendContext ctx = one_rank();
+      ctx.rank = ctx.local_rank = r;
+      ctx.size = ctx.local_size = 2;
+      ctx.store = &store;
+      ctx.store_prefix = "empty-blocks";
+      Result<std::unique_ptr<Backend>> b = create_backend("nccl", ctx);
+      EXPECT_TRUE(b.ok()) << b.status().to_string();
+      if (b.ok()) backends[r] = std::move(*b);
+    });
+  for (auto& t : connect) t.join();
+  ASSERT_TRUE(backends[0] && backends[1]);
+  // Each rank on its own thread, its own GPU current (the collectives are blocking).
+  auto on_both = [&](const std::function<void(int, Backend&)>& f) {
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < 2; ++r)
+      ranks.emplace_back([&, r] {
+        ASSERT_EQ(cudaSetDevice(r), cudaSuccess);
+        f(r, *backends[r]);
+      });
+    for (auto& t : ranks) t.join();
+  };
+  on_both([](int r, Backend& b) {
+    // allgather: rank 0 contributes nothing (null input), rank 1 four elements.
+    DeviceArray<float> in(r == 1 ? iota(4) : std::vector<float>{});
+    DeviceArray<float> out(std::vector<float>(4, -1));
+    ASSERT_TRUE(b.allgather(r == 1 ? in.data : nullptr, out.data, DataType::kFloat32, {0, 4}).ok());
+    EXPECT_EQ(out.get(), iota(4)) << "rank " << r;
+    // alltoall: rank 0 sends 3 to rank 1 and receives nothing (null output).
+    DeviceArray<float> send(r == 0 ? iota(3, 10) : std::vector<float>{});
+    DeviceArray<float> recv(std::vector<float>(3, -1));
+    const std::vector<int64_t> sc =
+        r == 0 ? std::vector<int64_t>{0, 3} : std::vector<int64_t>{0, 0};
+    const std::vector<int64_t> rc =
+        r == 0 ? std::vector<int64_t>{0, 0} : std::vector<int64_t>{3, 0};
+    ASSERT_TRUE(b.alltoall(r == 0 ? send.data : nullptr, r == 1 ? recv.data : nullptr,
+                           DataType::kFloat32, sc, rc)
+                    .ok());
+    if (r == 1) EXPECT_EQ(recv.get(), iota(3, 10));
+    // reducescatter: rank 0's block is empty (null output), rank 1's is the sum of 5.
+    DeviceArray<float> rs_in(iota(5)), rs_out(std::vector<float>(5, -1));
+    ASSERT_TRUE(b.reducescatter(rs_in.data, r == 1 ? rs_out.data : nullptr, DataType::kFloat32,
+                                {ReduceOp::kSum, 1.0, 1.0}, {0, 5})
+                    .ok());
+    if (r == 1) {
+      std::vector<float> want = iota(5);
+      for (float& v : want) v *= 2;
+      EXPECT_EQ(rs_out.get(), want);
+    }
+    EXPECT_TRUE(dynamic_cast<DeviceBackend&>(b).failure().ok());
+  });
+  // Shut down together: a communicator's finalize may wait for its peer's.
+  on_both([&](int r, Backend&) { backends[r].reset(); });
 }
 
 TEST_F(NcclOneRankTest, AsyncProtocolWaitsForTheReadyEventAndCompletesThroughTheFence) {

@@ -4,14 +4,13 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
-#include <algorithm>
-#include <numeric>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "backends/nccl/nccl_backend_impl.h"
 #include "backends/nccl/nccl_kernels.h"
+#include "backends/nccl/nccl_plan.h"
 #include "kolo/units.h"
 
 namespace kolo::nccl {
@@ -123,6 +122,7 @@ Status NcclBackend::do_allreduce(const void* input, void* output, int64_t count,
                                  const Reduction& reduction) {
   const std::string what = "nccl allreduce";
   KOLO_RETURN_IF_ERROR(int16_reduction_unsupported(dtype, what));
+  if (plan_allreduce(count).empty) return nothing_to_move(what);
   std::optional<DeviceGuard> guard;
   KOLO_RETURN_IF_ERROR(enter("allreduce", guard));
   KOLO_RETURN_IF_ERROR(reduce(input, output, count, dtype, reduction, what));
@@ -155,6 +155,8 @@ Status NcclBackend::do_allreduce_pieces(const std::vector<AllreducePiece>& piece
     return do_allreduce(pieces[0].input, pieces[0].output, pieces[0].count, dtype, reduction);
   const std::string what = "nccl allreduce of " + std::to_string(pieces.size()) + " tensors";
   KOLO_RETURN_IF_ERROR(int16_reduction_unsupported(dtype, what));
+  // Empty pieces are skipped below (no copy, no space in the buffer); all of them: no call.
+  if (plan_allreduce_pieces(pieces).empty) return nothing_to_move(what);
   std::optional<DeviceGuard> guard;
   KOLO_RETURN_IF_ERROR(enter("allreduce", guard));
   // Every piece starts 16-byte aligned in the buffer, so that the batched copy moves 16-byte
@@ -241,11 +243,13 @@ Status NcclBackend::exchange(const void* input, void* output, DataType dtype,
 Status NcclBackend::do_allgather(const void* input, void* output, DataType dtype,
                                  const std::vector<int64_t>& counts) {
   const std::string what = "nccl allgather";
+  const RankPart part = plan_allgather(counts, rank_);
+  if (part.empty) return nothing_to_move(what);
   std::optional<DeviceGuard> guard;
   KOLO_RETURN_IF_ERROR(enter("allgather", guard));
-  const bool equal =
-      std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts[0]; });
-  if (equal) {
+  // This rank's block may be empty while the others' are not: never a null pointer to NCCL.
+  input = buffer_or<const void>(input, part.input, empty_);
+  if (part.equal) {
     // ncclAllGather is in place when input is this rank's slot of output.
     KOLO_RETURN_IF_ERROR(nccl_call(
         [&](ncclComm_t c) {
@@ -264,6 +268,7 @@ Status NcclBackend::do_allgather(const void* input, void* output, DataType dtype
 
 Status NcclBackend::do_broadcast(void* data, int64_t count, DataType dtype, int root) {
   const std::string what = "nccl broadcast";
+  if (plan_allreduce(count).empty) return nothing_to_move(what);
   std::optional<DeviceGuard> guard;
   KOLO_RETURN_IF_ERROR(enter("broadcast", guard));
   KOLO_RETURN_IF_ERROR(nccl_call(
@@ -279,8 +284,12 @@ Status NcclBackend::do_alltoall(const void* input, void* output, DataType dtype,
                                 const std::vector<int64_t>& send_counts,
                                 const std::vector<int64_t>& recv_counts) {
   const std::string what = "nccl alltoall";
+  const RankPart part = plan_alltoall(send_counts, recv_counts);
+  if (part.empty) return nothing_to_move(what);
   std::optional<DeviceGuard> guard;
   KOLO_RETURN_IF_ERROR(enter("alltoall", guard));
+  input = buffer_or<const void>(input, part.input, empty_);
+  output = buffer_or(output, part.output, empty_);
   KOLO_RETURN_IF_ERROR(
       exchange(input, output, dtype, send_counts, recv_counts, /*same_input=*/false, what));
   return finish_call(what);
@@ -291,10 +300,15 @@ Status NcclBackend::do_reducescatter(const void* input, void* output, DataType d
                                      const std::vector<int64_t>& counts) {
   const std::string what = "nccl reducescatter";
   KOLO_RETURN_IF_ERROR(int16_reduction_unsupported(dtype, what));
+  const RankPart part = plan_reducescatter(counts, rank_);
+  if (part.empty) return nothing_to_move(what);
   std::optional<DeviceGuard> guard;
   KOLO_RETURN_IF_ERROR(enter("reducescatter", guard));
+  // This rank's block may be empty while the others' are not: its ncclReduce recvbuffs (a
+  // non-root's is never written) get the stand-in, never null.
+  output = buffer_or(output, part.output, empty_);
   const size_t esize = dtype_size(dtype);
-  const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  const int64_t total = part.input;
   const void* src = input;
   if (reduction.prescale != 1.0) {
     KOLO_ASSIGN_OR_RETURN(void* scaled, scratch(static_cast<size_t>(total) * esize));
@@ -303,9 +317,7 @@ Status NcclBackend::do_reducescatter(const void* input, void* output, DataType d
   }
   const auto dt = static_cast<ncclDataType_t>(nccl_dtype(dtype));
   const auto op = static_cast<ncclRedOp_t>(nccl_op(reduction.op));
-  const bool equal =
-      std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts[0]; });
-  if (equal) {
+  if (part.equal) {
     KOLO_RETURN_IF_ERROR(nccl_call(
         [&](ncclComm_t c) {
           return ncclReduceScatter(src, output, static_cast<size_t>(counts[0]), dt, op, c, stream_);
