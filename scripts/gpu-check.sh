@@ -129,6 +129,10 @@ confirms=(
   "nccl_test NcclDeathTest.DestroyedOnAThreadThatDoesNotOwnItsOpenGroupItStopsTheProcess"  # s8 #3
   "nccl_test NcclOneRankTest.AnAbortInsideAnOperationEndsItsGroupWithoutItsPostWork"   # s8 #4
   "nccl_test BatchedCopyTest.AlignedPiecesOfOddFloat16CountsCopyExactly"  # s8 #5: padded pieces
+  "framework_cuda CudaConvTest.ConvolutionAndBiasGradientMatchCpuOverShapes"  # i32: cuDNN algos, bias grad
+  "framework_cuda CudaConvTest.Tf32ConvolutionStaysWithinTf32RoundingOfTheCpu"  # i32: TF32 opt-in
+  "framework_cuda CudaConvTest.DeterministicModeGivesTheSameBitsTwice"        # i32: deterministic algos
+  "framework_cuda CudaTest.BatchNormSumsMatchCpu"  # i32: BN sums on cuDNN's reduction
 )
 for entry in "${confirms[@]}"; do
   read -r log test <<<"$entry"
