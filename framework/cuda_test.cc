@@ -1,6 +1,8 @@
 // CUDA vs CPU agreement. Skips without a device (and in CPU-only builds).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <thread>
 
@@ -12,6 +14,7 @@
 
 #include "common/cuda_device_guard.h"
 #include "framework/kernels/cuda_allocator.h"
+#include "framework/kernels/cuda_kernels.h"
 #endif
 
 namespace kolo::fw {
@@ -108,6 +111,121 @@ TEST_F(CudaTest, RecordEventLeavesTheCallersDeviceCurrent) {
   ASSERT_EQ(cudaGetDevice(&current), cudaSuccess);
   EXPECT_EQ(current, 1);
   EXPECT_EQ(cudaEventSynchronize(static_cast<cudaEvent_t>(event.get())), cudaSuccess);
+}
+
+// Issue 32: the conv bias gradient and the batch-norm sums run on cuDNN's bias-gradient
+// reduction, and the conv algorithms are cuDNN's heuristic choice per shape. Each is compared
+// with the CPU kernels to float rounding: |gpu - cpu| <= rel * max(1, max |cpu|).
+void expect_close_rel(const std::vector<float>& gpu, const std::vector<float>& cpu, float rel,
+                      const char* what) {
+  ASSERT_EQ(gpu.size(), cpu.size()) << what;
+  float scale = 1.f;
+  for (float v : cpu) scale = std::max(scale, std::abs(v));
+  for (size_t i = 0; i < cpu.size(); ++i)
+    ASSERT_NEAR(gpu[i], cpu[i], rel * scale) << what << " element " << i << " of " << cpu.size();
+}
+
+struct ConvCase {
+  int64_t n, c, h, w, oc, k, stride, pad;
+};
+struct ConvGrads {
+  std::vector<float> y, gx, gw, gb;
+};
+// y = conv2d(x, w, b) and the gradients of sum(y * r), all from seed 11 (the same on both).
+ConvGrads conv_grads(const ConvCase& cc, Device dev) {
+  Generator gen(11);
+  Tensor x = Tensor::randn({cc.n, cc.c, cc.h, cc.w}, 0.f, 1.f, &gen).to(dev);
+  Tensor w = Tensor::randn({cc.oc, cc.c, cc.k, cc.k}, 0.f, 0.3f, &gen).to(dev);
+  Tensor b = Tensor::randn({cc.oc}, 0.f, 1.f, &gen).to(dev);
+  for (Tensor* t : {&x, &w, &b}) t->set_requires_grad(true);
+  Tensor y = conv2d(x, w, b, cc.stride, cc.pad);
+  Tensor r = Tensor::randn(y.shape(), 0.f, 1.f, &gen).to(dev);
+  sum(mul(y, r)).backward();
+  return {y.to_vector(), x.grad().to_vector(), w.grad().to_vector(), b.grad().to_vector()};
+}
+
+class CudaConvTest : public CudaTest {
+ protected:
+  void TearDown() override {  // the process-wide modes back to their defaults
+    kernels::cuda::set_allow_tf32(false);
+    kernels::cuda::set_deterministic(false);
+  }
+};
+
+TEST_F(CudaConvTest, ConvolutionAndBiasGradientMatchCpuOverShapes) {
+  // FMA math (the default), so the only difference from the CPU is the order of float additions.
+  const ConvCase cases[] = {
+      {64, 1, 28, 28, 32, 3, 1, 1},   // the main job's first layer, batch 64
+      {16, 32, 14, 14, 64, 3, 1, 1},  // its second
+      {8, 16, 9, 11, 24, 1, 1, 0},    // 1x1
+      {4, 3, 17, 17, 8, 5, 2, 2},     // strided, padded, odd sizes
+  };
+  for (const ConvCase& cc : cases) {
+    SCOPED_TRACE(testing::Message()
+                 << "n " << cc.n << " c " << cc.c << " " << cc.h << "x" << cc.w << " oc " << cc.oc
+                 << " k " << cc.k << " stride " << cc.stride << " pad " << cc.pad);
+    const ConvGrads cpu = conv_grads(cc, Device::cpu());
+    const ConvGrads gpu = conv_grads(cc, Device::cuda(0));
+    expect_close_rel(gpu.y, cpu.y, 1e-5f, "y");
+    // Sums of up to 50176 products: float rounding of a sum that long, in another order.
+    expect_close_rel(gpu.gx, cpu.gx, 1e-4f, "grad x");
+    expect_close_rel(gpu.gw, cpu.gw, 1e-4f, "grad weight");
+    expect_close_rel(gpu.gb, cpu.gb, 1e-4f, "grad bias");
+  }
+}
+
+TEST_F(CudaConvTest, Tf32ConvolutionStaysWithinTf32RoundingOfTheCpu) {
+  // Opted in: cuDNN may pick tensor-core (TF32, 10-bit mantissa) algorithms, as PyTorch does.
+  kernels::cuda::set_allow_tf32(true);
+  const ConvCase cc{64, 32, 14, 14, 64, 3, 1, 1};
+  const ConvGrads cpu = conv_grads(cc, Device::cpu());
+  const ConvGrads gpu = conv_grads(cc, Device::cuda(0));
+  expect_close_rel(gpu.y, cpu.y, 5e-3f, "y");
+  expect_close_rel(gpu.gx, cpu.gx, 5e-3f, "grad x");
+  expect_close_rel(gpu.gw, cpu.gw, 5e-3f, "grad weight");
+  expect_close_rel(gpu.gb, cpu.gb, 1e-4f, "grad bias");  // a plain float sum either way
+}
+
+TEST_F(CudaConvTest, DeterministicModeGivesTheSameBitsTwice) {
+  kernels::cuda::set_deterministic(true);
+  const ConvCase cc{32, 16, 14, 14, 32, 3, 1, 1};
+  const ConvGrads a = conv_grads(cc, Device::cuda(0));
+  const ConvGrads b = conv_grads(cc, Device::cuda(0));
+  EXPECT_EQ(a.y, b.y);
+  EXPECT_EQ(a.gx, b.gx);
+  EXPECT_EQ(a.gw, b.gw);
+  EXPECT_EQ(a.gb, b.gb);
+}
+
+TEST_F(CudaTest, BatchNormSumsMatchCpu) {
+  // batch_norm_train's statistics (channel_sums) and backward (channel_dot_sums), 4-d and 2-d
+  // (hw 1), with a mean far from 0 so the sum of squares carries the variance.
+  for (const Shape& shape : {Shape{64, 32, 14, 14}, Shape{512, 10}, Shape{3, 5, 1, 7}}) {
+    SCOPED_TRACE(shape_to_string(shape));
+    const int64_t c = shape[1];
+    std::vector<float> out[2][4];
+    for (int side = 0; side < 2; ++side) {
+      const Device dev = side ? Device::cuda(0) : Device::cpu();
+      Generator gen(5);
+      Tensor x = Tensor::randn(shape, 3.f, 2.f, &gen).to(dev);
+      Tensor gamma = Tensor::randn({c}, 1.f, 0.5f, &gen).to(dev);
+      Tensor beta = Tensor::randn({c}, 0.f, 1.f, &gen).to(dev);
+      for (Tensor* t : {&x, &gamma, &beta}) t->set_requires_grad(true);
+      BatchNormStats stats;
+      Tensor y = batch_norm_train(x, gamma, beta, 1e-5f, nullptr, &stats);
+      Tensor r = Tensor::randn(shape, 0.f, 1.f, &gen).to(dev);
+      sum(mul(y, r)).backward();
+      out[side][0] = y.to_vector();
+      out[side][1] = x.grad().to_vector();
+      out[side][2] = gamma.grad().to_vector();
+      out[side][3] = beta.grad().to_vector();
+      EXPECT_EQ(stats.count, shape[0] * (shape.size() == 4 ? shape[2] * shape[3] : 1));
+    }
+    expect_close_rel(out[1][0], out[0][0], 1e-4f, "y");
+    expect_close_rel(out[1][1], out[0][1], 1e-4f, "grad x");
+    expect_close_rel(out[1][2], out[0][2], 1e-4f, "grad gamma");
+    expect_close_rel(out[1][3], out[0][3], 1e-4f, "grad beta");
+  }
 }
 
 TEST(CudaDeviceGuardTest, WithoutAGpuTheGuardReportsTheError) {

@@ -287,12 +287,12 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
              return r;
            }
 #ifdef KOLO_HAVE_CUDA
-           Tensor gxt = gx ? Tensor::zeros(xd.shape(), d) : Tensor();
-           Tensor gwt = Tensor::zeros(wd.shape(), d);
+           // cuDNN overwrites (beta 0), so no zero fill; an unwanted gradient is not computed.
+           if (gx) r[0] = Tensor::empty(xd.shape(), d);
+           if (gw) r[1] = Tensor::empty(wd.shape(), d);
            kernels::cuda::set_device(d.index);
-           kernels::cuda::conv2d_bwd(n, geo, oc, F(xd), F(wd), F(g), gx ? F(gxt) : nullptr, F(gwt));
-           r[0] = gxt;
-           if (gw) r[1] = gwt;
+           kernels::cuda::conv2d_bwd(n, geo, oc, F(xd), F(wd), F(g), gx ? F(r[0]) : nullptr,
+                                     gw ? F(r[1]) : nullptr);
            if (gb) {
              r[2] = Tensor::empty({oc}, d);
              kernels::cuda::channel_sum(n, oc, geo.oh() * geo.ow(), F(g), 0.f, F(r[2]));

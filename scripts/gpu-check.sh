@@ -145,6 +145,10 @@ confirms=(
   "nccl_test NcclOneRankTest.EmptyTensorsCompleteWithoutNccl"  # issue 32 #2: every op, fused, in op
   "nccl_test NcclTwoRankTest.EmptyBlocksOfOneRankBesideTheOthersData"  # issue 32 #2; 2 GPUs
   "coordinator_cuda CudaRuntimeTest.AFusedNcclBatchHasOneDeviceSpanAndEveryTensorsOperation"  # 32 #4
+  "framework_cuda CudaConvTest.ConvolutionAndBiasGradientMatchCpuOverShapes"  # i32: cuDNN algos, bias grad
+  "framework_cuda CudaConvTest.Tf32ConvolutionStaysWithinTf32RoundingOfTheCpu"  # i32: TF32 opt-in
+  "framework_cuda CudaConvTest.DeterministicModeGivesTheSameBitsTwice"        # i32: deterministic algos
+  "framework_cuda CudaTest.BatchNormSumsMatchCpu"  # i32: BN sums on cuDNN's reduction
 )
 for entry in "${confirms[@]}"; do
   read -r log test <<<"$entry"

@@ -1,5 +1,6 @@
 // CUDA implementations of cuda_kernels.h. Simple one-thread-per-element kernels with grid-stride
-// loops; reductions use one block per row/channel with a shared-memory tree in double.
+// loops (per plane where the channel is needed); row reductions use one block per row with a
+// shared-memory tree in double; per-channel sums are cuDNN's bias-gradient reduction.
 // Scatter-style backward passes (col2im, pooling) use atomicAdd for brevity over speed.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -7,8 +8,11 @@
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -156,27 +160,29 @@ __global__ void k_col_sum(int64_t rows, int64_t cols, const float* x, float beta
     out[j] = (float)s + (beta == 0.f ? 0.f : beta * out[j]);
   }
 }
-__global__ void k_add_channel_bias(int64_t n, int64_t c, int64_t hw, const float* b, float* y) {
-  KOLO_GRID_LOOP(i, n * c * hw) y[i] += b[(i / hw) % c];
-}
-// One block per channel: sums of x (and x^2, or x*w) over N*HW values.
-__global__ void k_channel_sums(int64_t n, int64_t c, int64_t hw, const float* x, const float* w,
-                               float beta, float* s1, float* s2) {
-  __shared__ double sh[kThreads];
-  const int64_t ch = blockIdx.x;
-  double a = 0, b = 0;
-  for (int64_t k = threadIdx.x; k < n * hw; k += kThreads) {
-    const int64_t idx = ((k / hw) * c + ch) * hw + k % hw;
-    a += x[idx];
-    if (s2) b += (double)x[idx] * (w ? w[idx] : x[idx]);
-  }
-  a = block_sum(a, sh);
-  if (s2) b = block_sum(b, sh);
-  if (threadIdx.x == 0) {
-    s1[ch] = (float)a + (beta == 0.f ? 0.f : beta * s1[ch]);
-    if (s2) s2[ch] = (float)b;
+// Elementwise over an [N, C, HW] array where the body needs the channel: f(i, channel). With
+// by_plane, blockIdx.y strides over the N*C planes and the x threads over one plane's HW values,
+// so the channel costs one 64-bit division per plane instead of two per element (issue 32: the
+// bias-add and batch-norm kernels took 26-49 us each at batch 512); small planes (HW under half
+// a block, e.g. BatchNorm1d's HW = 1) keep the flat loop, which leaves no thread idle.
+template <class F>
+__global__ void k_channel_map(int64_t planes, int64_t c, int64_t hw, bool by_plane, F f) {
+  if (by_plane) {
+    for (int64_t p = blockIdx.y; p < planes; p += gridDim.y) {
+      const int64_t ch = p % c, base = p * hw;
+      for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < hw;
+           j += (int64_t)blockDim.x * gridDim.x)
+        f(base + j, ch);
+    }
+  } else {
+    KOLO_GRID_LOOP(i, planes * hw) f(i, (i / hw) % c);
   }
 }
+struct AddChannelBias {
+  const float* b;
+  float* y;
+  __device__ void operator()(int64_t i, int64_t ch) const { y[i] += b[ch]; }
+};
 __global__ void k_im2col(ConvGeom g, int64_t oh, int64_t ow, const float* img, float* col) {
   KOLO_GRID_LOOP(i, g.c * g.kh * g.kw * oh * ow) {
     const int64_t x = i % ow, y = (i / ow) % oh, r = i / (oh * ow);
@@ -245,24 +251,23 @@ __global__ void k_bn_finalize(int64_t c, float count, float eps, const float* s,
     invstd[ch] = (float)(1.0 / sqrt(v + eps));
   }
 }
-__global__ void k_bn_apply(int64_t n, int64_t c, int64_t hw, const float* x, const float* mean,
-                           const float* invstd, const float* gamma, const float* beta, float* y,
-                           float* xhat) {
-  KOLO_GRID_LOOP(i, n * c * hw) {
-    const int64_t ch = (i / hw) % c;
+struct BnApply {
+  const float *x, *mean, *invstd, *gamma, *beta;
+  float *y, *xhat;
+  __device__ void operator()(int64_t i, int64_t ch) const {
     const float h = (x[i] - mean[ch]) * invstd[ch];
     if (xhat) xhat[i] = h;
     y[i] = gamma[ch] * h + beta[ch];
   }
-}
-__global__ void k_bn_bwd_input(int64_t n, int64_t c, int64_t hw, const float* gy, const float* xhat,
-                               const float* invstd, const float* gamma, const float* sg,
-                               const float* sgx, float count, float* gx) {
-  KOLO_GRID_LOOP(i, n * c * hw) {
-    const int64_t ch = (i / hw) % c;
+};
+struct BnBwdInput {
+  const float *gy, *xhat, *invstd, *gamma, *sg, *sgx;
+  float count;
+  float* gx;
+  __device__ void operator()(int64_t i, int64_t ch) const {
     gx[i] = gamma[ch] * invstd[ch] / count * (count * gy[i] - sg[ch] - xhat[i] * sgx[ch]);
   }
-}
+};
 // One block per row.
 __global__ void k_log_softmax(int64_t n, const float* x, float* y) {
   __shared__ double sh[kThreads];
@@ -320,6 +325,91 @@ float reduce_to_host(const std::function<void(double*)>& launch, double divisor)
   cuda_alloc::release(d, sizeof(double), dev);
   check(e, "reduction copy");
   return static_cast<float>(h / divisor);
+}
+
+// Device memory from the caching allocator, released when the scope ends (the legacy default
+// stream orders the release after every kernel that used it).
+struct Workspace {
+  void* p = nullptr;
+  size_t n = 0;
+  int dev = 0;
+  explicit Workspace(size_t bytes) : n(bytes), dev(current_device()) {
+    if (n) p = cuda_alloc::allocate(n, dev);
+  }
+  ~Workspace() { cuda_alloc::release(p, n, dev); }
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+};
+
+// cuDNN's 4-d descriptors take int dimensions and strides: refuse what does not fit, naming it.
+int dnn_dim(int64_t v, const char* what) {
+  if (v < 0 || v > 0x7fffffff)
+    throw Error(Status::InvalidArgument(std::string("cuDNN ") + what + ": dimension " +
+                                        std::to_string(v) + " does not fit cuDNN's int"));
+  return static_cast<int>(v);
+}
+
+struct TensorDesc {
+  cudnnTensorDescriptor_t d = nullptr;
+  TensorDesc(int64_t n, int64_t c, int64_t h, int64_t w, const char* what) {
+    dnn_dim(n * c * h * w, what);  // the strides are ints too
+    check_dnn(cudnnCreateTensorDescriptor(&d), "tensor descriptor");
+    const cudnnStatus_t s =
+        cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, dnn_dim(n, what),
+                                   dnn_dim(c, what), dnn_dim(h, what), dnn_dim(w, what));
+    if (s != CUDNN_STATUS_SUCCESS) cudnnDestroyTensorDescriptor(d);
+    check_dnn(s, what);
+  }
+  ~TensorDesc() { cudnnDestroyTensorDescriptor(d); }
+  TensorDesc(const TensorDesc&) = delete;
+  TensorDesc& operator=(const TensorDesc&) = delete;
+};
+
+// out[c] = sum_{n,i} x[n, c, i] + beta * out[c] over an [N, C, HW] array. This is exactly what
+// cuDNN's convolution bias gradient computes (the sum over every element of a feature map across
+// the batch, blended as alpha * result + beta * out; with beta 0, out is not read), and cuDNN
+// does it with a reduction that fills the GPU where one block per channel did not (issue 32:
+// k_channel_sums was 37% of a CNN step). Accumulates in float, deterministic per cuDNN.
+void channel_reduce(int64_t n, int64_t c, int64_t hw, const float* x, float beta, float* out) {
+  if (c == 0) return;
+  if (n * hw == 0) {  // an empty sum; cuDNN refuses zero-sized dimensions
+    if (beta == 0.f)
+      k_fill<<<blocks_for(c), kThreads>>>(c, 0.f, out);
+    else
+      k_scale<<<blocks_for(c), kThreads>>>(c, beta, out);
+    check_launch("channel_reduce of nothing");
+    return;
+  }
+  TensorDesc xd(n, c, hw, 1, "channel_reduce input"), od(1, c, 1, 1, "channel_reduce output");
+  const float one = 1.f;
+  check_dnn(cudnnConvolutionBackwardBias(dnn(), &one, xd.d, x, &beta, od.d, out),
+            "channel_reduce (cudnnConvolutionBackwardBias)");
+}
+
+// out[c] = sum_{n,i} a[n, c, i] * b[n, c, i]: the products into a scratch array, then
+// channel_reduce (two passes over memory, both at full bandwidth).
+void channel_product_reduce(int64_t n, int64_t c, int64_t hw, const float* a, const float* b,
+                            float* out) {
+  const int64_t total = n * c * hw;
+  if (total == 0) return channel_reduce(n, c, hw, a, 0.f, out);
+  Workspace prod(static_cast<size_t>(total) * sizeof(float));
+  float* p = static_cast<float*>(prod.p);
+  k_mul<<<blocks_for(total), kThreads>>>(total, a, b, p);
+  check_launch("channel_product_reduce");
+  channel_reduce(n, c, hw, p, 0.f, out);
+}
+
+template <class F>
+void launch_channel_map(int64_t n, int64_t c, int64_t hw, F f, const char* what) {
+  const int64_t planes = n * c;
+  if (planes * hw == 0) return;
+  const bool by_plane = hw >= kThreads / 2;
+  const int64_t bx = std::min<int64_t>((hw + kThreads - 1) / kThreads, 65535);
+  const dim3 grid = by_plane ? dim3(static_cast<unsigned>(bx),
+                                    static_cast<unsigned>(std::min<int64_t>(planes, 65535)))
+                             : dim3(static_cast<unsigned>(blocks_for(planes * hw)));
+  k_channel_map<<<grid, kThreads>>>(planes, c, hw, by_plane, f);
+  check_launch(what);
 }
 
 }  // namespace
@@ -412,12 +502,10 @@ void col_sum(int64_t rows, int64_t cols, const float* x, float beta, float* out)
   KOLO_LAUNCH(k_col_sum, cols, rows, cols, x, beta, out);
 }
 void add_channel_bias(int64_t n, int64_t c, int64_t hw, const float* b, float* y) {
-  KOLO_LAUNCH(k_add_channel_bias, n * c * hw, n, c, hw, b, y);
+  launch_channel_map(n, c, hw, AddChannelBias{b, y}, "add_channel_bias");
 }
 void channel_sum(int64_t n, int64_t c, int64_t hw, const float* x, float beta, float* out) {
-  if (c == 0) return;
-  k_channel_sums<<<static_cast<int>(c), kThreads>>>(n, c, hw, x, nullptr, beta, out, nullptr);
-  check_launch("channel_sum");
+  channel_reduce(n, c, hw, x, beta, out);
 }
 void im2col(const ConvGeom& g, const float* img, float* col) {
   KOLO_LAUNCH(k_im2col, g.c * g.kh * g.kw * g.oh() * g.ow(), g, g.oh(), g.ow(), img, col);
@@ -438,15 +526,13 @@ void avgpool_bwd(const PoolGeom& g, const float* gy, float* gx) {
   KOLO_LAUNCH(k_avgpool, g.planes * g.oh() * g.ow(), g, g.oh(), g.ow(), nullptr, nullptr, gy, gx);
 }
 void channel_sums(int64_t n, int64_t c, int64_t hw, const float* x, float* s, float* s2) {
-  if (c == 0) return;
-  k_channel_sums<<<static_cast<int>(c), kThreads>>>(n, c, hw, x, nullptr, 0.f, s, s2);
-  check_launch("channel_sums");
+  channel_reduce(n, c, hw, x, 0.f, s);
+  channel_product_reduce(n, c, hw, x, x, s2);
 }
 void channel_dot_sums(int64_t n, int64_t c, int64_t hw, const float* gy, const float* xhat,
                       float* sg, float* sgx) {
-  if (c == 0) return;
-  k_channel_sums<<<static_cast<int>(c), kThreads>>>(n, c, hw, gy, xhat, 0.f, sg, sgx);
-  check_launch("channel_dot_sums");
+  channel_reduce(n, c, hw, gy, 0.f, sg);
+  channel_product_reduce(n, c, hw, gy, xhat, sgx);
 }
 void bn_finalize(int64_t c, float count, float eps, const float* s, const float* s2, float* mean,
                  float* var, float* invstd) {
@@ -455,12 +541,13 @@ void bn_finalize(int64_t c, float count, float eps, const float* s, const float*
 void batchnorm_apply(int64_t n, int64_t c, int64_t hw, const float* x, const float* mean,
                      const float* invstd, const float* gamma, const float* beta, float* y,
                      float* xhat) {
-  KOLO_LAUNCH(k_bn_apply, n * c * hw, n, c, hw, x, mean, invstd, gamma, beta, y, xhat);
+  launch_channel_map(n, c, hw, BnApply{x, mean, invstd, gamma, beta, y, xhat}, "batchnorm_apply");
 }
 void batchnorm_bwd_input(int64_t n, int64_t c, int64_t hw, const float* gy, const float* xhat,
                          const float* invstd, const float* gamma, const float* sg, const float* sgx,
                          float count, float* gx) {
-  KOLO_LAUNCH(k_bn_bwd_input, n * c * hw, n, c, hw, gy, xhat, invstd, gamma, sg, sgx, count, gx);
+  launch_channel_map(n, c, hw, BnBwdInput{gy, xhat, invstd, gamma, sg, sgx, count, gx},
+                     "batchnorm_bwd_input");
 }
 void log_softmax(int64_t m, int64_t n, const float* x, float* y) {
   if (m == 0) return;
@@ -486,11 +573,20 @@ void softmax_xent_bwd(int64_t m, int64_t n, const float* logp, const int64_t* la
 
 // ---- cuDNN convolution ----
 namespace {
+// TF32 tensor cores for float convolutions (set_allow_tf32); off by default (see the header).
+std::atomic<bool> g_allow_tf32{false};
+// The most workspace one convolution algorithm may use (and at most half the free memory when
+// it is chosen): the heuristics' fastest choices ask for tens of MiB at batch 512, and a cap
+// keeps a pathological shape from taking the device's memory.
+constexpr size_t kMaxConvWorkspace = size_t{1} << 30;
+
 struct ConvDescs {
   cudnnTensorDescriptor_t x = nullptr, y = nullptr;
   cudnnFilterDescriptor_t w = nullptr;
   cudnnConvolutionDescriptor_t conv = nullptr;
   ConvDescs(int64_t n, const ConvGeom& g, int64_t oc) {
+    dnn_dim(n * g.c * g.h * g.w, "conv input");  // before anything is created (no leak)
+    dnn_dim(n * oc * g.oh() * g.ow(), "conv output");
     check_dnn(cudnnCreateTensorDescriptor(&x), "tensor descriptor");
     check_dnn(cudnnCreateTensorDescriptor(&y), "tensor descriptor");
     check_dnn(cudnnCreateFilterDescriptor(&w), "filter descriptor");
@@ -515,58 +611,154 @@ struct ConvDescs {
     cudnnDestroyFilterDescriptor(w);
     cudnnDestroyConvolutionDescriptor(conv);
   }
+  ConvDescs(const ConvDescs&) = delete;
+  ConvDescs& operator=(const ConvDescs&) = delete;
 };
-// Workspace from the caching allocator, released when the scope ends.
-struct Workspace {
-  void* p = nullptr;
-  size_t n = 0;
-  int dev = 0;
-  explicit Workspace(size_t bytes) : n(bytes), dev(current_device()) {
-    if (n) p = cuda_alloc::allocate(n, dev);
+
+// One algorithm with the math type it runs under and its workspace size for that math type.
+struct AlgoChoice {
+  int algo;
+  cudnnMathType_t math;
+  size_t bytes;
+};
+struct ConvAlgos {
+  AlgoChoice fwd, filter, data;
+};
+// device, n, c, h, w, oc, kh, kw, stride, pad, deterministic, tf32.
+using ConvKey = std::array<int64_t, 12>;
+Mutex g_algo_mu;
+std::map<ConvKey, ConvAlgos> g_algos KOLO_GUARDED_BY(g_algo_mu);
+
+cudnnMathType_t base_math() { return g_allow_tf32.load() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH; }
+
+size_t workspace_limit() {
+  size_t free_bytes = 0, total = 0;
+  if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;  // only workspace-free algorithms (or the fallback) then
   }
-  ~Workspace() { cuda_alloc::release(p, n, dev); }
-};
+  return std::min(kMaxConvWorkspace, free_bytes / 2);
+}
+
+// The first of cuDNN's heuristic ranking (best first) that succeeded, fits the workspace limit
+// and, in deterministic mode, is deterministic; false (c unchanged) when none qualifies. Without
+// TF32 the algorithm runs under FMA math whatever math type cuDNN ranked it with.
+template <class Perf>
+void pick(const Perf* perf, int count, AlgoChoice* c) {
+  const bool det = g_deterministic.load(), tf32 = g_allow_tf32.load();
+  const size_t limit = workspace_limit();
+  for (int i = 0; i < count; ++i) {
+    const Perf& r = perf[i];
+    if (r.status != CUDNN_STATUS_SUCCESS || r.memory > limit) continue;
+    if (det && r.determinism != CUDNN_DETERMINISTIC) continue;
+    *c = {static_cast<int>(r.algo), tf32 ? r.mathType : CUDNN_FMA_MATH, 0};
+    return;
+  }
+}
+
+// Each choose_* ranks with cudnnGet*Algorithm_v7 (heuristics, no timing: the same choice in
+// every run, which deterministic mode relies on), falls back to the algorithm used before the
+// search (deterministic, supported for every geometry we build) and sizes its workspace under
+// the chosen math type.
+AlgoChoice choose_fwd(const ConvDescs& d) {
+  cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+  int count = 0;
+  check_dnn(cudnnSetConvolutionMathType(d.conv, base_math()), "set math type");
+  check_dnn(cudnnGetConvolutionForwardAlgorithm_v7(dnn(), d.x, d.w, d.conv, d.y,
+                                                   CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, perf),
+            "forward algorithm heuristics");
+  AlgoChoice c{CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, base_math(), 0};
+  pick(perf, count, &c);
+  check_dnn(cudnnSetConvolutionMathType(d.conv, c.math), "set math type");
+  check_dnn(cudnnGetConvolutionForwardWorkspaceSize(dnn(), d.x, d.w, d.conv, d.y,
+                                                    (cudnnConvolutionFwdAlgo_t)c.algo, &c.bytes),
+            "forward workspace");
+  return c;
+}
+AlgoChoice choose_filter(const ConvDescs& d) {
+  cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+  int count = 0;
+  check_dnn(cudnnSetConvolutionMathType(d.conv, base_math()), "set math type");
+  check_dnn(
+      cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+          dnn(), d.x, d.y, d.conv, d.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count, perf),
+      "backward filter algorithm heuristics");
+  AlgoChoice c{CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, base_math(), 0};
+  pick(perf, count, &c);
+  check_dnn(cudnnSetConvolutionMathType(d.conv, c.math), "set math type");
+  check_dnn(cudnnGetConvolutionBackwardFilterWorkspaceSize(
+                dnn(), d.x, d.y, d.conv, d.w, (cudnnConvolutionBwdFilterAlgo_t)c.algo, &c.bytes),
+            "backward filter workspace");
+  return c;
+}
+AlgoChoice choose_data(const ConvDescs& d) {
+  cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+  int count = 0;
+  check_dnn(cudnnSetConvolutionMathType(d.conv, base_math()), "set math type");
+  check_dnn(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+                dnn(), d.w, d.y, d.conv, d.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, perf),
+            "backward data algorithm heuristics");
+  AlgoChoice c{CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, base_math(), 0};
+  pick(perf, count, &c);
+  check_dnn(cudnnSetConvolutionMathType(d.conv, c.math), "set math type");
+  check_dnn(cudnnGetConvolutionBackwardDataWorkspaceSize(
+                dnn(), d.w, d.y, d.conv, d.x, (cudnnConvolutionBwdDataAlgo_t)c.algo, &c.bytes),
+            "backward data workspace");
+  return c;
+}
+
+// The three algorithms for this shape on the current device, chosen once and cached for the
+// process (a training step repeats the same few shapes).
+ConvAlgos algos_for(int64_t n, const ConvGeom& g, int64_t oc, const ConvDescs& d) {
+  const ConvKey key{
+      current_device(),   n, g.c, g.h, g.w, oc, g.kh, g.kw, g.stride, g.pad, g_deterministic.load(),
+      g_allow_tf32.load()};
+  {
+    MutexLock lock(g_algo_mu);
+    auto it = g_algos.find(key);
+    if (it != g_algos.end()) return it->second;
+  }
+  const ConvAlgos a{choose_fwd(d), choose_filter(d), choose_data(d)};
+  MutexLock lock(g_algo_mu);
+  g_algos.emplace(key, a);
+  return a;
+}
 }  // namespace
+
+void set_allow_tf32(bool on) { g_allow_tf32.store(on); }
 
 void conv2d_fwd(int64_t n, const ConvGeom& g, int64_t oc, const float* x, const float* w,
                 float* y) {
   ConvDescs d(n, g, oc);
-  // IMPLICIT_PRECOMP_GEMM: supported for every geometry we build, small workspace.
-  const auto algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
-  size_t bytes = 0;
-  check_dnn(cudnnGetConvolutionForwardWorkspaceSize(dnn(), d.x, d.w, d.conv, d.y, algo, &bytes),
-            "forward workspace");
-  Workspace ws(bytes);
-  const float one = 1.f, zero = 0.f;
-  check_dnn(cudnnConvolutionForward(dnn(), &one, d.x, x, d.w, w, d.conv, algo, ws.p, bytes, &zero,
-                                    d.y, y),
-            "convolution forward");
+  const AlgoChoice c = algos_for(n, g, oc, d).fwd;
+  check_dnn(cudnnSetConvolutionMathType(d.conv, c.math), "set math type");
+  Workspace ws(c.bytes);
+  const float one = 1.f, zero = 0.f;  // beta 0: y is not read
+  check_dnn(
+      cudnnConvolutionForward(dnn(), &one, d.x, x, d.w, w, d.conv,
+                              (cudnnConvolutionFwdAlgo_t)c.algo, ws.p, c.bytes, &zero, d.y, y),
+      "convolution forward");
 }
 
 void conv2d_bwd(int64_t n, const ConvGeom& g, int64_t oc, const float* x, const float* w,
                 const float* gy, float* gx, float* gw) {
   ConvDescs d(n, g, oc);
-  const float one = 1.f, zero = 0.f;
-  const auto falgo = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
-  size_t fbytes = 0;
-  check_dnn(
-      cudnnGetConvolutionBackwardFilterWorkspaceSize(dnn(), d.x, d.y, d.conv, d.w, falgo, &fbytes),
-      "filter workspace");
-  {
-    Workspace ws(fbytes);
-    check_dnn(cudnnConvolutionBackwardFilter(dnn(), &one, d.x, x, d.y, gy, d.conv, falgo, ws.p,
-                                             fbytes, &zero, d.w, gw),
+  const ConvAlgos a = algos_for(n, g, oc, d);
+  const float one = 1.f, zero = 0.f;  // beta 0: gw and gx are overwritten, never read
+  if (gw) {
+    check_dnn(cudnnSetConvolutionMathType(d.conv, a.filter.math), "set math type");
+    Workspace ws(a.filter.bytes);
+    check_dnn(cudnnConvolutionBackwardFilter(dnn(), &one, d.x, x, d.y, gy, d.conv,
+                                             (cudnnConvolutionBwdFilterAlgo_t)a.filter.algo, ws.p,
+                                             a.filter.bytes, &zero, d.w, gw),
               "backward filter");
   }
   if (gx) {
-    const auto dalgo = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
-    size_t dbytes = 0;
-    check_dnn(
-        cudnnGetConvolutionBackwardDataWorkspaceSize(dnn(), d.w, d.y, d.conv, d.x, dalgo, &dbytes),
-        "data workspace");
-    Workspace ws(dbytes);
-    check_dnn(cudnnConvolutionBackwardData(dnn(), &one, d.w, w, d.y, gy, d.conv, dalgo, ws.p,
-                                           dbytes, &zero, d.x, gx),
+    check_dnn(cudnnSetConvolutionMathType(d.conv, a.data.math), "set math type");
+    Workspace ws(a.data.bytes);
+    check_dnn(cudnnConvolutionBackwardData(dnn(), &one, d.w, w, d.y, gy, d.conv,
+                                           (cudnnConvolutionBwdDataAlgo_t)a.data.algo, ws.p,
+                                           a.data.bytes, &zero, d.x, gx),
               "backward data");
   }
 }

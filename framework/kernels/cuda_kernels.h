@@ -3,7 +3,8 @@
 // calls and the caching allocator's reuse of freed blocks are ordered without extra events.
 // Scalar results (sum, sq_sum, nll_mean) synchronise to copy one float back.
 // Only compiled with KOLO_HAVE_CUDA. GEMM uses cuBLAS; conv uses cuDNN; the rest are our own
-// kernels in cuda_kernels.cu. Errors from CUDA/cuBLAS/cuDNN throw kolo::Error(kIoError).
+// kernels in cuda_kernels.cu; per-channel sums use cuDNN's bias-gradient reduction. Errors from
+// CUDA/cuBLAS/cuDNN throw kolo::Error(kIoError).
 #pragma once
 
 #include <cstddef>
@@ -18,13 +19,16 @@ using cpu::PoolGeom;
 
 int device_count();  // 0 when no device / driver
 // Deterministic mode. The elementwise kernels, cuBLAS sgemm (one handle per device, default
-// stream) and the cuDNN algorithms (fixed, not searched: forward IMPLICIT_PRECOMP_GEMM, backward
-// filter and data ALGO_1, all deterministic per cuDNN) give the same bits in every run on the
-// same GPU model and toolkit; `on` makes the scalar reductions (sum, sq_sum, nll_mean) run as
-// one block instead of adding block partials with atomicAdd. Still not reproducible: col2im and
-// the pooling backward passes scatter with float atomicAdd, so windows that overlap (stride <
-// kernel) add in a varying order; non-overlapping pools (the main job's MaxPool2d(2)) add one
-// term per element and are exact. Process-wide.
+// stream), cuDNN's bias-gradient reduction (channel_sum, channel_sums, channel_dot_sums) and
+// the cuDNN convolution algorithms give the same bits in every run on the same GPU model and
+// toolkit: the algorithms are chosen per shape by cuDNN's heuristics (cudnnGet*Algorithm_v7,
+// no timing, so the same choice every run), and `on` restricts that choice to the algorithms
+// cuDNN reports deterministic. `on` also makes the scalar reductions (sum, sq_sum, nll_mean)
+// run as one block instead of adding block partials with atomicAdd. Still not reproducible:
+// col2im and the pooling backward passes scatter with float atomicAdd, so windows that overlap
+// (stride < kernel) add in a varying order; non-overlapping pools (the main job's
+// MaxPool2d(2)) add one term per element and are exact. Process-wide; takes effect for shapes
+// not yet seen (the algorithm cache is keyed by the mode).
 void set_deterministic(bool on);
 void set_device(int device);
 // cudaMemcpy in the given direction (synchronous w.r.t. the host).
@@ -32,9 +36,20 @@ void copy_h2d(void* dst, const void* src, size_t nbytes);
 void copy_d2h(void* dst, const void* src, size_t nbytes);
 void copy_d2d(void* dst, const void* src, size_t nbytes);
 
-// cuDNN convolution over a batch: x [n, c, h, w], w [oc, c, kh, kw], y [n, oc, oh, ow].
+// Whether float convolutions may use TF32 tensor cores (10-bit mantissa products, float
+// accumulation), as PyTorch's torch.backends.cudnn.allow_tf32 (on there). Off by default: the
+// main job's convolutions (16 and 32 channels) are bound by memory, not arithmetic, and FMA math
+// keeps every GPU result within float rounding of the CPU's, which the tests compare. Turn it on
+// for wide, compute-bound convolutions. Process-wide, thread-safe; the algorithm cache is keyed
+// by it.
+void set_allow_tf32(bool on);
+// cuDNN convolution over a batch: x [n, c, h, w], w [oc, c, kh, kw], y [n, oc, oh, ow]. The
+// algorithms are cuDNN's heuristic first choice per shape that fits the workspace cap (1 GiB,
+// at most half the free memory; the workspace comes from the caching allocator), cached per
+// (device, shape, deterministic, tf32). Throws kolo::Error(kIoError) naming the cuDNN call that
+// failed, kInvalidArgument when a dimension does not fit cuDNN's int.
 void conv2d_fwd(int64_t n, const ConvGeom& g, int64_t oc, const float* x, const float* w, float* y);
-// gx (may be null), gw (overwritten) from gy.
+// gx and gw (each may be null: not computed) overwritten from gy.
 void conv2d_bwd(int64_t n, const ConvGeom& g, int64_t oc, const float* x, const float* w,
                 const float* gy, float* gx, float* gw);
 // ---- elementwise (n elements) ----
@@ -68,7 +83,9 @@ void add_row_bias(int64_t rows, int64_t cols, const float* bias, float* y);
 void col_sum(int64_t rows, int64_t cols, const float* x, float beta, float* out);
 // y[n, c, i] += bias[c] for an [N, C, HW] array.
 void add_channel_bias(int64_t n, int64_t c, int64_t hw, const float* bias, float* y);
-// out[c] = sum_{n,i} x[n, c, i]  (+ beta * out[c]).
+// out[c] = sum_{n,i} x[n, c, i]  (+ beta * out[c]). cuDNN's bias gradient
+// (cudnnConvolutionBackwardBias), float accumulation; also the reduction under channel_sums and
+// channel_dot_sums, which multiply into a scratch array first.
 void channel_sum(int64_t n, int64_t c, int64_t hw, const float* x, float beta, float* out);
 
 // ---- convolution helpers (one image [C, H, W]) ----
