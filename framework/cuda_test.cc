@@ -197,6 +197,27 @@ TEST_F(CudaConvTest, DeterministicModeGivesTheSameBitsTwice) {
   EXPECT_EQ(a.gb, b.gb);
 }
 
+// Overlapping pooling windows (stride < kernel): the gather-form backward passes (pool_windows.h)
+// match the CPU's scatter and give the same bits in every run (no atomics).
+TEST_F(CudaTest, OverlappingPoolGradientsMatchCpuAndRepeatBitForBit) {
+  for (int64_t stride : {1, 2}) {
+    SCOPED_TRACE("kernel 3, stride " + std::to_string(stride));
+    const Tensor x = Tensor::randn({4, 3, 11, 9});
+    auto grads = [&](Device d, bool max) {
+      Tensor xi = x.to(d).clone();  // a leaf of its own: no gradient carried between calls
+      xi.set_requires_grad(true);
+      Tensor y = max ? max_pool2d(xi, 3, stride) : avg_pool2d(xi, 3, stride);
+      sum(mul(y, y)).backward();
+      return xi.grad().to_vector();
+    };
+    for (bool max : {true, false}) {
+      const std::vector<float> cpu = grads(Device::cpu(), max), gpu = grads(Device::cuda(0), max);
+      expect_close(gpu, cpu, 1e-5f);
+      EXPECT_EQ(grads(Device::cuda(0), max), gpu) << (max ? "max" : "avg") << " pool, second run";
+    }
+  }
+}
+
 TEST_F(CudaTest, BatchNormSumsMatchCpu) {
   // batch_norm_train's statistics (channel_sums) and backward (channel_dot_sums), 4-d and 2-d
   // (hw 1), with a mean far from 0 so the sum of squares carries the variance.

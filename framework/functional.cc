@@ -331,7 +331,7 @@ Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride) {
              kernels::cpu::maxpool_bwd_overwrite(geo, F(g), am, F(gx));
              return std::vector<Tensor>{gx};
            }
-           Tensor gx = Tensor::zeros(shape, g.device());
+           Tensor gx = Tensor::empty(shape, g.device());  // the gather writes every element
            KOLO_FW_CALL(g.device(), maxpool_bwd(geo, F(g), am, F(gx)));
            return std::vector<Tensor>{gx};
          },

@@ -9,6 +9,8 @@
 #include <random>
 #include <vector>
 
+#include "framework/kernels/pool_windows.h"
+
 namespace kolo::fw::kernels::cpu {
 namespace {
 
@@ -116,6 +118,57 @@ TEST(CpuPool, MaxPoolMatchesWindowScan) {
         maxpool_bwd_overwrite(g, gy.data(), am.data(), overwrite.data());
         EXPECT_EQ(overwrite, scatter) << "h " << h << " k " << k << " stride " << stride;
       }
+}
+
+// windows_containing (pool_windows.h), the index arithmetic of the GPU's gather-form pooling
+// backward passes, against a scan of every window: exactly the windows that hold each input.
+TEST(PoolWindows, EveryWindowHoldingAnInputAndNoOther) {
+  for (int64_t n : {1, 2, 5, 8, 9})
+    for (int64_t k = 1; k <= 4 && k <= n; ++k)
+      for (int64_t stride = 1; stride <= 4; ++stride) {
+        const int64_t out = (n - k) / stride + 1;
+        for (int64_t i = 0; i < n; ++i) {
+          const WindowRange r = windows_containing(i, k, stride, out);
+          for (int64_t o = 0; o < out; ++o) {
+            const bool holds = o * stride <= i && i < o * stride + k;
+            EXPECT_EQ(holds, r.first <= o && o <= r.last)
+                << "n " << n << " k " << k << " stride " << stride << " input " << i << " window "
+                << o;
+          }
+        }
+      }
+}
+
+// The GPU's gather (one input element at a time, windows in increasing order) written on the
+// CPU with the same arithmetic: bit-equal to the scatter of the CPU kernels, overlapping windows
+// too (both add an element's terms in increasing window order).
+TEST(PoolWindows, GatherBackwardEqualsScatter) {
+  for (int64_t k : {2, 3})
+    for (int64_t stride : {1, 2, 3}) {
+      const PoolGeom g{2, 7, 6, k, stride};
+      const int64_t oh = g.oh(), ow = g.ow();
+      auto x = random_vector(g.planes * g.h * g.w, 8);
+      std::vector<float> y(g.planes * oh * ow), gy = random_vector(y.size(), 9);
+      std::vector<int32_t> am(y.size());
+      maxpool_fwd(g, x.data(), y.data(), am.data());
+      std::vector<float> max_scatter(x.size(), 0.f), avg_scatter(x.size(), 0.f);
+      maxpool_bwd(g, gy.data(), am.data(), max_scatter.data());
+      avgpool_bwd(g, gy.data(), avg_scatter.data());
+      for (int64_t idx = 0; idx < g.planes * g.h * g.w; ++idx) {
+        const int64_t p = idx / (g.h * g.w), at = idx % (g.h * g.w);
+        const WindowRange rows = windows_containing(at / g.w, k, stride, oh);
+        const WindowRange cols = windows_containing(at % g.w, k, stride, ow);
+        float max_sum = 0.f, avg_sum = 0.f;
+        for (int64_t i = rows.first; i <= rows.last; ++i)
+          for (int64_t j = cols.first; j <= cols.last; ++j) {
+            const int64_t o = (p * oh + i) * ow + j;
+            if (am[o] == at) max_sum += gy[o];
+            avg_sum += gy[o] * (1.f / static_cast<float>(k * k));
+          }
+        EXPECT_EQ(max_sum, max_scatter[idx]) << "k " << k << " stride " << stride;
+        EXPECT_EQ(avg_sum, avg_scatter[idx]) << "k " << k << " stride " << stride;
+      }
+    }
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // CUDA implementations of cuda_kernels.h. Simple one-thread-per-element kernels with grid-stride
 // loops (per plane where the channel is needed); row reductions use one block per row with a
 // shared-memory tree in double; per-channel sums are cuDNN's bias-gradient reduction.
-// Scatter-style backward passes (col2im, pooling) use atomicAdd for brevity over speed.
+// The pooling backward passes gather (pool_windows.h) rather than scatter with atomics.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -19,6 +19,7 @@
 #include "common/thread_annotations.h"
 #include "framework/kernels/cuda_allocator.h"
 #include "framework/kernels/cuda_kernels.h"
+#include "framework/kernels/pool_windows.h"
 #include "kolo/status.h"
 
 namespace kolo::fw::kernels::cuda {
@@ -183,23 +184,6 @@ struct AddChannelBias {
   float* y;
   __device__ void operator()(int64_t i, int64_t ch) const { y[i] += b[ch]; }
 };
-__global__ void k_im2col(ConvGeom g, int64_t oh, int64_t ow, const float* img, float* col) {
-  KOLO_GRID_LOOP(i, g.c * g.kh * g.kw * oh * ow) {
-    const int64_t x = i % ow, y = (i / ow) % oh, r = i / (oh * ow);
-    const int64_t kj = r % g.kw, ki = (r / g.kw) % g.kh, ci = r / (g.kw * g.kh);
-    const int64_t iy = y * g.stride - g.pad + ki, ix = x * g.stride - g.pad + kj;
-    col[i] = (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) ? img[(ci * g.h + iy) * g.w + ix] : 0.f;
-  }
-}
-__global__ void k_col2im(ConvGeom g, int64_t oh, int64_t ow, const float* col, float* img) {
-  KOLO_GRID_LOOP(i, g.c * g.kh * g.kw * oh * ow) {
-    const int64_t x = i % ow, y = (i / ow) % oh, r = i / (oh * ow);
-    const int64_t kj = r % g.kw, ki = (r / g.kw) % g.kh, ci = r / (g.kw * g.kh);
-    const int64_t iy = y * g.stride - g.pad + ki, ix = x * g.stride - g.pad + kj;
-    if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w)
-      atomicAdd(&img[(ci * g.h + iy) * g.w + ix], col[i]);
-  }
-}
 __global__ void k_maxpool_fwd(PoolGeom g, int64_t oh, int64_t ow, const float* x, float* y,
                               int32_t* am) {
   KOLO_GRID_LOOP(o, g.planes * oh * ow) {
@@ -219,25 +203,45 @@ __global__ void k_maxpool_fwd(PoolGeom g, int64_t oh, int64_t ow, const float* x
     am[o] = where;
   }
 }
-__global__ void k_maxpool_bwd(PoolGeom g, int64_t per, const float* gy, const int32_t* am,
-                              float* gx) {
-  KOLO_GRID_LOOP(o, g.planes * per) atomicAdd(&gx[(o / per) * g.h * g.w + am[o]], gy[o]);
+// The pooling backward passes gather (pool_windows.h): one thread per input element sums, in
+// increasing window order, what the windows holding it send back. No atomics, so the same bits
+// in every run even where windows overlap (stride < k), and every element is written.
+__global__ void k_maxpool_bwd(PoolGeom g, int64_t oh, int64_t ow, const float* gy,
+                              const int32_t* am, float* gx) {
+  KOLO_GRID_LOOP(idx, g.planes * g.h * g.w) {
+    const int64_t p = idx / (g.h * g.w), at = idx % (g.h * g.w), iy = at / g.w, ix = at % g.w;
+    const WindowRange rows = windows_containing(iy, g.k, g.stride, oh);
+    const WindowRange cols = windows_containing(ix, g.k, g.stride, ow);
+    float s = 0.f;
+    for (int64_t i = rows.first; i <= rows.last; ++i)
+      for (int64_t j = cols.first; j <= cols.last; ++j) {
+        const int64_t o = (p * oh + i) * ow + j;
+        if (am[o] == at) s += gy[o];
+      }
+    gx[idx] = s;
+  }
 }
-__global__ void k_avgpool(PoolGeom g, int64_t oh, int64_t ow, const float* x, float* y,
-                          const float* gy, float* gx) {
+__global__ void k_avgpool_bwd(PoolGeom g, int64_t oh, int64_t ow, const float* gy, float* gx) {
+  const float inv = 1.f / (float)(g.k * g.k);
+  KOLO_GRID_LOOP(idx, g.planes * g.h * g.w) {
+    const int64_t p = idx / (g.h * g.w), at = idx % (g.h * g.w), iy = at / g.w, ix = at % g.w;
+    const WindowRange rows = windows_containing(iy, g.k, g.stride, oh);
+    const WindowRange cols = windows_containing(ix, g.k, g.stride, ow);
+    float s = 0.f;
+    for (int64_t i = rows.first; i <= rows.last; ++i)
+      for (int64_t j = cols.first; j <= cols.last; ++j) s += gy[(p * oh + i) * ow + j] * inv;
+    gx[idx] = s;
+  }
+}
+__global__ void k_avgpool_fwd(PoolGeom g, int64_t oh, int64_t ow, const float* x, float* y) {
   const float inv = 1.f / (float)(g.k * g.k);
   KOLO_GRID_LOOP(o, g.planes * oh * ow) {
     const int64_t j = o % ow, i = (o / ow) % oh, p = o / (oh * ow);
     float s = 0.f;
     for (int64_t a = 0; a < g.k; ++a)
-      for (int64_t b = 0; b < g.k; ++b) {
-        const int64_t idx = p * g.h * g.w + (i * g.stride + a) * g.w + j * g.stride + b;
-        if (gx)
-          atomicAdd(&gx[idx], gy[o] * inv);
-        else
-          s += x[idx];
-      }
-    if (!gx) y[o] = s * inv;
+      for (int64_t b = 0; b < g.k; ++b)
+        s += x[p * g.h * g.w + (i * g.stride + a) * g.w + j * g.stride + b];
+    y[o] = s * inv;
   }
 }
 __global__ void k_bn_finalize(int64_t c, float count, float eps, const float* s, const float* s2,
@@ -507,23 +511,17 @@ void add_channel_bias(int64_t n, int64_t c, int64_t hw, const float* b, float* y
 void channel_sum(int64_t n, int64_t c, int64_t hw, const float* x, float beta, float* out) {
   channel_reduce(n, c, hw, x, beta, out);
 }
-void im2col(const ConvGeom& g, const float* img, float* col) {
-  KOLO_LAUNCH(k_im2col, g.c * g.kh * g.kw * g.oh() * g.ow(), g, g.oh(), g.ow(), img, col);
-}
-void col2im(const ConvGeom& g, const float* col, float* img) {
-  KOLO_LAUNCH(k_col2im, g.c * g.kh * g.kw * g.oh() * g.ow(), g, g.oh(), g.ow(), col, img);
-}
 void maxpool_fwd(const PoolGeom& g, const float* x, float* y, int32_t* am) {
   KOLO_LAUNCH(k_maxpool_fwd, g.planes * g.oh() * g.ow(), g, g.oh(), g.ow(), x, y, am);
 }
 void maxpool_bwd(const PoolGeom& g, const float* gy, const int32_t* am, float* gx) {
-  KOLO_LAUNCH(k_maxpool_bwd, g.planes * g.oh() * g.ow(), g, g.oh() * g.ow(), gy, am, gx);
+  KOLO_LAUNCH(k_maxpool_bwd, g.planes * g.h * g.w, g, g.oh(), g.ow(), gy, am, gx);
 }
 void avgpool_fwd(const PoolGeom& g, const float* x, float* y) {
-  KOLO_LAUNCH(k_avgpool, g.planes * g.oh() * g.ow(), g, g.oh(), g.ow(), x, y, nullptr, nullptr);
+  KOLO_LAUNCH(k_avgpool_fwd, g.planes * g.oh() * g.ow(), g, g.oh(), g.ow(), x, y);
 }
 void avgpool_bwd(const PoolGeom& g, const float* gy, float* gx) {
-  KOLO_LAUNCH(k_avgpool, g.planes * g.oh() * g.ow(), g, g.oh(), g.ow(), nullptr, nullptr, gy, gx);
+  KOLO_LAUNCH(k_avgpool_bwd, g.planes * g.h * g.w, g, g.oh(), g.ow(), gy, gx);
 }
 void channel_sums(int64_t n, int64_t c, int64_t hw, const float* x, float* s, float* s2) {
   channel_reduce(n, c, hw, x, 0.f, s);

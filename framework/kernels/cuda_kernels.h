@@ -24,11 +24,9 @@ int device_count();  // 0 when no device / driver
 // toolkit: the algorithms are chosen per shape by cuDNN's heuristics (cudnnGet*Algorithm_v7,
 // no timing, so the same choice every run), and `on` restricts that choice to the algorithms
 // cuDNN reports deterministic. `on` also makes the scalar reductions (sum, sq_sum, nll_mean)
-// run as one block instead of adding block partials with atomicAdd. Still not reproducible:
-// col2im and the pooling backward passes scatter with float atomicAdd, so windows that overlap
-// (stride < kernel) add in a varying order; non-overlapping pools (the main job's
-// MaxPool2d(2)) add one term per element and are exact. Process-wide; takes effect for shapes
-// not yet seen (the algorithm cache is keyed by the mode).
+// run as one block instead of adding block partials with atomicAdd. The pooling backward passes
+// gather in a fixed order in either mode (pool_windows.h), overlapping windows included.
+// Process-wide; takes effect for shapes not yet seen (the algorithm cache is keyed by the mode).
 void set_deterministic(bool on);
 void set_device(int device);
 // cudaMemcpy in the given direction (synchronous w.r.t. the host).
@@ -88,18 +86,12 @@ void add_channel_bias(int64_t n, int64_t c, int64_t hw, const float* bias, float
 // channel_dot_sums, which multiply into a scratch array first.
 void channel_sum(int64_t n, int64_t c, int64_t hw, const float* x, float beta, float* out);
 
-// ---- convolution helpers (one image [C, H, W]) ----
-// col[(c*kh*kw), (oh*ow)] from one image.
-void im2col(const ConvGeom& g, const float* img, float* col);
-// img += scatter of col (the adjoint of im2col); img must be zeroed by the caller.
-void col2im(const ConvGeom& g, const float* col, float* img);
-
 // ---- pooling over [N*C] planes of H x W, window k, stride s, no padding ----
 void maxpool_fwd(const PoolGeom& g, const float* x, float* y, int32_t* argmax);
 void maxpool_bwd(const PoolGeom& g, const float* gy, const int32_t* argmax,
-                 float* gx);  // gx zeroed
+                 float* gx);  // gx overwritten (every element written)
 void avgpool_fwd(const PoolGeom& g, const float* x, float* y);
-void avgpool_bwd(const PoolGeom& g, const float* gy, float* gx);  // gx zeroed by caller
+void avgpool_bwd(const PoolGeom& g, const float* gy, float* gx);  // gx overwritten
 
 // ---- batch norm over [N, C, HW] (HW = 1 for BatchNorm1d) ----
 // Per-channel sum and sum of squares over N*HW values (overwritten).
