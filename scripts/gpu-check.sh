@@ -124,23 +124,26 @@ run_test() {
     note "test $name: ok: $passed $skipped skipped"
   else
     fail "test $name: FAILED ($(why "$rc"); log: $log_dir/$name.log) $passed"
-    grep -E '^\[  FAILED  \]|Failure' "$log_dir/$name.log" | head -20
+    # The failed tests' names in the summary; their messages and the log's end above it.
+    summary+=("$(grep -E '^\[  FAILED  \] [A-Za-z]' "$log_dir/$name.log" | sort -u | sed 's/^/    /')")
+    grep -E '^\[  FAILED  \]|Failure' -A3 "$log_dir/$name.log" | head -40
     tail -5 "$log_dir/$name.log"
   fi
 }
 
 run_gpu_tests() {
-  local entry log test
+  local entry log test words
   for entry in "${gpu_test_runs[@]}"; do
-    # shellcheck disable=SC2086  # an entry is words: name, binary, gtest arguments
-    run_test $entry
+    read -r -a words <<<"$entry"  # name, binary, gtest arguments (split, never globbed)
+    run_test "${words[@]}"
   done
   for entry in "${confirms[@]}"; do
     read -r log test <<<"$entry"
     if grep -qE "^\[       OK \] $test " "$log_dir/$log.log" 2>/dev/null; then
       note "  confirmed on this GPU: $test"
     elif grep -qE "^\[  SKIPPED \] $test" "$log_dir/$log.log" 2>/dev/null; then
-      note "  skipped here (reason in $log_dir/$log.log): $test"
+      # GTEST_SKIP's message is the line above "[  SKIPPED ]".
+      note "  skipped here ($(grep -B1 -E "^\[  SKIPPED \] $test" "$log_dir/$log.log" | head -1)): $test"
     else
       fail "  NOT confirmed (failed or did not run, $log_dir/$log.log): $test"
     fi
@@ -617,14 +620,21 @@ EOF
   libs=$(ls "$stage/lib" | tr '\n' ' ')
   rm -rf "$stage"
   size=$(du -sb "$dir" | awk '{print $1}')
-  note "bundle $dir: $((size / 1024 / 1024)) MiB ($size bytes), $files files in payload.tar.gz, packed in $(($(date +%s) - start)) s"
+  note "bundle $dir: $((size / 1024 / 1024)) MiB ($size bytes), $files files in payload.tar.gz, built and packed in $(($(date +%s) - start)) s"
   note "carried libraries: $libs"
   note "CUDA libraries from the GPU machine: $(tr '\n' ' ' <"$dir/cuda-libs.txt")"
   if ((size >= 64 * 1024 * 1024)); then
     say "the bundle is over 64 MiB ($size bytes): the device tool cannot carry it"
     exit 1
   fi
-  say "run it on a GPU machine: bash $dir/run.sh (with the device tool: carry $dir, a path inside the checkout)"
+  # The device tool carries paths inside the checkout and runs its command in the checkout's root.
+  local root
+  root=$(pwd)
+  if [[ "$dir" == "$root/"* ]]; then
+    say "run it on a GPU machine: bash $dir/run.sh; with the device tool: carry [\"${dir#"$root/"}\"], command: bash ${dir#"$root/"}/run.sh"
+  else
+    say "run it on a GPU machine: bash $dir/run.sh (to carry it with the device tool, pack it inside the checkout: --bundle build-bundle)"
+  fi
 }
 
 main() {
