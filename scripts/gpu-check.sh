@@ -119,7 +119,9 @@ run_test() {
   capped 90 "$bin/$binary" "$@" >"$log_dir/$name.log" 2>&1 || rc=$?
   local passed skipped
   passed=$(grep -E '^\[  PASSED  \]' "$log_dir/$name.log" | head -1)
-  skipped=$(grep -cE '^\[  SKIPPED \]' "$log_dir/$name.log")
+  # gtest's count: "[  SKIPPED ] N test(s), listed below:" (absent when none was skipped).
+  skipped=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) tests\{0,1\},.*/\1/p' "$log_dir/$name.log" | head -1)
+  skipped=${skipped:-0}
   if ((rc == 0)); then
     note "test $name: ok: $passed $skipped skipped"
   else

@@ -78,6 +78,28 @@ done
 check "nothing is NOT FOUND" lacks "$work/run.log" "NOT FOUND"
 check "no GPU step ran" lacks "$work/run.log" "test nccl_test"
 
+# 2b. The GPU tests' step, sourced from the bundle's script and run here: the list runs through
+# the bundle's binaries, every GPU test skips, and the summary says so test by test.
+mkdir "$work/steps"
+tar -xzf "$bundle/payload.tar.gz" -C "$work/steps"
+(
+  # shellcheck source=/dev/null
+  source "$bundle/gpu-check.sh"
+  # shellcheck disable=SC2034  # the variables the sourced steps read
+  mode=bundle bin="$work/steps/bin" log_dir="$work/steps" kolo_ld="$work/steps/lib"
+  # shellcheck disable=SC2034
+  deadline=$(($(date +%s) + 120))
+  run_gpu_tests
+  print_summary "steps without a GPU"
+) >"$work/steps.log" 2>&1
+check "the GPU tests' step passes without a GPU (every test skips)" test $? -eq 0
+for line in "test nccl_test: ok: [  PASSED  ]" "test coordinator_cuda: ok:" \
+  "test framework_cuda: ok:" "test models_cuda: ok:" "test guard_alone: ok:" \
+  "  skipped here (no CUDA device"; do
+  check "the steps' summary says '$line'" has "$work/steps.log" "$line"
+done
+check "no confirmation is missing" lacks "$work/steps.log" "NOT confirmed"
+
 # 3. A CUDA library nowhere to be found is named; without a GPU that is no failure.
 echo "libkolo_absent_cuda_test.so.1" >>"$bundle/cuda-libs.txt"
 KOLO_GPU_CHECK_NO_GPU=1 bash "$bundle/run.sh" >"$work/absent.log" 2>&1
