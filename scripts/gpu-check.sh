@@ -411,7 +411,8 @@ run_bundle() {
   log_dir="$unpacked/logs"
   mkdir -p "$log_dir"
   tar -xzf "$bundle/payload.tar.gz" -C "$unpacked" || { say "cannot unpack $bundle/payload.tar.gz"; exit 1; }
-  say "bundle $bundle ($(cat "$bundle/BUILD-INFO" 2>/dev/null | tr '\n' ' ')), unpacked in $unpacked"
+  note "bundle $bundle: $(tr '\n' ' ' <"$bundle/BUILD-INFO" 2>/dev/null)"
+  say "unpacked in $unpacked"
   bin="$unpacked/bin"
   data_dir="$bundle/data"
   reference="$bundle/torch_eager_reference.py"
@@ -614,9 +615,11 @@ pack_bundle() {
 exec bash "$(dirname "$0")/gpu-check.sh" --run-bundle "$(dirname "$0")"
 EOF
   chmod +x "$dir/run.sh" "$dir/gpu-check.sh"
-  printf 'commit %s\nbuilt %s\ncuda-arch %s\nfrom %s\n' \
-    "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" "$(date -u +%FT%TZ)" "$arch" \
-    "$from" >"$dir/BUILD-INFO"
+  # What the binaries were built for, as the build's cache says (--from-build: that build's).
+  cache_value() { sed -n "s/^$1:[A-Z]*=//p" "$from/CMakeCache.txt" 2>/dev/null | head -1; }
+  printf 'commit %s\npacked %s\nfrom %s\nkolo-arch %s\ncuda-arch %s\n' \
+    "$(git describe --always --dirty 2>/dev/null || echo unknown)" "$(date -u +%FT%TZ)" "$from" \
+    "$(cache_value KOLO_ARCH)" "$(cache_value CMAKE_CUDA_ARCHITECTURES)" >"$dir/BUILD-INFO"
   local files size libs
   files=$(tar -tzf "$dir/payload.tar.gz" | grep -c '[^/]$')
   libs=$(ls "$stage/lib" | tr '\n' ' ')
