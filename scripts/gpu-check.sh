@@ -240,7 +240,7 @@ fusion() {
     return
   fi
   local rows without with
-  rows=$(sed 's/^\[[0-9]*\] //' "$log" | grep -vE '^#|^mode')
+  rows=$(sed 's/^\[[0-9]*\] //' "$log" | grep -E '^(fusion|flat) ')  # its rows, not other output
   without=$(awk '/^fusion default +[0-9]/ { print $(NF-1) }' <<<"$rows")
   with=$(awk '/^fusion default \+ timeline/ { print $(NF-1) }' <<<"$rows")
   note "kolo-bench fusion --device cuda, $np rank(s): step_ms without timeline $without, with $with, with/without $(awk -v a="$with" -v b="$without" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')x"
@@ -291,7 +291,8 @@ print_summary() {
   echo
   echo "=== gpu-check summary ($1, $(date -u +%FT%TZ)) ==="
   printf '%s\n' "${summary[@]}"
-  if ((status == 0)); then echo "gpu-check: PASS"; else echo "gpu-check: FAIL"; fi
+  # SECONDS: bash's count since the script started (the bundle's run must stay under 3 minutes).
+  if ((status == 0)); then echo "gpu-check: PASS (${SECONDS} s)"; else echo "gpu-check: FAIL (${SECONDS} s)"; fi
 }
 
 # ---------------------------------------------------------------------------------------------
