@@ -362,6 +362,10 @@ find_cuda_libs() {
 # library is one the GPU machine must provide, any other unresolved one is a packing error.
 check_libraries() {
   local f line lib path
+  if ! command -v ldd >/dev/null 2>&1; then
+    note "libraries: not checked (no ldd on this machine)"
+    return
+  fi
   local -A bad=() outside=() later=()  # library -> the first file needing it (or its path)
   for f in "$unpacked"/bin/* "$unpacked"/lib/*; do
     while read -r line; do
