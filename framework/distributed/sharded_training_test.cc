@@ -31,8 +31,10 @@ class ShardedTrainingTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   kolo::testing::ProcessRun run(int np, const std::string& args, const std::string& env = "") {
-    return kolo::testing::run_command(env + " " + KOLORUN_PATH + " -np " + std::to_string(np) +
-                                          " " + SHARDED_WORKER_PATH + " " + args,
+    using kolo::testing::program_path;
+    return kolo::testing::run_command(env + " " + program_path(KOLORUN_PATH) + " -np " +
+                                          std::to_string(np) + " " +
+                                          program_path(SHARDED_WORKER_PATH) + " " + args,
                                       /*timeout_s=*/120);
   }
   std::string launch(int np, const std::string& args) {

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 namespace kolo::testing {
@@ -28,6 +29,19 @@ inline ProcessRun run_command(const std::string& command, int timeout_s = 60) {
   const int status = pclose(pipe);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+// A program the build put at `built_path` (a CMake $<TARGET_FILE>): that path when it exists,
+// else the file of the same name beside this test's own executable. The GPU check's bundle
+// (scripts/gpu-check.sh --bundle) carries the binaries to another machine, where only the
+// second holds.
+inline std::string program_path(const std::string& built_path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(built_path, ec)) return built_path;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return built_path;
+  return (self.parent_path() / fs::path(built_path).filename()).string();
 }
 
 // How many times `what` occurs in `text`.
