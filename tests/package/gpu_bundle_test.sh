@@ -45,7 +45,8 @@ for f in run.sh gpu-check.sh torch_eager_reference.py payload.tar.gz cuda-libs.t
 done
 tar -tzf "$bundle/payload.tar.gz" | sort >"$work/payload.txt"
 for f in bin/nccl_test bin/coordinator_test bin/framework_test bin/train_fashion_mnist_models_test \
-  bin/kolo-bench bin/kolorun bin/train_fashion_mnist lib/libopenblas.so.0; do
+  bin/kolo-bench bin/kolorun bin/train_fashion_mnist bin/sharded_optimizer_test \
+  bin/sharded_training_test bin/sharded_worker lib/libopenblas.so.0; do
   check "the payload has $f" has "$work/payload.txt" "$f"
 done
 check "the payload carries no glibc or CUDA library" \
@@ -69,7 +70,7 @@ check "the slice is the set's first 20,000 images" \
 check "the runner without a GPU exits 0" test $? -eq 0
 for line in "=== gpu-check summary (bundle, no GPU," \
   "cuda libraries: libcublas.so" \
-  "libraries: 7 binaries, " \
+  "libraries: 10 binaries, " \
   "carried libraries: every non-CUDA library resolves in the bundle or to glibc" \
   "gpu: none visible (nvidia-smi lists none): the GPU steps are skipped" \
   "gpu-check: PASS"; do
