@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check (issues 12 and 32): every GPU test, the main job with --device cuda against the
-# same models in PyTorch eager, kolo-bench allreduce --backend nccl beside raw ncclAllReduce on
+# same models in PyTorch eager, deterministic mode twice and ZeRO stage 2 against unsharded
+# (same parameters expected), kolo-bench allreduce --backend nccl beside raw ncclAllReduce on
 # the same buffers and kolo-bench fusion --device cuda (the device fusion buffer, with and
 # without the timeline), then one summary. Three ways to run it:
 #
@@ -269,12 +270,54 @@ fusion() {
   echo "${summary[-1]}"
 }
 
+# checksum_run NAME ENV NP ARGS...: the main job on the GPU, a short subset, printing its
+# parameters' SHA-256, which it leaves in `digest` (empty when the job failed, which is noted).
+checksum_run() {
+  local name="$1" env="$2" np="$3" rc=0
+  shift 3
+  local log="$log_dir/$name.log"
+  digest=""
+  capped 60 env $env "$bin/kolorun" -np "$np" "$bin/train_fashion_mnist" --device cuda \
+    --epochs 1 --train-subset 6400 --test-subset 1000 --data-dir "$data_dir" --print-checksum \
+    "$@" >"$log" 2>&1 || rc=$?
+  if ((rc != 0)); then
+    fail "main job $name: FAILED ($(why "$rc"); log: $log)"
+    tail -10 "$log"
+    return
+  fi
+  digest=$(sed -n 's/.*parameters sha256 \([0-9a-f]*\).*/\1/p' "$log" | head -1)
+}
+
+# reproducible: deterministic mode (docs/determinism.md) gives the same parameters twice on the
+# GPU (issue 29: cuDNN's deterministic algorithms, gather-form pooling, one-block reductions);
+# ZeRO stage 2 on CUDA parameters (2 ranks through host staging) against the unsharded job.
+reproducible() {
+  local a b
+  checksum_run deterministic-1 KOLO_DETERMINISTIC=1 1 && a=$digest
+  checksum_run deterministic-2 KOLO_DETERMINISTIC=1 1 && b=$digest
+  if [[ -n "$a" && "$a" == "$b" ]]; then
+    note "main job, deterministic mode, twice on the GPU: the same parameters (sha256 ${a:0:16})"
+  elif [[ -n "$a" && -n "$b" ]]; then
+    fail "main job, deterministic mode, twice on the GPU: parameters DIFFER (${a:0:16} vs ${b:0:16})"
+  fi
+  checksum_run shard0 KOLO_GPU_OPERATIONS=tcp 2 --shard 0 && a=$digest
+  checksum_run shard2 KOLO_GPU_OPERATIONS=tcp 2 --shard 2 && b=$digest
+  if [[ -n "$a" && -n "$b" ]]; then
+    if [[ "$a" == "$b" ]]; then
+      note "main job --shard 2 vs --shard 0, 2 ranks on one GPU: bit-identical parameters"
+    else
+      note "main job --shard 2 vs --shard 0, 2 ranks on one GPU: parameters differ (${a:0:16} vs ${b:0:16}; on the CPU they are equal)"
+    fi
+  fi
+}
+
 # run_gpu_steps GPUS: everything that needs a GPU, in the order of the summary.
 run_gpu_steps() {
   local gpus="$1"
   run_gpu_tests
   [[ "$mode" == in-place ]] && main_job 1
   compare_with_torch
+  reproducible
   ((gpus > 1)) && main_job "$gpus"
   bench 1
   ((gpus > 1)) && bench "$gpus"
