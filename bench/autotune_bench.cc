@@ -156,7 +156,9 @@ Result<Tuned> tune(const Config& defaults, const AutotuneOptions& o, Workload& w
   }
   Tuned t{defaults};
   TuningRun run{.tune_steps = o.tune_steps, .window_steps = 2 * o.iters};
-  const auto history = autotune_history();
+  // Only the decisions in effect by now: one for a step still ahead may have reached some ranks
+  // and not others, and the ranks must agree on the configuration they measure next (issue 30).
+  const auto history = autotune_history(steps_marked());
   run.changes_at_end = history.size();
   if (!history.empty()) {
     const AppliedTuning& last = history.back();
@@ -169,7 +171,7 @@ Result<Tuned> tune(const Config& defaults, const AutotuneOptions& o, Workload& w
     KOLO_ASSIGN_OR_RETURN(double ms, w.step(bucket));
     times.push_back(ms);
   }
-  run.changes_after_window = autotune_history().size();
+  run.changes_after_window = autotune_history(steps_marked()).size();
   t.convergence = judge_convergence(run);
   t.step_ms = median(times);
   KOLO_RETURN_IF_ERROR(kolo::shutdown().with_context("shutdown"));

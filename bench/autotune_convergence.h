@@ -1,6 +1,7 @@
 // kolo-bench autotune's verdict on the tuner: had it settled when the bench stopped giving it
-// steps? The bench sees only kolo::autotune_history(), every rank's record of the configurations
-// applied, so it asks what that record can answer: whether the tuner applied another one during
+// steps? The bench sees only kolo::autotune_history(steps_marked()), every rank's record of the
+// configurations in effect (the same on every rank at the same step), so it asks what that
+// record can answer: whether the tuner applied another one during
 // the measurement steps that followed --tune-steps. A tuner that still changes then was still
 // searching, and the step of its last change is no "steps to converge" (issue 30): the search
 // applies a configuration per trial (a warm-up step and KOLO_AUTOTUNE_SAMPLES more), so the
@@ -17,9 +18,9 @@ namespace kolo::bench {
 struct TuningRun {
   int tune_steps = 0;               // --tune-steps: the steps the tuner got
   int window_steps = 0;             // the measurement steps after them (2 x --iters)
-  size_t changes_at_end = 0;        // autotune_history().size() after the tune_steps
+  size_t changes_at_end = 0;        // autotune_history(steps_marked()).size() after tune_steps
   int64_t last_change_step = 0;     // that history's last from_step (unused when it is empty)
-  size_t changes_after_window = 0;  // autotune_history().size() after the window
+  size_t changes_after_window = 0;  // the same after the window
 };
 
 struct Convergence {

@@ -66,6 +66,7 @@ enum class KnobId : int {
   kAutotuneLog,
   kAutotuneContinuous,
   kAutotuneSamples,
+  kAutotuneSteps,
   kAutotuneFusionFrom,
   kAutotuneFusionTo,
   kAutotuneCycleFrom,

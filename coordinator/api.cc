@@ -2,6 +2,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <limits>
 #include <thread>
 
 #include "backends/hierarchical/hierarchical_backend.h"
@@ -551,12 +552,19 @@ std::optional<int64_t> tuned_bucket_bytes() {
 }
 
 std::vector<AppliedTuning> autotune_history() {
+  return autotune_history(std::numeric_limits<int64_t>::max());
+}
+
+std::vector<AppliedTuning> autotune_history(int64_t through_step) {
   auto rt = current();
   if (!rt) return {};
   std::vector<AppliedTuning> out;
+  // Note [Autotune]: a rank that has marked through_step >= apply_step steps has applied that
+  // decision, whereas one with a later apply_step may still be on its way to some ranks.
   for (const auto& a : rt->applied_tunings())
-    out.push_back({a.cycle, a.decision.apply_step, a.decision.fusion_threshold,
-                   a.decision.cycle_time_ns, a.decision.bucket_bytes, a.hierarchical});
+    if (a.decision.apply_step <= through_step)
+      out.push_back({a.cycle, a.decision.apply_step, a.decision.fusion_threshold,
+                     a.decision.cycle_time_ns, a.decision.bucket_bytes, a.hierarchical});
   return out;
 }
 

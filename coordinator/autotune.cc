@@ -113,7 +113,12 @@ void Tuner::start_search(Mode mode, const std::string& anchor) {
     start.push_back(d.default_index);
     dims.push_back(std::move(d));
   }
-  search_.emplace(std::move(dims), std::move(start), SearchOptions{.samples = a.samples, .lag = 2});
+  bucket_in_use_ = dims[2].values[dims[2].default_index];  // the job starts on the defaults
+  // Stride 2 first: in the budget of KOLO_AUTOTUNE_STEPS a round at stride 4 would go to the
+  // ends of the box (no fusion, 64 MiB), which seldom win, instead of the nearer candidates.
+  search_.emplace(
+      std::move(dims), std::move(start),
+      SearchOptions{.samples = a.samples, .max_steps = a.max_steps, .lag = 2, .initial_stride = 2});
   KOLO_LOG_INFO("autotune: link latency "
                 << ms(link_.latency_s) << ", bandwidth "
                 << format_size(static_cast<uint64_t>(link_.bandwidth_bytes_per_s)) << "/s; "
@@ -199,8 +204,20 @@ std::optional<TuneDecision> Tuner::take_decision(int64_t steps_marked) {
   if (!pending_) return std::nullopt;
   TuneDecision d = *std::exchange(pending_, std::nullopt);
   d.apply_step = steps_marked + 2;
-  // Steps before the switch ran the previous configuration: not scored.
-  measure_from_ = mode_ == Mode::kSteps ? d.apply_step : boundaries_ + 2;
+  // Steps before the switch ran the previous configuration: not scored. Threshold and cycle time
+  // change in this very cycle, so the step after the one in progress runs wholly under them
+  // (its collectives are negotiated in later cycles); only new buckets wait for apply_step.
+  // Without new buckets the names are those of the last step: the response cache hits, so no
+  // warm-up step either.
+  const bool new_buckets = d.bucket_bytes != std::exchange(bucket_in_use_, d.bucket_bytes);
+  if (mode_ != Mode::kSteps) {
+    measure_from_ = boundaries_ + 2;
+  } else if (new_buckets) {
+    measure_from_ = d.apply_step;
+  } else {
+    measure_from_ = steps_marked + 1;
+    search_->skip_warmup();
+  }
   return d;
 }
 

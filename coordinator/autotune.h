@@ -15,6 +15,10 @@
 // began (a cycle executes only what was pending when it started). So any rank has marked at
 // most m0 + 1 steps when the decision reaches it, and every rank switches at boundary S. This
 // needs every step to run at least one collective across ranks, which DistributedOptimizer does.
+// The same argument makes kolo::autotune_history(steps_marked()) (the decisions with
+// apply_step <= the rank's count) identical on every rank at the same step, whereas the whole
+// history may already hold, on some ranks only, a decision for a step still ahead (issue 30;
+// CoordinatorJob.AutotuneRanksAgreeOnTheConfigurationAtEveryStep delays rank 0 so that it does).
 //
 // Categorical knobs (the registry's tunable kBool/kChoice knobs, config.autotune.categorical)
 // travel as TuneDecision::choices and are switched by every rank in that same cycle, before it
@@ -103,7 +107,8 @@ class Tuner {
   std::optional<AutotuneSearch> search_;
   int64_t boundaries_ = 0;  // seen since the search started
   std::optional<Clock::time_point> last_boundary_;
-  int64_t measure_from_ = 0;  // first boundary whose following step counts
+  int64_t measure_from_ = 0;   // first boundary whose following step counts
+  int64_t bucket_in_use_ = 0;  // the bucket size of the last decision (the default before any)
   std::optional<TuneDecision> pending_;
   bool announced_converged_ = false;
   std::vector<double> window_;  // continuous mode: step times since convergence

@@ -98,26 +98,39 @@ bool AutotuneSearch::record_step(double seconds) {
   ++steps_;
   if (++steps_on_current_ <= options_.warmup) return false;
   samples_.push_back(seconds);
-  if (static_cast<int>(samples_.size()) < options_.samples) return false;
+  const bool loser = clear_loser();
+  if (static_cast<int>(samples_.size()) < options_.samples && !loser) return false;
   // Noise-aware: a candidate whose median lands within twice the margin of the best's is
   // ambiguous; it gets as many steps again (no warm-up: same configuration) before judging.
-  if (phase_ == Phase::kPattern && !extended_ && current_ != best_ &&
+  if (phase_ == Phase::kPattern && !extended_ && !loser && current_ != best_ &&
       std::abs(median(samples_) / score_of(best_) - 1) < 2 * margin()) {
     extended_ = true;
     return false;
   }
-  if (static_cast<int>(samples_.size()) < options_.samples * (extended_ ? 2 : 1)) return false;
+  if (static_cast<int>(samples_.size()) < options_.samples * (extended_ ? 2 : 1) && !loser)
+    return false;
   const SearchPoint before = current_;
   finish_measurement();
   advance();
   return current_ != before;
 }
 
+bool AutotuneSearch::clear_loser() const {
+  // Every sample so far (two at least) slower than the best by three margins: the remaining
+  // ones would not save it, and on a shared machine a step slow by chance seldom comes twice in
+  // a row. Most of a pattern search's candidates are such losers, so this is where the budget
+  // goes further (issue 30: settled within 100 steps).
+  if (phase_ != Phase::kPattern || current_ == best_ || samples_.size() < 2) return false;
+  return *std::min_element(samples_.begin(), samples_.end()) > score_of(best_) * (1 + 3 * margin());
+}
+
 void AutotuneSearch::finish_measurement() {
   const double m = median(samples_);
   const auto [lo, hi] = std::minmax_element(samples_.begin(), samples_.end());
-  // Half the relative range: about one standard deviation of the noise for 3 to 5 samples.
-  if (m > 0) spreads_.push_back((*hi - *lo) / (2 * m));
+  // Half the relative range: about one standard deviation of the noise for 3 to 5 samples (so
+  // not from a clear loser's two).
+  if (m > 0 && static_cast<int>(samples_.size()) >= options_.samples)
+    spreads_.push_back((*hi - *lo) / (2 * m));
   auto& all = measured_[current_];
   all.insert(all.end(), samples_.begin(), samples_.end());
   if (phase_ == Phase::kConfirmBest || phase_ == Phase::kConfirmBestAgain)

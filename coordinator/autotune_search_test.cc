@@ -160,14 +160,16 @@ TEST(AutotuneSearchTest, ConfirmationIsFairWhenTheMachineSlowsDownDuringIt) {
 
 // A gain between half the margin and the margin (here the 2% minimum gain, the noise being
 // 0.2%) gets a second confirmation round, and then needs margin / sqrt(2) = 1.41%: a point 1.8%
-// faster than the default is taken after six confirmation measurements; one 0.8% faster (less
-// than half the margin) is not, after three.
+// faster than the default is taken after six confirmation measurements; one 0.6% faster (less
+// than half the margin) is not, after three. (0.8% was 1.3 standard deviations of a median of
+// three from the 1% that opens a second round: one seed in ten may open it, and which one did
+// moved when clear losers began to draw fewer samples.)
 TEST(AutotuneSearchTest, AnAmbiguousGainGetsASecondConfirmationRound) {
   const auto dims = runtime_like_dims();
   const SearchPoint def = {dims[0].default_index, dims[1].default_index, dims[2].default_index};
   const SearchPoint near = {def[0] + 1, def[1], def[2]};
   for (auto [gain, taken, confirmations] :
-       {std::tuple{0.018, true, 6}, std::tuple{0.008, false, 3}}) {
+       {std::tuple{0.018, true, 6}, std::tuple{0.006, false, 3}}) {
     for (unsigned seed = 0; seed < 10; ++seed) {
       Bowl bowl{near, {gain, 0.2, 0.2}, 0.002, std::mt19937(seed)};
       AutotuneSearch search(dims, def, {});
@@ -270,6 +272,59 @@ TEST(AutotuneSearchTest, PriorPredictsFromLatencyAndBandwidth) {
   EXPECT_EQ(v.fusion_threshold, 800'000);
   EXPECT_EQ(v.bucket_bytes, 800'000);
   EXPECT_EQ(v.cycle_time_ns, 100'000);
+}
+
+}  // namespace
+}  // namespace kolo::coord
+
+namespace kolo::coord {
+namespace {
+
+// Issue 30: the runtime's search (KOLO_AUTOTUNE_STEPS=90, 3 samples, stride 2 first) in
+// kolo-bench autotune's box (thresholds and buckets 0 and 1-64 MiB, cycles 250 us-4 ms) with the
+// runtime's change lag (two skipped steps after a new bucket size, one otherwise, no warm-up then)
+// settles within 100 steps, with 2% noise, over 9 optima up to two grid steps from the defaults
+// in every dimension x 10 seeds: within 5% of the optimum in at least 75 of the 90 runs, and
+// never more than one grid step off in two dimensions (7%; measured: 77 of 90 within 5%, the
+// rest at 1.071, mostly where the optimum is two steps off in all three dimensions). Stride 1
+// first did better on most runs (88 of 90) and worse on the others (1.16), stride 4 goes to
+// the box's ends.
+TEST(AutotuneSearchTest, RuntimeBudgetSettlesWithinOneHundredStepsNearTheOptimum) {
+  SearchDimension threshold{"threshold", log_grid(kMiB, 64 * kMiB, true), 3};
+  SearchDimension cycle{"cycle", log_grid(250'000, 4'000'000), 2};
+  SearchDimension bucket{"bucket", log_grid(kMiB, 64 * kMiB, true), 3};
+  const std::vector<SearchDimension> dims = {threshold, cycle, bucket};
+  const std::vector<SearchPoint> optima = {{3, 2, 3}, {1, 0, 1}, {5, 4, 5}, {2, 1, 3}, {4, 2, 2},
+                                           {3, 0, 4}, {1, 2, 5}, {5, 3, 1}, {2, 4, 2}};
+  int worst_steps = 0, within_5_percent = 0;
+  double worst_ratio = 0;
+  for (size_t i = 0; i < optima.size(); ++i) {
+    for (unsigned seed = 0; seed < 10; ++seed) {
+      Bowl bowl{optima[i], {0.04, 0.05, 0.03}, 0.02, std::mt19937(seed * 17 + i)};
+      AutotuneSearch search(dims, {2, 1, 2},
+                            {.samples = 3, .max_steps = 90, .lag = 2, .initial_stride = 2});
+      int guard = 0;
+      while (!search.converged() && ++guard < 10'000) {
+        const size_t bucket_before = search.current()[2];
+        if (!search.record_step(bowl.sample(search.current()))) continue;
+        // The runtime's lag: the step in progress, and one more for new buckets.
+        search.skip_step();
+        if (search.current()[2] != bucket_before) {
+          search.skip_step();
+        } else {
+          search.skip_warmup();
+        }
+      }
+      ASSERT_TRUE(search.converged());
+      worst_steps = std::max(worst_steps, search.steps());
+      const double ratio = bowl.exact(search.current()) / bowl.exact(optima[i]);
+      worst_ratio = std::max(worst_ratio, ratio);
+      within_5_percent += ratio <= 1.05;
+    }
+  }
+  EXPECT_LE(worst_steps, 95);
+  EXPECT_GE(within_5_percent, 75);
+  EXPECT_LE(worst_ratio, 1.04 * 1.03 + 1e-9);
 }
 
 }  // namespace

@@ -81,6 +81,7 @@ Result<RuntimeConfig> config_from_knobs(const KnobSet& knobs,
   a.log_path = knobs.text(KnobId::kAutotuneLog);
   a.continuous = knobs.boolean(KnobId::kAutotuneContinuous);
   a.samples = static_cast<int>(knobs.integer(KnobId::kAutotuneSamples));
+  a.max_steps = static_cast<int>(knobs.integer(KnobId::kAutotuneSteps));
   a.fusion_min = knobs.size(KnobId::kAutotuneFusionFrom);
   a.fusion_max = knobs.size(KnobId::kAutotuneFusionTo);
   a.cycle_min = knobs.duration(KnobId::kAutotuneCycleFrom);

@@ -35,6 +35,7 @@ struct AutotuneConfig {
   std::string log_path;     // KOLO_AUTOTUNE_LOG; empty: no CSV
   bool continuous = false;  // KOLO_AUTOTUNE_CONTINUOUS
   int samples = 0;          // KOLO_AUTOTUNE_SAMPLES
+  int max_steps = 0;        // KOLO_AUTOTUNE_STEPS: the search's budget
   // KOLO_AUTOTUNE_{FUSION,CYCLE,BUCKET}_{FROM,TO}
   uint64_t fusion_min = 0, fusion_max = 0;
   std::chrono::nanoseconds cycle_min{0}, cycle_max{0};

@@ -93,6 +93,7 @@ TEST(ConfigTest, UnsetKnobsTakeTheirRowsDefaults) {
   EXPECT_EQ(c.stall_check_time, d.duration(KnobId::kStallCheckTime));
   EXPECT_EQ(c.op_timeout, d.duration(KnobId::kOpTimeout));
   EXPECT_EQ(c.autotune.samples, d.integer(KnobId::kAutotuneSamples));
+  EXPECT_EQ(c.autotune.max_steps, d.integer(KnobId::kAutotuneSteps));
   EXPECT_EQ(c.autotune.bucket_max, d.size(KnobId::kAutotuneBucketTo));
   EXPECT_FALSE(c.hierarchical_allreduce);
   EXPECT_TRUE(parse({{"KOLO_HIERARCHICAL_ALLREDUCE", "1"}}).hierarchical_allreduce);

@@ -111,7 +111,8 @@ int64_t steps_marked();
 // autotuner, or before init. DistributedOptimizer reads it between steps; programs that bucket
 // their own gradients may too. Thread-safe.
 std::optional<int64_t> tuned_bucket_bytes();
-// One configuration the autotuner applied on this rank (the list is identical on every rank).
+// One configuration the autotuner applied on this rank. Every rank applies the same ones, in the
+// same background cycles.
 struct AppliedTuning {
   int64_t cycle = 0;      // the background cycle in which fusion threshold and cycle time changed
   int64_t from_step = 0;  // the first step (counted as steps_marked()) with this bucket size
@@ -123,8 +124,16 @@ struct AppliedTuning {
   // false where the job has no hierarchy.
   bool hierarchical_allreduce = false;
 };
-// Every configuration applied since init(), in order; empty before init. Thread-safe.
+// Every configuration applied since init(), in order; empty before init. Thread-safe. Read
+// between steps, its last entry may be a decision for a step still ahead that has reached this
+// rank but not yet another (rank 0's tuner decides between steps): the ranks agree only on the
+// entries in effect, which the overload below returns.
 std::vector<AppliedTuning> autotune_history();
+// The configurations in effect by step `through_step` (from_step <= through_step), in order.
+// Identical on every rank that has marked at least through_step steps, so
+// autotune_history(steps_marked()) is what every rank agrees on at the same step (issue 30).
+// Needs a collective of every rank in each step, as tuned_bucket_bytes() does.
+std::vector<AppliedTuning> autotune_history(int64_t through_step);
 
 // ---- Operation options -------------------------------------------------------------------------
 // One type per concept. The Reduction inside allreduce and reducescatter options is the very

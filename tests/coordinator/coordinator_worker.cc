@@ -435,6 +435,49 @@ void uneven(int64_t mib) {
   ok(kolo::allreduce("after", kolo::view_of(v.data(), {1})), "after");
 }
 
+// Under KOLO_AUTOTUNE=1 (issue 30): every rank runs the same steps of grouped allreduces in
+// buckets of kolo::tuned_bucket_bytes() bytes, as DistributedOptimizer and kolo-bench autotune
+// do; after each step rank 0 sleeps `lag_ms` while rank 1 goes straight on, so the tuner's
+// decisions (taken by rank 0's background thread between steps) reach the ranks at different
+// points of their steps. Each rank prints, per step, the bucket size it used and the tuner's
+// configuration in effect by then as it reads it; the test compares the ranks' lines.
+void tune_agree(int steps, int lag_ms) {
+  const int r = kolo::rank();
+  std::vector<std::vector<float>> grads(8, std::vector<float>(16, 1.0f));  // 64 bytes each
+  for (int step = 0; step < steps; ++step) {
+    const int64_t bucket = kolo::tuned_bucket_bytes().value_or(int64_t{4} << 20);
+    std::vector<kolo::Handle> handles;
+    std::vector<kolo::TensorView> views;
+    int64_t bytes = 0;
+    auto submit = [&] {
+      handles.push_back(kolo::grouped_allreduce_async(
+          "grad.bucket" + std::to_string(handles.size()), std::move(views)));
+      views.clear();
+      bytes = 0;
+    };
+    for (auto& g : grads) {
+      if (!views.empty() && bytes + 64 > bucket) submit();
+      views.push_back(kolo::view_of(g.data(), {16}));
+      bytes += 64;
+    }
+    submit();
+    for (auto& h : handles)
+      if (!ok(h.wait(), "tune_agree step")) return;
+    ok(kolo::mark_step(), "mark_step");
+    if (r == 0) std::this_thread::sleep_for(std::chrono::milliseconds(lag_ms));
+    const std::vector<kolo::AppliedTuning> history = kolo::autotune_history(kolo::steps_marked());
+    std::string last = "none";
+    if (!history.empty())
+      last = std::to_string(history.back().from_step) + "/" +
+             std::to_string(history.back().fusion_threshold) + "/" +
+             std::to_string(history.back().bucket_bytes);
+    std::printf("rank %d: tune step %lld: bucket %lld, %zu configurations in effect, last %s\n", r,
+                static_cast<long long>(kolo::steps_marked()), static_cast<long long>(bucket),
+                history.size(), last.c_str());
+  }
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -478,6 +521,8 @@ int main(int argc, char** argv) {
     api();
   else if (scenario == "grouped_mismatch")
     grouped_mismatch();
+  else if (scenario == "tune_agree")
+    tune_agree(argc > 2 ? std::atoi(argv[2]) : 24, argc > 3 ? std::atoi(argv[3]) : 300);
   else if (scenario == "uneven")
     uneven(argc > 2 ? std::atol(argv[2]) : 256);
   ok(kolo::shutdown(), "shutdown");

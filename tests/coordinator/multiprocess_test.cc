@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -586,3 +587,35 @@ TEST(CoordinatorJob, MpiIsTheDefaultBackendUnderMpirun) {
 #endif
 
 }  // namespace
+
+// Issue 30: kolo-bench autotune once failed with "grad.bucket0: shape differs across ranks"
+// when its ranks took the tuned configuration from autotune_history() at the same step: the
+// tuner's latest decision (from a step still ahead) had reached one rank and not the other.
+// Here rank 0 sleeps after every step, so each decision is taken while rank 1 has already read
+// (coordinator_worker tune_agree); every rank must still report the same bucket size and the
+// same configuration in effect at every step, and the tuner must have changed it.
+TEST(CoordinatorJob, AutotuneRanksAgreeOnTheConfigurationAtEveryStep) {
+  const std::string env =
+      "KOLO_AUTOTUNE=1 KOLO_AUTOTUNE_SAMPLES=1 KOLO_STALL_CHECK_TIME=200ms "
+      "KOLO_AUTOTUNE_BUCKET_FROM=64 KOLO_AUTOTUNE_BUCKET_TO=512 KOLO_AUTOTUNE_FUSION_FROM=64 "
+      "KOLO_AUTOTUNE_FUSION_TO=512 ";
+  auto r =
+      run_command(env + KOLO_TEST_KOLORUN + " -np 2 " + KOLO_TEST_WORKER + " tune_agree 24 150");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::map<int, std::vector<std::string>> lines;  // rank: its per-step lines, "rank R: " cut
+  std::istringstream in(r.output);
+  const std::regex step_line(R"(.*rank (\d): (tune step .*))");
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (std::regex_match(line, m, step_line)) lines[std::stoi(m[1])].push_back(m[2]);
+  }
+  ASSERT_EQ(lines[0].size(), 24u) << r.output;
+  ASSERT_EQ(lines[1].size(), 24u) << r.output;
+  std::set<std::string> buckets;
+  for (size_t i = 0; i < lines[0].size(); ++i) {
+    EXPECT_EQ(lines[0][i], lines[1][i]) << "step " << i + 1 << "\n" << r.output;
+    std::smatch m;
+    if (std::regex_search(lines[0][i], m, std::regex("bucket (\\d+)"))) buckets.insert(m[1]);
+  }
+  EXPECT_GE(buckets.size(), 2u) << "the tuner never changed the bucket size:\n" << r.output;
+}

@@ -90,7 +90,8 @@ void steps(int n) {
     if (!kolo::mark_step().ok()) ++failures;
   }
   std::string line = "rank " + std::to_string(kolo::rank()) + ": autotune history:";
-  for (const kolo::AppliedTuning& a : kolo::autotune_history())
+  // The entries in effect: a decision for a later step may not have reached every rank yet.
+  for (const kolo::AppliedTuning& a : kolo::autotune_history(kolo::steps_marked()))
     line += " " + std::to_string(a.cycle) + "/" + std::to_string(a.from_step) + "/" +
             std::to_string(a.fusion_threshold) + "/" + std::to_string(a.cycle_time_ns) + "/" +
             std::to_string(a.bucket_bytes) + "/" + (a.hierarchical_allreduce ? "1" : "0");

@@ -455,7 +455,10 @@ TEST_F(TrainingTest, AutotuneBadInputFailsAtInitNamingTheVariable) {
       {"KOLO_AUTOTUNE=1 KOLO_AUTOTUNE_LOG=" + path("missing/dir/tune.csv"),
        "KOLO_AUTOTUNE_LOG=" + path("missing/dir/tune.csv") + ": cannot open for writing"},
       {"KOLO_AUTOTUNE=1 KOLO_AUTOTUNE_BUCKET_FROM=8MiB KOLO_AUTOTUNE_BUCKET_TO=1MiB",
-       "KOLO_AUTOTUNE_BUCKET_FROM=8MiB exceeds KOLO_AUTOTUNE_BUCKET_TO=1MiB"}};
+       "KOLO_AUTOTUNE_BUCKET_FROM=8MiB exceeds KOLO_AUTOTUNE_BUCKET_TO=1MiB"},
+      // Fewer steps than the default and the confirmation take.
+      {"KOLO_AUTOTUNE=1 KOLO_AUTOTUNE_STEPS=10",
+       "KOLO_AUTOTUNE_STEPS=10 is invalid: expected an integer in [30, 1000000]"}};
   for (const auto& [env, error] : cases) {
     kolo::testing::ProcessRun r = run(2, "--steps 2", env);
     EXPECT_NE(r.exit_code, 0) << env;

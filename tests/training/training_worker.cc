@@ -477,7 +477,8 @@ int main(int argc, char** argv) try {
     std::printf("overlap ok: %d steps\n", steps);
   }
   if (rank == 0 && !args.out.empty()) write_params(args.out, m);
-  if (const auto history = kolo::autotune_history(); !history.empty()) {
+  // The entries in effect: a decision for a later step may not have reached every rank yet.
+  if (const auto history = kolo::autotune_history(kolo::steps_marked()); !history.empty()) {
     std::string line = "autotune history:";
     for (const auto& h : history)
       line += " " + std::to_string(h.cycle) + "/" + std::to_string(h.from_step) + "/" +
