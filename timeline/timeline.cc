@@ -91,11 +91,12 @@ std::string trace_header(int rank, int64_t wall_us) {
 }  // namespace
 
 // Note [Timeline queue]
-// Recording threads and the writer thread share one vector of events under `mu`. A recording
-// call holds the lock only to look up its row or operation, stamp the time and push one event:
-// no I/O, no syscall in the common case. A begin queues nothing: it pushes the span on its
+// Recording threads and the writer thread share one queue of packed events under `mu` (Note
+// [Packed events] in trace_event.cc). A recording call holds the lock only to look up its row
+// or operation, stamp the time and pack one event into the queue's reused buffers: no I/O, no
+// syscall and, in steady state, no allocation. A begin queues nothing: it pushes the span on its
 // operation's stack of open spans, and end() queues the complete event. The writer swaps the
-// whole vector out under the lock (copying the open spans too, as the file's replaceable tail)
+// whole queue out under the lock (packing the open spans too, as the file's replaceable tail)
 // and formats and writes the batch without it, so recording never waits for the file. The
 // writer is woken when the queue reaches wake_writer_at (one notify per batch, not per event)
 // or by its flush interval, whichever comes first.
@@ -256,8 +257,9 @@ struct Timeline::Impl final : timeline_detail::SignalStoppable {
     }
   }
 
-  uint64_t begin_op(std::string_view tensor, std::string_view kind, TimelineArgs&& args)
-      KOLO_EXCLUDES(mu) {
+  // first_phase: opened inside at the same instant, unless empty.
+  uint64_t begin_op(std::string_view tensor, std::string_view kind, TimelineArgs&& args,
+                    std::string_view first_phase = {}) KOLO_EXCLUDES(mu) {
     MutexLock lock(mu);
     if (!recording) return 0;  // stopped between the caller's active() check and here
     uint32_t slot;
@@ -275,7 +277,9 @@ struct Timeline::Impl final : timeline_detail::SignalStoppable {
     if (next_generation == 0) next_generation = 1;  // after 2^32 operations: 0 means free
     op.row = &row;
     op.row_name = &row_name;
-    op.spans.push_back(OpenSpan{std::string(kind), now_ns(), std::move(args)});
+    const int64_t ts = now_ns();
+    op.spans.push_back(OpenSpan{std::string(kind), ts, std::move(args)});
+    if (!first_phase.empty()) op.spans.push_back(OpenSpan{std::string(first_phase), ts, {}});
     return token_of(slot, op.generation);
   }
 
@@ -290,6 +294,18 @@ struct Timeline::Impl final : timeline_detail::SignalStoppable {
     MutexLock lock(mu);
     if (!recording) return;
     if (OpenOp* op = op_to_end(token)) close_span(*op, now_ns(), {&args});
+  }
+
+  void next(uint64_t token, std::string_view phase, TimelineArgs&& end_args,
+            TimelineArgs&& begin_args) KOLO_EXCLUDES(mu) {
+    MutexLock lock(mu);
+    if (!recording) return;
+    OpenOp* op = op_to_end(token);
+    if (!op) return;
+    const int64_t ts = now_ns();
+    const bool last = op->spans.size() == 1;  // the operation's own: the operation ends
+    close_span(*op, ts, {&end_args});
+    if (!last) op->spans.push_back(OpenSpan{std::string(phase), ts, std::move(begin_args)});
   }
 
   void end_all(uint64_t token, const TimelineArgs& args, const TimelineArgs& outermost)
@@ -551,6 +567,18 @@ bool Timeline::active() const { return impl_->active.load(std::memory_order_acqu
 uint64_t Timeline::begin_op(std::string_view tensor, std::string_view kind, TimelineArgs args) {
   if (!active()) return 0;
   return impl_->begin_op(tensor, kind, std::move(args));
+}
+
+uint64_t Timeline::begin_op(std::string_view tensor, std::string_view kind, TimelineArgs args,
+                            std::string_view first_phase) {
+  if (!active()) return 0;
+  return impl_->begin_op(tensor, kind, std::move(args), first_phase);
+}
+
+void Timeline::next(uint64_t op, std::string_view phase, TimelineArgs end_args,
+                    TimelineArgs begin_args) {
+  if (op == 0 || !active()) return;
+  impl_->next(op, phase, std::move(end_args), std::move(begin_args));
 }
 
 void Timeline::begin(uint64_t op, std::string_view phase, TimelineArgs args) {

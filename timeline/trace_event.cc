@@ -117,10 +117,11 @@ void append_ts_us(std::string& out, int64_t ts_ns) {
 // the writer reads them in place. A span's end args are merged into its begin's as string
 // views while packing (no copy of either list), with add_args' rule: a key already there takes
 // the new value in its place, a new key goes last.
-void PackedEvents::append_view(std::string_view s) {
+char* PackedEvents::put_view(char* at, std::string_view s) {
   const auto size = static_cast<uint32_t>(s.size());
-  text_.append(reinterpret_cast<const char*>(&size), sizeof(size));
-  text_.append(s);
+  std::memcpy(at, &size, sizeof(size));
+  std::memcpy(at + sizeof(size), s.data(), s.size());
+  return at + sizeof(size) + s.size();
 }
 
 void PackedEvents::push(EventKind kind, int tid, int64_t ts_ns, int64_t dur_ns,
@@ -142,11 +143,16 @@ void PackedEvents::push(EventKind kind, int tid, int64_t ts_ns, int64_t dur_ns,
   events_.push_back(Record{kind, tid, ts_ns, dur_ns, text_.size(),
                            static_cast<uint32_t>(name.size()),
                            static_cast<uint32_t>(scratch_.size())});
-  text_.append(name);
-  for (const auto& [key, value] : scratch_) {
-    append_view(key);
-    append_view(value);
-  }
+  // One resize for the whole event, then plain copies (no capacity check per piece).
+  size_t bytes = name.size();
+  for (const auto& [key, value] : scratch_)
+    bytes += 2 * sizeof(uint32_t) + key.size() + value.size();
+  const size_t start = text_.size();
+  text_.resize(start + bytes);
+  char* at = text_.data() + start;
+  std::memcpy(at, name.data(), name.size());
+  at += name.size();
+  for (const auto& [key, value] : scratch_) at = put_view(put_view(at, key), value);
 }
 
 void PackedEvents::clear() {

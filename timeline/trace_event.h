@@ -53,7 +53,8 @@ class PackedEvents {
     uint32_t name_size;
     uint32_t num_args;
   };
-  void append_view(std::string_view s);
+  // Writes `s`'s size then its bytes at `at`; returns the end.
+  static char* put_view(char* at, std::string_view s);
 
   std::vector<Record> events_;
   std::string text_;
