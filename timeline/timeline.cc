@@ -63,6 +63,7 @@ struct OpenOp {
   Row* row = nullptr;       // rows are map nodes: stable until the recording ends
   const std::string* row_name = nullptr;
   std::vector<OpenSpan> spans;  // [0] the operation's own, innermost last
+  int64_t last_edge = 0;        // the latest begin or end recorded (Note [Shared clock reads])
 };
 
 constexpr uint64_t token_of(uint32_t slot, uint32_t generation) {
@@ -136,6 +137,18 @@ struct Timeline::Impl final : timeline_detail::SignalStoppable {
   uint32_t first_generation KOLO_GUARDED_BY(mu) = 1;  // of this recording
   uint64_t unmatched_ends KOLO_GUARDED_BY(mu) = 0;
   Status write_status KOLO_GUARDED_BY(mu);
+
+  // Note [Shared clock reads]. begin_op(..., first_phase) and next() record two edges with one
+  // clock read: the phase inside begins 1 ns after its operation, and the next phase 1 ns after
+  // the one that ended. Readers compute a span's end as ts + dur in floating point, so a span
+  // beginning at the very nanosecond where its predecessor ends may seem to begin inside it
+  // (the nesting check of tests/coordinator and speedscope's stack both trip on that); 1 ns
+  // apart, never. An operation's edges never go back (edge_ns): were the clock to read the same
+  // value twice, the 1 ns ahead could otherwise make a later end precede its begin.
+  int64_t edge_ns(OpenOp& op) const KOLO_REQUIRES(mu) {
+    op.last_edge = std::max(now_ns(), op.last_edge);
+    return op.last_edge;
+  }
 
   int64_t now_ns() const KOLO_REQUIRES(mu) {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
@@ -277,9 +290,10 @@ struct Timeline::Impl final : timeline_detail::SignalStoppable {
     if (next_generation == 0) next_generation = 1;  // after 2^32 operations: 0 means free
     op.row = &row;
     op.row_name = &row_name;
-    const int64_t ts = now_ns();
-    op.spans.push_back(OpenSpan{std::string(kind), ts, std::move(args)});
-    if (!first_phase.empty()) op.spans.push_back(OpenSpan{std::string(first_phase), ts, {}});
+    op.last_edge = now_ns();
+    op.spans.push_back(OpenSpan{std::string(kind), op.last_edge, std::move(args)});
+    if (!first_phase.empty())
+      op.spans.push_back(OpenSpan{std::string(first_phase), ++op.last_edge, {}});
     return token_of(slot, op.generation);
   }
 
@@ -287,13 +301,13 @@ struct Timeline::Impl final : timeline_detail::SignalStoppable {
     MutexLock lock(mu);
     if (!recording) return;
     if (OpenOp* op = op_of(token))
-      op->spans.push_back(OpenSpan{std::string(phase), now_ns(), std::move(args)});
+      op->spans.push_back(OpenSpan{std::string(phase), edge_ns(*op), std::move(args)});
   }
 
   void end(uint64_t token, TimelineArgs&& args) KOLO_EXCLUDES(mu) {
     MutexLock lock(mu);
     if (!recording) return;
-    if (OpenOp* op = op_to_end(token)) close_span(*op, now_ns(), {&args});
+    if (OpenOp* op = op_to_end(token)) close_span(*op, edge_ns(*op), {&args});
   }
 
   void next(uint64_t token, std::string_view phase, TimelineArgs&& end_args,
@@ -302,10 +316,12 @@ struct Timeline::Impl final : timeline_detail::SignalStoppable {
     if (!recording) return;
     OpenOp* op = op_to_end(token);
     if (!op) return;
-    const int64_t ts = now_ns();
+    const int64_t ts = edge_ns(*op);
     const bool last = op->spans.size() == 1;  // the operation's own: the operation ends
     close_span(*op, ts, {&end_args});
-    if (!last) op->spans.push_back(OpenSpan{std::string(phase), ts, std::move(begin_args)});
+    if (last) return;
+    op->last_edge = ts + 1;  // Note [Shared clock reads]
+    op->spans.push_back(OpenSpan{std::string(phase), op->last_edge, std::move(begin_args)});
   }
 
   void end_all(uint64_t token, const TimelineArgs& args, const TimelineArgs& outermost)
@@ -313,7 +329,7 @@ struct Timeline::Impl final : timeline_detail::SignalStoppable {
     MutexLock lock(mu);
     if (!recording) return;
     if (OpenOp* op = op_to_end(token))
-      close_all(*op, now_ns(), args, /*past_limit=*/false, outermost);
+      close_all(*op, edge_ns(*op), args, /*past_limit=*/false, outermost);
   }
 
   void instant(EventKind kind, std::string_view tensor, std::string_view name, TimelineArgs&& args)
@@ -334,7 +350,8 @@ struct Timeline::Impl final : timeline_detail::SignalStoppable {
         {std::string(trace_format::kStatusArg), std::string(trace_format::kStatusAborted)},
         {std::string(trace_format::kReasonArg), std::string(reason)}};
     for (OpenOp& op : ops)
-      if (op.generation != 0) close_all(op, ts, aborted, /*past_limit=*/true);
+      if (op.generation != 0)
+        close_all(op, std::max(ts, op.last_edge), aborted, /*past_limit=*/true);
   }
 
   // On the writer: the open spans as they are now, for the file's tail. Their rows' names go
@@ -342,10 +359,11 @@ struct Timeline::Impl final : timeline_detail::SignalStoppable {
   void snapshot_open_spans(PackedEvents& out) KOLO_REQUIRES(mu) {
     static const TimelineArgs kOpen = {
         {std::string(trace_format::kStatusArg), std::string(trace_format::kStatusOpen)}};
-    int64_t ts = now_ns();
+    const int64_t now = now_ns();
     for (const OpenOp& op : ops) {
       if (op.generation == 0) continue;
       name_row(*op.row, *op.row_name);
+      const int64_t ts = std::max(now, op.last_edge);  // Note [Shared clock reads]
       for (size_t i = 0; i < op.spans.size(); ++i) {
         const OpenSpan& span = op.spans[i];
         int64_t gap = static_cast<int64_t>(op.spans.size() - 1 - i);
