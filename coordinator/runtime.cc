@@ -338,13 +338,11 @@ void Runtime::trace_submission(Entry& e) {
   const Request& r = e.request;
   if (e.trace_kind.empty()) e.trace_kind = to_upper(op_type_name(r.type));
   e.trace = timeline_->begin_op(rows_.empty() ? r.name : rows_ + r.name, e.trace_kind,
-                                operation_args(r.shapes, r.dtype));
-  timeline_->begin(e.trace, trace_format::kQueuePhase);
+                                operation_args(r.shapes, r.dtype), trace_format::kQueuePhase);
 }
 
 void Runtime::end_queue_span(Entry& e) {
-  timeline_->end(e.trace);  // QUEUE
-  timeline_->begin(e.trace, trace_format::kNegotiatePhase);
+  timeline_->next(e.trace, trace_format::kNegotiatePhase);  // QUEUE ends, NEGOTIATE begins
 }
 
 TimelineArgs Runtime::marker_args(TimelineArgs args) const {

@@ -20,7 +20,7 @@
 namespace kolo {
 
 using timeline_detail::EventKind;
-using timeline_detail::TraceEvent;
+using timeline_detail::PackedEvents;
 using timeline_detail::TraceSink;
 
 namespace {
@@ -31,6 +31,9 @@ constexpr size_t kDefaultWakeWriterAt = 4096;
 
 // The writer formats into a buffer and writes it once it holds this much (or the batch ends).
 constexpr size_t kWriteChunkBytes = 1 << 20;
+
+// The text (name and args) of an operation's span with its usual args, for the queue's reserve.
+constexpr size_t kTextBytesPerEvent = 96;
 
 // Lets the track map be searched with a string_view (no std::string built per event).
 struct StringHash {
@@ -43,20 +46,6 @@ struct OpenSpan {
   int64_t ts_ns;
   TimelineArgs args;
 };
-
-// `more` wins over `args` for a key both have.
-void add_args(TimelineArgs& args, TimelineArgs more) {
-  for (auto& [key, value] : more) {
-    // Init-capture: Clang 14 (the checking builds') cannot capture a structured binding.
-    auto it = std::find_if(args.begin(), args.end(),
-                           [&k = key](const auto& kv) { return kv.first == k; });
-    if (it != args.end()) {
-      it->second = std::move(value);
-    } else {
-      args.emplace_back(std::move(key), std::move(value));
-    }
-  }
-}
 
 // A thread track of the file.
 struct Row {
@@ -74,6 +63,7 @@ struct OpenOp {
   Row* row = nullptr;       // rows are map nodes: stable until the recording ends
   const std::string* row_name = nullptr;
   std::vector<OpenSpan> spans;  // [0] the operation's own, innermost last
+  int64_t last_edge = 0;        // the latest begin or end recorded (Note [Shared clock reads])
 };
 
 constexpr uint64_t token_of(uint32_t slot, uint32_t generation) {
@@ -102,11 +92,12 @@ std::string trace_header(int rank, int64_t wall_us) {
 }  // namespace
 
 // Note [Timeline queue]
-// Recording threads and the writer thread share one vector of events under `mu`. A recording
-// call holds the lock only to look up its row or operation, stamp the time and push one event:
-// no I/O, no syscall in the common case. A begin queues nothing: it pushes the span on its
+// Recording threads and the writer thread share one queue of packed events under `mu` (Note
+// [Packed events] in trace_event.cc). A recording call holds the lock only to look up its row
+// or operation, stamp the time and pack one event into the queue's reused buffers: no I/O, no
+// syscall and, in steady state, no allocation. A begin queues nothing: it pushes the span on its
 // operation's stack of open spans, and end() queues the complete event. The writer swaps the
-// whole vector out under the lock (copying the open spans too, as the file's replaceable tail)
+// whole queue out under the lock (packing the open spans too, as the file's replaceable tail)
 // and formats and writes the batch without it, so recording never waits for the file. The
 // writer is woken when the queue reaches wake_writer_at (one notify per batch, not per event)
 // or by its flush interval, whichever comes first.
@@ -136,7 +127,7 @@ struct Timeline::Impl final : timeline_detail::SignalStoppable {
   // Set before the writer starts, so the writer may read it without the lock (reserve_size).
   size_t wake_threshold = 1;
   std::chrono::steady_clock::time_point t0 KOLO_GUARDED_BY(mu);
-  std::vector<TraceEvent> pending KOLO_GUARDED_BY(mu);
+  PackedEvents pending KOLO_GUARDED_BY(mu);
   std::unordered_map<std::string, Row, StringHash, std::equal_to<>> rows KOLO_GUARDED_BY(mu);
   int next_tid KOLO_GUARDED_BY(mu) = trace_format::kMarkersTid + 1;
   std::vector<OpenOp> ops KOLO_GUARDED_BY(mu);
@@ -146,6 +137,18 @@ struct Timeline::Impl final : timeline_detail::SignalStoppable {
   uint32_t first_generation KOLO_GUARDED_BY(mu) = 1;  // of this recording
   uint64_t unmatched_ends KOLO_GUARDED_BY(mu) = 0;
   Status write_status KOLO_GUARDED_BY(mu);
+
+  // Note [Shared clock reads]. begin_op(..., first_phase) and next() record two edges with one
+  // clock read: the phase inside begins 1 ns after its operation, and the next phase 1 ns after
+  // the one that ended. Readers compute a span's end as ts + dur in floating point, so a span
+  // beginning at the very nanosecond where its predecessor ends may seem to begin inside it
+  // (the nesting check of tests/coordinator and speedscope's stack both trip on that); 1 ns
+  // apart, never. An operation's edges never go back (edge_ns): were the clock to read the same
+  // value twice, the 1 ns ahead could otherwise make a later end precede its begin.
+  int64_t edge_ns(OpenOp& op) const KOLO_REQUIRES(mu) {
+    op.last_edge = std::max(now_ns(), op.last_edge);
+    return op.last_edge;
+  }
 
   int64_t now_ns() const KOLO_REQUIRES(mu) {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
@@ -193,12 +196,21 @@ struct Timeline::Impl final : timeline_detail::SignalStoppable {
     return op;
   }
 
-  // Queues a kept event of `row`, preceded by the row's name the first time. The name bypasses
-  // the limit (a row must never stay unlabelled), but only comes with a kept event, so it adds
-  // at most one record per row that appears in the file.
-  void push(Row& row, const std::string& row_name, TraceEvent event) KOLO_REQUIRES(mu) {
+  // Whether an event of `row` may be queued: there is room, or it is past_limit (stop()'s final
+  // events); else it is counted as dropped. A kept event is preceded by the row's name the first
+  // time. The name bypasses the limit (a row must never stay unlabelled), but only comes with a
+  // kept event, so it adds at most one record per row that appears in the file.
+  bool admit(Row& row, const std::string& row_name, bool past_limit = false) KOLO_REQUIRES(mu) {
+    if (!past_limit && !has_room()) {
+      dropped.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
     name_row(row, row_name);
-    pending.push_back(std::move(event));
+    return true;
+  }
+
+  // After a push: wakes the writer once per batch.
+  void pushed() KOLO_REQUIRES(mu) {
     if (pending.size() == wake_threshold) wake.notify_one();
   }
 
@@ -207,7 +219,7 @@ struct Timeline::Impl final : timeline_detail::SignalStoppable {
     row.named = true;
     TimelineArgs args;
     if (!row.tensor.empty()) args.emplace_back(trace_format::kTensorArg, row.tensor);
-    pending.push_back(TraceEvent{EventKind::kThreadName, row.tid, 0, 0, row_name, std::move(args)});
+    pending.push(EventKind::kThreadName, row.tid, 0, 0, row_name, args);
   }
 
   // Room for a batch and the events recorded while it is being taken (capped: the limit may be
@@ -218,35 +230,24 @@ struct Timeline::Impl final : timeline_detail::SignalStoppable {
 
   bool has_room() const KOLO_REQUIRES(mu) { return pending.size() < options.max_queued_events; }
 
-  // Queues `event` when there is room, else counts it as dropped.
-  void push_or_drop(Row& row, const std::string& row_name, TraceEvent event) KOLO_REQUIRES(mu) {
-    if (has_room()) {
-      push(row, row_name, std::move(event));
-    } else {
-      dropped.fetch_add(1, std::memory_order_relaxed);
-    }
-  }
-
   // When several nested spans of an operation close at one instant (a failure, stop(), a flush
   // with spans open), each enclosing span ends 1 ns after the one inside it. Viewers that split
   // complete events into begin/end pairs (speedscope) order equal end times by start time,
   // which would end the parent before its child and leave the child's end unmatched.
   static int64_t nested_end(int64_t ts, int64_t levels_inside) { return ts + levels_inside; }
 
-  // Closes the innermost span of `op` at `ts`, with `more` args; the operation's own frees its
-  // slot and row. past_limit: queued even when the queue is full (stop()'s final events).
-  void close_span(OpenOp& op, int64_t ts, TimelineArgs more, bool past_limit = false)
-      KOLO_REQUIRES(mu) {
-    OpenSpan span = std::move(op.spans.back());
-    op.spans.pop_back();
-    add_args(span.args, std::move(more));
-    TraceEvent event{EventKind::kComplete, op.row->tid,          span.ts_ns,
-                     ts - span.ts_ns,      std::move(span.name), std::move(span.args)};
-    if (past_limit) {
-      push(*op.row, *op.row_name, std::move(event));
-    } else {
-      push_or_drop(*op.row, *op.row_name, std::move(event));
+  // Closes the innermost span of `op` at `ts`, each list of `more` args added to its begin's in
+  // turn; the operation's own frees its slot and row. past_limit: queued even when the queue is
+  // full (stop()'s final events).
+  void close_span(OpenOp& op, int64_t ts, std::initializer_list<const TimelineArgs*> more,
+                  bool past_limit = false) KOLO_REQUIRES(mu) {
+    const OpenSpan& span = op.spans.back();
+    if (admit(*op.row, *op.row_name, past_limit)) {
+      pending.push(EventKind::kComplete, op.row->tid, span.ts_ns, ts - span.ts_ns, span.name,
+                   span.args, more);
+      pushed();
     }
+    op.spans.pop_back();
     if (op.spans.empty()) release(op);
   }
 
@@ -261,14 +262,17 @@ struct Timeline::Impl final : timeline_detail::SignalStoppable {
   void close_all(OpenOp& op, int64_t ts, const TimelineArgs& args, bool past_limit,
                  const TimelineArgs& outermost = {}) KOLO_REQUIRES(mu) {
     for (int64_t gap = 0; !op.spans.empty(); ++gap) {
-      TimelineArgs more = args;
-      if (op.spans.size() == 1) add_args(more, outermost);
-      close_span(op, nested_end(ts, gap), std::move(more), past_limit);
+      if (op.spans.size() == 1) {
+        close_span(op, nested_end(ts, gap), {&args, &outermost}, past_limit);
+      } else {
+        close_span(op, nested_end(ts, gap), {&args}, past_limit);
+      }
     }
   }
 
-  uint64_t begin_op(std::string_view tensor, std::string_view kind, TimelineArgs&& args)
-      KOLO_EXCLUDES(mu) {
+  // first_phase: opened inside at the same instant, unless empty.
+  uint64_t begin_op(std::string_view tensor, std::string_view kind, TimelineArgs&& args,
+                    std::string_view first_phase = {}) KOLO_EXCLUDES(mu) {
     MutexLock lock(mu);
     if (!recording) return 0;  // stopped between the caller's active() check and here
     uint32_t slot;
@@ -286,7 +290,10 @@ struct Timeline::Impl final : timeline_detail::SignalStoppable {
     if (next_generation == 0) next_generation = 1;  // after 2^32 operations: 0 means free
     op.row = &row;
     op.row_name = &row_name;
-    op.spans.push_back(OpenSpan{std::string(kind), now_ns(), std::move(args)});
+    op.last_edge = now_ns();
+    op.spans.push_back(OpenSpan{std::string(kind), op.last_edge, std::move(args)});
+    if (!first_phase.empty())
+      op.spans.push_back(OpenSpan{std::string(first_phase), ++op.last_edge, {}});
     return token_of(slot, op.generation);
   }
 
@@ -294,13 +301,27 @@ struct Timeline::Impl final : timeline_detail::SignalStoppable {
     MutexLock lock(mu);
     if (!recording) return;
     if (OpenOp* op = op_of(token))
-      op->spans.push_back(OpenSpan{std::string(phase), now_ns(), std::move(args)});
+      op->spans.push_back(OpenSpan{std::string(phase), edge_ns(*op), std::move(args)});
   }
 
   void end(uint64_t token, TimelineArgs&& args) KOLO_EXCLUDES(mu) {
     MutexLock lock(mu);
     if (!recording) return;
-    if (OpenOp* op = op_to_end(token)) close_span(*op, now_ns(), std::move(args));
+    if (OpenOp* op = op_to_end(token)) close_span(*op, edge_ns(*op), {&args});
+  }
+
+  void next(uint64_t token, std::string_view phase, TimelineArgs&& end_args,
+            TimelineArgs&& begin_args) KOLO_EXCLUDES(mu) {
+    MutexLock lock(mu);
+    if (!recording) return;
+    OpenOp* op = op_to_end(token);
+    if (!op) return;
+    const int64_t ts = edge_ns(*op);
+    const bool last = op->spans.size() == 1;  // the operation's own: the operation ends
+    close_span(*op, ts, {&end_args});
+    if (last) return;
+    op->last_edge = ts + 1;  // Note [Shared clock reads]
+    op->spans.push_back(OpenSpan{std::string(phase), op->last_edge, std::move(begin_args)});
   }
 
   void end_all(uint64_t token, const TimelineArgs& args, const TimelineArgs& outermost)
@@ -308,7 +329,7 @@ struct Timeline::Impl final : timeline_detail::SignalStoppable {
     MutexLock lock(mu);
     if (!recording) return;
     if (OpenOp* op = op_to_end(token))
-      close_all(*op, now_ns(), args, /*past_limit=*/false, outermost);
+      close_all(*op, edge_ns(*op), args, /*past_limit=*/false, outermost);
   }
 
   void instant(EventKind kind, std::string_view tensor, std::string_view name, TimelineArgs&& args)
@@ -316,8 +337,9 @@ struct Timeline::Impl final : timeline_detail::SignalStoppable {
     MutexLock lock(mu);
     if (!recording) return;
     auto& [row_name, row] = row_for(tensor);
-    push_or_drop(row, row_name,
-                 TraceEvent{kind, row.tid, now_ns(), 0, std::string(name), std::move(args)});
+    if (!admit(row, row_name)) return;
+    pending.push(kind, row.tid, now_ns(), 0, name, args);
+    pushed();
   }
 
   // From stop(): closes the spans still open, innermost first in each operation, past the
@@ -328,28 +350,25 @@ struct Timeline::Impl final : timeline_detail::SignalStoppable {
         {std::string(trace_format::kStatusArg), std::string(trace_format::kStatusAborted)},
         {std::string(trace_format::kReasonArg), std::string(reason)}};
     for (OpenOp& op : ops)
-      if (op.generation != 0) close_all(op, ts, aborted, /*past_limit=*/true);
+      if (op.generation != 0)
+        close_all(op, std::max(ts, op.last_edge), aborted, /*past_limit=*/true);
   }
 
   // On the writer: the open spans as they are now, for the file's tail. Their rows' names go
   // into the queue (for good) if they were not there yet.
-  void snapshot_open_spans(std::vector<TraceEvent>& out) KOLO_REQUIRES(mu) {
-    int64_t ts = now_ns();
+  void snapshot_open_spans(PackedEvents& out) KOLO_REQUIRES(mu) {
+    static const TimelineArgs kOpen = {
+        {std::string(trace_format::kStatusArg), std::string(trace_format::kStatusOpen)}};
+    const int64_t now = now_ns();
     for (const OpenOp& op : ops) {
       if (op.generation == 0) continue;
       name_row(*op.row, *op.row_name);
+      const int64_t ts = std::max(now, op.last_edge);  // Note [Shared clock reads]
       for (size_t i = 0; i < op.spans.size(); ++i) {
         const OpenSpan& span = op.spans[i];
         int64_t gap = static_cast<int64_t>(op.spans.size() - 1 - i);
-        TraceEvent e{EventKind::kComplete,
-                     op.row->tid,
-                     span.ts_ns,
-                     nested_end(ts, gap) - span.ts_ns,
-                     span.name,
-                     span.args};
-        add_args(e.args,
-                 {{std::string(trace_format::kStatusArg), std::string(trace_format::kStatusOpen)}});
-        out.push_back(std::move(e));
+        out.push(EventKind::kComplete, op.row->tid, span.ts_ns, nested_end(ts, gap) - span.ts_ns,
+                 span.name, span.args, {&kOpen});
       }
     }
   }
@@ -367,15 +386,15 @@ struct Timeline::Impl final : timeline_detail::SignalStoppable {
   }
 
   // Each event is preceded by its separator: the header's last event has none after it.
-  static void append_event(std::string& text, const TraceEvent& e, int pid) {
+  static void append_event(std::string& text, PackedEvents& events, size_t i, int pid) {
     text += ",\n";
-    timeline_detail::append_event_json(text, e, pid);
+    events.append_json(text, i, pid);
   }
 
   void writer_loop(TraceSink& out, int pid) KOLO_EXCLUDES(mu) {
-    std::vector<TraceEvent> batch;  // swapped with `pending`: both keep their capacity
-    batch.reserve(reserve_size());
-    std::vector<TraceEvent> open_spans;
+    PackedEvents batch;  // swapped with `pending`: both keep their capacity
+    batch.reserve(reserve_size(), reserve_size() * kTextBytesPerEvent);
+    PackedEvents open_spans;
     std::string text;
     std::string tail;
     for (;;) {
@@ -391,8 +410,8 @@ struct Timeline::Impl final : timeline_detail::SignalStoppable {
         batch.swap(pending);
       }
       text.clear();
-      for (const TraceEvent& e : batch) {
-        append_event(text, e, pid);
+      for (size_t i = 0; i < batch.size(); ++i) {
+        append_event(text, batch, i, pid);
         // A big batch (a burst, or a long flush interval) is written in pieces, so the text
         // buffer stays small however many events were queued.
         if (text.size() >= kWriteChunkBytes) {
@@ -406,7 +425,7 @@ struct Timeline::Impl final : timeline_detail::SignalStoppable {
         return;
       }
       tail.clear();
-      for (const TraceEvent& e : open_spans) append_event(tail, e, pid);
+      for (size_t i = 0; i < open_spans.size(); ++i) append_event(tail, open_spans, i, pid);
       if (!text.empty() || !tail.empty() || wrote_tail) note_write_status(out.write(text, tail));
       wrote_tail = !tail.empty();
     }
@@ -466,7 +485,7 @@ void Timeline::Impl::begin_recording(int new_rank, std::chrono::steady_clock::ti
                        ? options.wake_writer_at
                        : std::clamp<size_t>(options.max_queued_events / 2, 1, kDefaultWakeWriterAt);
   pending.clear();
-  pending.reserve(reserve_size());
+  pending.reserve(reserve_size(), reserve_size() * kTextBytesPerEvent);
   rows.clear();
   ops.clear();
   free_slots.clear();
@@ -558,7 +577,7 @@ void Timeline::Impl::stop(std::string_view reason) {
   rows.clear();
   ops = {};
   free_slots = {};
-  pending = {};  // give the queue's memory back while stopped
+  pending = PackedEvents();  // give the queue's memory back while stopped
 }
 
 bool Timeline::active() const { return impl_->active.load(std::memory_order_acquire); }
@@ -566,6 +585,18 @@ bool Timeline::active() const { return impl_->active.load(std::memory_order_acqu
 uint64_t Timeline::begin_op(std::string_view tensor, std::string_view kind, TimelineArgs args) {
   if (!active()) return 0;
   return impl_->begin_op(tensor, kind, std::move(args));
+}
+
+uint64_t Timeline::begin_op(std::string_view tensor, std::string_view kind, TimelineArgs args,
+                            std::string_view first_phase) {
+  if (!active()) return 0;
+  return impl_->begin_op(tensor, kind, std::move(args), first_phase);
+}
+
+void Timeline::next(uint64_t op, std::string_view phase, TimelineArgs end_args,
+                    TimelineArgs begin_args) {
+  if (op == 0 || !active()) return;
+  impl_->next(op, phase, std::move(end_args), std::move(begin_args));
 }
 
 void Timeline::begin(uint64_t op, std::string_view phase, TimelineArgs args) {

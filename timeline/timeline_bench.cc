@@ -60,6 +60,46 @@ void BM_BeginEndActive(benchmark::State& state) {
 }
 BENCHMARK(BM_BeginEndActive)->Arg(0)->Arg(1);
 
+// What one tensor's operation records on a device step (coordinator/runtime.cc and
+// executor_device.cc): its operation span with bytes/dtype/shape, QUEUE, NEGOTIATE, the end
+// with backend/fused/status, and its CALLBACK span. Arg(0): with begin_op + begin and end +
+// begin as separate calls; Arg(1): begin_op with a first phase and next(). ns per tensor.
+void BM_TensorOperation(benchmark::State& state) {
+  kolo::Timeline tl;
+  std::string path = bench_path();
+  if (!tl.start(path, 0).ok()) {
+    state.SkipWithError("cannot start the timeline");
+    return;
+  }
+  const bool fused_calls = state.range(0) != 0;
+  const kolo::TimelineArgs outcome = {{"bytes", "4096"},   {"dtype", "float32"},
+                                      {"shape", "[1024]"}, {"backend", "nccl"},
+                                      {"fused", "161"},    {"status", "OK"}};
+  for (auto _ : state) {
+    kolo::TimelineArgs args = {{"bytes", "4096"}, {"dtype", "float32"}, {"shape", "[1024]"}};
+    uint64_t op;
+    if (fused_calls) {
+      op = tl.begin_op("grad.layer1.weight", "ALLREDUCE", std::move(args), "QUEUE");
+      tl.next(op, "NEGOTIATE");
+    } else {
+      op = tl.begin_op("grad.layer1.weight", "ALLREDUCE", std::move(args));
+      tl.begin(op, "QUEUE");
+      tl.end(op);
+      tl.begin(op, "NEGOTIATE");
+    }
+    tl.end(op);
+    tl.end_all(op, {}, outcome);
+    tl.end(tl.begin_op("kolo:callbacks", "CALLBACK",
+                       {{"tensor", "grad.layer1.weight"}, {"op", "ALLREDUCE"}}));
+  }
+  tl.stop();
+  state.counters["dropped_fraction"] =
+      static_cast<double>(tl.dropped_events()) / (4.0 * static_cast<double>(state.iterations()));
+  std::remove(path.c_str());
+  report_per_event(state, 1);
+}
+BENCHMARK(BM_TensorOperation)->Arg(0)->Arg(1);
+
 // The writer thread's side: formatting and writing a queue of 100k recorded events, timed in
 // stop() (the writer is only woken by stop() here, so recording and writing do not overlap).
 void BM_WriterDrain(benchmark::State& state) {

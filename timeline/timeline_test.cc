@@ -194,6 +194,37 @@ TEST(Timeline, SpansAreCompleteEventsNestedPerOperationWithBeginAndEndArgs) {
   EXPECT_EQ(find_meta(events, tf::kStatsEvent)->at("args").at(tf::kUnmatchedEndsArg), 1);
 }
 
+// begin_op with a first phase and next() record what begin_op + begin and end + begin do, from
+// one clock read each; next() on the operation's own span ends the operation.
+TEST(Timeline, FirstPhaseAndNextOpenAndCloseSpansAtOneInstant) {
+  std::string path = temp_path("next.json");
+  Timeline tl;
+  ASSERT_TRUE(tl.start(path, 0).ok());
+  const uint64_t t = tl.begin_op("t", "ALLREDUCE", {{"bytes", "64"}}, tf::kQueuePhase);
+  tl.next(t, tf::kNegotiatePhase, {{"queued", "1"}}, {{"ranks", "2"}});
+  tl.end(t);                                // NEGOTIATE
+  tl.next(t, "NEVER", {{"status", "OK"}});  // ends ALLREDUCE itself: no phase opens
+  tl.next(t, "NEVER");                      // t has ended: a stray end, counted
+  tl.stop();
+
+  json events = read_json(path);
+  std::map<std::string, json> spans;
+  for (const auto& e : of_phase(events, "X")) spans[e.at("name")] = e;
+  ASSERT_EQ(spans.size(), 3u) << events.dump();
+  const json& op = spans["ALLREDUCE"];
+  const json& queue = spans[std::string(tf::kQueuePhase)];
+  const json& negotiate = spans[std::string(tf::kNegotiatePhase)];
+  // One clock read for both edges, the later one 1 ns on (Note [Shared clock reads]): a
+  // reader's ts + dur never puts NEGOTIATE inside QUEUE.
+  EXPECT_NEAR(queue.at("ts").get<double>() - op.at("ts").get<double>(), 0.001, 1e-6);
+  EXPECT_NEAR(negotiate.at("ts").get<double>() - span_end(queue), 0.001, 1e-6);
+  EXPECT_GT(negotiate.at("ts").get<double>(), span_end(queue));
+  EXPECT_EQ(queue.at("args"), json({{"queued", 1}}));
+  EXPECT_EQ(negotiate.at("args"), json({{"ranks", 2}}));
+  EXPECT_EQ(op.at("args"), json({{"bytes", 64}, {"status", "OK"}}));
+  EXPECT_EQ(find_meta(events, tf::kStatsEvent)->at("args").at(tf::kUnmatchedEndsArg), 1);
+}
+
 TEST(Timeline, EndAllClosesEveryOpenSpanOfTheOperationWithTheStatus) {
   std::string path = temp_path("end_all.json");
   Timeline tl;
