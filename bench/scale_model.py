@@ -18,9 +18,12 @@ The model (as NCCL's tuning model): every algorithm step costs alpha + bytes / b
 bytes are those that cross the busiest host link in that step and beta is that link's payload
 rate; steps within a host cost alpha_local + bytes / beta_local. One difference on the testbed: its
 links are token buckets (tc tbf), not wires. A bucket delays bytes only until tokens are there,
-and tokens accrue at beta during the step's latency too, so a step there costs
-max(alpha, bytes / beta) (+ alpha when bytes exceed the 256 KiB burst: a drained bucket);
-the forecast uses the wire's alpha + bytes / beta. The two differ only where alpha ~ bytes / beta.
+and tokens accrue at beta while anything else runs: the steps' latencies and the steps within a
+host, of this call and of the previous one (kolo-bench calls back to back). So behind a bucket
+an operation whose link steps fit the 256 KiB burst costs max(its latencies and local steps,
+its link bytes / beta); a link step past the burst (a drained bucket) costs alpha + bytes / beta
+in turn. The forecast uses the wire's alpha + bytes / beta for every step. The two differ only
+where the link's bytes / beta is near the rest of the operation's time.
 - Ring (flat, P = H x L ranks, ranks numbered host by host): 2(P-1) steps of n/P bytes; each
   host link carries one hop of the ring: 2(P-1) (alpha + n / (P beta)).
 - Recursive doubling (P a power of two; Kolo's choice up to KOLO_RING_THRESHOLD = 64 KiB):
@@ -60,43 +63,64 @@ class Link:
     def __init__(self, alpha, beta, bucket):
         self.alpha, self.beta, self.bucket = alpha, beta, bucket
 
-    def step(self, nbytes):
-        if self.bucket and nbytes <= BURST:
-            return max(self.alpha, nbytes / self.beta)
-        return self.alpha + nbytes / self.beta
+
+class Cost:
+    """One operation's time, step by step (module docstring): on a wire every step adds its
+    alpha + bytes / beta; behind a token bucket a link step within the burst adds its alpha to
+    the operation's serial time and its transfer to the link's, and the operation takes the
+    larger of the two."""
+
+    def __init__(self):
+        self.serial = 0.0  # latencies, local steps and link steps past the burst, in turn
+        self.buffered = 0.0  # link transfers within the burst, overlapping the rest
+
+    def step(self, link, nbytes):
+        if link.bucket and nbytes <= BURST:
+            self.serial += link.alpha
+            self.buffered += nbytes / link.beta
+        else:
+            self.serial += link.alpha + nbytes / link.beta
+        return self
+
+    def total(self):
+        return max(self.serial, self.buffered)
 
 
-def ring(p, n, link):
-    return 2 * (p - 1) * link.step(n / p) if p > 1 else 0.0
+def ring(p, n, link, cost):
+    for _ in range(2 * (p - 1) if p > 1 else 0):
+        cost.step(link, n / p)
+    return cost
 
 
-def recursive_doubling(p, per_host, n, link, local):
+def recursive_doubling(p, per_host, n, link, local, cost):
     """link, local: Link of a step across hosts and within one."""
-    steps = int(math.log2(p))
-    total = 0.0
-    for k in range(steps):
-        distance = 1 << k
-        total += local.step(n) if distance < per_host else link.step(per_host * n)
-    return total
+    for k in range(int(math.log2(p))):
+        if (1 << k) < per_host:
+            cost.step(local, n)
+        else:
+            cost.step(link, per_host * n)
+    return cost
 
 
 def flat(hosts, per_host, n, link, local):
     p = hosts * per_host
     if n <= RING_THRESHOLD and p & (p - 1) == 0:
-        return recursive_doubling(p, per_host, n, link, local)
-    return ring(p, n, link)
+        return recursive_doubling(p, per_host, n, link, local, Cost()).total()
+    return ring(p, n, link, Cost()).total()
 
 
 def hierarchical(hosts, per_host, n, link, local, cross=None):
     """cross: 'ring', 'rd' or None (Kolo's rule by shard size)."""
     shard = n / per_host
-    local_phase = (per_host - 1) * local.step(shard) if per_host > 1 else 0.0
+    cost = Cost()
+    for _ in range(2 * (per_host - 1)):  # reduce-scatter and allgather within the host
+        cost.step(local, shard)
     use_rd = cross == "rd" or (cross is None and shard <= RING_THRESHOLD and hosts & (hosts - 1) == 0)
     if use_rd:
-        across = recursive_doubling(hosts, 1, shard * per_host, link, local)
+        recursive_doubling(hosts, 1, shard * per_host, link, local, cost)
     else:
-        across = ring(hosts, n, link)  # L rings of n/L share the link: n/(H beta) a step
-    return 2 * local_phase + across
+        ring(hosts, n, link, cost)  # L rings of n/L share the link: n/(H beta) a step
+    return cost.total()
 
 
 def predict(row, link, local):
@@ -237,8 +261,9 @@ def forecast_table(title, link, local, per_host):
     for p in (64, 128, 256, 512, 1024):
         h = p // per_host
         for n in (4 << 10, 256 << 10, 4 << 20, 64 << 20):
-            cand = {"ring": ring(p, n, link),
-                    "rec. doubling": recursive_doubling(p, per_host, n, link, local),
+            cand = {"ring": ring(p, n, link, Cost()).total(),
+                    "rec. doubling": recursive_doubling(p, per_host, n, link, local,
+                                                        Cost()).total(),
                     "hier + ring": hierarchical(h, per_host, n, link, local, "ring"),
                     "hier + rec. doubling": hierarchical(h, per_host, n, link, local, "rd")}
             best = min(cand, key=cand.get)
