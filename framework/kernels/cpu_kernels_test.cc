@@ -140,8 +140,10 @@ TEST(PoolWindows, EveryWindowHoldingAnInputAndNoOther) {
 }
 
 // The GPU's gather (one input element at a time, windows in increasing order) written on the
-// CPU with the same arithmetic: bit-equal to the scatter of the CPU kernels, overlapping windows
-// too (both add an element's terms in increasing window order).
+// CPU with the same arithmetic: equal to the scatter of the CPU kernels, overlapping windows too.
+// Both add an element's terms in increasing window order, so max pooling's sums (additions only)
+// are bit-equal; average pooling's multiply-adds may be fused into FMAs by one build and not the
+// other (the sanitizer build differs from Release), so they are equal to float rounding.
 TEST(PoolWindows, GatherBackwardEqualsScatter) {
   for (int64_t k : {2, 3})
     for (int64_t stride : {1, 2, 3}) {
@@ -166,7 +168,7 @@ TEST(PoolWindows, GatherBackwardEqualsScatter) {
             avg_sum += gy[o] * (1.f / static_cast<float>(k * k));
           }
         EXPECT_EQ(max_sum, max_scatter[idx]) << "k " << k << " stride " << stride;
-        EXPECT_EQ(avg_sum, avg_scatter[idx]) << "k " << k << " stride " << stride;
+        EXPECT_NEAR(avg_sum, avg_scatter[idx], 1e-6f) << "k " << k << " stride " << stride;
       }
     }
 }
