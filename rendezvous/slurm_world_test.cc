@@ -239,9 +239,10 @@ TEST(SlurmSecret, FromTheEnvironmentOrAPrivateFileElseAClearRefusal) {
   EXPECT_TRUE(slurm_secret(step, KnobSet::defaults()).ok());
 }
 
-// A one-node step of two tasks on this host, on a port the test picked.
-EnvMap two_here(int rank) {
-  return {{"SLURM_JOB_ID", "4242"},
+// A one-node step of two tasks on this host. Each test that listens names its own job, so that
+// tests CTest runs at once derive different ports.
+EnvMap two_here(int rank, int job = 4242) {
+  return {{"SLURM_JOB_ID", std::to_string(job)},
           {"SLURM_STEP_ID", "0"},
           {"SLURM_PROCID", std::to_string(rank)},
           {"SLURM_LOCALID", std::to_string(rank)},
@@ -271,21 +272,21 @@ TEST(SlurmWorld, RankZeroHostsTheStoreAndTheOtherConnects) {
 
 TEST(SlurmWorld, ATakenPortFailsRankZeroAndTheOthersWithinTheTimeout) {
   // Another job's store on the derived port: rank 0 cannot bind it, rank 1 is refused by it.
-  const int port = slurm_store_port(4242, 0);
+  const int port = slurm_store_port(4243, 0);
   auto squatter = TcpStoreServer::start("127.0.0.1", port, "another job's secret");
   ASSERT_TRUE(squatter.ok()) << squatter.status().to_string();
   const KnobSet knobs = knobs_of({{"KOLO_SECRET", "s"}, {"KOLO_RENDEZVOUS_TIMEOUT", "2s"}});
-  Result<World> w0 = world_from_slurm_env(two_here(0), knobs);
+  Result<World> w0 = world_from_slurm_env(two_here(0, 4243), knobs);
   ASSERT_FALSE(w0.ok());
   EXPECT_NE(w0.status().message().find("slurm world: rank 0: could not start the rendezvous "
                                        "store on port " +
                                        std::to_string(port) +
-                                       " (port derived from SLURM_JOB_ID=4242 and "
+                                       " (port derived from SLURM_JOB_ID=4243 and "
                                        "SLURM_STEP_ID=0; set KOLO_STORE_ADDR=HOST:PORT"),
             std::string::npos)
       << w0.status().message();
   const auto start = std::chrono::steady_clock::now();
-  Result<World> w1 = world_from_slurm_env(two_here(1), knobs);
+  Result<World> w1 = world_from_slurm_env(two_here(1, 4243), knobs);
   ASSERT_FALSE(w1.ok());
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
   EXPECT_NE(w1.status().message().find("slurm world: rank 1: connecting to rank 0's rendezvous "
