@@ -321,88 +321,127 @@ void run_ckpt_failure(const Args& args, int rank) {
   print_line("round trip ok");
 }
 
-}  // namespace
+// --mode rank-zero: RankLogger on the root and on every rank, run_on_root_first's success,
+// failure and exception.
+void run_rank_zero(const Args& args, int world) {
+  fw::RankLogger root_log;
+  root_log.printf("root only: %d rank(s)\n", world);
+  fw::RankLogger all_log({.every_rank = true});
+  all_log.line("every rank\nsecond line");
+  check(fw::run_on_root_first("prepare",
+                              [&] {
+                                std::this_thread::sleep_for(std::chrono::milliseconds(300));
+                                std::ofstream(args.out) << "data\n";
+                                return kolo::Status::Ok();
+                              }),
+        "prepare");
+  if (std::ifstream(args.out).good()) print_line("file seen");
+  kolo::Status failed =
+      fw::run_on_root_first("fail", [] { return kolo::Status::IoError("disk full"); });
+  print_line("fail: " + failed.to_string());
+  kolo::Status thrown =
+      fw::run_on_root_first("throw", []() -> kolo::Status { throw std::runtime_error("boom"); });
+  print_line("throw: " + thrown.to_string());
+}
 
-int main(int argc, char** argv) try {
-  const Args args = parse(argc, argv);
-  check(kolo::init(), "init");
-  const int rank = kolo::rank(), world = kolo::size();
+// --mode rank-zero-set: the helpers on the set of ranks 1..P-1: its rank 0 is job rank 1; rank 0
+// takes no part.
+void run_rank_zero_set(const Args& args, int rank, int world) {
+  std::vector<int> rest;
+  for (int r = 1; r < world; ++r) rest.push_back(r);
+  auto set = kolo::add_process_set(rest);
+  check(set.status(), "add_process_set");
+  fw::RankLogger({.process_set = *set}).line("set root only");
+  fw::RankLogger({.every_rank = true, .process_set = *set}).line("set member");
+  if (!set->includes(rank)) return;
+  const int last = set->size() - 1;  // set rank of job rank world - 1
+  check(fw::run_on_root_first(
+            "set.prepare",
+            [&] {
+              std::ofstream(args.out) << "data\n";
+              return kolo::Status::Ok();
+            },
+            last, *set),
+        "set.prepare");
+  if (std::ifstream(args.out).good()) print_line("set file seen");
+  kolo::Status failed = fw::run_on_root_first(
+      "set.fail", [] { return kolo::Status::IoError("disk full"); }, last, *set);
+  print_line("set fail: " + failed.to_string());
+}
 
-  if (args.mode == "ckpt-failure") {
-    run_ckpt_failure(args, rank);
-    check(kolo::shutdown(), "shutdown");
-    return 0;
-  }
+// --mode overlap: fc1's gradients are the last ones backward finishes; by then fc2's bucket(s)
+// were submitted: two allreduces, or one grouped bucket of both. The hook waits for the first
+// while backward is still running, and counts how often it did.
+void install_overlap_hook(Model& m, fw::DistributedOptimizer& opt, int* completed) {
+  const size_t fc2_buckets = opt.bucket_names().front() == "grad.fc2.bias" ? 2 : 1;
+  m.w1.register_grad_ready_hook([&opt, completed, fc2_buckets](fw::Tensor&) {
+    auto handles = opt.submitted_handles();
+    if (handles.size() < fc2_buckets)
+      die("expected fc2's " + std::to_string(fc2_buckets) +
+          " bucket(s) submitted before fc1's gradient, got " + std::to_string(handles.size()));
+    check(handles.front().wait(std::chrono::seconds(30)),
+          "first gradient's allreduce while backward still runs");
+    ++*completed;
+  });
+}
 
-  if (args.mode == "rank-zero") {
-    fw::RankLogger root_log;
-    root_log.printf("root only: %d rank(s)\n", world);
-    fw::RankLogger all_log({.every_rank = true});
-    all_log.line("every rank\nsecond line");
-    check(fw::run_on_root_first("prepare",
-                                [&] {
-                                  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-                                  std::ofstream(args.out) << "data\n";
-                                  return kolo::Status::Ok();
-                                }),
-          "prepare");
-    if (std::ifstream(args.out).good()) print_line("file seen");
-    kolo::Status failed =
-        fw::run_on_root_first("fail", [] { return kolo::Status::IoError("disk full"); });
-    print_line("fail: " + failed.to_string());
-    kolo::Status thrown =
-        fw::run_on_root_first("throw", []() -> kolo::Status { throw std::runtime_error("boom"); });
-    print_line("throw: " + thrown.to_string());
-    check(kolo::shutdown(), "shutdown");
-    return 0;
-  }
+void check_overlap(const fw::DistributedOptimizer& opt, int completed, int steps) {
+  if (completed != steps)
+    die("overlap hook ran " + std::to_string(completed) + " times for " + std::to_string(steps) +
+        " steps");
+  if (opt.stats().submitted_from_hooks != 4 * steps)
+    die("expected every gradient submitted from its hook, got " +
+        std::to_string(opt.stats().submitted_from_hooks));
+  std::printf("overlap ok: %d steps\n", steps);
+}
 
-  if (args.mode == "rank-zero-set") {
-    // The helpers on the set of ranks 1..P-1: its rank 0 is job rank 1; rank 0 takes no part.
-    std::vector<int> rest;
-    for (int r = 1; r < world; ++r) rest.push_back(r);
-    auto set = kolo::add_process_set(rest);
-    check(set.status(), "add_process_set");
-    fw::RankLogger({.process_set = *set}).line("set root only");
-    fw::RankLogger({.every_rank = true, .process_set = *set}).line("set member");
-    if (set->includes(rank)) {
-      const int last = set->size() - 1;  // set rank of job rank world - 1
-      check(fw::run_on_root_first(
-                "set.prepare",
-                [&] {
-                  std::ofstream(args.out) << "data\n";
-                  return kolo::Status::Ok();
-                },
-                last, *set),
-            "set.prepare");
-      if (std::ifstream(args.out).good()) print_line("set file seen");
-      kolo::Status failed = fw::run_on_root_first(
-          "set.fail", [] { return kolo::Status::IoError("disk full"); }, last, *set);
-      print_line("set fail: " + failed.to_string());
+// One step's passes over this rank's share of the global batch (--passes; --mode nosync
+// accumulates all but the last under no_sync() and checks that nothing was submitted).
+void run_passes(const Args& args, Model& m, fw::DistributedOptimizer& opt, int begin, int local) {
+  const bool nosync = args.mode == "nosync";
+  const int per_pass = local / args.passes;
+  for (int pass = 0; pass < args.passes; ++pass) {
+    fw::Tensor x, y;
+    batch(begin + pass * per_pass, per_pass, &x, &y);
+    opt.set_local_batch_size(per_pass);
+    if (nosync && pass + 1 < args.passes) {
+      const int64_t from_hooks = opt.stats().submitted_from_hooks;
+      auto scope = opt.no_sync();
+      fw::cross_entropy(m.forward(x), y).backward();
+      if (!opt.submitted_handles().empty() || opt.stats().submitted_from_hooks != from_hooks)
+        die("no_sync pass " + std::to_string(pass) + " submitted an allreduce");
+      continue;
     }
-    check(kolo::shutdown(), "shutdown");
-    return 0;
+    fw::cross_entropy(m.forward(x), y).backward();
   }
+}
 
-  if (args.mode == "broadcast") {
-    Model m = make_model(1000 + rank);  // different on every rank
-    fw::broadcast_parameters(m.named(), /*root=*/1 % world);
-    write_params(args.out + "." + std::to_string(rank), m);
-    check(kolo::shutdown(), "shutdown");
-    return 0;
-  }
+// The autotuner's entries in effect (a decision for a later step may not have reached every
+// rank yet) and the bucket count of every step, when the tuner ran.
+void print_autotune_history(const std::string& buckets_per_step) {
+  const auto history = kolo::autotune_history(kolo::steps_marked());
+  if (history.empty()) return;
+  std::string line = "autotune history:";
+  for (const auto& h : history)
+    line += " " + std::to_string(h.cycle) + "/" + std::to_string(h.from_step) + "/" +
+            std::to_string(h.fusion_threshold) + "/" + std::to_string(h.cycle_time_ns) + "/" +
+            std::to_string(h.bucket_bytes);
+  print_line(line);
+  print_line("buckets per step:" + buckets_per_step);
+}
 
+// The training modes: uneven shares of a global batch, DistributedOptimizer, optional
+// checkpoint save/resume, overlap and no_sync checks; rank 0 writes the parameters to --out.
+void run_training(const Args& args, int rank, int world) {
   Model m = make_model(7);
-  const bool syncbn = args.mode == "syncbn";
-  if (syncbn) {
+  if (args.mode == "syncbn") {
     m.bn = std::make_shared<fw::nn::BatchNorm1d>(
         16, 1e-5f, 0.1f, std::make_shared<fw::SyncBatchStatsReducer>("syncbn.bn"));
   }
   std::vector<fw::Tensor> params;
   for (auto& [name, t] : m.named()) params.push_back(t);
   fw::SGD sgd(params, {.lr = 0.1, .momentum = 0.9});
-  const bool nosync = args.mode == "nosync";
-  fw::DistributedOptions dist{.backward_passes_per_step = nosync ? 1 : args.passes};
+  fw::DistributedOptions dist{.backward_passes_per_step = args.mode == "nosync" ? 1 : args.passes};
   // overlap needs fc2's gradients in buckets of their own, submitted before fc1's gradient is
   // final (the default bucket would hold all four and start only after fc1's).
   const int64_t bucket_bytes = args.bucket_bytes >= 0   ? args.bucket_bytes
@@ -416,25 +455,8 @@ int main(int argc, char** argv) try {
     fw::load_checkpoint(args.ckpt, m.named(), &sgd);  // every rank reads the shared file
     first_step = static_cast<int>(sgd.step_count());
   }
-
   int overlap_completed = 0;
-  if (args.mode == "overlap") {
-    // fc1's gradients are the last ones backward finishes; by then fc2's bucket(s) were
-    // submitted: two allreduces, or one grouped bucket of both. This hook waits for the first
-    // while backward is still running.
-    const size_t fc2_buckets = opt.bucket_names().front() == "grad.fc2.bias" ? 2 : 1;
-    m.w1.register_grad_ready_hook([&, fc2_buckets](fw::Tensor&) {
-      auto handles = opt.submitted_handles();
-      if (handles.size() < fc2_buckets)
-        die("expected fc2's " + std::to_string(fc2_buckets) +
-            " bucket(s) submitted before "
-            "fc1's gradient, got " +
-            std::to_string(handles.size()));
-      check(handles.front().wait(std::chrono::seconds(30)),
-            "first gradient's allreduce while backward still runs");
-      ++overlap_completed;
-    });
-  }
+  if (args.mode == "overlap") install_overlap_hook(m, opt, &overlap_completed);
 
   const std::vector<int> share = shares(world, /*even=*/false);
   int offset = 0;
@@ -443,49 +465,34 @@ int main(int argc, char** argv) try {
   for (int step = first_step; step < args.steps; ++step) {
     buckets_per_step += " " + std::to_string(opt.bucket_names().size());
     opt.zero_grad();
-    const int begin = step * kGlobalBatch + offset;
-    const int local = share[rank];
-    const int per_pass = local / args.passes;
-    for (int pass = 0; pass < args.passes; ++pass) {
-      fw::Tensor x, y;
-      batch(begin + pass * per_pass, per_pass, &x, &y);
-      opt.set_local_batch_size(per_pass);
-      if (nosync && pass + 1 < args.passes) {
-        const int64_t from_hooks = opt.stats().submitted_from_hooks;
-        auto scope = opt.no_sync();
-        fw::cross_entropy(m.forward(x), y).backward();
-        if (!opt.submitted_handles().empty() || opt.stats().submitted_from_hooks != from_hooks)
-          die("no_sync pass " + std::to_string(pass) + " submitted an allreduce");
-        continue;
-      }
-      fw::cross_entropy(m.forward(x), y).backward();
-    }
+    run_passes(args, m, opt, step * kGlobalBatch + offset, share[rank]);
     opt.step();
-    if (args.mode == "checkpoint" && step + 1 == args.save_at) {
+    if (args.mode == "checkpoint" && step + 1 == args.save_at)
       fw::save_checkpoint_on_root(args.ckpt, m.named(), &sgd);
-    }
   }
-  if (args.mode == "overlap") {
-    const int steps = args.steps - first_step;
-    if (overlap_completed != steps)
-      die("overlap hook ran " + std::to_string(overlap_completed) + " times for " +
-          std::to_string(steps) + " steps");
-    if (opt.stats().submitted_from_hooks != 4 * steps) {
-      die("expected every gradient submitted from its hook, got " +
-          std::to_string(opt.stats().submitted_from_hooks));
-    }
-    std::printf("overlap ok: %d steps\n", steps);
-  }
+  if (args.mode == "overlap") check_overlap(opt, overlap_completed, args.steps - first_step);
   if (rank == 0 && !args.out.empty()) write_params(args.out, m);
-  // The entries in effect: a decision for a later step may not have reached every rank yet.
-  if (const auto history = kolo::autotune_history(kolo::steps_marked()); !history.empty()) {
-    std::string line = "autotune history:";
-    for (const auto& h : history)
-      line += " " + std::to_string(h.cycle) + "/" + std::to_string(h.from_step) + "/" +
-              std::to_string(h.fusion_threshold) + "/" + std::to_string(h.cycle_time_ns) + "/" +
-              std::to_string(h.bucket_bytes);
-    print_line(line);
-    print_line("buckets per step:" + buckets_per_step);
+  print_autotune_history(buckets_per_step);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const Args args = parse(argc, argv);
+  check(kolo::init(), "init");
+  const int rank = kolo::rank(), world = kolo::size();
+  if (args.mode == "ckpt-failure") {
+    run_ckpt_failure(args, rank);
+  } else if (args.mode == "rank-zero") {
+    run_rank_zero(args, world);
+  } else if (args.mode == "rank-zero-set") {
+    run_rank_zero_set(args, rank, world);
+  } else if (args.mode == "broadcast") {
+    Model m = make_model(1000 + rank);  // different on every rank
+    fw::broadcast_parameters(m.named(), /*root=*/1 % world);
+    write_params(args.out + "." + std::to_string(rank), m);
+  } else {
+    run_training(args, rank, world);
   }
   check(kolo::shutdown(), "shutdown");
   return 0;
