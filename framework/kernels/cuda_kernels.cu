@@ -184,6 +184,24 @@ struct AddChannelBias {
   float* y;
   __device__ void operator()(int64_t i, int64_t ch) const { y[i] += b[ch]; }
 };
+// Deprecated im2col/col2im (cuda_kernels.h): kept for one release.
+__global__ void k_im2col(ConvGeom g, int64_t oh, int64_t ow, const float* img, float* col) {
+  KOLO_GRID_LOOP(i, g.c * g.kh * g.kw * oh * ow) {
+    const int64_t x = i % ow, y = (i / ow) % oh, r = i / (oh * ow);
+    const int64_t kj = r % g.kw, ki = (r / g.kw) % g.kh, ci = r / (g.kw * g.kh);
+    const int64_t iy = y * g.stride - g.pad + ki, ix = x * g.stride - g.pad + kj;
+    col[i] = (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) ? img[(ci * g.h + iy) * g.w + ix] : 0.f;
+  }
+}
+__global__ void k_col2im(ConvGeom g, int64_t oh, int64_t ow, const float* col, float* img) {
+  KOLO_GRID_LOOP(i, g.c * g.kh * g.kw * oh * ow) {
+    const int64_t x = i % ow, y = (i / ow) % oh, r = i / (oh * ow);
+    const int64_t kj = r % g.kw, ki = (r / g.kw) % g.kh, ci = r / (g.kw * g.kh);
+    const int64_t iy = y * g.stride - g.pad + ki, ix = x * g.stride - g.pad + kj;
+    if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w)
+      atomicAdd(&img[(ci * g.h + iy) * g.w + ix], col[i]);
+  }
+}
 __global__ void k_maxpool_fwd(PoolGeom g, int64_t oh, int64_t ow, const float* x, float* y,
                               int32_t* am) {
   KOLO_GRID_LOOP(o, g.planes * oh * ow) {
@@ -510,6 +528,12 @@ void add_channel_bias(int64_t n, int64_t c, int64_t hw, const float* b, float* y
 }
 void channel_sum(int64_t n, int64_t c, int64_t hw, const float* x, float beta, float* out) {
   channel_reduce(n, c, hw, x, beta, out);
+}
+void im2col(const ConvGeom& g, const float* img, float* col) {
+  KOLO_LAUNCH(k_im2col, g.c * g.kh * g.kw * g.oh() * g.ow(), g, g.oh(), g.ow(), img, col);
+}
+void col2im(const ConvGeom& g, const float* col, float* img) {
+  KOLO_LAUNCH(k_col2im, g.c * g.kh * g.kw * g.oh() * g.ow(), g, g.oh(), g.ow(), col, img);
 }
 void maxpool_fwd(const PoolGeom& g, const float* x, float* y, int32_t* am) {
   KOLO_LAUNCH(k_maxpool_fwd, g.planes * g.oh() * g.ow(), g, g.oh(), g.ow(), x, y, am);

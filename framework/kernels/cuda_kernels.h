@@ -86,6 +86,15 @@ void add_channel_bias(int64_t n, int64_t c, int64_t hw, const float* bias, float
 // channel_dot_sums, which multiply into a scratch array first.
 void channel_sum(int64_t n, int64_t c, int64_t hw, const float* x, float beta, float* out);
 
+// ---- deprecated (0.2): convolutions run on cuDNN, which nothing here calls these for ----
+// col[(c*kh*kw), (oh*ow)] from one image [C, H, W].
+[[deprecated("unused since convolutions run on cuDNN; removed after 0.2")]] void im2col(
+    const ConvGeom& g, const float* img, float* col);
+// img += scatter of col (the adjoint of im2col, with float atomicAdd: not reproducible where
+// windows overlap); img must be zeroed by the caller.
+[[deprecated("unused since convolutions run on cuDNN; removed after 0.2")]] void col2im(
+    const ConvGeom& g, const float* col, float* img);
+
 // ---- pooling over [N*C] planes of H x W, window k, stride s, no padding ----
 void maxpool_fwd(const PoolGeom& g, const float* x, float* y, int32_t* argmax);
 void maxpool_bwd(const PoolGeom& g, const float* gy, const int32_t* argmax,
