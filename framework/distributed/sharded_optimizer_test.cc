@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "framework/distributed/sharded_checkpoint.h"
+#include "framework/distributed/sharded_update.h"
 #include "framework/functional.h"
 #include "framework/memory_stats.h"
 #include "framework/optim/adam.h"
@@ -140,6 +141,39 @@ class Unshardable : public Optimizer {
  protected:
   void update(int64_t, Tensor&, const Tensor&, double, double, int64_t) override {}
 };
+
+// The deprecated 0.2 form of SliceUpdater::update (raw CPU pointers) gives the tensor form's
+// bits, for SGD with momentum and for Adam, over three updates.
+TEST(SliceUpdater, TheDeprecatedPointerFormEqualsTheTensorForm) {
+  for (const bool adam : {false, true}) {
+    Tensor w = Tensor::from_vector({0.5f, -1.f, 2.f, 0.25f, -0.75f}, {5});
+    std::unique_ptr<Optimizer> opt;
+    if (adam)
+      opt = std::make_unique<Adam>(std::vector<Tensor>{w}, AdamOptions{.lr = 0.1});
+    else
+      opt = std::make_unique<SGD>(std::vector<Tensor>{w}, SgdOptions{.lr = 0.1, .momentum = 0.9});
+    const SliceUpdater updater(*opt);
+    const size_t slots = updater.slot_names().size();
+    Tensor p1 = w.clone(), p2 = w.clone();
+    const Tensor g = Tensor::from_vector({0.1f, 0.2f, -0.3f, 0.4f, -0.5f}, {5});
+    std::vector<Tensor> s1, s2;
+    std::vector<float*> raw;
+    for (size_t k = 0; k < slots; ++k) {
+      s1.push_back(Tensor::zeros({5}));
+      s2.push_back(Tensor::zeros({5}));
+      raw.push_back(s2.back().data<float>());
+    }
+    for (int64_t count = 1; count <= 3; ++count) {
+      updater.update(p1, g, s1, 1, 0.1, 0.0, count, {});
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+      updater.update(p2.data<float>(), g.data<float>(), raw, 5, 1, 0.1, 0.0, count, {});
+#pragma GCC diagnostic pop
+    }
+    EXPECT_EQ(p1.to_vector(), p2.to_vector()) << (adam ? "Adam" : "SGD");
+    EXPECT_NE(p1.to_vector(), w.to_vector()) << "the updates changed nothing";
+  }
+}
 
 TEST(ShardedOptimizer, BadInputIsNamed) {
   Net net;

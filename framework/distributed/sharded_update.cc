@@ -46,33 +46,31 @@ double SliceUpdater::default_weight_decay() const {
   return static_cast<const LARS&>(optimizer_).options().weight_decay;
 }
 
-void SliceUpdater::update(Tensor& param, const Tensor& grad, std::vector<Tensor>& state,
-                          int64_t param_dim, double lr, double weight_decay, int64_t count,
-                          const LayerNorms& norms) const {
+SliceUpdater::KernelArgs SliceUpdater::kernel_args(int64_t param_dim, double lr,
+                                                   double weight_decay, int64_t count,
+                                                   const LayerNorms& norms) const {
+  KernelArgs k;
   if (kind_ == Kind::kSgd) {
     const SgdOptions& o = static_cast<const SGD&>(optimizer_).options();
-    kernels::SgdArgs a;
-    a.lr = static_cast<float>(lr);
-    a.momentum = static_cast<float>(o.momentum);
-    a.dampening = static_cast<float>(o.dampening);
-    a.weight_decay = static_cast<float>(weight_decay);
-    a.nesterov = o.nesterov;
-    a.first = count == 1;
-    apply_update(param, grad, state[0], a);
-    return;
+    k.sgd.lr = static_cast<float>(lr);
+    k.sgd.momentum = static_cast<float>(o.momentum);
+    k.sgd.dampening = static_cast<float>(o.dampening);
+    k.sgd.weight_decay = static_cast<float>(weight_decay);
+    k.sgd.nesterov = o.nesterov;
+    k.sgd.first = count == 1;
+    return k;
   }
   if (kind_ == Kind::kAdam) {
     const AdamOptions& o = static_cast<const Adam&>(optimizer_).options();
-    kernels::AdamArgs a;
-    a.lr = static_cast<float>(lr);
-    a.beta1 = static_cast<float>(o.beta1);
-    a.beta2 = static_cast<float>(o.beta2);
-    a.eps = static_cast<float>(o.eps);
-    a.weight_decay = static_cast<float>(weight_decay);
-    a.decoupled = optimizer_.name() == "AdamW";
-    a.step = count;
-    apply_update(param, grad, state[0], state[1], a);
-    return;
+    k.is_adam = true;
+    k.adam.lr = static_cast<float>(lr);
+    k.adam.beta1 = static_cast<float>(o.beta1);
+    k.adam.beta2 = static_cast<float>(o.beta2);
+    k.adam.eps = static_cast<float>(o.eps);
+    k.adam.weight_decay = static_cast<float>(weight_decay);
+    k.adam.decoupled = optimizer_.name() == "AdamW";
+    k.adam.step = count;
+    return k;
   }
   // LARS, as LARS::update and LARS::trust_ratio compute it on the whole parameter.
   const LarsOptions& o = static_cast<const LARS&>(optimizer_).options();
@@ -83,13 +81,32 @@ void SliceUpdater::update(Tensor& param, const Tensor& grad, std::vector<Tensor>
     const double pn = std::sqrt(norms.param_sq), gn = std::sqrt(norms.grad_sq);
     if (pn != 0 && gn != 0) ratio = o.trust_coefficient * pn / (gn + weight_decay * pn + o.eps);
   }
-  kernels::SgdArgs a;
-  a.lr = static_cast<float>(lr);
-  a.momentum = static_cast<float>(o.momentum);
-  a.weight_decay = static_cast<float>(weight_decay);
-  a.grad_scale = static_cast<float>(ratio);
-  a.first = count == 1;
-  apply_update(param, grad, state[0], a);
+  k.sgd.lr = static_cast<float>(lr);
+  k.sgd.momentum = static_cast<float>(o.momentum);
+  k.sgd.weight_decay = static_cast<float>(weight_decay);
+  k.sgd.grad_scale = static_cast<float>(ratio);
+  k.sgd.first = count == 1;
+  return k;
+}
+
+void SliceUpdater::update(Tensor& param, const Tensor& grad, std::vector<Tensor>& state,
+                          int64_t param_dim, double lr, double weight_decay, int64_t count,
+                          const LayerNorms& norms) const {
+  const KernelArgs k = kernel_args(param_dim, lr, weight_decay, count, norms);
+  if (k.is_adam)
+    apply_update(param, grad, state[0], state[1], k.adam);
+  else
+    apply_update(param, grad, state[0], k.sgd);
+}
+
+void SliceUpdater::update(float* param, const float* grad, const std::vector<float*>& state,
+                          int64_t n, int64_t param_dim, double lr, double weight_decay,
+                          int64_t count, const LayerNorms& norms) const {
+  const KernelArgs k = kernel_args(param_dim, lr, weight_decay, count, norms);
+  if (k.is_adam)
+    kernels::adam_update(param, grad, state[0], state[1], n, k.adam);
+  else
+    kernels::sgd_update(param, grad, state[0], n, k.sgd);
 }
 
 }  // namespace kolo::fw

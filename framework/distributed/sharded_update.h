@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "framework/optim/optimizer.h"
+#include "framework/optim/update_kernels.h"
 #include "framework/tensor.h"
 
 namespace kolo::fw {
@@ -50,8 +51,22 @@ class SliceUpdater {
   // weight_decay are the parameter's group's; count its 1-based update number.
   void update(Tensor& param, const Tensor& grad, std::vector<Tensor>& state, int64_t param_dim,
               double lr, double weight_decay, int64_t count, const LayerNorms& norms) const;
+  // The 0.2 form: `n` float32 values of CPU memory at each pointer.
+  [[deprecated("pass tensors (CPU or CUDA): update(Tensor&, const Tensor&, ...)")]] void update(
+      float* param, const float* grad, const std::vector<float*>& state, int64_t n,
+      int64_t param_dim, double lr, double weight_decay, int64_t count,
+      const LayerNorms& norms) const;
 
  private:
+  // The wrapped optimizer's kernel arguments for one update: Adam's, or SGD's (SGD and LARS).
+  struct KernelArgs {
+    bool is_adam = false;
+    kernels::SgdArgs sgd;
+    kernels::AdamArgs adam;
+  };
+  KernelArgs kernel_args(int64_t param_dim, double lr, double weight_decay, int64_t count,
+                         const LayerNorms& norms) const;
+
   enum class Kind { kSgd, kAdam, kLars };
   Kind kind_;
   const Optimizer& optimizer_;
