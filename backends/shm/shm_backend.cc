@@ -12,6 +12,7 @@
 #include <climits>
 #include <csignal>
 #include <cstring>
+#include <fstream>
 #include <span>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "backends/shm/piece_index.h"
 #include "backends/shm/shm_knobs.h"
 #include "backends/shm/shm_segment.h"
+#include "ops/stream_copy.h"
 #include "ops/reduce.h"
 
 namespace kolo {
@@ -137,7 +139,7 @@ long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* 
 class ShmBackend : public Backend {
  public:
   ShmBackend(std::unique_ptr<Segment> segment, int rank, std::chrono::milliseconds op_timeout,
-             std::string op_timeout_knob)
+             std::string op_timeout_knob, int64_t stream_from_bytes)
       : seg_(std::move(segment)),
         rank_(rank),
         size_(seg_->size()),
@@ -146,6 +148,7 @@ class ShmBackend : public Backend {
         op_timeout_(op_timeout),
         op_timeout_knob_(std::move(op_timeout_knob)),
         spin_for_(a_core_per_rank(size_) ? kSpinFor : kSpinOversubscribedFor),
+        stream_from_bytes_(stream_from_bytes),
         pidfds_(static_cast<size_t>(size_), -1) {
     for (int p = 0; p < size_; ++p)
       if (p != rank_)
@@ -377,53 +380,95 @@ class ShmBackend : public Backend {
     return Status::Ok();
   }
 
+  // Note [Chunked allreduce]. Per chunk of n elements, each rank owns the share
+  // [n * rank / P, n * (rank + 1) / P) and reduces it; every byte it moves is one the
+  // algorithm needs (B = the chunk's bytes):
+  //   copy in the peers' shares       read B (P-1)/P, write B (P-1)/P into its buffer
+  //   reduce its own share            read B (P ranks' B/P each, its own from its input),
+  //                                   write B/P into its buffer (for the peers to copy out)
+  //   copy its share out              read B/P, write B/P into its output
+  //   copy out the peers' results     read B (P-1)/P, write B (P-1)/P into its output
+  // In all 4B + B/P per rank for a sum (an average or a postscale adds B/P read and written in
+  // the buffer), against 5B + B/P when every rank also staged its own share. The buffers stay in
+  // the cache (2 x P x KOLO_SHM_CHUNK), so what reaches memory is the input read once and the
+  // output written once. Writing the output with ordinary stores would read every output line
+  // first (3B of memory traffic instead of 2B): an allreduce of KOLO_SHM_STREAM_THRESHOLD or
+  // more (about half a last-level cache), whose output is gone from the cache by the time the
+  // caller reads it, writes it with streaming stores (ops/stream_copy.h). A prescale other than 1
+  // stages the own share too (it must be rounded as the peers' are).
   Status allreduce_chunked(DataType dtype, const Reduction& reduction, const BufferHeader& d) {
     const int64_t count = pieces_.total();
     const int64_t es = static_cast<int64_t>(dtype_size(dtype));
     const int64_t per_use = chunk_ / es;
+    const bool own_from_input = reduction.prescale == 1.0;
+    const bool stream = count * es >= stream_from_bytes_;
     for (int64_t k = 0, first = 0; first < count; ++k, first += per_use) {
       KOLO_RETURN_IF_ERROR(begin_use());
       const int64_t n = std::min(per_use, count - first);
-      pieces_.for_each(
-          first, n, [&](const AllreducePiece& p, int64_t at, int64_t off, int64_t len) {
-            ops::scale_copy(dtype, buffer(rank_) + off * es,
-                            static_cast<const char*>(p.input) + at * es, len, reduction.prescale);
-          });
-      KOLO_RETURN_IF_ERROR(share(k, d));
-      // This rank's share of the chunk, reduced from every buffer into its own (peers read
-      // only their own shares of it meanwhile), in rank order as the one-round path does, so
-      // that an element's bits do not depend on the share or chunk it falls in (Note
-      // [Deterministic reduction] in ops/deterministic.cc).
       const int64_t lo = n * rank_ / size_, hi = n * (rank_ + 1) / size_;
-      char* mine = buffer(rank_) + lo * es;
-      if (hi > lo) {
-        reduce_all(mine, lo * es, hi - lo, dtype, reduction.op);
-        ops::finish_reduction(dtype, reduction, mine, hi - lo, size_);
-      }
+      stage_in(first, 0, own_from_input ? lo : hi, dtype, reduction.prescale);
+      stage_in(first, hi, n, dtype, reduction.prescale);
+      KOLO_RETURN_IF_ERROR(share(k, d));
+      reduce_own_share(first, lo, hi, dtype, reduction, own_from_input);
       publish(mark2());
-      KOLO_RETURN_IF_ERROR(wait_all(mark2()));
-      // Every share out, from its owner's buffer into the pieces. Only this chunk's elements
-      // are written, and their inputs were read above, so in-place pieces are safe.
-      for (int p = 0; p < size_; ++p) {
+      // Every share out, from its owner's buffer into the pieces (this rank's own while the
+      // peers finish theirs). Only this chunk's elements are written, and their inputs were
+      // read above, so in-place pieces are safe.
+      for (int i = 0; i < size_; ++i) {
+        const int p = (rank_ + i) % size_;
+        if (p != rank_) KOLO_RETURN_IF_ERROR(wait_peer(p, mark2()));
         const int64_t plo = n * p / size_, phi = n * (p + 1) / size_;
         const char* src = buffer(p) + plo * es;
         pieces_.for_each(first + plo, phi - plo,
                          [&](const AllreducePiece& piece, int64_t at, int64_t off, int64_t len) {
-                           std::memcpy(static_cast<char*>(piece.output) + at * es, src + off * es,
-                                       static_cast<size_t>(len * es));
+                           char* out = static_cast<char*>(piece.output) + at * es;
+                           const auto bytes = static_cast<size_t>(len * es);
+                           stream ? ops::stream_copy(out, src + off * es, bytes)
+                                  : static_cast<void>(std::memcpy(out, src + off * es, bytes));
                          });
       }
     }
     return Status::Ok();
   }
 
+  // Elements [first + from, first + to) of the concatenation, prescaled, into this rank's
+  // buffer at [from, to).
+  void stage_in(int64_t first, int64_t from, int64_t to, DataType dtype, double prescale) {
+    const int64_t es = static_cast<int64_t>(dtype_size(dtype));
+    pieces_.for_each(first + from, to - from,
+                     [&](const AllreducePiece& p, int64_t at, int64_t off, int64_t len) {
+                       ops::scale_copy(dtype, buffer(rank_) + (from + off) * es,
+                                       static_cast<const char*>(p.input) + at * es, len, prescale);
+                     });
+  }
+
+  // This rank's share [lo, hi) of the chunk at `first`, folded from every rank in rank order (as
+  // the one-round path does, so that an element's bits do not depend on the share or chunk it
+  // falls in: Note [Deterministic reduction] in ops/deterministic.cc) into its buffer, and
+  // finished there. Its own operand is its input where own_from_input, else what stage_in put
+  // in its buffer.
+  void reduce_own_share(int64_t first, int64_t lo, int64_t hi, DataType dtype,
+                        const Reduction& reduction, bool own_from_input) {
+    const int64_t es = static_cast<int64_t>(dtype_size(dtype));
+    pieces_.for_each(
+        first + lo, hi - lo, [&](const AllreducePiece& p, int64_t at, int64_t off, int64_t len) {
+          char* out = buffer(rank_) + (lo + off) * es;
+          const void* own = own_from_input ? static_cast<const char*>(p.input) + at * es : nullptr;
+          reduce_all(out, (lo + off) * es, len, dtype, reduction.op, own);
+          ops::finish_reduction(dtype, reduction, out, len, size_);
+        });
+  }
+
   // out = the op over every rank's buffer bytes [offset, offset + n elements), a left fold in
-  // rank order. `out` may be this rank's own buffer at `offset` (the chunked path's share): the
-  // partial results then go to acc_, since this rank's input is still to be read.
-  void reduce_all(void* out, int64_t offset, int64_t n, DataType dtype, ReduceOp op) {
+  // rank order; `own`, when set, stands for this rank's buffer. `out` may be this rank's operand
+  // (an in-place allreduce's input): the partial results then go to acc_, since that operand is
+  // still to be read.
+  void reduce_all(void* out, int64_t offset, int64_t n, DataType dtype, ReduceOp op,
+                  const void* own = nullptr) {
     sources_.resize(static_cast<size_t>(size_));
     for (int p = 0; p < size_; ++p) sources_[p] = buffer(p) + offset;
-    void* acc = out;  // where out is no input, or rank 0's (the fold's first operand)
+    if (own != nullptr) sources_[rank_] = own;
+    void* acc = out;  // where out is no operand, or rank 0's (the fold's first operand)
     if (out == sources_[rank_] && rank_ != 0 && size_ > 2) {
       acc_.resize(static_cast<size_t>(n) * dtype_size(dtype));
       acc = acc_.data();
@@ -559,6 +604,7 @@ class ShmBackend : public Backend {
   const std::chrono::milliseconds op_timeout_;
   const std::string op_timeout_knob_;        // the setting op_timeout_ came from, for the error
   const std::chrono::nanoseconds spin_for_;  // kSpinFor, or less with more ranks than cores
+  const int64_t stream_from_bytes_;          // KOLO_SHM_STREAM_THRESHOLD
   std::vector<int> pidfds_;
   shm::PieceIndex pieces_;  // the running allreduce's pieces
   // reduce_all's scratch, kept across calls so that steady state allocates nothing.
@@ -586,7 +632,8 @@ Result<std::unique_ptr<Backend>> make_shm_backend(const BackendContext& context)
   KOLO_ASSIGN_OR_RETURN(std::unique_ptr<shm::Segment> segment,
                         shm::connect_segment(context, params));
   return std::unique_ptr<Backend>(std::make_unique<ShmBackend>(
-      std::move(segment), context.rank, context.op_timeout, context.op_timeout_knob));
+      std::move(segment), context.rank, context.op_timeout, context.op_timeout_knob,
+      static_cast<int64_t>(context.knobs->size(shm_knobs::kStreamThreshold))));
 }
 
 BackendEntry backend_entry_shm() {

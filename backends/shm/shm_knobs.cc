@@ -38,10 +38,25 @@ constexpr Knob kThreshold = {
         "buffer, larger ones by reduce-scatter + allgather",
 };
 
+// Rank scope: streaming changes how a rank writes its own output, not what any rank computes.
+constexpr Knob kStreamThreshold = {
+    .name = "KOLO_SHM_STREAM_THRESHOLD",
+    .kind = KnobKind::kSize,
+    .category = KnobCategory::kBackend,
+    .backend = "shm",
+    .default_text = "16MiB",
+    .max = int64_t{1} << 62,
+    .help =
+        "shm allreduces of at least this size write their results with streaming stores, "
+        "which skip reading each output line first; about half the last-level cache (a "
+        "result that large has left the cache by the time the caller reads it)",
+};
+
 }  // namespace shm_knobs
 
 BackendKnobs backend_knobs_shm() {
-  static constexpr const Knob* kRows[] = {&shm_knobs::kChunk, &shm_knobs::kThreshold};
+  static constexpr const Knob* kRows[] = {&shm_knobs::kChunk, &shm_knobs::kThreshold,
+                                          &shm_knobs::kStreamThreshold};
   return {kRows};
 }
 

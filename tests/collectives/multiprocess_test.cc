@@ -35,15 +35,17 @@ INSTANTIATE_TEST_SUITE_P(Np, Kolorun, ::testing::Values(1, 2, 3, 4));
 
 // shm with 4 KiB buffers and a 1 KiB one-round threshold, so that the checks cross the
 // one-round/chunked switch and several chunk and region boundaries: counts 0, 1, P-1, P+1, a
-// few chunks (1031) and more (3001).
+// few chunks (1031) and more (3001). Chunked allreduces of 6 KiB and more write their results
+// with streaming stores, so both ways of writing them are checked.
 class KolorunShm : public ::testing::TestWithParam<int> {};
 
 TEST_P(KolorunShm, EveryCollectiveShm) {
   const int np = GetParam();
   ProcessRun r =
-      run_command("KOLO_SHM_CHUNK=4KiB KOLO_SHM_THRESHOLD=1KiB " + std::string(KOLO_TEST_KOLORUN) +
-                  " -np " + std::to_string(np) + " " + kWorker + " --backend shm --counts 0,1," +
-                  std::to_string(np - 1) + "," + std::to_string(np + 1) + ",1031,3001");
+      run_command("KOLO_SHM_CHUNK=4KiB KOLO_SHM_THRESHOLD=1KiB KOLO_SHM_STREAM_THRESHOLD=6KiB " +
+                  std::string(KOLO_TEST_KOLORUN) + " -np " + std::to_string(np) + " " + kWorker +
+                  " --backend shm --counts 0,1," + std::to_string(np - 1) + "," +
+                  std::to_string(np + 1) + ",1031,3001");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(count_occurrences(r.output, "checks passed"), np) << r.output;
 }
