@@ -47,13 +47,18 @@ CommandLine collective_command_line(CollectiveOptions& o) {
       enum_flag("-o", "OP", ops, parse_reduce_op, &o.op, std::string(reduce_op_name(o.op)),
                 "reduction, allreduce and reducescatter only"),
       switch_flag("--check", &o.check, "deterministic inputs; count wrong output elements"),
+      switch_flag("--copy", &o.copy,
+                  "also time every rank copying the size's bytes at once (host buffers)"),
       json_flag(&o.json_path),
   };
   line.notes =
       "Launch under kolorun (kolorun -np 2 kolo-bench allreduce) or mpirun; under mpirun\n"
       "each size is also timed with the raw MPI collective on the same buffers.\n"
       "SIZE is the whole buffer: allreduce/broadcast data, allgather output,\n"
-      "reducescatter input, alltoall send buffer (as in nccl-tests).\n";
+      "reducescatter input, alltoall send buffer (as in nccl-tests).\n"
+      "--copy adds copy(us): every rank copies SIZE bytes from the input to the output\n"
+      "buffer at the same time (the faster of memcpy and streaming stores), the memory's\n"
+      "floor for a collective that reads its input and writes its output once.\n";
   line.check = [&o]() -> Status {
     if (o.min_bytes > o.max_bytes)
       return Status::InvalidArgument("-b " + std::to_string(o.min_bytes) + " and -e " +

@@ -24,6 +24,7 @@ struct CollectiveOptions {
   DataType dtype = DataType::kFloat32;  // -d
   ReduceOp op = ReduceOp::kSum;         // -o
   bool check = false;                   // --check: deterministic inputs, outputs verified
+  bool copy = false;                    // --copy: also time a copy of each size (host buffers)
   std::string json_path;                // --json FILE: every row, written by rank 0
 };
 

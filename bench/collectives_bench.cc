@@ -20,6 +20,7 @@
 #include "bench/nccl_support.h"
 #include "common/knobs.h"
 #include "ops/exact.h"
+#include "ops/stream_copy.h"
 
 namespace kolo::bench {
 
@@ -131,6 +132,7 @@ void print_header(const CollectiveOptions& o, const Bench& b) {
   if (b.has_ref())
     std::printf(" %11s %9s", (std::string(b.ref()) + "(us)").c_str(),
                 (std::string("kolo/") + b.ref()).c_str());
+  if (o.copy) std::printf(" %11s %9s", "copy(us)", "kolo/copy");
   std::printf("\n");
 }
 
@@ -154,10 +156,36 @@ BenchCase case_of_size(const CollectiveOptions& o, int ranks, uint64_t bytes, ch
 }
 
 struct Measured {
-  double time = 0;      // seconds per call, the slowest rank's mean
-  double ref_time = 0;  // the same for the raw library, when there is one
-  int64_t wrong = 0;    // wrong elements over every rank (with --check)
+  double time = 0;       // seconds per call, the slowest rank's mean
+  double ref_time = 0;   // the same for the raw library, when there is one
+  double copy_time = 0;  // the same for a copy of the bytes (--copy)
+  int64_t wrong = 0;     // wrong elements over every rank (with --check)
 };
+
+// --copy: the slowest rank's mean time to copy `bytes` from the case's input to its output, all
+// ranks at once (as in the collective, they share the memory), by the faster of memcpy and
+// streaming stores: glibc's memcpy streams only beyond its own threshold.
+Result<double> time_copy(const CollectiveOptions& o, Backend& backend, const BenchCase& c,
+                         size_t bytes) {
+  double fastest = 0;
+  for (bool stream : {false, true}) {
+    KOLO_ASSIGN_OR_RETURN(double mean, time_calls(
+                                           o.warmup, o.iters,
+                                           [&] {
+                                             if (stream)
+                                               ops::stream_copy(c.output, c.input, bytes);
+                                             else
+                                               std::memcpy(c.output, c.input, bytes);
+                                             return Status::Ok();
+                                           },
+                                           [&] { return backend.barrier(); }));
+    double slowest = 0;
+    KOLO_RETURN_IF_ERROR(
+        backend.allreduce(&mean, &slowest, 1, DataType::kFloat64, Reduction{ReduceOp::kMax}));
+    fastest = stream ? std::min(fastest, slowest) : slowest;
+  }
+  return fastest;
+}
 
 // Times `host` (the case on host buffers; a GPU bench copies it to its device buffers) through
 // the backend, checks the result, then times the raw library on the same buffers.
@@ -196,6 +224,9 @@ Result<Measured> measure(const CollectiveOptions& o, Bench& b, const BenchCase& 
                                           [&] { return b.mpi->barrier(); }));
     KOLO_ASSIGN_OR_RETURN(m.ref_time, b.mpi->max_over_ranks(raw));
   }
+  if (o.copy) {
+    KOLO_ASSIGN_OR_RETURN(m.copy_time, time_copy(o, backend, c, bytes));
+  }
   return m;
 }
 
@@ -215,6 +246,7 @@ nlohmann::json report(const CollectiveOptions& o, const Bench& b, const BenchCas
   else
     std::printf(" %8s", "N/A");
   if (b.has_ref()) std::printf(" %11.1f %9.2f", m.ref_time * 1e6, m.time / m.ref_time);
+  if (o.copy) std::printf(" %11.1f %9.2f", m.copy_time * 1e6, m.time / m.copy_time);
   std::printf("\n");
   std::fflush(stdout);
   nlohmann::json row = {{"collective", collective_name(o.collective)},
@@ -232,11 +264,18 @@ nlohmann::json report(const CollectiveOptions& o, const Bench& b, const BenchCas
     row[std::string(b.ref()) + "_time_us"] = m.ref_time * 1e6;
     row[std::string("kolo_over_") + b.ref()] = m.time / m.ref_time;
   }
+  if (o.copy) {
+    row["copy_time_us"] = m.copy_time * 1e6;
+    row["kolo_over_copy"] = m.time / m.copy_time;
+  }
   return row;
 }
 
 Status run(const CollectiveOptions& o, const KnobSet& knobs) {
   KOLO_ASSIGN_OR_RETURN(Bench b, connect_bench(o, knobs));
+  if (o.copy && b.gpu)
+    return Status::InvalidArgument("--copy times host memory; backend " + b.name +
+                                   " runs on device buffers");
   const int rank = b.launched.world.rank;
   // Both buffers at the largest size, allocated and touched once (host copies on a GPU).
   const size_t element = dtype_size(o.dtype);

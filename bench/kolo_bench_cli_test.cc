@@ -119,6 +119,24 @@ TEST(KoloBenchCli, CollectiveJsonRowsParse) {
   }
 }
 
+// --copy adds the copy floor to every row: a time, and the collective's time over it.
+TEST(KoloBenchCli, CopyAddsTheCopyFloorToEveryRow) {
+  const std::string json = temp_path("copy.json");
+  ProcessRun r = bench("allreduce -b 4KiB -e 64KiB -f 4 -n 2 -w 1 --copy --json " + json);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("copy(us) kolo/copy\n"), std::string::npos) << r.output;
+  nlohmann::json rows = read_json(json);
+  ASSERT_TRUE(rows.is_array()) << rows.dump();
+  ASSERT_EQ(rows.size(), 3u) << rows.dump();  // 4, 16 and 64 KiB
+  for (const auto& row : rows) {
+    const double copy = row["copy_time_us"].get<double>();
+    EXPECT_GT(copy, 0.0) << row.dump();
+    EXPECT_DOUBLE_EQ(row["kolo_over_copy"].get<double>(), row["time_us"].get<double>() / copy)
+        << row.dump();
+  }
+  std::remove(json.c_str());
+}
+
 TEST(KoloBenchCli, AnUnwritableJsonFileFailsTheRun) {
   ProcessRun r = bench("allreduce -b 16 -e 16 -n 1 -w 0 --json /nonexistent-kolo-dir/rows.json");
   EXPECT_EQ(r.exit_code, 1) << r.output;
