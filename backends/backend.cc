@@ -140,7 +140,13 @@ Status validate_dtype(std::string_view context, DataType dtype) {
                                  std::to_string(static_cast<int>(dtype)));
 }
 
+bool is_valid_reduction(const Reduction& reduction) {
+  return is_valid_reduce_op(static_cast<int>(reduction.op)) && std::isfinite(reduction.prescale) &&
+         std::isfinite(reduction.postscale);
+}
+
 Status validate_reduction(std::string_view context, const Reduction& reduction) {
+  if (is_valid_reduction(reduction)) return Status::Ok();
   if (!is_valid_reduce_op(static_cast<int>(reduction.op)))
     return Status::InvalidArgument(s(context) + ": reduce op must be one of " +
                                    enum_names(kNumReduceOps, reduce_op_name) + ", got enum value " +

@@ -123,6 +123,8 @@ class Backend {
 Status validate_dtype(std::string_view context, DataType dtype);
 // op is a ReduceOp enumerator; prescale and postscale are finite.
 Status validate_reduction(std::string_view context, const Reduction& reduction);
+// Whether validate_reduction() passes, without building its message (for hot paths).
+bool is_valid_reduction(const Reduction& reduction);
 // count >= 0, and data non-null when count > 0.
 Status validate_buffer(std::string_view context, std::string_view arg, const void* data,
                        int64_t count);

@@ -600,8 +600,8 @@ Result<Session> current_session(const std::string& name) {
 // Used by the *_async functions in submit.cc.
 Handle submit_global(Result<std::unique_ptr<Entry>> entry, const std::string& name,
                      const ProcessSet& process_set) {
-  auto state = std::make_shared<detail::OpState>(name);
   if (!entry.ok()) {
+    auto state = std::make_shared<detail::OpState>(name);
     state->complete(entry.status());
     return Handle(state);
   }
