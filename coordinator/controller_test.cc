@@ -179,7 +179,7 @@ TEST(ControllerTest, CachedNamesSentAgainAreEvicted) {
   Request a = ar("a", {3});
   Response p;
   p.name = "a";
-  cache.put(p, a);
+  cache.put(p, &a);
   auto t = Clock::now();
   c.add(0, list_of({ar("a", {4})}), cache, t);
   auto out = c.respond(t);

@@ -20,13 +20,25 @@ const std::string* ResponseCache::name_at(size_t slot) const {
   return &slots_[slot]->response.name;
 }
 
-std::optional<std::string> ResponseCache::put(const Response& response,
-                                              std::optional<Request> mine) {
+namespace {
+
+void assign(std::optional<Request>& to, const Request* from) {
+  if (from == nullptr)
+    to.reset();
+  else if (to)
+    *to = *from;
+  else
+    to = *from;
+}
+
+}  // namespace
+
+std::optional<std::string> ResponseCache::put(const Response& response, const Request* mine) {
   if (capacity_ == 0) return std::nullopt;
   auto it = by_name_.find(response.name);
   if (it != by_name_.end()) {
     it->second.response = response;
-    it->second.mine = std::move(mine);
+    assign(it->second.mine, mine);
     lru_.splice(lru_.end(), lru_, it->second.lru);
     return std::nullopt;
   }
@@ -45,7 +57,7 @@ std::optional<std::string> ResponseCache::put(const Response& response,
   lru_.push_back(response.name);
   Entry& e = by_name_[response.name];
   e.response = response;
-  e.mine = std::move(mine);
+  assign(e.mine, mine);
   e.slot = slot;
   e.lru = std::prev(lru_.end());
   slots_[slot] = &e;  // unordered_map never moves its nodes, so the pointer stays valid

@@ -42,10 +42,11 @@ class ResponseCache {
   // needs this many slots.
   size_t slot_limit() const { return next_unused_slot_; }
 
-  // Records an executed response with this rank's own request (nullopt for a rank that had
-  // joined: its next request for the name misses). Refreshes LRU order. Returns the name
-  // evicted to make room, if any.
-  std::optional<std::string> put(const Response& response, std::optional<Request> mine);
+  // Records an executed response with a copy of this rank's own request (null for a rank that
+  // had joined: its next request for the name misses). Refreshes LRU order. Returns the name
+  // evicted to make room, if any. A name already cached is updated by copy-assignment, which
+  // reuses its strings' and vectors' memory: in steady state a put allocates nothing.
+  std::optional<std::string> put(const Response& response, const Request* mine);
   void erase(const std::string& name);
 
  private:

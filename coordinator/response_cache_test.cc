@@ -22,7 +22,7 @@ TEST(ResponseCacheTest, HitsOnlyWithTheSameParameters) {
   ResponseCache cache(4);
   Request a = req("a", 10);
   EXPECT_FALSE(cache.lookup(a));
-  cache.put(resp(a), a);
+  cache.put(resp(a), &a);
   ASSERT_TRUE(cache.lookup(a));
   EXPECT_EQ(*cache.lookup(a), 0u);
   EXPECT_EQ(cache.response(0).name, "a");
@@ -33,10 +33,10 @@ TEST(ResponseCacheTest, HitsOnlyWithTheSameParameters) {
 TEST(ResponseCacheTest, EvictsLeastRecentlyUsedAndReusesSlots) {
   ResponseCache cache(2);
   Request a = req("a", 1), b = req("b", 1), c = req("c", 1);
-  cache.put(resp(a), a);
-  cache.put(resp(b), b);
-  cache.put(resp(a), a);  // a is now the most recent
-  auto evicted = cache.put(resp(c), c);
+  cache.put(resp(a), &a);
+  cache.put(resp(b), &b);
+  cache.put(resp(a), &a);  // a is now the most recent
+  auto evicted = cache.put(resp(c), &c);
   ASSERT_TRUE(evicted);
   EXPECT_EQ(*evicted, "b");
   EXPECT_EQ(*cache.slot_of("c"), 1u);  // b's slot
@@ -47,8 +47,8 @@ TEST(ResponseCacheTest, TwoCachesFedTheSameSequenceAgree) {
   ResponseCache x(3), y(3);
   for (int i = 0; i < 20; ++i) {
     Request q = req("t" + std::to_string(i % 5), 1);
-    x.put(resp(q), q);
-    y.put(resp(q), std::nullopt);  // another rank (joined) has no own request
+    x.put(resp(q), &q);
+    y.put(resp(q), nullptr);  // another rank (joined) has no own request
     if (i % 7 == 0) {
       x.erase("t1");
       y.erase("t1");
@@ -63,7 +63,7 @@ TEST(ResponseCacheTest, TwoCachesFedTheSameSequenceAgree) {
 TEST(ResponseCacheTest, CapacityZeroCachesNothing) {
   ResponseCache cache(0);
   Request a = req("a", 1);
-  cache.put(resp(a), a);
+  cache.put(resp(a), &a);
   EXPECT_FALSE(cache.lookup(a));
 }
 

@@ -670,7 +670,7 @@ void Runtime::retire(const std::vector<BatchItem>& items) {
   for (const auto& item : items) {
     const Response& p = *item.response;
     if (p.kind == Response::Kind::kExecute && p.joined.empty() && p.type != OpType::kJoin) {
-      cache_.put(p, item.entry ? std::optional<Request>(item.entry->request) : std::nullopt);
+      cache_.put(p, item.entry ? &item.entry->request : nullptr);
     } else {
       cache_.erase(p.name);
     }
