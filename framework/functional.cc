@@ -494,14 +494,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels) {
          labels.to_string());
   check_same_device("cross_entropy", logits, labels);
   // Range check on the host: an out-of-range label would read outside the row.
-  {
-    Tensor hl = labels.to(Device::cpu());
-    const int64_t* p = hl.data<int64_t>();
-    for (int64_t i = 0; i < m; ++i)
-      if (p[i] < 0 || p[i] >= n)
-        fail("cross_entropy: label " + std::to_string(p[i]) + " at index " + std::to_string(i) +
-             " is outside [0, " + std::to_string(n) + ")");
-  }
+  check_labels(labels, n);
   const Device d = logits.device();
   Tensor logp = empty_like(logits);
   KOLO_FW_CALL(d, log_softmax(m, n, F(logits), F(logp)));
@@ -518,6 +511,46 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels) {
          },
          {logits});
   return out;
+}
+
+void check_labels(const Tensor& labels, int64_t classes) {
+  const Tensor hl = labels.to(Device::cpu());
+  const int64_t* p = hl.data<int64_t>();
+  for (int64_t i = 0; i < hl.numel(); ++i)
+    if (p[i] < 0 || p[i] >= classes)
+      fail("cross_entropy: label " + std::to_string(p[i]) + " at index " + std::to_string(i) +
+           " is outside [0, " + std::to_string(classes) + ")");
+}
+
+Tensor cross_entropy_capturable(const Tensor& logits, const Tensor& labels) {
+  if (logits.device().is_cpu()) return cross_entropy(logits, labels);
+#ifndef KOLO_HAVE_CUDA
+  kernels::throw_no_cuda("cross_entropy_capturable");
+#else
+  check_rank("cross_entropy", "logits", logits, 2);
+  const int64_t m = logits.size(0), n = logits.size(1);
+  if (!labels.defined() || labels.dtype() != DataType::kInt64 || labels.shape() != Shape{m})
+    fail("cross_entropy: labels must be int64 of shape [" + std::to_string(m) + "], got " +
+         labels.to_string());
+  check_same_device("cross_entropy", logits, labels);
+  const Device d = logits.device();
+  const auto* lp = static_cast<const int64_t*>(labels.raw_data());
+  Tensor logp = empty_like(logits);
+  Tensor out = Tensor::empty({}, d);
+  kernels::cuda::set_device(d.index);
+  kernels::cuda::log_softmax(m, n, F(logits), F(logp));
+  kernels::cuda::nll_mean_to(m, n, F(logp), lp, F(out));
+  attach(out, "CrossEntropy",
+         [logp, labels, m, n](const Tensor& g) {
+           Tensor gx = empty_like(logp);
+           kernels::cuda::set_device(g.device().index);
+           kernels::cuda::softmax_xent_bwd_dev(
+               m, n, F(logp), static_cast<const int64_t*>(labels.raw_data()), F(g), F(gx));
+           return std::vector<Tensor>{gx, Tensor()};
+         },
+         {logits});
+  return out;
+#endif
 }
 
 Tensor mse_loss(const Tensor& pred, const Tensor& target) {

@@ -77,6 +77,15 @@ Tensor log_softmax(const Tensor& x);
 // Mean cross-entropy of logits [M, N] against int64 labels [M] with values in [0, N); fused
 // log-softmax + NLL. Returns a one-element tensor. Labels out of range throw.
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels);
+// cross_entropy for a CUDA graph capture (cuda_graph.h): the same loss and gradient with nothing
+// read back to the host. The labels are not range-checked (check them on the host before they
+// go to the device: check_labels); on CUDA the loss is summed on the device in one block (the
+// value cross_entropy gives in deterministic mode, and in any mode for up to 256 rows) and
+// backward reads its incoming gradient on the device. On the CPU it is cross_entropy.
+Tensor cross_entropy_capturable(const Tensor& logits, const Tensor& labels);
+// Throws InvalidArgument naming the first label of `labels` (int64 [M], any device: copied to
+// the host) outside [0, classes), as cross_entropy does.
+void check_labels(const Tensor& labels, int64_t classes);
 // Mean squared error over all elements (same shapes).
 Tensor mse_loss(const Tensor& pred, const Tensor& target);
 

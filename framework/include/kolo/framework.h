@@ -43,6 +43,7 @@
 #include "framework/distributed/sharded_optimizer.h"
 #include "framework/distributed/sync_batch_norm.h"
 #include "framework/distributed/tensor_view.h"
+#include "framework/cuda_graph.h"
 #include "framework/functional.h"
 #include "framework/memory_stats.h"
 #include "framework/nn/layers.h"
