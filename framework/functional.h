@@ -30,6 +30,12 @@ Tensor mean(const Tensor& x);
 Tensor matmul(const Tensor& a, const Tensor& b);
 // x [N, in], weight [out, in], bias [out] (may be undefined) -> x weight^T + bias, [N, out].
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
+// relu(linear(x, weight, bias)), the same checks and gradients. On the CPU exactly those two ops
+// (the same bits). On CUDA with a bias, outside deterministic mode, one cuBLASLt GEMM whose
+// epilogue adds the bias and applies the ReLU (cuda_kernels.h, linear_bias_relu), and a backward
+// that takes the ReLU's mask from the output; where cuBLASLt has no algorithm for the shape, or in
+// deterministic mode (whose documented kernels are the unfused ones), the two ops.
+Tensor linear_relu(const Tensor& x, const Tensor& weight, const Tensor& bias);
 
 // x [N, C, H, W], weight [OC, C, KH, KW], bias [OC] (may be undefined) -> [N, OC, OH, OW]
 // with OH = (H + 2 pad - KH) / stride + 1. CPU: im2col + sgemm per image; CUDA: cuDNN.

@@ -99,6 +99,8 @@ confirms=(
   "framework_cuda CudaGraphGpu.TrainingStepMatchesEager"  # i32: --cuda-graph's step = eager
   "framework_cuda CudaGraphGpu.HostReadInsideACaptureIsRefusedByName"  # i32: capture refusals
   "framework_cuda CudaGraphGpu.CaptureTemporariesStayReservedForTheGraph"  # i32: private pool
+  "framework_cuda FusedLinearReluCuda.MatchesTheUnfusedOpsOnTheGpu"  # i32: cuBLASLt bias+ReLU
+  "framework_cuda FusedLinearReluCuda.InDeterministicModeItIsTheUnfusedOpsBitForBit"  # i32
 )
 
 # The main job against PyTorch eager: each model at each batch size, 1 rank, epoch 2's samples/s.

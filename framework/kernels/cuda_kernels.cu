@@ -2,6 +2,7 @@
 // loops (per plane where the channel is needed); row reductions use one block per row with a
 // shared-memory tree in double; per-channel sums are cuDNN's bias-gradient reduction.
 // The pooling backward passes gather (pool_windows.h) rather than scatter with atomics.
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -13,6 +14,7 @@
 #include <atomic>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -686,6 +688,132 @@ void nll_mean_to(int64_t m, int64_t n, const float* logp, const int64_t* labels,
 void softmax_xent_bwd_dev(int64_t m, int64_t n, const float* logp, const int64_t* labels,
                           const float* g, float* gx) {
   KOLO_LAUNCH(k_xent_bwd_dev, m * n, m, n, logp, labels, g, gx);
+}
+
+// ---- cuBLASLt: GEMM with the bias + ReLU epilogue ----
+namespace {
+// The most workspace a fused GEMM may ask for (from the caching allocator, per call).
+constexpr uint64_t kMaxLtWorkspace = uint64_t{32} << 20;
+
+Mutex g_lt_mu;
+std::vector<cublasLtHandle_t> g_lt KOLO_GUARDED_BY(g_lt_mu);
+// A heuristic's answer for one key; ok false: no algorithm (the caller falls back, every time).
+struct LtChoice {
+  bool ok = false;
+  cublasLtMatmulAlgo_t algo{};
+  size_t workspace = 0;
+};
+// device, n, in, out, and the alignments of x, w, y, b (cuBLASLt's algorithms depend on them).
+using LtKey = std::array<int64_t, 8>;
+std::map<LtKey, LtChoice> g_lt_choices KOLO_GUARDED_BY(g_lt_mu);
+
+cublasLtHandle_t lt_handle() {
+  MutexLock lock(g_lt_mu);
+  const int d = current_device();
+  if (static_cast<int>(g_lt.size()) <= d) g_lt.resize(d + 1, nullptr);
+  if (!g_lt[d]) check_blas(cublasLtCreate(&g_lt[d]), "Lt create");
+  return g_lt[d];
+}
+
+// The largest power of two up to 256 dividing the address (cuBLASLt assumes 256 unless told).
+uint32_t alignment_of(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t al = 256;
+  while (al > 1 && a % al != 0) al >>= 1;
+  return al;
+}
+
+// The descriptors of one fused call, destroyed with it.
+struct LtDescs {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  LtDescs() = default;
+  ~LtDescs() {
+    if (op) cublasLtMatmulDescDestroy(op);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (d) cublasLtMatrixLayoutDestroy(d);
+  }
+  LtDescs(const LtDescs&) = delete;
+  LtDescs& operator=(const LtDescs&) = delete;
+};
+
+template <class T>
+void set_desc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const T& v,
+              const char* what) {
+  check_blas(cublasLtMatmulDescSetAttribute(desc, attr, &v, sizeof(v)), what);
+}
+
+// Row-major y [n, out] = x [n, in] w^T is column-major y^T [out, n] = w^T' x^T where the stored
+// w is column-major [in, out] (ld in, transposed by the op) and x column-major [in, n] (ld in):
+// m = out, n = n, k = in, and the bias (length m = the rows of D, as RELU_BIAS requires) is added
+// to every column of D, i.e. to every row of y.
+void make_fused_descs(LtDescs& d, int64_t n, int64_t in, int64_t out, const float* b) {
+  check_blas(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "Lt matmul desc");
+  set_desc(d.op, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T, "Lt transa");
+  set_desc(d.op, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N, "Lt transb");
+  set_desc(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_RELU_BIAS, "Lt epilogue");
+  // Set before the heuristic too: it reads the pointer's alignment.
+  const void* bias = b;
+  set_desc(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias, "Lt bias pointer");
+  check_blas(cublasLtMatrixLayoutCreate(&d.a, CUDA_R_32F, in, out, in), "Lt layout w");
+  check_blas(cublasLtMatrixLayoutCreate(&d.b, CUDA_R_32F, in, n, in), "Lt layout x");
+  check_blas(cublasLtMatrixLayoutCreate(&d.d, CUDA_R_32F, out, n, out), "Lt layout y");
+}
+
+// cuBLASLt's first choice for these descriptors and pointer alignments, or ok false.
+LtChoice ask_heuristic(const LtDescs& d, uint32_t align_x, uint32_t align_w, uint32_t align_y) {
+  cublasLtMatmulPreference_t pref = nullptr;
+  check_blas(cublasLtMatmulPreferenceCreate(&pref), "Lt preference");
+  auto set = [&](cublasLtMatmulPreferenceAttributes_t attr, const auto& v) {
+    return cublasLtMatmulPreferenceSetAttribute(pref, attr, &v, sizeof(v));
+  };
+  cublasStatus_t st = set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, kMaxLtWorkspace);
+  if (st == CUBLAS_STATUS_SUCCESS) st = set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_w);
+  if (st == CUBLAS_STATUS_SUCCESS) st = set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_x);
+  if (st == CUBLAS_STATUS_SUCCESS) st = set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_y);
+  if (st == CUBLAS_STATUS_SUCCESS) st = set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_y);
+  cublasLtMatmulHeuristicResult_t r{};
+  int count = 0;
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulAlgoGetHeuristic(lt_handle(), d.op, d.a, d.b, d.d, d.d, pref, 1, &r, &count);
+  cublasLtMatmulPreferenceDestroy(pref);
+  // NOT_SUPPORTED (or no result) is an answer: this shape runs unfused.
+  if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED)
+    check_blas(st, "Lt heuristic");
+  LtChoice c;
+  if (st == CUBLAS_STATUS_SUCCESS && count > 0 && r.state == CUBLAS_STATUS_SUCCESS)
+    c = {true, r.algo, r.workspaceSize};
+  return c;
+}
+}  // namespace
+
+bool linear_bias_relu(int64_t n, int64_t in, int64_t out, const float* x, const float* w,
+                      const float* b, float* y) {
+  if (g_deterministic.load() || n == 0 || in == 0 || out == 0) return false;
+  LtDescs d;
+  make_fused_descs(d, n, in, out, b);
+  const uint32_t ax = alignment_of(x), aw = alignment_of(w), ay = alignment_of(y);
+  const LtKey key{current_device(), n, in, out, ax, aw, ay, alignment_of(b)};
+  std::optional<LtChoice> cached;
+  {
+    MutexLock lock(g_lt_mu);
+    auto it = g_lt_choices.find(key);
+    if (it != g_lt_choices.end()) cached = it->second;
+  }
+  if (!cached) {
+    cached = ask_heuristic(d, ax, aw, ay);
+    MutexLock lock(g_lt_mu);
+    g_lt_choices.emplace(key, *cached);
+  }
+  LtChoice c = *cached;
+  if (!c.ok) return false;
+  Workspace ws(c.workspace);
+  const float one = 1.f, zero = 0.f;  // beta 0: y (as C) is not read
+  check_blas(cublasLtMatmul(lt_handle(), d.op, &one, w, d.a, x, d.b, &zero, y, d.d, y, d.d, &c.algo,
+                            ws.p, c.workspace, cur()),
+             "Lt matmul (bias + ReLU epilogue)");
+  return true;
 }
 
 // ---- cuDNN convolution ----

@@ -96,6 +96,15 @@ void bf16_to_f32(int64_t n, const uint16_t* x, float* y);
 // C[M,N] = alpha * op(A) * op(B) + beta * C, op(A) is [M,K], op(B) is [K,N].
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           const float* b, float beta, float* c);
+// y = relu(x w^T + b) for row-major x [n, in], w [out, in], b [out], y [n, out]: one cuBLASLt
+// matmul (float, no TF32) with the CUBLASLT_EPILOGUE_RELU_BIAS epilogue on the calling thread's
+// stream. The algorithm is cuBLASLt's heuristic first choice, cached per (device, shape, pointer
+// alignments), its workspace from the caching allocator. Returns false, having done nothing,
+// where it does not apply: deterministic mode (the unfused gemm, add_row_bias and relu_fwd are the
+// kernels documented deterministic) or no algorithm for the shape; the caller runs those three.
+// Throws kolo::Error(kIoError) naming the cuBLASLt call that failed.
+bool linear_bias_relu(int64_t n, int64_t in, int64_t out, const float* x, const float* w,
+                      const float* b, float* y);
 // y[r, c] += bias[c] for an [rows, cols] matrix.
 void add_row_bias(int64_t rows, int64_t cols, const float* bias, float* y);
 // out[c] = sum_r x[r, c]  (+ beta * out[c]).
