@@ -43,7 +43,12 @@ void CudaGraph::capture(Device device, const std::function<void()>& body) {
   // Blocking (not cudaStreamNonBlocking): ordered with the legacy stream's eager work.
   check(cudaStreamCreate(&stream), "cudaStreamCreate");
   stream_ = stream;
-  pool_ = cuda_alloc::begin_graph_pool(device.index);
+  try {
+    pool_ = cuda_alloc::begin_graph_pool(device.index);
+  } catch (...) {
+    reset();  // another capture is open: this graph stays uncaptured and may try again
+    throw;
+  }
   cudaGraph_t graph = nullptr;
   try {
     kernels::cuda::StreamScope scope(stream);
@@ -55,7 +60,9 @@ void CudaGraph::capture(Device device, const std::function<void()>& body) {
       abandon_capture(stream);
       throw;
     }
-    check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+    const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+    if (ended != cudaSuccess) cudaGetLastError();  // e.g. an invalidated capture: not sticky
+    check(ended, "cudaStreamEndCapture");
   } catch (...) {
     cuda_alloc::end_graph_pool();
     reset();
