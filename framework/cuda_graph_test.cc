@@ -182,6 +182,24 @@ TEST_F(CudaGraphGpu, HostReadInsideACaptureIsRefusedByName) {
   EXPECT_EQ(out.to_vector(), std::vector<float>(4, 2.f));
 }
 
+// One capture at a time (the allocator's pool is process-wide while it is open): a second one
+// inside the first is refused by name, and both graphs are left uncaptured.
+TEST_F(CudaGraphGpu, ASecondCaptureWhileOneIsOpenIsRefused) {
+  const Device d = Device::cuda(0);
+  CudaGraph outer, inner;
+  try {
+    outer.capture(d, [&] { inner.capture(d, [] {}); });
+    FAIL() << "expected PreconditionFailed";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status().code(), StatusCode::kPreconditionFailed);
+    EXPECT_NE(e.status().message().find("a CUDA graph capture is already open"), std::string::npos)
+        << e.status().message();
+  }
+  EXPECT_FALSE(outer.captured());
+  EXPECT_FALSE(inner.captured());
+  EXPECT_EQ(Tensor::ones({3}, d).sum(), 3.f);  // eager work goes on
+}
+
 // A block the capture used and freed stays the graph's: eager allocations after the capture get
 // other addresses, so a replay cannot overwrite them.
 TEST_F(CudaGraphGpu, CaptureTemporariesStayReservedForTheGraph) {

@@ -99,6 +99,7 @@ confirms=(
   "framework_cuda CudaGraphGpu.TrainingStepMatchesEager"  # i32: --cuda-graph's step = eager
   "framework_cuda CudaGraphGpu.HostReadInsideACaptureIsRefusedByName"  # i32: capture refusals
   "framework_cuda CudaGraphGpu.CaptureTemporariesStayReservedForTheGraph"  # i32: private pool
+  "framework_cuda CudaGraphGpu.ASecondCaptureWhileOneIsOpenIsRefused"  # i32: one capture at a time
   "framework_cuda FusedLinearReluCuda.MatchesTheUnfusedOpsOnTheGpu"  # i32: cuBLASLt bias+ReLU
   "framework_cuda FusedLinearReluCuda.InDeterministicModeItIsTheUnfusedOpsBitForBit"  # i32
 )
