@@ -324,7 +324,8 @@ checksum_run() {
 }
 
 # reproducible: deterministic mode (docs/determinism.md) gives the same parameters twice on the
-# GPU (issue 29: cuDNN's deterministic algorithms, gather-form pooling, one-block reductions);
+# GPU (issue 29: cuDNN's deterministic algorithms, gather-form pooling, one-block reductions),
+# and with --cuda-graph (issue 32);
 # ZeRO stage 2 on CUDA parameters (2 ranks through host staging) against the unsharded job.
 reproducible() {
   local a b
@@ -334,6 +335,15 @@ reproducible() {
     note "main job, deterministic mode, twice on the GPU: the same parameters (sha256 ${a:0:16})"
   elif [[ -n "$a" && -n "$b" ]]; then
     fail "main job, deterministic mode, twice on the GPU: parameters DIFFER (${a:0:16} vs ${b:0:16})"
+  fi
+  # --cuda-graph replays the eager step's kernels with the same arguments (graph_step.h), and
+  # with one rank DistributedOptimizer's step is SGD's: the same parameters as the eager run.
+  local g=""
+  checksum_run deterministic-cuda-graph KOLO_DETERMINISTIC=1 1 --cuda-graph && g=$digest
+  if [[ -n "$a" && "$a" == "$g" ]]; then
+    note "main job --cuda-graph, deterministic mode: the eager run's parameters (sha256 ${g:0:16})"
+  elif [[ -n "$a" && -n "$g" ]]; then
+    fail "main job --cuda-graph, deterministic mode: parameters DIFFER from the eager run's (${g:0:16} vs ${a:0:16})"
   fi
   checksum_run shard0 KOLO_GPU_OPERATIONS=tcp 2 --shard 0 && a=$digest
   checksum_run shard2 KOLO_GPU_OPERATIONS=tcp 2 --shard 2 && b=$digest
