@@ -192,7 +192,16 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+namespace {
+// What linear's backward needs: the inputs (detached), the sizes and which gradients to make.
+struct LinearSaved {
+  Tensor x, w;
+  int64_t n, in, out;
+  bool gx, gw, gb;
+};
+
+// Checks linear's arguments (InvalidArgument naming them) and says what its backward needs.
+LinearSaved check_linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   check_rank("linear", "x", x, 2);
   check_rank("linear", "weight", weight, 2);
   check_same_device("linear", x, weight);
@@ -208,30 +217,59 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
       fail("linear: bias shape " + shape_to_string(bias.shape()) + " does not match " +
            std::to_string(out_f) + " output features");
   }
-  Tensor y = Tensor::empty({n, out_f}, x.device());
-  KOLO_FW_CALL(x.device(), gemm(false, true, n, out_f, in, 1.f, F(x), F(weight), 0.f, F(y)));
-  if (bias.defined()) KOLO_FW_CALL(x.device(), add_row_bias(n, out_f, F(bias), F(y)));
-  const bool gx = wants(x), gw = wants(weight), gb = wants(bias);
-  attach(y, "Linear",
-         [xd = x.detach(), wd = weight.detach(), n, in, out_f, gx, gw, gb](const Tensor& g) {
-           std::vector<Tensor> r(3);
-           const Device d = g.device();
-           if (gx) {
-             r[0] = Tensor::empty({n, in}, d);
-             KOLO_FW_CALL(d, gemm(false, false, n, in, out_f, 1.f, F(g), F(wd), 0.f, F(r[0])));
-           }
-           if (gw) {
-             r[1] = Tensor::empty({out_f, in}, d);
-             KOLO_FW_CALL(d, gemm(true, false, out_f, in, n, 1.f, F(g), F(xd), 0.f, F(r[1])));
-           }
-           if (gb) {
-             r[2] = Tensor::empty({out_f}, d);
-             KOLO_FW_CALL(d, col_sum(n, out_f, F(g), 0.f, F(r[2])));
-           }
-           return r;
-         },
-         {x, weight, bias});
+  return {x.detach(), weight.detach(), n, in, out_f, wants(x), wants(weight), wants(bias)};
+}
+
+// The gradients of x, weight and bias from the output's gradient g [n, out].
+std::vector<Tensor> linear_backward(const LinearSaved& s, const Tensor& g) {
+  std::vector<Tensor> r(3);
+  const Device d = g.device();
+  if (s.gx) {
+    r[0] = Tensor::empty({s.n, s.in}, d);
+    KOLO_FW_CALL(d, gemm(false, false, s.n, s.in, s.out, 1.f, F(g), F(s.w), 0.f, F(r[0])));
+  }
+  if (s.gw) {
+    r[1] = Tensor::empty({s.out, s.in}, d);
+    KOLO_FW_CALL(d, gemm(true, false, s.out, s.in, s.n, 1.f, F(g), F(s.x), 0.f, F(r[1])));
+  }
+  if (s.gb) {
+    r[2] = Tensor::empty({s.out}, d);
+    KOLO_FW_CALL(d, col_sum(s.n, s.out, F(g), 0.f, F(r[2])));
+  }
+  return r;
+}
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  const LinearSaved s = check_linear(x, weight, bias);
+  Tensor y = Tensor::empty({s.n, s.out}, x.device());
+  KOLO_FW_CALL(x.device(), gemm(false, true, s.n, s.out, s.in, 1.f, F(x), F(weight), 0.f, F(y)));
+  if (bias.defined()) KOLO_FW_CALL(x.device(), add_row_bias(s.n, s.out, F(bias), F(y)));
+  attach(y, "Linear", [s](const Tensor& g) { return linear_backward(s, g); }, {x, weight, bias});
   return y;
+}
+
+Tensor linear_relu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+#ifdef KOLO_HAVE_CUDA
+  if (x.device().is_cuda() && bias.defined()) {
+    const LinearSaved s = check_linear(x, weight, bias);
+    Tensor y = Tensor::empty({s.n, s.out}, x.device());
+    kernels::cuda::set_device(x.device().index);
+    if (kernels::cuda::linear_bias_relu(s.n, s.in, s.out, F(x), F(weight), F(bias), F(y))) {
+      // y > 0 exactly where x w^T + b > 0, so the ReLU's mask comes from the output.
+      attach(y, "LinearRelu",
+             [s, yd = y.detach()](const Tensor& g) {
+               Tensor gz = empty_like(g);
+               kernels::cuda::set_device(g.device().index);
+               kernels::cuda::relu_bwd(g.numel(), F(yd), F(g), F(gz));
+               return linear_backward(s, gz);
+             },
+             {x, weight, bias});
+      return y;
+    }
+  }
+#endif
+  return relu(linear(x, weight, bias));
 }
 
 // ---------------------------------------------------------------- convolution
@@ -494,14 +532,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels) {
          labels.to_string());
   check_same_device("cross_entropy", logits, labels);
   // Range check on the host: an out-of-range label would read outside the row.
-  {
-    Tensor hl = labels.to(Device::cpu());
-    const int64_t* p = hl.data<int64_t>();
-    for (int64_t i = 0; i < m; ++i)
-      if (p[i] < 0 || p[i] >= n)
-        fail("cross_entropy: label " + std::to_string(p[i]) + " at index " + std::to_string(i) +
-             " is outside [0, " + std::to_string(n) + ")");
-  }
+  check_labels(labels, n);
   const Device d = logits.device();
   Tensor logp = empty_like(logits);
   KOLO_FW_CALL(d, log_softmax(m, n, F(logits), F(logp)));
@@ -518,6 +549,46 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels) {
          },
          {logits});
   return out;
+}
+
+void check_labels(const Tensor& labels, int64_t classes) {
+  const Tensor hl = labels.to(Device::cpu());
+  const int64_t* p = hl.data<int64_t>();
+  for (int64_t i = 0; i < hl.numel(); ++i)
+    if (p[i] < 0 || p[i] >= classes)
+      fail("cross_entropy: label " + std::to_string(p[i]) + " at index " + std::to_string(i) +
+           " is outside [0, " + std::to_string(classes) + ")");
+}
+
+Tensor cross_entropy_capturable(const Tensor& logits, const Tensor& labels) {
+  if (logits.device().is_cpu()) return cross_entropy(logits, labels);
+#ifndef KOLO_HAVE_CUDA
+  kernels::throw_no_cuda("cross_entropy_capturable");
+#else
+  check_rank("cross_entropy", "logits", logits, 2);
+  const int64_t m = logits.size(0), n = logits.size(1);
+  if (!labels.defined() || labels.dtype() != DataType::kInt64 || labels.shape() != Shape{m})
+    fail("cross_entropy: labels must be int64 of shape [" + std::to_string(m) + "], got " +
+         labels.to_string());
+  check_same_device("cross_entropy", logits, labels);
+  const Device d = logits.device();
+  const auto* lp = static_cast<const int64_t*>(labels.raw_data());
+  Tensor logp = empty_like(logits);
+  Tensor out = Tensor::empty({}, d);
+  kernels::cuda::set_device(d.index);
+  kernels::cuda::log_softmax(m, n, F(logits), F(logp));
+  kernels::cuda::nll_mean_to(m, n, F(logp), lp, F(out));
+  attach(out, "CrossEntropy",
+         [logp, labels, m, n](const Tensor& g) {
+           Tensor gx = empty_like(logp);
+           kernels::cuda::set_device(g.device().index);
+           kernels::cuda::softmax_xent_bwd_dev(
+               m, n, F(logp), static_cast<const int64_t*>(labels.raw_data()), F(g), F(gx));
+           return std::vector<Tensor>{gx, Tensor()};
+         },
+         {logits});
+  return out;
+#endif
 }
 
 Tensor mse_loss(const Tensor& pred, const Tensor& target) {

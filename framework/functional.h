@@ -30,6 +30,12 @@ Tensor mean(const Tensor& x);
 Tensor matmul(const Tensor& a, const Tensor& b);
 // x [N, in], weight [out, in], bias [out] (may be undefined) -> x weight^T + bias, [N, out].
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
+// relu(linear(x, weight, bias)), the same checks and gradients. On the CPU exactly those two ops
+// (the same bits). On CUDA with a bias, outside deterministic mode, one cuBLASLt GEMM whose
+// epilogue adds the bias and applies the ReLU (cuda_kernels.h, linear_bias_relu), and a backward
+// that takes the ReLU's mask from the output; where cuBLASLt has no algorithm for the shape, or in
+// deterministic mode (whose documented kernels are the unfused ones), the two ops.
+Tensor linear_relu(const Tensor& x, const Tensor& weight, const Tensor& bias);
 
 // x [N, C, H, W], weight [OC, C, KH, KW], bias [OC] (may be undefined) -> [N, OC, OH, OW]
 // with OH = (H + 2 pad - KH) / stride + 1. CPU: im2col + sgemm per image; CUDA: cuDNN.
@@ -77,6 +83,15 @@ Tensor log_softmax(const Tensor& x);
 // Mean cross-entropy of logits [M, N] against int64 labels [M] with values in [0, N); fused
 // log-softmax + NLL. Returns a one-element tensor. Labels out of range throw.
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels);
+// cross_entropy for a CUDA graph capture (cuda_graph.h): the same loss and gradient with nothing
+// read back to the host. The labels are not range-checked (check them on the host before they
+// go to the device: check_labels); on CUDA the loss is summed on the device in one block (the
+// value cross_entropy gives in deterministic mode, and in any mode for up to 256 rows) and
+// backward reads its incoming gradient on the device. On the CPU it is cross_entropy.
+Tensor cross_entropy_capturable(const Tensor& logits, const Tensor& labels);
+// Throws InvalidArgument naming the first label of `labels` (int64 [M], any device: copied to
+// the host) outside [0, classes), as cross_entropy does.
+void check_labels(const Tensor& labels, int64_t classes);
 // Mean squared error over all elements (same shapes).
 Tensor mse_loss(const Tensor& pred, const Tensor& target);
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU check (issues 12 and 32): every GPU test, the main job with --device cuda against the
-# same models in PyTorch eager, deterministic mode twice and ZeRO stage 2 against unsharded
+# same models in PyTorch eager (and with --cuda-graph at batch 64 against both), deterministic mode twice and ZeRO stage 2 against unsharded
 # (same parameters expected), kolo-bench allreduce --backend nccl beside raw ncclAllReduce on
 # the same buffers and kolo-bench fusion --device cuda (the device fusion buffer, with and
 # without the timeline), then one summary. Three ways to run it:
@@ -96,6 +96,12 @@ confirms=(
   "framework_cuda CudaConvTest.DeterministicModeGivesTheSameBitsTwice"        # i32: deterministic algos
   "framework_cuda CudaTest.BatchNormSumsMatchCpu"  # i32: BN sums on cuDNN's reduction
   "framework_cuda CudaTest.OverlappingPoolGradientsMatchCpuAndRepeatBitForBit"  # i29: no atomics
+  "framework_cuda CudaGraphGpu.TrainingStepMatchesEager"  # i32: --cuda-graph's step = eager
+  "framework_cuda CudaGraphGpu.HostReadInsideACaptureIsRefusedByName"  # i32: capture refusals
+  "framework_cuda CudaGraphGpu.CaptureTemporariesStayReservedForTheGraph"  # i32: private pool
+  "framework_cuda CudaGraphGpu.ASecondCaptureWhileOneIsOpenIsRefused"  # i32: one capture at a time
+  "framework_cuda FusedLinearReluCuda.MatchesTheUnfusedOpsOnTheGpu"  # i32: cuBLASLt bias+ReLU
+  "framework_cuda FusedLinearReluCuda.InDeterministicModeItIsTheUnfusedOpsBitForBit"  # i32
 )
 
 # The main job against PyTorch eager: each model at each batch size, 1 rank, epoch 2's samples/s.
@@ -223,10 +229,39 @@ compare() {
   note "main job $model batch $batch: kolo $kolo samples/s, torch $torch samples/s, kolo/torch ${ratio}x"
 }
 
+# compare_graph MODEL: --cuda-graph (graph_step.h) at batch 64, where launch overhead dominates
+# (issue 32's goal: 1.3x PyTorch eager), against the eager run and the reference that compare
+# MODEL 64 just logged. The log's "cuda graph: N steps replayed" shows that the graph ran.
+compare_graph() {
+  local model="$1" batch=64 rc=0
+  local glog="$log_dir/main-$model-$batch-cuda-graph.log"
+  capped 60 "$bin/kolorun" -np 1 "$bin/train_fashion_mnist" --device cuda --cuda-graph \
+    --model "$model" --batch-size "$batch" --epochs 2 --data-dir "$data_dir" \
+    --train-subset "$compare_images" --test-subset 1000 >"$glog" 2>&1 || rc=$?
+  local graph eager torch replays
+  graph=$(epoch2_rate "$glog")
+  replays=$(sed -n 's|.*cuda graph: \([0-9]*\) steps replayed.*|\1|p' "$glog" | tail -1)
+  if ((rc != 0)) || [[ -z "$graph" ]]; then
+    fail "main job $model batch $batch --cuda-graph: FAILED ($(why "$rc"); log: $glog)"
+    tail -10 "$glog"
+    return
+  fi
+  eager=$(epoch2_rate "$log_dir/main-$model-$batch.log")
+  torch=$(epoch2_rate "$log_dir/torch-$model-$batch.log")
+  local ratios
+  ratios=$(awk -v g="$graph" -v e="${eager:-0}" -v t="${torch:-0}" 'BEGIN {
+    ge = "n/a"; gt = "n/a"
+    if (e > 0) ge = sprintf("%.2fx", g / e)
+    if (t > 0) gt = sprintf("%.2fx (goal 1.3x)", g / t)
+    printf "graph/eager %s, graph/torch %s", ge, gt }')
+  note "main job $model batch $batch --cuda-graph: kolo $graph samples/s ($replays steps replayed), $ratios"
+}
+
 compare_with_torch() {
   local model batch
   for model in "${compare_models[@]}"; do
     for batch in "${compare_batches[@]}"; do compare "$model" "$batch"; done
+    compare_graph "$model"
   done
 }
 
@@ -289,7 +324,8 @@ checksum_run() {
 }
 
 # reproducible: deterministic mode (docs/determinism.md) gives the same parameters twice on the
-# GPU (issue 29: cuDNN's deterministic algorithms, gather-form pooling, one-block reductions);
+# GPU (issue 29: cuDNN's deterministic algorithms, gather-form pooling, one-block reductions),
+# and with --cuda-graph (issue 32);
 # ZeRO stage 2 on CUDA parameters (2 ranks through host staging) against the unsharded job.
 reproducible() {
   local a b
@@ -299,6 +335,15 @@ reproducible() {
     note "main job, deterministic mode, twice on the GPU: the same parameters (sha256 ${a:0:16})"
   elif [[ -n "$a" && -n "$b" ]]; then
     fail "main job, deterministic mode, twice on the GPU: parameters DIFFER (${a:0:16} vs ${b:0:16})"
+  fi
+  # --cuda-graph replays the eager step's kernels with the same arguments (graph_step.h), and
+  # with one rank DistributedOptimizer's step is SGD's: the same parameters as the eager run.
+  local g=""
+  checksum_run deterministic-cuda-graph KOLO_DETERMINISTIC=1 1 --cuda-graph && g=$digest
+  if [[ -n "$a" && "$a" == "$g" ]]; then
+    note "main job --cuda-graph, deterministic mode: the eager run's parameters (sha256 ${g:0:16})"
+  elif [[ -n "$a" && -n "$g" ]]; then
+    fail "main job --cuda-graph, deterministic mode: parameters DIFFER from the eager run's (${g:0:16} vs ${a:0:16})"
   fi
   checksum_run shard0 KOLO_GPU_OPERATIONS=tcp 2 --shard 0 && a=$digest
   checksum_run shard2 KOLO_GPU_OPERATIONS=tcp 2 --shard 2 && b=$digest
@@ -678,7 +723,7 @@ pack_bundle() {
   cat >"$dir/run.sh" <<'EOF'
 #!/usr/bin/env bash
 # Kolo's GPU check bundle (scripts/gpu-check.sh --bundle): runs every GPU test, the main job
-# against PyTorch eager, kolo-bench allreduce/fusion on this machine's GPU, and prints one
+# against PyTorch eager (eager, and --cuda-graph at batch 64), kolo-bench allreduce/fusion on this machine's GPU, and prints one
 # summary. Needs the NVIDIA driver, the CUDA libraries (a toolkit or a PyTorch wheel's) and
 # python3 with torch. Usage: bash DIR/run.sh   (from any folder)
 exec bash "$(dirname "$0")/gpu-check.sh" --run-bundle "$(dirname "$0")"

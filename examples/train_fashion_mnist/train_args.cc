@@ -142,6 +142,23 @@ std::map<std::string, Setter> value_flags(TrainArgs& a) {
   };
 }
 
+// --cuda-graph's combinations known from the flags alone (the device found and the number of
+// ranks are checked when training starts: check_cuda_graph in train_steps.h).
+Result<TrainArgs> check_cuda_graph_flags(const TrainArgs& a) {
+  if (!a.cuda_graph) return a;
+  if (a.device == DeviceChoice::kCpu)
+    return Status::InvalidArgument(
+        "--cuda-graph: needs a CUDA device (it replays GPU work), got --device cpu");
+  if (a.elastic)
+    return Status::InvalidArgument(
+        "--cuda-graph: not with --elastic (its world, and so its batches, can change)");
+  if (a.shard != 0)
+    return Status::InvalidArgument("--cuda-graph: not with --shard " + std::to_string(a.shard) +
+                                   " (ShardedOptimizer's collectives run during backward, "
+                                   "which the graph captures)");
+  return a;
+}
+
 }  // namespace
 
 const char* model_name(ModelKind kind) { return kind == ModelKind::kMlp ? "mlp" : "cnn"; }
@@ -194,6 +211,9 @@ std::string train_usage() {
          "  --shard 0|1|2            ZeRO stage: 1 shards the optimizer state, 2 the gradients\n"
          "                           too (CPU); prints memory per rank\n"
          "  --print-checksum         print the SHA-256 of the final parameters (rank 0)\n"
+         "  --cuda-graph             replay each full-batch step (forward, loss, backward) as\n"
+         "                           one CUDA graph after 3 eager warm-up steps; the optimizer\n"
+         "                           and a last partial batch run eagerly. One rank, CUDA only\n"
          "Exit status: 0 ok, 1 training failed or accuracy below --min-accuracy, 2 bad usage,\n"
          "77 data set not installed.\n";
 }
@@ -217,6 +237,10 @@ Result<TrainArgs> parse_train_args(int argc, char** argv) {
     }
     if (arg == "--print-checksum") {
       a.print_checksum = true;
+      continue;
+    }
+    if (arg == "--cuda-graph") {
+      a.cuda_graph = true;
       continue;
     }
     std::string flag = arg, value;
@@ -253,7 +277,7 @@ Result<TrainArgs> parse_train_args(int argc, char** argv) {
   if (!a.elastic && a.fail_rank >= 0) {
     return Status::InvalidArgument("--fail-rank-at: needs --elastic (a fixed job would stop)");
   }
-  return a;
+  return check_cuda_graph_flags(a);
 }
 
 }  // namespace kolo::example

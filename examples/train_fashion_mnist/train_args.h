@@ -45,6 +45,9 @@ struct TrainArgs {
   int64_t fail_step = 0;
   int shard = 0;  // --shard: ZeRO stage (0: DistributedOptimizer; 1, 2: ShardedOptimizer)
   bool print_checksum = false;  // --print-checksum: the final parameters' SHA-256
+  // --cuda-graph: each full-batch training step after the warm-up replays one CUDA graph
+  // (graph_step.h). One rank, --device cuda (or auto finding a GPU), no --shard, no --elastic.
+  bool cuda_graph = false;
   bool help = false;
 };
 

@@ -131,6 +131,35 @@ TEST(TrainArgs, Elastic) {
   EXPECT_EQ(r->fail_step, 17);
 }
 
+// --cuda-graph: accepted with cuda or auto; the combinations it cannot serve are refused by
+// name before anything starts (one rank and a visible GPU are checked at start:
+// train_fashion_mnist_cuda_graph_needs_gpu).
+TEST(TrainArgs, CudaGraph) {
+  EXPECT_FALSE(parse({})->cuda_graph);
+  auto r = parse({"--cuda-graph", "--device", "cuda", "--model", "mlp"});
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_TRUE(r->cuda_graph);
+  EXPECT_TRUE(parse({"--cuda-graph"}).ok());  // --device auto
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
+      {{"--cuda-graph", "--device", "cpu"},
+       "--cuda-graph: needs a CUDA device (it replays GPU work), got --device cpu"},
+      {{"--device=cpu", "--cuda-graph"},
+       "--cuda-graph: needs a CUDA device (it replays GPU work), got --device cpu"},
+      {{"--cuda-graph", "--elastic"},
+       "--cuda-graph: not with --elastic (its world, and so its batches, can change)"},
+      {{"--cuda-graph", "--shard", "1"},
+       "--cuda-graph: not with --shard 1 (ShardedOptimizer's collectives run during backward, "
+       "which the graph captures)"},
+  };
+  for (const auto& [args, message] : refused) {
+    auto bad = parse(args);
+    ASSERT_FALSE(bad.ok()) << args[0];
+    EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(bad.status().message(), message);
+  }
+  EXPECT_NE(train_usage().find("--cuda-graph"), std::string::npos);
+}
+
 TEST(TrainArgs, Help) {
   auto r = parse({"--help"});
   ASSERT_TRUE(r.ok());

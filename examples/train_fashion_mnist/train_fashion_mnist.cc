@@ -29,6 +29,7 @@
 #include <string>
 
 #include "examples/train_fashion_mnist/elastic_training.h"
+#include "examples/train_fashion_mnist/graph_step.h"
 #include "examples/train_fashion_mnist/train_args.h"
 #include "examples/train_fashion_mnist/train_steps.h"
 #include "framework/distributed/sharded_optimizer.h"
@@ -160,10 +161,38 @@ class StepOptimizer {
 };
 // ---- end of --shard --------------------------------------------------------------------------
 
+// One epoch's steps: through the data-parallel optimizer, or with --cuda-graph (one rank, no
+// optimizer wrapper: `opt` is null) through GraphStep.
+EpochTotals train_epoch(Model& model, fw::SGD& sgd, StepOptimizer* opt, GraphStep* graph,
+                        fw::DataLoader& loader, const LrPlan& plan, int epoch,
+                        const TrainArgs& args, int64_t shard, kolo::Device device,
+                        std::string* label) {
+  EpochMeter meter(epoch, args.epochs, shard);
+  loader.start_epoch(epoch);
+  while (auto batch = loader.next()) {
+    sgd.set_lr(plan.lr(epoch, meter.steps()));
+    if (graph) {
+      const GraphStep::Output out = graph->run(batch->x, batch->y);
+      meter.add(out.loss, out.logits, batch->y);
+      continue;
+    }
+    opt->zero_grad();
+    opt->set_local_batch_size(batch->x.size(0));  // exact averaging when batches differ
+    const fw::Tensor logits = model.forward(batch->x.to(device));
+    const fw::Tensor loss = fw::cross_entropy(logits, batch->y.to(device));
+    loss.backward();  // each gradient's allreduce starts as soon as it is final
+    opt->step();      // waits for them, then updates
+    meter.add(loss, logits, batch->y);
+  }
+  *label = meter.label();
+  return meter.finish();
+}
+
 int train(const TrainArgs& args) {
   start_kolo(args);
   const int rank = kolo::rank(), world = kolo::size();
   const kolo::Device device = choose_device(args);
+  throw_if_error(check_cuda_graph(args, world, device));
   const FashionMnist data(args);
 
   // Every replica starts from rank 0's initial weights.
@@ -176,7 +205,8 @@ int train(const TrainArgs& args) {
   fw::SGD sgd(model->parameters(), {.lr = lr, .momentum = args.momentum});
   fw::DistributedOptions distributed;
   if (args.bucket_bytes) distributed.bucket_bytes = *args.bucket_bytes;
-  StepOptimizer opt(args, sgd, params, distributed);  // --shard picks ZeRO
+  std::optional<StepOptimizer> opt;  // --shard picks ZeRO; none with --cuda-graph (one rank)
+  if (!args.cuda_graph) opt.emplace(args, sgd, params, distributed);
 
   // Each rank trains on its own shard of every epoch, padded so that every rank takes the same
   // number of steps (each step's allreduces need every rank).
@@ -187,36 +217,33 @@ int train(const TrainArgs& args) {
   const std::unique_ptr<fw::DataLoader> test_loader = make_test_loader(data);
   const LrPlan plan(args, lr, (shard + args.batch_size - 1) / args.batch_size);
 
-  EpochCheckpoint checkpoint(args.checkpoint, params, sgd, opt.sharded());
+  EpochCheckpoint checkpoint(args.checkpoint, params, sgd, opt ? opt->sharded() : nullptr);
   const int first_epoch = checkpoint.start(args.resume, fw::RankLogger());
   print_setup(args, *model, device, data, lr, plan);
+  std::optional<GraphStep> graph;
+  if (args.cuda_graph) graph.emplace(*model, sgd, device, args.batch_size, /*classes=*/10);
 
   TestResult test;
   for (int epoch = first_epoch; epoch < args.epochs; ++epoch) {
-    EpochMeter meter(epoch, args.epochs, shard);
-    train_loader.start_epoch(epoch);
-    while (auto batch = train_loader.next()) {
-      sgd.set_lr(plan.lr(epoch, meter.steps()));
-      opt.zero_grad();
-      opt.set_local_batch_size(batch->x.size(0));  // exact averaging when batches differ
-      const fw::Tensor logits = model->forward(batch->x.to(device));
-      const fw::Tensor loss = fw::cross_entropy(logits, batch->y.to(device));
-      loss.backward();  // each gradient's allreduce starts as soon as it is final
-      opt.step();       // waits for them, then updates
-      meter.add(loss, logits, batch->y);
-    }
-    const EpochTotals totals = meter.finish();
+    std::string label;
+    const EpochTotals totals =
+        train_epoch(*model, sgd, opt ? &*opt : nullptr, graph ? &*graph : nullptr, train_loader,
+                    plan, epoch, args, shard, device, &label);
     test = evaluate(*model, *test_loader, device);
     checkpoint.save(epoch + 1);
-    print_epoch(meter.label(), totals, test);
+    print_epoch(label, totals, test);
   }
+  if (graph)
+    fw::RankLogger().printf("cuda graph: %lld steps replayed",
+                            static_cast<long long>(graph->replays()));
   // Resuming a run that had finished every epoch: only the test.
   if (first_epoch >= args.epochs) test = evaluate(*model, *test_loader, device);
 
   print_weights_digest(params);
   if (args.print_checksum) print_parameters_sha256(params);
-  const int exit_code = report_result(args, test, opt.stats(), opt.bucket_count());
-  opt.print_memory();  // --shard only
+  const int exit_code = report_result(args, test, opt ? opt->stats() : fw::DistributedStats{},
+                                      opt ? opt->bucket_count() : 0);
+  if (opt) opt->print_memory();  // --shard only
   if (!args.timeline.empty()) throw_if_error(kolo::stop_timeline());
   throw_if_error(kolo::shutdown());
   return exit_code;

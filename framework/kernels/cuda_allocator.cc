@@ -4,6 +4,7 @@
 
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/cuda_device_guard.h"
@@ -18,6 +19,13 @@ struct State {
   // (device, rounded size) -> free blocks of exactly that rounded size.
   std::map<std::pair<int, size_t>, std::vector<void*>> free_lists KOLO_GUARDED_BY(mu);
   Stats stats KOLO_GUARDED_BY(mu);
+  // Graph-private pools (the header): the open capture's pool (0: none) and device, each pool
+  // block's pool and size, and each pool's free blocks by (pool, device, rounded size).
+  uint64_t capturing KOLO_GUARDED_BY(mu) = 0;
+  int capturing_device KOLO_GUARDED_BY(mu) = -1;
+  uint64_t next_pool KOLO_GUARDED_BY(mu) = 1;
+  std::map<void*, std::pair<uint64_t, size_t>> pool_blocks KOLO_GUARDED_BY(mu);
+  std::map<std::tuple<uint64_t, int, size_t>, std::vector<void*>> pool_free KOLO_GUARDED_BY(mu);
 };
 State& state() {
   static State* s = new State;  // leaked on purpose: Storage may be freed during static teardown
@@ -31,6 +39,50 @@ void free_all_locked(State& s) KOLO_REQUIRES(s.mu) {
   }
   s.free_lists.clear();
   s.stats.bytes_cached = 0;
+}
+
+// A block of the open capture's pool for (device, size), from its free list; null on a miss.
+void* take_from_pool(State& s, int device, size_t size) KOLO_REQUIRES(s.mu) {
+  auto it = s.pool_free.find({s.capturing, device, size});
+  if (it == s.pool_free.end() || it->second.empty()) return nullptr;
+  void* p = it->second.back();
+  it->second.pop_back();
+  s.stats.cache_hits++;
+  return p;
+}
+
+// A general free block for (device, size); null on a miss.
+void* take_from_cache(State& s, int device, size_t size) KOLO_REQUIRES(s.mu) {
+  auto it = s.free_lists.find({device, size});
+  if (it == s.free_lists.end() || it->second.empty()) return nullptr;
+  void* p = it->second.back();
+  it->second.pop_back();
+  s.stats.cache_hits++;
+  s.stats.bytes_cached -= size;
+  return p;
+}
+
+// cudaMalloc of a new block (`nbytes` asked, `size` rounded); on running out of memory, with
+// `may_free`, the general cache goes back to the driver and it tries once more.
+void* malloc_locked(State& s, size_t nbytes, size_t size, int device, bool may_free)
+    KOLO_REQUIRES(s.mu) {
+  cudaError_t err = cudaSetDevice(device);
+  void* p = nullptr;
+  if (err == cudaSuccess) err = cudaMalloc(&p, size);
+  // Freeing the cache synchronises the device, which a capture must not do.
+  if (err == cudaErrorMemoryAllocation && may_free) {
+    cudaGetLastError();  // clear the sticky-free error before retrying
+    free_all_locked(s);
+    cudaSetDevice(device);
+    err = cudaMalloc(&p, size);
+  }
+  if (err != cudaSuccess) {
+    throw Error(Status::IoError("cuda allocator: cudaMalloc of " + std::to_string(nbytes) +
+                                " bytes on cuda:" + std::to_string(device) +
+                                " failed: " + cudaGetErrorString(err)));
+  }
+  s.stats.cuda_mallocs++;
+  return p;
 }
 
 }  // namespace
@@ -47,29 +99,14 @@ void* allocate(size_t nbytes, int device) {
   const size_t size = round_size(nbytes);
   State& s = state();
   MutexLock lock(s.mu);
-  auto it = s.free_lists.find({device, size});
-  if (it != s.free_lists.end() && !it->second.empty()) {
-    void* p = it->second.back();
-    it->second.pop_back();
-    s.stats.cache_hits++;
-    s.stats.bytes_cached -= size;
-    return p;
-  }
-  cudaError_t err = cudaSetDevice(device);
-  void* p = nullptr;
-  if (err == cudaSuccess) err = cudaMalloc(&p, size);
-  if (err == cudaErrorMemoryAllocation) {
-    cudaGetLastError();  // clear the sticky-free error before retrying
-    free_all_locked(s);
-    cudaSetDevice(device);
-    err = cudaMalloc(&p, size);
-  }
-  if (err != cudaSuccess) {
-    throw Error(Status::IoError("cuda allocator: cudaMalloc of " + std::to_string(nbytes) +
-                                " bytes on cuda:" + std::to_string(device) +
-                                " failed: " + cudaGetErrorString(err)));
-  }
-  s.stats.cuda_mallocs++;
+  const bool in_capture = s.capturing != 0 && device == s.capturing_device;
+  void* p = in_capture ? take_from_pool(s, device, size) : nullptr;
+  if (p) return p;
+  p = take_from_cache(s, device, size);
+  if (!p) p = malloc_locked(s, nbytes, size, device, /*may_free=*/!in_capture);
+  // A block a capture takes is the graph's from now on (one stream orders everything, so a
+  // general free block is as good as a new one).
+  if (in_capture) s.pool_blocks[p] = {s.capturing, size};
   return p;
 }
 
@@ -78,8 +115,64 @@ void release(void* ptr, size_t nbytes, int device) {
   const size_t size = round_size(nbytes);
   State& s = state();
   MutexLock lock(s.mu);
+  auto owned = s.pool_blocks.find(ptr);
+  // Released during a capture, a block the graph may have used joins its pool (the header).
+  if (owned == s.pool_blocks.end() && s.capturing != 0 && device == s.capturing_device)
+    owned = s.pool_blocks.emplace(ptr, std::make_pair(s.capturing, size)).first;
+  if (owned != s.pool_blocks.end()) {
+    s.pool_free[{owned->second.first, device, size}].push_back(ptr);
+    return;
+  }
   s.free_lists[{device, size}].push_back(ptr);
   s.stats.bytes_cached += size;
+}
+
+uint64_t begin_graph_pool(int device) {
+  State& s = state();
+  MutexLock lock(s.mu);
+  if (s.capturing != 0)
+    throw Error(Status::PreconditionFailed(
+        "cuda allocator: a CUDA graph capture is already open (one at a time)"));
+  s.capturing = s.next_pool++;
+  s.capturing_device = device;
+  return s.capturing;
+}
+
+void end_graph_pool() {
+  State& s = state();
+  MutexLock lock(s.mu);
+  s.capturing = 0;
+  s.capturing_device = -1;
+}
+
+void release_graph_pool(uint64_t pool) {
+  State& s = state();
+  MutexLock lock(s.mu);
+  for (auto it = s.pool_free.begin(); it != s.pool_free.end();) {
+    const auto& [owner, device, size] = it->first;
+    if (owner != pool) {
+      ++it;
+      continue;
+    }
+    for (void* p : it->second) {
+      s.pool_blocks.erase(p);
+      s.free_lists[{device, size}].push_back(p);
+      s.stats.bytes_cached += size;
+    }
+    it = s.pool_free.erase(it);
+  }
+  // Blocks still in use are general blocks from now on: release() puts them on the free lists.
+  for (auto it = s.pool_blocks.begin(); it != s.pool_blocks.end();)
+    it = it->second.first == pool ? s.pool_blocks.erase(it) : std::next(it);
+}
+
+size_t graph_pool_bytes(uint64_t pool) {
+  State& s = state();
+  MutexLock lock(s.mu);
+  size_t total = 0;
+  for (const auto& [ptr, owner] : s.pool_blocks)
+    if (owner.first == pool) total += owner.second;
+  return total;
 }
 
 void empty_cache() {

@@ -33,6 +33,23 @@ Stats stats();
 // when CUDA fails.
 std::shared_ptr<void> record_event(int device);
 
+// ---- graph-private pools (framework/cuda_graph.h) ----
+// A captured CUDA graph replays its kernels on the addresses they had during the capture, so
+// every block the capture touched must stay the graph's until the graph is destroyed, like
+// PyTorch's graph-private memory pool. Between begin_graph_pool and end_graph_pool (one capture
+// at a time, process-wide; other threads must not allocate on that device meanwhile):
+// allocations on `device` come from the pool's own free list, else the general free lists,
+// else cudaMalloc (the capture runs in relaxed mode, where cudaMalloc is allowed), and a block
+// released then (the capture's temporaries, and blocks allocated before it and freed in it) joins
+// the pool. A pool block released at any later time goes back to its pool's free list, where only
+// the same graph's replays use it. release_graph_pool (after the graph's last replay finished)
+// hands the pool's free blocks to the general lists; its blocks still in use go there when
+// released. begin_graph_pool throws kolo::Error(kPreconditionFailed) while a capture is open.
+uint64_t begin_graph_pool(int device);
+void end_graph_pool();
+void release_graph_pool(uint64_t pool);
+size_t graph_pool_bytes(uint64_t pool);  // bytes the pool holds, in use or free (for tests)
+
 // Rounded size class used for bucketing (exposed for tests).
 size_t round_size(size_t nbytes);
 

@@ -2,6 +2,7 @@
 // loops (per plane where the channel is needed); row reductions use one block per row with a
 // shared-memory tree in double; per-channel sums are cuDNN's bias-gradient reduction.
 // The pooling backward passes gather (pool_windows.h) rather than scatter with atomics.
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -13,6 +14,7 @@
 #include <atomic>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,24 +61,64 @@ int current_device() {
   return d;
 }
 
-// One cuBLAS / cuDNN handle per device, created on first use and kept for the process.
+// The calling thread's stream (StreamScope); null is the legacy default stream.
+thread_local cudaStream_t t_stream = nullptr;
+cudaStream_t cur() { return t_stream; }
+
+// cuBLAS's workspace, one per device for the process. cublasSetStream resets a handle to
+// cuBLAS's own workspace pool, which may allocate while a graph is being captured (and a new
+// workspace per capture); a buffer of our own, set after every stream change, cannot. 32 MiB is
+// cuBLAS's recommendation for Hopper (more than enough for earlier GPUs). The legacy stream and
+// a capture stream never run at once (the capture stream is blocking, see StreamScope), so
+// one buffer serves both.
+constexpr size_t kBlasWorkspace = size_t{32} << 20;
+
+// One cuBLAS / cuDNN handle per device, created on first use and kept for the process, with
+// the stream each was last given: a call sets its handle to the calling thread's stream first.
+struct BlasHandle {
+  cublasHandle_t h = nullptr;
+  void* workspace = nullptr;
+  cudaStream_t stream = nullptr;
+};
 Mutex g_handle_mu;
-std::vector<cublasHandle_t> g_blas KOLO_GUARDED_BY(g_handle_mu);
+std::vector<BlasHandle> g_blas KOLO_GUARDED_BY(g_handle_mu);
 std::vector<cudnnHandle_t> g_dnn KOLO_GUARDED_BY(g_handle_mu);
 
 cublasHandle_t blas() {
   MutexLock lock(g_handle_mu);
   const int d = current_device();
-  if (static_cast<int>(g_blas.size()) <= d) g_blas.resize(d + 1, nullptr);
-  if (!g_blas[d]) check_blas(cublasCreate(&g_blas[d]), "create");
-  return g_blas[d];
+  if (static_cast<int>(g_blas.size()) <= d) g_blas.resize(d + 1);
+  BlasHandle& b = g_blas[d];
+  if (!b.h) {
+    check(cudaMalloc(&b.workspace, kBlasWorkspace), "cuBLAS workspace");
+    check_blas(cublasCreate(&b.h), "create");
+    check_blas(cublasSetWorkspace(b.h, b.workspace, kBlasWorkspace), "set workspace");
+  }
+  if (b.stream != cur()) {
+    check_blas(cublasSetStream(b.h, cur()), "set stream");
+    check_blas(cublasSetWorkspace(b.h, b.workspace, kBlasWorkspace), "set workspace");
+    b.stream = cur();
+  }
+  return b.h;
 }
 cudnnHandle_t dnn() {
   MutexLock lock(g_handle_mu);
   const int d = current_device();
   if (static_cast<int>(g_dnn.size()) <= d) g_dnn.resize(d + 1, nullptr);
   if (!g_dnn[d]) check_dnn(cudnnCreate(&g_dnn[d]), "create");
+  check_dnn(cudnnSetStream(g_dnn[d], cur()), "set stream");
   return g_dnn[d];
+}
+
+// Refuses, naming `what`, an operation that would wait for the device on the host while the
+// calling thread's stream is being captured into a CUDA graph (the capture would fail later
+// with a less helpful error, or the read would see no value: nothing runs during a capture).
+void refuse_during_capture(const char* what) {
+  if (!capturing()) return;
+  throw Error(Status::PreconditionFailed(
+      std::string(what) +
+      " reads a value back to the host, which a CUDA graph capture cannot do (read it after "
+      "the graph's replay instead)"));
 }
 
 #define KOLO_GRID_LOOP(i, n)                                                \
@@ -327,6 +369,24 @@ __global__ void k_nll(int64_t m, int64_t n, const float* logp, const int64_t* la
   s = block_sum(s, sh);
   if (threadIdx.x == 0) atomicAdd(out, s);
 }
+// nll_mean_to: one block, so a fixed partition and tree (the deterministic nll_mean's).
+__global__ void k_nll_to(int64_t m, int64_t n, const float* logp, const int64_t* labels,
+                         float* out) {
+  __shared__ double sh[kThreads];
+  double s = 0;
+  for (int64_t r = threadIdx.x; r < m; r += kThreads) s -= logp[r * n + labels[r]];
+  s = block_sum(s, sh);
+  if (threadIdx.x == 0) out[0] = static_cast<float>(s / static_cast<double>(m));
+}
+// softmax_xent_bwd with the incoming gradient read on the device (k = g / m as the host does).
+__global__ void k_xent_bwd_dev(int64_t m, int64_t n, const float* logp, const int64_t* labels,
+                               const float* g, float* gx) {
+  const float k = g[0] / static_cast<float>(m);
+  KOLO_GRID_LOOP(i, m * n) {
+    const int64_t r = i / n, j = i % n;
+    gx[i] = (expf(logp[i]) - (labels[r] == j ? 1.f : 0.f)) * k;
+  }
+}
 __global__ void k_xent_bwd(int64_t m, int64_t n, const float* logp, const int64_t* labels, float k,
                            float* gx) {
   KOLO_GRID_LOOP(i, m * n) {
@@ -337,13 +397,15 @@ __global__ void k_xent_bwd(int64_t m, int64_t n, const float* logp, const int64_
 
 // A device double used as a reduction target, read back synchronously.
 float reduce_to_host(const std::function<void(double*)>& launch, double divisor) {
+  refuse_during_capture("a scalar reduction (sum, sq_sum, nll_mean)");
   const int dev = current_device();
   double* d = static_cast<double*>(cuda_alloc::allocate(sizeof(double), dev));
-  check(cudaMemset(d, 0, sizeof(double)), "memset");
+  check(cudaMemsetAsync(d, 0, sizeof(double), cur()), "memset");
   launch(d);
   check_launch("reduction");
   double h = 0;
-  const cudaError_t e = cudaMemcpy(&h, d, sizeof(double), cudaMemcpyDeviceToHost);
+  cudaError_t e = cudaMemcpyAsync(&h, d, sizeof(double), cudaMemcpyDeviceToHost, cur());
+  if (e == cudaSuccess) e = cudaStreamSynchronize(cur());
   cuda_alloc::release(d, sizeof(double), dev);
   check(e, "reduction copy");
   return static_cast<float>(h / divisor);
@@ -396,9 +458,9 @@ void channel_reduce(int64_t n, int64_t c, int64_t hw, const float* x, float beta
   if (c == 0) return;
   if (n * hw == 0) {  // an empty sum; cuDNN refuses zero-sized dimensions
     if (beta == 0.f)
-      k_fill<<<blocks_for(c), kThreads>>>(c, 0.f, out);
+      k_fill<<<blocks_for(c), kThreads, 0, cur()>>>(c, 0.f, out);
     else
-      k_scale<<<blocks_for(c), kThreads>>>(c, beta, out);
+      k_scale<<<blocks_for(c), kThreads, 0, cur()>>>(c, beta, out);
     check_launch("channel_reduce of nothing");
     return;
   }
@@ -416,7 +478,7 @@ void channel_product_reduce(int64_t n, int64_t c, int64_t hw, const float* a, co
   if (total == 0) return channel_reduce(n, c, hw, a, 0.f, out);
   Workspace prod(static_cast<size_t>(total) * sizeof(float));
   float* p = static_cast<float*>(prod.p);
-  k_mul<<<blocks_for(total), kThreads>>>(total, a, b, p);
+  k_mul<<<blocks_for(total), kThreads, 0, cur()>>>(total, a, b, p);
   check_launch("channel_product_reduce");
   channel_reduce(n, c, hw, p, 0.f, out);
 }
@@ -430,7 +492,7 @@ void launch_channel_map(int64_t n, int64_t c, int64_t hw, F f, const char* what)
   const dim3 grid = by_plane ? dim3(static_cast<unsigned>(bx),
                                     static_cast<unsigned>(std::min<int64_t>(planes, 65535)))
                              : dim3(static_cast<unsigned>(blocks_for(planes * hw)));
-  k_channel_map<<<grid, kThreads>>>(planes, c, hw, by_plane, f);
+  k_channel_map<<<grid, kThreads, 0, cur()>>>(planes, c, hw, by_plane, f);
   check_launch(what);
 }
 
@@ -445,22 +507,44 @@ int device_count() {
   return n;
 }
 void set_device(int device) { check(cudaSetDevice(device), "set device"); }
+// On the legacy stream these are the synchronous cudaMemcpy they always were; on a stream of
+// a StreamScope the same copy is queued there and, for the host copies, waited for.
 void copy_h2d(void* dst, const void* src, size_t n) {
-  check(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice), "copy host to device");
+  refuse_during_capture("a copy from the host (Tensor::to, copy_ from a CPU tensor)");
+  if (!cur()) return check(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice), "copy host to device");
+  check(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, cur()), "copy host to device");
+  check(cudaStreamSynchronize(cur()), "copy host to device");
 }
 void copy_d2h(void* dst, const void* src, size_t n) {
-  check(cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost), "copy device to host");
+  refuse_during_capture("a copy to the host (Tensor::to, item, to_vector)");
+  if (!cur()) return check(cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost), "copy device to host");
+  check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, cur()), "copy device to host");
+  check(cudaStreamSynchronize(cur()), "copy device to host");
 }
+// Device to device is stream-ordered, so on a StreamScope's stream it is queued (and captured).
 void copy_d2d(void* dst, const void* src, size_t n) {
-  check(cudaMemcpy(dst, src, n, cudaMemcpyDefault), "copy device to device");
+  if (!cur()) return check(cudaMemcpy(dst, src, n, cudaMemcpyDefault), "copy device to device");
+  check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, cur()), "copy device to device");
 }
 
-#define KOLO_LAUNCH(kernel, n, ...)                     \
-  do {                                                  \
-    if ((n) > 0) {                                      \
-      kernel<<<blocks_for(n), kThreads>>>(__VA_ARGS__); \
-      check_launch(#kernel);                            \
-    }                                                   \
+StreamScope::StreamScope(void* stream) : previous_(t_stream) {
+  t_stream = static_cast<cudaStream_t>(stream);
+}
+StreamScope::~StreamScope() { t_stream = static_cast<cudaStream_t>(previous_); }
+void* current_stream() { return t_stream; }
+bool capturing() {
+  if (!t_stream) return false;  // the legacy stream cannot be captured
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(t_stream, &status), "stream capture status");
+  return status != cudaStreamCaptureStatusNone;
+}
+
+#define KOLO_LAUNCH(kernel, n, ...)                               \
+  do {                                                            \
+    if ((n) > 0) {                                                \
+      kernel<<<blocks_for(n), kThreads, 0, cur()>>>(__VA_ARGS__); \
+      check_launch(#kernel);                                      \
+    }                                                             \
   } while (0)
 
 void fill(int64_t n, float v, float* y) { KOLO_LAUNCH(k_fill, n, n, v, y); }
@@ -494,13 +578,13 @@ void set_deterministic(bool on) { g_deterministic.store(on); }
 
 float sum(int64_t n, const float* x) {
   if (n == 0) return 0.f;
-  return reduce_to_host([&](double* d) { k_sum<<<reduce_blocks(n), kThreads>>>(n, x, false, d); },
-                        1.0);
+  return reduce_to_host(
+      [&](double* d) { k_sum<<<reduce_blocks(n), kThreads, 0, cur()>>>(n, x, false, d); }, 1.0);
 }
 float sq_sum(int64_t n, const float* x) {
   if (n == 0) return 0.f;
-  return reduce_to_host([&](double* d) { k_sum<<<reduce_blocks(n), kThreads>>>(n, x, true, d); },
-                        1.0);
+  return reduce_to_host(
+      [&](double* d) { k_sum<<<reduce_blocks(n), kThreads, 0, cur()>>>(n, x, true, d); }, 1.0);
 }
 void f32_to_f16(int64_t n, const float* x, uint16_t* y) { KOLO_LAUNCH(k_f32_to_f16, n, n, x, y); }
 void f16_to_f32(int64_t n, const uint16_t* x, float* y) { KOLO_LAUNCH(k_f16_to_f32, n, n, x, y); }
@@ -573,24 +657,163 @@ void batchnorm_bwd_input(int64_t n, int64_t c, int64_t hw, const float* gy, cons
 }
 void log_softmax(int64_t m, int64_t n, const float* x, float* y) {
   if (m == 0) return;
-  k_log_softmax<<<static_cast<int>(m), kThreads>>>(n, x, y);
+  k_log_softmax<<<static_cast<int>(m), kThreads, 0, cur()>>>(n, x, y);
   check_launch("log_softmax");
 }
 void log_softmax_bwd(int64_t m, int64_t n, const float* y, const float* gy, float* gx) {
   if (m == 0) return;
-  k_log_softmax_bwd<<<static_cast<int>(m), kThreads>>>(n, y, gy, gx);
+  k_log_softmax_bwd<<<static_cast<int>(m), kThreads, 0, cur()>>>(n, y, gy, gx);
   check_launch("log_softmax_bwd");
 }
 float nll_mean(int64_t m, int64_t n, const float* logp, const int64_t* labels) {
   if (m == 0) return 0.f;
   return reduce_to_host(
-      [&](double* d) { k_nll<<<reduce_blocks(m), kThreads>>>(m, n, logp, labels, d); },
+      [&](double* d) { k_nll<<<reduce_blocks(m), kThreads, 0, cur()>>>(m, n, logp, labels, d); },
       static_cast<double>(m));
 }
 void softmax_xent_bwd(int64_t m, int64_t n, const float* logp, const int64_t* labels, float g,
                       float* gx) {
   const float k = m == 0 ? 0.f : g / static_cast<float>(m);
   KOLO_LAUNCH(k_xent_bwd, m * n, m, n, logp, labels, k, gx);
+}
+
+void nll_mean_to(int64_t m, int64_t n, const float* logp, const int64_t* labels, float* out) {
+  if (m == 0) {
+    KOLO_LAUNCH(k_fill, 1, 1, 0.f, out);
+    return;
+  }
+  k_nll_to<<<1, kThreads, 0, cur()>>>(m, n, logp, labels, out);
+  check_launch("nll_mean_to");
+}
+void softmax_xent_bwd_dev(int64_t m, int64_t n, const float* logp, const int64_t* labels,
+                          const float* g, float* gx) {
+  KOLO_LAUNCH(k_xent_bwd_dev, m * n, m, n, logp, labels, g, gx);
+}
+
+// ---- cuBLASLt: GEMM with the bias + ReLU epilogue ----
+namespace {
+// The most workspace a fused GEMM may ask for (from the caching allocator, per call).
+constexpr uint64_t kMaxLtWorkspace = uint64_t{32} << 20;
+
+Mutex g_lt_mu;
+std::vector<cublasLtHandle_t> g_lt KOLO_GUARDED_BY(g_lt_mu);
+// A heuristic's answer for one key; ok false: no algorithm (the caller falls back, every time).
+struct LtChoice {
+  bool ok = false;
+  cublasLtMatmulAlgo_t algo{};
+  size_t workspace = 0;
+};
+// device, n, in, out, and the alignments of x, w, y, b (cuBLASLt's algorithms depend on them).
+using LtKey = std::array<int64_t, 8>;
+std::map<LtKey, LtChoice> g_lt_choices KOLO_GUARDED_BY(g_lt_mu);
+
+cublasLtHandle_t lt_handle() {
+  MutexLock lock(g_lt_mu);
+  const int d = current_device();
+  if (static_cast<int>(g_lt.size()) <= d) g_lt.resize(d + 1, nullptr);
+  if (!g_lt[d]) check_blas(cublasLtCreate(&g_lt[d]), "Lt create");
+  return g_lt[d];
+}
+
+// The largest power of two up to 256 dividing the address (cuBLASLt assumes 256 unless told).
+uint32_t alignment_of(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t al = 256;
+  while (al > 1 && a % al != 0) al >>= 1;
+  return al;
+}
+
+// The descriptors of one fused call, destroyed with it.
+struct LtDescs {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  LtDescs() = default;
+  ~LtDescs() {
+    if (op) cublasLtMatmulDescDestroy(op);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (d) cublasLtMatrixLayoutDestroy(d);
+  }
+  LtDescs(const LtDescs&) = delete;
+  LtDescs& operator=(const LtDescs&) = delete;
+};
+
+template <class T>
+void set_desc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const T& v,
+              const char* what) {
+  check_blas(cublasLtMatmulDescSetAttribute(desc, attr, &v, sizeof(v)), what);
+}
+
+// Row-major y [n, out] = x [n, in] w^T is column-major y^T [out, n] = w^T' x^T where the stored
+// w is column-major [in, out] (ld in, transposed by the op) and x column-major [in, n] (ld in):
+// m = out, n = n, k = in, and the bias (length m = the rows of D, as RELU_BIAS requires) is added
+// to every column of D, i.e. to every row of y.
+void make_fused_descs(LtDescs& d, int64_t n, int64_t in, int64_t out, const float* b) {
+  check_blas(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "Lt matmul desc");
+  set_desc(d.op, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T, "Lt transa");
+  set_desc(d.op, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N, "Lt transb");
+  set_desc(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_RELU_BIAS, "Lt epilogue");
+  // Set before the heuristic too: it reads the pointer's alignment.
+  const void* bias = b;
+  set_desc(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias, "Lt bias pointer");
+  check_blas(cublasLtMatrixLayoutCreate(&d.a, CUDA_R_32F, in, out, in), "Lt layout w");
+  check_blas(cublasLtMatrixLayoutCreate(&d.b, CUDA_R_32F, in, n, in), "Lt layout x");
+  check_blas(cublasLtMatrixLayoutCreate(&d.d, CUDA_R_32F, out, n, out), "Lt layout y");
+}
+
+// cuBLASLt's first choice for these descriptors and pointer alignments, or ok false.
+LtChoice ask_heuristic(const LtDescs& d, uint32_t align_x, uint32_t align_w, uint32_t align_y) {
+  cublasLtMatmulPreference_t pref = nullptr;
+  check_blas(cublasLtMatmulPreferenceCreate(&pref), "Lt preference");
+  auto set = [&](cublasLtMatmulPreferenceAttributes_t attr, const auto& v) {
+    return cublasLtMatmulPreferenceSetAttribute(pref, attr, &v, sizeof(v));
+  };
+  cublasStatus_t st = set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, kMaxLtWorkspace);
+  if (st == CUBLAS_STATUS_SUCCESS) st = set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_w);
+  if (st == CUBLAS_STATUS_SUCCESS) st = set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_x);
+  if (st == CUBLAS_STATUS_SUCCESS) st = set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_y);
+  if (st == CUBLAS_STATUS_SUCCESS) st = set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_y);
+  cublasLtMatmulHeuristicResult_t r{};
+  int count = 0;
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulAlgoGetHeuristic(lt_handle(), d.op, d.a, d.b, d.d, d.d, pref, 1, &r, &count);
+  cublasLtMatmulPreferenceDestroy(pref);
+  // NOT_SUPPORTED (or no result) is an answer: this shape runs unfused.
+  if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED)
+    check_blas(st, "Lt heuristic");
+  LtChoice c;
+  if (st == CUBLAS_STATUS_SUCCESS && count > 0 && r.state == CUBLAS_STATUS_SUCCESS)
+    c = {true, r.algo, r.workspaceSize};
+  return c;
+}
+}  // namespace
+
+bool linear_bias_relu(int64_t n, int64_t in, int64_t out, const float* x, const float* w,
+                      const float* b, float* y) {
+  if (g_deterministic.load() || n == 0 || in == 0 || out == 0) return false;
+  LtDescs d;
+  make_fused_descs(d, n, in, out, b);
+  const uint32_t ax = alignment_of(x), aw = alignment_of(w), ay = alignment_of(y);
+  const LtKey key{current_device(), n, in, out, ax, aw, ay, alignment_of(b)};
+  std::optional<LtChoice> cached;
+  {
+    MutexLock lock(g_lt_mu);
+    auto it = g_lt_choices.find(key);
+    if (it != g_lt_choices.end()) cached = it->second;
+  }
+  if (!cached) {
+    cached = ask_heuristic(d, ax, aw, ay);
+    MutexLock lock(g_lt_mu);
+    g_lt_choices.emplace(key, *cached);
+  }
+  LtChoice c = *cached;
+  if (!c.ok) return false;
+  Workspace ws(c.workspace);
+  const float one = 1.f, zero = 0.f;  // beta 0: y (as C) is not read
+  check_blas(cublasLtMatmul(lt_handle(), d.op, &one, w, d.a, x, d.b, &zero, y, d.d, y, d.d, &c.algo,
+                            ws.p, c.workspace, cur()),
+             "Lt matmul (bias + ReLU epilogue)");
+  return true;
 }
 
 // ---- cuDNN convolution ----

@@ -1,7 +1,11 @@
 // CUDA twins of cpu_kernels.h: same signatures and semantics, pointers are device pointers of
-// the current device. Everything runs on the legacy default stream, so kernels, cuBLAS/cuDNN
-// calls and the caching allocator's reuse of freed blocks are ordered without extra events.
-// Scalar results (sum, sq_sum, nll_mean) synchronise to copy one float back.
+// the current device. Everything runs on the calling thread's stream: the legacy default stream
+// unless a StreamScope says otherwise (a CUDA graph capture, framework/cuda_graph.h). Either way
+// one thread's kernels, cuBLAS/cuDNN calls and the caching allocator's reuse of freed blocks are
+// ordered without extra events (a StreamScope's stream must be a blocking one, so that it is
+// also ordered with the legacy stream's work).
+// Scalar results (sum, sq_sum, nll_mean) synchronise to copy one float back; they, and the host
+// copies, throw kolo::Error(kPreconditionFailed) while the stream is being captured.
 // Only compiled with KOLO_HAVE_CUDA. GEMM uses cuBLAS; conv uses cuDNN; the rest are our own
 // kernels in cuda_kernels.cu; per-channel sums use cuDNN's bias-gradient reduction. Errors from
 // CUDA/cuBLAS/cuDNN throw kolo::Error(kIoError).
@@ -18,6 +22,23 @@ using cpu::ConvGeom;
 using cpu::PoolGeom;
 
 int device_count();  // 0 when no device / driver
+
+// Makes `stream` (a cudaStream_t created without cudaStreamNonBlocking; null: the legacy default
+// stream) the calling thread's stream until the scope ends, then restores the previous one.
+// Not copyable; scopes nest.
+class StreamScope {
+ public:
+  explicit StreamScope(void* stream);
+  ~StreamScope();
+  StreamScope(const StreamScope&) = delete;
+  StreamScope& operator=(const StreamScope&) = delete;
+
+ private:
+  void* previous_;
+};
+void* current_stream();  // the calling thread's stream (null: legacy)
+// Whether the calling thread's stream is being captured into a CUDA graph.
+bool capturing();
 // Deterministic mode. The elementwise kernels, cuBLAS sgemm (one handle per device, default
 // stream), cuDNN's bias-gradient reduction (channel_sum, channel_sums, channel_dot_sums) and
 // the cuDNN convolution algorithms give the same bits in every run on the same GPU model and
@@ -75,6 +96,15 @@ void bf16_to_f32(int64_t n, const uint16_t* x, float* y);
 // C[M,N] = alpha * op(A) * op(B) + beta * C, op(A) is [M,K], op(B) is [K,N].
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           const float* b, float beta, float* c);
+// y = relu(x w^T + b) for row-major x [n, in], w [out, in], b [out], y [n, out]: one cuBLASLt
+// matmul (float, no TF32) with the CUBLASLT_EPILOGUE_RELU_BIAS epilogue on the calling thread's
+// stream. The algorithm is cuBLASLt's heuristic first choice, cached per (device, shape, pointer
+// alignments), its workspace from the caching allocator. Returns false, having done nothing,
+// where it does not apply: deterministic mode (the unfused gemm, add_row_bias and relu_fwd are the
+// kernels documented deterministic) or no algorithm for the shape; the caller runs those three.
+// Throws kolo::Error(kIoError) naming the cuBLASLt call that failed.
+bool linear_bias_relu(int64_t n, int64_t in, int64_t out, const float* x, const float* w,
+                      const float* b, float* y);
 // y[r, c] += bias[c] for an [rows, cols] matrix.
 void add_row_bias(int64_t rows, int64_t cols, const float* bias, float* y);
 // out[c] = sum_r x[r, c]  (+ beta * out[c]).
@@ -130,5 +160,11 @@ float nll_mean(int64_t m, int64_t n, const float* logp, const int64_t* labels);
 // gx = (softmax - onehot) * g / m.
 void softmax_xent_bwd(int64_t m, int64_t n, const float* logp, const int64_t* labels, float g,
                       float* gx);
+// The capturable forms (nothing read back to the host): out[0] = -mean_r logp[r, label[r]] on
+// the device, summed in one block in a fixed order (the value nll_mean gives in deterministic
+// mode); and softmax_xent_bwd with g read from g[0] on the device.
+void nll_mean_to(int64_t m, int64_t n, const float* logp, const int64_t* labels, float* out);
+void softmax_xent_bwd_dev(int64_t m, int64_t n, const float* logp, const int64_t* labels,
+                          const float* g, float* gx);
 
 }  // namespace kolo::fw::kernels::cuda

@@ -25,6 +25,7 @@ Linear::Linear(int64_t in, int64_t out, bool bias, Generator* gen) {
   bias_ = bias ? &register_parameter("bias", init_uniform({out}, in, gen)) : &no_bias_;
 }
 Tensor Linear::forward(const Tensor& x) { return linear(x, *weight_, *bias_); }
+Tensor Linear::forward_relu(const Tensor& x) { return linear_relu(x, *weight_, *bias_); }
 
 Conv2d::Conv2d(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t pad, bool bias,
                Generator* gen)

@@ -15,6 +15,9 @@ class Linear : public Module {
  public:
   Linear(int64_t in_features, int64_t out_features, bool bias = true, Generator* gen = nullptr);
   Tensor forward(const Tensor& x) override;
+  // relu(forward(x)): functional.h's linear_relu (one fused GEMM on CUDA, the same two ops on
+  // the CPU).
+  Tensor forward_relu(const Tensor& x);
   Tensor& weight() { return *weight_; }  // [out, in]
   Tensor& bias() { return *bias_; }      // [out]; undefined when built without bias
 

@@ -15,6 +15,7 @@
 //                             communication), current and peak
 //   framework/autograd.h      backward, NoGradGuard, gradient-ready hooks
 //   framework/functional.h    differentiable operations: matmul, relu, cross_entropy, ...
+//   framework/cuda_graph.h    CudaGraph: a training step captured once, replayed as one launch
 //   framework/nn/             Module, Sequential, Linear, Conv2d, pooling, BatchNorm, losses
 //   framework/optim/          SGD, Adam/AdamW, LARS, learning-rate scaling and schedules,
 //                             checkpoints (save_checkpoint, load_checkpoint)
@@ -28,6 +29,7 @@
 #pragma once
 
 #include "framework/autograd.h"
+#include "framework/cuda_graph.h"
 #include "framework/data/cifar_reader.h"
 #include "framework/data/data_loader.h"
 #include "framework/data/dataset.h"
