@@ -20,8 +20,8 @@
 #include "backends/shm/piece_index.h"
 #include "backends/shm/shm_knobs.h"
 #include "backends/shm/shm_segment.h"
-#include "ops/stream_copy.h"
 #include "ops/reduce.h"
+#include "ops/stream_copy.h"
 
 namespace kolo {
 
@@ -394,8 +394,10 @@ class ShmBackend : public Backend {
   // output written once. Writing the output with ordinary stores would read every output line
   // first (3B of memory traffic instead of 2B): an allreduce of KOLO_SHM_STREAM_THRESHOLD or
   // more (about half a last-level cache), whose output is gone from the cache by the time the
-  // caller reads it, writes it with streaming stores (ops/stream_copy.h). A prescale other than 1
-  // stages the own share too (it must be rounded as the peers' are).
+  // caller reads it, writes it with streaming stores (ops/stream_copy.h). Not an in-place
+  // piece's: its output lines are its input's, which this chunk has just read into the cache,
+  // so ordinary stores find them there (streaming them measured 5-10% slower). A prescale other
+  // than 1 stages the own share too (it must be rounded as the peers' are).
   Status allreduce_chunked(DataType dtype, const Reduction& reduction, const BufferHeader& d) {
     const int64_t count = pieces_.total();
     const int64_t es = static_cast<int64_t>(dtype_size(dtype));
@@ -423,8 +425,10 @@ class ShmBackend : public Backend {
                          [&](const AllreducePiece& piece, int64_t at, int64_t off, int64_t len) {
                            char* out = static_cast<char*>(piece.output) + at * es;
                            const auto bytes = static_cast<size_t>(len * es);
-                           stream ? ops::stream_copy(out, src + off * es, bytes)
-                                  : static_cast<void>(std::memcpy(out, src + off * es, bytes));
+                           if (stream && piece.output != piece.input)
+                             ops::stream_copy(out, src + off * es, bytes);
+                           else
+                             std::memcpy(out, src + off * es, bytes);
                          });
       }
     }

@@ -21,10 +21,13 @@
 // Algorithms (bytes = count * dtype size, P ranks):
 // - allreduce up to threshold_bytes: one use; each rank copies its (prescaled) input in, then
 //   reduces all P buffers, in rank order, straight into its output with ops::reduce_to/_into.
-// - larger allreduces: chunks of chunk_bytes, one use each: copy in; each rank reduces its 1/P
-//   share of the chunk from every buffer into its own buffer and publishes the second mark;
-//   then every rank copies every share out. The copy-in of chunk k+1 on one rank overlaps the
-//   reductions of chunk k on the others; memory stays 2 * P * chunk_bytes for any size.
+// - larger allreduces: chunks of chunk_bytes, one use each: each rank copies its peers' shares
+//   of the chunk in, reduces its own 1/P share from its input and every peer's buffer into its
+//   own buffer and publishes the second mark; then every rank copies every share out. The
+//   copy-in of chunk k+1 on one rank overlaps the reductions of chunk k on the others; memory
+//   stays 2 * P * chunk_bytes for any size. From KOLO_SHM_STREAM_THRESHOLD up, results go to
+//   an output that is not the input with streaming stores (Note [Chunked allreduce] in
+//   shm_backend.cc: the bytes each rank moves, and why).
 // - a fused allreduce (allreduce_pieces, Note [Allreduce pieces] in backends/backend.h) is the
 //   same: the copies in and out read and write the pieces where they are (piece_index.h),
 //   so a fused batch costs what one buffer of its total costs. A plain allreduce is one piece,
@@ -45,6 +48,7 @@
 //
 // Knobs (this folder's rows, shm_knobs.h): KOLO_SHM_CHUNK, KOLO_SHM_THRESHOLD, read from the
 // context's knobs; rank 0's values are the job's (they are in the segment header).
+// KOLO_SHM_STREAM_THRESHOLD is each rank's own.
 // Thread-safety: one thread at a time, as every Backend.
 #pragma once
 
