@@ -357,16 +357,18 @@ reproducible() {
 }
 
 # run_gpu_steps GPUS: everything that needs a GPU, in the order of the summary.
+# The short benches come before the main-job comparisons, so that a run cut by its time budget
+# still measures nccl and the timeline's cost (issue 32 items 2 and 4).
 run_gpu_steps() {
   local gpus="$1"
   run_gpu_tests
+  bench 1
+  fusion 1
   [[ "$mode" == in-place ]] && main_job 1
   compare_with_torch
   reproducible
   ((gpus > 1)) && main_job "$gpus"
-  bench 1
   ((gpus > 1)) && bench "$gpus"
-  fusion 1
   ((gpus > 1)) && fusion "$gpus"
 }
 
