@@ -30,6 +30,7 @@ struct Entry {
   // Negotiation state, background thread only.
   bool sent_slow = false;                               // already in the coordinator's table
   std::chrono::steady_clock::time_point pending_since;  // when it entered negotiation
+  uint64_t seq = 0;  // this rank's submission order: slow-path requests go in this order
 };
 
 }  // namespace kolo::coord

@@ -429,7 +429,7 @@ void Runtime::loop() {
           join_to_send_ = true;
           e->sent_slow = true;  // travels as the join flag, not as a request
         }
-        seq_[e->request.name] = next_seq_++;
+        e->seq = next_seq_++;
         pending_[e->request.name] = std::move(e);
       }
       queued_.store(0, std::memory_order_relaxed);
@@ -520,7 +520,7 @@ std::vector<std::pair<uint64_t, Entry*>> Runtime::sort_pending(
       bits_[1 + *slot] = 1;
       cached_.push_back({*slot, e.get()});
     } else {
-      slow.push_back({seq_[name], e.get()});
+      slow.push_back({e->seq, e.get()});
     }
   }
   return slow;
@@ -676,7 +676,6 @@ void Runtime::retire(const std::vector<BatchItem>& items) {
     }
     if (item.entry) {  // else a joined rank's stand-in: any pending entry of that name is another
       pending_.erase(p.name);
-      seq_.erase(p.name);
     }
   }
 }

@@ -13,12 +13,12 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
-#include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
 #include <thread>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "backends/backend.h"
@@ -187,7 +187,7 @@ class Runtime {
   mutable Mutex mu_;
   std::condition_variable cv_;
   std::deque<std::unique_ptr<Entry>> queue_ KOLO_GUARDED_BY(mu_);
-  std::set<std::string> in_flight_ KOLO_GUARDED_BY(mu_);
+  std::unordered_set<std::string> in_flight_ KOLO_GUARDED_BY(mu_);
   bool shutdown_requested_ KOLO_GUARDED_BY(mu_) = false;
   bool stopped_ KOLO_GUARDED_BY(mu_) = false;  // no more submissions
   Status final_status_ KOLO_GUARDED_BY(mu_);   // why submissions now fail
@@ -200,10 +200,11 @@ class Runtime {
   // Rank 0 with a tuner: the times of step boundaries not yet seen by the tuner.
   std::vector<std::chrono::steady_clock::time_point> marks_ KOLO_GUARDED_BY(mu_);
 
-  // Background thread only.
-  std::map<std::string, std::unique_ptr<Entry>> pending_;
+  // Background thread only. Hashed by name: an operation is found by name three times on its
+  // way through (nothing iterates them in an order that matters: the slow path sorts by
+  // Entry::seq, the fast path by cache slot).
+  std::unordered_map<std::string, std::unique_ptr<Entry>> pending_;
   uint64_t next_seq_ = 0;
-  std::map<std::string, uint64_t> seq_;  // submission order of pending entries
   bool join_to_send_ = false;
   std::vector<int32_t> joined_ranks_;  // as of the last response list
   ResponseCache cache_;
