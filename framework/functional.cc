@@ -524,13 +524,21 @@ Tensor log_softmax(const Tensor& x) {
   return y;
 }
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& labels) {
+namespace {
+// Both losses' argument checks: logits [M, N], int64 labels [M] on the logits' device.
+void check_cross_entropy_args(const Tensor& logits, const Tensor& labels) {
   check_rank("cross_entropy", "logits", logits, 2);
-  const int64_t m = logits.size(0), n = logits.size(1);
+  const int64_t m = logits.size(0);
   if (!labels.defined() || labels.dtype() != DataType::kInt64 || labels.shape() != Shape{m})
     fail("cross_entropy: labels must be int64 of shape [" + std::to_string(m) + "], got " +
          labels.to_string());
   check_same_device("cross_entropy", logits, labels);
+}
+}  // namespace
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels) {
+  check_cross_entropy_args(logits, labels);
+  const int64_t m = logits.size(0), n = logits.size(1);
   // Range check on the host: an out-of-range label would read outside the row.
   check_labels(labels, n);
   const Device d = logits.device();
@@ -565,12 +573,8 @@ Tensor cross_entropy_capturable(const Tensor& logits, const Tensor& labels) {
 #ifndef KOLO_HAVE_CUDA
   kernels::throw_no_cuda("cross_entropy_capturable");
 #else
-  check_rank("cross_entropy", "logits", logits, 2);
+  check_cross_entropy_args(logits, labels);
   const int64_t m = logits.size(0), n = logits.size(1);
-  if (!labels.defined() || labels.dtype() != DataType::kInt64 || labels.shape() != Shape{m})
-    fail("cross_entropy: labels must be int64 of shape [" + std::to_string(m) + "], got " +
-         labels.to_string());
-  check_same_device("cross_entropy", logits, labels);
   const Device d = logits.device();
   const auto* lp = static_cast<const int64_t*>(labels.raw_data());
   Tensor logp = empty_like(logits);
