@@ -388,8 +388,9 @@ class ShmBackend : public Backend {
   //                                   write B/P into its buffer (for the peers to copy out)
   //   copy its share out              read B/P, write B/P into its output
   //   copy out the peers' results     read B (P-1)/P, write B (P-1)/P into its output
-  // In all 4B + B/P per rank for a sum (an average or a postscale adds B/P read and written in
-  // the buffer), against 5B + B/P when every rank also staged its own share. The buffers stay in
+  // In all 5B - B/P per rank for a sum (4.5B at P = 2; an average or a postscale adds B/P read
+  // and written in the buffer), against 5B + B/P when every rank also staged its own share and
+  // copied it back. The buffers stay in
   // the cache (2 x P x KOLO_SHM_CHUNK), so what reaches memory is the input read once and the
   // output written once. Writing the output with ordinary stores would read every output line
   // first (3B of memory traffic instead of 2B): an allreduce of KOLO_SHM_STREAM_THRESHOLD or
