@@ -47,9 +47,10 @@ constexpr Knob kStreamThreshold = {
     .default_text = "16MiB",
     .max = int64_t{1} << 62,
     .help =
-        "shm allreduces of at least this size write their results with streaming stores, "
-        "which skip reading each output line first; about half the last-level cache (a "
-        "result that large has left the cache by the time the caller reads it)",
+        "shm allreduces of at least this size write results into an output other than their "
+        "input with streaming stores, which skip reading each output line first; about half "
+        "the last-level cache (a result that large has left the cache by the time the caller "
+        "reads it)",
 };
 
 }  // namespace shm_knobs
