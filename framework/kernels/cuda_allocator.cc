@@ -41,24 +41,26 @@ void free_all_locked(State& s) KOLO_REQUIRES(s.mu) {
   s.stats.bytes_cached = 0;
 }
 
-// A block of the open capture's pool for (device, size), from its free list; null on a miss.
-void* take_from_pool(State& s, int device, size_t size) KOLO_REQUIRES(s.mu) {
-  auto it = s.pool_free.find({s.capturing, device, size});
-  if (it == s.pool_free.end() || it->second.empty()) return nullptr;
+// The last block of lists[key], removed; null when there is none. Counts a cache hit.
+template <typename Lists, typename Key>
+void* pop_block(State& s, Lists& lists, const Key& key) KOLO_REQUIRES(s.mu) {
+  auto it = lists.find(key);
+  if (it == lists.end() || it->second.empty()) return nullptr;
   void* p = it->second.back();
   it->second.pop_back();
   s.stats.cache_hits++;
   return p;
 }
 
+// A block of the open capture's pool for (device, size), from its free list; null on a miss.
+void* take_from_pool(State& s, int device, size_t size) KOLO_REQUIRES(s.mu) {
+  return pop_block(s, s.pool_free, std::make_tuple(s.capturing, device, size));
+}
+
 // A general free block for (device, size); null on a miss.
 void* take_from_cache(State& s, int device, size_t size) KOLO_REQUIRES(s.mu) {
-  auto it = s.free_lists.find({device, size});
-  if (it == s.free_lists.end() || it->second.empty()) return nullptr;
-  void* p = it->second.back();
-  it->second.pop_back();
-  s.stats.cache_hits++;
-  s.stats.bytes_cached -= size;
+  void* p = pop_block(s, s.free_lists, std::make_pair(device, size));
+  if (p) s.stats.bytes_cached -= size;
   return p;
 }
 
