@@ -34,7 +34,7 @@
 // the repeating sequence of names instead: the first name executed is the anchor, each of its
 // executions is a boundary. The bucket size is then not searched. The log says which is used.
 //
-// Thread-safety: rank 0's background thread only.
+// Thread-safety: rank 0's cycle thread only (whoever holds the turn: Note [Waiter drives]).
 #pragma once
 
 #include <chrono>

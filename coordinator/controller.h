@@ -8,8 +8,8 @@
 // that no other rank submitted, those operations fail on every rank (Note [Mismatched
 // collectives] in controller.cc).
 //
-// Not thread-safe: owned by rank 0's background thread. Pure logic: no I/O, so unit tests
-// drive it directly.
+// Not thread-safe: owned by rank 0's cycle thread (Note [Waiter drives] in runtime.cc). Pure
+// logic: no I/O, so unit tests drive it directly.
 #pragma once
 
 #include <chrono>

@@ -10,7 +10,8 @@
 // no_cuda_staging.cc, where CUDA tensors are refused at submission and the staging methods
 // return Unsupported.
 //
-// Not thread-safe: a CudaStaging belongs to one runtime's background thread.
+// Not thread-safe: a CudaStaging belongs to one runtime's background thread (callers never
+// drive a runtime that stages: Note [Waiter drives] in runtime.cc).
 #pragma once
 
 #include <array>

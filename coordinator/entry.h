@@ -1,5 +1,5 @@
 // Entry: one operation this rank submitted, from submission until its handle completes.
-// Owned by the runtime; after submission only the background thread touches it.
+// Owned by the runtime; after submission only the thread running the cycles touches it.
 #pragma once
 
 #include <chrono>
@@ -26,8 +26,11 @@ struct Entry {
   // runs as a broadcast.
   uint64_t trace = 0;
   std::string trace_kind;
+  // Submitted by a blocking call, whose caller waits on the handle at once and will run the
+  // cycle itself when it can (Note [Waiter drives]): the background thread is not woken for it.
+  bool caller_waits = false;
 
-  // Negotiation state, background thread only.
+  // Negotiation state, the cycle thread's only.
   bool sent_slow = false;                               // already in the coordinator's table
   std::chrono::steady_clock::time_point pending_since;  // when it entered negotiation
   uint64_t seq = 0;  // this rank's submission order: slow-path requests go in this order

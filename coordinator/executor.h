@@ -45,7 +45,8 @@
 // already wait in the collective, and the control plane's PeerFailure (or the op timeout) is what
 // releases them.
 //
-// Not thread-safe: the background thread's.
+// Not thread-safe: the runtime's cycle thread's (whoever holds the turn: Note [Waiter drives]
+// in runtime.cc).
 #pragma once
 
 #include <array>

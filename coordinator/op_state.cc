@@ -5,15 +5,38 @@
 
 namespace kolo::detail {
 
+namespace {
+thread_local DeferCallbacks* t_defer = nullptr;
+}  // namespace
+
+DeferCallbacks::DeferCallbacks(Later later) : later_(std::move(later)), outer_(t_defer) {
+  t_defer = this;
+}
+
+DeferCallbacks::~DeferCallbacks() { t_defer = outer_; }
+
 bool OpState::complete(Status status) {
   std::vector<Handle::Callback> callbacks;
+  std::shared_ptr<CycleDriver> driver;  // released outside the lock
   {
     MutexLock lock(mu_);
     if (done_ || completing_) return false;
     completing_ = true;
     status_ = status;
     callbacks.swap(callbacks_);
+    driver.swap(driver_);
+    settled_flag_.store(true, std::memory_order_release);
   }
+  if (!callbacks.empty() && t_defer != nullptr) {
+    t_defer->later_([self = shared_from_this(), callbacks = std::move(callbacks),
+                     status = std::move(status)]() mutable { self->finish(callbacks, status); });
+    return true;
+  }
+  finish(callbacks, status);
+  return true;
+}
+
+void OpState::finish(std::vector<Handle::Callback>& callbacks, const Status& status) {
   // Callbacks run before waiters wake, so that wait() returning means they have run.
   for (auto& cb : callbacks) cb(status);
   {
@@ -22,7 +45,6 @@ bool OpState::complete(Status status) {
     done_flag_.store(true, std::memory_order_release);
   }
   cv_.notify_all();
-  return true;
 }
 
 Status OpState::wait(std::optional<std::chrono::milliseconds> timeout) {
@@ -30,6 +52,14 @@ Status OpState::wait(std::optional<std::chrono::milliseconds> timeout) {
   // flag for that long (yielding the core to whoever needs it) saves the sleep and the
   // wake-up, which on a busy host cost more than the operation.
   constexpr auto kSpin = std::chrono::microseconds(50);
+  if (!timeout && !settled()) {
+    std::shared_ptr<CycleDriver> driver;
+    {
+      MutexLock lock(mu_);
+      driver = driver_;
+    }
+    if (driver) driver->drive(*this);
+  }
   auto spin = timeout ? std::min<std::chrono::nanoseconds>(kSpin, *timeout) : kSpin;
   const auto until = std::chrono::steady_clock::now() + spin;
   while (!done_flag_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until)
@@ -42,6 +72,11 @@ Status OpState::wait(std::optional<std::chrono::milliseconds> timeout) {
                            std::to_string(timeout->count()) + " ms (it continues)");
   }
   return status_;
+}
+
+void OpState::set_driver(std::shared_ptr<CycleDriver> driver) {
+  MutexLock lock(mu_);
+  if (!completing_ && !done_) driver_ = std::move(driver);
 }
 
 bool OpState::done() const {

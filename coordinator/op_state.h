@@ -7,6 +7,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -19,17 +20,52 @@
 
 namespace kolo::detail {
 
-class OpState {
+class OpState;
+
+// What runs the cycles that complete an operation, for a thread that waits on it
+// (Note [Waiter drives] in coordinator/runtime.cc). Thread-safe.
+class CycleDriver {
+ public:
+  virtual ~CycleDriver() = default;
+  // Runs cycles on the calling thread until `op` has settled, when no other thread runs them
+  // now; returns at once otherwise (or once the runtime has stopped).
+  virtual void drive(const OpState& op) = 0;
+};
+
+// While one is alive on a thread, an operation completed on that thread hands its callbacks to
+// `later` instead of running them: a caller that drives cycles must not run users' callbacks,
+// which Handle::then promises to Kolo's background thread. Not nestable across threads; scoped.
+class DeferCallbacks {
+ public:
+  using Later = std::function<void(std::function<void()>)>;
+  explicit DeferCallbacks(Later later);
+  ~DeferCallbacks();
+  DeferCallbacks(const DeferCallbacks&) = delete;
+  DeferCallbacks& operator=(const DeferCallbacks&) = delete;
+
+ private:
+  friend class OpState;
+  Later later_;
+  DeferCallbacks* outer_;  // the one this shadows on this thread, if any
+};
+
+class OpState : public std::enable_shared_from_this<OpState> {
  public:
   explicit OpState(std::string name) : name_(std::move(name)) {}
 
   const std::string& name() const { return name_; }
 
-  // Records the result and runs the callbacks (in the calling thread, outside the lock).
-  // Only the first call has an effect; returns whether it was the first.
+  // Records the result and runs the callbacks (in the calling thread, outside the lock, or
+  // later through the thread's DeferCallbacks). Only the first call has an effect; returns
+  // whether it was the first.
   bool complete(Status status);
+  // Without a timeout, a waiter runs the operation's cycles itself when it can (set_driver).
   Status wait(std::optional<std::chrono::milliseconds> timeout);
   bool done() const;
+  // complete() has been called: done, or its callbacks are running or deferred.
+  bool settled() const { return settled_flag_.load(std::memory_order_acquire); }
+  // The runtime the operation was submitted to, for wait(); set before it is queued.
+  void set_driver(std::shared_ptr<CycleDriver> driver);
   Status status() const;
   void then(Handle::Callback callback);
 
@@ -53,7 +89,9 @@ class OpState {
   mutable Mutex mu_;
   std::condition_variable cv_;
   bool done_ KOLO_GUARDED_BY(mu_) = false;
-  std::atomic<bool> done_flag_{false};            // done_, for wait()'s lock-free spin
+  std::atomic<bool> done_flag_{false};     // done_, for wait()'s lock-free spin
+  std::atomic<bool> settled_flag_{false};  // complete() was called
+  std::shared_ptr<CycleDriver> driver_ KOLO_GUARDED_BY(mu_);
   bool completing_ KOLO_GUARDED_BY(mu_) = false;  // callbacks running
   Status status_ KOLO_GUARDED_BY(mu_);
   std::vector<Handle::Callback> callbacks_ KOLO_GUARDED_BY(mu_);
@@ -63,6 +101,9 @@ class OpState {
   std::vector<int64_t> received_splits_ KOLO_GUARDED_BY(mu_);
   int last_joined_rank_ KOLO_GUARDED_BY(mu_) = -1;
   std::shared_ptr<void> completion_event_ KOLO_GUARDED_BY(mu_);
+
+  // Runs the callbacks with the operation's status, then wakes the waiters.
+  void finish(std::vector<Handle::Callback>& callbacks, const Status& status);
 };
 
 }  // namespace kolo::detail

@@ -11,8 +11,9 @@
 #include "timeline/trace_format.h"
 
 // Note [Cycle]
-// Every rank's background thread runs the same sequence of cycles; each cycle is a fixed
-// series of control-plane collectives, so the ranks stay in step without a separate clock:
+// Every rank's background thread (or a caller waiting on a handle: Note [Waiter drives]) runs
+// the same sequence of cycles; each cycle is a fixed series of control-plane collectives, so
+// the ranks stay in step without a separate clock:
 //   1. allreduce(min) of a byte vector: byte 0 is >= 1 when this rank needs no slow path;
 //      byte 1+s is 1 when this rank has a pending request matching cache slot s. (In small
 //      jobs an allgather of the vector instead, with small allreduces' data riding along:
@@ -37,7 +38,7 @@ namespace {
 
 // The run-time switch of categorical tunable `id` (Note [Autotune]) in the data plane `data`,
 // which takes a choice index; null when this job's data plane cannot switch it. One case per
-// categorical knob of the registry. Called on the background thread only, which alone touches
+// categorical knob of the registry. Called by the turn's holder only, which alone touches
 // the data plane, between two cycles' collectives: a switch never meets a collective in flight.
 std::function<void(size_t)> categorical_switch(KnobId id, Backend& data) {
   switch (id) {
@@ -83,6 +84,56 @@ Result<int64_t> checked_list_lengths(const std::vector<int64_t>& lengths,
 
 }  // namespace
 
+// Note [Waiter drives]
+// A blocking call (kolo::allreduce, ...) would otherwise cost two thread hand-offs: the
+// background thread runs the cycle while the caller waits, then wakes it. When the ranks'
+// threads share cores (kolorun binds each rank to one CPU) each hand-off is a context switch,
+// about 1.35 us on the development VM, a third of a small allreduce. So a caller that waits
+// on a handle without a timeout runs the cycles itself while no other thread does:
+// - The turn (Runtime::turn_, under mu_) says who runs cycles; its holder alone touches the
+//   negotiation state, the backends and the executor. The background thread gives it up
+//   between its cycles and takes it back when it has work and the turn is free.
+// - A blocking call's submission does not wake a sleeping background thread (Entry::
+//   caller_waits): its caller will take the turn. If the background thread holds it, it is
+//   awake and sees the queue; a caller that ends its turn with work left wakes it.
+// - Callbacks stay on the background thread, as Handle::then promises: a driving caller's
+//   completions with callbacks go to deferred_ (DeferCallbacks), and the op's waiters wake
+//   when the background thread has run them.
+// - Callers drive only runtimes that have seen host operations alone and have no device
+//   backend: CUDA work would set the caller's current device, which is the user's. Nor with
+//   a timeout: a cycle can block for a peer past it.
+// - Handles outlive runtimes: the Gate refuses drives once the loop is over and shutdown
+//   waits for any still inside it.
+
+class Runtime::Gate final : public detail::CycleDriver {
+ public:
+  explicit Gate(Runtime* rt) : rt_(rt) {}
+  void drive(const detail::OpState& op) override {
+    Runtime* rt;
+    {
+      MutexLock lock(mu_);
+      if (rt_ == nullptr) return;
+      rt = rt_;
+      ++inside_;
+    }
+    rt->drive(op);
+    MutexLock lock(mu_);
+    if (--inside_ == 0 && rt_ == nullptr) cv_.notify_all();
+  }
+  // No drive starts after it; returns when those inside have left.
+  void close() {
+    MutexLock lock(mu_);
+    rt_ = nullptr;
+    cv_.wait(lock.native(), [&]() KOLO_REQUIRES(mu_) { return inside_ == 0; });
+  }
+
+ private:
+  Mutex mu_;
+  std::condition_variable cv_;
+  Runtime* rt_ KOLO_GUARDED_BY(mu_);
+  int inside_ KOLO_GUARDED_BY(mu_) = 0;
+};
+
 std::string timeline_path_for_rank(const std::string& path, int rank, int size) {
   const std::string token = "{rank}";
   if (auto p = path.find(token); p != std::string::npos)
@@ -124,6 +175,8 @@ Runtime::Runtime(RuntimeConfig config, Topology topology, std::unique_ptr<Backen
   if (config_.name_first_failure) executor_.name_failures_with(config_.name_first_failure);
   executor_.reduce_exactly(config_.exact_reduction);
   device_ = dynamic_cast<DeviceBackend*>(gpu_.get());
+  drivable_ = gpu_ == nullptr;
+  gate_ = std::make_shared<Gate>(this);
 }
 
 Result<std::unique_ptr<Runtime>> Runtime::create(RuntimeConfig config, Topology topology,
@@ -212,6 +265,11 @@ Handle Runtime::submit(std::unique_ptr<Entry> entry) {
                                        "on this rank; names must be unique until completed");
     }
     if (reject.ok()) {
+      // Note [Waiter drives]: not once a device operation was seen (staging its tensors sets
+      // the thread's current CUDA device, which is the user's on a caller's thread).
+      if (!entry->request.device.is_cpu()) drivable_ = false;
+      if (drivable_) state->set_driver(gate_);
+      const bool caller_waits = drivable_ && entry->caller_waits;
       in_flight_.insert(name);
       if (entry->request.type == OpType::kJoin) joined_locally_ = true;
       entry->submitted = std::chrono::steady_clock::now();
@@ -219,8 +277,8 @@ Handle Runtime::submit(std::unique_ptr<Entry> entry) {
       queue_.push_back(std::move(entry));
       queued_.store(queue_.size(), std::memory_order_release);
       // A spinning or busy background thread sees the queue by itself; only a sleeping
-      // one needs the (system-call) wake-up.
-      if (!sleeping_) return handle;
+      // one needs the (system-call) wake-up, and not for a caller that runs the cycle itself.
+      if (!sleeping_ || caller_waits) return handle;
     } else {
       lock.unlock();
       state->complete(reject);
@@ -236,8 +294,9 @@ Status Runtime::shutdown() {
     MutexLock lock(mu_);
     shutdown_requested_ = true;
   }
-  cv_.notify_one();
+  cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  gate_->close();  // a driving caller ends with the loop; none starts now
   fail_all(Status::Aborted(config_.label.empty()
                                ? "kolo was shut down on rank " + std::to_string(topology_.rank)
                                : config_.label + " was removed on its rank " +
@@ -370,7 +429,7 @@ void Runtime::fail_all(const Status& status) {
     queued.swap(queue_);
     in_flight_.clear();
   }
-  // pending_ belongs to the background thread; this runs on it or after it has exited.
+  // pending_ belongs to the turn's holder; this runs on it or after the loop has ended.
   // Every phase still open of a failed operation ends with the Status it failed with.
   const TimelineArgs failed = timeline_status_args(final_status);
   for (auto& [name, e] : pending_) {
@@ -397,67 +456,160 @@ void Runtime::spin_for_submission() {
 
 void Runtime::loop() {
   set_log_rank(topology_.rank);
-  if (config_.autotune.enabled) {
-    if (Status st = measure_link(); !st.ok()) return stop_after_failure(st);
+  last_start_ = std::chrono::steady_clock::now() - cycle_time_;
+  Status st = config_.autotune.enabled ? measure_link() : Status::Ok();
+  bool stop = false;
+  bool idle = true;
+  while (st.ok() && !stop) {
+    bool shutdown_requested = false;
+    if (!await_turn(idle, shutdown_requested)) return;
+    st = run_cycle(shutdown_requested, stop);
+    idle = pending_.empty();
   }
-  auto last_start = std::chrono::steady_clock::now() - cycle_time_;
+  end_loop(st);
+}
+
+bool Runtime::await_turn(bool idle, bool& shutdown_requested) {
+  {
+    MutexLock lock(mu_);
+    turn_ = Turn::kNone;
+  }
+  run_deferred_callbacks();
+  if (idle) spin_for_submission();
+  MutexLock lock(mu_);
   for (;;) {
-    bool shutdown_requested;
-    if (pending_.empty()) spin_for_submission();
-    {
-      MutexLock lock(mu_);
-      if (pending_.empty()) {
-        // Idle: sleep until a submission (or shutdown), at most one heartbeat.
-        sleeping_ = true;
-        cv_.wait_for(lock.native(), config_.heartbeat,
-                     [&]() KOLO_REQUIRES(mu_) { return !queue_.empty() || shutdown_requested_; });
-        sleeping_ = false;
-      } else if (!idle_peer_) {
-        // Busy: the batching window, so close submissions share a cycle. (Skipped when a
-        // peer was idle last cycle: what is pending waits for that peer's next submission,
-        // and its cycle starts at once; see gather_bits.)
-        cv_.wait_until(lock.native(), last_start + cycle_time_,
-                       [&]() KOLO_REQUIRES(mu_) { return shutdown_requested_; });
-      }
-      shutdown_requested = shutdown_requested_;
-      auto now = std::chrono::steady_clock::now();
-      while (!queue_.empty()) {
-        std::unique_ptr<Entry> e = std::move(queue_.front());
-        queue_.pop_front();
-        e->pending_since = now;
-        if (e->request.type == OpType::kJoin) {
-          join_to_send_ = true;
-          e->sent_slow = true;  // travels as the join flag, not as a request
-        }
-        e->seq = next_seq_++;
-        pending_[e->request.name] = std::move(e);
-      }
-      queued_.store(0, std::memory_order_relaxed);
+    if (loop_ended_ || !deferred_.empty()) {
+      lock.unlock();
+      run_deferred_callbacks();
+      lock.lock();
+      if (loop_ended_) return false;
+      continue;
     }
-    for (auto& [name, e] : pending_)
-      if (e->trace != 0 && e->pending_since >= last_start) end_queue_span(*e);
-    last_start = std::chrono::steady_clock::now();
-    bool stop = false;
-    // A device backend that aborted by itself (an NCCL error, an operation past
-    // KOLO_OP_TIMEOUT): stop, so that the control plane tells the peers, whose side of the
-    // failed operation would otherwise wait for this rank until their own op timeout. Checked
-    // every cycle, so within a heartbeat.
-    Status st = device_ ? device_->failure() : Status::Ok();
-    if (!st.ok()) return stop_after_failure(st);
-    try {
-      st = cycle(shutdown_requested, stop);
-    } catch (const Error& e) {
-      // A broken invariant (KOLO_ENFORCE), i.e. a bug in Kolo. The ranks may be out of step,
-      // so the runtime stops as after a backend failure and every handle gets the error.
-      st = e.status();
-    } catch (const std::exception& e) {
-      // Anything else (bad_alloc, a library's exception) would end the process through
-      // std::terminate with no handle completed: stop as above, naming it.
-      st = Status::Internal(std::string("kolo background loop: unexpected exception: ") + e.what());
-    }
-    if (!st.ok()) return stop_after_failure(st);
-    if (stop) return;
+    if (turn_ == Turn::kNone && work_for_background()) break;
+    // Idle, or a caller drives: sleep until there is work for this thread, at most one
+    // heartbeat (then a cycle of its own, when the turn is free).
+    sleeping_ = true;
+    const bool woke = cv_.wait_for(lock.native(), config_.heartbeat, [&]() KOLO_REQUIRES(mu_) {
+      return loop_ended_ || !deferred_.empty() || (turn_ == Turn::kNone && work_for_background());
+    });
+    sleeping_ = false;
+    if (!woke && turn_ == Turn::kNone) break;
   }
+  turn_ = Turn::kBackground;
+  if (!pending_.empty() && !idle_peer_) {
+    // Busy: the batching window, so close submissions share a cycle. (Skipped when a
+    // peer was idle last cycle: what is pending waits for that peer's next submission,
+    // and its cycle starts at once; see gather_bits.)
+    cv_.wait_until(lock.native(), last_start_ + cycle_time_,
+                   [&]() KOLO_REQUIRES(mu_) { return shutdown_requested_; });
+  }
+  shutdown_requested = shutdown_requested_;
+  take_queue();
+  return true;
+}
+
+bool Runtime::work_for_background() const {
+  return !queue_.empty() || !pending_.empty() || shutdown_requested_;
+}
+
+void Runtime::take_queue() {
+  const auto now = std::chrono::steady_clock::now();
+  while (!queue_.empty()) {
+    std::unique_ptr<Entry> e = std::move(queue_.front());
+    queue_.pop_front();
+    e->pending_since = now;
+    if (e->request.type == OpType::kJoin) {
+      join_to_send_ = true;
+      e->sent_slow = true;  // travels as the join flag, not as a request
+    }
+    e->seq = next_seq_++;
+    pending_[e->request.name] = std::move(e);
+  }
+  queued_.store(0, std::memory_order_relaxed);
+}
+
+void Runtime::drive(const detail::OpState& op) {
+  bool shutdown_requested;
+  {
+    MutexLock lock(mu_);
+    if (!drivable_ || turn_ != Turn::kNone || loop_ended_) return;
+    turn_ = Turn::kCaller;
+    shutdown_requested = shutdown_requested_;
+    take_queue();
+  }
+  {
+    detail::DeferCallbacks defer([this](std::function<void()> callbacks) {
+      MutexLock lock(mu_);
+      deferred_.push_back(std::move(callbacks));
+    });
+    Status st;
+    bool stop = false;
+    for (bool first = true; !op.settled() && st.ok() && !stop; first = false) {
+      if (!first && !caller_may_continue(shutdown_requested)) break;
+      caller_cycles_.fetch_add(1, std::memory_order_relaxed);
+      st = run_cycle(shutdown_requested, stop);
+    }
+    if (!st.ok() || stop) end_loop(st);
+  }
+  bool wake;
+  {
+    MutexLock lock(mu_);
+    turn_ = Turn::kNone;
+    wake = sleeping_ && (loop_ended_ || !deferred_.empty() || work_for_background());
+  }
+  if (wake) cv_.notify_all();
+}
+
+bool Runtime::caller_may_continue(bool& shutdown_requested) {
+  MutexLock lock(mu_);
+  if (!drivable_) return false;  // a device operation came: the background thread runs it
+  if (!idle_peer_)
+    cv_.wait_until(lock.native(), last_start_ + cycle_time_,
+                   [&]() KOLO_REQUIRES(mu_) { return shutdown_requested_; });
+  shutdown_requested = shutdown_requested_;
+  if (!drivable_) return false;
+  take_queue();
+  return true;
+}
+
+Status Runtime::run_cycle(bool shutdown_requested, bool& stop) {
+  for (auto& [name, e] : pending_)
+    if (e->trace != 0 && e->pending_since >= last_start_) end_queue_span(*e);
+  last_start_ = std::chrono::steady_clock::now();
+  // A device backend that aborted by itself (an NCCL error, an operation past
+  // KOLO_OP_TIMEOUT): stop, so that the control plane tells the peers, whose side of the
+  // failed operation would otherwise wait for this rank until their own op timeout. Checked
+  // every cycle, so within a heartbeat.
+  if (Status st = device_ ? device_->failure() : Status::Ok(); !st.ok()) return st;
+  try {
+    return cycle(shutdown_requested, stop);
+  } catch (const Error& e) {
+    // A broken invariant (KOLO_ENFORCE), i.e. a bug in Kolo. The ranks may be out of step,
+    // so the runtime stops as after a backend failure and every handle gets the error.
+    return e.status();
+  } catch (const std::exception& e) {
+    // Anything else (bad_alloc, a library's exception) would end the process through
+    // std::terminate with no handle completed: stop as above, naming it.
+    return Status::Internal(std::string("kolo background loop: unexpected exception: ") + e.what());
+  }
+}
+
+void Runtime::end_loop(const Status& st) {
+  if (!st.ok()) stop_after_failure(st);
+  {
+    MutexLock lock(mu_);
+    loop_ended_ = true;
+  }
+  cv_.notify_all();
+}
+
+void Runtime::run_deferred_callbacks() {
+  std::vector<std::function<void()>> callbacks;
+  {
+    MutexLock lock(mu_);
+    callbacks.swap(deferred_);
+  }
+  for (auto& run : callbacks) run();
 }
 
 void Runtime::stop_after_failure(Status st) {

@@ -6,13 +6,15 @@
 // See Note [Cycle] in runtime.cc for how ranks stay in step.
 //
 // Thread-safety: submit(), shutdown() and the accessors may be called from any thread. Only
-// the background thread touches the backends (ARCHITECTURE.md section 3).
+// the thread that holds the cycle turn touches the backends and the negotiation state: the
+// background thread, or a caller waiting on a handle (Note [Waiter drives] in runtime.cc).
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -112,16 +114,46 @@ class Runtime {
   // Ok while this Runtime accepts submissions; afterwards why they fail (the failure that
   // stopped it, or its shutdown). Any thread.
   Status failure() const;
+  // Cycles started so far by callers waiting on a handle instead of the background thread
+  // (Note [Waiter drives]). Any thread.
+  int64_t cycles_run_by_callers() const { return caller_cycles_.load(std::memory_order_relaxed); }
 
  private:
   Runtime(RuntimeConfig config, Topology topology, std::unique_ptr<Backend> data,
           std::unique_ptr<Backend> control, std::unique_ptr<Backend> gpu, TimelineRows rows);
+  // Who runs cycles now (Note [Waiter drives]): whoever holds the turn alone touches the
+  // turn-confined state below (pending_ and the rest), and takes and gives it under mu_.
+  enum class Turn { kNone, kBackground, kCaller };
+  class Gate;  // the CycleDriver handed to operations; outlives nothing it guards
+
   // The background loop stopped with `why`: fail everything, the GPU backend's work included.
   void fail_all_and_abort(const Status& why);
   // The background loop's end after a failure (the link measurement's included): names the
   // job's first failure (RuntimeConfig::name_first_failure), logs, then fail_all_and_abort.
   void stop_after_failure(Status st);
   void loop();
+  // The background thread's wait between two of its cycles: gives the turn up, runs deferred
+  // callbacks, and takes the turn back when there is work (or a heartbeat is due) and no
+  // caller drives. False once the loop has ended (a driving caller stopped it).
+  bool await_turn(bool idle, bool& shutdown_requested);
+  // A caller waiting on `op` runs cycles until it settles, when the turn is free.
+  void drive(const detail::OpState& op);
+  // The turn's holder: moves the submission queue into pending_.
+  void take_queue() KOLO_REQUIRES(mu_);
+  // Turn free: something for the background thread to run a cycle for.
+  bool work_for_background() const KOLO_REQUIRES(mu_);
+  // A driving caller, before a cycle that follows another: the batching window, so that close
+  // submissions share a cycle; then takes the queue. False (the caller stops driving) once a
+  // device operation was submitted.
+  bool caller_may_continue(bool& shutdown_requested);
+  // The turn's holder: one cycle, with the QUEUE spans ended before it and any exception
+  // turned into a Status (a non-OK one is fatal for this runtime).
+  Status run_cycle(bool shutdown_requested, bool& stop);
+  // The turn's holder, once a cycle failed (`st`) or shut the runtime down: fails what is
+  // left on failure, then ends the loop for every thread.
+  void end_loop(const Status& st);
+  // Callbacks of completions that a driving caller ran (background thread).
+  void run_deferred_callbacks();
   // Before sleeping idle: briefly watch for a submission (a quick resubmission then costs
   // no wake-up).
   void spin_for_submission();
@@ -194,13 +226,22 @@ class Runtime {
   bool joined_locally_ KOLO_GUARDED_BY(mu_) = false;
   std::vector<std::string> stall_warnings_ KOLO_GUARDED_BY(mu_);
   bool sleeping_ KOLO_GUARDED_BY(mu_) = false;  // loop waits on cv_ for work
-  std::atomic<size_t> queued_{0};               // queue_.size(), readable without mu_
-  std::atomic<int64_t> steps_marked_{0};        // kolo::mark_step() calls so far
+  // The loop holds the turn until its first wait (the link measurement runs before it).
+  Turn turn_ KOLO_GUARDED_BY(mu_) = Turn::kBackground;
+  bool loop_ended_ KOLO_GUARDED_BY(mu_) = false;  // no more cycles, by any thread
+  // Callers may drive: no device backend, and no device operation submitted so far.
+  bool drivable_ KOLO_GUARDED_BY(mu_) = false;
+  // Callbacks of operations a driving caller completed, for the background thread to run.
+  std::vector<std::function<void()>> deferred_ KOLO_GUARDED_BY(mu_);
+  std::shared_ptr<Gate> gate_;
+  std::atomic<size_t> queued_{0};          // queue_.size(), readable without mu_
+  std::atomic<int64_t> steps_marked_{0};   // kolo::mark_step() calls so far
+  std::atomic<int64_t> caller_cycles_{0};  // cycles_run_by_callers()
   std::vector<AppliedTuning> applied_ KOLO_GUARDED_BY(mu_);
   // Rank 0 with a tuner: the times of step boundaries not yet seen by the tuner.
   std::vector<std::chrono::steady_clock::time_point> marks_ KOLO_GUARDED_BY(mu_);
 
-  // Background thread only. Hashed by name: an operation is found by name three times on its
+  // The turn's holder only. Hashed by name: an operation is found by name three times on its
   // way through (nothing iterates them in an order that matters: the slow path sorts by
   // Entry::seq, the fast path by cache slot).
   std::unordered_map<std::string, std::unique_ptr<Entry>> pending_;
@@ -224,6 +265,7 @@ class Runtime {
   std::vector<uint64_t> gathered_;                 // every rank's message, 8-byte aligned
   std::vector<int64_t> gather_counts_;
   bool idle_peer_ = false;  // last gathered cycle: some rank had nothing pending
+  std::chrono::steady_clock::time_point last_start_;  // of the last cycle
 
   std::thread thread_;
 };

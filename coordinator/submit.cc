@@ -301,23 +301,37 @@ Result<HostTensor> output_of(const Handle& h) {
   KOLO_RETURN_IF_ERROR(h.wait());
   return h.take_output();
 }
+
+// A blocking call's operation: submitted without waking the background thread, then waited on
+// by its caller, who runs the cycle itself when it can (Note [Waiter drives] in runtime.cc).
+Status submit_and_wait(Result<std::unique_ptr<coord::Entry>> entry, const std::string& name,
+                       const ProcessSet& process_set) {
+  if (entry.ok()) (*entry)->caller_waits = true;
+  return submit_global(std::move(entry), name, process_set).wait();
+}
 }  // namespace
 
 Status allreduce(std::string name, TensorView tensor, AllreduceOptions opts) {
-  return allreduce_async(std::move(name), tensor, opts).wait();
+  return allreduce(std::move(name), tensor, tensor, opts);
 }
 Status allreduce(std::string name, TensorView input, TensorView output, AllreduceOptions opts) {
-  return allreduce_async(std::move(name), input, output, opts).wait();
+  std::string n = name;
+  return submit_and_wait(coord::build_allreduce(std::move(name), input, output, opts), n,
+                         opts.process_set);
 }
 Status grouped_allreduce(std::string name, std::vector<TensorView> tensors, AllreduceOptions opts) {
-  return grouped_allreduce_async(std::move(name), std::move(tensors), opts).wait();
+  std::string n = name;
+  return submit_and_wait(coord::build_grouped_allreduce(std::move(name), std::move(tensors), opts),
+                         n, opts.process_set);
 }
 Result<HostTensor> allgather(std::string name, TensorView input, const ProcessSet& process_set) {
   return output_of(allgather_async(std::move(name), input, {.process_set = process_set}));
 }
 Status broadcast(std::string name, TensorView tensor, int root, const ProcessSet& process_set) {
-  return broadcast_async(std::move(name), tensor, {.root = root, .process_set = process_set})
-      .wait();
+  std::string n = name;
+  const BroadcastOptions opts{.root = root, .process_set = process_set};
+  return submit_and_wait(coord::build_broadcast(std::move(name), tensor, opts, process_set.size()),
+                         n, process_set);
 }
 Result<AlltoallResult> alltoall(std::string name, TensorView input, std::vector<int64_t> splits,
                                 const ProcessSet& process_set) {
@@ -329,9 +343,10 @@ Result<AlltoallResult> alltoall(std::string name, TensorView input, std::vector<
 Result<HostTensor> reducescatter(std::string name, TensorView input, ReducescatterOptions opts) {
   return output_of(reducescatter_async(std::move(name), input, std::move(opts)));
 }
-Status barrier(std::string name) { return barrier_async(std::move(name)).wait(); }
+Status barrier(std::string name) { return barrier(std::move(name), ProcessSet{}); }
 Status barrier(std::string name, const ProcessSet& process_set) {
-  return barrier_async(std::move(name), process_set).wait();
+  std::string n = name;
+  return submit_and_wait(coord::build_barrier(std::move(name)), n, process_set);
 }
 Result<int> join() {
   Handle h = join_async();
