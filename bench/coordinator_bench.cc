@@ -7,19 +7,21 @@
 // latency: a 4-byte allreduce through the coordinator (submit + negotiate + execute) versus
 //   the same call on a raw backend of the coordinator's kind, and the rate of 10,000 four-byte
 //   tensors in one step. In steady state with few ranks the data rides in the negotiation message
-//   (Note [Piggy-back] in coordinator/piggyback.cc), so the coordinator costs one exchange plus two
-//   thread hand-offs: 2 ranks on one 2-core VM, medians of 10 runs of `kolorun -np 2 kolo-bench
-//   latency --iters 500`: 50.5 us through the coordinator against 32 us raw (98-100 us before
-//   piggy-backing and the spin-before-sleep hand-offs).
+//   (Note [Piggy-back] in coordinator/piggyback.cc), and the blocking call's own thread runs
+//   the cycle (Note [Waiter drives] in coordinator/runtime.cc), so the coordinator costs one
+//   exchange and no thread hand-off. --idle S then measures an idle job's CPU time.
 //
 // Run under kolorun, e.g.  kolorun -np 2 build/bin/kolo-bench fusion --iters 10
 // Both take the flags of bench/flags.h (--help lists them) and --json FILE.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backends/registry.h"
@@ -186,8 +188,17 @@ struct LatencyOptions {
   int iters = 1000;
   int warmup = 10;
   int tensors = 10000;
+  int idle_s = 0;  // --idle: seconds of an idle job whose CPU time is measured; 0: none
   std::string json_path;
 };
+
+// This process's CPU time so far (every thread, user and system), in milliseconds.
+double process_cpu_ms() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  auto ms = [](const timeval& t) { return t.tv_sec * 1e3 + t.tv_usec / 1e3; };
+  return ms(u.ru_utime) + ms(u.ru_stime);
+}
 
 // Median microseconds of `call` over o.iters calls after o.warmup untimed ones.
 template <typename Call>
@@ -239,6 +250,14 @@ Status run_latency(const LatencyOptions& o, const KnobSet& knobs) {
     for (auto& h : hs) KOLO_RETURN_IF_ERROR(h.wait().with_context("tiny allreduce"));
     rate = o.tensors / std::chrono::duration<double>(Clock::now() - t0).count();
   }
+  // An idle job costs its heartbeats only: what the background thread spends while nobody
+  // submits (Note [Cycle] in coordinator/runtime.cc).
+  double idle_cpu_ms = -1;
+  if (o.idle_s > 0) {
+    const double before = process_cpu_ms();
+    std::this_thread::sleep_for(std::chrono::seconds(o.idle_s));
+    idle_cpu_ms = process_cpu_ms() - before;
+  }
   if (kolo::rank() == 0) {
     nlohmann::json rows = nlohmann::json::array();
     auto row = [&](const std::string& measurement, const char* format, double value,
@@ -256,6 +275,9 @@ Status run_latency(const LatencyOptions& o, const KnobSet& knobs) {
     if (raw_us >= 0)
       row("raw " + raw_name + " backend allreduce 4 B, median us", "%12.1f", raw_us, "us");
     row(std::to_string(o.tensors) + " x 4 B tensors/s (cached step)", "%12.0f", rate, "tensors/s");
+    if (idle_cpu_ms >= 0)
+      row("idle " + std::to_string(o.idle_s) + " s: CPU ms (rank 0 process)", "%12.1f", idle_cpu_ms,
+          "ms");
     if (!o.json_path.empty()) KOLO_RETURN_IF_ERROR(write_json_rows(o.json_path, rows));
   }
   return kolo::shutdown().with_context("shutdown");
@@ -299,6 +321,8 @@ int run_latency_bench(const KnobSet& knobs, int argc, char** argv) {
   line.flags = {int_flag("--iters", "N", &o.iters, 1, kIntMax, "timed calls per measurement"),
                 int_flag("--warmup", "N", &o.warmup, 0, kIntMax, "untimed calls first"),
                 int_flag("--tensors", "N", &o.tensors, 1, kMaxTensors, "tensors in the rate step"),
+                int_flag("--idle", "SECONDS", &o.idle_s, 0, 3600,
+                         "then sit idle this long and report the CPU time it cost (0: skip)"),
                 json_flag(&o.json_path)};
   return run_command(line, argc, argv, [&] { return run_latency(o, knobs); });
 }
