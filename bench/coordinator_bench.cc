@@ -2,8 +2,9 @@
 //
 // fusion: one ResNet-50 training step's gradient traffic: its 161 float32 gradient tensors
 //   (25,557,032 elements, 102 MB) submitted in backward order and then waited, as a gradient
-//   hook would. Rows: default fusion threshold, fusion off, one flat 102 MB allreduce of the
-//   same bytes through the coordinator, and the default with the timeline recording.
+//   hook would. Rows: default fusion threshold, one flat 102 MB allreduce of the same bytes
+//   through the coordinator (timed after each default step, in the same session), fusion
+//   off, the default with the timeline recording, and the default/flat ratio of paired steps.
 // latency: a 4-byte allreduce through the coordinator (submit + negotiate + execute) versus
 //   the same call on a raw backend of the coordinator's kind, and the rate of 10,000 four-byte
 //   tensors in one step. In steady state with few ranks the data rides in the negotiation message
@@ -47,12 +48,15 @@ struct FusionOptions {
   std::string json_path;
 };
 
-// One row: how the gradients are submitted and which knobs are set around init().
+// One session of steps: which knobs are set around init() and what each step submits.
 struct FusionMode {
   const char* label;
   std::string threshold;  // KOLO_FUSION_THRESHOLD; empty: unset
-  bool flat;              // one allreduce of all the bytes instead of the 161 tensors
   bool timeline;          // record a timeline
+  // Every step is followed by one allreduce of all the bytes as one flat buffer, timed on its
+  // own: the flat row, measured in the same session so that the ratio pairs neighbouring
+  // steps (this VM's slow phases last seconds and would otherwise fall on one row only).
+  bool and_flat;
 };
 
 // One step: every gradient submitted in backward order, then all waited.
@@ -69,6 +73,9 @@ Status resnet_step(const std::vector<TensorView>& grads) {
 struct FusionResult {
   double step_ms = 0;  // median
   int ranks = 0;
+  // and_flat: the flat allreduce's median, and the median of step / flat over the pairs.
+  double flat_ms = 0;
+  double paired_ratio = 0;
 };
 
 // Initialises Kolo for the row, times its steps and shuts Kolo down.
@@ -117,21 +124,37 @@ Result<FusionResult> run_fusion_mode(const FusionMode& mode, const std::string& 
     grads.push_back(view(offset, s));
     offset += elements(s);
   }
-  std::vector<double> times;
+  auto ms_since = [](Clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  };
+  std::vector<double> times, flat_times, ratios;
   for (int64_t i = 0; i < int64_t{o.warmup} + o.iters; ++i) {
     auto t0 = Clock::now();
-    if (mode.flat)
+    KOLO_RETURN_IF_ERROR(resnet_step(grads));
+    const double step = ms_since(t0);
+    double flat = 0;
+    if (mode.and_flat) {
+      t0 = Clock::now();
       KOLO_RETURN_IF_ERROR(
           allreduce("flat", view(0, {total}), {.reduction = {.op = ReduceOp::kAverage}})
               .with_context("flat allreduce"));
-    else
-      KOLO_RETURN_IF_ERROR(resnet_step(grads));
-    if (i >= o.warmup)
-      times.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      flat = ms_since(t0);
+    }
+    if (i < o.warmup) continue;
+    times.push_back(step);
+    if (mode.and_flat) {
+      flat_times.push_back(flat);
+      ratios.push_back(step / flat);
+    }
   }
   if (mode.timeline && user_timeline.empty()) KOLO_RETURN_IF_ERROR(kolo::stop_timeline());
   KOLO_RETURN_IF_ERROR(kolo::shutdown().with_context("shutdown"));
-  return FusionResult{median(times), ranks};
+  FusionResult r{median(times), ranks};
+  if (mode.and_flat) {
+    r.flat_ms = median(flat_times);
+    r.paired_ratio = median(ratios);
+  }
+  return r;
 }
 
 Status run_fusion(const FusionOptions& o, const KnobSet& knobs) {
@@ -154,24 +177,36 @@ Status run_fusion(const FusionOptions& o, const KnobSet& knobs) {
           user_timeline.c_str());
     std::printf("%-28s %8s %12s %12s\n", "mode", "ranks", "step_ms", "algbw_GB/s");
   }
-  const FusionMode modes[] = {{"fusion default", threshold, false, false},
+  const FusionMode modes[] = {{"fusion default", threshold, false, true},
                               {"fusion off", "0", false, false},
-                              {"flat 102 MB allreduce", threshold, true, false},
-                              {"fusion default + timeline", threshold, false, true}};
+                              {"fusion default + timeline", threshold, true, false}};
   nlohmann::json rows = nlohmann::json::array();
+  auto print_row = [&](const char* label, const std::string& knob, bool timeline, int ranks,
+                       double step_ms) {
+    if (!root) return;
+    const double algbw = total * 4.0 / (step_ms * 1e-3) / 1e9;
+    std::printf("%-28s %8d %12.3f %12.2f\n", label, ranks, step_ms, algbw);
+    std::fflush(stdout);
+    rows.push_back({{"mode", label},
+                    {"ranks", ranks},
+                    {"step_ms", step_ms},
+                    {"algbw_gbps", algbw},
+                    {"fusion_threshold", knob.empty() ? "default" : knob},
+                    {"timeline", timeline}});
+  };
+  double paired_ratio = 0;
   for (const FusionMode& mode : modes) {
     KOLO_ASSIGN_OR_RETURN(FusionResult r, run_fusion_mode(mode, user_timeline, o, shapes));
-    const double algbw = total * 4.0 / (r.step_ms * 1e-3) / 1e9;
-    if (root) {
-      std::printf("%-28s %8d %12.3f %12.2f\n", mode.label, r.ranks, r.step_ms, algbw);
-      std::fflush(stdout);
-      rows.push_back({{"mode", mode.label},
-                      {"ranks", r.ranks},
-                      {"step_ms", r.step_ms},
-                      {"algbw_gbps", algbw},
-                      {"fusion_threshold", mode.threshold.empty() ? "default" : mode.threshold},
-                      {"timeline", mode.timeline}});
+    print_row(mode.label, mode.threshold, mode.timeline, r.ranks, r.step_ms);
+    if (mode.and_flat) {
+      print_row("flat 102 MB allreduce", mode.threshold, false, r.ranks, r.flat_ms);
+      paired_ratio = r.paired_ratio;
     }
+  }
+  if (root) {
+    std::printf("# fusion default / flat, median over the %d pairs of neighbouring steps: %.3f\n",
+                o.iters, paired_ratio);
+    rows.push_back({{"mode", "fusion default / flat, paired steps"}, {"ratio", paired_ratio}});
   }
   set_env("KOLO_FUSION_THRESHOLD", threshold);
   set_env("KOLO_TIMELINE", user_timeline);
@@ -291,8 +326,9 @@ int run_fusion_bench(const KnobSet& knobs, int argc, char** argv) {
   line.command = "fusion";
   line.about =
       "Times one ResNet-50 training step's gradient allreduces (161 float32 tensors, 102 MB)\n"
-      "through the coordinator: default fusion threshold, fusion off, one flat allreduce of\n"
-      "the same bytes, and the default with a timeline recording.\n";
+      "through the coordinator: default fusion threshold, one flat allreduce of the same\n"
+      "bytes after each of its steps, fusion off, the default with a timeline recording, and\n"
+      "the median default/flat ratio of neighbouring steps.\n";
   auto choose_device = [&o](std::string_view v) {
     if (v != "cpu" && v != "cuda") return false;
     o.cuda = v == "cuda";

@@ -196,8 +196,9 @@ TEST(KoloBenchCli, FusionJsonRowsParse) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   nlohmann::json rows = read_json(json);
   ASSERT_TRUE(rows.is_array()) << rows.dump();
-  ASSERT_EQ(rows.size(), 4u) << rows.dump();
-  const char* modes[] = {"fusion default", "fusion off", "flat 102 MB allreduce",
+  ASSERT_EQ(rows.size(), 5u) << rows.dump();
+  // The flat row comes from the default row's session (a flat allreduce after each step).
+  const char* modes[] = {"fusion default", "flat 102 MB allreduce", "fusion off",
                          "fusion default + timeline"};
   for (size_t i = 0; i < 4; ++i) {
     EXPECT_EQ(rows[i]["mode"], modes[i]);
@@ -205,7 +206,9 @@ TEST(KoloBenchCli, FusionJsonRowsParse) {
     EXPECT_EQ(rows[i]["timeline"], i == 3);
     EXPECT_GT(rows[i]["step_ms"].get<double>(), 0.0);
   }
-  EXPECT_EQ(rows[1]["fusion_threshold"], "0");
+  EXPECT_EQ(rows[2]["fusion_threshold"], "0");
+  EXPECT_EQ(rows[4]["mode"], "fusion default / flat, paired steps");
+  EXPECT_GT(rows[4]["ratio"].get<double>(), 0.0);
   std::remove(json.c_str());
 }
 

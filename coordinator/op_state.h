@@ -60,11 +60,13 @@ class OpState : public std::enable_shared_from_this<OpState> {
   // whether it was the first.
   bool complete(Status status);
   // Without a timeout, a waiter runs the operation's cycles itself when it can (set_driver).
+  // Timeout when a timeout is given and the operation has not completed by then.
   Status wait(std::optional<std::chrono::milliseconds> timeout);
   bool done() const;
   // complete() has been called: done, or its callbacks are running or deferred.
   bool settled() const { return settled_flag_.load(std::memory_order_acquire); }
-  // The runtime the operation was submitted to, for wait(); set before it is queued.
+  // The runtime a blocking call submitted the operation to, for wait(); set before it is
+  // queued, dropped at completion.
   void set_driver(std::shared_ptr<CycleDriver> driver);
   Status status() const;
   void then(Handle::Callback callback);

@@ -88,19 +88,23 @@ Result<int64_t> checked_list_lengths(const std::vector<int64_t>& lengths,
 // A blocking call (kolo::allreduce, ...) would otherwise cost two thread hand-offs: the
 // background thread runs the cycle while the caller waits, then wakes it. When the ranks'
 // threads share cores (kolorun binds each rank to one CPU) each hand-off is a context switch,
-// about 1.35 us on the development VM, a third of a small allreduce. So a caller that waits
-// on a handle without a timeout runs the cycles itself while no other thread does:
+// about 1.35 us on the development VM, a third of a small allreduce. So the caller of a
+// blocking call, waiting on its handle, runs the cycles itself while no other thread does:
 // - The turn (Runtime::turn_, under mu_) says who runs cycles; its holder alone touches the
 //   negotiation state, the backends and the executor. The background thread gives it up
 //   between its cycles and takes it back when it has work and the turn is free.
-// - A blocking call's submission does not wake a sleeping background thread (Entry::
-//   caller_waits): its caller will take the turn. If the background thread holds it, it is
-//   awake and sees the queue; a caller that ends its turn with work left wakes it.
+// - A blocking call's submission (Entry::caller_waits) does not wake a sleeping background
+//   thread: its caller will take the turn. If the background thread holds it, it is awake and
+//   sees the queue; a caller that ends its turn with work left wakes it.
+// - Only blocking calls drive. A wait on an asynchronous handle leaves the cycles to the
+//   background thread, which its submission woke: a step of 10,000 async allreduces whose
+//   waits also drove ran 11% slower (medians of 13 alternating runs), as the turn changed
+//   hands between cycles.
 // - Callbacks stay on the background thread, as Handle::then promises: a driving caller's
 //   completions with callbacks go to deferred_ (DeferCallbacks), and the op's waiters wake
 //   when the background thread has run them.
 // - Callers drive only runtimes that have seen host operations alone and have no device
-//   backend: CUDA work would set the caller's current device, which is the user's. Nor with
+//   backend: CUDA work would set the caller's current device, which is the user's. Never with
 //   a timeout: a cycle can block for a peer past it.
 // - Handles outlive runtimes: the Gate refuses drives once the loop is over and shutdown
 //   waits for any still inside it.
@@ -268,8 +272,8 @@ Handle Runtime::submit(std::unique_ptr<Entry> entry) {
       // Note [Waiter drives]: not once a device operation was seen (staging its tensors sets
       // the thread's current CUDA device, which is the user's on a caller's thread).
       if (!entry->request.device.is_cpu()) drivable_ = false;
-      if (drivable_) state->set_driver(gate_);
       const bool caller_waits = drivable_ && entry->caller_waits;
+      if (caller_waits) state->set_driver(gate_);
       in_flight_.insert(name);
       if (entry->request.type == OpType::kJoin) joined_locally_ = true;
       entry->submitted = std::chrono::steady_clock::now();
