@@ -83,6 +83,27 @@ TEST(WaiterDrives, CallbacksOfACallersCycleStillRunOnTheBackgroundThread) {
   for (int r = 0; r < 2; ++r) EXPECT_GT(c[r].cycles_run_by_callers(), 0) << "rank " << r;
 }
 
+TEST(WaiterDrives, SeveralBlockingCallersOnARankShareTheTurn) {
+  // Three threads per rank, each with its own names: one drives at a time, the others wait
+  // for it or for the background thread, which a caller ending its turn wakes.
+  constexpr int kThreads = 3, kCalls = 100;
+  Cluster c(2, quiet_config());
+  c.each([&](int r) {
+    std::vector<std::thread> callers;
+    for (int t = 0; t < kThreads; ++t)
+      callers.emplace_back([&, t] {
+        for (int i = 0; i < kCalls; ++i) {
+          std::vector<float> v(4, (r + 1.0f) * (t + 1));
+          const std::string name = "t" + std::to_string(t) + "." + std::to_string(i);
+          ASSERT_TRUE(blocking_allreduce(c[r], name, v).wait().ok()) << name;
+          ASSERT_EQ(v, std::vector<float>(4, 3.0f * (t + 1))) << name;
+        }
+      });
+    for (auto& t : callers) t.join();
+  });
+  for (int r = 0; r < 2; ++r) EXPECT_GT(c[r].cycles_run_by_callers(), 0) << "rank " << r;
+}
+
 TEST(WaiterDrives, ShutdownEndsACallerWaitingInsideACycle) {
   Cluster c(2, quiet_config());
   std::this_thread::sleep_for(20ms);  // past the background thread's first watch of its queue
