@@ -42,6 +42,8 @@ CommandLine collective_command_line(CollectiveOptions& o) {
       int_flag("-f", "N", &o.factor, 2, kIntMax, "size multiplier between rows"),
       int_flag("-n", "N", &o.iters, 1, kIntMax, "timed iterations per size"),
       int_flag("-w", "N", &o.warmup, 0, kIntMax, "warm-up iterations per size"),
+      int_flag("-r", "N", &o.rounds, 1, 1000,
+               "rounds per size: -w and -n calls of the backend, then of the raw library"),
       enum_flag("-d", "DTYPE", dtypes, parse_dtype, &o.dtype, std::string(dtype_name(o.dtype)),
                 "element type"),
       enum_flag("-o", "OP", ops, parse_reduce_op, &o.op, std::string(reduce_op_name(o.op)),
@@ -58,7 +60,10 @@ CommandLine collective_command_line(CollectiveOptions& o) {
       "reducescatter input, alltoall send buffer (as in nccl-tests).\n"
       "--copy adds copy(us): every rank copies SIZE bytes from the input to the output\n"
       "buffer at the same time (the faster of memcpy and streaming stores), the memory's\n"
-      "floor for a collective that reads its input and writes its output once.\n";
+      "floor for a collective that reads its input and writes its output once.\n"
+      "With -r N each time is the median of N rounds' means and the ratios are medians of\n"
+      "the rounds' ratios: the backend and the raw library alternate, so that a slow phase of\n"
+      "the machine falls on both.\n";
   line.check = [&o]() -> Status {
     if (o.min_bytes > o.max_bytes)
       return Status::InvalidArgument("-b " + std::to_string(o.min_bytes) + " and -e " +

@@ -21,6 +21,7 @@ struct CollectiveOptions {
   int factor = 2;                       // -f: each size is the previous one times this
   int iters = 20;                       // -n: timed iterations per size
   int warmup = 5;                       // -w: untimed iterations per size first
+  int rounds = 1;                       // -r: rounds per size, backend and raw library alternating
   DataType dtype = DataType::kFloat32;  // -d
   ReduceOp op = ReduceOp::kSum;         // -o
   bool check = false;                   // --check: deterministic inputs, outputs verified

@@ -18,6 +18,7 @@
 #include "bench/json_rows.h"
 #include "bench/mpi_support.h"
 #include "bench/nccl_support.h"
+#include "bench/workload.h"
 #include "common/knobs.h"
 #include "ops/exact.h"
 #include "ops/stream_copy.h"
@@ -127,6 +128,9 @@ void print_header(const CollectiveOptions& o, const Bench& b) {
               o.collective == Collective::kAllreduce   ? "2(n-1)/n"
               : o.collective == Collective::kBroadcast ? "1"
                                                        : "(n-1)/n");
+  if (o.rounds > 1)
+    std::printf("# %d rounds per size, alternating: medians of the rounds' times and ratios\n",
+                o.rounds);
   std::printf("%12s %12s %9s %8s %11s %11s %11s %8s", "size(B)", "count", "type", "redop",
               "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
   if (b.has_ref())
@@ -159,6 +163,8 @@ struct Measured {
   double time = 0;       // seconds per call, the slowest rank's mean
   double ref_time = 0;   // the same for the raw library, when there is one
   double copy_time = 0;  // the same for a copy of the bytes (--copy)
+  double over_ref = 0;   // time / ref_time: with -r, the median of the rounds' ratios
+  double over_copy = 0;  // time / copy_time, likewise
   int64_t wrong = 0;     // wrong elements over every rank (with --check)
 };
 
@@ -187,14 +193,17 @@ Result<double> time_copy(const CollectiveOptions& o, Backend& backend, const Ben
   return fastest;
 }
 
-// Times `host` (the case on host buffers; a GPU bench copies it to its device buffers) through
-// the backend, checks the result, then times the raw library on the same buffers.
-Result<Measured> measure(const CollectiveOptions& o, Bench& b, const BenchCase& host) {
+// One round of `host` (the case on host buffers; a GPU bench copies it to its device buffers):
+// the slowest rank's mean time through the backend, then through the raw library on the same
+// buffers (0 without one), and the copy's (--copy). Checks the result in the first round.
+Result<Measured> measure_round(const CollectiveOptions& o, Bench& b, const BenchCase& host,
+                               bool first) {
   const int rank = b.launched.world.rank;
   const size_t bytes = static_cast<size_t>(host.count) * dtype_size(o.dtype);
+  const bool check = o.check && first;
   BenchCase c = host;
   if (b.gpu) {
-    if (o.check) KOLO_RETURN_IF_ERROR(b.gpu->upload(host.input, bytes));
+    if (check) KOLO_RETURN_IF_ERROR(b.gpu->upload(host.input, bytes));
     c.input = b.gpu->input();
     c.output = b.gpu->output();
   }
@@ -205,9 +214,9 @@ Result<Measured> measure(const CollectiveOptions& o, Bench& b, const BenchCase& 
                             [&] { return backend.barrier(); }));
   Measured m;
   if (b.gpu) {
-    if (o.check) KOLO_RETURN_IF_ERROR(b.gpu->download(host.output, bytes));
+    if (check) KOLO_RETURN_IF_ERROR(b.gpu->download(host.output, bytes));
     KOLO_ASSIGN_OR_RETURN(m.time, b.gpu->max_over_ranks(mean));
-    KOLO_ASSIGN_OR_RETURN(m.wrong, b.gpu->sum_over_ranks(o.check ? count_wrong(host, rank) : 0));
+    KOLO_ASSIGN_OR_RETURN(m.wrong, b.gpu->sum_over_ranks(check ? count_wrong(host, rank) : 0));
     KOLO_ASSIGN_OR_RETURN(double raw, time_calls(
                                           o.warmup, o.iters, [&] { return b.gpu->run_raw(c); },
                                           [&] { return b.gpu->barrier(); }));
@@ -216,7 +225,7 @@ Result<Measured> measure(const CollectiveOptions& o, Bench& b, const BenchCase& 
   }
   KOLO_RETURN_IF_ERROR(
       backend.allreduce(&mean, &m.time, 1, DataType::kFloat64, Reduction{ReduceOp::kMax}));
-  m.wrong = o.check ? count_wrong(host, rank) : 0;
+  m.wrong = check ? count_wrong(host, rank) : 0;
   KOLO_RETURN_IF_ERROR(backend.allreduce(&m.wrong, &m.wrong, 1, DataType::kInt64, Reduction{}));
   if (b.mpi) {
     KOLO_ASSIGN_OR_RETURN(double raw, time_calls(
@@ -227,6 +236,28 @@ Result<Measured> measure(const CollectiveOptions& o, Bench& b, const BenchCase& 
   if (o.copy) {
     KOLO_ASSIGN_OR_RETURN(m.copy_time, time_copy(o, backend, c, bytes));
   }
+  return m;
+}
+
+// -r rounds of measure_round: each time is the median of the rounds', each ratio the median of
+// the rounds' ratios (a slow phase of the machine then spoils a round, not one side).
+Result<Measured> measure(const CollectiveOptions& o, Bench& b, const BenchCase& host) {
+  std::vector<double> times, refs, copies, ref_ratios, copy_ratios;
+  Measured m;
+  for (int r = 0; r < o.rounds; ++r) {
+    KOLO_ASSIGN_OR_RETURN(Measured round, measure_round(o, b, host, r == 0));
+    if (r == 0) m.wrong = round.wrong;
+    times.push_back(round.time);
+    refs.push_back(round.ref_time);
+    copies.push_back(round.copy_time);
+    if (round.ref_time > 0) ref_ratios.push_back(round.time / round.ref_time);
+    if (round.copy_time > 0) copy_ratios.push_back(round.time / round.copy_time);
+  }
+  m.time = median(times);
+  m.ref_time = median(refs);
+  m.copy_time = median(copies);
+  m.over_ref = ref_ratios.empty() ? 0 : median(ref_ratios);
+  m.over_copy = copy_ratios.empty() ? 0 : median(copy_ratios);
   return m;
 }
 
@@ -245,8 +276,8 @@ nlohmann::json report(const CollectiveOptions& o, const Bench& b, const BenchCas
     std::printf(" %8lld", static_cast<long long>(m.wrong));
   else
     std::printf(" %8s", "N/A");
-  if (b.has_ref()) std::printf(" %11.1f %9.2f", m.ref_time * 1e6, m.time / m.ref_time);
-  if (o.copy) std::printf(" %11.1f %9.2f", m.copy_time * 1e6, m.time / m.copy_time);
+  if (b.has_ref()) std::printf(" %11.1f %9.2f", m.ref_time * 1e6, m.over_ref);
+  if (o.copy) std::printf(" %11.1f %9.2f", m.copy_time * 1e6, m.over_copy);
   std::printf("\n");
   std::fflush(stdout);
   nlohmann::json row = {{"collective", collective_name(o.collective)},
@@ -258,15 +289,16 @@ nlohmann::json report(const CollectiveOptions& o, const Bench& b, const BenchCas
                         {"redop", redop},
                         {"time_us", m.time * 1e6},
                         {"algbw_gbps", algbw},
-                        {"busbw_gbps", busbw}};
+                        {"busbw_gbps", busbw},
+                        {"rounds", o.rounds}};
   row["wrong"] = o.check ? nlohmann::json(m.wrong) : nlohmann::json(nullptr);
   if (b.has_ref()) {
     row[std::string(b.ref()) + "_time_us"] = m.ref_time * 1e6;
-    row[std::string("kolo_over_") + b.ref()] = m.time / m.ref_time;
+    row[std::string("kolo_over_") + b.ref()] = m.over_ref;
   }
   if (o.copy) {
     row["copy_time_us"] = m.copy_time * 1e6;
-    row["kolo_over_copy"] = m.time / m.copy_time;
+    row["kolo_over_copy"] = m.over_copy;
   }
   return row;
 }

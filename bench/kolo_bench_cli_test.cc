@@ -74,6 +74,8 @@ TEST(KoloBenchCli, BadOptionsExit2NamingTheFlagAndRunNothing) {
   };
   std::vector<Case> cases = {
       {"allreduce -n 0", "kolo-bench allreduce: -n '0' is invalid: expected an integer >= 1\n"},
+      {"allreduce -r 0",
+       "kolo-bench allreduce: -r '0' is invalid: expected an integer in [1, 1000]\n"},
       {"allgather -b 1MiB -e 1KiB",
        "kolo-bench allgather: -b 1048576 and -e 1024 are invalid: expected -b <= -e\n"},
       {"broadcast --frob", "kolo-bench broadcast: unknown option '--frob' (see --help)\n"},
@@ -133,6 +135,26 @@ TEST(KoloBenchCli, CopyAddsTheCopyFloorToEveryRow) {
     EXPECT_GT(copy, 0.0) << row.dump();
     EXPECT_DOUBLE_EQ(row["kolo_over_copy"].get<double>(), row["time_us"].get<double>() / copy)
         << row.dump();
+  }
+  std::remove(json.c_str());
+}
+
+// -r N alternates N rounds of the backend and the references per size and reports medians.
+TEST(KoloBenchCli, RoundsAreCountedInTheHeaderAndEveryRow) {
+  const std::string json = temp_path("rounds.json");
+  ProcessRun r = bench("allreduce -b 4KiB -e 16KiB -f 4 -n 2 -w 1 -r 3 --copy --json " + json);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("# 3 rounds per size, alternating: medians of the rounds' times and "
+                          "ratios\n"),
+            std::string::npos)
+      << r.output;
+  nlohmann::json rows = read_json(json);
+  ASSERT_TRUE(rows.is_array()) << rows.dump();
+  ASSERT_EQ(rows.size(), 2u) << rows.dump();  // 4 and 16 KiB
+  for (const auto& row : rows) {
+    EXPECT_EQ(row["rounds"], 3) << row.dump();
+    EXPECT_GT(row["copy_time_us"].get<double>(), 0.0) << row.dump();
+    EXPECT_GT(row["kolo_over_copy"].get<double>(), 0.0) << row.dump();
   }
   std::remove(json.c_str());
 }
