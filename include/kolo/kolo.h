@@ -212,7 +212,8 @@ struct AllreduceOptions {
 // differ. Deprecated in 0.4 (opts.reduction is then the answer), removed in 0.5. Thread-safe.
 Result<Reduction> effective_reduction(const AllreduceOptions& opts);
 
-// Called on the background thread with the output's shape once it is known; must return a
+// Called with the output's shape once it is known, on the thread that runs the cycle: Kolo's
+// background thread, or a thread of this rank waiting in a blocking call below; must return a
 // buffer of at least product(shape) * dtype_size(dtype) bytes that stays valid until the
 // Handle completes, or null (the operation then fails with InvalidArgument).
 using OutputAllocator = std::function<void*(const std::vector<int64_t>& shape, DataType dtype)>;
@@ -322,6 +323,10 @@ Handle send_async(std::string name, TensorView tensor, int dst, const ProcessSet
 Handle recv_async(std::string name, TensorView tensor, int src, const ProcessSet& process_set = {});
 
 // ---- Blocking wrappers (submit and wait; same errors as the Handle's) -----------------------
+// allreduce, grouped_allreduce, broadcast and barrier run the coordination on the calling thread
+// while it waits, when no other thread runs it (no hand-off to the background thread, which
+// costs a context switch where a rank has one CPU); callbacks still run on the background
+// thread. Operations on CUDA tensors leave it to the background thread.
 
 Status allreduce(std::string name, TensorView tensor, AllreduceOptions opts = {});
 Status allreduce(std::string name, TensorView input, TensorView output, AllreduceOptions opts = {});
