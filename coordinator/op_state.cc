@@ -48,10 +48,7 @@ void OpState::finish(std::vector<Handle::Callback>& callbacks, const Status& sta
 }
 
 Status OpState::wait(std::optional<std::chrono::milliseconds> timeout) {
-  // A small operation completes within tens of microseconds of its submission: watching the
-  // flag for that long (yielding the core to whoever needs it) saves the sleep and the
-  // wake-up, which on a busy host cost more than the operation.
-  constexpr auto kSpin = std::chrono::microseconds(50);
+  // A blocking call's operation: run its cycles here when no other thread does.
   if (!timeout && !settled()) {
     std::shared_ptr<CycleDriver> driver;
     {
@@ -60,6 +57,10 @@ Status OpState::wait(std::optional<std::chrono::milliseconds> timeout) {
     }
     if (driver) driver->drive(*this);
   }
+  // A small operation completes within tens of microseconds of its submission: watching the
+  // flag for that long (yielding the core to whoever needs it) saves the sleep and the
+  // wake-up, which on a busy host cost more than the operation.
+  constexpr auto kSpin = std::chrono::microseconds(50);
   auto spin = timeout ? std::min<std::chrono::nanoseconds>(kSpin, *timeout) : kSpin;
   const auto until = std::chrono::steady_clock::now() + spin;
   while (!done_flag_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until)
