@@ -597,6 +597,8 @@ Result<Session> current_session(const std::string& name) {
   return not_running(name);
 }
 
+std::shared_ptr<Runtime> global_runtime() { return current(); }
+
 // Used by the *_async functions in submit.cc.
 Handle submit_global(Result<std::unique_ptr<Entry>> entry, const std::string& name,
                      const ProcessSet& process_set) {

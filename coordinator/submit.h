@@ -46,4 +46,10 @@ Status check_input_view(OpType type, const std::string& name, const char* arg,
 Handle submit_global(Result<std::unique_ptr<Entry>> entry, const std::string& name,
                      const ProcessSet& process_set = {});
 
+class Runtime;
+
+// The global set's Runtime (api.cc), null before kolo::init() and after kolo::shutdown(): for
+// tests that read its counters. Thread-safe.
+std::shared_ptr<Runtime> global_runtime();
+
 }  // namespace kolo::coord

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "coordinator/test_cluster.h"
+#include "kolo/kolo.h"
 
 namespace kolo::coord {
 namespace {
@@ -151,6 +152,25 @@ TEST(WaiterDrives, WaitsOnAsynchronousHandlesLeaveTheCyclesToTheBackgroundThread
     }
   });
   for (int r = 0; r < 2; ++r) EXPECT_EQ(c[r].cycles_run_by_callers(), 0) << "rank " << r;
+}
+
+// The public blocking call marks its submission (Entry::caller_waits) as the tests above do by
+// hand: a one-rank job (kolo::init() without a launcher) runs kolo::allreduce's cycles on the
+// caller's thread.
+TEST(WaiterDrives, TheBlockingApiRunsItsCyclesOnTheCallersThread) {
+  ASSERT_TRUE(kolo::init().ok());
+  std::this_thread::sleep_for(20ms);  // past the background thread's first watch of its queue
+  std::shared_ptr<Runtime> rt = global_runtime();
+  ASSERT_NE(rt, nullptr);
+  const int64_t before = rt->cycles_run_by_callers();
+  for (int i = 0; i < 100; ++i) {
+    float x = 2.0f;
+    ASSERT_TRUE(kolo::allreduce("x", view_of(&x, {1})).ok());
+    ASSERT_EQ(x, 2.0f);
+  }
+  EXPECT_GE(rt->cycles_run_by_callers() - before, 75);
+  rt.reset();
+  ASSERT_TRUE(kolo::shutdown().ok());
 }
 
 }  // namespace
