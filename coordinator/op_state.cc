@@ -17,14 +17,12 @@ DeferCallbacks::~DeferCallbacks() { t_defer = outer_; }
 
 bool OpState::complete(Status status) {
   std::vector<Handle::Callback> callbacks;
-  std::shared_ptr<CycleDriver> driver;  // released outside the lock
   {
     MutexLock lock(mu_);
     if (done_ || completing_) return false;
     completing_ = true;
     status_ = status;
     callbacks.swap(callbacks_);
-    driver.swap(driver_);
     settled_flag_.store(true, std::memory_order_release);
   }
   if (!callbacks.empty() && t_defer != nullptr) {
@@ -49,14 +47,7 @@ void OpState::finish(std::vector<Handle::Callback>& callbacks, const Status& sta
 
 Status OpState::wait(std::optional<std::chrono::milliseconds> timeout) {
   // A blocking call's operation: run its cycles here when no other thread does.
-  if (!timeout && !settled()) {
-    std::shared_ptr<CycleDriver> driver;
-    {
-      MutexLock lock(mu_);
-      driver = driver_;
-    }
-    if (driver) driver->drive(*this);
-  }
+  if (driver_ && !timeout && !settled()) driver_->drive(*this);
   // A small operation completes within tens of microseconds of its submission: watching the
   // flag for that long (yielding the core to whoever needs it) saves the sleep and the
   // wake-up, which on a busy host cost more than the operation.
@@ -75,10 +66,7 @@ Status OpState::wait(std::optional<std::chrono::milliseconds> timeout) {
   return status_;
 }
 
-void OpState::set_driver(std::shared_ptr<CycleDriver> driver) {
-  MutexLock lock(mu_);
-  if (!completing_ && !done_) driver_ = std::move(driver);
-}
+void OpState::set_driver(std::shared_ptr<CycleDriver> driver) { driver_ = std::move(driver); }
 
 bool OpState::done() const {
   MutexLock lock(mu_);

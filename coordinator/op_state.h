@@ -34,7 +34,8 @@ class CycleDriver {
 
 // While one is alive on a thread, an operation completed on that thread hands its callbacks to
 // `later` instead of running them: a caller that drives cycles must not run users' callbacks,
-// which Handle::then promises to Kolo's background thread. Not nestable across threads; scoped.
+// which Handle::then promises to Kolo's background thread. Scoped to its thread; an inner one
+// shadows an outer one until it ends.
 class DeferCallbacks {
  public:
   using Later = std::function<void(std::function<void()>)>;
@@ -65,8 +66,8 @@ class OpState : public std::enable_shared_from_this<OpState> {
   bool done() const;
   // complete() has been called: done, or its callbacks are running or deferred.
   bool settled() const { return settled_flag_.load(std::memory_order_acquire); }
-  // The runtime a blocking call submitted the operation to, for wait(); set before it is
-  // queued, dropped at completion.
+  // The runtime a blocking call submitted the operation to, for wait(). Called once, before
+  // the Handle leaves the submitting thread (so wait() reads it without the lock).
   void set_driver(std::shared_ptr<CycleDriver> driver);
   Status status() const;
   void then(Handle::Callback callback);
@@ -91,9 +92,9 @@ class OpState : public std::enable_shared_from_this<OpState> {
   mutable Mutex mu_;
   std::condition_variable cv_;
   bool done_ KOLO_GUARDED_BY(mu_) = false;
-  std::atomic<bool> done_flag_{false};     // done_, for wait()'s lock-free spin
-  std::atomic<bool> settled_flag_{false};  // complete() was called
-  std::shared_ptr<CycleDriver> driver_ KOLO_GUARDED_BY(mu_);
+  std::atomic<bool> done_flag_{false};            // done_, for wait()'s lock-free spin
+  std::atomic<bool> settled_flag_{false};         // complete() was called
+  std::shared_ptr<CycleDriver> driver_;           // set_driver(), before any wait()
   bool completing_ KOLO_GUARDED_BY(mu_) = false;  // callbacks running
   Status status_ KOLO_GUARDED_BY(mu_);
   std::vector<Handle::Callback> callbacks_ KOLO_GUARDED_BY(mu_);

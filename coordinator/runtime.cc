@@ -11,7 +11,7 @@
 #include "timeline/trace_format.h"
 
 // Note [Cycle]
-// Every rank's background thread (or a caller waiting on a handle: Note [Waiter drives]) runs
+// Every rank's background thread (or a thread in a blocking call: Note [Waiter drives]) runs
 // the same sequence of cycles; each cycle is a fixed series of control-plane collectives, so
 // the ranks stay in step without a separate clock:
 //   1. allreduce(min) of a byte vector: byte 0 is >= 1 when this rank needs no slow path;

@@ -7,7 +7,7 @@
 //
 // Thread-safety: submit(), shutdown() and the accessors may be called from any thread. Only
 // the thread that holds the cycle turn touches the backends and the negotiation state: the
-// background thread, or a caller waiting on a handle (Note [Waiter drives] in runtime.cc).
+// background thread, or a thread waiting in a blocking call (Note [Waiter drives] in runtime.cc).
 #pragma once
 
 #include <atomic>
@@ -114,7 +114,7 @@ class Runtime {
   // Ok while this Runtime accepts submissions; afterwards why they fail (the failure that
   // stopped it, or its shutdown). Any thread.
   Status failure() const;
-  // Cycles started so far by callers waiting on a handle instead of the background thread
+  // Cycles started so far by threads waiting in blocking calls instead of the background thread
   // (Note [Waiter drives]). Any thread.
   int64_t cycles_run_by_callers() const { return caller_cycles_.load(std::memory_order_relaxed); }
 
@@ -124,7 +124,7 @@ class Runtime {
   // Who runs cycles now (Note [Waiter drives]): whoever holds the turn alone touches the
   // turn-confined state below (pending_ and the rest), and takes and gives it under mu_.
   enum class Turn { kNone, kBackground, kCaller };
-  class Gate;  // the CycleDriver handed to operations; outlives nothing it guards
+  class Gate;  // the CycleDriver of blocking calls' operations; may outlive the Runtime
 
   // The background loop stopped with `why`: fail everything, the GPU backend's work included.
   void fail_all_and_abort(const Status& why);
